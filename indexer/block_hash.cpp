@@ -1,0 +1,38 @@
+#include "indexer/block_hash.h"
+
+#include <bit>
+#include <cstring>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+namespace kvroute {
+
+static_assert(std::endian::native == std::endian::little,
+              "block hashing assumes a little-endian host (token ids are hashed as LE u32)");
+
+uint64_t block_hash_seed(std::string_view lora_name) {
+  if (lora_name.empty()) return kDefaultBlockHashSeed;
+  return kDefaultBlockHashSeed + XXH3_64bits_withSeed(lora_name.data(), lora_name.size(), 0);
+}
+
+LocalBlockHash hash_block(std::span<const TokenId> tokens, uint64_t seed) {
+  return LocalBlockHash{XXH3_64bits_withSeed(tokens.data(), tokens.size_bytes(), seed)};
+}
+
+std::vector<LocalBlockHash> hash_blocks(std::span<const TokenId> tokens, uint32_t block_size,
+                                        uint64_t seed) {
+  std::vector<LocalBlockHash> out;
+  if (block_size == 0) return out;
+  const size_t n = tokens.size() / block_size;
+  out.reserve(n);
+  for (size_t i = 0; i < n; ++i) out.push_back(hash_block(tokens.subspan(i * block_size, block_size), seed));
+  return out;
+}
+
+SequenceHash sequence_hash(SequenceHash parent, LocalBlockHash local) {
+  uint64_t buf[2] = {parent.value, local.value};
+  return SequenceHash{XXH3_64bits_withSeed(buf, sizeof buf, kDefaultBlockHashSeed)};
+}
+
+}  // namespace kvroute

@@ -1,0 +1,75 @@
+// The global prefix index interface: who caches which prefix.
+//
+// Threading: exactly one writer thread calls the mutating functions (apply,
+// remove_worker, clear_owner); any number of request threads call
+// find_matches() and stats() concurrently with it. Implementations document
+// how readers avoid waiting behind long write batches (indexer/README.md).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "common/types.h"
+#include "indexer/kv_event.h"
+
+namespace kvroute {
+
+// Outcome of applying one event. Each value maps one-to-one to the label
+// `result` of kvroute_indexer_events_total.
+enum class ApplyResult : uint8_t {
+  Applied,        // the event changed (or confirmed) the index
+  UnknownParent,  // stored event whose parent block this owner does not hold; rejected
+  UnknownBlock,   // removed event naming a block the owner does not hold; ignored
+  TooLarge,       // more blocks in one event than the index accepts; rejected
+};
+
+constexpr std::string_view to_string(ApplyResult r) {
+  switch (r) {
+    case ApplyResult::Applied: return "applied";
+    case ApplyResult::UnknownParent: return "unknown_parent";
+    case ApplyResult::UnknownBlock: return "unknown_block";
+    case ApplyResult::TooLarge: return "too_large";
+  }
+  return "applied";
+}
+
+// How far one owner's cache matches a request, from the first block on.
+struct OwnerOverlap {
+  CacheOwner owner;
+  uint32_t blocks = 0;                               // matched prefix length in blocks
+  std::array<uint32_t, kNumStorageTiers> by_tier{};  // of `blocks`, how many per tier
+};
+
+struct OverlapScores {
+  std::vector<OwnerOverlap> owners;  // only owners with blocks > 0, any order
+};
+
+struct IndexStats {
+  uint64_t blocks = 0;   // distinct nodes (block under a given prefix)
+  uint64_t entries = 0;  // (block, owner) pairs
+  uint64_t bytes = 0;    // memory held by the index, best estimate
+};
+
+class Indexer {
+ public:
+  virtual ~Indexer() = default;
+
+  // Writer thread only. The event's event_id is not interpreted here (see
+  // indexer/event_sequencer.h for ordering, gaps and restarts).
+  virtual ApplyResult apply(const KvEvent& event) = 0;
+  // Writer thread only. Drops every block of every dp rank of `worker`.
+  virtual void remove_worker(WorkerId worker) = 0;
+  // Writer thread only. Drops every block of one owner.
+  virtual void clear_owner(CacheOwner owner) = 0;
+
+  // Any thread. Walks `blocks` (a request's local block hashes, in order) from
+  // the root and reports, per owner, the length of its cached prefix.
+  virtual OverlapScores find_matches(std::span<const LocalBlockHash> blocks) const = 0;
+  // Any thread.
+  virtual IndexStats stats() const = 0;
+};
+
+}  // namespace kvroute

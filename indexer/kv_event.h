@@ -1,0 +1,41 @@
+// In-memory KV cache events: what the index consumes. Decoded from the NATS
+// wire format by events/ (see events/wire.h); kept separate from the wire structs.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <variant>
+#include <vector>
+
+#include "common/types.h"
+
+namespace kvroute {
+
+struct StoredBlock {
+  SequenceHash block_hash;    // engine's id of the block
+  LocalBlockHash tokens_hash; // content hash (block_hash.h)
+};
+
+// Blocks stored as a chain: blocks[0]'s parent is `parent` (absent = root),
+// blocks[i]'s parent is blocks[i-1].
+struct KvStored {
+  std::optional<SequenceHash> parent;
+  std::vector<StoredBlock> blocks;
+};
+
+struct KvRemoved {
+  std::vector<SequenceHash> block_hashes;
+};
+
+// The owner dropped every block (vLLM AllBlocksCleared).
+struct KvCleared {};
+
+struct KvEvent {
+  CacheOwner owner;
+  // Increases by one per owner; absent for sources that do not number events.
+  std::optional<uint64_t> event_id;
+  StorageTier tier = StorageTier::Device;
+  std::variant<KvStored, KvRemoved, KvCleared> data;
+};
+
+}  // namespace kvroute

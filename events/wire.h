@@ -67,3 +67,21 @@ std::string encode_kv_event(const KvEvent& event);
 std::string encode_heartbeat(const WorkerHeartbeat& hb);
 
 }  // namespace kvroute
+
+namespace kvroute {
+
+// Reply to a `{prefix}.kv_resync.{worker_id}` request: the owner's full state
+// after `last_event_id`, as stored events without event ids:
+// {"worker_id":7,"dp_rank":0,"last_event_id":N,"events":[RouterEvent,...]}
+// The router clears the owner, applies `events`, and expects N+1 next.
+struct ResyncDump {
+  CacheOwner owner;
+  uint64_t last_event_id = 0;
+  std::vector<KvEvent> events;
+};
+
+DecodeError decode_resync_dump(std::string_view json, const DecodeLimits& limits, ResyncDump& out,
+                               std::string* detail = nullptr);
+std::string encode_resync_dump(const ResyncDump& dump);
+
+}  // namespace kvroute

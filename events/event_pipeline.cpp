@@ -1,0 +1,134 @@
+#include "events/event_pipeline.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+
+namespace kvroute {
+
+EventPipeline::EventPipeline(const EventsConfig& events, uint32_t block_size, Indexer& index,
+                             WorkerRegistry& registry, const Clock& clock)
+    : cfg_(events), block_size_(block_size), index_(index), registry_(registry), clock_(clock) {}
+
+EventPipeline::~EventPipeline() { stop(); }
+
+bool EventPipeline::start(NatsBus& bus, std::string* error) {
+  writer_ = std::thread([this] { writer_loop(); });
+  const std::string& p = cfg_.subject_prefix;
+  if (!bus.subscribe(p + ".kv_events", [this](const NatsMessage& m) { on_kv_message(m.data); }, error)) return false;
+  if (!bus.subscribe(p + ".workers", [this](const NatsMessage& m) { on_heartbeat_message(m.data); }, error))
+    return false;
+  return true;
+}
+
+void EventPipeline::stop() {
+  {
+    std::lock_guard lk(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (writer_.joinable()) writer_.join();
+}
+
+void EventPipeline::on_kv_message(std::string_view data) {
+  stats_.messages_total.fetch_add(1, std::memory_order_relaxed);
+  std::vector<KvEvent> events;
+  std::string detail;
+  DecodeError e = decode_kv_events(data, limits_, events, &detail);
+  if (e != DecodeError::None) {
+    stats_.rejected_total[static_cast<size_t>(e)].fetch_add(1, std::memory_order_relaxed);
+    // Bounded logging: the first few, then one in 1,000.
+    const auto n = stats_.rejected_total[static_cast<size_t>(e)].load(std::memory_order_relaxed);
+    if (n <= 5 || n % 1000 == 0)
+      spdlog::warn("kv event rejected ({}; {} so far): {}", to_string(e), n, detail);
+    return;
+  }
+  const size_t n = events.size();
+  {
+    std::lock_guard lk(mu_);
+    if (queue_.size() >= cfg_.queue_capacity) {
+      // Dropping creates an event_id gap for these workers, which the index
+      // treats as lost events; never block the NATS dispatcher.
+      stats_.queue_dropped_total.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    queue_.push_back(std::move(events));
+    ++pushed_;
+  }
+  stats_.events_queued_total.fetch_add(n, std::memory_order_relaxed);
+  cv_.notify_one();
+}
+
+void EventPipeline::on_heartbeat_message(std::string_view data) {
+  WorkerHeartbeat hb;
+  std::string detail;
+  DecodeError e = decode_heartbeat(data, hb, &detail);
+  if (e != DecodeError::None || hb.url.empty()) {
+    const auto n = stats_.heartbeats_rejected_total.fetch_add(1, std::memory_order_relaxed) + 1;
+    if (n <= 5 || n % 1000 == 0)
+      spdlog::warn("heartbeat rejected ({}; {} so far): {}", e == DecodeError::None ? "missing url" : to_string(e), n,
+                   detail);
+    return;
+  }
+  stats_.heartbeats_total.fetch_add(1, std::memory_order_relaxed);
+  if (hb.block_size != 0 && hb.block_size != block_size_) {
+    const auto n = stats_.block_size_mismatch_total.fetch_add(1, std::memory_order_relaxed) + 1;
+    if (n <= 5 || n % 1000 == 0)
+      spdlog::warn("worker {} announces block_size {} but indexer.block_size is {}: its overlap will not match",
+                   hb.worker_id.value, hb.block_size, block_size_);
+  }
+  WorkerAnnouncement a;
+  a.id = hb.worker_id;
+  a.url = std::move(hb.url);
+  a.model = std::move(hb.model);
+  a.block_size = hb.block_size;
+  a.dp_size = hb.dp_size;
+  a.load = WorkerLoad{hb.load.request_active_slots, hb.load.request_total_slots, hb.load.num_requests_waiting,
+                      hb.load.kv_active_blocks, hb.load.kv_total_blocks};
+  if (registry_.on_heartbeat(a)) spdlog::info("worker {} joined: {} model '{}'", a.id.value, a.url, a.model);
+}
+
+void EventPipeline::drain() {
+  std::unique_lock lk(mu_);
+  const uint64_t target = pushed_;
+  drained_cv_.wait(lk, [&] { return applied_ >= target || stop_; });
+}
+
+void EventPipeline::writer_loop() {
+  const Nanos ttl = std::chrono::milliseconds(cfg_.worker_ttl_ms);
+  // Expiry is checked at a quarter of the TTL (at most 250 ms), so a dead
+  // worker leaves within ttl + 250 ms.
+  const auto tick = std::min<Nanos>(ttl / 4, std::chrono::milliseconds(250));
+  auto next_expiry = std::chrono::steady_clock::now() + tick;
+  std::unique_lock lk(mu_);
+  while (!stop_) {
+    cv_.wait_until(lk, next_expiry, [&] { return stop_ || !queue_.empty(); });
+    while (!queue_.empty()) {
+      auto batch = std::move(queue_.front());
+      queue_.pop_front();
+      lk.unlock();
+      WorkerId last{~0ull};
+      for (const auto& ev : batch) {
+        if (ev.owner.worker != last) registry_.touch(ev.owner.worker), last = ev.owner.worker;
+        stats_.applied_total[static_cast<size_t>(index_.apply(ev))].fetch_add(1, std::memory_order_relaxed);
+      }
+      lk.lock();
+      ++applied_;
+      drained_cv_.notify_all();
+    }
+    if (std::chrono::steady_clock::now() >= next_expiry) {
+      lk.unlock();
+      for (WorkerId w : registry_.expire(ttl)) {
+        index_.remove_worker(w);
+        stats_.workers_expired_total.fetch_add(1, std::memory_order_relaxed);
+        spdlog::warn("worker {} missed heartbeats for {} ms: removed from candidates and index", w.value,
+                     cfg_.worker_ttl_ms);
+      }
+      lk.lock();
+      next_expiry = std::chrono::steady_clock::now() + tick;
+    }
+  }
+  drained_cv_.notify_all();
+}
+
+}  // namespace kvroute

@@ -1,0 +1,85 @@
+// The event pipeline: NATS -> decode -> bounded queue -> the single index
+// writer thread -> index. Also feeds worker heartbeats into the registry and
+// expires silent workers (from the registry and from the index).
+//
+// Threads (see README "Threading model"):
+//   libnats dispatcher (one per subscription) - decodes messages, pushes to the
+//       queue (kv_events) or updates the registry (workers); never touches the index.
+//   "kvroute-indexw" (the writer thread) - the only thread that mutates the
+//       index: applies queued events in arrival order (so one worker's events
+//       stay in order), removes expired workers.
+// All public member functions are thread-safe.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/clock.h"
+#include "config/config.h"
+#include "events/nats_bus.h"
+#include "events/wire.h"
+#include "indexer/indexer.h"
+#include "scheduler/worker_registry.h"
+
+namespace kvroute {
+
+struct EventPipelineStats {
+  std::atomic<uint64_t> messages_total{0};        // kv_events messages received
+  std::atomic<uint64_t> events_queued_total{0};   // decoded events accepted into the queue
+  std::atomic<uint64_t> queue_dropped_total{0};   // messages dropped because the queue was full
+  std::array<std::atomic<uint64_t>, 7> rejected_total{};  // by DecodeError (index = enum value)
+  std::array<std::atomic<uint64_t>, 4> applied_total{};   // by ApplyResult
+  std::atomic<uint64_t> heartbeats_total{0};
+  std::atomic<uint64_t> heartbeats_rejected_total{0};
+  std::atomic<uint64_t> block_size_mismatch_total{0};  // heartbeats announcing another block size
+  std::atomic<uint64_t> workers_expired_total{0};
+};
+
+class EventPipeline {
+ public:
+  EventPipeline(const EventsConfig& events, uint32_t block_size, Indexer& index, WorkerRegistry& registry,
+                const Clock& clock);
+  ~EventPipeline();
+
+  // Subscribes on `bus` and starts the writer thread. False + error on failure.
+  bool start(NatsBus& bus, std::string* error);
+  // Stops the writer thread (subscriptions end with the bus).
+  void stop();
+
+  // Entry points used by the NATS handlers; public so tests can feed bytes.
+  void on_kv_message(std::string_view data);
+  void on_heartbeat_message(std::string_view data);
+
+  // Blocks until every event queued before the call has been applied (tests, shutdown).
+  void drain();
+
+  const EventPipelineStats& stats() const { return stats_; }
+
+ private:
+  void writer_loop();
+
+  const EventsConfig cfg_;
+  const uint32_t block_size_;
+  Indexer& index_;
+  WorkerRegistry& registry_;
+  const Clock& clock_;
+  DecodeLimits limits_;
+  EventPipelineStats stats_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::condition_variable drained_cv_;
+  std::deque<std::vector<KvEvent>> queue_;  // one entry per NATS message
+  uint64_t pushed_ = 0, applied_ = 0;      // messages, for drain()
+  bool stop_ = false;
+  std::thread writer_;
+};
+
+}  // namespace kvroute

@@ -1,0 +1,140 @@
+#include "router/openai_request.h"
+
+#include <fmt/format.h>
+#include <simdjson.h>
+
+#include "common/json_escape.h"
+
+namespace kvroute {
+
+namespace dom = simdjson::dom;
+
+namespace {
+
+dom::parser& thread_parser() {
+  thread_local dom::parser p;
+  return p;
+}
+
+bool fail(ApiError& err, std::string message, std::string param) {
+  err.status = 400;
+  err.type = "invalid_request_error";
+  err.message = std::move(message);
+  err.param = std::move(param);
+  err.code.clear();
+  return false;
+}
+
+// Flattens a chat message's content the way vLLM does: a string as is, an
+// array of parts as the concatenation of its text parts, null as "".
+bool flatten_content(dom::element content, std::string& out, ApiError& err, size_t index) {
+  const std::string param = fmt::format("messages[{}].content", index);
+  if (content.is_null()) return true;
+  if (content.is_string()) {
+    out = std::string(content.get_string().value_unsafe());
+    return true;
+  }
+  if (!content.is_array()) return fail(err, "content must be a string, an array of parts, or null", param);
+  dom::array parts = content.get_array().value_unsafe();
+  bool first = true;
+  for (dom::element part : parts) {
+    if (!part.is_object()) return fail(err, "each content part must be an object", param);
+    dom::object po = part.get_object().value_unsafe();
+    auto type = po.at_key("type");
+    if (type.error() || !type.value_unsafe().is_string())
+      return fail(err, "each content part needs a string 'type'", param);
+    if (type.value_unsafe().get_string().value_unsafe() != "text") continue;  // images etc. do not tokenize here
+    auto text = po.at_key("text");
+    if (text.error() || !text.value_unsafe().is_string())
+      return fail(err, "a text content part needs a string 'text'", param);
+    if (!first) out += '\n';
+    out += text.value_unsafe().get_string().value_unsafe();
+    first = false;
+  }
+  return true;
+}
+
+}  // namespace
+
+bool parse_openai_request(ApiKind kind, std::string_view body, ParsedRequest& out, ApiError& err) {
+  out = ParsedRequest{};
+  out.kind = kind;
+  auto doc = thread_parser().parse(body.data(), body.size(), true);
+  if (doc.error())
+    return fail(err, fmt::format("We could not parse the JSON body of your request ({}).",
+                                 simdjson::error_message(doc.error())),
+                "");
+  dom::element root = doc.value_unsafe();
+  if (!root.is_object()) return fail(err, "The request body must be a JSON object.", "");
+  dom::object o = root.get_object().value_unsafe();
+
+  auto model = o.at_key("model");
+  if (model.error()) return fail(err, "you must provide a model parameter", "model");
+  if (!model.value_unsafe().is_string()) return fail(err, "'model' must be a string", "model");
+  out.model = std::string(model.value_unsafe().get_string().value_unsafe());
+
+  if (auto stream = o.at_key("stream"); !stream.error() && !stream.value_unsafe().is_null()) {
+    if (!stream.value_unsafe().is_bool()) return fail(err, "'stream' must be a boolean", "stream");
+    out.stream = stream.value_unsafe().get_bool().value_unsafe();
+  }
+
+  if (kind == ApiKind::Completions) {
+    auto prompt = o.at_key("prompt");
+    if (prompt.error() || prompt.value_unsafe().is_null()) return fail(err, "'prompt' is required", "prompt");
+    dom::element p = prompt.value_unsafe();
+    if (p.is_string()) {
+      out.prompt_text = std::string(p.get_string().value_unsafe());
+      return true;
+    }
+    if (!p.is_array()) return fail(err, "'prompt' must be a string, an array of strings, or token ids", "prompt");
+    dom::array arr = p.get_array().value_unsafe();
+    if (arr.size() == 0) return fail(err, "'prompt' must not be empty", "prompt");
+    dom::element first = arr.at(0).value_unsafe();
+    if (first.is_string() || first.is_array()) {
+      // A batch of prompts: route on the first one (they go to one worker).
+      if (first.is_string()) {
+        out.prompt_text = std::string(first.get_string().value_unsafe());
+        return true;
+      }
+      arr = first.get_array().value_unsafe();
+    }
+    out.has_prompt_tokens = true;
+    out.prompt_tokens.reserve(arr.size());
+    for (dom::element t : arr) {
+      if (!t.is_uint64() || t.get_uint64().value_unsafe() > 0xffffffffull)
+        return fail(err, "token ids in 'prompt' must be integers in [0, 2^32)", "prompt");
+      out.prompt_tokens.push_back(static_cast<TokenId>(t.get_uint64().value_unsafe()));
+    }
+    return true;
+  }
+
+  auto messages = o.at_key("messages");
+  if (messages.error()) return fail(err, "'messages' is required", "messages");
+  if (!messages.value_unsafe().is_array()) return fail(err, "'messages' must be an array", "messages");
+  dom::array msgs = messages.value_unsafe().get_array().value_unsafe();
+  if (msgs.size() == 0) return fail(err, "'messages' must not be empty", "messages");
+  size_t i = 0;
+  for (dom::element m : msgs) {
+    if (!m.is_object()) return fail(err, "each message must be an object", fmt::format("messages[{}]", i));
+    dom::object mo = m.get_object().value_unsafe();
+    ChatMessage cm;
+    auto role = mo.at_key("role");
+    if (role.error() || !role.value_unsafe().is_string())
+      return fail(err, "each message needs a string 'role'", fmt::format("messages[{}].role", i));
+    cm.role = std::string(role.value_unsafe().get_string().value_unsafe());
+    if (auto content = mo.at_key("content"); !content.error()) {
+      if (!flatten_content(content.value_unsafe(), cm.content, err, i)) return false;
+    }
+    out.messages.push_back(std::move(cm));
+    ++i;
+  }
+  return true;
+}
+
+std::string error_body(const ApiError& e) {
+  auto opt = [](const std::string& s) { return s.empty() ? std::string("null") : "\"" + json_escape(s) + "\""; };
+  return fmt::format(R"({{"error":{{"message":"{}","type":"{}","param":{},"code":{}}}}})", json_escape(e.message),
+                     json_escape(e.type), opt(e.param), opt(e.code));
+}
+
+}  // namespace kvroute

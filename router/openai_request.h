@@ -1,0 +1,45 @@
+// Parsing and validation of OpenAI request bodies (untrusted input) into what
+// routing needs, and OpenAI-shaped error bodies. Pure; thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/types.h"
+#include "tokenizer/placeholder.h"
+
+namespace kvroute {
+
+enum class ApiKind : uint8_t { Completions, ChatCompletions };
+
+// A request error as the client sees it: HTTP status and OpenAI error fields.
+struct ApiError {
+  unsigned status = 400;
+  std::string message;
+  std::string type = "invalid_request_error";
+  std::string param;  // empty = null
+  std::string code;   // empty = null
+};
+
+struct ParsedRequest {
+  ApiKind kind = ApiKind::Completions;
+  std::string model;
+  bool stream = false;
+  // Exactly one of these is set by the parser: token ids given by the client,
+  // or the text the tokenizer must turn into tokens.
+  std::vector<TokenId> prompt_tokens;
+  bool has_prompt_tokens = false;
+  std::string prompt_text;               // completions text prompt
+  std::vector<ChatMessage> messages;     // chat: content parts flattened, null -> ""
+};
+
+// Parses a /v1/completions or /v1/chat/completions body. Returns false and
+// fills `err` (status 400) when the body is malformed or lacks a field.
+bool parse_openai_request(ApiKind kind, std::string_view body, ParsedRequest& out, ApiError& err);
+
+// {"error":{"message":...,"type":...,"param":...,"code":...}}
+std::string error_body(const ApiError& e);
+
+}  // namespace kvroute

@@ -1,0 +1,55 @@
+// One routing decision: request -> tokens -> block hashes -> overlap per
+// worker (index) -> scheduler -> ranked workers. No I/O: the HTTP layer sends
+// the request; route explain (admin) will call the same function.
+//
+// Thread-safe: called concurrently from every HTTP io thread.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "config/config_store.h"
+#include "indexer/indexer.h"
+#include "router/openai_request.h"
+#include "scheduler/scheduler.h"
+#include "scheduler/worker_registry.h"
+
+namespace kvroute {
+
+struct RouteTarget {
+  WorkerId worker;
+  std::string url;
+  uint32_t cached_tokens = 0;  // matched prefix length per the index
+};
+
+struct RouteResult {
+  bool ok = false;
+  ApiError error;                    // when !ok: 404 unknown model, 503 no worker
+  std::vector<RouteTarget> ranked;   // best first; the proxy fails over along it
+  uint32_t isl_tokens = 0;
+  uint64_t request_blocks = 0;       // KV blocks the request will occupy (for in-flight accounting)
+  // For explain and metrics:
+  std::vector<Candidate> candidates;
+  Decision decision;
+};
+
+class RoutingService {
+ public:
+  RoutingService(const Indexer& index, WorkerRegistry& registry, const ConfigStore& config, Random& random)
+      : index_(index), registry_(registry), config_(config), random_(random) {}
+
+  RouteResult route(const ParsedRequest& request) const;
+
+  // Token ids of a request (client-given ids, or the tokenizer's).
+  static std::vector<TokenId> tokens_of(const ParsedRequest& request);
+
+ private:
+  const Indexer& index_;
+  WorkerRegistry& registry_;
+  const ConfigStore& config_;
+  Random& random_;
+};
+
+}  // namespace kvroute

@@ -1,0 +1,105 @@
+#include "scheduler/worker_registry.h"
+
+#include <algorithm>
+#include <set>
+
+namespace kvroute {
+
+bool WorkerRegistry::on_heartbeat(const WorkerAnnouncement& a) {
+  std::lock_guard lk(mu_);
+  auto [it, inserted] = workers_.try_emplace(a.id);
+  const bool is_new = inserted || !it->second.announced;
+  it->second.info = a;
+  it->second.announced = true;
+  it->second.last_seen = clock_.now();
+  return is_new;
+}
+
+void WorkerRegistry::touch(WorkerId id) {
+  std::lock_guard lk(mu_);
+  auto& e = workers_[id];
+  e.info.id = id;
+  e.last_seen = clock_.now();
+}
+
+std::vector<WorkerId> WorkerRegistry::expire(Nanos ttl) {
+  std::lock_guard lk(mu_);
+  std::vector<WorkerId> dead;
+  const auto now = clock_.now();
+  for (auto it = workers_.begin(); it != workers_.end();) {
+    if (now - it->second.last_seen > ttl) {
+      dead.push_back(it->first);
+      it = workers_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return dead;
+}
+
+bool WorkerRegistry::remove(WorkerId id) {
+  std::lock_guard lk(mu_);
+  return workers_.erase(id) > 0;
+}
+
+WorkerView WorkerRegistry::view(const Entry& e) const {
+  WorkerView v;
+  v.info = e.info;
+  v.inflight_requests = e.inflight_requests;
+  v.inflight_blocks = e.inflight_blocks;
+  // Reports lag by up to a heartbeat interval; what the router itself has in
+  // flight on the worker is a lower bound of its load right now.
+  v.predicted = e.info.load;
+  v.predicted.request_active_slots = std::max(v.predicted.request_active_slots, e.inflight_requests);
+  v.predicted.kv_active_blocks = std::max(v.predicted.kv_active_blocks, e.inflight_blocks);
+  return v;
+}
+
+std::vector<WorkerView> WorkerRegistry::candidates(std::string_view model) const {
+  std::lock_guard lk(mu_);
+  std::vector<WorkerView> out;
+  for (const auto& [id, e] : workers_) {
+    if (!e.announced || e.info.url.empty()) continue;
+    if (!model.empty() && e.info.model != model) continue;
+    out.push_back(view(e));
+  }
+  return out;
+}
+
+std::vector<WorkerView> WorkerRegistry::all() const {
+  std::lock_guard lk(mu_);
+  std::vector<WorkerView> out;
+  for (const auto& [id, e] : workers_) out.push_back(view(e));
+  return out;
+}
+
+std::vector<std::string> WorkerRegistry::models() const {
+  std::lock_guard lk(mu_);
+  std::set<std::string> m;
+  for (const auto& [id, e] : workers_)
+    if (e.announced && !e.info.model.empty()) m.insert(e.info.model);
+  return {m.begin(), m.end()};
+}
+
+size_t WorkerRegistry::size() const {
+  std::lock_guard lk(mu_);
+  return workers_.size();
+}
+
+void WorkerRegistry::begin_request(WorkerId id, uint64_t blocks) {
+  std::lock_guard lk(mu_);
+  auto it = workers_.find(id);
+  if (it == workers_.end()) return;
+  it->second.inflight_requests += 1;
+  it->second.inflight_blocks += blocks;
+}
+
+void WorkerRegistry::end_request(WorkerId id, uint64_t blocks) {
+  std::lock_guard lk(mu_);
+  auto it = workers_.find(id);
+  if (it == workers_.end()) return;  // expired meanwhile: nothing to release
+  it->second.inflight_requests -= std::min<uint32_t>(it->second.inflight_requests, 1);
+  it->second.inflight_blocks -= std::min(it->second.inflight_blocks, blocks);
+}
+
+}  // namespace kvroute

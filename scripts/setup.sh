@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs kvroute's Debian build and run dependencies (idempotent: only what
+# is missing) and builds it. Used by scripts/demo.sh and scripts/test.sh.
+#   BUILD_DIR   build directory (default: build)
+#   BUILD_TYPE  CMake build type (default: RelWithDebInfo)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PACKAGES=(
+  g++ cmake ninja-build pkg-config curl python3
+  libboost-dev libnats-dev nats-server libsimdjson-dev libfmt-dev doctest-dev
+  libyaml-cpp-dev libcli11-dev libxxhash-dev libspdlog-dev
+)
+PACKAGES+=(${KVROUTE_EXTRA_PACKAGES:-})
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+BUILD_DIR=${BUILD_DIR:-build}
+cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-RelWithDebInfo}" >/dev/null
+cmake --build "$BUILD_DIR" -j2

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# The README's second command: installs what is missing, builds, and runs
+# every test (ctest: unit, integration, bench-smoke). .ci/run calls exactly this.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+export PATH="$PATH:/usr/sbin:/sbin"   # nats-server lives in /usr/sbin
+cd "${BUILD_DIR:-build}"
+ctest --output-on-failure --timeout 600 -j1 "$@"

@@ -1,0 +1,66 @@
+#include "config/config.h"
+
+#include <doctest/doctest.h>
+
+using namespace kvroute;
+
+TEST_CASE("YAML overrides defaults; absent keys keep them") {
+  Config c;
+  REQUIRE_FALSE(apply_yaml(c, "router:\n  port: 9000\nscheduler:\n  gamma: 0.25\n").has_value());
+  CHECK(c.router.port == 9000);
+  CHECK(c.scheduler.gamma == doctest::Approx(0.25));
+  CHECK(c.scheduler.delta == doctest::Approx(0.1));
+  CHECK(c.events.subject_prefix == "kvroute");
+}
+
+TEST_CASE("errors name the key and the allowed range; nothing is applied") {
+  Config c;
+  auto e = apply_yaml(c, "scheduler:\n  gamma: 0.5\n  alpha_balanced: 1.5\n");
+  REQUIRE(e.has_value());
+  CHECK(e->find("scheduler.alpha_balanced") != std::string::npos);
+  CHECK(e->find("[0, 1]") != std::string::npos);
+  CHECK(c.scheduler.gamma == doctest::Approx(0.1));  // all-or-nothing
+
+  e = apply_yaml(c, "router:\n  prot: 1\n");
+  REQUIRE(e.has_value());
+  CHECK(*e == "router.prot: unknown key");
+  e = apply_yaml(c, "router:\n  port: eighty\n");
+  REQUIRE(e.has_value());
+  CHECK(e->find("router.port") != std::string::npos);
+  e = apply_yaml(c, "router:\n  port: 80.5\n");
+  REQUIRE(e.has_value());
+  CHECK(e->find("whole number") != std::string::npos);
+  e = apply_yaml(c, "router: [1, 2\n");
+  REQUIRE(e.has_value());
+  CHECK(e->find("invalid YAML") != std::string::npos);
+  e = apply_yaml(c, "scheduler:\n  alpha_balanced: 0.8\n  alpha_imbalanced: 0.5\n");
+  REQUIRE(e.has_value());
+  CHECK(e->find("scheduler.alpha_imbalanced") != std::string::npos);
+}
+
+TEST_CASE("environment variables and set_key") {
+  Config c;
+  std::string a = "KVROUTE_SCHEDULER_DELTA=0.4", b = "KVROUTE_EVENTS_NATS_URL=nats://h:1", z = "OTHER=1";
+  char* env[] = {a.data(), b.data(), z.data(), nullptr};
+  REQUIRE_FALSE(apply_env(c, env).has_value());
+  CHECK(c.scheduler.delta == doctest::Approx(0.4));
+  CHECK(c.events.nats_url == "nats://h:1");
+  std::string bad = "KVROUTE_ROUTER_PORT=70000";
+  char* env2[] = {bad.data(), nullptr};
+  auto e = apply_env(c, env2);
+  REQUIRE(e.has_value());
+  CHECK(e->find("KVROUTE_ROUTER_PORT") != std::string::npos);
+  CHECK(set_key(c, "nope", "1").value() == "nope: unknown key");
+}
+
+TEST_CASE("to_yaml lists every key and reads back to the same config") {
+  Config c;
+  c.scheduler.gamma = 0.33;
+  c.events.subject_prefix = "fleet-a";
+  const std::string y = to_yaml(c);
+  for (const auto& k : config_keys()) CHECK(y.find(std::string(k.path.substr(k.path.find('.') + 1)) + ":") != std::string::npos);
+  Config d;
+  REQUIRE_FALSE(apply_yaml(d, y).has_value());
+  CHECK(d.scheduler.gamma == doctest::Approx(0.33));
+  CHECK(d.events.subject_prefix == "fleet-a");
+}

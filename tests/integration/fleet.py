@@ -1,0 +1,195 @@
+"""Test harness: starts real processes (nats-server, kvroute-mocker, kvroute)
+on loopback with free ports, and talks HTTP to them. Standard library only.
+
+Every process is killed when the Fleet is closed (use it as a context manager).
+"""
+import http.client
+import json
+import os
+import selectors
+import shutil
+import signal
+import socket
+import subprocess
+import time
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def find_nats_server():
+    for cand in (shutil.which("nats-server"), "/usr/sbin/nats-server", "/usr/bin/nats-server"):
+        if cand and os.path.exists(cand):
+            return cand
+    raise RuntimeError("nats-server not found (scripts/setup.sh installs it)")
+
+
+def read_line_matching(proc, needle, timeout):
+    """Reads proc.stdout until a line containing `needle`; returns that line."""
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stdout, selectors.EVENT_READ)
+    deadline = time.time() + timeout
+    buf = b""
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{proc.args[0]} exited with {proc.returncode} before printing '{needle}'")
+        for _key, _ in sel.select(timeout=0.1):
+            chunk = os.read(proc.stdout.fileno(), 4096)
+            buf += chunk
+            while b"\n" in buf:
+                line, buf = buf.split(b"\n", 1)
+                text = line.decode(errors="replace")
+                if needle in text:
+                    return text
+    raise RuntimeError(f"{proc.args[0]} did not print '{needle}' within {timeout}s")
+
+
+class Response:
+    def __init__(self, status, headers, body, chunks=None, chunk_times=None):
+        self.status = status
+        self.headers = headers
+        self.body = body
+        self.chunks = chunks or []          # SSE data payloads, in order
+        self.chunk_times = chunk_times or []  # arrival time of each
+
+    def json(self):
+        return json.loads(self.body)
+
+    def header(self, name):
+        return self.headers.get(name.lower())
+
+
+class Fleet:
+    def __init__(self, build_dir, workdir, block_size=16, ttl_ms=1500, speedup=20.0, router_args=()):
+        self.build_dir = build_dir
+        self.workdir = workdir
+        self.block_size = block_size
+        self.ttl_ms = ttl_ms
+        self.speedup = speedup
+        self.router_args = list(router_args)
+        self.procs = {}
+        self.mocker_urls = {}
+        self.nats_port = None
+        self.router_port = None
+
+    # -- processes --------------------------------------------------------
+    def _spawn(self, name, args, stdout=subprocess.PIPE):
+        log = open(os.path.join(self.workdir, f"{name}.log"), "wb")
+        proc = subprocess.Popen(args, stdout=stdout, stderr=log, stdin=subprocess.DEVNULL)
+        self.procs[name] = proc
+        return proc
+
+    def start_nats(self):
+        self.nats_port = free_port()
+        self._spawn("nats", [find_nats_server(), "-a", "127.0.0.1", "-p", str(self.nats_port)],
+                    stdout=subprocess.DEVNULL)
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", self.nats_port), timeout=0.2).close()
+                return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError("nats-server did not start")
+
+    @property
+    def nats_url(self):
+        return f"nats://127.0.0.1:{self.nats_port}"
+
+    def start_mocker(self, worker_id, extra=()):
+        args = [os.path.join(self.build_dir, "mocker", "kvroute-mocker"), "--worker-id", str(worker_id),
+                "--port", "0", "--nats-url", self.nats_url, "--block-size", str(self.block_size),
+                "--speedup", str(self.speedup), "--heartbeat-ms", "200", *extra]
+        proc = self._spawn(f"mocker-{worker_id}", args)
+        line = read_line_matching(proc, "listening on", 20)
+        self.mocker_urls[worker_id] = line.split("listening on", 1)[1].strip()
+        return self.mocker_urls[worker_id]
+
+    def start_router(self):
+        args = [os.path.join(self.build_dir, "router", "kvroute"), "--router.host", "127.0.0.1",
+                "--router.port", "0", "--events.nats_url", self.nats_url,
+                "--events.worker_ttl_ms", str(self.ttl_ms), "--indexer.block_size", str(self.block_size),
+                *self.router_args]
+        proc = self._spawn("kvroute", args)
+        line = read_line_matching(proc, "listening on", 20)
+        self.router_port = int(line.rsplit(":", 1)[1])
+
+    def kill(self, name, sig=signal.SIGKILL):
+        proc = self.procs[name]
+        proc.send_signal(sig)
+        proc.wait(timeout=10)
+
+    def close(self):
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.kill()
+        for proc in self.procs.values():
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # -- HTTP -------------------------------------------------------------
+    def request(self, method, path, body=None, port=None, timeout=30, headers=None):
+        conn = http.client.HTTPConnection("127.0.0.1", port or self.router_port, timeout=timeout)
+        data = json.dumps(body).encode() if isinstance(body, (dict, list)) else body
+        hdrs = {"content-type": "application/json"}
+        hdrs.update(headers or {})
+        conn.request(method, path, body=data, headers=hdrs)
+        resp = conn.getresponse()
+        hmap = {k.lower(): v for k, v in resp.getheaders()}
+        if hmap.get("content-type", "").startswith("text/event-stream"):
+            chunks, times = [], []
+            while True:
+                line = resp.readline()
+                if not line:
+                    break
+                line = line.strip()
+                if line.startswith(b"data: "):
+                    chunks.append(line[6:].decode())
+                    times.append(time.time())
+            conn.close()
+            return Response(resp.status, hmap, b"", chunks, times)
+        payload = resp.read()
+        conn.close()
+        return Response(resp.status, hmap, payload)
+
+    def post(self, path, body, **kw):
+        return self.request("POST", path, body, **kw)
+
+    def get(self, path, **kw):
+        return self.request("GET", path, **kw)
+
+    def wait_ready(self, workers, timeout=20):
+        """Waits until /ready is 200 and `workers` workers are known."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            try:
+                if self.get("/ready").status == 200 and self.metric("kvroute_scheduler_workers") >= workers:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError(f"router not ready with {workers} workers within {timeout}s")
+
+    def metrics(self):
+        """Parses /metrics into {'name{labels}': value}."""
+        out = {}
+        for line in self.get("/metrics").body.decode().splitlines():
+            if not line or line.startswith("#"):
+                continue
+            name, value = line.rsplit(" ", 1)
+            out[name] = float(value)
+        return out
+
+    def metric(self, name):
+        return self.metrics().get(name, 0.0)

@@ -1,0 +1,68 @@
+#include "router/openai_request.h"
+
+#include <doctest/doctest.h>
+
+using namespace kvroute;
+
+TEST_CASE("completions: text prompt, token-id prompt, batch") {
+  ParsedRequest r;
+  ApiError e;
+  REQUIRE(parse_openai_request(ApiKind::Completions, R"({"model":"m","prompt":"hello","stream":true})", r, e));
+  CHECK(r.model == "m");
+  CHECK(r.stream);
+  CHECK(r.prompt_text == "hello");
+  CHECK_FALSE(r.has_prompt_tokens);
+  REQUIRE(parse_openai_request(ApiKind::Completions, R"({"model":"m","prompt":[1,2,4294967295]})", r, e));
+  CHECK(r.has_prompt_tokens);
+  CHECK(r.prompt_tokens == std::vector<TokenId>{1, 2, 4294967295u});
+  REQUIRE(parse_openai_request(ApiKind::Completions, R"({"model":"m","prompt":["a","b"]})", r, e));
+  CHECK(r.prompt_text == "a");
+  REQUIRE(parse_openai_request(ApiKind::Completions, R"({"model":"m","prompt":[[5,6],[7]]})", r, e));
+  CHECK(r.prompt_tokens == std::vector<TokenId>{5, 6});
+}
+
+TEST_CASE("chat: content strings, parts and null are flattened") {
+  ParsedRequest r;
+  ApiError e;
+  REQUIRE(parse_openai_request(
+      ApiKind::ChatCompletions,
+      R"({"model":"m","messages":[{"role":"system","content":"s"},{"role":"user","content":[{"type":"text","text":"a"},{"type":"image_url","image_url":{}},{"type":"text","text":"b"}]},{"role":"assistant","content":null}]})",
+      r, e));
+  REQUIRE(r.messages.size() == 3);
+  CHECK(r.messages[0].content == "s");
+  CHECK(r.messages[1].content == "a\nb");
+  CHECK(r.messages[2].content == "");
+}
+
+TEST_CASE("bad bodies give 400 with the offending param") {
+  ParsedRequest r;
+  ApiError e;
+  auto bad = [&](ApiKind k, std::string_view body) {
+    e = ApiError{};
+    bool ok = parse_openai_request(k, body, r, e);
+    CHECK_FALSE(ok);
+    CHECK(e.status == 400);
+    CHECK(e.type == "invalid_request_error");
+    return e.param;
+  };
+  CHECK(bad(ApiKind::Completions, "{oops") == "");
+  CHECK(bad(ApiKind::Completions, "[]") == "");
+  CHECK(bad(ApiKind::Completions, R"({"prompt":"x"})") == "model");
+  CHECK(bad(ApiKind::Completions, R"({"model":3,"prompt":"x"})") == "model");
+  CHECK(bad(ApiKind::Completions, R"({"model":"m"})") == "prompt");
+  CHECK(bad(ApiKind::Completions, R"({"model":"m","prompt":[-1]})") == "prompt");
+  CHECK(bad(ApiKind::Completions, R"({"model":"m","prompt":"x","stream":"yes"})") == "stream");
+  CHECK(bad(ApiKind::ChatCompletions, R"({"model":"m"})") == "messages");
+  CHECK(bad(ApiKind::ChatCompletions, R"({"model":"m","messages":[]})") == "messages");
+  CHECK(bad(ApiKind::ChatCompletions, R"({"model":"m","messages":[{"content":"x"}]})") == "messages[0].role");
+  CHECK(bad(ApiKind::ChatCompletions, R"({"model":"m","messages":[{"role":"user","content":5}]})") ==
+        "messages[0].content");
+}
+
+TEST_CASE("error body has OpenAI's shape") {
+  ApiError e{404, "The model `x\"` does not exist.", "invalid_request_error", "model", "model_not_found"};
+  CHECK(error_body(e) ==
+        R"({"error":{"message":"The model `x\"` does not exist.","type":"invalid_request_error","param":"model","code":"model_not_found"}})");
+  ApiError f{400, "m", "invalid_request_error", "", ""};
+  CHECK(error_body(f) == R"({"error":{"message":"m","type":"invalid_request_error","param":null,"code":null}})");
+}

@@ -1,0 +1,99 @@
+#include "scheduler/scheduler.h"
+
+#include <doctest/doctest.h>
+
+#include <map>
+
+using namespace kvroute;
+
+namespace {
+
+Candidate cand(uint64_t id, uint32_t overlap, uint64_t kv_active, uint64_t kv_total = 1000, uint32_t active = 0,
+               uint32_t total = 100, uint32_t waiting = 0) {
+  Candidate c;
+  c.owner.worker = WorkerId{id};
+  c.overlap_blocks = overlap;
+  c.load = WorkerLoad{active, total, waiting, kv_active, kv_total};
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("cost terms follow DESIGN.md with balanced alpha") {
+  SchedulerConfig cfg;  // defaults
+  SeededRandom rnd(1);
+  // Equal KV load: std 0 -> alpha_balanced. 100-token request, block 10.
+  std::vector<Candidate> cs = {cand(1, 5, 500, 1000, 10, 100, 2), cand(2, 0, 500, 1000, 0, 100, 4)};
+  Decision d = schedule(cs, 100, 10, cfg, rnd);
+  REQUIRE(d.chosen.has_value());
+  CHECK(d.alpha == doctest::Approx(0.3));
+  CHECK(d.load_mean == doctest::Approx(0.5));
+  // worker 1: dev 0, prefill (100-50)/100 = .5, slots .1, queue 2/4
+  CHECK(d.scores[0].prefill_ratio == doctest::Approx(0.5));
+  CHECK(d.scores[0].cost == doctest::Approx(0.7 * 0.5 + 0.1 * 0.1 + 0.1 * 0.5));
+  // worker 2: prefill 1, slots 0, queue 1
+  CHECK(d.scores[1].cost == doctest::Approx(0.7 * 1.0 + 0.1 * 1.0));
+  CHECK(*d.chosen == 0);
+  CHECK(d.ranking == std::vector<size_t>{0, 1});
+}
+
+TEST_CASE("uneven load switches to alpha_imbalanced and the balance term can beat overlap") {
+  SchedulerConfig cfg;
+  SeededRandom rnd(1);
+  // Holder of the prefix is nearly full; the other is empty.
+  std::vector<Candidate> cs = {cand(1, 8, 950), cand(2, 0, 50)};
+  Decision d = schedule(cs, 100, 10, cfg, rnd);
+  CHECK(d.alpha == doctest::Approx(0.7));
+  // holder: 0.7*0.45 + 0.3*0.2 = 0.375 ; other: 0.7*-0.45 + 0.3*1 = -0.015
+  CHECK(d.scores[0].cost == doctest::Approx(0.375));
+  CHECK(d.scores[1].cost == doctest::Approx(-0.015));
+  CHECK(cs[*d.chosen].owner.worker == WorkerId{2});
+}
+
+TEST_CASE("same load: the longest cached prefix wins") {
+  SchedulerConfig cfg;
+  SeededRandom rnd(7);
+  std::vector<Candidate> cs = {cand(1, 1, 100), cand(2, 6, 100), cand(3, 3, 100)};
+  Decision d = schedule(cs, 64, 8, cfg, rnd);
+  CHECK(cs[*d.chosen].owner.worker == WorkerId{2});
+  CHECK(d.ranking == std::vector<size_t>{1, 2, 0});
+}
+
+TEST_CASE("full workers are skipped; none left means no choice") {
+  SchedulerConfig cfg;
+  SeededRandom rnd(1);
+  std::vector<Candidate> cs = {cand(1, 9, 100, 1000, 100, 100), cand(2, 9, 1000, 1000), cand(3, 0, 100)};
+  Decision d = schedule(cs, 100, 10, cfg, rnd);
+  CHECK(d.scores[0].excluded == Exclusion::NoFreeSlot);
+  CHECK(d.scores[1].excluded == Exclusion::NoFreeBlock);
+  REQUIRE(d.chosen.has_value());
+  CHECK(*d.chosen == 2);
+  CHECK(d.ranking.size() == 1);
+
+  std::vector<Candidate> full = {cand(1, 0, 100, 1000, 5, 5)};
+  CHECK_FALSE(schedule(full, 10, 10, cfg, rnd).chosen.has_value());
+}
+
+TEST_CASE("ties break at random, and the seed makes it reproducible") {
+  SchedulerConfig cfg;
+  std::vector<Candidate> cs = {cand(1, 0, 0), cand(2, 0, 0), cand(3, 0, 0)};
+  SeededRandom rnd(42);
+  std::map<size_t, int> picks;
+  for (int i = 0; i < 300; ++i) picks[*schedule(cs, 50, 10, cfg, rnd).chosen]++;
+  REQUIRE(picks.size() == 3);
+  for (auto& [idx, n] : picks) CHECK(n > 60);  // ~100 each
+
+  SeededRandom a(5), b(5);
+  for (int i = 0; i < 20; ++i) CHECK(*schedule(cs, 50, 10, cfg, a).chosen == *schedule(cs, 50, 10, cfg, b).chosen);
+}
+
+TEST_CASE("overlap longer than the prompt is capped; empty prompt does not divide by zero") {
+  SchedulerConfig cfg;
+  SeededRandom rnd(1);
+  std::vector<Candidate> cs = {cand(1, 50, 0)};
+  Decision d = schedule(cs, 30, 10, cfg, rnd);
+  CHECK(d.scores[0].prefill_ratio == doctest::Approx(0.0));
+  Decision e = schedule(cs, 0, 10, cfg, rnd);
+  CHECK(e.chosen.has_value());
+  CHECK(e.scores[0].prefill_ratio == doctest::Approx(0.0));
+}

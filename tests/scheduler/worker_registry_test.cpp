@@ -1,0 +1,71 @@
+#include "scheduler/worker_registry.h"
+
+#include <doctest/doctest.h>
+
+using namespace kvroute;
+using namespace std::chrono_literals;
+
+namespace {
+WorkerAnnouncement ann(uint64_t id, std::string model = "m", uint32_t active = 0) {
+  WorkerAnnouncement a;
+  a.id = WorkerId{id};
+  a.url = "http://127.0.0.1:" + std::to_string(9000 + id);
+  a.model = std::move(model);
+  a.load.request_active_slots = active;
+  a.load.request_total_slots = 10;
+  a.load.kv_total_blocks = 100;
+  return a;
+}
+}  // namespace
+
+TEST_CASE("heartbeats register workers; silent ones expire after the ttl") {
+  ManualClock clock;
+  WorkerRegistry r(clock);
+  CHECK(r.on_heartbeat(ann(1)));
+  CHECK_FALSE(r.on_heartbeat(ann(1)));
+  clock.advance(1s);
+  r.on_heartbeat(ann(2, "other"));
+  CHECK(r.candidates("m").size() == 1);
+  CHECK(r.candidates("").size() == 2);
+  CHECK(r.models() == std::vector<std::string>{"m", "other"});
+
+  clock.advance(1500ms);  // worker 1 silent 2.5 s, worker 2 1.5 s
+  auto dead = r.expire(2s);
+  REQUIRE(dead.size() == 1);
+  CHECK(dead[0] == WorkerId{1});
+  CHECK(r.candidates("m").empty());
+}
+
+TEST_CASE("workers seen only in events are not routable but are expired") {
+  ManualClock clock;
+  WorkerRegistry r(clock);
+  r.touch(WorkerId{5});
+  CHECK(r.candidates("").empty());
+  CHECK(r.size() == 1);
+  clock.advance(3s);
+  CHECK(r.expire(2s) == std::vector<WorkerId>{WorkerId{5}});
+}
+
+TEST_CASE("in-flight requests raise predicted load until released") {
+  ManualClock clock;
+  WorkerRegistry r(clock);
+  r.on_heartbeat(ann(1, "m", 1));
+  {
+    InflightGuard a(r, WorkerId{1}, 7);
+    InflightGuard b(r, WorkerId{1}, 3);
+    auto v = r.candidates("m").at(0);
+    CHECK(v.inflight_requests == 2);
+    CHECK(v.predicted.request_active_slots == 2);  // max(reported 1, own 2)
+    CHECK(v.predicted.kv_active_blocks == 10);
+  }
+  auto v = r.candidates("m").at(0);
+  CHECK(v.inflight_requests == 0);
+  CHECK(v.predicted.request_active_slots == 1);
+  CHECK(v.predicted.kv_active_blocks == 0);
+  // Releasing after the worker expired is harmless.
+  InflightGuard g(r, WorkerId{1}, 4);
+  clock.advance(10s);
+  r.expire(1s);
+  g.release();
+  CHECK(r.size() == 0);
+}

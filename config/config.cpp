@@ -10,6 +10,8 @@
 
 #include <fmt/format.h>
 
+#include "common/json_escape.h"
+
 namespace kvroute {
 
 namespace {
@@ -22,6 +24,11 @@ template <class T>
 std::optional<std::string> parse_into(const KeyInfo& k, std::string_view text, T& out) {
   if constexpr (std::is_same_v<T, std::string>) {
     out = std::string(text);
+    return std::nullopt;
+  } else if constexpr (std::is_same_v<T, bool>) {
+    if (text == "true" || text == "1" || text == "yes" || text == "on") out = true;
+    else if (text == "false" || text == "0" || text == "no" || text == "off") out = false;
+    else return fmt::format("{}: '{}' is not a boolean (allowed: true or false)", k.path, text);
     return std::nullopt;
   } else {
     double v = 0;
@@ -129,9 +136,39 @@ std::optional<std::string> validate(const Config& c) {
   if (c.router.host.empty()) return "router.host: must not be empty";
   if (c.events.subject_prefix.empty() || c.events.subject_prefix.find_first_of(" *>") != std::string::npos)
     return "events.subject_prefix: must be a non-empty NATS subject without spaces or wildcards";
+  if (c.admin.host.empty()) return "admin.host: must not be empty";
+  if (c.admin.port != 0 && c.admin.port == c.router.port && c.admin.host == c.router.host)
+    return fmt::format("admin.port: {} is also router.port; the admin API needs its own listener", c.admin.port);
+  static const std::set<std::string> levels = {"trace", "debug", "info", "warn", "error"};
+  if (!levels.count(c.log.level))
+    return fmt::format("log.level: '{}' is not one of trace, debug, info, warn, error", c.log.level);
+  if (c.log.format != "human" && c.log.format != "json")
+    return fmt::format("log.format: '{}' is not one of human, json", c.log.format);
+  if (c.events.nats_url.rfind("nats://", 0) != 0 && c.events.nats_url.rfind("tls://", 0) != 0)
+    return fmt::format("events.nats_url: '{}' must start with nats:// or tls://", c.events.nats_url);
   if (c.scheduler.alpha_imbalanced < c.scheduler.alpha_balanced)
     return fmt::format("scheduler.alpha_imbalanced: {} must be >= scheduler.alpha_balanced ({})",
                        c.scheduler.alpha_imbalanced, c.scheduler.alpha_balanced);
+  return std::nullopt;
+}
+
+std::vector<std::pair<std::string, std::string>> key_values(const Config& c) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for_each_key(const_cast<Config&>(c), [&](const KeyInfo& k, auto& field) {
+    using T = std::decay_t<decltype(field)>;
+    if constexpr (std::is_same_v<T, std::string>) out.emplace_back(k.path, field);
+    else out.emplace_back(k.path, fmt::format("{}", field));
+  });
+  return out;
+}
+
+std::optional<std::string> check_reload(const Config& current, const Config& next) {
+  const auto a = key_values(current), b = key_values(next);
+  const auto keys = config_keys();
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].second != b[i].second && !keys[i].reloadable)
+      return fmt::format("{}: cannot change at runtime (restart kvroute to change it)", a[i].first);
+  }
   return std::nullopt;
 }
 
@@ -145,8 +182,11 @@ std::string to_yaml(const Config& c) {
       out += sec + ":\n";
       section = sec;
     }
-    if constexpr (std::is_same_v<std::decay_t<decltype(field)>, std::string>)
-      out += fmt::format("  {}: \"{}\"\n", k.path.substr(dot + 1), field);
+    using T = std::decay_t<decltype(field)>;
+    if constexpr (std::is_same_v<T, std::string>)
+      out += fmt::format("  {}: \"{}\"\n", k.path.substr(dot + 1), json_escape(field));
+    else if constexpr (std::is_same_v<T, bool>)
+      out += fmt::format("  {}: {}\n", k.path.substr(dot + 1), field ? "true" : "false");
     else
       out += fmt::format("  {}: {}\n", k.path.substr(dot + 1), field);
   });

@@ -21,11 +21,20 @@ struct RouterConfig {
   uint32_t port = 8080;                 // 0 = ephemeral (tests)
   uint32_t threads = 2;                 // HTTP io threads
   uint64_t max_body_bytes = 8 << 20;    // larger request bodies get 413
+  uint32_t max_concurrent_requests = 20000;  // beyond: 503
   uint32_t connect_timeout_ms = 1000;   // upstream TCP connect
   uint32_t first_byte_timeout_ms = 60000;  // request sent -> response header
   uint32_t idle_timeout_ms = 60000;     // between two body reads/writes of a stream
   uint32_t client_read_timeout_ms = 30000;  // request header+body from the client
   uint32_t max_attempts = 3;            // workers tried before the first response byte
+  uint32_t upstream_pool_size = 64;     // idle keep-alive connections kept per worker
+  uint32_t shutdown_grace_ms = 30000;   // SIGTERM: how long in-flight requests may finish
+};
+
+struct AdminConfig {
+  std::string host = "0.0.0.0";
+  uint32_t port = 8081;                 // 0 = ephemeral (tests)
+  std::string token;                    // bearer token; empty = admin API refuses every request
 };
 
 struct EventsConfig {
@@ -34,10 +43,14 @@ struct EventsConfig {
   uint32_t worker_ttl_ms = 3000;        // heartbeat silence after which a worker is dead
   uint32_t connect_timeout_ms = 10000;  // initial NATS connect retries
   uint32_t queue_capacity = 65536;      // decoded messages waiting for the index writer
+  uint32_t resync_timeout_ms = 2000;    // wait for a worker's full dump after a gap
 };
 
 struct IndexerConfig {
   uint32_t block_size = 16;             // tokens per KV block; must equal the workers'
+  bool approximate = false;             // treat every worker as publishing no events
+  uint32_t approx_ttl_ms = 120000;      // predicted blocks expire after this
+  uint64_t approx_max_entries = 1000000;  // predicted (block, worker) entries kept
 };
 
 struct SchedulerConfig {
@@ -46,13 +59,38 @@ struct SchedulerConfig {
   double balance_threshold = 0.1;
   double gamma = 0.1;                   // weight of request-slot load
   double delta = 0.1;                   // weight of queued requests
+  // Value of a cached block by storage tier, relative to recomputing it (0) or
+  // a device hit (1).
+  double tier_weight_device = 1.0;
+  double tier_weight_host_pinned = 0.8;
+  double tier_weight_disk = 0.5;
+  double tier_weight_external = 0.3;
+  // Weight of prefill tokens the router has in flight on a worker (not yet
+  // answered with a first byte), added to this request's new tokens. 0 = the
+  // DESIGN.md baseline.
+  double pending_prefill_weight = 1.0;
+  // Busy thresholds: a worker at or over any of them is skipped.
+  double busy_kv_usage = 1.0;           // kv_active / kv_total
+  double busy_slot_usage = 1.0;         // active / total request slots
+  uint32_t busy_waiting_requests = 0;   // num_requests_waiting; 0 = no limit
+  uint32_t queue_size = 0;              // requests that may wait for a free worker; 0 = 503 at once
+  uint32_t queue_timeout_ms = 5000;     // longest wait in that queue
+  double temperature = 0;               // 0 = lowest cost; > 0 = softmax sampling over -cost/T
+};
+
+struct LogConfig {
+  std::string level = "info";           // trace, debug, info, warn, error
+  std::string format = "human";         // human or json
+  bool access_log = true;               // one line per request (never the prompt text)
 };
 
 struct Config {
   RouterConfig router;
+  AdminConfig admin;
   EventsConfig events;
   IndexerConfig indexer;
   SchedulerConfig scheduler;
+  LogConfig log;
 };
 
 // One documented key of the schema.
@@ -62,6 +100,7 @@ struct KeyInfo {
   double min = 0;
   double max = std::numeric_limits<double>::max();
   bool is_string = false;
+  bool reloadable = false;  // may change at runtime (PUT /admin/config, SIGHUP)
 };
 
 // Visits every key: f(const KeyInfo&, T& field) with T one of std::string,
@@ -87,6 +126,13 @@ std::optional<std::string> apply_env(Config& c, char** envp);
 // Cross-key checks that a single key's range cannot express.
 std::optional<std::string> validate(const Config& c);
 
+// Every key with its value as text, in schema order.
+std::vector<std::pair<std::string, std::string>> key_values(const Config& c);
+
+// Checks that `next` differs from `current` only in reloadable keys; the
+// error names the first key that needs a restart.
+std::optional<std::string> check_reload(const Config& current, const Config& next);
+
 // The effective configuration as YAML (every key, also defaults).
 std::string to_yaml(const Config& c);
 
@@ -95,22 +141,38 @@ std::string to_yaml(const Config& c);
 template <class C, class F>
 void for_each_key(C& c, F&& f) {
   constexpr double kMaxU32 = 4294967295.0;
-  f(KeyInfo{"router.host", "Address the OpenAI listener binds.", 0, 0, true}, c.router.host);
+  constexpr bool S = true;   // is_string
+  constexpr bool R = true;   // reloadable
+  // router
+  f(KeyInfo{"router.host", "Address the OpenAI listener binds.", 0, 0, S}, c.router.host);
   f(KeyInfo{"router.port", "Port of the OpenAI listener (0 = ephemeral).", 0, 65535}, c.router.port);
   f(KeyInfo{"router.threads", "HTTP io threads.", 1, 256}, c.router.threads);
-  f(KeyInfo{"router.max_body_bytes", "Largest request body accepted; larger gets 413.", 1024, 1 << 30},
+  f(KeyInfo{"router.max_body_bytes", "Largest request body accepted; larger gets 413.", 1024, 1 << 30, !S, R},
     c.router.max_body_bytes);
-  f(KeyInfo{"router.connect_timeout_ms", "Upstream TCP connect timeout.", 1, 600000}, c.router.connect_timeout_ms);
-  f(KeyInfo{"router.first_byte_timeout_ms", "Request sent to first response byte from the worker.", 1, 3600000},
+  f(KeyInfo{"router.max_concurrent_requests", "Requests handled at once; beyond, 503 with Retry-After.", 1, 1e7, !S, R},
+    c.router.max_concurrent_requests);
+  f(KeyInfo{"router.connect_timeout_ms", "Upstream TCP connect timeout.", 1, 600000, !S, R},
+    c.router.connect_timeout_ms);
+  f(KeyInfo{"router.first_byte_timeout_ms", "Request sent to first response byte from the worker.", 1, 3600000, !S, R},
     c.router.first_byte_timeout_ms);
-  f(KeyInfo{"router.idle_timeout_ms", "Longest silence while relaying a response.", 1, 3600000},
+  f(KeyInfo{"router.idle_timeout_ms", "Longest silence while relaying a response.", 1, 3600000, !S, R},
     c.router.idle_timeout_ms);
-  f(KeyInfo{"router.client_read_timeout_ms", "Time allowed to receive a client's whole request.", 1, 3600000},
+  f(KeyInfo{"router.client_read_timeout_ms", "Time allowed to receive a client's whole request.", 1, 3600000, !S, R},
     c.router.client_read_timeout_ms);
-  f(KeyInfo{"router.max_attempts", "Workers tried before the first response byte (1 = no retry).", 1, 16},
+  f(KeyInfo{"router.max_attempts", "Workers tried before the first response byte (1 = no retry).", 1, 16, !S, R},
     c.router.max_attempts);
-  f(KeyInfo{"events.nats_url", "NATS server URL.", 0, 0, true}, c.events.nats_url);
-  f(KeyInfo{"events.subject_prefix", "Prefix of the NATS subjects ({prefix}.kv_events, {prefix}.workers).", 0, 0, true},
+  f(KeyInfo{"router.upstream_pool_size", "Idle keep-alive connections kept per worker (0 = none).", 0, 100000, !S, R},
+    c.router.upstream_pool_size);
+  f(KeyInfo{"router.shutdown_grace_ms", "On SIGTERM, how long in-flight requests may finish.", 0, 3600000, !S, R},
+    c.router.shutdown_grace_ms);
+  // admin
+  f(KeyInfo{"admin.host", "Address the admin listener binds.", 0, 0, S}, c.admin.host);
+  f(KeyInfo{"admin.port", "Port of the admin listener (0 = ephemeral).", 0, 65535}, c.admin.port);
+  f(KeyInfo{"admin.token", "Bearer token of the admin API; empty refuses every admin request.", 0, 0, S, R},
+    c.admin.token);
+  // events
+  f(KeyInfo{"events.nats_url", "NATS server URL.", 0, 0, S}, c.events.nats_url);
+  f(KeyInfo{"events.subject_prefix", "Prefix of the NATS subjects ({prefix}.kv_events, {prefix}.workers).", 0, 0, S},
     c.events.subject_prefix);
   f(KeyInfo{"events.worker_ttl_ms", "Heartbeat silence after which a worker leaves candidates and index.", 100,
             3600000},
@@ -120,17 +182,59 @@ void for_each_key(C& c, F&& f) {
   f(KeyInfo{"events.queue_capacity", "Decoded event messages queued for the index writer; beyond, dropped.", 16,
             kMaxU32},
     c.events.queue_capacity);
+  f(KeyInfo{"events.resync_timeout_ms", "How long to wait for a worker's full dump after lost events.", 10, 600000},
+    c.events.resync_timeout_ms);
+  // indexer
   f(KeyInfo{"indexer.block_size", "Tokens per KV block; must match the workers' block size.", 1, 65536},
     c.indexer.block_size);
-  f(KeyInfo{"scheduler.alpha_balanced", "Weight of load deviation vs prefill cost when load is even.", 0, 1},
+  f(KeyInfo{"indexer.approximate", "Predict every worker's cache from routing decisions instead of events.", 0, 1},
+    c.indexer.approximate);
+  f(KeyInfo{"indexer.approx_ttl_ms", "Lifetime of a predicted block in approximate mode.", 1000, 86400000},
+    c.indexer.approx_ttl_ms);
+  f(KeyInfo{"indexer.approx_max_entries", "Predicted (block, worker) entries kept; oldest evicted first.", 1000, 1e10},
+    c.indexer.approx_max_entries);
+  // scheduler
+  f(KeyInfo{"scheduler.alpha_balanced", "Weight of load deviation vs prefill cost when load is even.", 0, 1, !S, R},
     c.scheduler.alpha_balanced);
-  f(KeyInfo{"scheduler.alpha_imbalanced", "Weight of load deviation when load is uneven.", 0, 1},
+  f(KeyInfo{"scheduler.alpha_imbalanced", "Weight of load deviation when load is uneven.", 0, 1, !S, R},
     c.scheduler.alpha_imbalanced);
-  f(KeyInfo{"scheduler.balance_threshold", "Load is uneven when std > threshold * mean.", 0, 100},
+  f(KeyInfo{"scheduler.balance_threshold", "Load is uneven when std > threshold * mean.", 0, 100, !S, R},
     c.scheduler.balance_threshold);
-  f(KeyInfo{"scheduler.gamma", "Weight of request-slot usage.", 0, 100}, c.scheduler.gamma);
-  f(KeyInfo{"scheduler.delta", "Weight of waiting requests (relative to the most-queued worker).", 0, 100},
+  f(KeyInfo{"scheduler.gamma", "Weight of request-slot usage.", 0, 100, !S, R}, c.scheduler.gamma);
+  f(KeyInfo{"scheduler.delta", "Weight of waiting requests (relative to the most-queued worker).", 0, 100, !S, R},
     c.scheduler.delta);
+  f(KeyInfo{"scheduler.tier_weight_device", "Value of a cached block on the device (1 = no recompute).", 0, 1, !S, R},
+    c.scheduler.tier_weight_device);
+  f(KeyInfo{"scheduler.tier_weight_host_pinned", "Value of a cached block in host pinned memory.", 0, 1, !S, R},
+    c.scheduler.tier_weight_host_pinned);
+  f(KeyInfo{"scheduler.tier_weight_disk", "Value of a cached block on local disk.", 0, 1, !S, R},
+    c.scheduler.tier_weight_disk);
+  f(KeyInfo{"scheduler.tier_weight_external", "Value of a cached block in an external store.", 0, 1, !S, R},
+    c.scheduler.tier_weight_external);
+  f(KeyInfo{"scheduler.pending_prefill_weight",
+            "Weight of prefill tokens in flight on a worker, added to a request's new tokens (0 = DESIGN baseline).",
+            0, 100, !S, R},
+    c.scheduler.pending_prefill_weight);
+  f(KeyInfo{"scheduler.busy_kv_usage", "Skip workers whose KV usage is at or above this.", 0, 1, !S, R},
+    c.scheduler.busy_kv_usage);
+  f(KeyInfo{"scheduler.busy_slot_usage", "Skip workers whose request-slot usage is at or above this.", 0, 1, !S, R},
+    c.scheduler.busy_slot_usage);
+  f(KeyInfo{"scheduler.busy_waiting_requests", "Skip workers with this many waiting requests (0 = no limit).", 0,
+            kMaxU32, !S, R},
+    c.scheduler.busy_waiting_requests);
+  f(KeyInfo{"scheduler.queue_size", "Requests that may wait for a free worker (0 = 503 at once).", 0, 1e7, !S, R},
+    c.scheduler.queue_size);
+  f(KeyInfo{"scheduler.queue_timeout_ms", "Longest wait for a free worker before 503.", 1, 3600000, !S, R},
+    c.scheduler.queue_timeout_ms);
+  f(KeyInfo{"scheduler.temperature", "0 = lowest cost wins; > 0 = softmax sampling over -cost/temperature.", 0,
+            100, !S, R},
+    c.scheduler.temperature);
+  // log
+  f(KeyInfo{"log.level", "trace, debug, info, warn or error.", 0, 0, S, R}, c.log.level);
+  f(KeyInfo{"log.format", "human or json.", 0, 0, S, R}, c.log.format);
+  f(KeyInfo{"log.access_log", "One log line per request (worker, cached tokens, TTFB, status; never the prompt).",
+            0, 1, !S, R},
+    c.log.access_log);
 }
 
 }  // namespace kvroute

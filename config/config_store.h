@@ -1,10 +1,15 @@
 // The live configuration, swapped atomically on reload. Readers take a
 // snapshot (shared_ptr) per request, so an in-flight request keeps the config
-// it started with. Thread-safe.
+// it started with. Updates are serialised, validated, limited to reloadable
+// keys, and all-or-nothing. Thread-safe.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "config/config.h"
 
@@ -13,19 +18,42 @@ namespace kvroute {
 class ConfigStore {
  public:
   explicit ConfigStore(Config initial) : current_(std::make_shared<const Config>(std::move(initial))) {}
+
   std::shared_ptr<const Config> get() const {
     std::lock_guard lk(mu_);
     return current_;
   }
-  void set(Config next) {
+
+  // Applies `edit` to a copy of the current config; if it returns no error
+  // and the result is valid and changes only reloadable keys, swaps it in and
+  // calls the listeners. Returns the error otherwise (nothing changes).
+  std::optional<std::string> update(const std::function<std::optional<std::string>(Config&)>& edit) {
+    std::lock_guard up(update_mu_);
+    const auto cur = get();
+    Config next = *cur;
+    if (auto e = edit(next)) return e;
+    if (auto e = validate(next)) return e;
+    if (auto e = check_reload(*cur, next)) return e;
     auto p = std::make_shared<const Config>(std::move(next));
-    std::lock_guard lk(mu_);
-    current_ = std::move(p);
+    {
+      std::lock_guard lk(mu_);
+      current_ = p;
+    }
+    for (const auto& l : listeners_) l(*p);
+    return std::nullopt;
+  }
+
+  // Called (on the updating thread) after every successful update.
+  void on_change(std::function<void(const Config&)> listener) {
+    std::lock_guard up(update_mu_);
+    listeners_.push_back(std::move(listener));
   }
 
  private:
   mutable std::mutex mu_;
+  std::mutex update_mu_;  // serialises updates; held while listeners run
   std::shared_ptr<const Config> current_;
+  std::vector<std::function<void(const Config&)>> listeners_;
 };
 
 }  // namespace kvroute

@@ -7,7 +7,10 @@
 //       queue (kv_events) or updates the registry (workers); never touches the index.
 //   "kvroute-indexw" (the writer thread) - the only thread that mutates the
 //       index: applies queued events in arrival order (so one worker's events
-//       stay in order), removes expired workers.
+//       stay in order), applies resync dumps, removes expired workers.
+//   "kvroute-resync" - asks workers for a full dump over NATS request/reply
+//       (`{prefix}.kv_resync.{worker_id}`) when the index lost their events,
+//       and queues the dump for the writer thread.
 // All public member functions are thread-safe.
 #pragma once
 
@@ -15,6 +18,8 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <functional>
+#include <variant>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -40,7 +45,14 @@ struct EventPipelineStats {
   std::atomic<uint64_t> heartbeats_rejected_total{0};
   std::atomic<uint64_t> block_size_mismatch_total{0};  // heartbeats announcing another block size
   std::atomic<uint64_t> workers_expired_total{0};
+  std::atomic<uint64_t> resync_requests_total{0};   // NATS requests sent
+  std::atomic<uint64_t> resync_failures_total{0};   // no answer in time, or a bad dump
+  std::atomic<uint64_t> resync_applied_total{0};    // dumps applied
 };
+
+// What the writer thread does with a resync dump (the index's sequencer
+// clears the owner, applies the dump, resumes after its last event id).
+using ResyncApplier = std::function<void(const ResyncDump&)>;
 
 class EventPipeline {
  public:
@@ -48,14 +60,22 @@ class EventPipeline {
                 const Clock& clock);
   ~EventPipeline();
 
-  // Subscribes on `bus` and starts the writer thread. False + error on failure.
+  // Starts the writer thread and subscribes on `bus`. False + error on failure.
   bool start(NatsBus& bus, std::string* error);
+  // Starts only the writer thread (tests feed on_*_message directly).
+  void start_writer();
   // Stops the writer thread (subscriptions end with the bus).
   void stop();
 
   // Entry points used by the NATS handlers; public so tests can feed bytes.
   void on_kv_message(std::string_view data);
   void on_heartbeat_message(std::string_view data);
+
+  // Any thread (typically the writer, from the sequencer's gap callback):
+  // asks `owner`'s worker for a full dump; retried until it arrives or the
+  // worker expires. Duplicate requests for an owner already pending are merged.
+  void request_resync(CacheOwner owner);
+  void set_resync_applier(ResyncApplier f) { apply_resync_ = std::move(f); }
 
   // Blocks until every event queued before the call has been applied (tests, shutdown).
   void drain();
@@ -64,6 +84,8 @@ class EventPipeline {
 
  private:
   void writer_loop();
+  void resync_loop();
+  using QueueItem = std::variant<std::vector<KvEvent>, ResyncDump>;
 
   const EventsConfig cfg_;
   const uint32_t block_size_;
@@ -76,10 +98,16 @@ class EventPipeline {
   std::mutex mu_;
   std::condition_variable cv_;
   std::condition_variable drained_cv_;
-  std::deque<std::vector<KvEvent>> queue_;  // one entry per NATS message
+  std::deque<QueueItem> queue_;  // one entry per NATS message or dump
   uint64_t pushed_ = 0, applied_ = 0;      // messages, for drain()
   bool stop_ = false;
   std::thread writer_;
+
+  NatsBus* bus_ = nullptr;
+  ResyncApplier apply_resync_;
+  std::condition_variable resync_cv_;
+  std::vector<CacheOwner> resync_pending_;  // guarded by mu_
+  std::thread resync_;
 };
 
 }  // namespace kvroute

@@ -253,6 +253,10 @@ DecodeError decode_heartbeat(std::string_view json, WorkerHeartbeat& out, std::s
       return c.fail(DecodeError::WrongType, "dp_size"), c.err;
   }
   if (c.err != DecodeError::None) return c.err;
+  if (field(c, o, "kv_events", v, false)) {
+    if (!v.is_bool()) return c.fail(DecodeError::WrongType, "kv_events"), c.err;
+    hb.kv_events = v.get_bool().value_unsafe();
+  }
   if (field(c, o, "load", v, false)) {
     if (!v.is_object()) return c.fail(DecodeError::WrongType, "load"), c.err;
     dom::object l = v.get_object().value_unsafe();
@@ -340,8 +344,8 @@ std::string encode_kv_event(const KvEvent& event) {
 
 std::string encode_heartbeat(const WorkerHeartbeat& hb) {
   return fmt::format(
-      R"({{"worker_id":{},"url":"{}","model":"{}","block_size":{},"dp_size":{},"load":{{"request_active_slots":{},"request_total_slots":{},"num_requests_waiting":{},"kv_active_blocks":{},"kv_total_blocks":{}}}}})",
-      hb.worker_id.value, json_escape(hb.url), json_escape(hb.model), hb.block_size, hb.dp_size,
+      R"({{"worker_id":{},"url":"{}","model":"{}","block_size":{},"dp_size":{},"kv_events":{},"load":{{"request_active_slots":{},"request_total_slots":{},"num_requests_waiting":{},"kv_active_blocks":{},"kv_total_blocks":{}}}}})",
+      hb.worker_id.value, json_escape(hb.url), json_escape(hb.model), hb.block_size, hb.dp_size, hb.kv_events,
       hb.load.request_active_slots, hb.load.request_total_slots, hb.load.num_requests_waiting,
       hb.load.kv_active_blocks, hb.load.kv_total_blocks);
 }

@@ -45,6 +45,7 @@ struct WorkerHeartbeat {
   std::string model;  // model name served
   uint32_t block_size = 0;
   uint32_t dp_size = 1;
+  bool kv_events = true;  // false: the worker publishes no KV events (approximate mode)
   WorkerLoadReport load;
 };
 

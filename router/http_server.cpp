@@ -1,15 +1,18 @@
-// Beast HTTP server and streaming proxy. The only translation unit of the
-// router that instantiates Beast templates (keeps builds fast).
+// Beast HTTP server, streaming proxy and admin listener. The only translation
+// unit of the router that instantiates Beast templates (keeps builds fast).
 //
 // Structure (after Beast's examples, written as C++20 coroutines: each
 // `co_await` is one do_x()/on_x() step of the callback style):
-//   accept_loop()  - listener: one coroutine per accepted connection
-//   session()      - reads requests (bounded header/body), dispatches, keeps alive
-//   proxy()        - routes, connects to the chosen worker, relays the response
-//                    piece by piece as it arrives (Beast's relay() pattern)
+//   accept_loop()  - listener: one coroutine per accepted connection, on its own strand
+//   session()      - reads requests (bounded header/body, read timeout), dispatches, keeps alive
+//   proxy()        - limits, routes (with the bounded wait queue), then for each
+//                    worker of the ranking: pooled connection, send, response
+//                    header; the first worker that answers is relayed piece by
+//                    piece as it arrives (Beast's relay() pattern)
+//   UpstreamPool   - idle keep-alive connections per worker
 #include "router/http_server.h"
 
-#include <utility>  // Boost 1.74 awaitable.hpp uses std::exchange without it
+#include <utility>  // Boost 1.74's awaitable.hpp uses std::exchange without it
 
 #include <boost/asio.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -23,10 +26,14 @@
 
 #include <atomic>
 #include <charconv>
+#include <deque>
+#include <mutex>
 #include <optional>
 #include <thread>
+#include <unordered_map>
 
 #include "common/json_escape.h"
+#include "common/log.h"
 #include "router/openai_request.h"
 
 namespace kvroute {
@@ -38,19 +45,24 @@ using tcp = asio::ip::tcp;
 using asio::awaitable;
 using asio::use_awaitable;
 using std::chrono::milliseconds;
+using Steady = std::chrono::steady_clock;
 
 namespace {
 
 constexpr uint32_t kHeaderLimit = 16 * 1024;  // request header bytes; beyond: 431
 constexpr size_t kRelayBufferBytes = 16 * 1024;
+constexpr auto kQueuePoll = milliseconds(5);
 
 auto nothrow(beast::error_code& ec) { return asio::redirect_error(use_awaitable, ec); }
+
+double seconds_since(Steady::time_point t) { return std::chrono::duration<double>(Steady::now() - t).count(); }
 
 // "http://host:port[/base]" -> parts. Returns false for anything else.
 struct UpstreamUrl {
   std::string host;
   std::string port = "80";
   std::string base;  // path prefix without trailing '/'
+  std::string key() const { return host + ":" + port; }
 };
 bool parse_url(std::string_view url, UpstreamUrl& out) {
   constexpr std::string_view scheme = "http://";
@@ -88,43 +100,135 @@ bool is_hop_by_hop(http::field f) {
   }
 }
 
+std::string_view route_label(std::string_view target) {
+  if (target == "/v1/chat/completions") return "chat_completions";
+  if (target == "/v1/completions") return "completions";
+  if (target == "/v1/models") return "models";
+  if (target == "/health") return "health";
+  if (target == "/ready") return "ready";
+  if (target == "/metrics") return "metrics";
+  return "other";
+}
+
+// Idle keep-alive connections per worker ("host:port"). Sockets are stored
+// as native handles' owners; a taker re-wraps the socket on its own strand, so
+// one request's client and upstream I/O always share one strand. Thread-safe.
+class UpstreamPool {
+ public:
+  std::optional<tcp::socket> take(const std::string& key) {
+    std::lock_guard lk(mu_);
+    auto it = idle_.find(key);
+    while (it != idle_.end() && !it->second.empty()) {
+      tcp::socket s = std::move(it->second.back());
+      it->second.pop_back();
+      if (alive(s)) return s;
+      beast::error_code ec;
+      s.close(ec);
+    }
+    return std::nullopt;
+  }
+  void give(const std::string& key, tcp::socket s, size_t limit) {
+    std::lock_guard lk(mu_);
+    auto& v = idle_[key];
+    if (v.size() >= limit) return;  // `s` closes here
+    v.push_back(std::move(s));
+  }
+  void clear() {
+    std::lock_guard lk(mu_);
+    idle_.clear();
+  }
+
+ private:
+  // An idle connection the worker closed reads as EOF; one that is fine would block.
+  static bool alive(tcp::socket& s) {
+    beast::error_code ec;
+    s.non_blocking(true, ec);
+    char b;
+    const size_t n = s.receive(asio::buffer(&b, 1), tcp::socket::message_peek, ec);
+    s.non_blocking(false, ec);
+    return ec == asio::error::would_block && n == 0;
+  }
+  std::mutex mu_;
+  std::unordered_map<std::string, std::vector<tcp::socket>> idle_;
+};
+
+// Watches a client connection while its response is pending: if the client
+// closes, the upstream request is closed at once (the worker stops
+// generating). Lives on the session's strand with the request's coroutine.
+struct ClientWatch {
+  bool done = false;
+  bool client_gone = false;
+  beast::tcp_stream* upstream = nullptr;
+};
+
+void arm_client_watch(tcp::socket& client, const std::shared_ptr<ClientWatch>& w) {
+  client.async_wait(tcp::socket::wait_read, [w, &client](beast::error_code ec) {
+    if (ec || w->done) return;
+    char b;
+    beast::error_code rec;
+    const size_t n = client.receive(asio::buffer(&b, 1), tcp::socket::message_peek, rec);
+    if (n > 0) return;  // the client sent more (pipelining): it is alive; stop watching
+    w->client_gone = true;
+    if (w->upstream) {
+      beast::error_code ignored;
+      w->upstream->socket().shutdown(tcp::socket::shutdown_both, ignored);
+      w->upstream->socket().close(ignored);
+    }
+  });
+}
+
 }  // namespace
 
 struct HttpServer::Impl {
-  explicit Impl(HttpServerHooks h) : hooks(std::move(h)), acceptor(ioc) {}
+  explicit Impl(HttpServerHooks h) : hooks(std::move(h)), acceptor(ioc), admin_acceptor(ioc) {}
 
   HttpServerHooks hooks;
   asio::io_context ioc;
   tcp::acceptor acceptor;
+  tcp::acceptor admin_acceptor;
   std::vector<std::thread> threads;
   std::atomic<bool> stopping{false};
+  std::atomic<bool> draining{false};
+  std::atomic<int64_t> inflight{0};  // proxied requests being handled
+  std::atomic<int64_t> queued{0};    // requests in the wait queue
+  UpstreamPool pool;
 
-  awaitable<void> accept_loop();
-  awaitable<void> session(tcp::socket socket);
+  struct RequestContext;
+  awaitable<void> accept_loop(tcp::acceptor& a, bool admin);
+  awaitable<void> session(tcp::socket socket, bool admin);
   awaitable<bool> handle(beast::tcp_stream& client, http::request<http::string_body>& req);
+  awaitable<bool> handle_admin(beast::tcp_stream& client, http::request<http::string_body>& req);
   awaitable<bool> proxy(beast::tcp_stream& client, http::request<http::string_body>& req, ApiKind kind);
   awaitable<bool> respond(beast::tcp_stream& client, unsigned version, bool keep_alive, http::status status,
                           std::string body, std::string_view content_type = "application/json",
                           std::optional<unsigned> retry_after = std::nullopt);
   awaitable<bool> respond_error(beast::tcp_stream& client, unsigned version, bool keep_alive, const ApiError& e);
+  void count(std::string_view route, unsigned status, std::string_view model) {
+    if (hooks.metrics) hooks.metrics->requests_total.with({route, std::to_string(status), model}).inc();
+  }
 };
 
-awaitable<void> HttpServer::Impl::accept_loop() {
+awaitable<void> HttpServer::Impl::accept_loop(tcp::acceptor& a, bool admin) {
   for (;;) {
     beast::error_code ec;
-    tcp::socket socket = co_await acceptor.async_accept(asio::make_strand(ioc), nothrow(ec));
+    tcp::socket socket = co_await a.async_accept(asio::make_strand(ioc), nothrow(ec));
     if (ec) {
-      if (stopping.load() || ec == asio::error::operation_aborted) co_return;
-      spdlog::warn("accept failed: {}", ec.message());
+      if (stopping.load() || ec == asio::error::operation_aborted || !a.is_open()) co_return;
+      static RateLimiter rl;
+      if (rl.allow()) spdlog::warn("accept failed: {}", ec.message());
+      if (ec == asio::error::no_descriptors) {  // out of file descriptors: back off
+        asio::steady_timer t(co_await asio::this_coro::executor, milliseconds(50));
+        co_await t.async_wait(nothrow(ec));
+      }
       continue;
     }
     socket.set_option(tcp::no_delay(true), ec);
     auto ex = socket.get_executor();
-    asio::co_spawn(ex, session(std::move(socket)), asio::detached);
+    asio::co_spawn(ex, session(std::move(socket), admin), asio::detached);
   }
 }
 
-awaitable<void> HttpServer::Impl::session(tcp::socket socket) {
+awaitable<void> HttpServer::Impl::session(tcp::socket socket, bool admin) {
   beast::tcp_stream stream(std::move(socket));
   beast::flat_buffer buffer;
   try {
@@ -139,14 +243,17 @@ awaitable<void> HttpServer::Impl::session(tcp::socket socket) {
       if (ec) {
         // Answer what a client can act on; a closed or timed-out connection gets nothing.
         if (ec == http::error::body_limit) {
+          count("other", 413, "");
           co_await respond_error(stream, 11, false,
                                  ApiError{413, fmt::format("Request body exceeds {} bytes.", cfg->router.max_body_bytes),
                                           "invalid_request_error", "", "request_too_large"});
         } else if (ec == http::error::header_limit) {
+          count("other", 431, "");
           co_await respond_error(stream, 11, false,
                                  ApiError{431, "Request headers too large.", "invalid_request_error", "", ""});
-        } else if (ec.category() == http::make_error_code(http::error::body_limit).category() && ec != http::error::end_of_stream &&
-                   ec != http::error::partial_message) {
+        } else if (ec.category() == http::make_error_code(http::error::body_limit).category() &&
+                   ec != http::error::end_of_stream && ec != http::error::partial_message) {
+          count("other", 400, "");
           co_await respond_error(stream, 11, false,
                                  ApiError{400, fmt::format("Malformed HTTP request: {}.", ec.message()),
                                           "invalid_request_error", "", ""});
@@ -154,7 +261,8 @@ awaitable<void> HttpServer::Impl::session(tcp::socket socket) {
         break;
       }
       auto req = parser.release();
-      if (!co_await handle(stream, req)) break;
+      const bool keep = admin ? co_await handle_admin(stream, req) : co_await handle(stream, req);
+      if (!keep) break;
     }
   } catch (const std::exception& e) {
     spdlog::error("connection aborted by an internal error: {}", e.what());
@@ -170,13 +278,13 @@ awaitable<bool> HttpServer::Impl::respond(beast::tcp_stream& client, unsigned ve
   res.set(http::field::server, "kvroute");
   res.set(http::field::content_type, beast::string_view(content_type.data(), content_type.size()));
   if (retry_after) res.set(http::field::retry_after, std::to_string(*retry_after));
-  res.keep_alive(keep_alive);
+  res.keep_alive(keep_alive && !draining.load());
   res.body() = std::move(body);
   res.prepare_payload();
   beast::error_code ec;
   client.expires_after(milliseconds(hooks.config->get()->router.idle_timeout_ms));
   co_await http::async_write(client, res, nothrow(ec));
-  co_return !ec && keep_alive;
+  co_return !ec && res.keep_alive();
 }
 
 awaitable<bool> HttpServer::Impl::respond_error(beast::tcp_stream& client, unsigned version, bool keep_alive,
@@ -185,6 +293,18 @@ awaitable<bool> HttpServer::Impl::respond_error(beast::tcp_stream& client, unsig
   if (e.status == 503) retry_after = 1;
   co_return co_await respond(client, version, keep_alive, static_cast<http::status>(e.status), error_body(e),
                              "application/json", retry_after);
+}
+
+awaitable<bool> HttpServer::Impl::handle_admin(beast::tcp_stream& client, http::request<http::string_body>& req) {
+  std::string_view target(req.target().data(), req.target().size());
+  target = target.substr(0, target.find('?'));
+  const auto auth = req[http::field::authorization];
+  AdminResponse r = hooks.admin ? hooks.admin->handle(std::string_view(req.method_string().data(),
+                                                                       req.method_string().size()),
+                                                      target, std::string_view(auth.data(), auth.size()), req.body())
+                                : AdminResponse{404, R"({"error":{"message":"no admin API"}})"};
+  co_return co_await respond(client, req.version(), req.keep_alive(), static_cast<http::status>(r.status),
+                             std::move(r.body), r.content_type);
 }
 
 awaitable<bool> HttpServer::Impl::handle(beast::tcp_stream& client, http::request<http::string_body>& req) {
@@ -197,15 +317,23 @@ awaitable<bool> HttpServer::Impl::handle(beast::tcp_stream& client, http::reques
 
   if (target == "/v1/chat/completions" && post) co_return co_await proxy(client, req, ApiKind::ChatCompletions);
   if (target == "/v1/completions" && post) co_return co_await proxy(client, req, ApiKind::Completions);
-  if (target == "/health" && get) co_return co_await respond(client, v, keep, http::status::ok, R"({"status":"ok"})");
-  if (target == "/ready" && get) {
-    const bool ready = hooks.ready && hooks.ready();
-    co_return co_await respond(client, v, keep, ready ? http::status::ok : http::status::service_unavailable,
-                               ready ? R"({"status":"ready"})" : R"({"status":"not_ready"})");
+  const auto route = route_label(target);
+  if (target == "/health" && get) {
+    count(route, 200, "");
+    co_return co_await respond(client, v, keep, http::status::ok, R"({"status":"ok"})");
   }
-  if (target == "/metrics" && get && hooks.metrics)
-    co_return co_await respond(client, v, keep, http::status::ok, hooks.metrics(),
+  if (target == "/ready" && get) {
+    const bool ready = !draining.load() && hooks.ready && hooks.ready();
+    count(route, ready ? 200 : 503, "");
+    co_return co_await respond(client, v, keep, ready ? http::status::ok : http::status::service_unavailable,
+                               ready ? R"({"status":"ready"})"
+                                     : (draining.load() ? R"({"status":"shutting_down"})" : R"({"status":"not_ready"})"));
+  }
+  if (target == "/metrics" && get && hooks.render_metrics) {
+    count(route, 200, "");
+    co_return co_await respond(client, v, keep, http::status::ok, hooks.render_metrics(),
                                "text/plain; version=0.0.4; charset=utf-8");
+  }
   if (target == "/v1/models" && get) {
     std::string body = R"({"object":"list","data":[)";
     bool first = true;
@@ -215,108 +343,282 @@ awaitable<bool> HttpServer::Impl::handle(beast::tcp_stream& client, http::reques
       first = false;
     }
     body += "]}";
+    count(route, 200, "");
     co_return co_await respond(client, v, keep, http::status::ok, std::move(body));
   }
-  const bool known = target == "/v1/chat/completions" || target == "/v1/completions" || target == "/health" ||
-                     target == "/ready" || target == "/v1/models" || target == "/metrics";
-  if (known)
+  if (route != "other") {
+    count(route, 405, "");
     co_return co_await respond_error(client, v, keep,
                                      ApiError{405, fmt::format("Method {} not allowed on {}.",
                                                                std::string(req.method_string()), target),
                                               "invalid_request_error", "", "method_not_allowed"});
+  }
+  count(route, 404, "");
   co_return co_await respond_error(
       client, v, keep, ApiError{404, fmt::format("Unknown path {}.", target), "invalid_request_error", "", "not_found"});
 }
 
 awaitable<bool> HttpServer::Impl::proxy(beast::tcp_stream& client, http::request<http::string_body>& req,
                                         ApiKind kind) {
+  const auto started = Steady::now();
   const bool keep = req.keep_alive();
   const unsigned v = req.version();
+  const auto cfg = hooks.config->get();
+  const std::string_view route_name = kind == ApiKind::ChatCompletions ? "chat_completions" : "completions";
+  const std::string_view path = kind == ApiKind::ChatCompletions ? "/v1/chat/completions" : "/v1/completions";
+  RouterMetrics* m = hooks.metrics;
+
+  // Per-request record for the access log and metrics, written on every exit.
+  AccessRecord rec;
+  rec.method = "POST";
+  rec.path = path;
+  std::string model_label = "unknown";
+  auto finish = [&](unsigned status, std::string_view outcome) {
+    rec.status = status;
+    rec.outcome = outcome;
+    rec.duration_ms = seconds_since(started) * 1e3;
+    count(route_name, status, model_label);
+    if (m) m->request_duration_seconds.with({route_name}).observe(seconds_since(started));
+    if (cfg->log.access_log) log_access(rec);
+  };
+  auto reject = [&](const ApiError& e, std::string_view outcome) -> awaitable<bool> {
+    finish(e.status, outcome);
+    co_return co_await respond_error(client, v, keep, e);
+  };
+
+  // Concurrency limit: counted for the whole request, released on every exit.
+  struct Slot {
+    std::atomic<int64_t>& n;
+    RouterMetrics* m;
+    explicit Slot(std::atomic<int64_t>& c, RouterMetrics* mm) : n(c), m(mm) {
+      n.fetch_add(1);
+      if (m) m->inflight_requests.get().add(1);
+    }
+    ~Slot() {
+      n.fetch_sub(1);
+      if (m) m->inflight_requests.get().add(-1);
+    }
+  } slot(inflight, m);
+  if (inflight.load() > static_cast<int64_t>(cfg->router.max_concurrent_requests)) {
+    if (m) m->rejected_total.with({"limit"}).inc();
+    co_return co_await reject(ApiError{503, "Too many concurrent requests; retry later.", "service_unavailable", "",
+                                       "too_many_requests"},
+                              "rejected_limit");
+  }
+
   ParsedRequest parsed;
   ApiError err;
-  if (!parse_openai_request(kind, req.body(), parsed, err)) co_return co_await respond_error(client, v, keep, err);
+  if (!parse_openai_request(kind, req.body(), parsed, err)) co_return co_await reject(err, "bad_request");
+  rec.model = parsed.model;
+  rec.stream = parsed.stream;
 
   RouteResult route = hooks.routing->route(parsed);
-  if (!route.ok) co_return co_await respond_error(client, v, keep, route.error);
+  // No eligible worker (all busy): wait in the bounded queue, re-routing as load changes.
+  if (!route.ok && route.error.code == "workers_busy" && cfg->scheduler.queue_size > 0) {
+    if (queued.fetch_add(1) >= static_cast<int64_t>(cfg->scheduler.queue_size)) {
+      queued.fetch_sub(1);
+      if (m) m->rejected_total.with({"queue_full"}).inc();
+      route.error.message = "Every worker is busy and the wait queue is full; retry later.";
+    } else {
+      if (m) m->queued_requests.get().add(1);
+      const auto deadline = Steady::now() + milliseconds(cfg->scheduler.queue_timeout_ms);
+      asio::steady_timer timer(co_await asio::this_coro::executor);
+      beast::error_code ec;
+      while (!route.ok && route.error.code == "workers_busy" && Steady::now() < deadline && !stopping.load()) {
+        timer.expires_after(kQueuePoll);
+        co_await timer.async_wait(nothrow(ec));
+        route = hooks.routing->route(parsed);
+      }
+      queued.fetch_sub(1);
+      if (m) m->queued_requests.get().add(-1);
+      if (!route.ok && route.error.code == "workers_busy") {
+        if (m) m->rejected_total.with({"queue_timeout"}).inc();
+        route.error.message = fmt::format("No worker became free within {} ms; retry later.",
+                                          cfg->scheduler.queue_timeout_ms);
+      }
+    }
+  }
+  if (m) {
+    static constexpr std::string_view stages[] = {"tokenize", "hash", "find_matches", "score"};
+    for (int i = 0; i < 4; ++i) m->decision_seconds.with({stages[i]}).observe(route.stage_seconds[i]);
+    m->decisions_total.with({!route.ok ? "no_worker" : route.chose_best_overlap ? "best_overlap" : "balance"}).inc();
+  }
+  rec.prompt_tokens = route.isl_tokens;
+  if (!route.ok) {
+    if (route.error.status == 404) model_label = "unknown";
+    co_return co_await reject(route.error, "no_worker");
+  }
+  model_label = parsed.model;  // bounded: a model some worker announced
+  if (hooks.on_routed) hooks.on_routed(parsed, route);
 
-  const auto cfg = hooks.config->get();
   const size_t attempts = std::min<size_t>(cfg->router.max_attempts, route.ranked.size());
   auto ex = co_await asio::this_coro::executor;
 
   for (size_t attempt = 0; attempt < attempts; ++attempt) {
     const RouteTarget& target = route.ranked[attempt];
+    rec.attempts = static_cast<uint32_t>(attempt + 1);
+    rec.worker = static_cast<int64_t>(target.worker.value);
+    rec.cached_tokens = target.cached_tokens;
+    if (attempt > 0 && m) m->retries_total.get().inc();
     UpstreamUrl url;
     if (!parse_url(target.url, url)) {
-      spdlog::warn("worker {} has an unusable url '{}'", target.worker.value, target.url);
+      static RateLimiter rl;
+      if (rl.allow()) spdlog::warn("worker {} has an unusable url '{}'", target.worker.value, target.url);
       continue;
     }
-    InflightGuard inflight(*hooks.registry, target.worker, route.request_blocks);
+    InflightGuard inflight_guard(*hooks.registry, target.worker, route.request_blocks, target.prefill_tokens);
 
-    // Connect (numeric addresses skip the resolver).
-    beast::tcp_stream upstream(ex);
-    beast::error_code ec;
-    upstream.expires_after(milliseconds(cfg->router.connect_timeout_ms));
-    beast::error_code addr_ec;
-    auto addr = asio::ip::make_address(url.host, addr_ec);
-    uint16_t port = 0;
-    std::from_chars(url.port.data(), url.port.data() + url.port.size(), port);
-    if (!addr_ec) {
-      co_await upstream.async_connect(tcp::endpoint(addr, port), nothrow(ec));
-    } else {
-      tcp::resolver resolver(ex);
-      auto results = co_await resolver.async_resolve(url.host, url.port, nothrow(ec));
-      if (!ec) co_await upstream.async_connect(results, nothrow(ec));
-    }
-    if (ec) {
-      spdlog::warn("worker {} ({}): connect failed: {}; trying the next worker", target.worker.value, target.url,
-                   ec.message());
-      continue;
-    }
-    upstream.socket().set_option(tcp::no_delay(true), ec);
-
-    // Forward the request unchanged but for hop-by-hop headers.
+    // The request to forward: unchanged but for hop-by-hop headers.
     http::request<http::string_body> up_req{req.method(), url.base + std::string(req.target()), 11};
     for (const auto& f : req)
       if (!is_hop_by_hop(f.name())) up_req.insert(f.name_string(), f.value());
-    up_req.set(http::field::host, url.host + ":" + url.port);
+    up_req.set(http::field::host, url.key());
     up_req.body() = req.body();
-    up_req.keep_alive(false);
+    up_req.keep_alive(cfg->router.upstream_pool_size > 0);
     up_req.prepare_payload();
-    upstream.expires_after(milliseconds(cfg->router.first_byte_timeout_ms));
-    co_await http::async_write(upstream, up_req, nothrow(ec));
+
+    // A pooled connection may have been closed by the worker in the meantime:
+    // such a failure retries on a fresh connection to the same worker.
+    std::optional<beast::tcp_stream> upstream;
     beast::flat_buffer up_buf;
-    http::response_parser<http::buffer_body> parser;
-    parser.body_limit(std::numeric_limits<std::uint64_t>::max());
-    if (!ec) co_await http::async_read_header(upstream, up_buf, parser, nothrow(ec));
+    std::optional<http::response_parser<http::buffer_body>> parser;
+    beast::error_code ec;
+    const char* failed_phase = nullptr;
+    const auto sent_at = Steady::now();
+    for (int fresh = 0; fresh < 2; ++fresh) {
+      ec = {};
+      upstream.reset();
+      bool pooled = false;
+      if (fresh == 0) {
+        if (auto s = pool.take(url.key())) {
+          // Re-wrap on this request's strand.
+          const auto proto = s->local_endpoint(ec).protocol();
+          tcp::socket mine(ex, proto, s->release(ec));
+          if (!ec) {
+            upstream.emplace(std::move(mine));
+            pooled = true;
+          }
+        }
+      }
+      if (!upstream) {
+        upstream.emplace(ex);
+        upstream->expires_after(milliseconds(cfg->router.connect_timeout_ms));
+        beast::error_code addr_ec;
+        const auto addr = asio::ip::make_address(url.host, addr_ec);
+        uint16_t port = 0;
+        std::from_chars(url.port.data(), url.port.data() + url.port.size(), port);
+        if (!addr_ec) {
+          co_await upstream->async_connect(tcp::endpoint(addr, port), nothrow(ec));
+        } else {
+          tcp::resolver resolver(ex);
+          auto results = co_await resolver.async_resolve(url.host, url.port, nothrow(ec));
+          if (!ec) co_await upstream->async_connect(results, nothrow(ec));
+        }
+        if (ec) {
+          failed_phase = "connect";
+          break;
+        }
+        upstream->socket().set_option(tcp::no_delay(true), ec);
+        ec = {};
+      }
+      upstream->expires_after(milliseconds(cfg->router.first_byte_timeout_ms));
+      co_await http::async_write(*upstream, up_req, nothrow(ec));
+      parser.emplace();
+      parser->body_limit(std::numeric_limits<std::uint64_t>::max());
+      up_buf.clear();
+      if (!ec) {
+        // While the worker prefills, watch for the client going away.
+        auto watch = std::make_shared<ClientWatch>();
+        watch->upstream = &*upstream;
+        arm_client_watch(client.socket(), watch);
+        co_await http::async_read_header(*upstream, up_buf, *parser, nothrow(ec));
+        watch->done = true;
+        watch->upstream = nullptr;
+        beast::error_code ignored;
+        client.socket().cancel(ignored);
+        if (watch->client_gone) {
+          if (m) m->cancels_total.get().inc();
+          finish(499, "client_cancel");
+          co_return false;
+        }
+      }
+      if (!ec) break;
+      failed_phase = "first_byte";
+      if (!pooled) break;  // a fresh connection failed: the worker is at fault
+    }
     if (ec) {
-      spdlog::warn("worker {} ({}): failed before the first response byte: {}; trying the next worker",
-                   target.worker.value, target.url, ec.message());
+      if (m) m->upstream_errors_total.with({failed_phase}).inc();
+      static RateLimiter rl;
+      if (rl.allow())
+        spdlog::warn("worker {} ({}): {} failed: {}; trying the next worker", target.worker.value, target.url,
+                     failed_phase, ec.message());
       continue;
+    }
+    const double ttfb = seconds_since(sent_at);
+    inflight_guard.first_byte();
+    auto& res = parser->get();
+    const unsigned status = res.result_int();
+    // An overloaded or unavailable worker is retried while nothing reached the client.
+    if ((status == 502 || status == 503 || status == 504) && attempt + 1 < attempts) {
+      if (m) m->upstream_errors_total.with({"status_5xx"}).inc();
+      continue;  // the connection (and any body) is dropped
+    }
+    if (status >= 500 && m) m->upstream_errors_total.with({"status_5xx"}).inc();
+    rec.ttfb_ms = ttfb * 1e3;
+    if (m) {
+      m->ttfb_seconds.get().observe(ttfb);
+      const auto w = std::to_string(target.worker.value);
+      m->prompt_tokens_total.get().inc(route.isl_tokens);
+      m->cached_tokens_total.get().inc(target.cached_tokens);
+      m->worker_prompt_tokens_total.with({w}).inc(route.isl_tokens);
+      m->worker_cached_tokens_total.with({w}).inc(target.cached_tokens);
+      m->overlap_ratio.get().observe(route.isl_tokens ? double(target.cached_tokens) / route.isl_tokens : 0.0);
     }
 
     // Committed to this worker: relay the response as it arrives.
-    auto& res = parser.get();
+    const bool upstream_keep = res.keep_alive();
+    const bool client_keep = keep && !draining.load();
     res.set("x-kvroute-worker", std::to_string(target.worker.value));
     res.set("x-kvroute-cached-tokens", std::to_string(target.cached_tokens));
-    res.keep_alive(keep);
+    res.keep_alive(client_keep);
     if (!res.has_content_length() && !res.chunked()) res.chunked(true);
     const bool sse = res[http::field::content_type].starts_with("text/event-stream");
     http::serializer<false, http::buffer_body> sr{res};
     client.expires_after(milliseconds(cfg->router.idle_timeout_ms));
     co_await http::async_write_header(client, sr, nothrow(ec));
-    if (ec) co_return false;
+    if (ec) {
+      if (m) m->cancels_total.get().inc();
+      finish(499, "client_cancel");
+      co_return false;
+    }
 
     char buf[kRelayBufferBytes];
     std::string tail;  // error event appended when the worker fails mid-stream
     do {
-      if (!parser.is_done()) {
+      if (!parser->is_done()) {
         res.body().data = buf;
         res.body().size = sizeof buf;
-        upstream.expires_after(milliseconds(cfg->router.idle_timeout_ms));
-        co_await http::async_read_some(upstream, up_buf, parser, nothrow(ec));
+        upstream->expires_after(milliseconds(cfg->router.idle_timeout_ms));
+        auto watch = std::make_shared<ClientWatch>();
+        watch->upstream = &*upstream;
+        arm_client_watch(client.socket(), watch);
+        co_await http::async_read_some(*upstream, up_buf, *parser, nothrow(ec));
+        watch->done = true;
+        watch->upstream = nullptr;
+        beast::error_code ignored;
+        client.socket().cancel(ignored);
+        if (watch->client_gone) {
+          if (m) m->cancels_total.get().inc();
+          finish(status, "client_cancel");
+          co_return false;
+        }
         if (ec == http::error::need_buffer) ec = {};
         if (ec) {
-          spdlog::warn("worker {} ({}): failed mid-response: {}", target.worker.value, target.url, ec.message());
+          if (m) m->upstream_errors_total.with({"mid_stream"}).inc();
+          static RateLimiter rl;
+          if (rl.allow())
+            spdlog::warn("worker {} ({}): failed mid-response: {}", target.worker.value, target.url, ec.message());
+          finish(status, "upstream_error");
           if (!sse || !res.chunked()) co_return false;  // cannot signal inside a sized body: close
           tail = fmt::format("data: {}\n\ndata: [DONE]\n\n",
                              error_body(ApiError{502, "The worker failed while streaming the response.",
@@ -330,7 +632,7 @@ awaitable<bool> HttpServer::Impl::proxy(beast::tcp_stream& client, http::request
         }
         res.body().size = sizeof buf - res.body().size;
         res.body().data = buf;
-        res.body().more = !parser.is_done();
+        res.body().more = !parser->is_done();
       } else {
         res.body().data = nullptr;
         res.body().size = 0;
@@ -339,44 +641,87 @@ awaitable<bool> HttpServer::Impl::proxy(beast::tcp_stream& client, http::request
       client.expires_after(milliseconds(cfg->router.idle_timeout_ms));
       co_await http::async_write(client, sr, nothrow(ec));
       if (ec == http::error::need_buffer) ec = {};
-      if (ec) co_return false;  // client gone: the upstream stream closes with this frame
-    } while (!parser.is_done() || !sr.is_done());
-    co_return keep;
+      if (ec) {  // client gone: the upstream connection closes with this frame
+        if (m) m->cancels_total.get().inc();
+        finish(status, "client_cancel");
+        co_return false;
+      }
+    } while (!parser->is_done() || !sr.is_done());
+
+    if (upstream_keep && cfg->router.upstream_pool_size > 0) {
+      upstream->expires_never();
+      pool.give(url.key(), upstream->release_socket(), cfg->router.upstream_pool_size);
+    }
+    finish(status, status < 400 ? "ok" : "worker_error");
+    co_return client_keep;
   }
-  co_return co_await respond_error(client, v, keep,
-                                   ApiError{503, "No worker could be reached for this request.",
-                                            "service_unavailable", "", "upstream_unavailable"});
+  co_return co_await reject(
+      ApiError{503, "No worker could be reached for this request.", "service_unavailable", "", "upstream_unavailable"},
+      "upstream_unavailable");
 }
 
 HttpServer::HttpServer(HttpServerHooks hooks) : impl_(std::make_unique<Impl>(std::move(hooks))) {}
 
 HttpServer::~HttpServer() { stop(); }
 
-bool HttpServer::listen(const std::string& host, uint16_t port, std::string* error) {
+namespace {
+bool bind_acceptor(tcp::acceptor& a, const std::string& host, uint16_t port, std::string_view key, std::string* error) {
   beast::error_code ec;
   auto addr = asio::ip::make_address(host, ec);
   if (ec) {
-    if (error) *error = fmt::format("router.host: '{}' is not an IP address", host);
+    if (error) *error = fmt::format("{}.host: '{}' is not an IP address", key, host);
     return false;
   }
   tcp::endpoint ep(addr, port);
-  auto& a = impl_->acceptor;
   a.open(ep.protocol(), ec);
   if (!ec) a.set_option(asio::socket_base::reuse_address(true), ec);
   if (!ec) a.bind(ep, ec);
   if (!ec) a.listen(asio::socket_base::max_listen_connections, ec);
   if (ec) {
-    if (error) *error = fmt::format("cannot listen on {}:{}: {}", host, port, ec.message());
+    if (error) *error = fmt::format("{}: cannot listen on {}:{}: {}", key, host, port, ec.message());
     return false;
   }
   return true;
 }
+}  // namespace
+
+bool HttpServer::listen(const std::string& host, uint16_t port, std::string* error) {
+  return bind_acceptor(impl_->acceptor, host, port, "router", error);
+}
+
+bool HttpServer::listen_admin(const std::string& host, uint16_t port, std::string* error) {
+  return bind_acceptor(impl_->admin_acceptor, host, port, "admin", error);
+}
 
 uint16_t HttpServer::port() const { return impl_->acceptor.local_endpoint().port(); }
 
+uint16_t HttpServer::admin_port() const {
+  beast::error_code ec;
+  auto ep = impl_->admin_acceptor.local_endpoint(ec);
+  return ec ? 0 : ep.port();
+}
+
+int64_t HttpServer::inflight() const { return impl_->inflight.load(); }
+
 void HttpServer::start(unsigned threads) {
-  asio::co_spawn(impl_->ioc, impl_->accept_loop(), asio::detached);
-  for (unsigned i = 0; i < std::max(1u, threads); ++i) impl_->threads.emplace_back([this] { impl_->ioc.run(); });
+  asio::co_spawn(impl_->ioc, impl_->accept_loop(impl_->acceptor, false), asio::detached);
+  if (impl_->admin_acceptor.is_open())
+    asio::co_spawn(impl_->ioc, impl_->accept_loop(impl_->admin_acceptor, true), asio::detached);
+  for (unsigned i = 0; i < std::max(1u, threads); ++i)
+    impl_->threads.emplace_back([this] {
+      pthread_setname_np(pthread_self(), "kvroute-http");
+      impl_->ioc.run();
+    });
+}
+
+void HttpServer::shutdown(std::chrono::milliseconds grace) {
+  impl_->draining.store(true);
+  const auto deadline = Steady::now() + grace;
+  while (Steady::now() < deadline && impl_->inflight.load() > 0) std::this_thread::sleep_for(milliseconds(20));
+  if (impl_->inflight.load() > 0)
+    spdlog::warn("shutdown grace of {} ms over with {} requests in flight; closing them", grace.count(),
+                 impl_->inflight.load());
+  stop();
 }
 
 void HttpServer::stop() {
@@ -384,10 +729,12 @@ void HttpServer::stop() {
   asio::post(impl_->ioc, [this] {
     beast::error_code ec;
     impl_->acceptor.close(ec);
+    impl_->admin_acceptor.close(ec);
   });
   impl_->ioc.stop();
   for (auto& t : impl_->threads)
     if (t.joinable()) t.join();
+  impl_->pool.clear();
 }
 
 }  // namespace kvroute

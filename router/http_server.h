@@ -1,17 +1,21 @@
-// The OpenAI-compatible HTTP front end and streaming proxy (Boost.Beast).
-// Every Beast template lives in http_server.cpp, so this header is cheap.
+// The OpenAI-compatible HTTP front end, streaming proxy and admin listener
+// (Boost.Beast). Every Beast template lives in http_server.cpp.
 //
 // Threading: `start(n)` runs n io threads over one io_context; each client
-// connection is one coroutine on its own strand. Hooks are called from io
-// threads and must be thread-safe.
+// connection is one coroutine on its own strand, and the upstream connection
+// of a request lives on that same strand. Hooks are called from io threads
+// and must be thread-safe.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
 
 #include "config/config_store.h"
+#include "router/admin_api.h"
+#include "router/router_metrics.h"
 #include "router/routing.h"
 #include "scheduler/worker_registry.h"
 
@@ -21,10 +25,14 @@ struct HttpServerHooks {
   RoutingService* routing = nullptr;
   WorkerRegistry* registry = nullptr;
   const ConfigStore* config = nullptr;
-  // GET /ready answers 200 only when this returns true.
+  AdminApi* admin = nullptr;          // admin listener only
+  RouterMetrics* metrics = nullptr;
+  // GET /ready answers 200 only when this returns true (and not shutting down).
   std::function<bool()> ready;
   // GET /metrics body (Prometheus text format).
-  std::function<std::string()> metrics;
+  std::function<std::string()> render_metrics;
+  // Called after a routing decision for a worker in approximate mode.
+  std::function<void(const ParsedRequest&, const RouteResult&)> on_routed;
 };
 
 class HttpServer {
@@ -34,14 +42,21 @@ class HttpServer {
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
 
-  // Binds and listens. Returns false and sets `error` on failure.
+  // Binds the OpenAI listener / the admin listener. False + error on failure.
   bool listen(const std::string& host, uint16_t port, std::string* error);
-  // The bound port (useful with port 0).
+  bool listen_admin(const std::string& host, uint16_t port, std::string* error);
   uint16_t port() const;
+  uint16_t admin_port() const;
   // Starts accepting on `threads` io threads; returns immediately.
   void start(unsigned threads);
-  // Stops accepting, cancels connections and joins the io threads.
+  // Graceful stop: /ready turns 503 at once; requests in flight (and new
+  // ones that still arrive) are served until none is left or `grace` passes;
+  // then the listeners close and stop() runs.
+  void shutdown(std::chrono::milliseconds grace);
+  // Stops at once: cancels connections and joins the io threads.
   void stop();
+  // Requests being handled right now.
+  int64_t inflight() const;
 
  private:
   struct Impl;

@@ -1,8 +1,9 @@
 // kvroute: the daemon. The only place that wires the modules together.
 //
 // Start-up: defaults < YAML file (--config) < KVROUTE_* environment < flags.
-// Then: NATS connect -> event pipeline (index writer thread) -> HTTP server.
-// SIGINT/SIGTERM stop it.
+// Then: NATS connect -> event pipeline (index writer thread) -> HTTP and admin
+// listeners. SIGHUP re-reads the configuration (reloadable keys only);
+// SIGTERM/SIGINT drain in-flight requests for router.shutdown_grace_ms and exit.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -10,14 +11,23 @@
 #include <csignal>
 #include <cstdio>
 #include <map>
+#include <mutex>
+#include <set>
 
 #include "common/clock.h"
+#include "common/log.h"
+#include "common/metrics.h"
 #include "config/config.h"
 #include "config/config_store.h"
 #include "events/event_pipeline.h"
 #include "events/nats_bus.h"
+#include "indexer/approx_indexer.h"
+#include "indexer/event_sequencer.h"
 #include "indexer/radix_indexer.h"
+#include "router/admin_api.h"
 #include "router/http_server.h"
+#include "router/merged_index.h"
+#include "router/router_metrics.h"
 #include "router/routing.h"
 #include "scheduler/worker_registry.h"
 
@@ -27,43 +37,87 @@ using namespace kvroute;
 
 namespace {
 
-// Prometheus exposition of what the modules count. Names follow
-// kvroute_<module>_<noun>_<unit|total>.
-std::string render_metrics(const Indexer& index, const EventPipeline& pipeline, const WorkerRegistry& registry,
+// Builds the configuration from all sources. Used at start-up and on SIGHUP.
+struct ConfigSources {
+  std::string path;
+  std::map<std::string, std::string> flags;  // key -> value given on the command line
+  std::optional<std::string> load(Config& cfg) const {
+    cfg = Config{};
+    if (!path.empty())
+      if (auto e = load_yaml_file(cfg, path)) return e;
+    if (auto e = apply_env(cfg, environ)) return e;
+    for (const auto& [key, value] : flags)
+      if (auto e = set_key(cfg, key, value)) return fmt::format("{} (from flag --{})", *e, key);
+    return validate(cfg);
+  }
+};
+
+// Metrics of modules that keep plain atomic counters (events, indexer,
+// admin): rendered at scrape time in the exposition format.
+void render_module_metrics(std::string& out, const EventPipelineStats& st, const EventSequencer& seq,
+                           const Indexer& index, const ApproxIndexer& approx, const AdminStats& admin,
                            const NatsBus& bus) {
-  std::string out;
-  auto metric = [&](std::string_view name, std::string_view type, std::string_view help) {
+  auto head = [&](std::string_view name, std::string_view type, std::string_view help) {
     out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
   };
-  const auto& st = pipeline.stats();
-  metric("kvroute_events_messages_total", "counter", "kv_events messages received");
-  out += fmt::format("kvroute_events_messages_total {}\n", st.messages_total.load());
-  metric("kvroute_events_rejected_total", "counter", "kv_events messages rejected, by reason");
+  auto line = [&](std::string_view name, std::string_view labels, double v) {
+    out += fmt::format("{}{} {}\n", name, labels, v);
+  };
+  // events: counters, then gauges
+  head("kvroute_events_messages_total", "counter", "kv_events messages received");
+  line("kvroute_events_messages_total", "", st.messages_total.load());
+  head("kvroute_events_rejected_total", "counter", "kv_events messages rejected, by reason");
   for (size_t i = 1; i < st.rejected_total.size(); ++i)
-    out += fmt::format("kvroute_events_rejected_total{{reason=\"{}\"}} {}\n", to_string(static_cast<DecodeError>(i)),
-                       st.rejected_total[i].load());
-  metric("kvroute_events_queue_dropped_total", "counter", "kv_events messages dropped on a full writer queue");
-  out += fmt::format("kvroute_events_queue_dropped_total {}\n", st.queue_dropped_total.load());
-  metric("kvroute_events_heartbeats_total", "counter", "worker heartbeats accepted");
-  out += fmt::format("kvroute_events_heartbeats_total {}\n", st.heartbeats_total.load());
-  metric("kvroute_events_workers_expired_total", "counter", "workers removed after missing heartbeats");
-  out += fmt::format("kvroute_events_workers_expired_total {}\n", st.workers_expired_total.load());
-  metric("kvroute_events_nats_connected", "gauge", "1 when the NATS connection is up");
-  out += fmt::format("kvroute_events_nats_connected {}\n", bus.connected() ? 1 : 0);
-  metric("kvroute_indexer_events_total", "counter", "index events applied, by result");
+    line("kvroute_events_rejected_total", fmt::format("{{reason=\"{}\"}}", to_string(static_cast<DecodeError>(i))),
+         st.rejected_total[i].load());
+  head("kvroute_events_queue_dropped_total", "counter", "kv_events messages dropped on a full writer queue");
+  line("kvroute_events_queue_dropped_total", "", st.queue_dropped_total.load());
+  head("kvroute_events_heartbeats_total", "counter", "worker heartbeats accepted, or rejected");
+  line("kvroute_events_heartbeats_total", "{result=\"accepted\"}", st.heartbeats_total.load());
+  line("kvroute_events_heartbeats_total", "{result=\"rejected\"}", st.heartbeats_rejected_total.load());
+  head("kvroute_events_block_size_mismatch_total", "counter", "heartbeats announcing another block size");
+  line("kvroute_events_block_size_mismatch_total", "", st.block_size_mismatch_total.load());
+  head("kvroute_events_workers_expired_total", "counter", "workers removed after missing heartbeats");
+  line("kvroute_events_workers_expired_total", "", st.workers_expired_total.load());
+  head("kvroute_events_nats_reconnects_total", "counter", "NATS reconnections");
+  line("kvroute_events_nats_reconnects_total", "", bus.reconnects());
+  head("kvroute_events_nats_connected", "gauge", "1 when the NATS connection is up");
+  line("kvroute_events_nats_connected", "", bus.connected() ? 1 : 0);
+  // indexer: counters, then gauges
+  head("kvroute_indexer_events_total", "counter", "index events applied, by result");
   for (size_t i = 0; i < st.applied_total.size(); ++i)
-    out += fmt::format("kvroute_indexer_events_total{{result=\"{}\"}} {}\n", to_string(static_cast<ApplyResult>(i)),
-                       st.applied_total[i].load());
+    line("kvroute_indexer_events_total", fmt::format("{{result=\"{}\"}}", to_string(static_cast<ApplyResult>(i))),
+         st.applied_total[i].load());
+  const auto& sq = seq.counters();
+  head("kvroute_indexer_event_gaps_total", "counter", "event_id gaps (lost events) detected");
+  line("kvroute_indexer_event_gaps_total", "", sq.gaps.load());
+  head("kvroute_indexer_event_duplicates_total", "counter", "events ignored as redelivered");
+  line("kvroute_indexer_event_duplicates_total", "", sq.duplicates.load());
+  head("kvroute_indexer_worker_restarts_total", "counter", "event_id went backwards: worker restarted");
+  line("kvroute_indexer_worker_restarts_total", "", sq.restarts.load());
+  head("kvroute_indexer_resyncs_total", "counter", "resyncs by result");
+  line("kvroute_indexer_resyncs_total", "{result=\"requested\"}", st.resync_requests_total.load());
+  line("kvroute_indexer_resyncs_total", "{result=\"failed\"}", st.resync_failures_total.load());
+  line("kvroute_indexer_resyncs_total", "{result=\"applied\"}", st.resync_applied_total.load());
   const auto is = index.stats();
-  metric("kvroute_indexer_blocks", "gauge", "distinct blocks in the index");
-  out += fmt::format("kvroute_indexer_blocks {}\n", is.blocks);
-  metric("kvroute_indexer_entries", "gauge", "(block, owner) entries in the index");
-  out += fmt::format("kvroute_indexer_entries {}\n", is.entries);
-  metric("kvroute_indexer_bytes", "gauge", "memory held by the index");
-  out += fmt::format("kvroute_indexer_bytes {}\n", is.bytes);
-  metric("kvroute_scheduler_workers", "gauge", "workers known (announced or seen in events)");
-  out += fmt::format("kvroute_scheduler_workers {}\n", registry.size());
-  return out;
+  const auto as = approx.stats();
+  head("kvroute_indexer_stale_owners", "gauge", "cache owners whose entries are not trusted until a resync");
+  line("kvroute_indexer_stale_owners", "", sq.stale_owners.load());
+  head("kvroute_indexer_blocks", "gauge", "distinct blocks in the index, by mode");
+  line("kvroute_indexer_blocks", "{mode=\"exact\"}", is.blocks);
+  line("kvroute_indexer_blocks", "{mode=\"approximate\"}", as.blocks);
+  head("kvroute_indexer_entries", "gauge", "(block, owner) entries in the index, by mode");
+  line("kvroute_indexer_entries", "{mode=\"exact\"}", is.entries);
+  line("kvroute_indexer_entries", "{mode=\"approximate\"}", as.entries);
+  head("kvroute_indexer_bytes", "gauge", "memory held by the index, by mode");
+  line("kvroute_indexer_bytes", "{mode=\"exact\"}", is.bytes);
+  line("kvroute_indexer_bytes", "{mode=\"approximate\"}", as.bytes);
+  // config
+  head("kvroute_config_reloads_total", "counter", "configuration updates by result");
+  line("kvroute_config_reloads_total", "{result=\"ok\"}", admin.reloads_ok.load());
+  line("kvroute_config_reloads_total", "{result=\"rejected\"}", admin.reloads_rejected.load());
+  head("kvroute_admin_auth_failures_total", "counter", "admin requests refused for a missing or wrong token");
+  line("kvroute_admin_auth_failures_total", "", admin.auth_failures.load());
 }
 
 }  // namespace
@@ -72,42 +126,25 @@ int main(int argc, char** argv) {
   CLI::App app{
       "kvroute: KV-cache-aware router for OpenAI-compatible LLM workers.\n"
       "Configuration precedence: defaults < --config YAML < KVROUTE_<SECTION>_<KEY> environment < flags.\n"
-      "Every config key is also a flag (--section.key VALUE); see config/README.md."};
-  std::string config_path;
-  std::string log_level = "info";
+      "Every config key is also a flag (--section.key VALUE); config/README.md documents each.\n"
+      "Signals: SIGHUP re-reads the configuration; SIGTERM/SIGINT drain and exit."};
+  ConfigSources sources;
   bool print_config = false;
-  app.add_option("-c,--config", config_path, "YAML configuration file");
-  app.add_option("--log-level", log_level, "trace, debug, info, warn, error")->capture_default_str();
+  app.add_option("-c,--config", sources.path, "YAML configuration file");
   app.add_flag("--print-config", print_config, "Print the effective configuration as YAML and exit");
   std::map<std::string, std::string> flag_values;
   for (const auto& k : config_keys()) {
-    std::string name = "--" + std::string(k.path);
     std::string desc = std::string(k.doc);
-    if (!k.is_string) desc += fmt::format(" [range {}..{}]", k.min, k.max);
-    app.add_option(name, flag_values[std::string(k.path)], desc);
+    if (!k.is_string) desc += fmt::format(" [{}..{}]", k.min, k.max);
+    if (k.reloadable) desc += " (reloadable)";
+    app.add_option("--" + std::string(k.path), flag_values[std::string(k.path)], desc);
   }
   CLI11_PARSE(app, argc, argv);
+  for (const auto& [key, value] : flag_values)
+    if (app.count("--" + key) > 0) sources.flags[key] = value;
 
-  spdlog::set_level(spdlog::level::from_str(log_level));
   Config cfg;
-  if (!config_path.empty()) {
-    if (auto e = load_yaml_file(cfg, config_path)) {
-      std::fprintf(stderr, "kvroute: %s\n", e->c_str());
-      return 2;
-    }
-  }
-  if (auto e = apply_env(cfg, environ)) {
-    std::fprintf(stderr, "kvroute: %s\n", e->c_str());
-    return 2;
-  }
-  for (const auto& [key, value] : flag_values) {
-    if (app.count("--" + key) == 0) continue;
-    if (auto e = set_key(cfg, key, value)) {
-      std::fprintf(stderr, "kvroute: %s (from flag --%s)\n", e->c_str(), key.c_str());
-      return 2;
-    }
-  }
-  if (auto e = validate(cfg)) {
+  if (auto e = sources.load(cfg)) {
     std::fprintf(stderr, "kvroute: %s\n", e->c_str());
     return 2;
   }
@@ -115,6 +152,9 @@ int main(int argc, char** argv) {
     std::fputs(to_yaml(cfg).c_str(), stdout);
     return 0;
   }
+  setup_logging(cfg.log.level, cfg.log.format);
+  if (cfg.admin.token.empty())
+    spdlog::warn("admin.token is empty: the admin API refuses every request (set KVROUTE_ADMIN_TOKEN)");
 
   // Signals are handled by sigwait on this thread: block them before any
   // other thread starts so every thread inherits the mask.
@@ -122,13 +162,23 @@ int main(int argc, char** argv) {
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
 
   ConfigStore config(cfg);
+  config.on_change([](const Config& c) { setup_logging(c.log.level, c.log.format); });
   SteadyClock& clock = SteadyClock::instance();
   SeededRandom random(std::random_device{}());
-  RadixIndexer index;
+  metrics::Registry registry_metrics;
+  RouterMetrics router_metrics(registry_metrics);
+
+  // Index: exact (from events, behind the sequencer) and approximate (from
+  // routing decisions, for workers that publish no events).
+  RadixIndexer radix;
+  EventSequencer sequencer(radix);
+  ApproxIndexer approx(clock, std::chrono::milliseconds(cfg.indexer.approx_ttl_ms), cfg.indexer.approx_max_entries);
+  MergedIndex index(sequencer, approx);
   WorkerRegistry registry(clock);
 
   std::string err;
@@ -139,33 +189,101 @@ int main(int argc, char** argv) {
     return 1;
   }
   EventPipeline pipeline(cfg.events, cfg.indexer.block_size, index, registry, clock);
+  sequencer.set_resync_callback([&](CacheOwner owner) { pipeline.request_resync(owner); });
+  pipeline.set_resync_applier(
+      [&](const ResyncDump& d) { sequencer.apply_resync(d.owner, d.last_event_id, d.events); });
   if (!pipeline.start(*bus, &err)) {
     std::fprintf(stderr, "kvroute: %s\n", err.c_str());
     return 1;
   }
 
   RoutingService routing(index, registry, config, random);
+  AdminApi admin(config, routing, registry, index);
+  registry_metrics.on_scrape([&] {
+    // Per-worker load as reported and as predicted (bounded by the fleet).
+    static std::mutex mu;
+    static std::set<std::string> last;
+    std::lock_guard lk(mu);
+    static auto& kv = registry_metrics.gauge("kvroute_scheduler_worker_kv_usage_ratio",
+                                             "KV usage per worker, as reported and as predicted", {"worker", "source"});
+    static auto& act = registry_metrics.gauge("kvroute_scheduler_worker_active_requests",
+                                              "Active requests per worker, as reported and as predicted",
+                                              {"worker", "source"});
+    static auto& workers = registry_metrics.gauge("kvroute_scheduler_workers", "Workers known");
+    std::set<std::string> now;
+    const auto all = registry.all();
+    workers.get().set(static_cast<double>(all.size()));
+    for (const auto& w : all) {
+      const auto id = std::to_string(w.info.id.value);
+      now.insert(id);
+      auto ratio = [](const WorkerLoad& l) {
+        return l.kv_total_blocks ? double(l.kv_active_blocks) / double(l.kv_total_blocks) : 0.0;
+      };
+      kv.with({id, "reported"}).set(ratio(w.info.load));
+      kv.with({id, "predicted"}).set(ratio(w.predicted));
+      act.with({id, "reported"}).set(w.info.load.request_active_slots);
+      act.with({id, "predicted"}).set(w.predicted.request_active_slots);
+    }
+    for (const auto& id : last) {
+      if (now.count(id)) continue;
+      for (auto src : {"reported", "predicted"}) {
+        kv.remove({id, src});
+        act.remove({id, src});
+      }
+      router_metrics.worker_prompt_tokens_total.remove({id});
+      router_metrics.worker_cached_tokens_total.remove({id});
+    }
+    last = std::move(now);
+  });
+
   HttpServerHooks hooks;
   hooks.routing = &routing;
   hooks.registry = &registry;
   hooks.config = &config;
+  hooks.admin = &admin;
+  hooks.metrics = &router_metrics;
   hooks.ready = [&] { return bus->connected() && !registry.candidates("").empty(); };
-  hooks.metrics = [&] { return render_metrics(index, pipeline, registry, *bus); };
+  hooks.render_metrics = [&] {
+    std::string out = registry_metrics.render();
+    render_module_metrics(out, pipeline.stats(), sequencer, radix, approx, admin.stats(), *bus);
+    return out;
+  };
+  hooks.on_routed = [&](const ParsedRequest&, const RouteResult& r) {
+    // Approximate mode: the chosen worker will cache the request's blocks.
+    const auto& w = r.workers[*r.decision.chosen];
+    if (config.get()->indexer.approximate || w.info.approximate)
+      approx.record(r.candidates[*r.decision.chosen].owner, r.block_hashes, clock.now());
+  };
   HttpServer server(hooks);
-  if (!server.listen(cfg.router.host, static_cast<uint16_t>(cfg.router.port), &err)) {
+  if (!server.listen(cfg.router.host, static_cast<uint16_t>(cfg.router.port), &err) ||
+      !server.listen_admin(cfg.admin.host, static_cast<uint16_t>(cfg.admin.port), &err)) {
     std::fprintf(stderr, "kvroute: %s\n", err.c_str());
     return 1;
   }
   server.start(cfg.router.threads);
-  std::printf("kvroute listening on http://%s:%u\n", cfg.router.host.c_str(), server.port());
+  std::printf("kvroute listening on http://%s:%u admin http://%s:%u\n", cfg.router.host.c_str(), server.port(),
+              cfg.admin.host.c_str(), server.admin_port());
   std::fflush(stdout);
   spdlog::info("nats {} prefix '{}', block_size {}, worker_ttl {} ms", cfg.events.nats_url,
                cfg.events.subject_prefix, cfg.indexer.block_size, cfg.events.worker_ttl_ms);
 
-  int sig = 0;
-  sigwait(&signals, &sig);
-  spdlog::info("signal {}: shutting down", sig);
-  server.stop();
+  for (;;) {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    if (sig == SIGHUP) {
+      Config next;
+      auto e = sources.load(next);
+      if (e) admin.count_rejected_reload();
+      else e = admin.replace(next);
+      if (e) spdlog::error("SIGHUP: configuration not reloaded, the old one keeps serving: {}", *e);
+      else spdlog::info("SIGHUP: configuration reloaded");
+      continue;
+    }
+    const auto grace = std::chrono::milliseconds(config.get()->router.shutdown_grace_ms);
+    spdlog::info("signal {}: draining {} in-flight requests for up to {} ms", sig, server.inflight(), grace.count());
+    server.shutdown(grace);
+    break;
+  }
   pipeline.stop();
   return 0;
 }

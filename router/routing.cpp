@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <chrono>
 #include <unordered_map>
 
 #include "indexer/block_hash.h"
@@ -32,11 +33,21 @@ RouteResult RoutingService::route(const ParsedRequest& request) const {
     return out;
   }
 
+  using clk = std::chrono::steady_clock;
+  auto t0 = clk::now();
+  auto lap = [&](int stage) {
+    const auto t = clk::now();
+    out.stage_seconds[stage] = std::chrono::duration<double>(t - t0).count();
+    t0 = t;
+  };
   const auto tokens = tokens_of(request);
+  lap(0);
   out.isl_tokens = static_cast<uint32_t>(tokens.size());
   out.request_blocks = (tokens.size() + block_size - 1) / block_size;
-  const auto hashes = hash_blocks(tokens, block_size);
-  const auto scores = index_.find_matches(hashes);
+  out.block_hashes = hash_blocks(tokens, block_size);
+  lap(1);
+  const auto scores = index_.find_matches(out.block_hashes);
+  lap(2);
 
   // A worker with several dp ranks is scored by its best rank's overlap.
   std::unordered_map<WorkerId, const OwnerOverlap*> best;
@@ -49,14 +60,19 @@ RouteResult RoutingService::route(const ParsedRequest& request) const {
     Candidate c;
     c.owner.worker = w.info.id;
     c.load = w.predicted;
+    c.pending_prefill_tokens = w.pending_prefill_tokens;
+    c.draining = w.draining;
     if (auto it = best.find(w.info.id); it != best.end()) {
       c.owner.dp_rank = it->second->owner.dp_rank;
       c.overlap_blocks = it->second->blocks;
+      c.overlap_by_tier = it->second->by_tier;
     }
     out.candidates.push_back(c);
   }
 
+  out.workers = std::move(workers);
   out.decision = schedule(out.candidates, out.isl_tokens, block_size, cfg->scheduler, random_);
+  lap(3);
   if (!out.decision.chosen) {
     out.error = ApiError{503, "Every worker is at capacity; retry later.", "service_unavailable", "",
                          "workers_busy"};
@@ -64,10 +80,12 @@ RouteResult RoutingService::route(const ParsedRequest& request) const {
   }
   for (size_t i : out.decision.ranking) {
     const auto& c = out.candidates[i];
-    out.ranked.push_back(RouteTarget{
-        c.owner.worker, workers[i].info.url,
-        static_cast<uint32_t>(std::min<uint64_t>(uint64_t{c.overlap_blocks} * block_size, tokens.size()))});
+    const auto cached = static_cast<uint32_t>(std::min<uint64_t>(uint64_t{c.overlap_blocks} * block_size, tokens.size()));
+    out.ranked.push_back(RouteTarget{c.owner.worker, out.workers[i].info.url, cached, out.isl_tokens - cached});
   }
+  uint32_t best_overlap = 0;
+  for (size_t i : out.decision.ranking) best_overlap = std::max(best_overlap, out.candidates[i].overlap_blocks);
+  out.chose_best_overlap = out.candidates[*out.decision.chosen].overlap_blocks == best_overlap;
   out.ok = true;
   return out;
 }

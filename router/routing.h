@@ -5,6 +5,7 @@
 // Thread-safe: called concurrently from every HTTP io thread.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -22,6 +23,7 @@ struct RouteTarget {
   WorkerId worker;
   std::string url;
   uint32_t cached_tokens = 0;  // matched prefix length per the index
+  uint32_t prefill_tokens = 0; // tokens the worker must still prefill (predicted load)
 };
 
 struct RouteResult {
@@ -30,7 +32,13 @@ struct RouteResult {
   std::vector<RouteTarget> ranked;   // best first; the proxy fails over along it
   uint32_t isl_tokens = 0;
   uint64_t request_blocks = 0;       // KV blocks the request will occupy (for in-flight accounting)
-  // For explain and metrics:
+  std::vector<LocalBlockHash> block_hashes;  // the request's complete blocks
+  // Time spent per stage: tokenize, hash, find_matches, score (seconds).
+  std::array<double, 4> stage_seconds{};
+  // True when the chosen worker has the longest cached prefix among the eligible.
+  bool chose_best_overlap = false;
+  // For explain and metrics (parallel vectors):
+  std::vector<WorkerView> workers;
   std::vector<Candidate> candidates;
   Decision decision;
 };

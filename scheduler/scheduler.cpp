@@ -11,12 +11,41 @@ std::string_view to_string(Exclusion e) {
     case Exclusion::None: return "none";
     case Exclusion::NoFreeSlot: return "no_free_slot";
     case Exclusion::NoFreeBlock: return "no_free_block";
+    case Exclusion::TooManyWaiting: return "too_many_waiting";
+    case Exclusion::Draining: return "draining";
   }
   return "none";
 }
 
 namespace {
+
 double ratio(double num, double den) { return den > 0 ? num / den : 0.0; }
+
+Exclusion exclusion(const Candidate& c, const SchedulerConfig& cfg) {
+  const auto& l = c.load;
+  if (c.draining) return Exclusion::Draining;
+  // A worker that reports a total of 0 does not report that dimension.
+  if (l.request_total_slots > 0 &&
+      (l.request_active_slots >= l.request_total_slots ||
+       ratio(l.request_active_slots, l.request_total_slots) >= cfg.busy_slot_usage))
+    return Exclusion::NoFreeSlot;
+  if (l.kv_total_blocks > 0 &&
+      (l.kv_active_blocks >= l.kv_total_blocks ||
+       ratio(static_cast<double>(l.kv_active_blocks), static_cast<double>(l.kv_total_blocks)) >= cfg.busy_kv_usage))
+    return Exclusion::NoFreeBlock;
+  if (cfg.busy_waiting_requests > 0 && l.num_requests_waiting >= cfg.busy_waiting_requests)
+    return Exclusion::TooManyWaiting;
+  return Exclusion::None;
+}
+
+double tier_weighted_blocks(const Candidate& c, const SchedulerConfig& cfg) {
+  const auto& t = c.overlap_by_tier;
+  const uint32_t sum = t[0] + t[1] + t[2] + t[3];
+  if (sum == 0) return c.overlap_blocks * cfg.tier_weight_device;
+  return t[0] * cfg.tier_weight_device + t[1] * cfg.tier_weight_host_pinned + t[2] * cfg.tier_weight_disk +
+         t[3] * cfg.tier_weight_external;
+}
+
 }  // namespace
 
 Decision schedule(const std::vector<Candidate>& candidates, uint32_t isl_tokens, uint32_t block_size,
@@ -29,12 +58,7 @@ Decision schedule(const std::vector<Candidate>& candidates, uint32_t isl_tokens,
   for (size_t i = 0; i < candidates.size(); ++i) {
     const auto& l = candidates[i].load;
     auto& s = d.scores[i];
-    // A worker that reports no capacity (total 0) is not treated as full:
-    // it simply does not report that dimension.
-    if (l.request_total_slots > 0 && l.request_active_slots >= l.request_total_slots)
-      s.excluded = Exclusion::NoFreeSlot;
-    else if (l.kv_total_blocks > 0 && l.kv_active_blocks >= l.kv_total_blocks)
-      s.excluded = Exclusion::NoFreeBlock;
+    s.excluded = exclusion(candidates[i], cfg);
     if (s.excluded != Exclusion::None) continue;
     eligible.push_back(i);
     s.load_ratio = ratio(static_cast<double>(l.kv_active_blocks), static_cast<double>(l.kv_total_blocks));
@@ -54,9 +78,10 @@ Decision schedule(const std::vector<Candidate>& candidates, uint32_t isl_tokens,
   for (size_t i : eligible) {
     const auto& c = candidates[i];
     auto& s = d.scores[i];
-    const double cached = std::min<double>(static_cast<double>(c.overlap_blocks) * block_size, isl_tokens);
+    s.cached_tokens = std::min<double>(tier_weighted_blocks(c, cfg) * block_size, isl_tokens);
+    const double new_tokens = isl_tokens - s.cached_tokens;
     s.load_deviation = s.load_ratio - d.load_mean;
-    s.prefill_ratio = (isl_tokens - cached) / isl;
+    s.prefill_ratio = (new_tokens + cfg.pending_prefill_weight * static_cast<double>(c.pending_prefill_tokens)) / isl;
     s.slot_ratio = ratio(c.load.request_active_slots, c.load.request_total_slots);
     s.queue_ratio = max_waiting > 0 ? static_cast<double>(c.load.num_requests_waiting) / max_waiting : 0.0;
     s.cost = d.alpha * s.load_deviation + (1 - d.alpha) * s.prefill_ratio + cfg.gamma * s.slot_ratio +
@@ -68,6 +93,25 @@ Decision schedule(const std::vector<Candidate>& candidates, uint32_t isl_tokens,
   for (size_t i = d.ranking.size(); i > 1; --i) std::swap(d.ranking[i - 1], d.ranking[random.below(i)]);
   std::stable_sort(d.ranking.begin(), d.ranking.end(),
                    [&](size_t a, size_t b) { return d.scores[a].cost < d.scores[b].cost; });
+
+  if (cfg.temperature > 0 && d.ranking.size() > 1) {
+    // Softmax over -cost/T, shifted by the best cost for numerical stability.
+    const double best = d.scores[d.ranking.front()].cost;
+    std::vector<double> w(d.ranking.size());
+    double total = 0;
+    for (size_t k = 0; k < d.ranking.size(); ++k)
+      total += w[k] = std::exp(-(d.scores[d.ranking[k]].cost - best) / cfg.temperature);
+    double x = random.unit() * total;
+    size_t pick = d.ranking.size() - 1;
+    for (size_t k = 0; k < w.size(); ++k) {
+      if (x < w[k]) { pick = k; break; }
+      x -= w[k];
+    }
+    // The sampled worker goes first; failover continues by cost.
+    std::rotate(d.ranking.begin(), d.ranking.begin() + static_cast<long>(pick),
+                d.ranking.begin() + static_cast<long>(pick) + 1);
+    d.sampled = true;
+  }
   d.chosen = d.ranking.front();
   return d;
 }

@@ -3,6 +3,7 @@
 // it doesn't send you there". Thread-safe (no shared state; randomness injected).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string_view>
@@ -27,23 +28,31 @@ struct WorkerLoad {
 struct Candidate {
   CacheOwner owner;
   WorkerLoad load;
-  uint32_t overlap_blocks = 0;  // cached prefix length on this owner
+  uint32_t overlap_blocks = 0;  // cached prefix length on this owner (all tiers)
+  // Of overlap_blocks, how many per storage tier. If all zero, every
+  // overlapping block counts as a device hit.
+  std::array<uint32_t, kNumStorageTiers> overlap_by_tier{};
+  uint64_t pending_prefill_tokens = 0;  // router's in-flight prefill on this worker
+  bool draining = false;                // an operator asked for no new requests
 };
 
 // Why a candidate was not eligible. Maps one-to-one to a metric label.
 enum class Exclusion : uint8_t {
   None,
-  NoFreeSlot,   // request_active_slots >= request_total_slots
-  NoFreeBlock,  // kv_active_blocks >= kv_total_blocks
+  NoFreeSlot,   // request slot usage >= scheduler.busy_slot_usage (1.0 = full)
+  NoFreeBlock,  // KV usage >= scheduler.busy_kv_usage (1.0 = full)
+  TooManyWaiting,  // num_requests_waiting >= scheduler.busy_waiting_requests
+  Draining,     // drained by an operator
 };
 std::string_view to_string(Exclusion e);
 
 // Every term of one candidate's cost, for explain and metrics.
 struct WorkerScore {
   Exclusion excluded = Exclusion::None;
+  double cached_tokens = 0;   // tier-weighted tokens this worker saves
   double load_ratio = 0;      // kv_active / kv_total
   double load_deviation = 0;  // load_ratio - mean
-  double prefill_ratio = 0;   // new_tokens / isl_tokens
+  double prefill_ratio = 0;   // (new_tokens + pending_prefill_weight * pending) / isl_tokens
   double slot_ratio = 0;      // active / total slots
   double queue_ratio = 0;     // waiting / max waiting
   double cost = 0;
@@ -56,6 +65,7 @@ struct Decision {
   double alpha = 0;
   double load_mean = 0;
   double load_std = 0;
+  bool sampled = false;  // chosen by softmax sampling (temperature > 0), not argmin
 };
 
 // Scores `candidates` for a request of `isl_tokens` prompt tokens.

@@ -47,6 +47,8 @@ WorkerView WorkerRegistry::view(const Entry& e) const {
   v.info = e.info;
   v.inflight_requests = e.inflight_requests;
   v.inflight_blocks = e.inflight_blocks;
+  v.pending_prefill_tokens = e.pending_prefill_tokens;
+  v.draining = e.draining;
   // Reports lag by up to a heartbeat interval; what the router itself has in
   // flight on the worker is a lower bound of its load right now.
   v.predicted = e.info.load;
@@ -81,17 +83,38 @@ std::vector<std::string> WorkerRegistry::models() const {
   return {m.begin(), m.end()};
 }
 
+bool WorkerRegistry::known(WorkerId id) const {
+  std::lock_guard lk(mu_);
+  return workers_.count(id) > 0;
+}
+
 size_t WorkerRegistry::size() const {
   std::lock_guard lk(mu_);
   return workers_.size();
 }
 
-void WorkerRegistry::begin_request(WorkerId id, uint64_t blocks) {
+bool WorkerRegistry::set_draining(WorkerId id, bool draining) {
+  std::lock_guard lk(mu_);
+  auto it = workers_.find(id);
+  if (it == workers_.end()) return false;
+  it->second.draining = draining;
+  return true;
+}
+
+void WorkerRegistry::begin_request(WorkerId id, uint64_t blocks, uint64_t prefill_tokens) {
   std::lock_guard lk(mu_);
   auto it = workers_.find(id);
   if (it == workers_.end()) return;
   it->second.inflight_requests += 1;
   it->second.inflight_blocks += blocks;
+  it->second.pending_prefill_tokens += prefill_tokens;
+}
+
+void WorkerRegistry::first_byte(WorkerId id, uint64_t prefill_tokens) {
+  std::lock_guard lk(mu_);
+  auto it = workers_.find(id);
+  if (it == workers_.end()) return;
+  it->second.pending_prefill_tokens -= std::min(it->second.pending_prefill_tokens, prefill_tokens);
 }
 
 void WorkerRegistry::end_request(WorkerId id, uint64_t blocks) {

@@ -26,6 +26,7 @@ struct WorkerAnnouncement {
   std::string model;
   uint32_t block_size = 0;
   uint32_t dp_size = 1;
+  bool approximate = false;  // publishes no KV events: its cache is predicted from routing
   WorkerLoad load;  // as reported
 };
 
@@ -34,6 +35,8 @@ struct WorkerView {
   WorkerLoad predicted;         // reported load, raised by the router's own in-flight work
   uint32_t inflight_requests = 0;
   uint64_t inflight_blocks = 0;
+  uint64_t pending_prefill_tokens = 0;  // in-flight requests not yet answered with a first byte
+  bool draining = false;
 };
 
 class WorkerRegistry {
@@ -46,28 +49,35 @@ class WorkerRegistry {
   void touch(WorkerId id);
   // Removes workers silent for longer than `ttl`; returns them.
   std::vector<WorkerId> expire(Nanos ttl);
-  // Removes one worker now (e.g. drained by an operator).
+  // Removes one worker now.
   bool remove(WorkerId id);
+  // Marks a worker as draining: it gets no new requests, in-flight ones finish.
+  bool set_draining(WorkerId id, bool draining);
 
   // Workers that serve `model` (empty = any) and have announced a URL, sorted by id.
   std::vector<WorkerView> candidates(std::string_view model) const;
   std::vector<WorkerView> all() const;
+  bool known(WorkerId id) const;
   std::vector<std::string> models() const;
   size_t size() const;
 
-  // In-flight accounting: the router calls begin() when it dispatches a
-  // request and end() when the response completes (or fails), with the same
-  // `blocks` (KV blocks the request will hold on the worker).
-  void begin_request(WorkerId id, uint64_t blocks);
+  // In-flight accounting (predicted load): the router calls begin_request()
+  // when it dispatches a request, with the KV blocks it will hold and its
+  // uncached prefill tokens; first_byte() when the response starts (prefill
+  // is over); end_request() when the response completes or fails.
+  void begin_request(WorkerId id, uint64_t blocks, uint64_t prefill_tokens);
+  void first_byte(WorkerId id, uint64_t prefill_tokens);
   void end_request(WorkerId id, uint64_t blocks);
 
  private:
   struct Entry {
     WorkerAnnouncement info;
     bool announced = false;  // false: known from events only (no URL yet)
+    bool draining = false;
     TimePoint last_seen{};
     uint32_t inflight_requests = 0;
     uint64_t inflight_blocks = 0;
+    uint64_t pending_prefill_tokens = 0;
   };
   WorkerView view(const Entry& e) const;
 
@@ -76,20 +86,25 @@ class WorkerRegistry {
   std::map<WorkerId, Entry> workers_;
 };
 
-// RAII in-flight accounting for one dispatched request.
+// RAII in-flight accounting for one dispatched request. Not thread-safe
+// itself (owned by one request); the registry it updates is.
 class InflightGuard {
  public:
   InflightGuard() = default;
-  InflightGuard(WorkerRegistry& r, WorkerId id, uint64_t blocks) : r_(&r), id_(id), blocks_(blocks) {
-    r.begin_request(id, blocks);
+  InflightGuard(WorkerRegistry& r, WorkerId id, uint64_t blocks, uint64_t prefill_tokens)
+      : r_(&r), id_(id), blocks_(blocks), prefill_(prefill_tokens) {
+    r.begin_request(id, blocks, prefill_tokens);
   }
-  InflightGuard(InflightGuard&& o) noexcept : r_(o.r_), id_(o.id_), blocks_(o.blocks_) { o.r_ = nullptr; }
-  InflightGuard& operator=(InflightGuard&& o) noexcept {
-    if (this != &o) { release(); r_ = o.r_; id_ = o.id_; blocks_ = o.blocks_; o.r_ = nullptr; }
-    return *this;
-  }
+  InflightGuard(const InflightGuard&) = delete;
+  InflightGuard& operator=(const InflightGuard&) = delete;
   ~InflightGuard() { release(); }
+  // The worker answered: its prefill for this request is over.
+  void first_byte() {
+    if (r_ && prefill_) r_->first_byte(id_, prefill_);
+    prefill_ = 0;
+  }
   void release() {
+    first_byte();
     if (r_) r_->end_request(id_, blocks_);
     r_ = nullptr;
   }
@@ -98,6 +113,7 @@ class InflightGuard {
   WorkerRegistry* r_ = nullptr;
   WorkerId id_;
   uint64_t blocks_ = 0;
+  uint64_t prefill_ = 0;
 };
 
 }  // namespace kvroute

@@ -64,3 +64,20 @@ TEST_CASE("to_yaml lists every key and reads back to the same config") {
   CHECK(d.scheduler.gamma == doctest::Approx(0.33));
   CHECK(d.events.subject_prefix == "fleet-a");
 }
+
+TEST_CASE("booleans, enums and reloadability") {
+  Config c;
+  REQUIRE_FALSE(apply_yaml(c, "indexer:\n  approximate: true\nlog:\n  format: json\n").has_value());
+  CHECK(c.indexer.approximate);
+  CHECK(apply_yaml(c, "indexer:\n  approximate: maybe\n")->find("not a boolean") != std::string::npos);
+  CHECK(apply_yaml(c, "log:\n  format: xml\n")->find("log.format") != std::string::npos);
+
+  Config next = c;
+  next.scheduler.gamma = 0.9;
+  next.admin.token = "t";
+  CHECK_FALSE(check_reload(c, next).has_value());
+  next.router.port = 1;
+  auto e = check_reload(c, next);
+  REQUIRE(e.has_value());
+  CHECK(e->find("router.port") != std::string::npos);
+}

@@ -97,3 +97,71 @@ TEST_CASE("overlap longer than the prompt is capped; empty prompt does not divid
   CHECK(e.chosen.has_value());
   CHECK(e.scores[0].prefill_ratio == doctest::Approx(0.0));
 }
+
+TEST_CASE("tier weights: a host hit is worth less than a device hit and more than nothing") {
+  SchedulerConfig cfg;
+  cfg.tier_weight_host_pinned = 0.5;
+  SeededRandom rnd(1);
+  Candidate dev = cand(1, 8, 100), host = cand(2, 8, 100), none = cand(3, 0, 100);
+  dev.overlap_by_tier = {8, 0, 0, 0};
+  host.overlap_by_tier = {0, 8, 0, 0};
+  std::vector<Candidate> cs = {none, host, dev};
+  Decision d = schedule(cs, 100, 10, cfg, rnd);
+  CHECK(d.scores[2].cached_tokens == doctest::Approx(80));
+  CHECK(d.scores[1].cached_tokens == doctest::Approx(40));
+  CHECK(d.scores[0].cached_tokens == doctest::Approx(0));
+  CHECK(d.ranking == std::vector<size_t>{2, 1, 0});
+}
+
+TEST_CASE("busy thresholds exclude, each with its reason") {
+  SchedulerConfig cfg;
+  cfg.busy_kv_usage = 0.9;
+  cfg.busy_slot_usage = 0.5;
+  cfg.busy_waiting_requests = 3;
+  SeededRandom rnd(1);
+  Candidate drained = cand(5, 0, 0);
+  drained.draining = true;
+  std::vector<Candidate> cs = {cand(1, 0, 900), cand(2, 0, 0, 1000, 50, 100), cand(3, 0, 0, 1000, 0, 100, 3),
+                               cand(4, 0, 899, 1000, 49, 100, 2), drained};
+  Decision d = schedule(cs, 100, 10, cfg, rnd);
+  CHECK(d.scores[0].excluded == Exclusion::NoFreeBlock);
+  CHECK(d.scores[1].excluded == Exclusion::NoFreeSlot);
+  CHECK(d.scores[2].excluded == Exclusion::TooManyWaiting);
+  CHECK(d.scores[3].excluded == Exclusion::None);
+  CHECK(d.scores[4].excluded == Exclusion::Draining);
+  CHECK(d.ranking == std::vector<size_t>{3});
+}
+
+TEST_CASE("pending prefill on a worker counts like its own new tokens; weight 0 is the baseline") {
+  SchedulerConfig cfg;
+  SeededRandom rnd(1);
+  Candidate holder = cand(1, 9, 100), other = cand(2, 0, 100);
+  holder.pending_prefill_tokens = 150;  // busy prefilling for earlier requests
+  std::vector<Candidate> cs = {holder, other};
+  Decision d = schedule(cs, 100, 10, cfg, rnd);
+  CHECK(d.scores[0].prefill_ratio == doctest::Approx((10 + 150) / 100.0));
+  CHECK(cs[*d.chosen].owner.worker == WorkerId{2});
+  cfg.pending_prefill_weight = 0;
+  d = schedule(cs, 100, 10, cfg, rnd);
+  CHECK(cs[*d.chosen].owner.worker == WorkerId{1});
+}
+
+TEST_CASE("softmax sampling: temperature 0 is argmin; T > 0 follows exp(-cost/T), seeded") {
+  SchedulerConfig cfg;
+  std::vector<Candidate> cs = {cand(1, 0, 100), cand(2, 5, 100)};  // costs 0.7 and 0.35
+  SeededRandom rnd(3);
+  for (int i = 0; i < 50; ++i) CHECK(*schedule(cs, 100, 10, cfg, rnd).chosen == 1);
+  cfg.temperature = 0.35;
+  int picks[2] = {0, 0};
+  const int n = 20000;
+  for (int i = 0; i < n; ++i) {
+    Decision d = schedule(cs, 100, 10, cfg, rnd);
+    CHECK(d.sampled);
+    CHECK(d.ranking.size() == 2);
+    picks[*d.chosen]++;
+  }
+  // P(worker 1) = 1 / (1 + e^{(0.7-0.35)/0.35}) = 1/(1+e) = 0.2689
+  CHECK(picks[0] / double(n) == doctest::Approx(0.2689).epsilon(0.05));
+  SeededRandom a(9), b(9);
+  for (int i = 0; i < 50; ++i) CHECK(*schedule(cs, 100, 10, cfg, a).chosen == *schedule(cs, 100, 10, cfg, b).chosen);
+}

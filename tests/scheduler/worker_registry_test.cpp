@@ -51,21 +51,37 @@ TEST_CASE("in-flight requests raise predicted load until released") {
   WorkerRegistry r(clock);
   r.on_heartbeat(ann(1, "m", 1));
   {
-    InflightGuard a(r, WorkerId{1}, 7);
-    InflightGuard b(r, WorkerId{1}, 3);
+    InflightGuard a(r, WorkerId{1}, 7, 100);
+    InflightGuard b(r, WorkerId{1}, 3, 40);
     auto v = r.candidates("m").at(0);
     CHECK(v.inflight_requests == 2);
     CHECK(v.predicted.request_active_slots == 2);  // max(reported 1, own 2)
+    CHECK(v.predicted.kv_active_blocks == 10);
+    CHECK(v.pending_prefill_tokens == 140);
+    a.first_byte();  // prefill of `a` is over; its blocks stay
+    v = r.candidates("m").at(0);
+    CHECK(v.pending_prefill_tokens == 40);
     CHECK(v.predicted.kv_active_blocks == 10);
   }
   auto v = r.candidates("m").at(0);
   CHECK(v.inflight_requests == 0);
   CHECK(v.predicted.request_active_slots == 1);
   CHECK(v.predicted.kv_active_blocks == 0);
+  CHECK(v.pending_prefill_tokens == 0);
   // Releasing after the worker expired is harmless.
-  InflightGuard g(r, WorkerId{1}, 4);
+  InflightGuard g(r, WorkerId{1}, 4, 4);
   clock.advance(10s);
   r.expire(1s);
   g.release();
   CHECK(r.size() == 0);
+}
+
+TEST_CASE("draining survives heartbeats and is reported") {
+  ManualClock clock;
+  WorkerRegistry r(clock);
+  r.on_heartbeat(ann(1));
+  CHECK(r.set_draining(WorkerId{1}, true));
+  r.on_heartbeat(ann(1));
+  CHECK(r.candidates("m").at(0).draining);
+  CHECK_FALSE(r.set_draining(WorkerId{2}, true));
 }

@@ -1,0 +1,170 @@
+#include "common/metrics.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace kvroute::metrics {
+
+Histogram::Histogram(const std::vector<double>& bounds)
+    : bounds_(bounds), counts_(new std::atomic<uint64_t>[bounds.size() + 1]) {
+  for (size_t i = 0; i <= bounds_.size(); ++i) counts_[i].store(0);
+}
+
+void Histogram::observe(double v) {
+  const size_t i = static_cast<size_t>(std::lower_bound(bounds_.begin(), bounds_.end(), v) - bounds_.begin());
+  counts_[i].fetch_add(1, std::memory_order_relaxed);
+  count_.fetch_add(1, std::memory_order_relaxed);
+  sum_.fetch_add(v, std::memory_order_relaxed);
+}
+
+std::vector<double> exponential_buckets(double start, double factor, size_t n) {
+  std::vector<double> b;
+  for (size_t i = 0; i < n; ++i, start *= factor) b.push_back(start);
+  return b;
+}
+
+std::vector<double> linear_buckets(double start, double width, size_t n) {
+  std::vector<double> b;
+  for (size_t i = 0; i < n; ++i) b.push_back(start + width * static_cast<double>(i));
+  return b;
+}
+
+namespace {
+
+void escape_label(std::string& out, std::string_view v) {
+  for (char c : v) {
+    if (c == '\\') out += "\\\\";
+    else if (c == '"') out += "\\\"";
+    else if (c == '\n') out += "\\n";
+    else out += c;
+  }
+}
+
+std::string label_text(const std::vector<std::string>& names, const std::vector<std::string>& values,
+                       std::string_view extra_name = {}, std::string_view extra_value = {}) {
+  if (names.empty() && extra_name.empty()) return "";
+  std::string s = "{";
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (i) s += ',';
+    s += names[i];
+    s += "=\"";
+    escape_label(s, values[i]);
+    s += '"';
+  }
+  if (!extra_name.empty()) {
+    if (!names.empty()) s += ',';
+    s += fmt::format("{}=\"{}\"", extra_name, extra_value);
+  }
+  s += '}';
+  return s;
+}
+
+std::string number(double v) {
+  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
+  if (v == std::floor(v) && std::fabs(v) < 1e15) return fmt::format("{}", static_cast<int64_t>(v));
+  return fmt::format("{}", v);
+}
+
+template <class M>
+constexpr std::string_view type_name() {
+  if constexpr (std::is_same_v<M, Counter>) return "counter";
+  else if constexpr (std::is_same_v<M, Gauge>) return "gauge";
+  else return "histogram";
+}
+
+}  // namespace
+
+template <class M>
+M& Family<M>::with(std::initializer_list<std::string_view> values) {
+  std::vector<std::string> key(values.begin(), values.end());
+  key.resize(labels_.size());
+  std::lock_guard lk(mu_);
+  auto& slot = children_[key];
+  if (!slot) {
+    if constexpr (std::is_same_v<M, Histogram>) slot = std::make_unique<M>(bounds_);
+    else slot = std::make_unique<M>();
+  }
+  return *slot;
+}
+
+template <class M>
+void Family<M>::remove(std::initializer_list<std::string_view> values) {
+  std::vector<std::string> key(values.begin(), values.end());
+  key.resize(labels_.size());
+  std::lock_guard lk(mu_);
+  children_.erase(key);
+}
+
+template <class M>
+void Family<M>::render(std::string& out) const {
+  fmt::format_to(std::back_inserter(out), "# HELP {} {}\n# TYPE {} {}\n", name_, help_, name_, type_name<M>());
+  std::lock_guard lk(mu_);
+  for (const auto& [values, m] : children_) {
+    if constexpr (std::is_same_v<M, Histogram>) {
+      uint64_t cum = 0;
+      for (size_t i = 0; i < m->bounds().size(); ++i) {
+        cum += m->bucket(i);
+        out += fmt::format("{}_bucket{} {}\n", name_, label_text(labels_, values, "le", number(m->bounds()[i])), cum);
+      }
+      cum += m->bucket(m->bounds().size());
+      out += fmt::format("{}_bucket{} {}\n", name_, label_text(labels_, values, "le", "+Inf"), cum);
+      out += fmt::format("{}_sum{} {}\n", name_, label_text(labels_, values), number(m->sum()));
+      out += fmt::format("{}_count{} {}\n", name_, label_text(labels_, values), m->count());
+    } else {
+      out += fmt::format("{}{} {}\n", name_, label_text(labels_, values), number(static_cast<double>(m->value())));
+    }
+  }
+}
+
+template class Family<Counter>;
+template class Family<Gauge>;
+template class Family<Histogram>;
+
+CounterFamily& Registry::counter(std::string name, std::string help, std::vector<std::string> labels) {
+  std::lock_guard lk(mu_);
+  counters_.push_back(std::make_unique<CounterFamily>(std::move(name), std::move(help), std::move(labels)));
+  auto* f = counters_.back().get();
+  renderers_.push_back([f](std::string& out) { f->render(out); });
+  return *f;
+}
+
+GaugeFamily& Registry::gauge(std::string name, std::string help, std::vector<std::string> labels) {
+  std::lock_guard lk(mu_);
+  gauges_.push_back(std::make_unique<GaugeFamily>(std::move(name), std::move(help), std::move(labels)));
+  auto* f = gauges_.back().get();
+  renderers_.push_back([f](std::string& out) { f->render(out); });
+  return *f;
+}
+
+HistogramFamily& Registry::histogram(std::string name, std::string help, std::vector<double> bounds,
+                                     std::vector<std::string> labels) {
+  std::lock_guard lk(mu_);
+  histograms_.push_back(
+      std::make_unique<HistogramFamily>(std::move(name), std::move(help), std::move(labels), std::move(bounds)));
+  auto* f = histograms_.back().get();
+  renderers_.push_back([f](std::string& out) { f->render(out); });
+  return *f;
+}
+
+void Registry::on_scrape(std::function<void()> fn) {
+  std::lock_guard lk(mu_);
+  scrape_hooks_.push_back(std::move(fn));
+}
+
+std::string Registry::render() const {
+  std::vector<std::function<void()>> hooks;
+  std::vector<std::function<void(std::string&)>> renderers;
+  {
+    std::lock_guard lk(mu_);
+    hooks = scrape_hooks_;
+    renderers = renderers_;
+  }
+  for (auto& h : hooks) h();
+  std::string out;
+  for (auto& r : renderers) r(out);
+  return out;
+}
+
+}  // namespace kvroute::metrics

@@ -1,0 +1,112 @@
+// Minimal Prometheus metrics: counters, gauges, histograms with bounded label
+// sets, and text exposition (format 0.0.4). No prometheus-cpp in Debian.
+//
+// Thread-safety: every metric update is a relaxed atomic (lock-free). Creating
+// a labelled child takes the family's mutex once; callers on hot paths keep the
+// returned reference. Rendering (scrape) takes each family's mutex briefly.
+// Metric objects live as long as the Registry; references stay valid.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <initializer_list>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kvroute::metrics {
+
+class Counter {
+ public:
+  void inc(uint64_t n = 1) { v_.fetch_add(n, std::memory_order_relaxed); }
+  uint64_t value() const { return v_.load(std::memory_order_relaxed); }
+ private:
+  std::atomic<uint64_t> v_{0};
+};
+
+class Gauge {
+ public:
+  void set(double v) { v_.store(v, std::memory_order_relaxed); }
+  void add(double d) { v_.fetch_add(d, std::memory_order_relaxed); }
+  double value() const { return v_.load(std::memory_order_relaxed); }
+ private:
+  std::atomic<double> v_{0};
+};
+
+class Histogram {
+ public:
+  // `bounds` are the upper bounds of the buckets, ascending (+Inf is implicit).
+  explicit Histogram(const std::vector<double>& bounds);
+  void observe(double v);
+  const std::vector<double>& bounds() const { return bounds_; }
+  uint64_t bucket(size_t i) const { return counts_[i].load(std::memory_order_relaxed); }  // not cumulative
+  uint64_t count() const { return count_.load(std::memory_order_relaxed); }
+  double sum() const { return sum_.load(std::memory_order_relaxed); }
+ private:
+  std::vector<double> bounds_;
+  std::unique_ptr<std::atomic<uint64_t>[]> counts_;  // bounds_.size() + 1 (+Inf)
+  std::atomic<uint64_t> count_{0};
+  std::atomic<double> sum_{0};
+};
+
+// Exponential bucket bounds: start, start*factor, ... (n bounds).
+std::vector<double> exponential_buckets(double start, double factor, size_t n);
+std::vector<double> linear_buckets(double start, double width, size_t n);
+
+enum class Type { Counter, Gauge, Histogram };
+
+// A metric name with a fixed list of label names and one child per label values.
+template <class M>
+class Family {
+ public:
+  Family(std::string name, std::string help, std::vector<std::string> labels, std::vector<double> bounds = {})
+      : name_(std::move(name)), help_(std::move(help)), labels_(std::move(labels)), bounds_(std::move(bounds)) {}
+
+  // The child for these label values (in label-name order); created on first use.
+  M& with(std::initializer_list<std::string_view> values);
+  // The child without labels (for families declared with no label names).
+  M& get() { return with({}); }
+  // Removes a child (e.g. a worker that left), so label sets stay bounded.
+  void remove(std::initializer_list<std::string_view> values);
+
+  void render(std::string& out) const;
+  const std::string& name() const { return name_; }
+
+ private:
+  std::string name_, help_;
+  std::vector<std::string> labels_;
+  std::vector<double> bounds_;
+  mutable std::mutex mu_;
+  std::map<std::vector<std::string>, std::unique_ptr<M>> children_;
+};
+
+using CounterFamily = Family<Counter>;
+using GaugeFamily = Family<Gauge>;
+using HistogramFamily = Family<Histogram>;
+
+// Owns families and scrape-time callbacks; renders the exposition.
+class Registry {
+ public:
+  CounterFamily& counter(std::string name, std::string help, std::vector<std::string> labels = {});
+  GaugeFamily& gauge(std::string name, std::string help, std::vector<std::string> labels = {});
+  HistogramFamily& histogram(std::string name, std::string help, std::vector<double> bounds,
+                             std::vector<std::string> labels = {});
+  // Runs `fn` before every render (to refresh gauges computed from state).
+  void on_scrape(std::function<void()> fn);
+
+  std::string render() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<std::function<void(std::string&)>> renderers_;
+  std::vector<std::unique_ptr<CounterFamily>> counters_;
+  std::vector<std::unique_ptr<GaugeFamily>> gauges_;
+  std::vector<std::unique_ptr<HistogramFamily>> histograms_;
+  std::vector<std::function<void()>> scrape_hooks_;
+};
+
+}  // namespace kvroute::metrics

@@ -1,0 +1,69 @@
+// The admin API (its own listener, behind a bearer token): effective config
+// read and update, worker list and drain, index stats, route explain. Plain
+// request -> response functions with no Beast types, so they are unit-tested
+// without sockets; router/http_server.cpp serves them.
+//
+// Thread-safe: called from HTTP io threads.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <string>
+#include <string_view>
+
+#include "config/config_store.h"
+#include "indexer/indexer.h"
+#include "router/routing.h"
+#include "scheduler/worker_registry.h"
+
+namespace kvroute {
+
+struct AdminResponse {
+  unsigned status = 200;
+  std::string body;
+  std::string content_type = "application/json";
+};
+
+struct AdminStats {
+  std::atomic<uint64_t> reloads_ok{0};
+  std::atomic<uint64_t> reloads_rejected{0};
+  std::atomic<uint64_t> auth_failures{0};
+};
+
+class AdminApi {
+ public:
+  AdminApi(ConfigStore& config, RoutingService& routing, WorkerRegistry& registry, const Indexer& index)
+      : config_(config), routing_(routing), registry_(registry), index_(index) {}
+
+  // `authorization` is the request's Authorization header value.
+  AdminResponse handle(std::string_view method, std::string_view path, std::string_view authorization,
+                       std::string_view body);
+
+  // Applies a YAML/JSON overlay to the live config (PUT /admin/config and
+  // reloads). Counts the outcome. Returns the error, or nullopt on success.
+  std::optional<std::string> apply_update(std::string_view yaml_overlay);
+  // Replaces the live config with `next` if only reloadable keys differ (SIGHUP).
+  std::optional<std::string> replace(const Config& next);
+
+  // Counts a reload that failed before reaching replace() (e.g. unreadable file).
+  void count_rejected_reload() { stats_.reloads_rejected.fetch_add(1, std::memory_order_relaxed); }
+
+  const AdminStats& stats() const { return stats_; }
+
+  // Explain of one request body (the data plane's routing, no request sent).
+  AdminResponse explain(ApiKind kind, std::string_view body) const;
+
+ private:
+  bool authorized(std::string_view authorization) const;
+
+  ConfigStore& config_;
+  RoutingService& routing_;
+  WorkerRegistry& registry_;
+  const Indexer& index_;
+  AdminStats stats_;
+};
+
+// JSON of one routing decision (also used by tests and the simulator).
+std::string explain_json(const RouteResult& r, std::string_view model, uint32_t block_size);
+
+}  // namespace kvroute

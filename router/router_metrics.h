@@ -1,0 +1,67 @@
+// Router and scheduler metrics, declared in one block (counters, gauges,
+// histograms). Names: kvroute_<module>_<noun>_<unit|total>. Labels are
+// bounded: route and status are fixed sets, model and worker come from the
+// worker registry (unknown models are labelled "unknown"), and a worker's
+// series are removed when it leaves.
+#pragma once
+
+#include "common/metrics.h"
+
+namespace kvroute {
+
+struct RouterMetrics {
+  explicit RouterMetrics(metrics::Registry& r)
+      // counters
+      : requests_total(r.counter("kvroute_router_requests_total", "HTTP requests by route, status and model",
+                                 {"route", "status", "model"})),
+        upstream_errors_total(r.counter("kvroute_router_upstream_errors_total",
+                                        "Worker failures by phase (connect, first_byte, mid_stream)", {"reason"})),
+        retries_total(r.counter("kvroute_router_retries_total", "Requests sent to a further worker after a failure")),
+        cancels_total(r.counter("kvroute_router_cancels_total", "Client disconnects before the response ended")),
+        rejected_total(r.counter("kvroute_router_rejected_total",
+                                 "Requests refused before routing (limit, queue_full, queue_timeout, shutting_down)",
+                                 {"reason"})),
+        prompt_tokens_total(r.counter("kvroute_router_prompt_tokens_total", "Prompt tokens of routed requests")),
+        cached_tokens_total(r.counter("kvroute_router_cached_tokens_total",
+                                      "Prompt tokens the index found cached on the chosen worker")),
+        worker_prompt_tokens_total(r.counter("kvroute_router_worker_prompt_tokens_total",
+                                             "Prompt tokens routed to each worker", {"worker"})),
+        worker_cached_tokens_total(r.counter("kvroute_router_worker_cached_tokens_total",
+                                             "Cached prompt tokens on each worker at routing time", {"worker"})),
+        decisions_total(r.counter("kvroute_scheduler_decisions_total",
+                                  "Routing decisions by outcome (best_overlap, balance, no_worker)", {"outcome"})),
+        // gauges
+        inflight_requests(r.gauge("kvroute_router_inflight_requests", "Requests being handled")),
+        queued_requests(r.gauge("kvroute_router_queued_requests", "Requests waiting for a free worker")),
+        // histograms
+        request_duration_seconds(r.histogram("kvroute_router_request_duration_seconds",
+                                             "Request duration from parsed request to end of response",
+                                             metrics::exponential_buckets(0.001, 2, 18), {"route"})),
+        ttfb_seconds(r.histogram("kvroute_router_ttfb_seconds",
+                                 "Time from sending to the worker to its first response byte",
+                                 metrics::exponential_buckets(0.0005, 2, 18))),
+        decision_seconds(r.histogram("kvroute_router_decision_seconds", "Routing decision time by stage",
+                                     metrics::exponential_buckets(1e-6, 2, 20), {"stage"})),
+        overlap_ratio(r.histogram("kvroute_router_overlap_ratio",
+                                  "Cached fraction of the prompt on the chosen worker",
+                                  metrics::linear_buckets(0.1, 0.1, 10))) {}
+
+  metrics::CounterFamily& requests_total;
+  metrics::CounterFamily& upstream_errors_total;
+  metrics::CounterFamily& retries_total;
+  metrics::CounterFamily& cancels_total;
+  metrics::CounterFamily& rejected_total;
+  metrics::CounterFamily& prompt_tokens_total;
+  metrics::CounterFamily& cached_tokens_total;
+  metrics::CounterFamily& worker_prompt_tokens_total;
+  metrics::CounterFamily& worker_cached_tokens_total;
+  metrics::CounterFamily& decisions_total;
+  metrics::GaugeFamily& inflight_requests;
+  metrics::GaugeFamily& queued_requests;
+  metrics::HistogramFamily& request_duration_seconds;
+  metrics::HistogramFamily& ttfb_seconds;
+  metrics::HistogramFamily& decision_seconds;
+  metrics::HistogramFamily& overlap_ratio;
+};
+
+}  // namespace kvroute

@@ -36,6 +36,9 @@
 #include "common/log.h"
 #include "router/openai_request.h"
 
+// GCC 12 destroys some temporaries of a co_await expression twice: never pass
+// a temporary object (e.g. ApiError{...}) into a co_await'ed call; name it first.
+
 namespace kvroute {
 
 namespace asio = boost::asio;
@@ -145,8 +148,10 @@ class UpstreamPool {
     s.non_blocking(true, ec);
     char b;
     const size_t n = s.receive(asio::buffer(&b, 1), tcp::socket::message_peek, ec);
-    s.non_blocking(false, ec);
-    return ec == asio::error::would_block && n == 0;
+    const bool idle = n == 0 && (ec == asio::error::would_block || ec == asio::error::try_again);
+    beast::error_code ignored;
+    s.non_blocking(false, ignored);
+    return idle;
   }
   std::mutex mu_;
   std::unordered_map<std::string, std::vector<tcp::socket>> idle_;
@@ -161,13 +166,22 @@ struct ClientWatch {
   beast::tcp_stream* upstream = nullptr;
 };
 
+// True if the peer closed or reset the connection (readable with no data).
+bool peer_closed(tcp::socket& s) {
+  char b;
+  beast::error_code ec;
+  s.non_blocking(true, ec);
+  const size_t n = s.receive(asio::buffer(&b, 1), tcp::socket::message_peek, ec);
+  beast::error_code ignored;
+  s.non_blocking(false, ignored);
+  if (n > 0 || ec == asio::error::would_block || ec == asio::error::try_again) return false;
+  return true;  // eof, reset, or another socket error
+}
+
 void arm_client_watch(tcp::socket& client, const std::shared_ptr<ClientWatch>& w) {
   client.async_wait(tcp::socket::wait_read, [w, &client](beast::error_code ec) {
     if (ec || w->done) return;
-    char b;
-    beast::error_code rec;
-    const size_t n = client.receive(asio::buffer(&b, 1), tcp::socket::message_peek, rec);
-    if (n > 0) return;  // the client sent more (pipelining): it is alive; stop watching
+    if (!peer_closed(client)) return;  // spurious wake-up or pipelined data: alive; stop watching
     w->client_gone = true;
     if (w->upstream) {
       beast::error_code ignored;
@@ -244,19 +258,19 @@ awaitable<void> HttpServer::Impl::session(tcp::socket socket, bool admin) {
         // Answer what a client can act on; a closed or timed-out connection gets nothing.
         if (ec == http::error::body_limit) {
           count("other", 413, "");
-          co_await respond_error(stream, 11, false,
-                                 ApiError{413, fmt::format("Request body exceeds {} bytes.", cfg->router.max_body_bytes),
-                                          "invalid_request_error", "", "request_too_large"});
+          const ApiError e{413, fmt::format("Request body exceeds {} bytes.", cfg->router.max_body_bytes),
+                           "invalid_request_error", "", "request_too_large"};
+          co_await respond_error(stream, 11, false, e);
         } else if (ec == http::error::header_limit) {
           count("other", 431, "");
-          co_await respond_error(stream, 11, false,
-                                 ApiError{431, "Request headers too large.", "invalid_request_error", "", ""});
+          const ApiError e{431, "Request headers too large.", "invalid_request_error", "", ""};
+          co_await respond_error(stream, 11, false, e);
         } else if (ec.category() == http::make_error_code(http::error::body_limit).category() &&
                    ec != http::error::end_of_stream && ec != http::error::partial_message) {
           count("other", 400, "");
-          co_await respond_error(stream, 11, false,
-                                 ApiError{400, fmt::format("Malformed HTTP request: {}.", ec.message()),
-                                          "invalid_request_error", "", ""});
+          const ApiError e{400, fmt::format("Malformed HTTP request: {}.", ec.message()), "invalid_request_error", "",
+                           ""};
+          co_await respond_error(stream, 11, false, e);
         }
         break;
       }
@@ -291,7 +305,8 @@ awaitable<bool> HttpServer::Impl::respond_error(beast::tcp_stream& client, unsig
                                                 const ApiError& e) {
   std::optional<unsigned> retry_after;
   if (e.status == 503) retry_after = 1;
-  co_return co_await respond(client, version, keep_alive, static_cast<http::status>(e.status), error_body(e),
+  std::string body = error_body(e);
+  co_return co_await respond(client, version, keep_alive, static_cast<http::status>(e.status), std::move(body),
                              "application/json", retry_after);
 }
 
@@ -348,14 +363,13 @@ awaitable<bool> HttpServer::Impl::handle(beast::tcp_stream& client, http::reques
   }
   if (route != "other") {
     count(route, 405, "");
-    co_return co_await respond_error(client, v, keep,
-                                     ApiError{405, fmt::format("Method {} not allowed on {}.",
-                                                               std::string(req.method_string()), target),
-                                              "invalid_request_error", "", "method_not_allowed"});
+    const ApiError e{405, fmt::format("Method {} not allowed on {}.", std::string(req.method_string()), target),
+                     "invalid_request_error", "", "method_not_allowed"};
+    co_return co_await respond_error(client, v, keep, e);
   }
   count(route, 404, "");
-  co_return co_await respond_error(
-      client, v, keep, ApiError{404, fmt::format("Unknown path {}.", target), "invalid_request_error", "", "not_found"});
+  const ApiError e{404, fmt::format("Unknown path {}.", target), "invalid_request_error", "", "not_found"};
+  co_return co_await respond_error(client, v, keep, e);
 }
 
 awaitable<bool> HttpServer::Impl::proxy(beast::tcp_stream& client, http::request<http::string_body>& req,
@@ -401,9 +415,8 @@ awaitable<bool> HttpServer::Impl::proxy(beast::tcp_stream& client, http::request
   } slot(inflight, m);
   if (inflight.load() > static_cast<int64_t>(cfg->router.max_concurrent_requests)) {
     if (m) m->rejected_total.with({"limit"}).inc();
-    co_return co_await reject(ApiError{503, "Too many concurrent requests; retry later.", "service_unavailable", "",
-                                       "too_many_requests"},
-                              "rejected_limit");
+    const ApiError e{503, "Too many concurrent requests; retry later.", "service_unavailable", "", "too_many_requests"};
+    co_return co_await reject(e, "rejected_limit");
   }
 
   ParsedRequest parsed;
@@ -631,7 +644,9 @@ awaitable<bool> HttpServer::Impl::proxy(beast::tcp_stream& client, http::request
           co_return false;
         }
         res.body().size = sizeof buf - res.body().size;
-        res.body().data = buf;
+        // A zero-size buffer would be serialised as the terminating chunk:
+        // with nothing parsed (only chunk framing arrived) pass no buffer.
+        res.body().data = res.body().size ? buf : nullptr;
         res.body().more = !parser->is_done();
       } else {
         res.body().data = nullptr;
@@ -655,9 +670,9 @@ awaitable<bool> HttpServer::Impl::proxy(beast::tcp_stream& client, http::request
     finish(status, status < 400 ? "ok" : "worker_error");
     co_return client_keep;
   }
-  co_return co_await reject(
-      ApiError{503, "No worker could be reached for this request.", "service_unavailable", "", "upstream_unavailable"},
-      "upstream_unavailable");
+  const ApiError unreachable{503, "No worker could be reached for this request.", "service_unavailable", "",
+                             "upstream_unavailable"};
+  co_return co_await reject(unreachable, "upstream_unavailable");
 }
 
 HttpServer::HttpServer(HttpServerHooks hooks) : impl_(std::make_unique<Impl>(std::move(hooks))) {}

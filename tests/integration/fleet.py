@@ -6,6 +6,7 @@ Every process is killed when the Fleet is closed (use it as a context manager).
 import http.client
 import json
 import os
+import re
 import selectors
 import shutil
 import signal
@@ -74,6 +75,8 @@ class Fleet:
         self.mocker_urls = {}
         self.nats_port = None
         self.router_port = None
+        self.admin_port = None
+        self.admin_token = "it-admin-token"
 
     # -- processes --------------------------------------------------------
     def _spawn(self, name, args, stdout=subprocess.PIPE):
@@ -112,10 +115,12 @@ class Fleet:
         args = [os.path.join(self.build_dir, "router", "kvroute"), "--router.host", "127.0.0.1",
                 "--router.port", "0", "--events.nats_url", self.nats_url,
                 "--events.worker_ttl_ms", str(self.ttl_ms), "--indexer.block_size", str(self.block_size),
+                "--admin.host", "127.0.0.1", "--admin.port", "0", "--admin.token", self.admin_token,
                 *self.router_args]
         proc = self._spawn("kvroute", args)
         line = read_line_matching(proc, "listening on", 20)
-        self.router_port = int(line.rsplit(":", 1)[1])
+        m = re.search(r"listening on http://[^:]+:(\d+) admin http://[^:]+:(\d+)", line)
+        self.router_port, self.admin_port = int(m.group(1)), int(m.group(2))
 
     def kill(self, name, sig=signal.SIGKILL):
         proc = self.procs[name]

@@ -15,6 +15,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from fleet import Fleet  # noqa: E402
 
 BUILD_DIR = "build"
+ENTRIES = 'kvroute_indexer_entries{mode="exact"}'
 BLOCK = 16
 # Placeholder tokenizer: 4 bytes per token, so 64 bytes per 16-token block.
 SHARED_PREFIX = "You are a meticulous assistant for a logistics company. " * 40  # ~2.2 KB, ~35 blocks
@@ -60,7 +61,7 @@ class FleetCase(unittest.TestCase):
         cls.tmp.cleanup()
 
     def wait_entries(self, minimum):
-        return wait_until(lambda: self.fleet.metric("kvroute_indexer_entries") >= minimum, 5)
+        return wait_until(lambda: self.fleet.metric(ENTRIES) >= minimum, 5)
 
 
 class RoutingTest(FleetCase):
@@ -139,7 +140,7 @@ class WorkerDeathTest(FleetCase):
         blocks = len(prefix) // 64
         self.assertTrue(self.wait_entries(blocks))
         # Only the holder has served traffic: every index entry is its.
-        entries_before = f.metric("kvroute_indexer_entries")
+        entries_before = f.metric(ENTRIES)
         self.assertGreaterEqual(entries_before, blocks)
 
         killed_at = time.time()
@@ -160,8 +161,8 @@ class WorkerDeathTest(FleetCase):
         # live workers published (they hold the failed-over requests' blocks).
         live_blocks = sum(f.get("/mocker/stats", port=int(url.rsplit(":", 1)[1])).json()["kv_cached_blocks"]
                           for wid, url in f.mocker_urls.items() if str(wid) != holder)
-        self.assertTrue(wait_until(lambda: f.metric("kvroute_indexer_entries") == live_blocks, 3),
-                        f"index has {f.metric('kvroute_indexer_entries')} entries, live workers hold {live_blocks}")
+        self.assertTrue(wait_until(lambda: f.metric(ENTRIES) == live_blocks, 3),
+                        f"index has {f.metric(ENTRIES)} entries, live workers hold {live_blocks}")
         for i in range(10):
             r = f.post("/v1/completions", completion(uuid.uuid4().hex * 10))
             self.assertEqual(r.status, 200)

@@ -1,0 +1,68 @@
+#include "indexer/approx_indexer.h"
+
+#include "indexer/block_hash.h"
+
+namespace kvroute {
+
+void ApproxIndexer::record(CacheOwner owner, std::span<const LocalBlockHash> blocks, TimePoint now) {
+  std::lock_guard lk(mu_);
+  KvEvent ev;
+  ev.owner = owner;
+  KvStored st;
+  SequenceHash parent{0};
+  for (LocalBlockHash h : blocks) {
+    const SequenceHash id = sequence_hash(parent, h);
+    st.blocks.push_back({id, h});
+    const Key k{owner, id.value};
+    touched_[k] = now;
+    order_.emplace_back(now, k);
+    parent = id;
+  }
+  if (!st.blocks.empty()) {
+    ev.data = std::move(st);
+    tree_.apply(ev);
+  }
+  // Expire by age, then by size.
+  while (!order_.empty() && now - order_.front().first > ttl_) evict_front_locked();
+  while (touched_.size() > max_entries_ && !order_.empty()) evict_front_locked();
+}
+
+void ApproxIndexer::evict_front_locked() {
+  auto [t, k] = order_.front();
+  order_.pop_front();
+  auto it = touched_.find(k);
+  if (it == touched_.end() || it->second != t) return;  // re-recorded later, or already gone
+  touched_.erase(it);
+  KvEvent ev;
+  ev.owner = k.owner;
+  ev.data = KvRemoved{{SequenceHash{k.block}}};
+  tree_.apply(ev);
+}
+
+void ApproxIndexer::expire(TimePoint now) {
+  std::lock_guard lk(mu_);
+  while (!order_.empty() && now - order_.front().first > ttl_) evict_front_locked();
+}
+
+ApplyResult ApproxIndexer::apply(const KvEvent& event) {
+  if (std::holds_alternative<KvCleared>(event.data)) clear_owner(event.owner);
+  return ApplyResult::Applied;
+}
+
+void ApproxIndexer::remove_worker(WorkerId worker) {
+  std::lock_guard lk(mu_);
+  tree_.remove_worker(worker);
+  std::erase_if(touched_, [&](const auto& kv) { return kv.first.owner.worker == worker; });
+}
+
+void ApproxIndexer::clear_owner(CacheOwner owner) {
+  std::lock_guard lk(mu_);
+  tree_.clear_owner(owner);
+  std::erase_if(touched_, [&](const auto& kv) { return kv.first.owner == owner; });
+}
+
+OverlapScores ApproxIndexer::find_matches(std::span<const LocalBlockHash> blocks) const {
+  return tree_.find_matches(blocks);
+}
+
+}  // namespace kvroute

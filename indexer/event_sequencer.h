@@ -1,0 +1,84 @@
+// Ordering, gaps, restarts and resyncs of KV events, in front of any Indexer.
+// It is itself an Indexer, so the daemon routes through it.
+//
+// Per cache owner it tracks the last applied `event_id`:
+//   id == last + 1         -> apply
+//   id == last             -> duplicate redelivery: ignored (counted)
+//   id <  last             -> the worker restarted: drop the owner's blocks, apply (counted)
+//   id >  last + 1 (gap)   -> events were lost: the owner becomes stale (its
+//                             overlap reads as zero), the resync callback asks
+//                             the worker for a full dump; events arriving
+//                             meanwhile are buffered (bounded)
+//   first event of an owner with id > 1 -> treated as a gap (we joined late)
+//   no event_id            -> applied without tracking
+// apply_resync(owner, N, dump) clears the owner, applies the dump, then the
+// buffered events with id > N in order; the owner is trusted again unless
+// the buffer itself has a gap (then another resync is requested).
+//
+// Threading: the mutating calls on the single writer thread; find_matches
+// and stats from any thread (the stale set has its own lock). The resync
+// callback runs on the writer thread and must not block (queue the request).
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <mutex>
+#include <shared_mutex>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "indexer/indexer.h"
+
+namespace kvroute {
+
+struct SequencerCounters {
+  std::atomic<uint64_t> duplicates{0};
+  std::atomic<uint64_t> gaps{0};
+  std::atomic<uint64_t> restarts{0};
+  std::atomic<uint64_t> resyncs_requested{0};
+  std::atomic<uint64_t> resyncs_completed{0};
+  std::atomic<uint64_t> buffer_overflows{0};  // events dropped while waiting for a dump
+  std::atomic<uint64_t> stale_owners{0};      // gauge
+};
+
+class EventSequencer final : public Indexer {
+ public:
+  // Events buffered per stale owner while its dump is awaited.
+  static constexpr size_t kMaxBufferedEvents = 65536;
+
+  explicit EventSequencer(Indexer& inner) : inner_(inner) {}
+
+  void set_resync_callback(std::function<void(CacheOwner)> cb) { resync_cb_ = std::move(cb); }
+
+  ApplyResult apply(const KvEvent& event) override;
+  void remove_worker(WorkerId worker) override;
+  void clear_owner(CacheOwner owner) override;
+  OverlapScores find_matches(std::span<const LocalBlockHash> blocks) const override;
+  IndexStats stats() const override { return inner_.stats(); }
+
+  // Writer thread. Replaces the owner's state with a full dump taken after
+  // event `last_event_id`.
+  void apply_resync(CacheOwner owner, uint64_t last_event_id, const std::vector<KvEvent>& dump);
+
+  bool is_stale(CacheOwner owner) const;
+  const SequencerCounters& counters() const { return counters_; }
+
+ private:
+  struct OwnerSeq {
+    uint64_t last = 0;
+    bool stale = false;
+    std::vector<KvEvent> buffer;  // events received while stale, in arrival order
+  };
+  void mark_stale(CacheOwner owner, OwnerSeq& s);
+  void set_trusted(CacheOwner owner);
+
+  Indexer& inner_;
+  std::function<void(CacheOwner)> resync_cb_;
+  std::unordered_map<CacheOwner, OwnerSeq> seq_;  // writer thread only
+  mutable std::shared_mutex stale_mu_;
+  std::unordered_set<CacheOwner> stale_;          // read by find_matches
+  SequencerCounters counters_;
+};
+
+}  // namespace kvroute

@@ -1,0 +1,41 @@
+// The reference index: the design Dynamo started from. Each node is a hash
+// map of children plus a hash set of owners; one mutex. Obviously correct,
+// slow and large: the conformance suite and the benchmark compare against it.
+// Thread-safe (one mutex for everything).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "indexer/indexer.h"
+
+namespace kvroute {
+
+class NaiveIndexer final : public Indexer {
+ public:
+  ApplyResult apply(const KvEvent& event) override;
+  void remove_worker(WorkerId worker) override;
+  void clear_owner(CacheOwner owner) override;
+  OverlapScores find_matches(std::span<const LocalBlockHash> blocks) const override;
+  IndexStats stats() const override;
+
+ private:
+  struct Node {
+    Node* parent = nullptr;
+    LocalBlockHash hash;
+    std::unordered_map<LocalBlockHash, std::unique_ptr<Node>> children;
+    std::unordered_map<CacheOwner, StorageTier> owners;
+  };
+  void remove_block(CacheOwner owner, SequenceHash h);
+  void prune(Node* n);
+  void clear_locked(CacheOwner owner);
+
+  mutable std::mutex mu_;
+  Node root_;
+  std::unordered_map<CacheOwner, std::unordered_map<SequenceHash, Node*>> lookup_;
+};
+
+}  // namespace kvroute

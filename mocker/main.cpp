@@ -1,0 +1,83 @@
+// kvroute-mocker: a simulated OpenAI-compatible inference worker with a paged
+// KV cache (mocker/engine.h), publishing KV events and load on NATS.
+#include <CLI/CLI.hpp>
+#include <spdlog/spdlog.h>
+
+#include <csignal>
+#include <cstdio>
+#include <thread>
+
+#include "common/log.h"
+#include "common/types.h"
+#include "events/nats_bus.h"
+#include "mocker/server.h"
+
+using namespace kvroute;
+
+int main(int argc, char** argv) {
+  CLI::App app{"kvroute-mocker: a simulated OpenAI-compatible inference worker (paged KV cache, continuous\n"
+               "batching, Dynamo's prefill-time polynomial) that publishes KV events and heartbeats on NATS.\n"
+               "Prints 'kvroute-mocker listening on http://HOST:PORT' once it serves."};
+  mocker::MockerOptions o;
+  std::string nats_url, tier = "device", log_level = "info";
+  uint16_t port = 0;
+  app.add_option("--host", o.host, "Address to bind (an IP)")->capture_default_str();
+  app.add_option("--port", port, "Port to bind (0 = a free one)")->capture_default_str();
+  app.add_option("--worker-id", o.worker_id, "Worker id announced on NATS")->capture_default_str();
+  app.add_option("--model", o.model, "Model name served")->capture_default_str();
+  app.add_option("--nats-url", nats_url, "NATS URL (empty = no events, no heartbeats)");
+  app.add_option("--subject-prefix", o.subject_prefix, "NATS subject prefix")->capture_default_str();
+  app.add_option("--heartbeat-ms", o.heartbeat_ms, "Heartbeat interval")->capture_default_str()->check(CLI::Range(10u, 60000u));
+  app.add_option("--speedup", o.speedup, "Engine time runs this many times faster than real time")
+      ->capture_default_str()->check(CLI::Range(0.001, 100000.0));
+  app.add_option("--block-size", o.engine.block_size, "Tokens per KV block")->capture_default_str()->check(CLI::Range(1u, 65536u));
+  app.add_option("--kv-blocks", o.engine.kv_blocks, "KV cache capacity in blocks")->capture_default_str()->check(CLI::Range(uint64_t{1}, uint64_t{1} << 40));
+  app.add_option("--max-seqs", o.engine.max_seqs, "Running sequences (request slots)")->capture_default_str()->check(CLI::Range(1u, 1000000u));
+  app.add_option("--max-batched-tokens", o.engine.max_batched_tokens, "New prefill tokens per engine step")
+      ->capture_default_str()->check(CLI::Range(1u, 10000000u));
+  app.add_option("--prefill-a", o.engine.prefill_a, "prefill_ms = a*t^2 + b*t + c (t = new tokens in the step)")->capture_default_str();
+  app.add_option("--prefill-b", o.engine.prefill_b, "see --prefill-a")->capture_default_str();
+  app.add_option("--prefill-c", o.engine.prefill_c, "see --prefill-a")->capture_default_str();
+  app.add_option("--decode-base-ms", o.engine.decode_base_ms, "decode_ms = base + kv * (KV blocks used / capacity)")->capture_default_str();
+  app.add_option("--decode-kv-ms", o.engine.decode_kv_ms, "see --decode-base-ms")->capture_default_str();
+  app.add_option("--storage-tier", tier, "Tier announced in KV events: device, host_pinned, disk, external")->capture_default_str();
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  o.port = port;
+  if (!parse_storage_tier(tier, o.engine.tier)) {
+    std::fprintf(stderr, "kvroute-mocker: --storage-tier: '%s' is not one of device, host_pinned, disk, external\n",
+                 tier.c_str());
+    return 2;
+  }
+  setup_logging(log_level, "human");
+
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+
+  std::unique_ptr<NatsBus> bus;
+  std::string err;
+  if (!nats_url.empty()) {
+    bus = NatsBus::connect(nats_url, "kvroute-mocker", std::chrono::seconds(10), &err);
+    if (!bus) {
+      std::fprintf(stderr, "kvroute-mocker: --nats-url: %s\n", err.c_str());
+      return 1;
+    }
+  }
+  mocker::MockerServer server(o, bus.get());
+  if (!server.listen(&err) || !server.start_nats(&err)) {
+    std::fprintf(stderr, "kvroute-mocker: %s\n", err.c_str());
+    return 1;
+  }
+  std::printf("kvroute-mocker listening on http://%s:%u\n", o.host.c_str(), server.port());
+  std::fflush(stdout);
+  std::thread io([&] { server.run(); });
+  int sig = 0;
+  sigwait(&signals, &sig);
+  server.stop();
+  io.join();
+  return 0;
+}

@@ -1,0 +1,508 @@
+// The mocker's Beast server: the only translation unit of the mocker with
+// Beast templates. Same coroutine style as router/http_server.cpp.
+#include "mocker/server.h"
+
+#include <utility>  // Boost 1.74's awaitable.hpp uses std::exchange without it
+
+#include <boost/asio.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <fmt/format.h>
+#include <simdjson.h>
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <chrono>
+#include <deque>
+#include <unordered_map>
+
+#include "common/json_escape.h"
+#include "events/nats_bus.h"
+#include "events/wire.h"
+#include "router/openai_request.h"
+#include "router/routing.h"
+
+namespace kvroute::mocker {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+using asio::awaitable;
+using asio::use_awaitable;
+
+namespace {
+
+auto nothrow(beast::error_code& ec) { return asio::redirect_error(use_awaitable, ec); }
+
+constexpr const char* kWords[] = {"the ", "cache ", "router ", "sends ", "each ", "request ", "to ", "a ",
+                                  "worker ", "that ", "already ", "holds ", "its ", "prefix ", "and ", "streams "};
+
+// What the engine produced for one request, waiting for its session.
+struct Pending {
+  explicit Pending(asio::any_io_executor ex) : wake(ex) { wake.expires_at(asio::steady_timer::time_point::max()); }
+  std::deque<EngineOutput> outputs;
+  asio::steady_timer wake;  // cancelled to wake the session
+  bool client_gone = false;
+};
+
+// Fields of a completion request the router does not need.
+struct GenParams {
+  uint32_t max_tokens = 16;
+  bool include_usage = false;
+};
+
+bool parse_gen_params(std::string_view body, GenParams& p, std::string& err) {
+  thread_local simdjson::dom::parser parser;
+  auto doc = parser.parse(body.data(), body.size(), true);
+  if (doc.error()) return false;
+  simdjson::dom::object o;
+  if (doc.value_unsafe().get_object().get(o)) return false;
+  for (const char* key : {"max_tokens", "max_completion_tokens"}) {
+    auto v = o.at_key(key);
+    if (v.error() || v.value_unsafe().is_null()) continue;
+    uint64_t n = 0;
+    if (v.value_unsafe().get_uint64().get(n) || n == 0 || n > 1000000) {
+      err = fmt::format("'{}' must be an integer in [1, 1000000]", key);
+      return false;
+    }
+    p.max_tokens = static_cast<uint32_t>(n);
+  }
+  auto so = o.at_key("stream_options");
+  if (!so.error() && so.value_unsafe().is_object()) {
+    auto iu = so.value_unsafe().at_key("include_usage");
+    if (!iu.error() && iu.value_unsafe().is_bool()) p.include_usage = iu.value_unsafe().get_bool().value_unsafe();
+  }
+  return true;
+}
+
+}  // namespace
+
+struct MockerServer::Impl {
+  Impl(MockerOptions o, NatsBus* b)
+      : opts(std::move(o)),
+        bus(b),
+        acceptor(ioc),
+        tick(ioc),
+        heartbeat(ioc),
+        start(std::chrono::steady_clock::now()),
+        engine(make_engine_config(opts), [this](const KvEvent& ev) { publish_event(ev); }) {}
+
+  static EngineConfig make_engine_config(const MockerOptions& o) {
+    EngineConfig c = o.engine;
+    c.owner = CacheOwner{WorkerId{o.worker_id}, 0};
+    return c;
+  }
+
+  MockerOptions opts;
+  NatsBus* bus;
+  asio::io_context ioc;
+  tcp::acceptor acceptor;
+  asio::steady_timer tick;
+  asio::steady_timer heartbeat;
+  const std::chrono::steady_clock::time_point start;
+  Engine engine;
+  std::unordered_map<uint64_t, std::shared_ptr<Pending>> pending;
+  uint64_t next_id = 1;
+  std::optional<double> scheduled;  // engine time the tick timer is set for
+  // Stats and test hooks (io thread only).
+  uint64_t requests_total = 0, cancels_total = 0, events_published = 0, events_dropped = 0;
+  uint64_t drop_remaining = 0;
+  bool hang = false;
+
+  double now_ms() const {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() *
+           opts.speedup;
+  }
+
+  void publish_event(const KvEvent& ev) {
+    if (drop_remaining > 0) {
+      --drop_remaining;
+      ++events_dropped;
+      return;
+    }
+    if (!bus) return;
+    bus->publish(opts.subject_prefix + ".kv_events", encode_kv_event(ev));
+    ++events_published;
+  }
+
+  void publish_heartbeat() {
+    if (!bus) return;
+    WorkerHeartbeat hb;
+    hb.worker_id = WorkerId{opts.worker_id};
+    hb.url = fmt::format("http://{}:{}", opts.host, acceptor.local_endpoint().port());
+    hb.model = opts.model;
+    hb.block_size = opts.engine.block_size;
+    const auto l = engine.load();
+    hb.load = WorkerLoadReport{l.request_active_slots, l.request_total_slots, l.num_requests_waiting,
+                               l.kv_active_blocks, l.kv_total_blocks};
+    bus->publish(opts.subject_prefix + ".workers", encode_heartbeat(hb));
+  }
+
+  void heartbeat_loop() {
+    publish_heartbeat();
+    heartbeat.expires_after(std::chrono::milliseconds(opts.heartbeat_ms));
+    heartbeat.async_wait([this](beast::error_code ec) {
+      if (!ec) heartbeat_loop();
+    });
+  }
+
+  // Runs the engine up to now, hands outputs to sessions, re-arms the timer.
+  void on_tick() {
+    for (const auto& out : engine.advance_to(now_ms())) {
+      auto it = pending.find(out.request);
+      if (it == pending.end()) continue;
+      it->second->outputs.push_back(out);
+      it->second->wake.cancel();
+    }
+    schedule();
+  }
+
+  void schedule() {
+    const auto next = engine.next_event_time();
+    if (!next) {
+      scheduled.reset();
+      tick.cancel();
+      return;
+    }
+    if (scheduled && *scheduled == *next) return;
+    scheduled = next;
+    const double wait_real_ms = std::max(0.0, (*next - now_ms()) / opts.speedup);
+    tick.expires_after(std::chrono::microseconds(static_cast<int64_t>(wait_real_ms * 1000)));
+    tick.async_wait([this](beast::error_code ec) {
+      if (ec) return;  // re-armed or stopped
+      scheduled.reset();
+      on_tick();
+    });
+  }
+
+  std::string stats_json() const {
+    const auto l = engine.load();
+    return fmt::format(
+        R"({{"worker_id":{},"requests_total":{},"cancels_total":{},"active":{},"waiting":{},"kv_cached_blocks":{},"kv_active_blocks":{},"events_published":{},"events_dropped":{},"last_event_id":{}}})",
+        opts.worker_id, requests_total, cancels_total, l.request_active_slots, l.num_requests_waiting,
+        engine.cached_blocks(), l.kv_active_blocks, events_published, events_dropped, engine.last_event_id());
+  }
+
+  awaitable<void> accept_loop();
+  awaitable<void> session(tcp::socket socket);
+  awaitable<bool> respond(beast::tcp_stream& s, unsigned version, bool keep, http::status st, std::string body,
+                          std::string_view type = "application/json");
+  awaitable<bool> generate(beast::tcp_stream& s, const http::request<http::string_body>& req, ApiKind kind);
+};
+
+awaitable<void> MockerServer::Impl::accept_loop() {
+  for (;;) {
+    beast::error_code ec;
+    tcp::socket socket = co_await acceptor.async_accept(nothrow(ec));
+    if (ec) {
+      if (!acceptor.is_open()) co_return;
+      continue;
+    }
+    socket.set_option(tcp::no_delay(true), ec);
+    asio::co_spawn(ioc, session(std::move(socket)), asio::detached);
+  }
+}
+
+awaitable<bool> MockerServer::Impl::respond(beast::tcp_stream& s, unsigned version, bool keep, http::status st,
+                                            std::string body, std::string_view type) {
+  http::response<http::string_body> res{st, version};
+  res.set(http::field::server, "kvroute-mocker");
+  res.set(http::field::content_type, beast::string_view(type.data(), type.size()));
+  res.keep_alive(keep);
+  res.body() = std::move(body);
+  res.prepare_payload();
+  beast::error_code ec;
+  co_await http::async_write(s, res, nothrow(ec));
+  co_return !ec && keep;
+}
+
+awaitable<void> MockerServer::Impl::session(tcp::socket socket) {
+  beast::tcp_stream stream(std::move(socket));
+  beast::flat_buffer buffer;
+  for (;;) {
+    http::request_parser<http::string_body> parser;
+    parser.body_limit(64 << 20);
+    beast::error_code ec;
+    co_await http::async_read(stream, buffer, parser, nothrow(ec));
+    if (ec) break;
+    auto req = parser.release();
+    std::string_view target(req.target().data(), req.target().size());
+    const bool keep = req.keep_alive();
+    const unsigned v = req.version();
+    bool again = false;
+    if (req.method() == http::verb::post && target == "/v1/completions") {
+      again = co_await generate(stream, req, ApiKind::Completions);
+    } else if (req.method() == http::verb::post && target == "/v1/chat/completions") {
+      again = co_await generate(stream, req, ApiKind::ChatCompletions);
+    } else if (target == "/health") {
+      again = co_await respond(stream, v, keep, http::status::ok, R"({"status":"ok"})");
+    } else if (target == "/v1/models") {
+      again = co_await respond(
+          stream, v, keep, http::status::ok,
+          fmt::format(R"({{"object":"list","data":[{{"id":"{}","object":"model","created":0,"owned_by":"kvroute-mocker"}}]}})",
+                      json_escape(opts.model)));
+    } else if (target == "/mocker/stats") {
+      again = co_await respond(stream, v, keep, http::status::ok, stats_json());
+    } else if (target == "/mocker/drop_events" && req.method() == http::verb::post) {
+      simdjson::dom::parser p;
+      uint64_t n = 0;
+      auto doc = p.parse(req.body());
+      if (!doc.error() && !doc.value_unsafe()["count"].get_uint64().get(n)) {
+        drop_remaining += n;
+        again = co_await respond(stream, v, keep, http::status::ok, fmt::format(R"({{"dropping":{}}})", drop_remaining));
+      } else {
+        again = co_await respond(stream, v, keep, http::status::bad_request,
+                                 R"({"error":{"message":"body must be {\"count\": N}","type":"invalid_request_error","param":"count","code":null}})");
+      }
+    } else if (target == "/mocker/hang" && req.method() == http::verb::post) {
+      simdjson::dom::parser p;
+      bool on = false;
+      auto doc = p.parse(req.body());
+      if (!doc.error() && !doc.value_unsafe()["enabled"].get_bool().get(on)) {
+        hang = on;
+        again = co_await respond(stream, v, keep, http::status::ok, fmt::format(R"({{"hang":{}}})", hang));
+      } else {
+        again = co_await respond(stream, v, keep, http::status::bad_request,
+                                 R"({"error":{"message":"body must be {\"enabled\": true|false}","type":"invalid_request_error","param":"enabled","code":null}})");
+      }
+    } else {
+      again = co_await respond(stream, v, keep, http::status::not_found,
+                               R"({"error":{"message":"not found","type":"invalid_request_error","param":null,"code":null}})");
+    }
+    if (!again) break;
+  }
+  beast::error_code ignored;
+  stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
+}
+
+awaitable<bool> MockerServer::Impl::generate(beast::tcp_stream& s, const http::request<http::string_body>& req,
+                                             ApiKind kind) {
+  const bool keep = req.keep_alive();
+  const unsigned v = req.version();
+  ++requests_total;
+  ParsedRequest parsed;
+  ApiError err;
+  GenParams gen;
+  std::string gerr;
+  // Bodies are built before co_await: GCC 12 mishandles temporaries in co_await expressions.
+  if (!parse_openai_request(kind, req.body(), parsed, err)) {
+    std::string body = error_body(err);
+    co_return co_await respond(s, v, keep, http::status::bad_request, std::move(body));
+  }
+  if (!parse_gen_params(req.body(), gen, gerr)) {
+    std::string body = error_body(ApiError{400, gerr, "invalid_request_error", "max_tokens", ""});
+    co_return co_await respond(s, v, keep, http::status::bad_request, std::move(body));
+  }
+  if (parsed.model != opts.model) {
+    std::string body = error_body(ApiError{404, fmt::format("The model `{}` does not exist.", parsed.model),
+                                           "invalid_request_error", "model", "model_not_found"});
+    co_return co_await respond(s, v, keep, http::status::not_found, std::move(body));
+  }
+
+  if (hang) {
+    // Test hook: accept and never answer; return when the client gives up.
+    char b;
+    beast::error_code ec;
+    s.expires_never();
+    co_await s.socket().async_receive(asio::buffer(&b, 1), nothrow(ec));
+    co_return false;
+  }
+
+  const uint64_t id = next_id++;
+  auto tokens = RoutingService::tokens_of(parsed);
+  const uint32_t prompt_len = static_cast<uint32_t>(tokens.size());
+  if (!engine.add_request(id, std::move(tokens), gen.max_tokens, now_ms())) {
+    std::string body = error_body(ApiError{
+        400, fmt::format("This request needs more KV blocks than the worker has ({}).", opts.engine.kv_blocks),
+        "invalid_request_error", "messages", "context_length_exceeded"});
+    co_return co_await respond(s, v, keep, http::status::bad_request, std::move(body));
+  }
+  auto p = std::make_shared<Pending>(ioc.get_executor());
+  pending[id] = p;
+  schedule();
+
+  // Watch the client while generating: a close cancels the request.
+  auto& sock = s.socket();
+  sock.async_wait(tcp::socket::wait_read, [&sock, p](beast::error_code ec) {
+    if (ec || p->client_gone) return;  // cancelled: the session may be gone, touch nothing
+    char b;
+    beast::error_code rec;
+    sock.non_blocking(true, rec);
+    const size_t n = sock.receive(asio::buffer(&b, 1), tcp::socket::message_peek, rec);
+    beast::error_code ignored;
+    sock.non_blocking(false, ignored);
+    if (n > 0 || rec == asio::error::would_block || rec == asio::error::try_again) return;  // alive
+    p->client_gone = true;
+    p->wake.cancel();
+  });
+
+  const bool chat = kind == ApiKind::ChatCompletions;
+  const std::string rid = fmt::format("{}-{}-{}", chat ? "chatcmpl" : "cmpl", opts.worker_id, id);
+  const int64_t created = std::chrono::duration_cast<std::chrono::seconds>(
+                              std::chrono::system_clock::now().time_since_epoch())
+                              .count();
+  const std::string model = json_escape(opts.model);
+  uint32_t generated = 0, cached = 0;
+  std::string text;
+  bool header_sent = false;
+  beast::error_code ec;
+  http::response<http::empty_body> head{http::status::ok, v};
+  http::response_serializer<http::empty_body> sr{head};
+
+  auto chunk_json = [&](std::string_view piece, const char* finish) {
+    const std::string fin = finish ? fmt::format("\"{}\"", finish) : "null";
+    if (chat)
+      return fmt::format(
+          R"({{"id":"{}","object":"chat.completion.chunk","created":{},"model":"{}","choices":[{{"index":0,"delta":{},"logprobs":null,"finish_reason":{}}}]}})",
+          rid, created, model,
+          finish ? std::string("{}") : fmt::format(R"({{"content":"{}"}})", json_escape(piece)), fin);
+    return fmt::format(
+        R"({{"id":"{}","object":"text_completion","created":{},"model":"{}","choices":[{{"index":0,"text":"{}","logprobs":null,"finish_reason":{}}}]}})",
+        rid, created, model, json_escape(piece), fin);
+  };
+  auto usage_json = [&] {
+    return fmt::format(
+        R"({{"prompt_tokens":{},"completion_tokens":{},"total_tokens":{},"prompt_tokens_details":{{"cached_tokens":{}}}}})",
+        prompt_len, generated, prompt_len + generated, cached);
+  };
+  auto write_chunk = [&](std::string payload) -> awaitable<bool> {
+    std::string frame = "data: " + payload + "\n\n";
+    co_await asio::async_write(s, http::make_chunk(asio::buffer(frame)), nothrow(ec));
+    co_return !ec;
+  };
+
+  bool finished = false, ok = true;
+  while (!finished && ok) {
+    if (p->outputs.empty()) {
+      p->wake.expires_at(asio::steady_timer::time_point::max());
+      co_await p->wake.async_wait(nothrow(ec));
+      ec = {};
+      if (p->client_gone) break;
+      continue;
+    }
+    const EngineOutput out = p->outputs.front();
+    p->outputs.pop_front();
+    if (out.kind == EngineOutput::Kind::Finished) {
+      finished = true;
+      break;
+    }
+    if (out.kind == EngineOutput::Kind::FirstToken) cached = out.cached_tokens;
+    const std::string piece = kWords[(id + generated) % std::size(kWords)];
+    ++generated;
+    text += piece;
+    if (!parsed.stream) continue;
+    if (!header_sent) {
+      head.set(http::field::server, "kvroute-mocker");
+      head.set(http::field::content_type, "text/event-stream");
+      head.set(http::field::cache_control, "no-cache");
+      head.chunked(true);
+      head.keep_alive(keep);
+      co_await http::async_write_header(s, sr, nothrow(ec));
+      header_sent = true;
+      if (ec) break;
+      if (chat) {
+        ok = co_await write_chunk(fmt::format(
+            R"({{"id":"{}","object":"chat.completion.chunk","created":{},"model":"{}","choices":[{{"index":0,"delta":{{"role":"assistant","content":""}},"logprobs":null,"finish_reason":null}}]}})",
+            rid, created, model));
+        if (!ok) break;
+      }
+    }
+    ok = co_await write_chunk(chunk_json(piece, nullptr));
+  }
+  pending.erase(id);
+  {
+    beast::error_code ignored;
+    sock.cancel(ignored);  // stop the client watch
+  }
+  if (!finished) {
+    // Client went away (or a write failed): stop generating, free the blocks.
+    engine.cancel(id);
+    schedule();
+    ++cancels_total;
+    co_return false;
+  }
+  if (!parsed.stream) {
+    const std::string choice =
+        chat ? fmt::format(R"({{"index":0,"message":{{"role":"assistant","content":"{}"}},"logprobs":null,"finish_reason":"length"}})",
+                           json_escape(text))
+             : fmt::format(R"({{"index":0,"text":"{}","logprobs":null,"finish_reason":"length"}})", json_escape(text));
+    co_return co_await respond(s, v, keep, http::status::ok,
+                               fmt::format(R"({{"id":"{}","object":"{}","created":{},"model":"{}","choices":[{}],"usage":{}}})",
+                                           rid, chat ? "chat.completion" : "text_completion", created, model, choice,
+                                           usage_json()));
+  }
+  if (!co_await write_chunk(chunk_json("", "length"))) co_return false;
+  if (gen.include_usage &&
+      !co_await write_chunk(fmt::format(R"({{"id":"{}","object":"{}","created":{},"model":"{}","choices":[],"usage":{}}})",
+                                        rid, chat ? "chat.completion.chunk" : "text_completion", created, model,
+                                        usage_json())))
+    co_return false;
+  if (!co_await write_chunk("[DONE]")) co_return false;
+  co_await asio::async_write(s, http::make_chunk_last(), nothrow(ec));
+  co_return !ec && keep;
+}
+
+MockerServer::MockerServer(MockerOptions opts, NatsBus* bus) : impl_(std::make_unique<Impl>(std::move(opts), bus)) {}
+MockerServer::~MockerServer() = default;
+
+bool MockerServer::listen(std::string* error) {
+  beast::error_code ec;
+  auto addr = asio::ip::make_address(impl_->opts.host, ec);
+  if (ec) {
+    if (error) *error = fmt::format("--host: '{}' is not an IP address", impl_->opts.host);
+    return false;
+  }
+  tcp::endpoint ep(addr, impl_->opts.port);
+  auto& a = impl_->acceptor;
+  a.open(ep.protocol(), ec);
+  if (!ec) a.set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) a.bind(ep, ec);
+  if (!ec) a.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    if (error) *error = fmt::format("cannot listen on {}:{}: {}", impl_->opts.host, impl_->opts.port, ec.message());
+    return false;
+  }
+  return true;
+}
+
+uint16_t MockerServer::port() const { return impl_->acceptor.local_endpoint().port(); }
+
+bool MockerServer::start_nats(std::string* error) {
+  if (!impl_->bus) return true;
+  const std::string subject = fmt::format("{}.kv_resync.{}", impl_->opts.subject_prefix, impl_->opts.worker_id);
+  return impl_->bus->subscribe(
+      subject,
+      [impl = impl_.get()](const NatsMessage& m) {
+        if (m.reply.empty()) return;
+        // The engine lives on the io thread: take the dump there.
+        asio::post(impl->ioc, [impl, reply = std::string(m.reply)] {
+          ResyncDump d;
+          d.owner = CacheOwner{WorkerId{impl->opts.worker_id}, 0};
+          d.last_event_id = impl->engine.last_event_id();
+          d.events = impl->engine.dump();
+          impl->bus->publish(reply, encode_resync_dump(d));
+        });
+      },
+      error);
+}
+
+void MockerServer::run() {
+  asio::co_spawn(impl_->ioc, impl_->accept_loop(), asio::detached);
+  if (impl_->bus) impl_->heartbeat_loop();
+  impl_->ioc.run();
+}
+
+void MockerServer::stop() {
+  asio::post(impl_->ioc, [impl = impl_.get()] {
+    beast::error_code ec;
+    impl->acceptor.close(ec);
+    impl->ioc.stop();
+  });
+}
+
+}  // namespace kvroute::mocker

@@ -1,0 +1,201 @@
+// Deterministic simulation of routing decisions: the production RoutingService
+// over a real RadixIndexer fed with KV events, a WorkerRegistry on a manual
+// clock, and seeded randomness. No sockets, no threads.
+#include "router/routing.h"
+
+#include <doctest/doctest.h>
+
+#include <map>
+
+#include "indexer/block_hash.h"
+#include "indexer/radix_indexer.h"
+
+using namespace kvroute;
+
+namespace {
+
+constexpr uint32_t kBlock = 16;
+
+struct Sim {
+  ManualClock clock;
+  SeededRandom random{1234};
+  RadixIndexer index;
+  WorkerRegistry registry{clock};
+  ConfigStore config{[] {
+    Config c;
+    c.indexer.block_size = kBlock;
+    return c;
+  }()};
+  RoutingService routing{index, registry, config, random};
+
+  void add_worker(uint64_t id, uint64_t kv_active = 0, uint64_t kv_total = 10000, uint32_t active = 0,
+                  uint32_t total = 256, uint32_t waiting = 0) {
+    WorkerAnnouncement a;
+    a.id = WorkerId{id};
+    a.url = "http://127.0.0.1:" + std::to_string(10000 + id);
+    a.model = "m";
+    a.block_size = kBlock;
+    a.load = WorkerLoad{active, total, waiting, kv_active, kv_total};
+    registry.on_heartbeat(a);
+  }
+  // The worker caches the prompt's complete blocks (as its KV events would say).
+  void cache(uint64_t worker, const std::vector<TokenId>& tokens) {
+    KvStored s;
+    SequenceHash parent{0};
+    bool first = true;
+    for (auto h : hash_blocks(tokens, kBlock)) {
+      SequenceHash id = sequence_hash(parent, h);
+      s.blocks.push_back({id, h});
+      if (first) first = false;
+      parent = id;
+    }
+    KvEvent ev;
+    ev.owner = CacheOwner{WorkerId{worker}, 0};
+    ev.data = s;
+    REQUIRE(index.apply(ev) == ApplyResult::Applied);
+  }
+  ParsedRequest request(const std::vector<TokenId>& tokens) {
+    ParsedRequest r;
+    r.model = "m";
+    r.has_prompt_tokens = true;
+    r.prompt_tokens = tokens;
+    return r;
+  }
+};
+
+std::vector<TokenId> prompt(uint32_t seed, size_t n) {
+  std::vector<TokenId> t(n);
+  for (size_t i = 0; i < n; ++i) t[i] = seed * 100003u + static_cast<TokenId>(i);
+  return t;
+}
+
+std::vector<TokenId> with_suffix(std::vector<TokenId> t, uint32_t s, size_t n) {
+  for (size_t i = 0; i < n; ++i) t.push_back(900000000u + s * 1000u + static_cast<TokenId>(i));
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("same-prefix requests go to the worker that holds the prefix") {
+  Sim sim;
+  for (uint64_t w = 1; w <= 4; ++w) sim.add_worker(w, 1000);
+  const auto shared = prompt(7, 64 * kBlock);
+  sim.cache(3, shared);
+  for (uint32_t i = 0; i < 20; ++i) {
+    auto r = sim.routing.route(sim.request(with_suffix(shared, i, 40)));
+    REQUIRE(r.ok);
+    CHECK(r.ranked.front().worker == WorkerId{3});
+    CHECK(r.ranked.front().cached_tokens == 64 * kBlock);
+    CHECK(r.chose_best_overlap);
+  }
+}
+
+TEST_CASE("an overloaded holder loses to the balance term") {
+  Sim sim;
+  sim.add_worker(1, 9500);  // holder, 95% KV used
+  sim.add_worker(2, 500);
+  sim.add_worker(3, 500);
+  const auto shared = prompt(9, 8 * kBlock);
+  sim.cache(1, shared);
+  auto r = sim.routing.route(sim.request(with_suffix(shared, 0, 8 * kBlock)));
+  REQUIRE(r.ok);
+  CHECK(r.decision.alpha == doctest::Approx(0.7));
+  CHECK(r.ranked.front().worker != WorkerId{1});
+  CHECK_FALSE(r.chose_best_overlap);
+  // The same prefix on an evenly loaded fleet stays with its holder.
+  Sim even;
+  for (uint64_t w = 1; w <= 3; ++w) even.add_worker(w, 5000);
+  even.cache(1, shared);
+  CHECK(even.routing.route(even.request(with_suffix(shared, 0, 8 * kBlock))).ranked.front().worker == WorkerId{1});
+}
+
+TEST_CASE("100 simultaneous same-prefix requests spread according to predicted load") {
+  Sim sim;
+  for (uint64_t w = 1; w <= 4; ++w) sim.add_worker(w, 1000);
+  const auto shared = prompt(11, 32 * kBlock);  // 512 cached tokens on worker 1
+  sim.cache(1, shared);
+  // All 100 are dispatched before any load report or first byte comes back:
+  // only the router's own in-flight accounting (predicted load) changes.
+  std::map<uint64_t, int> per_worker;
+  std::vector<std::unique_ptr<InflightGuard>> inflight;
+  for (uint32_t i = 0; i < 100; ++i) {
+    auto r = sim.routing.route(sim.request(with_suffix(shared, i, 64)));
+    REQUIRE(r.ok);
+    const auto& t = r.ranked.front();
+    per_worker[t.worker.value]++;
+    inflight.push_back(std::make_unique<InflightGuard>(sim.registry, t.worker, r.request_blocks, t.prefill_tokens));
+  }
+  // The holder gets the most (its prefill is cheapest) but not all: once its
+  // pending prefill exceeds a full recompute elsewhere, others are cheaper.
+  CHECK(per_worker[1] > 25);
+  CHECK(per_worker[1] < 100);
+  CHECK(per_worker.size() == 4);
+  // Predicted prefill per worker ends up comparable: the spread follows load.
+  uint64_t lo = ~0ull, hi = 0;
+  for (const auto& w : sim.registry.candidates("m")) {
+    lo = std::min(lo, w.pending_prefill_tokens);
+    hi = std::max(hi, w.pending_prefill_tokens);
+  }
+  CHECK(hi - lo <= 2 * 576);  // within two uncached requests (the compared cost adds each one's new tokens)
+  MESSAGE("distribution: w1=" << per_worker[1] << " w2=" << per_worker[2] << " w3=" << per_worker[3]
+                              << " w4=" << per_worker[4]);
+
+  // With the DESIGN.md baseline (no pending-prefill term) all 100 pile onto the holder.
+  Sim base;
+  for (uint64_t w = 1; w <= 4; ++w) base.add_worker(w, 1000);
+  base.cache(1, shared);
+  base.config.update([](Config& c) {
+    c.scheduler.pending_prefill_weight = 0;
+    return std::nullopt;
+  });
+  std::vector<std::unique_ptr<InflightGuard>> inflight2;
+  int to_holder = 0;
+  for (uint32_t i = 0; i < 100; ++i) {
+    auto r = base.routing.route(base.request(with_suffix(shared, i, 64)));
+    to_holder += r.ranked.front().worker == WorkerId{1};
+    inflight2.push_back(std::make_unique<InflightGuard>(base.registry, r.ranked.front().worker, r.request_blocks,
+                                                        r.ranked.front().prefill_tokens));
+  }
+  CHECK(to_holder == 100);
+}
+
+TEST_CASE("busy thresholds exclude workers; none left is a 503 'workers_busy'") {
+  Sim sim;
+  sim.add_worker(1, 1000, 10000, 0, 256, 5);
+  sim.add_worker(2, 9000);
+  sim.add_worker(3, 1000);
+  sim.config.update([](Config& c) {
+    c.scheduler.busy_kv_usage = 0.8;
+    c.scheduler.busy_waiting_requests = 4;
+    return std::nullopt;
+  });
+  auto r = sim.routing.route(sim.request(prompt(1, 100)));
+  REQUIRE(r.ok);
+  CHECK(r.ranked.size() == 1);
+  CHECK(r.ranked.front().worker == WorkerId{3});
+  CHECK(r.decision.scores[0].excluded == Exclusion::TooManyWaiting);
+  CHECK(r.decision.scores[1].excluded == Exclusion::NoFreeBlock);
+
+  sim.registry.set_draining(WorkerId{3}, true);
+  r = sim.routing.route(sim.request(prompt(1, 100)));
+  CHECK_FALSE(r.ok);
+  CHECK(r.error.status == 503);
+  CHECK(r.error.code == "workers_busy");
+  // A heartbeat reporting less load brings worker 1 back.
+  sim.add_worker(1, 1000, 10000, 0, 256, 0);
+  r = sim.routing.route(sim.request(prompt(1, 100)));
+  REQUIRE(r.ok);
+  CHECK(r.ranked.front().worker == WorkerId{1});
+}
+
+TEST_CASE("unknown model is 404, no worker at all is 503") {
+  Sim sim;
+  auto r = sim.routing.route(sim.request(prompt(1, 10)));
+  CHECK(r.error.status == 503);
+  sim.add_worker(1);
+  ParsedRequest other = sim.request(prompt(1, 10));
+  other.model = "nope";
+  r = sim.routing.route(other);
+  CHECK(r.error.status == 404);
+  CHECK(r.error.code == "model_not_found");
+}

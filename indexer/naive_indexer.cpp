@@ -12,13 +12,20 @@ void NaiveIndexer::prune(Node* n) {
   }
 }
 
+void NaiveIndexer::unref(Node* n, CacheOwner owner) {
+  auto it = n->owners.find(owner);
+  if (--it->second.second == 0) {
+    n->owners.erase(it);
+    prune(n);
+  }
+}
+
 void NaiveIndexer::remove_block(CacheOwner owner, SequenceHash h) {
   auto& blocks = lookup_[owner];
   auto it = blocks.find(h);
   Node* n = it->second;
   blocks.erase(it);
-  n->owners.erase(owner);
-  prune(n);
+  unref(n, owner);
 }
 
 ApplyResult NaiveIndexer::apply(const KvEvent& event) {
@@ -42,13 +49,16 @@ ApplyResult NaiveIndexer::apply(const KvEvent& event) {
         slot->hash = b.tokens_hash;
       }
       Node* n = slot.get();
-      if (auto old = blocks.find(b.block_hash); old != blocks.end() && old->second != n) {
+      auto old = blocks.find(b.block_hash);
+      if (old != blocks.end() && old->second != n) {
         Node* stale = old->second;
         blocks.erase(old);
-        stale->owners.erase(event.owner);
-        prune(stale);
+        unref(stale, event.owner);
+        old = blocks.end();
       }
-      n->owners[event.owner] = event.tier;
+      auto& entry = n->owners[event.owner];
+      entry.first = event.tier;
+      if (old == blocks.end()) entry.second += 1;
       blocks[b.block_hash] = n;
       parent = n;
     }
@@ -107,7 +117,8 @@ OverlapScores NaiveIndexer::find_matches(std::span<const LocalBlockHash> blocks)
     if (it == n->children.end()) break;
     n = it->second.get();
     std::unordered_map<CacheOwner, OwnerOverlap> next;
-    for (const auto& [o, tier] : n->owners) {
+    for (const auto& [o, held] : n->owners) {
+      const StorageTier tier = held.first;
       if (i > 0 && !live.count(o)) continue;
       OwnerOverlap ov = i > 0 ? live[o] : OwnerOverlap{o, 0, {}};
       ov.blocks += 1;

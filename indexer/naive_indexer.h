@@ -27,9 +27,11 @@ class NaiveIndexer final : public Indexer {
     Node* parent = nullptr;
     LocalBlockHash hash;
     std::unordered_map<LocalBlockHash, std::unique_ptr<Node>> children;
-    std::unordered_map<CacheOwner, StorageTier> owners;
+    // owner -> (tier, number of the owner's block ids naming this node)
+    std::unordered_map<CacheOwner, std::pair<StorageTier, int>> owners;
   };
   void remove_block(CacheOwner owner, SequenceHash h);
+  void unref(Node* n, CacheOwner owner);  // drops one of the owner's references to n
   void prune(Node* n);
   void clear_locked(CacheOwner owner);
 

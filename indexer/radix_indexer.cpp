@@ -115,6 +115,16 @@ void RadixIndexer::prune(Node* n, std::vector<Node*>* freed) {
   }
 }
 
+bool RadixIndexer::unref(OwnerState& os, uint32_t id, Node* n) {
+  const uint64_t key = reinterpret_cast<uintptr_t>(n);
+  if (uint32_t* extra = os.aliases.find(key)) {
+    if (--*extra == 0) os.aliases.erase(key);
+    return false;
+  }
+  drop_owner(n, id);
+  return true;
+}
+
 ApplyResult RadixIndexer::apply(const KvEvent& event) {
   if (const auto* st = std::get_if<KvStored>(&event.data)) {
     if (st->blocks.size() > kMaxBlocksPerEvent) return ApplyResult::TooLarge;
@@ -144,12 +154,21 @@ ApplyResult RadixIndexer::apply(const KvEvent& event) {
         in_lock = 1;
       }
       Node* n = add_child(parent, b.tokens_hash);
-      if (Node** old = os.blocks.find(b.block_hash.value); old && *old != n) {
+      Node** old = os.blocks.find(b.block_hash.value);
+      if (old && *old != n) {
         // The engine reused a block id for other content: forget the old one.
         Node* stale = *old;
-        drop_owner(stale, id);
         os.blocks.erase(b.block_hash.value);
-        prune(stale);
+        if (unref(os, id, stale)) prune(stale);
+        old = nullptr;
+      }
+      if (!old) {
+        // A second block id for a node this owner already holds is an alias.
+        const auto it = std::lower_bound(n->owners.begin(), n->owners.end(), id << 8);
+        if (it != n->owners.end() && entry_owner(*it) == id) {
+          uint32_t* extra = os.aliases.find(reinterpret_cast<uintptr_t>(n));
+          os.aliases.put(reinterpret_cast<uintptr_t>(n), extra ? *extra + 1 : 1);
+        }
       }
       add_owner(n, id, event.tier);
       os.blocks.put(b.block_hash.value, n);
@@ -179,8 +198,7 @@ ApplyResult RadixIndexer::apply(const KvEvent& event) {
       }
       Node* n = *p;
       os.blocks.erase(h.value);
-      drop_owner(n, id);
-      prune(n);
+      if (unref(os, id, n)) prune(n);
     }
     if (os.blocks.size() == 0) {
       owner_ids_.erase(event.owner);
@@ -203,6 +221,7 @@ void RadixIndexer::clear_owner_locked(uint32_t id) {
   // this list freed by an earlier prune is skipped.
   std::vector<Node*> freed;
   std::sort(nodes.begin(), nodes.end());
+  nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());  // aliases
   std::vector<char> gone(nodes.size(), 0);
   auto mark = [&](Node* f) {
     auto it = std::lower_bound(nodes.begin(), nodes.end(), f);

@@ -54,7 +54,13 @@ class RadixIndexer final : public Indexer {
   struct OwnerState {
     CacheOwner owner;
     FlatMap64<Node*> blocks;  // block_hash -> node
+    // Nodes this owner reaches through more than one block_hash (an engine
+    // that names the same content under the same parent twice): node -> extra
+    // references. Empty for well-behaved engines.
+    FlatMap64<uint32_t> aliases;
   };
+  // Drops one reference of `id` on `n`; true when it was the last.
+  bool unref(OwnerState& os, uint32_t id, Node* n);
 
   uint32_t intern(CacheOwner o);
   Node* add_child(Node* parent, LocalBlockHash h);

@@ -111,6 +111,18 @@ class Fleet:
         self.mocker_urls[worker_id] = line.split("listening on", 1)[1].strip()
         return self.mocker_urls[worker_id]
 
+    def admin(self, method, path, body=None, token="default"):
+        tok = self.admin_token if token == "default" else token
+        headers = {"authorization": f"Bearer {tok}"} if tok is not None else {}
+        data = body.encode() if isinstance(body, str) else body
+        return self.request(method, path, data, port=self.admin_port, headers=headers)
+
+    def mocker_port(self, worker_id):
+        return int(self.mocker_urls[worker_id].rsplit(":", 1)[1])
+
+    def mocker(self, worker_id, method, path, body=None):
+        return self.request(method, path, body, port=self.mocker_port(worker_id))
+
     def start_router(self):
         args = [os.path.join(self.build_dir, "router", "kvroute"), "--router.host", "127.0.0.1",
                 "--router.port", "0", "--events.nats_url", self.nats_url,

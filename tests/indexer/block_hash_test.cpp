@@ -1,0 +1,43 @@
+#include "indexer/block_hash.h"
+
+#include <doctest/doctest.h>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+using namespace kvroute;
+
+TEST_CASE("DESIGN.md test vector: XXH3-64('test data', seed 1337)") {
+  CHECK(XXH3_64bits_withSeed("test data", 9, 1337) == 13226331709069118873ull);
+}
+
+TEST_CASE("a block hashes its token ids as little-endian u32 with seed 1337") {
+  const std::vector<TokenId> toks = {1, 2, 0x01020304};
+  const unsigned char bytes[] = {1, 0, 0, 0, 2, 0, 0, 0, 4, 3, 2, 1};
+  CHECK(hash_block(toks).value == XXH3_64bits_withSeed(bytes, sizeof bytes, 1337));
+}
+
+TEST_CASE("hash_blocks cuts complete blocks and drops the partial tail") {
+  std::vector<TokenId> toks(10);
+  for (TokenId i = 0; i < 10; ++i) toks[i] = i;
+  auto h = hash_blocks(toks, 4);
+  REQUIRE(h.size() == 2);
+  CHECK(h[0] == hash_block(std::span<const TokenId>(toks).subspan(0, 4)));
+  CHECK(h[1] == hash_block(std::span<const TokenId>(toks).subspan(4, 4)));
+  CHECK(hash_blocks(toks, 11).empty());
+  CHECK(hash_blocks(toks, 0).empty());
+}
+
+TEST_CASE("LoRA seed rule: 1337 + XXH3_64(name, 0), wrapping; empty = base") {
+  CHECK(block_hash_seed("") == 1337);
+  CHECK(block_hash_seed("sql-adapter") == 1337 + XXH3_64bits_withSeed("sql-adapter", 11, 0));
+  const std::vector<TokenId> toks = {5, 6, 7, 8};
+  CHECK(hash_block(toks, block_hash_seed("a")) != hash_block(toks, block_hash_seed("b")));
+  CHECK(hash_block(toks, block_hash_seed("a")) != hash_block(toks));
+}
+
+TEST_CASE("sequence_hash depends on the parent") {
+  const LocalBlockHash l{42};
+  CHECK(sequence_hash(SequenceHash{1}, l) != sequence_hash(SequenceHash{2}, l));
+  CHECK(sequence_hash(SequenceHash{1}, l) == sequence_hash(SequenceHash{1}, l));
+}

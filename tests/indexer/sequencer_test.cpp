@@ -1,0 +1,151 @@
+#include "indexer/event_sequencer.h"
+
+#include <doctest/doctest.h>
+
+#include "indexer/approx_indexer.h"
+#include "indexer/radix_indexer.h"
+
+using namespace kvroute;
+using namespace std::chrono_literals;
+
+namespace {
+CacheOwner ow(uint64_t w) { return CacheOwner{WorkerId{w}, 0}; }
+KvEvent st(uint64_t id, std::optional<uint64_t> parent, uint64_t block, uint64_t content, uint64_t worker = 1) {
+  KvEvent e;
+  e.owner = ow(worker);
+  e.event_id = id;
+  KvStored s;
+  if (parent) s.parent = SequenceHash{*parent};
+  s.blocks.push_back({SequenceHash{block}, LocalBlockHash{content}});
+  e.data = s;
+  return e;
+}
+uint32_t overlap(const Indexer& idx, std::vector<uint64_t> contents, uint64_t worker = 1) {
+  std::vector<LocalBlockHash> q;
+  for (auto c : contents) q.push_back(LocalBlockHash{c});
+  for (auto& o : idx.find_matches(q).owners)
+    if (o.owner == ow(worker)) return o.blocks;
+  return 0;
+}
+}  // namespace
+
+TEST_CASE("in-order events apply; duplicates are ignored") {
+  RadixIndexer radix;
+  EventSequencer seq(radix);
+  std::vector<CacheOwner> resyncs;
+  seq.set_resync_callback([&](CacheOwner o) { resyncs.push_back(o); });
+  seq.apply(st(1, {}, 10, 1));
+  seq.apply(st(2, 10, 11, 2));
+  seq.apply(st(2, 10, 11, 2));
+  CHECK(overlap(seq, {1, 2}) == 2);
+  CHECK(seq.counters().duplicates == 1);
+  CHECK(resyncs.empty());
+}
+
+TEST_CASE("a gap makes the owner stale until its dump arrives; buffered events replay after it") {
+  RadixIndexer radix;
+  EventSequencer seq(radix);
+  std::vector<CacheOwner> resyncs;
+  seq.set_resync_callback([&](CacheOwner o) { resyncs.push_back(o); });
+  seq.apply(st(1, {}, 10, 1));
+  seq.apply(st(2, 10, 11, 2));
+  // Events 3 and 4 are lost; 5 arrives.
+  seq.apply(st(5, 11, 14, 5));
+  REQUIRE(resyncs.size() == 1);
+  CHECK(resyncs[0] == ow(1));
+  CHECK(seq.is_stale(ow(1)));
+  CHECK(seq.counters().gaps == 1);
+  CHECK(overlap(seq, {1, 2}) == 0);    // unknown: scored as zero
+  CHECK(overlap(radix, {1, 2}) == 2);  // (still in the structure underneath)
+  seq.apply(st(6, 14, 15, 6));         // arrives while waiting: buffered
+
+  // The worker's dump reflects its state after event 4: blocks 1,2,3,4.
+  std::vector<KvEvent> dump = {st(0, {}, 10, 1), st(0, 10, 11, 2), st(0, 11, 12, 3), st(0, 12, 13, 4)};
+  for (auto& e : dump) e.event_id.reset();
+  seq.apply_resync(ow(1), 4, dump);
+  CHECK_FALSE(seq.is_stale(ow(1)));
+  CHECK(seq.counters().resyncs_completed == 1);
+  CHECK(seq.counters().stale_owners == 0);
+  // 5 hangs under block 11 (content 2) -> prefix 1,2,5,6; the dump's chain 1,2,3,4.
+  CHECK(overlap(seq, {1, 2, 3, 4}) == 4);
+  CHECK(overlap(seq, {1, 2, 5, 6}) == 4);
+  seq.apply(st(7, 15, 16, 7));
+  CHECK(overlap(seq, {1, 2, 5, 6, 7}) == 5);
+  CHECK(resyncs.size() == 1);
+}
+
+TEST_CASE("a dump older than buffered gaps asks again") {
+  RadixIndexer radix;
+  EventSequencer seq(radix);
+  int resyncs = 0;
+  seq.set_resync_callback([&](CacheOwner) { ++resyncs; });
+  seq.apply(st(1, {}, 10, 1));
+  seq.apply(st(4, {}, 20, 9));  // gap
+  seq.apply(st(7, {}, 30, 8));  // buffered
+  seq.apply_resync(ow(1), 4, {});
+  CHECK(resyncs == 2);  // 5 and 6 are still missing
+  CHECK(seq.is_stale(ow(1)));
+  seq.apply_resync(ow(1), 6, {});
+  CHECK_FALSE(seq.is_stale(ow(1)));
+  CHECK(overlap(seq, {8}) == 1);  // event 7 replayed
+}
+
+TEST_CASE("an event id going backwards means a restart: old blocks are dropped") {
+  RadixIndexer radix;
+  EventSequencer seq(radix);
+  seq.apply(st(1, {}, 10, 1));
+  seq.apply(st(2, 10, 11, 2));
+  seq.apply(st(1, {}, 50, 7));
+  CHECK(seq.counters().restarts == 1);
+  CHECK(overlap(seq, {1, 2}) == 0);
+  CHECK(overlap(seq, {7}) == 1);
+}
+
+TEST_CASE("first sight of an owner mid-stream triggers a resync; remove_worker forgets it") {
+  RadixIndexer radix;
+  EventSequencer seq(radix);
+  int resyncs = 0;
+  seq.set_resync_callback([&](CacheOwner) { ++resyncs; });
+  seq.apply(st(40, {}, 10, 1, 2));
+  CHECK(resyncs == 1);
+  CHECK(seq.is_stale(ow(2)));
+  seq.remove_worker(WorkerId{2});
+  CHECK_FALSE(seq.is_stale(ow(2)));
+  CHECK(seq.counters().stale_owners == 0);
+  seq.apply(st(1, {}, 10, 1, 2));
+  CHECK(overlap(seq, {1}, 2) == 1);
+  // Events without ids are applied untracked.
+  KvEvent e = st(0, {}, 77, 3, 3);
+  e.event_id.reset();
+  seq.apply(e);
+  CHECK(overlap(seq, {3}, 3) == 1);
+}
+
+TEST_CASE("approximate mode: predicted blocks expire after the ttl and are bounded") {
+  ManualClock clock;
+  ApproxIndexer approx(clock, 120s, 1000);
+  const std::vector<LocalBlockHash> a = {LocalBlockHash{1}, LocalBlockHash{2}, LocalBlockHash{3}};
+  approx.record(ow(1), a, clock.now());
+  CHECK(overlap(approx, {1, 2, 3}) == 3);
+  CHECK(overlap(approx, {1, 2, 9}) == 2);
+  clock.advance(100s);
+  approx.record(ow(1), std::span(a).first(1), clock.now());  // block 1 refreshed
+  clock.advance(30s);
+  approx.expire(clock.now());
+  CHECK(overlap(approx, {1, 2, 3}) == 1);
+  clock.advance(200s);
+  approx.expire(clock.now());
+  CHECK(overlap(approx, {1}) == 0);
+  CHECK(approx.stats().entries == 0);
+
+  ApproxIndexer small(clock, 120s, 4);
+  for (uint64_t i = 0; i < 10; ++i) {
+    const std::vector<LocalBlockHash> b = {LocalBlockHash{100 + i}, LocalBlockHash{200 + i}};
+    small.record(ow(i), b, clock.now());
+  }
+  CHECK(small.stats().entries <= 4);
+  CHECK(overlap(small, {109, 209}, 9) == 2);  // the newest survive
+  CHECK(overlap(small, {100, 200}, 0) == 0);
+  small.remove_worker(WorkerId{9});
+  CHECK(overlap(small, {109, 209}, 9) == 0);
+}

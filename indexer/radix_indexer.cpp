@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <cstring>
 #include <mutex>
 
 namespace kvroute {
@@ -260,42 +261,58 @@ OverlapScores RadixIndexer::find_matches(std::span<const LocalBlockHash> blocks)
   std::shared_lock lk(mu_);
   const Node* n = root_.child(blocks[0]);
   if (!n) return out;
-  // Owners still matching, parallel to their result slots.
-  struct Live {
-    uint32_t owner;
-    uint32_t slot;
-  };
-  std::vector<Live> live;
-  live.reserve(n->owners.size());
-  out.owners.reserve(n->owners.size());
-  for (Entry e : n->owners) {
-    live.push_back({entry_owner(e), static_cast<uint32_t>(out.owners.size())});
-    OwnerOverlap o;
-    o.owner = owners_[entry_owner(e)]->owner;
-    o.blocks = 1;
-    o.by_tier[static_cast<size_t>(entry_tier(e))] = 1;
-    out.owners.push_back(o);
+  // `live` holds the entries (owner | tier) of the owners still matching, as
+  // found at the last level; `slot` their result index. Consecutive levels
+  // whose owner entries are identical (the common case: a shared prefix held
+  // by the same owners in the same tier) are counted in `run` and credited
+  // in one pass when the list changes, so such a level costs one memcmp.
+  std::vector<Entry> live(n->owners.begin(), n->owners.end());
+  std::vector<uint32_t> slot(live.size());
+  out.owners.resize(live.size());
+  for (size_t k = 0; k < live.size(); ++k) {
+    slot[k] = static_cast<uint32_t>(k);
+    out.owners[k].owner = owners_[entry_owner(live[k])]->owner;
   }
-  std::vector<Live> next;
-  next.reserve(live.size());
-  for (size_t i = 1; i < blocks.size() && !live.empty(); ++i) {
+  uint32_t run = 1;
+  auto credit = [&] {
+    for (size_t k = 0; k < live.size(); ++k) {
+      auto& o = out.owners[slot[k]];
+      o.blocks += run;
+      o.by_tier[static_cast<size_t>(entry_tier(live[k]))] += run;
+    }
+    run = 0;
+  };
+  std::vector<Entry> next_live;
+  std::vector<uint32_t> next_slot;
+  for (size_t i = 1; i < blocks.size(); ++i) {
     n = n->child(blocks[i]);
     if (!n) break;
-    // Both lists are sorted by owner id: a linear merge keeps the survivors.
-    next.clear();
+    if (n->owners.size() == live.size() &&
+        std::memcmp(n->owners.data(), live.data(), live.size() * sizeof(Entry)) == 0) {
+      ++run;
+      continue;
+    }
+    credit();
+    // Both lists are sorted by owner id: a linear merge keeps the survivors
+    // (with the tier they have at this level).
+    next_live.clear();
+    next_slot.clear();
     auto it = n->owners.begin();
-    for (const Live& l : live) {
-      while (it != n->owners.end() && entry_owner(*it) < l.owner) ++it;
+    for (size_t k = 0; k < live.size(); ++k) {
+      const uint32_t owner = entry_owner(live[k]);
+      while (it != n->owners.end() && entry_owner(*it) < owner) ++it;
       if (it == n->owners.end()) break;
-      if (entry_owner(*it) == l.owner) {
-        auto& o = out.owners[l.slot];
-        o.blocks += 1;
-        o.by_tier[static_cast<size_t>(entry_tier(*it))] += 1;
-        next.push_back(l);
+      if (entry_owner(*it) == owner) {
+        next_live.push_back(*it);
+        next_slot.push_back(slot[k]);
       }
     }
-    live.swap(next);
+    live.swap(next_live);
+    slot.swap(next_slot);
+    if (live.empty()) break;
+    run = 1;
   }
+  credit();
   return out;
 }
 

@@ -20,8 +20,14 @@ void EventSequencer::set_trusted(CacheOwner owner) {
   if (stale_.erase(owner)) counters_.stale_owners.fetch_sub(1, std::memory_order_relaxed);
 }
 
+ApplyResult EventSequencer::forward(const KvEvent& event) {
+  const ApplyResult r = inner_.apply(event);
+  counters_.applied[event.data.index()][static_cast<size_t>(r)].fetch_add(1, std::memory_order_relaxed);
+  return r;
+}
+
 ApplyResult EventSequencer::apply(const KvEvent& event) {
-  if (!event.event_id) return inner_.apply(event);
+  if (!event.event_id) return forward(event);
   const uint64_t id = *event.event_id;
   auto [it, fresh] = seq_.try_emplace(event.owner);
   OwnerSeq& s = it->second;
@@ -42,9 +48,9 @@ ApplyResult EventSequencer::apply(const KvEvent& event) {
       mark_stale(event.owner, s);
       return ApplyResult::Applied;
     }
-    return inner_.apply(event);
+    return forward(event);
   }
-  if (id == s.last) {
+  if (id == s.last || (s.after_resync && id < s.last)) {
     counters_.duplicates.fetch_add(1, std::memory_order_relaxed);
     return ApplyResult::Applied;
   }
@@ -52,7 +58,7 @@ ApplyResult EventSequencer::apply(const KvEvent& event) {
     counters_.restarts.fetch_add(1, std::memory_order_relaxed);
     inner_.clear_owner(event.owner);
     s.last = id;
-    return inner_.apply(event);
+    return forward(event);
   }
   if (id > s.last + 1) {
     s.buffer.push_back(event);
@@ -60,7 +66,8 @@ ApplyResult EventSequencer::apply(const KvEvent& event) {
     return ApplyResult::Applied;
   }
   s.last = id;
-  return inner_.apply(event);
+  s.after_resync = false;
+  return forward(event);
 }
 
 void EventSequencer::apply_resync(CacheOwner owner, uint64_t last_event_id, const std::vector<KvEvent>& dump) {
@@ -68,13 +75,14 @@ void EventSequencer::apply_resync(CacheOwner owner, uint64_t last_event_id, cons
   for (const auto& ev : dump) {
     KvEvent e = ev;
     e.owner = owner;
-    inner_.apply(e);
+    forward(e);
   }
   OwnerSeq& s = seq_[owner];
   s.last = last_event_id;
   std::vector<KvEvent> buffered = std::move(s.buffer);
   s.buffer.clear();
   s.stale = false;
+  s.after_resync = true;
   counters_.resyncs_completed.fetch_add(1, std::memory_order_relaxed);
   // Replay what arrived after the dump was taken, in id order.
   std::stable_sort(buffered.begin(), buffered.end(),
@@ -89,7 +97,8 @@ void EventSequencer::apply_resync(CacheOwner owner, uint64_t last_event_id, cons
       return;
     }
     s.last = *ev.event_id;
-    inner_.apply(ev);
+    s.after_resync = false;
+    forward(ev);
   }
   set_trusted(owner);
 }

@@ -13,7 +13,9 @@
 //   no event_id            -> applied without tracking
 // apply_resync(owner, N, dump) clears the owner, applies the dump, then the
 // buffered events with id > N in order; the owner is trusted again unless
-// the buffer itself has a gap (then another resync is requested).
+// the buffer itself has a gap (then another resync is requested). Until the
+// first event after the dump (id N+1) is applied, late events with id <= N
+// are already in the dump: ignored (counted as duplicates), not a restart.
 //
 // Threading: the mutating calls on the single writer thread; find_matches
 // and stats from any thread (the stale set has its own lock). The resync
@@ -32,7 +34,12 @@
 
 namespace kvroute {
 
+// Plain atomics, written by the writer thread, readable from any thread.
 struct SequencerCounters {
+  // Events handed to the inner index, by type (kEventTypes order) and result
+  // (ApplyResult order), dump events included.
+  static constexpr const char* kEventTypes[3] = {"stored", "removed", "cleared"};
+  std::atomic<uint64_t> applied[3][4]{};
   std::atomic<uint64_t> duplicates{0};
   std::atomic<uint64_t> gaps{0};
   std::atomic<uint64_t> restarts{0};
@@ -68,9 +75,11 @@ class EventSequencer final : public Indexer {
   struct OwnerSeq {
     uint64_t last = 0;
     bool stale = false;
+    bool after_resync = false;  // ids <= last are old news, not a restart
     std::vector<KvEvent> buffer;  // events received while stale, in arrival order
   };
   void mark_stale(CacheOwner owner, OwnerSeq& s);
+  ApplyResult forward(const KvEvent& event);  // inner_.apply, counted
   void set_trusted(CacheOwner owner);
 
   Indexer& inner_;

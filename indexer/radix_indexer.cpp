@@ -7,40 +7,120 @@
 
 namespace kvroute {
 
-namespace {
-constexpr size_t kSmallChildren = 8;
+RadixIndexer::RadixIndexer() {
+  const NodeId root = alloc_node();
+  assert(root == kRoot);
+  (void)root;
 }
 
-RadixIndexer::Node* RadixIndexer::Node::child(LocalBlockHash h) const {
-  if (big_children) {
-    auto* p = big_children->find(h.value);
-    return p ? *p : nullptr;
+RadixIndexer::~RadixIndexer() = default;
+
+// ---- arena -----------------------------------------------------------------
+
+RadixIndexer::NodeId RadixIndexer::alloc_node() {
+  NodeId id;
+  if (free_head_ != kNone) {
+    id = free_head_;
+    free_head_ = node(id).next_sibling;
+  } else {
+    id = fresh_++;
+    if ((id >> kChunkBits) == chunks_.size()) chunks_.emplace_back(new Node[size_t{1} << kChunkBits]);
   }
-  for (Node* c : small_children)
-    if (c->hash == h) return c;
-  return nullptr;
+  node(id) = Node{0, 0, kNone, kNone, kNone, kNoOwner, 0};
+  return id;
 }
 
-size_t RadixIndexer::Node::child_count() const {
-  return big_children ? big_children->size() : small_children.size();
+void RadixIndexer::free_node(NodeId id) {
+  Node& n = node(id);
+  n.owners = kNoOwner;
+  n.next_sibling = free_head_;
+  free_head_ = id;
 }
 
-RadixIndexer::RadixIndexer() = default;
+// ---- children --------------------------------------------------------------
 
-RadixIndexer::~RadixIndexer() {
-  // Iterative post-order free (trees can be deep).
-  std::vector<Node*> stack;
-  auto push_children = [&](Node& n) {
-    if (n.big_children) n.big_children->for_each([&](uint64_t, Node* c) { stack.push_back(c); });
-    for (Node* c : n.small_children) stack.push_back(c);
-  };
-  push_children(root_);
-  while (!stack.empty()) {
-    Node* n = stack.back();
-    stack.pop_back();
-    push_children(*n);
-    delete n;
+RadixIndexer::NodeId RadixIndexer::child(NodeId parent, uint64_t h) const {
+  const Node& p = node(parent);
+  if (p.nchildren > kSmallChildren) {
+    const NodeId* c = child_maps_[p.children]->find(h);
+    return c ? *c : kNone;
   }
+  for (NodeId c = p.children; c != kNone;) {
+    const Node& n = node(c);
+    if (n.hash() == h) return c;
+    c = n.next_sibling;
+  }
+  return kNone;
+}
+
+RadixIndexer::NodeId RadixIndexer::add_child(NodeId parent, uint64_t h) {
+  if (NodeId c = child(parent, h); c != kNone) return c;
+  const NodeId c = alloc_node();  // chunk addresses are stable: references stay valid
+  Node& n = node(c);
+  n.hash_lo = static_cast<uint32_t>(h);
+  n.hash_hi = static_cast<uint32_t>(h >> 32);
+  n.parent = parent;
+  ++nodes_;
+  Node& p = node(parent);
+  if (p.nchildren < kSmallChildren) {
+    n.next_sibling = p.children;
+    p.children = c;
+  } else if (p.nchildren == kSmallChildren) {
+    // Promote the sibling list to a map.
+    uint32_t m;
+    if (!free_child_maps_.empty()) {
+      m = free_child_maps_.back();
+      free_child_maps_.pop_back();
+    } else {
+      m = static_cast<uint32_t>(child_maps_.size());
+      child_maps_.emplace_back();
+    }
+    child_maps_[m] = std::make_unique<FlatMap64<NodeId>>();
+    for (NodeId s = p.children; s != kNone;) {
+      Node& sn = node(s);
+      child_maps_[m]->put(sn.hash(), s);
+      s = sn.next_sibling;
+      sn.next_sibling = kNone;
+    }
+    child_maps_[m]->put(h, c);
+    p.children = m;
+  } else {
+    child_maps_[p.children]->put(h, c);
+  }
+  ++p.nchildren;
+  return c;
+}
+
+void RadixIndexer::unlink_child(NodeId parent, NodeId c) {
+  Node& p = node(parent);
+  if (p.nchildren > kSmallChildren) {
+    const uint32_t m = p.children;
+    child_maps_[m]->erase(node(c).hash());
+    if (--p.nchildren == kSmallChildren) {
+      // Demote back to a sibling list.
+      NodeId head = kNone;
+      child_maps_[m]->for_each([&](uint64_t, NodeId s) {
+        node(s).next_sibling = head;
+        head = s;
+      });
+      p.children = head;
+      child_maps_[m].reset();
+      free_child_maps_.push_back(m);
+    }
+    return;
+  }
+  NodeId* link = &p.children;
+  while (*link != c) link = &node(*link).next_sibling;
+  *link = node(c).next_sibling;
+  --p.nchildren;
+}
+
+// ---- owners ----------------------------------------------------------------
+
+std::span<const RadixIndexer::Entry> RadixIndexer::owners_of(const Node& n) const {
+  if (n.owners == kNoOwner) return {};
+  if (n.owners & kListBit) return lists_[n.owners & ~kListBit];
+  return {&n.owners, 1};
 }
 
 uint32_t RadixIndexer::intern(CacheOwner o) {
@@ -51,96 +131,133 @@ uint32_t RadixIndexer::intern(CacheOwner o) {
     id = free_ids_.back();
     free_ids_.pop_back();
   } else {
+    if (owners_.size() >= kMaxOwners) return kNone;
     id = static_cast<uint32_t>(owners_.size());
     owners_.emplace_back();
   }
-  assert(id < (1u << 24));
   owners_[id] = std::make_unique<OwnerState>();
   owners_[id]->owner = o;
   owner_ids_.emplace(o, id);
   return id;
 }
 
-RadixIndexer::Node* RadixIndexer::add_child(Node* parent, LocalBlockHash h) {
-  if (Node* c = parent->child(h)) return c;
-  Node* c = new Node;
-  c->hash = h;
-  c->parent = parent;
-  ++nodes_;
-  if (parent->big_children) {
-    parent->big_children->put(h.value, c);
-  } else if (parent->small_children.size() < kSmallChildren) {
-    parent->small_children.push_back(c);
-  } else {
-    parent->big_children = std::make_unique<FlatMap64<Node*>>();
-    for (Node* s : parent->small_children) parent->big_children->put(s->hash.value, s);
-    parent->big_children->put(h.value, c);
-    parent->small_children.clear();
-    parent->small_children.shrink_to_fit();
-  }
-  return c;
+void RadixIndexer::release_owner_id(uint32_t id) {
+  owner_ids_.erase(owners_[id]->owner);
+  owners_[id].reset();
+  free_ids_.push_back(id);
 }
 
-void RadixIndexer::add_owner(Node* n, uint32_t owner, StorageTier tier) {
+bool RadixIndexer::holds(const Node& n, uint32_t owner) const {
+  const auto os = owners_of(n);
+  const auto it = std::lower_bound(os.begin(), os.end(), owner << 8);
+  return it != os.end() && entry_owner(*it) == owner;
+}
+
+void RadixIndexer::add_owner(Node& n, uint32_t owner, StorageTier tier) {
   const Entry e = (owner << 8) | static_cast<uint8_t>(tier);
-  auto it = std::lower_bound(n->owners.begin(), n->owners.end(), owner << 8);
-  if (it != n->owners.end() && entry_owner(*it) == owner) {
-    *it = e;  // already held: the latest tier wins
+  if (n.owners == kNoOwner) {
+    n.owners = e;
+    ++entries_;
     return;
   }
-  n->owners.insert(it, e);
+  if (!(n.owners & kListBit)) {
+    if (entry_owner(n.owners) == owner) {
+      n.owners = e;  // already held: the latest tier wins
+      return;
+    }
+    uint32_t l;
+    if (!free_lists_.empty()) {
+      l = free_lists_.back();
+      free_lists_.pop_back();
+    } else {
+      l = static_cast<uint32_t>(lists_.size());
+      lists_.emplace_back();
+    }
+    auto& v = lists_[l];
+    v.reserve(2);
+    list_heap_bytes_ += v.capacity() * sizeof(Entry);
+    if (n.owners < e) {
+      v.push_back(n.owners);
+      v.push_back(e);
+    } else {
+      v.push_back(e);
+      v.push_back(n.owners);
+    }
+    n.owners = kListBit | l;
+    ++entries_;
+    return;
+  }
+  auto& v = lists_[n.owners & ~kListBit];
+  auto it = std::lower_bound(v.begin(), v.end(), owner << 8);
+  if (it != v.end() && entry_owner(*it) == owner) {
+    *it = e;
+    return;
+  }
+  const size_t cap = v.capacity();
+  v.insert(it, e);
+  list_heap_bytes_ += (v.capacity() - cap) * sizeof(Entry);
   ++entries_;
 }
 
-bool RadixIndexer::drop_owner(Node* n, uint32_t owner) {
-  auto it = std::lower_bound(n->owners.begin(), n->owners.end(), owner << 8);
-  if (it == n->owners.end() || entry_owner(*it) != owner) return false;
-  n->owners.erase(it);
+bool RadixIndexer::drop_owner(Node& n, uint32_t owner) {
+  if (n.owners == kNoOwner) return false;
+  if (!(n.owners & kListBit)) {
+    if (entry_owner(n.owners) != owner) return false;
+    n.owners = kNoOwner;
+    --entries_;
+    return true;
+  }
+  const uint32_t l = n.owners & ~kListBit;
+  auto& v = lists_[l];
+  auto it = std::lower_bound(v.begin(), v.end(), owner << 8);
+  if (it == v.end() || entry_owner(*it) != owner) return false;
+  v.erase(it);
   --entries_;
+  if (v.size() == 1) {  // back to one inline entry
+    n.owners = v[0];
+    list_heap_bytes_ -= v.capacity() * sizeof(Entry);
+    std::vector<Entry>().swap(v);
+    free_lists_.push_back(l);
+  }
   return true;
 }
 
-void RadixIndexer::prune(Node* n, std::vector<Node*>* freed) {
-  while (n != &root_ && n->owners.empty() && n->child_count() == 0) {
-    Node* parent = n->parent;
-    if (parent->big_children) {
-      parent->big_children->erase(n->hash.value);
-    } else {
-      auto& v = parent->small_children;
-      v.erase(std::find(v.begin(), v.end(), n));
-    }
-    if (freed) freed->push_back(n);
-    delete n;
-    --nodes_;
-    n = parent;
-  }
-}
-
-bool RadixIndexer::unref(OwnerState& os, uint32_t id, Node* n) {
-  const uint64_t key = reinterpret_cast<uintptr_t>(n);
-  if (uint32_t* extra = os.aliases.find(key)) {
-    if (--*extra == 0) os.aliases.erase(key);
+bool RadixIndexer::unref(OwnerState& os, uint32_t id, NodeId n) {
+  if (uint32_t* extra = os.aliases.find(n)) {
+    if (--*extra == 0) os.aliases.erase(n);
     return false;
   }
-  drop_owner(n, id);
+  drop_owner(node(n), id);
   return true;
 }
+
+void RadixIndexer::prune(NodeId id, std::vector<NodeId>* freed) {
+  while (id != kRoot) {
+    Node& n = node(id);
+    if (n.owners != kNoOwner || n.nchildren != 0) return;
+    const NodeId parent = n.parent;
+    unlink_child(parent, id);
+    free_node(id);
+    --nodes_;
+    if (freed) freed->push_back(id);
+    id = parent;
+  }
+}
+
+// ---- writer ----------------------------------------------------------------
 
 ApplyResult RadixIndexer::apply(const KvEvent& event) {
   if (const auto* st = std::get_if<KvStored>(&event.data)) {
     if (st->blocks.size() > kMaxBlocksPerEvent) return ApplyResult::TooLarge;
     std::unique_lock lk(mu_);
     const uint32_t id = intern(event.owner);
+    if (id == kNone) return ApplyResult::TooLarge;  // more than kMaxOwners owners
     OwnerState& os = *owners_[id];
-    Node* parent = &root_;
+    NodeId parent = kRoot;
     if (st->parent) {
-      Node** p = os.blocks.find(st->parent->value);
+      const NodeId* p = os.blocks.find(st->parent->value);
       if (!p) {
-        if (os.blocks.size() == 0) {  // nothing held: do not keep an empty owner
-          owner_ids_.erase(event.owner);
-          owners_[id].reset();
-          free_ids_.push_back(id);
-        }
+        if (os.blocks.size() == 0) release_owner_id(id);  // do not keep an empty owner
         return ApplyResult::UnknownParent;
       }
       parent = *p;
@@ -154,24 +271,21 @@ ApplyResult RadixIndexer::apply(const KvEvent& event) {
         lk.lock();
         in_lock = 1;
       }
-      Node* n = add_child(parent, b.tokens_hash);
-      Node** old = os.blocks.find(b.block_hash.value);
+      const NodeId n = add_child(parent, b.tokens_hash.value);
+      NodeId* old = os.blocks.find(b.block_hash.value);
       if (old && *old != n) {
         // The engine reused a block id for other content: forget the old one.
-        Node* stale = *old;
+        const NodeId stale = *old;
         os.blocks.erase(b.block_hash.value);
         if (unref(os, id, stale)) prune(stale);
         old = nullptr;
       }
-      if (!old) {
+      if (!old && holds(node(n), id)) {
         // A second block id for a node this owner already holds is an alias.
-        const auto it = std::lower_bound(n->owners.begin(), n->owners.end(), id << 8);
-        if (it != n->owners.end() && entry_owner(*it) == id) {
-          uint32_t* extra = os.aliases.find(reinterpret_cast<uintptr_t>(n));
-          os.aliases.put(reinterpret_cast<uintptr_t>(n), extra ? *extra + 1 : 1);
-        }
+        uint32_t* extra = os.aliases.find(n);
+        os.aliases.put(n, extra ? *extra + 1 : 1);
       }
-      add_owner(n, id, event.tier);
+      add_owner(node(n), id, event.tier);
       os.blocks.put(b.block_hash.value, n);
       parent = n;
     }
@@ -192,20 +306,16 @@ ApplyResult RadixIndexer::apply(const KvEvent& event) {
         lk.lock();
         in_lock = 1;
       }
-      Node** p = os.blocks.find(h.value);
+      const NodeId* p = os.blocks.find(h.value);
       if (!p) {
         missing = true;
         continue;
       }
-      Node* n = *p;
+      const NodeId n = *p;
       os.blocks.erase(h.value);
       if (unref(os, id, n)) prune(n);
     }
-    if (os.blocks.size() == 0) {
-      owner_ids_.erase(event.owner);
-      owners_[id].reset();
-      free_ids_.push_back(id);
-    }
+    if (os.blocks.size() == 0) release_owner_id(id);
     return missing ? ApplyResult::UnknownBlock : ApplyResult::Applied;
   }
   clear_owner(event.owner);
@@ -214,30 +324,29 @@ ApplyResult RadixIndexer::apply(const KvEvent& event) {
 
 void RadixIndexer::clear_owner_locked(uint32_t id) {
   OwnerState& os = *owners_[id];
-  std::vector<Node*> nodes;
+  std::vector<NodeId> nodes;
   nodes.reserve(os.blocks.size());
-  os.blocks.for_each([&](uint64_t, Node* n) { nodes.push_back(n); });
-  for (Node* n : nodes) drop_owner(n, id);
-  // Pruning walks up, so any order frees every node left empty; a node of
-  // this list freed by an earlier prune is skipped.
-  std::vector<Node*> freed;
+  os.blocks.for_each([&](uint64_t, NodeId n) { nodes.push_back(n); });
   std::sort(nodes.begin(), nodes.end());
   nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());  // aliases
+  for (NodeId n : nodes) drop_owner(node(n), id);
+  // Pruning walks up, so any order frees every node left empty; a node of
+  // this list freed by an earlier prune is skipped (its id may not be reused
+  // meanwhile: nothing is allocated here).
+  std::vector<NodeId> freed;
   std::vector<char> gone(nodes.size(), 0);
-  auto mark = [&](Node* f) {
-    auto it = std::lower_bound(nodes.begin(), nodes.end(), f);
-    if (it != nodes.end() && *it == f) gone[static_cast<size_t>(it - nodes.begin())] = 1;
-  };
   for (size_t k = 0; k < nodes.size(); ++k) {
-    Node* n = nodes[k];
-    if (gone[k] || !n->owners.empty() || n->child_count() != 0) continue;
+    if (gone[k]) continue;
+    const Node& n = node(nodes[k]);
+    if (n.owners != kNoOwner || n.nchildren != 0) continue;
     freed.clear();
-    prune(n, &freed);
-    for (Node* f : freed) mark(f);
+    prune(nodes[k], &freed);
+    for (NodeId f : freed) {
+      auto it = std::lower_bound(nodes.begin(), nodes.end(), f);
+      if (it != nodes.end() && *it == f) gone[static_cast<size_t>(it - nodes.begin())] = 1;
+    }
   }
-  owner_ids_.erase(os.owner);
-  owners_[id].reset();
-  free_ids_.push_back(id);
+  release_owner_id(id);
 }
 
 void RadixIndexer::clear_owner(CacheOwner owner) {
@@ -255,18 +364,21 @@ void RadixIndexer::remove_worker(WorkerId worker) {
   for (uint32_t id : ids) clear_owner_locked(id);
 }
 
+// ---- readers ---------------------------------------------------------------
+
 OverlapScores RadixIndexer::find_matches(std::span<const LocalBlockHash> blocks) const {
   OverlapScores out;
   if (blocks.empty()) return out;
   std::shared_lock lk(mu_);
-  const Node* n = root_.child(blocks[0]);
-  if (!n) return out;
+  NodeId n = child(kRoot, blocks[0].value);
+  if (n == kNone) return out;
   // `live` holds the entries (owner | tier) of the owners still matching, as
   // found at the last level; `slot` their result index. Consecutive levels
   // whose owner entries are identical (the common case: a shared prefix held
   // by the same owners in the same tier) are counted in `run` and credited
   // in one pass when the list changes, so such a level costs one memcmp.
-  std::vector<Entry> live(n->owners.begin(), n->owners.end());
+  auto first = owners_of(node(n));
+  std::vector<Entry> live(first.begin(), first.end());
   std::vector<uint32_t> slot(live.size());
   out.owners.resize(live.size());
   for (size_t k = 0; k < live.size(); ++k) {
@@ -284,11 +396,11 @@ OverlapScores RadixIndexer::find_matches(std::span<const LocalBlockHash> blocks)
   };
   std::vector<Entry> next_live;
   std::vector<uint32_t> next_slot;
-  for (size_t i = 1; i < blocks.size(); ++i) {
-    n = n->child(blocks[i]);
-    if (!n) break;
-    if (n->owners.size() == live.size() &&
-        std::memcmp(n->owners.data(), live.data(), live.size() * sizeof(Entry)) == 0) {
+  for (size_t i = 1; i < blocks.size() && !live.empty(); ++i) {
+    n = child(n, blocks[i].value);
+    if (n == kNone) break;
+    const auto here = owners_of(node(n));
+    if (here.size() == live.size() && std::memcmp(here.data(), live.data(), live.size() * sizeof(Entry)) == 0) {
       ++run;
       continue;
     }
@@ -297,11 +409,11 @@ OverlapScores RadixIndexer::find_matches(std::span<const LocalBlockHash> blocks)
     // (with the tier they have at this level).
     next_live.clear();
     next_slot.clear();
-    auto it = n->owners.begin();
+    auto it = here.begin();
     for (size_t k = 0; k < live.size(); ++k) {
       const uint32_t owner = entry_owner(live[k]);
-      while (it != n->owners.end() && entry_owner(*it) < owner) ++it;
-      if (it == n->owners.end()) break;
+      while (it != here.end() && entry_owner(*it) < owner) ++it;
+      if (it == here.end()) break;
       if (entry_owner(*it) == owner) {
         next_live.push_back(*it);
         next_slot.push_back(slot[k]);
@@ -309,10 +421,10 @@ OverlapScores RadixIndexer::find_matches(std::span<const LocalBlockHash> blocks)
     }
     live.swap(next_live);
     slot.swap(next_slot);
-    if (live.empty()) break;
     run = 1;
   }
-  credit();
+  if (!live.empty()) credit();
+  // Owners of the first node always matched >= 1 block; none has 0.
   return out;
 }
 
@@ -321,11 +433,15 @@ IndexStats RadixIndexer::stats() const {
   IndexStats s;
   s.blocks = nodes_;
   s.entries = entries_;
-  // Estimate: nodes (with their vectors' capacity approximated by size),
-  // owner entries, and the per-owner block maps.
-  s.bytes = nodes_ * (sizeof(Node) + sizeof(Node*)) + entries_ * sizeof(Entry);
+  // Allocated memory (malloc headers excluded): arena chunks, owner lists,
+  // child maps, per-owner maps, owner table.
+  s.bytes = chunks_.size() * (sizeof(Node) << kChunkBits) + lists_.capacity() * sizeof(std::vector<Entry>) +
+            list_heap_bytes_ + child_maps_.capacity() * sizeof(void*) +
+            owners_.capacity() * sizeof(void*) + owner_ids_.size() * 48;
+  for (const auto& m : child_maps_)
+    if (m) s.bytes += m->bytes() + sizeof(*m);
   for (const auto& o : owners_)
-    if (o) s.bytes += o->blocks.bytes() + sizeof(OwnerState);
+    if (o) s.bytes += o->blocks.bytes() + o->aliases.bytes() + sizeof(OwnerState);
   return s;
 }
 

@@ -6,11 +6,20 @@
 // std::shared_mutex guards the tree; the writer holds it exclusively for at
 // most kMaxBlocksPerLock blocks at a time (long events are applied in
 // chunks), so a reader waits at most one chunk. See indexer/README.md.
+//
+// Memory layout (why it is small): nodes are 28-byte records in a chunked
+// arena addressed by 32-bit ids (stable addresses, free list). A node holds
+// one owner entry inline (owner id 23 bits | tier 8 bits); two or more go to a
+// pooled sorted vector. Children are an intrusive sibling list while a node
+// has at most kSmallChildren of them, an open-addressing map beyond. Each
+// owner maps its engine block ids to node ids in an open-addressing map
+// (12 bytes per slot). Cache owners are interned into dense ids.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <shared_mutex>
+#include <span>
 #include <unordered_map>
 #include <vector>
 
@@ -25,9 +34,13 @@ class RadixIndexer final : public Indexer {
   static constexpr size_t kMaxBlocksPerLock = 256;
   // Largest stored/removed event accepted (blocks); larger is TooLarge.
   static constexpr size_t kMaxBlocksPerEvent = 1 << 20;
+  // Distinct cache owners the index can hold at once (dense ids are 23 bits).
+  static constexpr uint32_t kMaxOwners = 1u << 23;
 
   RadixIndexer();
   ~RadixIndexer() override;
+  RadixIndexer(const RadixIndexer&) = delete;
+  RadixIndexer& operator=(const RadixIndexer&) = delete;
 
   ApplyResult apply(const KvEvent& event) override;
   void remove_worker(WorkerId worker) override;
@@ -36,47 +49,78 @@ class RadixIndexer final : public Indexer {
   IndexStats stats() const override;
 
  private:
-  // An owner entry in a node: dense owner id (24 bits) | tier (8 bits).
+  using NodeId = uint32_t;
+  // An owner entry: dense owner id (23 bits) << 8 | tier (8 bits). The top
+  // bit is never set, so a node's owner word can tag a list index with it.
   using Entry = uint32_t;
   static uint32_t entry_owner(Entry e) { return e >> 8; }
   static StorageTier entry_tier(Entry e) { return static_cast<StorageTier>(e & 0xff); }
 
+  static constexpr NodeId kRoot = 0;
+  static constexpr NodeId kNone = ~0u;
+  static constexpr uint32_t kNoOwner = ~0u;        // owner word: nobody
+  static constexpr uint32_t kListBit = 1u << 31;   // owner word: index into lists_
+  static constexpr uint32_t kSmallChildren = 8;    // sibling list up to this many
+  static constexpr uint32_t kChunkBits = 16;       // nodes per arena chunk: 65,536
+
   struct Node {
-    LocalBlockHash hash;
-    Node* parent = nullptr;
-    // Children: inline vector while small, a hash map beyond.
-    std::vector<Node*> small_children;
-    std::unique_ptr<FlatMap64<Node*>> big_children;
-    std::vector<Entry> owners;  // sorted by owner id
-    Node* child(LocalBlockHash h) const;
-    size_t child_count() const;
+    uint32_t hash_lo, hash_hi;  // LocalBlockHash, split to keep the record 4-aligned
+    NodeId parent;
+    // nchildren <= kSmallChildren: first child of a sibling list;
+    // otherwise the index of this node's map in child_maps_.
+    uint32_t children;
+    NodeId next_sibling;  // next in the parent's list; next free node when free
+    uint32_t owners;      // kNoOwner, one Entry, or kListBit | index in lists_
+    uint32_t nchildren;
+    uint64_t hash() const { return (uint64_t{hash_hi} << 32) | hash_lo; }
   };
+  static_assert(sizeof(Node) == 28);
+
   struct OwnerState {
     CacheOwner owner;
-    FlatMap64<Node*> blocks;  // block_hash -> node
+    FlatMap64<NodeId> blocks;  // block_hash -> node
     // Nodes this owner reaches through more than one block_hash (an engine
-    // that names the same content under the same parent twice): node -> extra
-    // references. Empty for well-behaved engines.
+    // that names the same content under the same parent twice): node id ->
+    // extra references. Empty for well-behaved engines.
     FlatMap64<uint32_t> aliases;
   };
-  // Drops one reference of `id` on `n`; true when it was the last.
-  bool unref(OwnerState& os, uint32_t id, Node* n);
+
+  Node& node(NodeId id) { return chunks_[id >> kChunkBits][id & ((1u << kChunkBits) - 1)]; }
+  const Node& node(NodeId id) const { return chunks_[id >> kChunkBits][id & ((1u << kChunkBits) - 1)]; }
+  std::span<const Entry> owners_of(const Node& n) const;
+
+  NodeId alloc_node();
+  void free_node(NodeId id);
+  NodeId child(NodeId parent, uint64_t h) const;
+  NodeId add_child(NodeId parent, uint64_t h);
+  void unlink_child(NodeId parent, NodeId c);
 
   uint32_t intern(CacheOwner o);
-  Node* add_child(Node* parent, LocalBlockHash h);
-  void add_owner(Node* n, uint32_t owner, StorageTier tier);
-  bool drop_owner(Node* n, uint32_t owner);  // true if the owner was there
+  void release_owner_id(uint32_t id);
+  bool holds(const Node& n, uint32_t owner) const;
+  void add_owner(Node& n, uint32_t owner, StorageTier tier);
+  bool drop_owner(Node& n, uint32_t owner);  // true if the owner was there
+  // Drops one reference of owner `id` on node `n`; true when it was the last.
+  bool unref(OwnerState& os, uint32_t id, NodeId n);
   // Frees n and then its ancestors while they hold no owner and no child;
   // records freed nodes in `freed` if given.
-  void prune(Node* n, std::vector<Node*>* freed = nullptr);
+  void prune(NodeId n, std::vector<NodeId>* freed = nullptr);
   void clear_owner_locked(uint32_t id);
 
   mutable std::shared_mutex mu_;
-  Node root_;
+  std::vector<std::unique_ptr<Node[]>> chunks_;
+  uint32_t fresh_ = 0;        // next never-used node id
+  NodeId free_head_ = kNone;  // free list through next_sibling
+  std::vector<std::vector<Entry>> lists_;  // owner lists of shared nodes, sorted by owner id
+  std::vector<uint32_t> free_lists_;
+  uint64_t list_heap_bytes_ = 0;  // sum of lists_ capacities, in bytes
+  std::vector<std::unique_ptr<FlatMap64<NodeId>>> child_maps_;  // big fan-out nodes
+  std::vector<uint32_t> free_child_maps_;
+
   std::unordered_map<CacheOwner, uint32_t> owner_ids_;
   std::vector<std::unique_ptr<OwnerState>> owners_;  // by dense id; null = free
   std::vector<uint32_t> free_ids_;
-  uint64_t nodes_ = 0;
+  uint64_t nodes_ = 0;  // live nodes, root excluded
   uint64_t entries_ = 0;
 };
 

@@ -1,22 +1,25 @@
 #include "mocker/engine.h"
 
 #include <algorithm>
+#include <cassert>
 
 #include "indexer/block_hash.h"
 
 namespace kvroute::mocker {
 
 Engine::Engine(EngineConfig cfg, std::function<void(const KvEvent&)> on_event)
-    : cfg_(cfg), on_event_(std::move(on_event)) {}
+    : cfg_(cfg), on_event_(std::move(on_event)) {
+  assert(cfg_.block_size > 0 && cfg_.kv_blocks > 0 && cfg_.max_seqs > 0 && cfg_.max_batched_tokens > 0);
+}
 
 double Engine::prefill_ms(double t) const { return cfg_.prefill_a * t * t + cfg_.prefill_b * t + cfg_.prefill_c; }
 
 double Engine::decode_ms() const {
-  const double used = static_cast<double>(blocks_.size() - lru_.size() + anon_blocks_);
-  return cfg_.decode_base_ms + cfg_.decode_kv_ms * (cfg_.kv_blocks ? used / static_cast<double>(cfg_.kv_blocks) : 0);
+  const double active = static_cast<double>(load().kv_active_blocks);
+  return cfg_.decode_base_ms + cfg_.decode_kv_ms * active / static_cast<double>(cfg_.kv_blocks);
 }
 
-uint64_t Engine::blocks_needed(size_t prompt_tokens, uint32_t max_tokens) const {
+uint64_t Engine::blocks_needed(uint64_t prompt_tokens, uint32_t max_tokens) const {
   const uint64_t bs = cfg_.block_size;
   return (prompt_tokens + max_tokens + bs - 1) / bs;
 }
@@ -28,50 +31,70 @@ void Engine::emit(KvEvent ev) {
   if (on_event_) on_event_(ev);
 }
 
-bool Engine::add_request(uint64_t id, std::vector<TokenId> prompt, uint32_t max_tokens, double now_ms) {
-  if (prompt.empty() || max_tokens == 0 || blocks_needed(prompt.size(), max_tokens) > cfg_.kv_blocks) return false;
+bool Engine::add_request(uint64_t id, std::span<const TokenId> prompt, uint32_t max_tokens, double now_ms) {
+  if (prompt.empty() || prompt.size() > UINT32_MAX) return false;
+  const auto locals = hash_blocks(prompt, cfg_.block_size);
+  return add_request_hashed(id, static_cast<uint32_t>(prompt.size()), locals, max_tokens, now_ms);
+}
+
+bool Engine::add_request_hashed(uint64_t id, uint32_t prompt_tokens, std::span<const LocalBlockHash> blocks,
+                                uint32_t max_tokens, double now_ms) {
+  if (prompt_tokens == 0 || max_tokens == 0 || requests_.count(id)) return false;
+  if (static_cast<uint64_t>(blocks.size()) * cfg_.block_size > prompt_tokens) return false;
+  if (blocks_needed(prompt_tokens, max_tokens) > cfg_.kv_blocks) return false;
   Request r;
   r.id = id;
-  r.prompt = std::move(prompt);
+  r.prompt_tokens = prompt_tokens;
   r.max_tokens = max_tokens;
-  waiting_.push_back(std::move(r));
+  r.locals.assign(blocks.begin(), blocks.end());
+  r.blocks.reserve(blocks.size());
+  SequenceHash parent{0};
+  for (LocalBlockHash h : blocks) r.blocks.push_back(parent = sequence_hash(parent, h));
+  return enqueue(std::move(r), now_ms);
+}
+
+bool Engine::enqueue(Request r, double now_ms) {
+  const uint64_t id = r.id;
+  requests_.emplace(id, std::move(r));
+  waiting_.push_back(id);
   if (!step_end_) start_step(now_ms);
   return true;
 }
 
-bool Engine::try_admit(Request& r) {
-  const uint32_t bs = cfg_.block_size;
-  const auto locals = hash_blocks(r.prompt, bs);
-  std::vector<SequenceHash> seq;
-  seq.reserve(locals.size());
-  SequenceHash parent{0};
-  for (auto h : locals) seq.push_back(parent = sequence_hash(parent, h));
-  // The cached prefix counts as a hit; blocks cached beyond a missing one are
-  // reused too (no new space) but still sit after a recomputed block.
-  size_t k = 0;
-  while (k < seq.size() && blocks_.count(seq[k].value)) ++k;
-  uint64_t missing = 0, present_unreferenced = 0;
-  for (size_t i = 0; i < seq.size(); ++i) {
-    auto it = blocks_.find(seq[i].value);
-    if (it == blocks_.end()) ++missing;
-    else present_unreferenced += it->second.refs == 0;
-  }
-  const uint64_t extra = blocks_needed(r.prompt.size(), r.max_tokens) - seq.size();
-  const uint64_t need = missing + extra;
-  const uint64_t used = blocks_.size() + anon_blocks_;
-  const uint64_t free = cfg_.kv_blocks > used ? cfg_.kv_blocks - used : 0;
-  if (need > free + lru_.size() - present_unreferenced) return false;
+uint32_t Engine::cached_prefix_blocks(const Request& r) const {
+  uint32_t k = 0;
+  while (k < r.blocks.size() && blocks_.count(r.blocks[k])) ++k;
+  return k;
+}
 
-  for (size_t i = 0; i < seq.size(); ++i) {
-    auto it = blocks_.find(seq[i].value);
+bool Engine::try_admit(Request& r) {
+  // Blocks already present are shared (in-flight ones included: their
+  // prefill ends in this same step at the latest). The cache is prefix-closed,
+  // so the present blocks are exactly the cached prefix.
+  uint64_t missing = 0, reusable_unreferenced = 0;
+  for (SequenceHash h : r.blocks) {
+    auto it = blocks_.find(h);
+    if (it == blocks_.end()) ++missing;
+    else reusable_unreferenced += it->second.refs == 0;
+  }
+  const uint64_t private_blocks = blocks_needed(r.prompt_tokens, r.max_tokens) - r.blocks.size();
+  const uint64_t need = missing + private_blocks;
+  const uint64_t free = cfg_.kv_blocks - std::min(cfg_.kv_blocks, used_blocks());
+  const uint64_t evictable = lru_.size() - reusable_unreferenced;
+  if (need > free + evictable) return false;
+
+  r.cached_tokens = cached_prefix_blocks(r) * cfg_.block_size;
+  for (SequenceHash h : r.blocks) {
+    auto it = blocks_.find(h);
     if (it != blocks_.end() && it->second.refs++ == 0) lru_.erase(it->second.lru);
   }
-  // Evict least recently used unreferenced blocks until the new ones fit.
   KvRemoved removed;
-  while (cfg_.kv_blocks - std::min<uint64_t>(cfg_.kv_blocks, blocks_.size() + anon_blocks_) < need) {
+  while (cfg_.kv_blocks - std::min(cfg_.kv_blocks, used_blocks()) < need) {
+    assert(!lru_.empty());
     const SequenceHash victim = lru_.front();
     lru_.pop_front();
-    blocks_.erase(victim.value);
+    blocks_.erase(victim);  // only computed blocks are ever unreferenced
+    --stored_blocks_;
     removed.block_hashes.push_back(victim);
   }
   if (!removed.block_hashes.empty()) {
@@ -79,141 +102,130 @@ bool Engine::try_admit(Request& r) {
     ev.data = std::move(removed);
     emit(std::move(ev));
   }
-  for (size_t i = 0; i < seq.size(); ++i) {
-    if (blocks_.count(seq[i].value)) continue;
-    Block b;
-    b.local = locals[i];
+  for (size_t i = 0; i < r.blocks.size(); ++i) {
+    auto [it, inserted] = blocks_.try_emplace(r.blocks[i]);
+    if (!inserted) continue;
+    Block& b = it->second;
+    b.local = r.locals[i];
     b.has_parent = i > 0;
-    if (i > 0) b.parent = seq[i - 1];
+    if (i > 0) b.parent = r.blocks[i - 1];
     b.depth = static_cast<uint32_t>(i);
     b.refs = 1;
-    blocks_.emplace(seq[i].value, b);
   }
-  anon_blocks_ += extra;
-  r.blocks = std::move(seq);
-  r.extra_blocks = extra;
-  r.cached_tokens = static_cast<uint32_t>(k * bs);
+  private_blocks_ += private_blocks;
+  r.private_blocks = private_blocks;
   return true;
 }
 
 void Engine::release(Request& r) {
-  for (SequenceHash h : r.blocks) {
-    auto it = blocks_.find(h.value);
-    if (it == blocks_.end()) continue;
+  // Tail first, so the tail of a prompt is evicted before its head.
+  for (auto h = r.blocks.rbegin(); h != r.blocks.rend(); ++h) {
+    auto it = blocks_.find(*h);
+    assert(it != blocks_.end() && it->second.refs > 0);
     Block& b = it->second;
     if (--b.refs > 0) continue;
     if (b.computed) {
-      lru_.push_back(h);
+      lru_.push_back(*h);
       b.lru = std::prev(lru_.end());
     } else {
-      blocks_.erase(it);  // never computed: nothing cached, nothing to announce
+      blocks_.erase(it);  // cancelled during its prefill: never computed, never announced
     }
   }
-  anon_blocks_ -= std::min(anon_blocks_, r.extra_blocks);
-  r.blocks.clear();
-  r.extra_blocks = 0;
+  private_blocks_ -= r.private_blocks;
+  r.private_blocks = 0;
 }
 
 bool Engine::cancel(uint64_t id) {
-  for (auto it = waiting_.begin(); it != waiting_.end(); ++it) {
-    if (it->id == id) {
-      waiting_.erase(it);
-      return true;
-    }
+  auto it = requests_.find(id);
+  if (it == requests_.end()) return false;
+  Request& r = it->second;
+  if (r.running) {
+    release(r);
+    running_.erase(std::find(running_.begin(), running_.end(), id));
+  } else {
+    waiting_.erase(std::find(waiting_.begin(), waiting_.end(), id));
   }
-  for (auto it = running_.begin(); it != running_.end(); ++it) {
-    if (it->id == id) {
-      release(*it);
-      running_.erase(it);
-      return true;
-    }
-  }
-  return false;
+  requests_.erase(it);
+  return true;
 }
 
 void Engine::start_step(double now_ms) {
-  step_admitted_.clear();
-  step_decoding_.clear();
-  for (const auto& r : running_)
-    if (r.prefilled) step_decoding_.push_back(r.id);
-  uint64_t t = 0;
+  const uint64_t decoding = running_.size();
+  uint64_t budget_used = decoding;  // one token per decoding sequence
+  uint64_t t = 0;                   // new prefill tokens
+  bool admitted = false;
   while (!waiting_.empty() && running_.size() < cfg_.max_seqs) {
-    Request& r = waiting_.front();
-    // The new tokens are only known after the cache lookup in try_admit;
-    // estimate with the whole prompt to respect the batch budget.
-    if (!step_admitted_.empty() && t + r.prompt.size() > cfg_.max_batched_tokens) break;
+    Request& r = requests_.at(waiting_.front());
+    const uint64_t cached = uint64_t{cached_prefix_blocks(r)} * cfg_.block_size;
+    // A fully cached prompt still computes its last token.
+    const uint64_t fresh = std::max<uint64_t>(1, r.prompt_tokens - std::min<uint64_t>(r.prompt_tokens, cached));
+    if (admitted && budget_used + fresh > cfg_.max_batched_tokens) break;
     if (!try_admit(r)) break;  // FIFO: the head waits for space
-    t += std::max<uint64_t>(1, r.prompt.size() - std::min<uint64_t>(r.prompt.size(), r.cached_tokens));
-    step_admitted_.push_back(r.id);
-    running_.push_back(std::move(r));
+    r.running = true;
+    running_.push_back(r.id);
     waiting_.pop_front();
+    budget_used += fresh;
+    t += fresh;
+    admitted = true;
   }
-  if (step_admitted_.empty() && step_decoding_.empty()) {
+  if (running_.empty()) {
     step_end_.reset();
     return;
   }
   double ms = 0;
   if (t > 0) ms += prefill_ms(static_cast<double>(t));
-  if (!step_decoding_.empty()) ms += decode_ms();
+  if (decoding > 0) ms += decode_ms();
   step_end_ = now_ms + ms;
 }
 
 std::vector<EngineOutput> Engine::advance_to(double now_ms) {
   std::vector<EngineOutput> out;
+  std::vector<uint64_t> done;
   while (step_end_ && *step_end_ <= now_ms) {
     const double end = *step_end_;
-    auto find = [&](uint64_t id) -> Request* {
-      for (auto& r : running_)
-        if (r.id == id) return &r;
-      return nullptr;  // cancelled meanwhile
-    };
-    auto finish_if_done = [&](Request& r) {
-      if (r.generated < r.max_tokens) return false;
-      out.push_back({r.id, EngineOutput::Kind::Finished, 0, 0});
-      release(r);
-      return true;
-    };
-    std::vector<uint64_t> done;
-    for (uint64_t id : step_admitted_) {
-      Request* r = find(id);
-      if (!r) continue;
-      // The prompt's new blocks are computed now: announce each run of
-      // consecutive new blocks as one chain under its parent.
-      KvStored st;
-      auto flush = [&] {
-        if (st.blocks.empty()) return;
-        KvEvent ev;
-        ev.data = std::move(st);
-        emit(std::move(ev));
-        st = KvStored{};
-      };
-      for (size_t i = 0; i < r->blocks.size(); ++i) {
-        Block& b = blocks_[r->blocks[i].value];
-        if (b.computed) {
-          flush();
-          continue;
+    done.clear();
+    for (uint64_t id : running_) {
+      Request& r = requests_.at(id);
+      if (!r.prefilled) {
+        // Its prompt's new blocks are computed now: announce each run of
+        // consecutive new blocks as one chain under its parent.
+        KvStored st;
+        auto flush = [&] {
+          if (st.blocks.empty()) return;
+          KvEvent ev;
+          ev.data = std::move(st);
+          emit(std::move(ev));
+          st = KvStored{};
+        };
+        for (size_t i = 0; i < r.blocks.size(); ++i) {
+          Block& b = blocks_.at(r.blocks[i]);
+          if (b.computed) {
+            flush();
+            continue;
+          }
+          if (st.blocks.empty() && i > 0) st.parent = r.blocks[i - 1];
+          b.computed = true;
+          ++stored_blocks_;
+          st.blocks.push_back({r.blocks[i], b.local});
         }
-        if (st.blocks.empty() && i > 0) st.parent = r->blocks[i - 1];
-        b.computed = true;
-        st.blocks.push_back({r->blocks[i], b.local});
+        flush();
+        r.prefilled = true;
+        r.generated = 1;
+        out.push_back({id, EngineOutput::Kind::FirstToken, end, r.cached_tokens, r.prompt_tokens});
+      } else {
+        r.generated += 1;
+        out.push_back({id, EngineOutput::Kind::Token, end, 0, 0});
       }
-      flush();
-      r->prefilled = true;
-      r->generated = 1;
-      out.push_back({r->id, EngineOutput::Kind::FirstToken, r->cached_tokens,
-                     static_cast<uint32_t>(r->prompt.size())});
-      if (finish_if_done(*r)) done.push_back(r->id);
+      if (r.generated >= r.max_tokens) {
+        out.push_back({id, EngineOutput::Kind::Finished, end, 0, 0});
+        release(r);
+        done.push_back(id);
+      }
     }
-    for (uint64_t id : step_decoding_) {
-      Request* r = find(id);
-      if (!r) continue;
-      r->generated += 1;
-      out.push_back({r->id, EngineOutput::Kind::Token, 0, 0});
-      if (finish_if_done(*r)) done.push_back(r->id);
+    if (!done.empty()) {
+      std::erase_if(running_, [&](uint64_t id) { return std::find(done.begin(), done.end(), id) != done.end(); });
+      for (uint64_t id : done) requests_.erase(id);
     }
-    std::erase_if(running_, [&](const Request& r) {
-      return std::find(done.begin(), done.end(), r.id) != done.end();
-    });
     start_step(end);
   }
   return out;
@@ -224,13 +236,14 @@ EngineLoad Engine::load() const {
   l.request_active_slots = static_cast<uint32_t>(running_.size());
   l.request_total_slots = cfg_.max_seqs;
   l.num_requests_waiting = static_cast<uint32_t>(waiting_.size());
-  l.kv_active_blocks = blocks_.size() - lru_.size() + anon_blocks_;
+  l.kv_active_blocks = blocks_.size() - lru_.size() + private_blocks_;
   l.kv_total_blocks = cfg_.kv_blocks;
   return l;
 }
 
 std::vector<KvEvent> Engine::dump() const {
-  std::vector<std::pair<uint32_t, uint64_t>> order;
+  std::vector<std::pair<uint32_t, SequenceHash>> order;
+  order.reserve(stored_blocks_);
   for (const auto& [h, b] : blocks_)
     if (b.computed) order.emplace_back(b.depth, h);
   std::sort(order.begin(), order.end());
@@ -240,7 +253,7 @@ std::vector<KvEvent> Engine::dump() const {
     const Block& b = blocks_.at(h);
     KvStored st;
     if (b.has_parent) st.parent = b.parent;
-    st.blocks.push_back({SequenceHash{h}, b.local});
+    st.blocks.push_back({h, b.local});
     KvEvent ev;
     ev.owner = cfg_.owner;
     ev.tier = cfg_.tier;

@@ -2,19 +2,33 @@
 // eviction, continuous batching, and step times from a prefill polynomial and
 // a decode model. Pure: no I/O, no clock — time is "engine milliseconds"
 // passed in by the caller, so kvroute-mocker drives it in real time and a
-// discrete-event simulator in virtual time. Deterministic. Not thread-safe
-// (one owner thread).
+// discrete-event simulator in virtual time. Deterministic: the same calls
+// give the same outputs and events.
 //
-// Step model (one engine iteration):
-//   admit waiting requests FIFO while a sequence slot is free, their new
-//   (uncached) prompt tokens fit in max_batched_tokens (the first always
-//   fits: no chunked prefill), and their KV blocks can be allocated (evicting
-//   unreferenced cached blocks LRU);
-//   step_ms = prefill_ms(t) [if t > 0] + decode_ms [if any request decodes]
-//     prefill_ms(t) = prefill_a·t² + prefill_b·t + prefill_c, t = new tokens in the step
+// Threading: not thread-safe; one owner thread (kvroute-mocker's io thread).
+//
+// Step model (one engine iteration; mocker/README.md has the full text):
+//   Every running request decodes one token per step. Waiting requests are
+//   admitted FIFO while a sequence slot is free (max_seqs), the step's token
+//   budget holds (max_batched_tokens = decode tokens + new prefill tokens; the
+//   first prefill of a step is always admitted: prefill is NOT chunked), and
+//   their KV blocks can be allocated (evicting unreferenced cached blocks,
+//   least recently used first). The head of the queue that does not fit
+//   blocks the ones behind it (FIFO, no overtaking).
+//     step_ms = prefill_ms(t) [if t > 0] + decode_ms [if any request decodes]
+//     prefill_ms(t) = prefill_a·t² + prefill_b·t + prefill_c, t = new (uncached) prompt tokens
 //     decode_ms     = decode_base_ms + decode_kv_ms · (KV blocks in use / capacity)
-//   at the end of the step, admitted requests produce their first token (and
-//   their new prompt blocks are "stored"), decoding requests one more token.
+//   At the end of the step admitted requests produce their first token and
+//   their newly computed prompt blocks are announced (stored), decoding
+//   requests produce one more token.
+//
+// KV blocks: a request's complete prompt blocks are hashed (indexer/block_hash.h:
+// local = hash_block, id = sequence_hash(parent, local)) and shared between
+// requests; the partial last block and room for max_tokens generated tokens
+// are reserved as private blocks at admission (no preemption). A finished or
+// cancelled request drops its references; unreferenced blocks stay cached and
+// are evicted least recently used first, the tail of a prompt before its head
+// (as vLLM frees blocks in reverse), so the cache is always prefix-closed.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +36,7 @@
 #include <functional>
 #include <list>
 #include <optional>
+#include <span>
 #include <unordered_map>
 #include <vector>
 
@@ -31,63 +46,79 @@
 namespace kvroute::mocker {
 
 struct EngineConfig {
-  uint32_t block_size = 16;
-  uint64_t kv_blocks = 16384;         // KV capacity in blocks
-  uint32_t max_seqs = 256;            // running sequences (request slots)
-  uint32_t max_batched_tokens = 8192; // new prefill tokens per step
+  uint32_t block_size = 16;            // tokens per KV block, > 0
+  uint64_t kv_blocks = 16384;          // KV capacity in blocks, > 0
+  uint32_t max_seqs = 256;             // running sequences (request slots), > 0
+  uint32_t max_batched_tokens = 8192;  // tokens per step (decode + new prefill), > 0
   // Dynamo mocker's prefill polynomial (ms, t = new tokens in the step).
   double prefill_a = 4.209989e-7;
   double prefill_b = 1.518344e-2;
   double prefill_c = 16.50142;
-  double decode_base_ms = 8.0;        // decode step with an empty cache
-  double decode_kv_ms = 12.0;         // extra decode time at a full cache
-  CacheOwner owner;                   // whose events these are
+  double decode_base_ms = 8.0;         // decode step with an empty cache
+  double decode_kv_ms = 12.0;          // extra decode time at a full cache
+  CacheOwner owner;                    // stamped on every event
   StorageTier tier = StorageTier::Device;
 };
 
 struct EngineOutput {
-  enum class Kind { FirstToken, Token, Finished };
+  enum class Kind : uint8_t {
+    FirstToken,  // prefill done, first token produced
+    Token,       // one more token produced
+    Finished,    // max_tokens produced; follows the request's last token in the same step
+  };
   uint64_t request = 0;
   Kind kind = Kind::Token;
+  double time_ms = 0;          // engine time the step ended
   uint32_t cached_tokens = 0;  // FirstToken: prompt tokens served from the cache
   uint32_t prompt_tokens = 0;  // FirstToken
 };
 
+// Same fields as events/wire.h WorkerLoadReport.
 struct EngineLoad {
-  uint32_t request_active_slots = 0;
-  uint32_t request_total_slots = 0;
+  uint32_t request_active_slots = 0;  // running requests
+  uint32_t request_total_slots = 0;   // max_seqs
   uint32_t num_requests_waiting = 0;
-  uint64_t kv_active_blocks = 0;  // blocks referenced by running requests
-  uint64_t kv_total_blocks = 0;
+  uint64_t kv_active_blocks = 0;      // blocks referenced by running requests (shared + private)
+  uint64_t kv_total_blocks = 0;       // kv_blocks
 };
 
 class Engine {
  public:
-  // `on_event` receives every stored/removed event, with event ids 1, 2, ...
+  // `on_event` receives every stored/removed event, synchronously from inside
+  // add_request/advance_to, with event ids 1, 2, 3, ...
   Engine(EngineConfig cfg, std::function<void(const KvEvent&)> on_event);
 
-  // Queues a request (prompt token ids, tokens to generate >= 1). False if
-  // it could never fit in the KV cache (the caller rejects it).
-  bool add_request(uint64_t id, std::vector<TokenId> prompt, uint32_t max_tokens, double now_ms);
+  // Queues a request (prompt token ids, tokens to generate >= 1). Returns
+  // false (and queues nothing) if the prompt is empty, max_tokens is 0, the
+  // id is in use, or it could never fit in the KV cache.
+  bool add_request(uint64_t id, std::span<const TokenId> prompt, uint32_t max_tokens, double now_ms);
+  // The same with the prompt given as its complete blocks' local hashes (as a
+  // trace replay has them) and its length in tokens (>= blocks·block_size).
+  bool add_request_hashed(uint64_t id, uint32_t prompt_tokens, std::span<const LocalBlockHash> blocks,
+                          uint32_t max_tokens, double now_ms);
   // Blocks a request of this size needs (prompt blocks + room to generate).
-  uint64_t blocks_needed(size_t prompt_tokens, uint32_t max_tokens) const;
-  // Drops a request wherever it is; its blocks stay cached (unreferenced).
+  uint64_t blocks_needed(uint64_t prompt_tokens, uint32_t max_tokens) const;
+  // Drops a request wherever it is (its outputs stop at once); its computed
+  // blocks stay cached, unreferenced. False if the id is unknown.
   bool cancel(uint64_t id);
 
-  // When the step in progress ends (nullopt: idle).
+  // When the step in progress ends (nullopt: idle, nothing to do).
   std::optional<double> next_event_time() const { return step_end_; }
-  // Completes every step that ends at or before `now_ms`, starting new ones,
-  // and returns their outputs in order.
+  // Completes every step that ends at or before `now_ms` (each next step
+  // starts when the previous one ends), returning their outputs in order.
   std::vector<EngineOutput> advance_to(double now_ms);
 
   EngineLoad load() const;
-  size_t cached_blocks() const { return blocks_.size(); }
+  // Blocks in the cache that were announced as stored and not removed: what
+  // an index fed with this engine's events holds for it.
+  uint64_t cached_blocks() const { return stored_blocks_; }
   uint64_t last_event_id() const { return event_id_; }
-  // The cache contents as stored events (parents first), without event ids,
-  // consistent with last_event_id().
+  // The cache contents as stored events (parents before children, no event
+  // ids), consistent with last_event_id(): applying them to an empty index
+  // gives what applying events 1..last_event_id() gives.
   std::vector<KvEvent> dump() const;
-  double prefill_ms(double tokens) const;
-  double decode_ms() const;
+  double prefill_ms(double new_tokens) const;
+  double decode_ms() const;  // at the current KV occupancy
   const EngineConfig& config() const { return cfg_; }
 
  private:
@@ -95,36 +126,41 @@ class Engine {
     LocalBlockHash local;
     SequenceHash parent;
     bool has_parent = false;
-    uint32_t depth = 0;
-    uint32_t refs = 0;
     bool computed = false;                  // stored event sent
+    uint32_t depth = 0;                     // position in its prompt
+    uint32_t refs = 0;                      // running requests using it
     std::list<SequenceHash>::iterator lru;  // valid when refs == 0
   };
   struct Request {
-    uint64_t id;
-    std::vector<TokenId> prompt;
-    uint32_t max_tokens;
+    uint64_t id = 0;
+    uint32_t prompt_tokens = 0;
+    uint32_t max_tokens = 0;
     uint32_t generated = 0;
-    std::vector<SequenceHash> blocks;  // its hashed prompt blocks
-    uint64_t extra_blocks = 0;         // partial prompt block + generated tokens
+    std::vector<LocalBlockHash> locals;  // complete prompt blocks
+    std::vector<SequenceHash> blocks;    // their ids (prefix chain)
+    uint64_t private_blocks = 0;         // partial prompt block + room to generate
     uint32_t cached_tokens = 0;
+    bool running = false;
     bool prefilled = false;
   };
 
-  bool try_admit(Request& r);  // allocates blocks; false if they do not fit
+  bool enqueue(Request r, double now_ms);
+  uint32_t cached_prefix_blocks(const Request& r) const;
+  bool try_admit(Request& r);  // allocates blocks; false if they do not fit now
   void release(Request& r);
   void start_step(double now_ms);
   void emit(KvEvent ev);
+  uint64_t used_blocks() const { return blocks_.size() + private_blocks_; }
 
   EngineConfig cfg_;
   std::function<void(const KvEvent&)> on_event_;
-  std::unordered_map<uint64_t, Block> blocks_;  // key: SequenceHash value
-  std::list<SequenceHash> lru_;                 // unreferenced blocks, oldest first
-  uint64_t anon_blocks_ = 0;                    // unhashed blocks in use
-  std::deque<Request> waiting_;
-  std::vector<Request> running_;
-  std::vector<uint64_t> step_admitted_;         // requests prefilling in the current step
-  std::vector<uint64_t> step_decoding_;         // requests decoding in the current step
+  std::unordered_map<SequenceHash, Block> blocks_;  // shared blocks, computed or being computed
+  std::list<SequenceHash> lru_;                     // unreferenced blocks, eviction order first
+  uint64_t private_blocks_ = 0;                     // unhashed blocks reserved by running requests
+  uint64_t stored_blocks_ = 0;                      // computed blocks in blocks_
+  std::unordered_map<uint64_t, Request> requests_;  // waiting and running
+  std::deque<uint64_t> waiting_;                    // FIFO
+  std::vector<uint64_t> running_;                   // admission order
   std::optional<double> step_end_;
   uint64_t event_id_ = 0;
 };

@@ -40,8 +40,8 @@ std::string load_json(const WorkerLoad& l) {
 std::string worker_json(const WorkerView& w) {
   return fmt::format(
       R"({{"worker_id":{},"url":"{}","model":"{}","block_size":{},"dp_size":{},"approximate":{},"draining":{},"reported_load":{},"predicted_load":{},"inflight_requests":{},"inflight_blocks":{},"pending_prefill_tokens":{}}})",
-      w.info.id.value, json_escape(w.info.url), json_escape(w.info.model), w.info.block_size, w.info.dp_size,
-      w.info.approximate, w.draining, load_json(w.info.load), load_json(w.predicted), w.inflight_requests,
+      w.info->id.value, json_escape(w.info->url), json_escape(w.info->model), w.info->block_size, w.info->dp_size,
+      w.info->approximate, w.draining, load_json(w.info->load), load_json(w.predicted), w.inflight_requests,
       w.inflight_blocks, w.pending_prefill_tokens);
 }
 
@@ -67,9 +67,9 @@ std::string explain_json(const RouteResult& r, std::string_view model, uint32_t 
         R"({{"worker_id":{},"url":"{}","dp_rank":{},"overlap_blocks":{},"overlap_by_tier":{{"device":{},"host_pinned":{},"disk":{},"external":{}}},)"
         R"("cached_tokens":{},"reported_load":{},"predicted_load":{},"pending_prefill_tokens":{},"excluded":{},"rank":{},)"
         R"("terms":{{"load_ratio":{},"load_deviation":{},"prefill_ratio":{},"slot_ratio":{},"queue_ratio":{}}},"cost":{}}})",
-        c.owner.worker.value, i < r.workers.size() ? json_escape(r.workers[i].info.url) : "", c.owner.dp_rank,
+        c.owner.worker.value, i < r.workers.size() ? json_escape(r.workers[i].info->url) : "", c.owner.dp_rank,
         c.overlap_blocks, t[0], t[1], t[2], t[3], num(s.cached_tokens),
-        i < r.workers.size() ? load_json(r.workers[i].info.load) : "null", load_json(c.load),
+        i < r.workers.size() ? load_json(r.workers[i].info->load) : "null", load_json(c.load),
         c.pending_prefill_tokens,
         s.excluded == Exclusion::None ? std::string("null") : fmt::format("\"{}\"", to_string(s.excluded)),
         rank[i] < 0 ? std::string("null") : std::to_string(rank[i]), num(s.load_ratio), num(s.load_deviation),
@@ -107,7 +107,7 @@ AdminResponse AdminApi::explain(ApiKind kind, std::string_view body) const {
   ParsedRequest parsed;
   ApiError err;
   if (!parse_openai_request(kind, body, parsed, err)) return AdminResponse{err.status, error_body(err)};
-  RouteResult r = routing_.route(parsed);
+  RouteResult r = routing_.route(parsed, /*rank_all=*/true);
   return AdminResponse{200, explain_json(r, parsed.model, config_.get()->indexer.block_size)};
 }
 

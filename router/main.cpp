@@ -214,14 +214,14 @@ int main(int argc, char** argv) {
     const auto all = registry.all();
     workers.get().set(static_cast<double>(all.size()));
     for (const auto& w : all) {
-      const auto id = std::to_string(w.info.id.value);
+      const auto id = std::to_string(w.info->id.value);
       now.insert(id);
       auto ratio = [](const WorkerLoad& l) {
         return l.kv_total_blocks ? double(l.kv_active_blocks) / double(l.kv_total_blocks) : 0.0;
       };
-      kv.with({id, "reported"}).set(ratio(w.info.load));
+      kv.with({id, "reported"}).set(ratio(w.info->load));
       kv.with({id, "predicted"}).set(ratio(w.predicted));
-      act.with({id, "reported"}).set(w.info.load.request_active_slots);
+      act.with({id, "reported"}).set(w.info->load.request_active_slots);
       act.with({id, "predicted"}).set(w.predicted.request_active_slots);
     }
     for (const auto& id : last) {
@@ -251,7 +251,7 @@ int main(int argc, char** argv) {
   hooks.on_routed = [&](const ParsedRequest&, const RouteResult& r) {
     // Approximate mode: the chosen worker will cache the request's blocks.
     const auto& w = r.workers[*r.decision.chosen];
-    if (config.get()->indexer.approximate || w.info.approximate)
+    if (config.get()->indexer.approximate || w.info->approximate)
       approx.record(r.candidates[*r.decision.chosen].owner, r.block_hashes, clock.now());
   };
   HttpServer server(hooks);

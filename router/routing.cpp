@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 
 #include <chrono>
-#include <unordered_map>
+#include <algorithm>
 
 #include "indexer/block_hash.h"
 #include "tokenizer/placeholder.h"
@@ -16,7 +16,7 @@ std::vector<TokenId> RoutingService::tokens_of(const ParsedRequest& r) {
   return placeholder_tokenize(r.prompt_text);
 }
 
-RouteResult RoutingService::route(const ParsedRequest& request) const {
+RouteResult RoutingService::route(const ParsedRequest& request, bool rank_all) const {
   RouteResult out;
   const auto cfg = config_.get();
   const uint32_t block_size = cfg->indexer.block_size;
@@ -50,41 +50,50 @@ RouteResult RoutingService::route(const ParsedRequest& request) const {
   lap(2);
 
   // A worker with several dp ranks is scored by its best rank's overlap.
-  std::unordered_map<WorkerId, const OwnerOverlap*> best;
-  for (const auto& o : scores.owners) {
-    auto& b = best[o.owner.worker];
-    if (!b || o.blocks > b->blocks) b = &o;
-  }
+  // Both lists are sorted by worker id (the registry's order), so one merge
+  // pass pairs them: O(workers + owners log owners), no hashing.
+  std::vector<const OwnerOverlap*> owners;
+  owners.reserve(scores.owners.size());
+  for (const auto& o : scores.owners) owners.push_back(&o);
+  std::sort(owners.begin(), owners.end(), [](const OwnerOverlap* a, const OwnerOverlap* b) {
+    return a->owner.worker != b->owner.worker ? a->owner.worker < b->owner.worker : a->blocks > b->blocks;
+  });
   out.candidates.reserve(workers.size());
+  size_t k = 0;
   for (const auto& w : workers) {
     Candidate c;
-    c.owner.worker = w.info.id;
+    c.owner.worker = w.info->id;
     c.load = w.predicted;
     c.pending_prefill_tokens = w.pending_prefill_tokens;
     c.draining = w.draining;
-    if (auto it = best.find(w.info.id); it != best.end()) {
-      c.owner.dp_rank = it->second->owner.dp_rank;
-      c.overlap_blocks = it->second->blocks;
-      c.overlap_by_tier = it->second->by_tier;
+    while (k < owners.size() && owners[k]->owner.worker < w.info->id) ++k;
+    if (k < owners.size() && owners[k]->owner.worker == w.info->id) {  // first = best rank
+      c.owner.dp_rank = owners[k]->owner.dp_rank;
+      c.overlap_blocks = owners[k]->blocks;
+      c.overlap_by_tier = owners[k]->by_tier;
     }
     out.candidates.push_back(c);
   }
 
   out.workers = std::move(workers);
-  out.decision = schedule(out.candidates, out.isl_tokens, block_size, cfg->scheduler, random_);
+  out.decision = schedule(out.candidates, out.isl_tokens, block_size, cfg->scheduler, random_,
+                          rank_all ? 0 : cfg->router.max_attempts);
   lap(3);
   if (!out.decision.chosen) {
     out.error = ApiError{503, "Every worker is at capacity; retry later.", "service_unavailable", "",
                          "workers_busy"};
     return out;
   }
+  out.ranked.reserve(out.decision.ranking.size());
   for (size_t i : out.decision.ranking) {
     const auto& c = out.candidates[i];
     const auto cached = static_cast<uint32_t>(std::min<uint64_t>(uint64_t{c.overlap_blocks} * block_size, tokens.size()));
-    out.ranked.push_back(RouteTarget{c.owner.worker, out.workers[i].info.url, cached, out.isl_tokens - cached});
+    out.ranked.push_back(RouteTarget{c.owner.worker, out.workers[i].info->url, cached, out.isl_tokens - cached});
   }
   uint32_t best_overlap = 0;
-  for (size_t i : out.decision.ranking) best_overlap = std::max(best_overlap, out.candidates[i].overlap_blocks);
+  for (size_t i = 0; i < out.candidates.size(); ++i)
+    if (out.decision.scores[i].excluded == Exclusion::None)
+      best_overlap = std::max(best_overlap, out.candidates[i].overlap_blocks);
   out.chose_best_overlap = out.candidates[*out.decision.chosen].overlap_blocks == best_overlap;
   out.ok = true;
   return out;

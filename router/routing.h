@@ -48,7 +48,9 @@ class RoutingService {
   RoutingService(const Indexer& index, WorkerRegistry& registry, const ConfigStore& config, Random& random)
       : index_(index), registry_(registry), config_(config), random_(random) {}
 
-  RouteResult route(const ParsedRequest& request) const;
+  // `rank_all` ranks every eligible worker (explain); routing itself ranks
+  // only router.max_attempts (the failover order).
+  RouteResult route(const ParsedRequest& request, bool rank_all = false) const;
 
   // Token ids of a request (client-given ids, or the tokenizer's).
   static std::vector<TokenId> tokens_of(const ParsedRequest& request);

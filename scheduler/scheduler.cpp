@@ -49,7 +49,7 @@ double tier_weighted_blocks(const Candidate& c, const SchedulerConfig& cfg) {
 }  // namespace
 
 Decision schedule(const std::vector<Candidate>& candidates, uint32_t isl_tokens, uint32_t block_size,
-                  const SchedulerConfig& cfg, Random& random) {
+                  const SchedulerConfig& cfg, Random& random, size_t rank_limit) {
   Decision d;
   d.scores.resize(candidates.size());
   std::vector<size_t> eligible;
@@ -70,7 +70,10 @@ Decision schedule(const std::vector<Candidate>& candidates, uint32_t isl_tokens,
   for (size_t i : eligible) sum += d.scores[i].load_ratio;
   d.load_mean = sum / static_cast<double>(eligible.size());
   double var = 0;
-  for (size_t i : eligible) var += std::pow(d.scores[i].load_ratio - d.load_mean, 2);
+  for (size_t i : eligible) {
+    const double dev = d.scores[i].load_ratio - d.load_mean;
+    var += dev * dev;
+  }
   d.load_std = std::sqrt(var / static_cast<double>(eligible.size()));
   d.alpha = d.load_std > cfg.balance_threshold * d.load_mean ? cfg.alpha_imbalanced : cfg.alpha_balanced;
 
@@ -88,11 +91,30 @@ Decision schedule(const std::vector<Candidate>& candidates, uint32_t isl_tokens,
              cfg.delta * s.queue_ratio;
   }
 
-  // Shuffle first, then a stable sort: equal costs end up in random order.
-  d.ranking = eligible;
-  for (size_t i = d.ranking.size(); i > 1; --i) std::swap(d.ranking[i - 1], d.ranking[random.below(i)]);
-  std::stable_sort(d.ranking.begin(), d.ranking.end(),
-                   [&](size_t a, size_t b) { return d.scores[a].cost < d.scores[b].cost; });
+  // Order by cost; equal costs in random order (a random tie-break key from
+  // one draw of the injected randomness, so a seed reproduces the ranking).
+  uint64_t state = random.below(~0ull);
+  auto next_key = [&state] {  // splitmix64
+    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  };
+  struct Ranked {
+    double cost;
+    uint64_t tie;
+    size_t index;
+  };
+  std::vector<Ranked> order;
+  order.reserve(eligible.size());
+  for (size_t i : eligible) order.push_back({d.scores[i].cost, next_key(), i});
+  auto better = [](const Ranked& a, const Ranked& b) { return a.cost != b.cost ? a.cost < b.cost : a.tie < b.tie; };
+  // With softmax sampling every eligible worker may be drawn: rank them all.
+  const size_t limit = rank_limit && cfg.temperature <= 0 ? std::min(rank_limit, order.size()) : order.size();
+  std::partial_sort(order.begin(), order.begin() + static_cast<long>(limit), order.end(), better);
+  order.resize(limit);
+  d.ranking.reserve(order.size());
+  for (const auto& r : order) d.ranking.push_back(r.index);
 
   if (cfg.temperature > 0 && d.ranking.size() > 1) {
     // Softmax over -cost/T, shifted by the best cost for numerical stability.

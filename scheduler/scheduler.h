@@ -60,7 +60,8 @@ struct WorkerScore {
 
 struct Decision {
   std::optional<size_t> chosen;   // index into the candidates; nullopt = nobody eligible
-  std::vector<size_t> ranking;    // eligible candidates by cost, best first (ties shuffled)
+  std::vector<size_t> ranking;    // eligible candidates by cost, best first (random among equals);
+                                  // only the best `rank_limit` when one was given
   std::vector<WorkerScore> scores;  // parallel to candidates
   double alpha = 0;
   double load_mean = 0;
@@ -69,8 +70,10 @@ struct Decision {
 };
 
 // Scores `candidates` for a request of `isl_tokens` prompt tokens.
-// `block_size` converts overlap blocks to tokens.
+// `block_size` converts overlap blocks to tokens. `rank_limit` > 0 ranks only
+// that many (a partial sort: routing needs the failover order of a few
+// workers, explain wants all); every candidate is scored either way.
 Decision schedule(const std::vector<Candidate>& candidates, uint32_t isl_tokens, uint32_t block_size,
-                  const SchedulerConfig& cfg, Random& random);
+                  const SchedulerConfig& cfg, Random& random, size_t rank_limit = 0);
 
 }  // namespace kvroute

@@ -9,7 +9,7 @@ bool WorkerRegistry::on_heartbeat(const WorkerAnnouncement& a) {
   std::lock_guard lk(mu_);
   auto [it, inserted] = workers_.try_emplace(a.id);
   const bool is_new = inserted || !it->second.announced;
-  it->second.info = a;
+  it->second.info = std::make_shared<const WorkerAnnouncement>(a);
   it->second.announced = true;
   it->second.last_seen = clock_.now();
   return is_new;
@@ -18,7 +18,11 @@ bool WorkerRegistry::on_heartbeat(const WorkerAnnouncement& a) {
 void WorkerRegistry::touch(WorkerId id) {
   std::lock_guard lk(mu_);
   auto& e = workers_[id];
-  e.info.id = id;
+  if (!e.info) {
+    WorkerAnnouncement a;
+    a.id = id;
+    e.info = std::make_shared<const WorkerAnnouncement>(std::move(a));
+  }
   e.last_seen = clock_.now();
 }
 
@@ -51,7 +55,7 @@ WorkerView WorkerRegistry::view(const Entry& e) const {
   v.draining = e.draining;
   // Reports lag by up to a heartbeat interval; what the router itself has in
   // flight on the worker is a lower bound of its load right now.
-  v.predicted = e.info.load;
+  v.predicted = e.info->load;
   v.predicted.request_active_slots = std::max(v.predicted.request_active_slots, e.inflight_requests);
   v.predicted.kv_active_blocks = std::max(v.predicted.kv_active_blocks, e.inflight_blocks);
   return v;
@@ -60,9 +64,10 @@ WorkerView WorkerRegistry::view(const Entry& e) const {
 std::vector<WorkerView> WorkerRegistry::candidates(std::string_view model) const {
   std::lock_guard lk(mu_);
   std::vector<WorkerView> out;
+  out.reserve(workers_.size());
   for (const auto& [id, e] : workers_) {
-    if (!e.announced || e.info.url.empty()) continue;
-    if (!model.empty() && e.info.model != model) continue;
+    if (!e.announced || e.info->url.empty()) continue;
+    if (!model.empty() && e.info->model != model) continue;
     out.push_back(view(e));
   }
   return out;
@@ -79,7 +84,7 @@ std::vector<std::string> WorkerRegistry::models() const {
   std::lock_guard lk(mu_);
   std::set<std::string> m;
   for (const auto& [id, e] : workers_)
-    if (e.announced && !e.info.model.empty()) m.insert(e.info.model);
+    if (e.announced && !e.info->model.empty()) m.insert(e.info->model);
   return {m.begin(), m.end()};
 }
 

@@ -31,7 +31,7 @@ struct WorkerAnnouncement {
 };
 
 struct WorkerView {
-  WorkerAnnouncement info;
+  std::shared_ptr<const WorkerAnnouncement> info;  // immutable; replaced by each heartbeat
   WorkerLoad predicted;         // reported load, raised by the router's own in-flight work
   uint32_t inflight_requests = 0;
   uint64_t inflight_blocks = 0;
@@ -71,7 +71,7 @@ class WorkerRegistry {
 
  private:
   struct Entry {
-    WorkerAnnouncement info;
+    std::shared_ptr<const WorkerAnnouncement> info;
     bool announced = false;  // false: known from events only (no URL yet)
     bool draining = false;
     TimePoint last_seen{};

@@ -14,13 +14,17 @@
 //   3. find_matches: 128-block requests drawn from the trace at 1,024 workers,
 //      p50/p99 latency per call; also a worst case where one 128-block prefix
 //      is held by every one of the 1,024 workers.
-//   4. Memory: stats().bytes and the RSS growth per (block, worker) entry.
+//   4. Memory per (block, worker) entry: the heap growth while applying
+//      (glibc mallinfo2, malloc headers included; reported in the JSON as
+//      bytes_per_block_worker) and the index's own estimate (stats().bytes).
+//      The event stream is built before, so it is not counted.
 // Scenarios: 8 workers (capacity 100k blocks each), 64 workers (20k each),
 // 1,024 workers (--copies 2, capacity 1M: nothing evicted, >= 10 M entries).
 // Seed: 42 (lookup sampling). Deterministic event streams.
 //
 // Run: build/bench/indexer/bench_indexer [--trace PATH] [--quick]
 // The last line is one JSON object.
+#include <malloc.h>
 #include <simdjson.h>
 
 #include <algorithm>
@@ -52,11 +56,20 @@ uint64_t mix(uint64_t x) {
   return x;
 }
 
-size_t rss_bytes() {
-  std::ifstream f("/proc/self/statm");
-  size_t pages = 0, resident = 0;
-  f >> pages >> resident;
-  return resident * 4096;
+// Peak resident set size of the process so far (VmHWM), bytes.
+size_t peak_rss_bytes() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
+  return 0;
+}
+
+// Bytes allocated from the heap right now, malloc headers included (glibc).
+// Unlike RSS it is not hidden by memory freed and reused between scenarios.
+size_t heap_bytes() {
+  const struct mallinfo2 mi = mallinfo2();
+  return mi.uordblks + mi.hblkhd;
 }
 
 std::vector<std::vector<uint64_t>> load_trace(const std::string& path) {
@@ -161,20 +174,23 @@ struct ApplyResultStats {
   double seconds = 0;
   double events_per_s = 0, blocks_per_s = 0;
   IndexStats stats;
-  double rss_per_entry = 0;
+  double heap_per_entry = 0;
   uint64_t rejected = 0;
 };
 
 ApplyResultStats apply_all(Indexer& idx, const Workload& w) {
   ApplyResultStats r;
-  const size_t rss0 = rss_bytes();
+  const size_t heap0 = heap_bytes();
   const auto t0 = Clock::now();
   for (const auto& ev : w.events) r.rejected += idx.apply(ev) != ApplyResult::Applied;
   r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   r.events_per_s = static_cast<double>(w.events.size()) / r.seconds;
   r.blocks_per_s = static_cast<double>(w.stored_blocks + w.removed_blocks) / r.seconds;
   r.stats = idx.stats();
-  r.rss_per_entry = r.stats.entries ? static_cast<double>(rss_bytes() - rss0) / static_cast<double>(r.stats.entries) : 0;
+  const size_t heap1 = heap_bytes();
+  r.heap_per_entry = r.stats.entries && heap1 > heap0
+                         ? static_cast<double>(heap1 - heap0) / static_cast<double>(r.stats.entries)
+                         : 0;
   return r;
 }
 
@@ -241,8 +257,9 @@ int main(int argc, char** argv) {
   const std::vector<Scenario> scenarios = {
       {8, 32, 1, 100000}, {64, 32, 1, 20000}, {1024, 32, quick ? 1u : 2u, 1000000}};
   std::printf("%-8s %-7s %10s %10s | %12s %12s | %12s %12s | %9s %9s %9s | %8s\n", "workers", "index", "events",
-              "blocks", "events/s", "blocks/s", "entries", "nodes", "B/entry", "RSS B/e", "apply s", "rejected");
-  double final_events_s = 0, final_blocks_s = 0, final_bytes = 0, apply_speedup = 0;
+              "blocks", "events/s", "blocks/s", "entries", "nodes", "B/entry", "heap B/e", "apply s", "rejected");
+  const auto run_start = Clock::now();
+  double final_events_s = 0, final_blocks_s = 0, final_bytes = 0, final_heap = 0, apply_speedup = 0;
   Latency radix_lat, naive_lat, radix_hot, naive_hot;
   uint64_t final_entries = 0;
   for (const auto& sc : scenarios) {
@@ -256,7 +273,7 @@ int main(int argc, char** argv) {
       std::printf("%-8u %-7s %10zu %10llu | %12.0f %12.0f | %12llu %12llu | %9.1f %9.1f %9.2f | %8llu\n", sc.workers,
                   name, w.events.size(), (unsigned long long)(w.stored_blocks + w.removed_blocks), r->events_per_s,
                   r->blocks_per_s, (unsigned long long)r->stats.entries, (unsigned long long)r->stats.blocks,
-                  r->stats.entries ? double(r->stats.bytes) / double(r->stats.entries) : 0.0, r->rss_per_entry,
+                  r->stats.entries ? double(r->stats.bytes) / double(r->stats.entries) : 0.0, r->heap_per_entry,
                   r->seconds, (unsigned long long)r->rejected);
     if (rr.stats.entries != nr.stats.entries || rr.stats.blocks != nr.stats.blocks) {
       std::fprintf(stderr, "MISMATCH: radix and naive disagree on the index contents\n");
@@ -267,6 +284,7 @@ int main(int argc, char** argv) {
       final_blocks_s = rr.blocks_per_s;
       final_bytes = rr.stats.entries ? double(rr.stats.bytes) / double(rr.stats.entries) : 0;
       final_entries = rr.stats.entries;
+      final_heap = rr.heap_per_entry;
       apply_speedup = rr.blocks_per_s / nr.blocks_per_s;
       const auto reqs = sample_requests(trace, sc.sub, quick ? 2000 : 20000, 42);
       radix_lat = lookups(*radix, reqs);
@@ -296,11 +314,13 @@ int main(int argc, char** argv) {
                   apply_speedup, naive_lat.p50 / radix_lat.p50);
     }
   }
+  const double total_s = std::chrono::duration<double>(Clock::now() - run_start).count();
+  std::printf("\ntotal %.1f s, peak RSS %.0f MiB\n", total_s, double(peak_rss_bytes()) / (1 << 20));
   std::printf(
       "{\"events_per_s\":%.0f,\"blocks_per_s\":%.0f,\"find_matches_p50_us\":%.3f,\"find_matches_p99_us\":%.3f,"
-      "\"find_matches_hot_p99_us\":%.3f,\"entries\":%llu,\"bytes_per_block_worker\":%.1f,\"speedup_vs_naive\":%.2f,"
-      "\"lookup_speedup_vs_naive\":%.2f,\"quick\":%s}\n",
+      "\"find_matches_hot_p99_us\":%.3f,\"entries\":%llu,\"bytes_per_block_worker\":%.1f,\"stats_bytes_per_block_worker\":%.1f,\"speedup_vs_naive\":%.2f,"
+      "\"lookup_speedup_vs_naive\":%.2f,\"peak_rss_mib\":%.0f,\"total_s\":%.1f,\"quick\":%s}\n",
       final_events_s, final_blocks_s, radix_lat.p50, radix_lat.p99, radix_hot.p99, (unsigned long long)final_entries,
-      final_bytes, apply_speedup, naive_lat.p50 / radix_lat.p50, quick ? "true" : "false");
+      final_heap, final_bytes, apply_speedup, naive_lat.p50 / radix_lat.p50, double(peak_rss_bytes()) / (1 << 20), total_s, quick ? "true" : "false");
   return 0;
 }

@@ -54,7 +54,7 @@ TEST_CASE("heartbeats register workers; bad heartbeats are counted") {
   h.pipeline->on_heartbeat_message(R"({"worker_id":5,"url":"http://127.0.0.1:9","block_size":32})");
   h.pipeline->on_heartbeat_message(R"({"worker_id":"x"})");
   CHECK(h.registry.candidates("m").size() == 1);
-  CHECK(h.registry.candidates("m")[0].info.load.kv_total_blocks == 10);
+  CHECK(h.registry.candidates("m")[0].info->load.kv_total_blocks == 10);
   CHECK(h.pipeline->stats().heartbeats_total == 2);
   CHECK(h.pipeline->stats().heartbeats_rejected_total == 1);
   CHECK(h.pipeline->stats().block_size_mismatch_total == 1);

@@ -191,10 +191,14 @@ TEST_CASE_TEMPLATE("many children at one node (root fan-out)", T, INDEXERS) {
   CHECK(idx.stats().blocks == 0);
 }
 
-TEST_CASE("randomised differential test: radix == naive over thousands of events") {
+namespace {
+// Random events from 12 owners (6 workers x 2 dp ranks) over block contents
+// 1..`alphabet`; a small alphabet shares many nodes between owners, a large
+// one gives nodes more than 8 children (the radix child map) and frees them.
+void differential(uint64_t alphabet, uint64_t seed) {
   RadixIndexer fast;
   NaiveIndexer ref;
-  std::mt19937_64 rng(20261123);
+  std::mt19937_64 rng(seed);
   // Per owner, the chains it holds (engine ids) so removals and parents are realistic.
   std::map<CacheOwner, std::vector<uint64_t>> held;
   uint64_t next_id = 1;
@@ -210,7 +214,7 @@ TEST_CASE("randomised differential test: radix == naive over thousands of events
       if (pick(20) == 0) parent = 999999999;  // unknown
       std::vector<std::pair<uint64_t, uint64_t>> blocks;
       const size_t n = 1 + pick(6);
-      for (size_t i = 0; i < n; ++i) blocks.push_back({next_id++, 1 + pick(4)});  // few contents: many shared nodes
+      for (size_t i = 0; i < n; ++i) blocks.push_back({next_id++, 1 + pick(alphabet)});
       ev = stored(o, parent, blocks, static_cast<StorageTier>(pick(4)));
       if (fast.apply(ev) == ApplyResult::Applied)
         for (auto& b : blocks) h.push_back(b.first);
@@ -239,7 +243,7 @@ TEST_CASE("randomised differential test: radix == naive over thousands of events
     }
     if (step % 50 == 0) {
       std::vector<uint64_t> q;
-      for (size_t i = 0, n = 1 + pick(8); i < n; ++i) q.push_back(1 + pick(4));
+      for (size_t i = 0, n = 1 + pick(8); i < n; ++i) q.push_back(1 + pick(alphabet));
       auto a = fast.find_matches(req(q)).owners, b = ref.find_matches(req(q)).owners;
       auto key = [](const OwnerOverlap& x, const OwnerOverlap& y) { return x.owner < y.owner; };
       std::sort(a.begin(), a.end(), key);
@@ -254,6 +258,20 @@ TEST_CASE("randomised differential test: radix == naive over thousands of events
       CHECK(fast.stats().blocks == ref.stats().blocks);
     }
   }
+  // Drop everyone: both indexes end empty (every node freed).
+  for (uint64_t w = 1; w <= 6; ++w) {
+    fast.remove_worker(WorkerId{w});
+    ref.remove_worker(WorkerId{w});
+  }
+  CHECK(fast.stats().blocks == 0);
+  CHECK(fast.stats().entries == 0);
+  CHECK(ref.stats().blocks == 0);
+}
+}  // namespace
+
+TEST_CASE("randomised differential test: radix == naive over thousands of events") {
+  SUBCASE("4 contents: shared nodes, owner lists") { differential(4, 20261123); }
+  SUBCASE("24 contents: wide nodes, child maps") { differential(24, 7); }
 }
 
 TEST_CASE("readers run concurrently with the writer") {

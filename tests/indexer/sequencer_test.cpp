@@ -90,6 +90,58 @@ TEST_CASE("a dump older than buffered gaps asks again") {
   CHECK(overlap(seq, {8}) == 1);  // event 7 replayed
 }
 
+TEST_CASE("after a resync, late events already in the dump are ignored, not a restart") {
+  RadixIndexer radix;
+  EventSequencer seq(radix);
+  int resyncs = 0;
+  seq.set_resync_callback([&](CacheOwner) { ++resyncs; });
+  seq.apply(st(1, {}, 10, 1));
+  seq.apply(st(5, {}, 20, 9));  // gap: 2..4 lost
+  REQUIRE(resyncs == 1);
+  // The dump covers events up to 5 (block 20 came with event 5).
+  std::vector<KvEvent> dump = {st(0, {}, 10, 1), st(0, 10, 11, 2), st(0, {}, 20, 9)};
+  for (auto& e : dump) e.event_id.reset();
+  seq.apply_resync(ow(1), 5, dump);
+  CHECK(overlap(seq, {1, 2}) == 2);
+  CHECK(overlap(seq, {9}) == 1);
+  CHECK(seq.counters().resyncs_completed == 1);
+  seq.apply(st(3, {}, 30, 3));  // a late redelivery of an event the dump covers
+  CHECK(seq.counters().restarts == 0);
+  CHECK(seq.counters().duplicates == 1);
+  CHECK(overlap(seq, {1, 2}) == 2);  // nothing dropped
+  CHECK(overlap(seq, {3}) == 0);     // nothing applied
+  seq.apply(st(6, 11, 12, 4));       // the expected next id
+  CHECK(overlap(seq, {1, 2, 4}) == 3);
+  seq.apply(st(1, {}, 40, 5));  // now a backwards id is a restart again
+  CHECK(seq.counters().restarts == 1);
+  CHECK(overlap(seq, {1, 2}) == 0);
+  CHECK(overlap(seq, {5}) == 1);
+  CHECK(resyncs == 1);
+}
+
+TEST_CASE("counters: applied events by type and result") {
+  RadixIndexer radix;
+  EventSequencer seq(radix);
+  seq.apply(st(1, {}, 10, 1));
+  seq.apply(st(2, 99, 11, 2));  // unknown parent
+  KvEvent rm;
+  rm.owner = ow(1);
+  rm.event_id = 3;
+  rm.data = KvRemoved{{SequenceHash{10}, SequenceHash{12345}}};
+  seq.apply(rm);
+  KvEvent cl;
+  cl.owner = ow(1);
+  cl.event_id = 4;
+  cl.data = KvCleared{};
+  seq.apply(cl);
+  const auto& c = seq.counters();
+  CHECK(c.applied[0][static_cast<size_t>(ApplyResult::Applied)] == 1);
+  CHECK(c.applied[0][static_cast<size_t>(ApplyResult::UnknownParent)] == 1);
+  CHECK(c.applied[1][static_cast<size_t>(ApplyResult::UnknownBlock)] == 1);
+  CHECK(c.applied[2][static_cast<size_t>(ApplyResult::Applied)] == 1);
+  CHECK(std::string_view(SequencerCounters::kEventTypes[2]) == "cleared");
+}
+
 TEST_CASE("an event id going backwards means a restart: old blocks are dropped") {
   RadixIndexer radix;
   EventSequencer seq(radix);

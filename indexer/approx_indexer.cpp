@@ -25,6 +25,17 @@ void ApproxIndexer::record(CacheOwner owner, std::span<const LocalBlockHash> blo
   // Expire by age, then by size.
   while (!order_.empty() && now - order_.front().first > ttl_) evict_front_locked();
   while (touched_.size() > max_entries_ && !order_.empty()) evict_front_locked();
+  note_oldest_locked();
+}
+
+void ApproxIndexer::note_oldest_locked() {
+  oldest_.store(order_.empty() ? std::numeric_limits<int64_t>::max() : order_.front().first.time_since_epoch().count(),
+                std::memory_order_relaxed);
+}
+
+void ApproxIndexer::expire_locked(TimePoint now) {
+  while (!order_.empty() && now - order_.front().first > ttl_) evict_front_locked();
+  note_oldest_locked();
 }
 
 void ApproxIndexer::evict_front_locked() {
@@ -41,7 +52,7 @@ void ApproxIndexer::evict_front_locked() {
 
 void ApproxIndexer::expire(TimePoint now) {
   std::lock_guard lk(mu_);
-  while (!order_.empty() && now - order_.front().first > ttl_) evict_front_locked();
+  expire_locked(now);
 }
 
 ApplyResult ApproxIndexer::apply(const KvEvent& event) {
@@ -62,6 +73,14 @@ void ApproxIndexer::clear_owner(CacheOwner owner) {
 }
 
 OverlapScores ApproxIndexer::find_matches(std::span<const LocalBlockHash> blocks) const {
+  const TimePoint now = clock_.now();
+  const int64_t oldest = oldest_.load(std::memory_order_relaxed);
+  if (oldest != std::numeric_limits<int64_t>::max() && now - TimePoint(Nanos(oldest)) > ttl_) {
+    std::unique_lock lk(mu_, std::try_to_lock);
+    // Expiry is a mutation of the prediction, not of observable state the
+    // caller owns; the tree has its own lock.
+    if (lk.owns_lock()) const_cast<ApproxIndexer*>(this)->expire_locked(now);
+  }
   return tree_.find_matches(blocks);
 }
 

@@ -316,7 +316,7 @@ awaitable<bool> MockerServer::Impl::generate(beast::tcp_stream& s, const http::r
   const uint64_t id = next_id++;
   auto tokens = RoutingService::tokens_of(parsed);
   const uint32_t prompt_len = static_cast<uint32_t>(tokens.size());
-  if (!engine.add_request(id, std::move(tokens), gen.max_tokens, now_ms())) {
+  if (!engine.add_request(id, tokens, gen.max_tokens, now_ms())) {
     std::string body = error_body(ApiError{
         400, fmt::format("This request needs more KV blocks than the worker has ({}).", opts.engine.kv_blocks),
         "invalid_request_error", "messages", "context_length_exceeded"});
@@ -329,7 +329,13 @@ awaitable<bool> MockerServer::Impl::generate(beast::tcp_stream& s, const http::r
   // Watch the client while generating: a close cancels the request.
   auto& sock = s.socket();
   sock.async_wait(tcp::socket::wait_read, [&sock, p](beast::error_code ec) {
-    if (ec || p->client_gone) return;  // cancelled: the session may be gone, touch nothing
+    // Cancelled when the response is done: the session may be gone, touch nothing.
+    if (ec == asio::error::operation_aborted || p->client_gone) return;
+    if (ec) {  // the socket failed: the client is gone
+      p->client_gone = true;
+      p->wake.cancel();
+      return;
+    }
     char b;
     beast::error_code rec;
     sock.non_blocking(true, rec);

@@ -2,6 +2,9 @@
 
 #include <doctest/doctest.h>
 
+#include <fstream>
+#include <sstream>
+
 using namespace kvroute;
 
 TEST_CASE("YAML overrides defaults; absent keys keep them") {
@@ -80,4 +83,14 @@ TEST_CASE("booleans, enums and reloadability") {
   auto e = check_reload(c, next);
   REQUIRE(e.has_value());
   CHECK(e->find("router.port") != std::string::npos);
+}
+
+TEST_CASE("config/README.md documents every key") {
+  std::ifstream in(KVROUTE_SOURCE_DIR "/config/README.md");
+  REQUIRE(in.good());
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string doc = ss.str();
+  for (const auto& k : config_keys())
+    CHECK_MESSAGE(doc.find("| `" + std::string(k.path) + "` |") != std::string::npos, k.path, " is not documented");
 }

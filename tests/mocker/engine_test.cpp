@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <map>
+#include <random>
 
 #include "indexer/block_hash.h"
 #include "indexer/radix_indexer.h"
@@ -18,6 +19,11 @@ std::vector<TokenId> tokens(uint32_t seed, size_t n) {
   return t;
 }
 
+std::vector<TokenId> concat(std::vector<TokenId> a, const std::vector<TokenId>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
 struct Run {
   EngineConfig cfg;
   std::vector<KvEvent> events;
@@ -26,7 +32,7 @@ struct Run {
     cfg.owner = CacheOwner{WorkerId{1}, 0};
     engine = std::make_unique<Engine>(cfg, [this](const KvEvent& e) { events.push_back(e); });
   }
-  // Drives the engine to completion; returns outputs per request.
+  // Drives the engine until idle; returns outputs per request.
   std::map<uint64_t, std::vector<EngineOutput>> drain(double& now) {
     std::map<uint64_t, std::vector<EngineOutput>> out;
     while (auto t = engine->next_event_time()) {
@@ -34,6 +40,12 @@ struct Run {
       for (auto& o : engine->advance_to(now)) out[o.request].push_back(o);
     }
     return out;
+  }
+  std::vector<const KvRemoved*> removed() const {
+    std::vector<const KvRemoved*> r;
+    for (const auto& e : events)
+      if (const auto* x = std::get_if<KvRemoved>(&e.data)) r.push_back(x);
+    return r;
   }
 };
 
@@ -46,7 +58,7 @@ EngineConfig small_cfg() {
 
 }  // namespace
 
-TEST_CASE("a repeated prompt is served from the cache") {
+TEST_CASE("a repeated prefix is served from the cache") {
   Run r(small_cfg());
   double now = 0;
   REQUIRE(r.engine->add_request(1, tokens(1, 40), 3, now));
@@ -54,14 +66,29 @@ TEST_CASE("a repeated prompt is served from the cache") {
   REQUIRE(out[1].size() == 4);  // first token, 2 tokens, finished
   CHECK(out[1][0].kind == EngineOutput::Kind::FirstToken);
   CHECK(out[1][0].cached_tokens == 0);
+  CHECK(out[1][1].kind == EngineOutput::Kind::Token);
   CHECK(out[1][3].kind == EngineOutput::Kind::Finished);
-  auto p = tokens(1, 40);
-  p.push_back(99);
-  p.push_back(98);
-  REQUIRE(r.engine->add_request(2, p, 1, now));
+  CHECK(out[1][3].time_ms == out[1][2].time_ms);  // finished with its last token
+  REQUIRE(r.engine->add_request(2, concat(tokens(1, 40), {99, 98}), 1, now));
   out = r.drain(now);
   CHECK(out[2][0].cached_tokens == 40);
   CHECK(out[2][0].prompt_tokens == 42);
+  // A different first block shares nothing, even with equal later tokens.
+  auto other = tokens(1, 40);
+  other[0] = 12345;
+  REQUIRE(r.engine->add_request(3, other, 1, now));
+  out = r.drain(now);
+  CHECK(out[3][0].cached_tokens == 0);
+}
+
+TEST_CASE("add_request refuses bad input and duplicate ids") {
+  Run r(small_cfg());
+  CHECK_FALSE(r.engine->add_request(1, std::vector<TokenId>{}, 1, 0));
+  CHECK_FALSE(r.engine->add_request(1, tokens(1, 4), 0, 0));
+  CHECK(r.engine->add_request(1, tokens(1, 4), 5, 0));
+  CHECK_FALSE(r.engine->add_request(1, tokens(2, 4), 5, 0));
+  std::vector<LocalBlockHash> two(2);
+  CHECK_FALSE(r.engine->add_request_hashed(2, 7, two, 1, 0));  // 2 blocks need >= 8 tokens
 }
 
 TEST_CASE("stored events carry consecutive ids and a parent chain the index accepts") {
@@ -69,30 +96,54 @@ TEST_CASE("stored events carry consecutive ids and a parent chain the index acce
   double now = 0;
   r.engine->add_request(1, tokens(1, 16), 1, now);
   r.drain(now);
-  auto p = tokens(1, 16);
-  auto more = tokens(2, 8);
-  p.insert(p.end(), more.begin(), more.end());
+  const auto p = concat(tokens(1, 16), tokens(2, 8));
   r.engine->add_request(2, p, 1, now);
   r.drain(now);
   REQUIRE(r.events.size() == 2);
-  for (size_t i = 0; i < r.events.size(); ++i) CHECK(r.events[i].event_id == i + 1);
+  for (size_t i = 0; i < r.events.size(); ++i) {
+    CHECK(r.events[i].event_id == i + 1);
+    CHECK(r.events[i].owner == CacheOwner{WorkerId{1}, 0});
+  }
   const auto& first = std::get<KvStored>(r.events[0].data);
   const auto& second = std::get<KvStored>(r.events[1].data);
   CHECK_FALSE(first.parent.has_value());
-  CHECK(first.blocks.size() == 4);
+  REQUIRE(first.blocks.size() == 4);
   REQUIRE(second.parent.has_value());
   CHECK(*second.parent == first.blocks.back().block_hash);
   CHECK(second.blocks.size() == 2);
-  // Local hashes are the router's block hashes of the same tokens.
-  CHECK(first.blocks[0].tokens_hash == hash_blocks(tokens(1, 16), 4)[0]);
+  // Local hashes are the router's block hashes of the same tokens; ids chain.
+  const auto locals = hash_blocks(p, 4);
+  CHECK(first.blocks[0].tokens_hash == locals[0]);
+  CHECK(first.blocks[0].block_hash == sequence_hash(SequenceHash{0}, locals[0]));
+  CHECK(first.blocks[1].block_hash == sequence_hash(first.blocks[0].block_hash, locals[1]));
   RadixIndexer idx;
   for (auto& e : r.events) CHECK(idx.apply(e) == ApplyResult::Applied);
-  auto m = idx.find_matches(hash_blocks(p, 4));
+  auto m = idx.find_matches(locals);
   REQUIRE(m.owners.size() == 1);
   CHECK(m.owners[0].blocks == 6);
+  CHECK(r.engine->cached_blocks() == 6);
 }
 
-TEST_CASE("capacity: LRU eviction of unreferenced blocks only, announced as removed") {
+TEST_CASE("blocks count as cached only once their prefill completes") {
+  Run r(small_cfg());
+  r.engine->add_request(1, tokens(1, 16), 2, 0);
+  CHECK(r.engine->load().kv_active_blocks == 5);  // 4 prompt blocks + 1 to generate into
+  CHECK(r.engine->cached_blocks() == 0);
+  CHECK(r.engine->dump().empty());
+  CHECK(r.events.empty());
+  r.engine->advance_to(*r.engine->next_event_time());
+  CHECK(r.engine->cached_blocks() == 4);
+  CHECK(r.engine->dump().size() == 4);
+  // Cancelled during prefill: nothing was computed, nothing stays.
+  r.engine->add_request(2, tokens(2, 16), 2, r.engine->next_event_time().value());
+  r.engine->cancel(2);
+  double now = 0;
+  r.drain(now);
+  CHECK(r.engine->cached_blocks() == 4);
+  CHECK(r.events.size() == 1);
+}
+
+TEST_CASE("capacity: LRU eviction of unreferenced blocks only, tail first, announced as removed") {
   EngineConfig c = small_cfg();
   c.kv_blocks = 10;
   Run r(c);
@@ -103,26 +154,38 @@ TEST_CASE("capacity: LRU eviction of unreferenced blocks only, announced as remo
   r.engine->add_request(2, tokens(2, 16), 4, now);
   r.drain(now);
   CHECK(r.engine->cached_blocks() == 8);
-  // A third prompt needs 5 blocks: 2 free, so 3 of request 1's (the oldest) go.
+  CHECK(r.removed().empty());
+  // A third prompt needs 5 blocks: 2 free, so 3 of request 1's (the least
+  // recently used) go, its tail first; its head block stays reusable.
   r.engine->add_request(3, tokens(3, 16), 4, now);
   r.drain(now);
-  const KvRemoved* rm = nullptr;
-  for (const auto& e : r.events)
-    if (const auto* x = std::get_if<KvRemoved>(&e.data)) rm = x;
-  REQUIRE(rm != nullptr);
-  REQUIRE(rm->block_hashes.size() == 3);
-  // The least recently used: request 1's first three blocks.
+  auto rm = r.removed();
+  REQUIRE(rm.size() == 1);
+  REQUIRE(rm[0]->block_hashes.size() == 3);
   const auto& first = std::get<KvStored>(r.events[0].data);
-  for (size_t i = 0; i < 3; ++i) CHECK(rm->block_hashes[i] == first.blocks[i].block_hash);
-  CHECK(r.engine->cached_blocks() <= c.kv_blocks);
+  CHECK(rm[0]->block_hashes[0] == first.blocks[3].block_hash);
+  CHECK(rm[0]->block_hashes[1] == first.blocks[2].block_hash);
+  CHECK(rm[0]->block_hashes[2] == first.blocks[1].block_hash);
+  CHECK(r.engine->cached_blocks() == 9);
+  r.engine->add_request(4, tokens(1, 16), 1, now);
+  auto out = r.drain(now);
+  CHECK(out[4][0].cached_tokens == 4);
   // Referenced blocks are never evicted: with request 5 running on 5 blocks
-  // and 5 cached ones unreferenced, a request needing 6 new blocks waits.
+  // and the other cached blocks unreferenced, a request needing 6 more waits
+  // until 5 finishes.
   r.engine->add_request(5, tokens(5, 16), 4, now);
   r.engine->add_request(6, tokens(6, 20), 4, now);
   CHECK(r.engine->load().request_active_slots == 1);
   CHECK(r.engine->load().num_requests_waiting == 1);
-  r.drain(now);
+  CHECK(r.engine->load().kv_active_blocks == 5);
+  const size_t removed_before = r.removed().size();
+  r.engine->advance_to(*r.engine->next_event_time());
+  CHECK(r.engine->load().num_requests_waiting == 1);  // still waiting: only 5 blocks free or evictable
+  CHECK(r.removed().size() == removed_before);        // and nothing evicted for it
+  out = r.drain(now);
+  CHECK(out[6].back().kind == EngineOutput::Kind::Finished);
   CHECK(r.engine->load().num_requests_waiting == 0);
+  CHECK(r.engine->cached_blocks() <= c.kv_blocks);
 }
 
 TEST_CASE("a request that cannot fit now waits; one that can never fit is refused") {
@@ -137,24 +200,48 @@ TEST_CASE("a request that cannot fit now waits; one that can never fit is refuse
   CHECK(r.engine->load().num_requests_waiting == 1);
   CHECK(r.engine->load().kv_active_blocks == 6);
   auto out = r.drain(now);
-  CHECK(out[2].back().kind == EngineOutput::Kind::Finished);  // ran after 1 freed its blocks
+  CHECK(out[1].back().kind == EngineOutput::Kind::Finished);
+  CHECK(out[2].front().time_ms > out[1].back().time_ms);  // ran after 1 freed its blocks
   CHECK(r.engine->load().kv_active_blocks == 0);
 }
 
-TEST_CASE("step time follows the prefill polynomial, then decode steps") {
+TEST_CASE("step time follows the prefill polynomial on new tokens, then decode steps") {
   EngineConfig c = small_cfg();
   c.decode_base_ms = 5;
-  c.decode_kv_ms = 0;
+  c.decode_kv_ms = 10;
   Run r(c);
   r.engine->add_request(1, tokens(1, 100), 3, 0);
   const double expected = 4.209989e-7 * 100 * 100 + 1.518344e-2 * 100 + 16.50142;
   REQUIRE(r.engine->next_event_time().has_value());
   CHECK(*r.engine->next_event_time() == doctest::Approx(expected));
   CHECK(r.engine->prefill_ms(100) == doctest::Approx(expected));
+  CHECK(r.engine->advance_to(expected - 0.001).empty());
   auto out = r.engine->advance_to(expected);
   REQUIRE(out.size() == 1);
-  CHECK(*r.engine->next_event_time() == doctest::Approx(expected + 5));
-  CHECK(r.engine->advance_to(expected + 4.9).empty());
+  CHECK(out[0].time_ms == doctest::Approx(expected));
+  // Decode: base + kv_ms * active fraction; 26 blocks (25 prompt + 1) of 64 in use.
+  const double decode = 5 + 10 * 26.0 / 64.0;
+  CHECK(*r.engine->next_event_time() == doctest::Approx(expected + decode));
+  CHECK(r.engine->advance_to(expected + decode - 0.01).empty());
+  double now = 0;
+  auto rest = r.drain(now);
+  CHECK(now == doctest::Approx(expected + 2 * decode));
+  // The prompt again with 2 more tokens: 100 cached, 2 new.
+  r.engine->add_request(2, tokens(1, 102), 1, now);
+  CHECK(*r.engine->next_event_time() - now == doctest::Approx(r.engine->prefill_ms(2)));
+  now = *r.engine->next_event_time();
+  r.engine->advance_to(now);
+  // Fully cached: the last token is still computed.
+  r.engine->add_request(3, tokens(1, 100), 1, now);
+  CHECK(*r.engine->next_event_time() - now == doctest::Approx(r.engine->prefill_ms(1)));
+  // Speed parameters are configurable.
+  EngineConfig fast = small_cfg();
+  fast.prefill_a = 0;
+  fast.prefill_b = 1;
+  fast.prefill_c = 2;
+  Run f(fast);
+  f.engine->add_request(1, tokens(1, 10), 1, 100);
+  CHECK(*f.engine->next_event_time() == doctest::Approx(112));
 }
 
 TEST_CASE("batching limits: max sequences and max batched tokens per step") {
@@ -167,28 +254,119 @@ TEST_CASE("batching limits: max sequences and max batched tokens per step") {
   // Step 1: request 1 (30 tokens); request 2 would exceed 50 batched tokens.
   CHECK(r.engine->load().request_active_slots == 1);
   CHECK(r.engine->load().num_requests_waiting == 3);
+  CHECK(*r.engine->next_event_time() == doctest::Approx(r.engine->prefill_ms(30)));
   double now = *r.engine->next_event_time();
   r.engine->advance_to(now);
-  CHECK(r.engine->load().request_active_slots == 2);  // max_seqs
+  // Step 2: request 1 decodes (1 token), request 2 prefills (30): max_seqs reached.
+  CHECK(r.engine->load().request_active_slots == 2);
   CHECK(r.engine->load().num_requests_waiting == 2);
+  auto out = r.drain(now);
+  for (uint64_t i = 1; i <= 4; ++i) CHECK(out[i].back().kind == EngineOutput::Kind::Finished);
+  // The first prefill of a step is admitted even above the budget (no chunking).
+  Run big(c);
+  big.engine->add_request(1, tokens(1, 200), 1, 0);
+  CHECK(big.engine->load().request_active_slots == 1);
+  CHECK(*big.engine->next_event_time() == doctest::Approx(big.engine->prefill_ms(200)));
 }
 
 TEST_CASE("cancel releases the request's blocks; dump reflects the cache") {
   Run r(small_cfg());
   double now = 0;
   r.engine->add_request(1, tokens(1, 16), 100, now);
+  r.engine->add_request(2, tokens(2, 16), 100, now);
   now = *r.engine->next_event_time();
-  r.engine->advance_to(now);  // prefilled, decoding
+  r.engine->advance_to(now);  // both prefilled, decoding
   CHECK(r.engine->load().kv_active_blocks > 0);
   CHECK(r.engine->cancel(1));
   CHECK_FALSE(r.engine->cancel(1));
+  CHECK(r.engine->load().request_active_slots == 1);
+  auto out = r.engine->advance_to(*r.engine->next_event_time());
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].request == 2);  // no more output for the cancelled one
+  CHECK(r.engine->cancel(2));
   CHECK(r.engine->load().kv_active_blocks == 0);
   CHECK(r.engine->load().request_active_slots == 0);
+  // A waiting request can be cancelled too.
+  EngineConfig one = small_cfg();
+  one.max_seqs = 1;
+  Run w(one);
+  w.engine->add_request(1, tokens(1, 8), 2, 0);
+  w.engine->add_request(2, tokens(2, 8), 2, 0);
+  CHECK(w.engine->load().num_requests_waiting == 1);
+  CHECK(w.engine->cancel(2));
+  CHECK(w.engine->load().num_requests_waiting == 0);
+
   auto dump = r.engine->dump();
-  CHECK(dump.size() == 4);
+  CHECK(dump.size() == 8);
   RadixIndexer from_events, from_dump;
   for (auto& e : r.events) from_events.apply(e);
   for (auto& e : dump) CHECK(from_dump.apply(e) == ApplyResult::Applied);
   CHECK(from_dump.stats().entries == from_events.stats().entries);
   CHECK(r.engine->last_event_id() == r.events.size());
+}
+
+TEST_CASE("random workload: the index fed with the events always equals the cache") {
+  EngineConfig c = small_cfg();
+  c.kv_blocks = 40;
+  c.max_seqs = 4;
+  c.max_batched_tokens = 64;
+  Run r(c);
+  RadixIndexer idx;
+  size_t applied = 0;
+  std::mt19937_64 rng(7);
+  double now = 0;
+  uint64_t next_id = 1;
+  std::vector<uint64_t> live;
+  for (int iter = 0; iter < 3000; ++iter) {
+    const int op = static_cast<int>(rng() % 10);
+    if (op < 4) {
+      // Prompts from a few shared prefixes with random tails.
+      auto p = tokens(static_cast<uint32_t>(rng() % 5), 4 * (rng() % 6));
+      p = concat(p, tokens(1000 + static_cast<uint32_t>(rng() % 50), 1 + rng() % 10));
+      if (r.engine->add_request(next_id, p, 1 + static_cast<uint32_t>(rng() % 8), now)) live.push_back(next_id);
+      ++next_id;
+    } else if (op == 4 && !live.empty()) {
+      r.engine->cancel(live[rng() % live.size()]);
+    } else if (auto t = r.engine->next_event_time()) {
+      now = *t;
+      r.engine->advance_to(now);
+    }
+    for (; applied < r.events.size(); ++applied) {
+      REQUIRE(r.events[applied].event_id == applied + 1);
+      REQUIRE(idx.apply(r.events[applied]) == ApplyResult::Applied);
+    }
+    REQUIRE(idx.stats().entries == r.engine->cached_blocks());
+    const auto l = r.engine->load();
+    REQUIRE(l.kv_active_blocks <= c.kv_blocks);
+    REQUIRE(l.request_active_slots <= c.max_seqs);
+  }
+  CHECK(!r.removed().empty());  // the cache was under pressure
+  RadixIndexer from_dump;
+  for (auto& e : r.engine->dump()) REQUIRE(from_dump.apply(e) == ApplyResult::Applied);
+  CHECK(from_dump.stats().entries == r.engine->cached_blocks());
+  CHECK(from_dump.stats().blocks == idx.stats().blocks);
+  r.drain(now);
+  CHECK(r.engine->load().kv_active_blocks == 0);
+}
+
+TEST_CASE("deterministic: the same calls give the same events and outputs") {
+  auto run = [] {
+    Run r(small_cfg());
+    std::vector<double> times;
+    double now = 0;
+    for (uint64_t i = 1; i <= 20; ++i) {
+      r.engine->add_request(i, tokens(static_cast<uint32_t>(i % 3), 8 + i), 3, now);
+      if (auto t = r.engine->next_event_time()) {
+        now = *t;
+        for (auto& o : r.engine->advance_to(now)) times.push_back(o.time_ms + static_cast<double>(o.request));
+      }
+    }
+    r.drain(now);
+    std::vector<uint64_t> ids;
+    for (auto& e : r.events)
+      if (auto* s = std::get_if<KvStored>(&e.data))
+        for (auto& b : s->blocks) ids.push_back(b.block_hash.value);
+    return std::make_pair(times, ids);
+  };
+  CHECK(run() == run());
 }

@@ -13,11 +13,12 @@ void ApproxIndexer::record(CacheOwner owner, std::span<const LocalBlockHash> blo
   for (LocalBlockHash h : blocks) {
     const SequenceHash id = sequence_hash(parent, h);
     st.blocks.push_back({id, h});
-    const Key k{owner, id.value};
-    touched_[k] = now;
-    order_.emplace_back(now, k);
+    touched_[Key{owner, id.value}] = now;
     parent = id;
   }
+  // Deepest block first: among records of the same age the tail of a prefix
+  // is evicted before its head (evicting block 0 would void the whole prefix).
+  for (auto it = st.blocks.rbegin(); it != st.blocks.rend(); ++it) order_.emplace_back(now, Key{owner, it->block_hash.value});
   if (!st.blocks.empty()) {
     ev.data = std::move(st);
     tree_.apply(ev);
@@ -25,6 +26,9 @@ void ApproxIndexer::record(CacheOwner owner, std::span<const LocalBlockHash> blo
   // Expire by age, then by size.
   while (!order_.empty() && now - order_.front().first > ttl_) evict_front_locked();
   while (touched_.size() > max_entries_ && !order_.empty()) evict_front_locked();
+  // order_ also holds superseded records (a prefix routed again); bound it
+  // too. Its front is the oldest record, so this still evicts oldest first.
+  while (order_.size() > 2 * max_entries_) evict_front_locked();
   note_oldest_locked();
 }
 

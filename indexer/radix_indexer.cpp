@@ -5,6 +5,9 @@
 #include <cstring>
 #include <mutex>
 
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
 namespace kvroute {
 
 RadixIndexer::RadixIndexer() {
@@ -119,7 +122,7 @@ void RadixIndexer::unlink_child(NodeId parent, NodeId c) {
 
 std::span<const RadixIndexer::Entry> RadixIndexer::owners_of(const Node& n) const {
   if (n.owners == kNoOwner) return {};
-  if (n.owners & kListBit) return lists_[n.owners & ~kListBit];
+  if (n.owners & kListBit) return lists_[n.owners & ~kListBit].entries;
   return {&n.owners, 1};
 }
 
@@ -153,6 +156,45 @@ bool RadixIndexer::holds(const Node& n, uint32_t owner) const {
   return it != os.end() && entry_owner(*it) == owner;
 }
 
+uint32_t RadixIndexer::owner_word_for(const std::vector<Entry>& v) {
+  if (v.empty()) return kNoOwner;
+  if (v.size() == 1) return v[0];
+  const uint64_t h = XXH3_64bits(v.data(), v.size() * sizeof(Entry));
+  const uint32_t* found = list_index_.find(h);
+  if (found && lists_[*found].entries == v) {
+    ++lists_[*found].refs;
+    return kListBit | *found;
+  }
+  uint32_t l;
+  if (!free_lists_.empty()) {
+    l = free_lists_.back();
+    free_lists_.pop_back();
+  } else {
+    l = static_cast<uint32_t>(lists_.size());
+    lists_.emplace_back();
+  }
+  OwnerList& ol = lists_[l];
+  ol.entries.assign(v.begin(), v.end());  // exact capacity
+  ol.hash = h;
+  ol.refs = 1;
+  ol.interned = !found;  // a different list owns this hash: stay private
+  if (ol.interned) list_index_.put(h, l);
+  list_heap_bytes_ += ol.entries.capacity() * sizeof(Entry);
+  return kListBit | l;
+}
+
+void RadixIndexer::release_word(uint32_t word) {
+  if (word == kNoOwner || !(word & kListBit)) return;
+  const uint32_t l = word & ~kListBit;
+  OwnerList& ol = lists_[l];
+  if (--ol.refs > 0) return;
+  if (ol.interned) list_index_.erase(ol.hash);
+  list_heap_bytes_ -= ol.entries.capacity() * sizeof(Entry);
+  std::vector<Entry>().swap(ol.entries);
+  ol.interned = false;
+  free_lists_.push_back(l);
+}
+
 void RadixIndexer::add_owner(Node& n, uint32_t owner, StorageTier tier) {
   const Entry e = (owner << 8) | static_cast<uint8_t>(tier);
   if (n.owners == kNoOwner) {
@@ -160,43 +202,21 @@ void RadixIndexer::add_owner(Node& n, uint32_t owner, StorageTier tier) {
     ++entries_;
     return;
   }
-  if (!(n.owners & kListBit)) {
-    if (entry_owner(n.owners) == owner) {
-      n.owners = e;  // already held: the latest tier wins
-      return;
-    }
-    uint32_t l;
-    if (!free_lists_.empty()) {
-      l = free_lists_.back();
-      free_lists_.pop_back();
-    } else {
-      l = static_cast<uint32_t>(lists_.size());
-      lists_.emplace_back();
-    }
-    auto& v = lists_[l];
-    v.reserve(2);
-    list_heap_bytes_ += v.capacity() * sizeof(Entry);
-    if (n.owners < e) {
-      v.push_back(n.owners);
-      v.push_back(e);
-    } else {
-      v.push_back(e);
-      v.push_back(n.owners);
-    }
-    n.owners = kListBit | l;
-    ++entries_;
+  if (!(n.owners & kListBit) && entry_owner(n.owners) == owner) {
+    n.owners = e;  // already held: the latest tier wins
     return;
   }
-  auto& v = lists_[n.owners & ~kListBit];
-  auto it = std::lower_bound(v.begin(), v.end(), owner << 8);
-  if (it != v.end() && entry_owner(*it) == owner) {
-    *it = e;
-    return;
-  }
-  const size_t cap = v.capacity();
-  v.insert(it, e);
-  list_heap_bytes_ += (v.capacity() - cap) * sizeof(Entry);
-  ++entries_;
+  const auto cur = owners_of(n);
+  auto it = std::lower_bound(cur.begin(), cur.end(), owner << 8);
+  if (it != cur.end() && *it == e) return;  // held in this tier already
+  const bool fresh = it == cur.end() || entry_owner(*it) != owner;
+  scratch_.assign(cur.begin(), it);
+  scratch_.push_back(e);
+  scratch_.insert(scratch_.end(), fresh ? it : it + 1, cur.end());
+  const uint32_t old = n.owners;
+  n.owners = owner_word_for(scratch_);
+  release_word(old);
+  if (fresh) ++entries_;
 }
 
 bool RadixIndexer::drop_owner(Node& n, uint32_t owner) {
@@ -207,18 +227,15 @@ bool RadixIndexer::drop_owner(Node& n, uint32_t owner) {
     --entries_;
     return true;
   }
-  const uint32_t l = n.owners & ~kListBit;
-  auto& v = lists_[l];
-  auto it = std::lower_bound(v.begin(), v.end(), owner << 8);
-  if (it == v.end() || entry_owner(*it) != owner) return false;
-  v.erase(it);
+  const auto cur = owners_of(n);
+  auto it = std::lower_bound(cur.begin(), cur.end(), owner << 8);
+  if (it == cur.end() || entry_owner(*it) != owner) return false;
+  scratch_.assign(cur.begin(), it);
+  scratch_.insert(scratch_.end(), it + 1, cur.end());
+  const uint32_t old = n.owners;
+  n.owners = owner_word_for(scratch_);
+  release_word(old);
   --entries_;
-  if (v.size() == 1) {  // back to one inline entry
-    n.owners = v[0];
-    list_heap_bytes_ -= v.capacity() * sizeof(Entry);
-    std::vector<Entry>().swap(v);
-    free_lists_.push_back(l);
-  }
   return true;
 }
 
@@ -377,6 +394,10 @@ OverlapScores RadixIndexer::find_matches(std::span<const LocalBlockHash> blocks)
   // whose owner entries are identical (the common case: a shared prefix held
   // by the same owners in the same tier) are counted in `run` and credited
   // in one pass when the list changes, so such a level costs one memcmp.
+  // `live_word`: the owner word `live` was copied from, while `live` is
+  // exactly that node's owner set (interned lists: same set = same word).
+  uint32_t live_word = node(n).owners;
+  bool live_is_word = true;
   auto first = owners_of(node(n));
   std::vector<Entry> live(first.begin(), first.end());
   std::vector<uint32_t> slot(live.size());
@@ -399,9 +420,16 @@ OverlapScores RadixIndexer::find_matches(std::span<const LocalBlockHash> blocks)
   for (size_t i = 1; i < blocks.size() && !live.empty(); ++i) {
     n = child(n, blocks[i].value);
     if (n == kNone) break;
+    const uint32_t word = node(n).owners;
+    if (live_is_word && word == live_word) {
+      ++run;
+      continue;
+    }
     const auto here = owners_of(node(n));
     if (here.size() == live.size() && std::memcmp(here.data(), live.data(), live.size() * sizeof(Entry)) == 0) {
       ++run;
+      live_word = word;
+      live_is_word = true;
       continue;
     }
     credit();
@@ -419,6 +447,8 @@ OverlapScores RadixIndexer::find_matches(std::span<const LocalBlockHash> blocks)
         next_slot.push_back(slot[k]);
       }
     }
+    live_is_word = next_live.size() == here.size();
+    live_word = word;
     live.swap(next_live);
     slot.swap(next_slot);
     run = 1;
@@ -435,8 +465,8 @@ IndexStats RadixIndexer::stats() const {
   s.entries = entries_;
   // Allocated memory (malloc headers excluded): arena chunks, owner lists,
   // child maps, per-owner maps, owner table.
-  s.bytes = chunks_.size() * (sizeof(Node) << kChunkBits) + lists_.capacity() * sizeof(std::vector<Entry>) +
-            list_heap_bytes_ + child_maps_.capacity() * sizeof(void*) +
+  s.bytes = chunks_.size() * (sizeof(Node) << kChunkBits) + lists_.capacity() * sizeof(OwnerList) +
+            list_heap_bytes_ + list_index_.bytes() + child_maps_.capacity() * sizeof(void*) +
             owners_.capacity() * sizeof(void*) + owner_ids_.size() * 48;
   for (const auto& m : child_maps_)
     if (m) s.bytes += m->bytes() + sizeof(*m);

@@ -10,7 +10,10 @@
 // Memory layout (why it is small): nodes are 28-byte records in a chunked
 // arena addressed by 32-bit ids (stable addresses, free list). A node holds
 // one owner entry inline (owner id 23 bits | tier 8 bits); two or more go to a
-// pooled sorted vector. Children are an intrusive sibling list while a node
+// sorted owner list that is interned: nodes with the same owners (in the same
+// tiers) share one refcounted, immutable list, so a prefix held by 1,024
+// workers costs one list, and find_matches compares two levels' owner sets by
+// list id in O(1). Children are an intrusive sibling list while a node
 // has at most kSmallChildren of them, an open-addressing map beyond. Each
 // owner maps its engine block ids to node ids in an open-addressing map
 // (12 bytes per slot). Cache owners are interned into dense ids.
@@ -111,9 +114,21 @@ class RadixIndexer final : public Indexer {
   std::vector<std::unique_ptr<Node[]>> chunks_;
   uint32_t fresh_ = 0;        // next never-used node id
   NodeId free_head_ = kNone;  // free list through next_sibling
-  std::vector<std::vector<Entry>> lists_;  // owner lists of shared nodes, sorted by owner id
+  struct OwnerList {
+    std::vector<Entry> entries;  // sorted by owner id; never modified while shared
+    uint64_t hash = 0;           // XXH3 of `entries`
+    uint32_t refs = 0;           // nodes pointing here; 0 = free slot
+    bool interned = false;       // reachable from list_index_ (false only on a hash collision)
+  };
+  // Owner word for `v` (sorted): nobody, one inline entry, or an interned list
+  // (one reference taken).
+  uint32_t owner_word_for(const std::vector<Entry>& v);
+  void release_word(uint32_t word);  // drops the reference of a list word
+  std::vector<OwnerList> lists_;
   std::vector<uint32_t> free_lists_;
-  uint64_t list_heap_bytes_ = 0;  // sum of lists_ capacities, in bytes
+  FlatMap64<uint32_t> list_index_;  // content hash -> list id
+  uint64_t list_heap_bytes_ = 0;    // sum of the lists' capacities, in bytes
+  std::vector<Entry> scratch_;      // writer's buffer for a node's next owner set
   std::vector<std::unique_ptr<FlatMap64<NodeId>>> child_maps_;  // big fan-out nodes
   std::vector<uint32_t> free_child_maps_;
 

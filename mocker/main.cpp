@@ -26,7 +26,8 @@ int main(int argc, char** argv) {
   app.add_option("--worker-id", o.worker_id, "Worker id announced on NATS")->capture_default_str();
   app.add_option("--model", o.model, "Model name served")->capture_default_str();
   app.add_option("--nats-url", nats_url, "NATS URL (empty = no events, no heartbeats)");
-  app.add_option("--subject-prefix", o.subject_prefix, "NATS subject prefix")->capture_default_str();
+  app.add_option("--subject-prefix", o.subject_prefix, "NATS subject prefix ({prefix}.kv_events, {prefix}.workers, {prefix}.kv_resync.{id})")->capture_default_str();
+  app.add_option("--advertise-url", o.advertise_url, "URL announced in heartbeats (empty = http://HOST:PORT as bound)");
   app.add_option("--heartbeat-ms", o.heartbeat_ms, "Heartbeat interval")->capture_default_str()->check(CLI::Range(10u, 60000u));
   app.add_option("--speedup", o.speedup, "Engine time runs this many times faster than real time")
       ->capture_default_str()->check(CLI::Range(0.001, 100000.0));
@@ -77,7 +78,14 @@ int main(int argc, char** argv) {
   std::thread io([&] { server.run(); });
   int sig = 0;
   sigwait(&signals, &sig);
+  spdlog::info("kvroute-mocker: signal {}, shutting down", sig);
   server.stop();
   io.join();
+  // Close NATS before the server goes: a resync request arriving now must
+  // not reach a destroyed server.
+  if (bus) {
+    bus->flush(std::chrono::milliseconds(500));
+    bus.reset();
+  }
   return 0;
 }

@@ -110,9 +110,17 @@ struct MockerServer::Impl {
   uint64_t next_id = 1;
   std::optional<double> scheduled;  // engine time the tick timer is set for
   // Stats and test hooks (io thread only).
-  uint64_t requests_total = 0, cancels_total = 0, events_published = 0, events_dropped = 0;
+  uint64_t requests_total = 0;   // completion requests received (valid or not)
+  uint64_t rejected_total = 0;   // of those, answered with a 4xx error
+  uint64_t cancels_total = 0;    // generations stopped because the client went away
+  uint64_t events_published = 0, events_dropped = 0, events_publish_failed = 0;
   uint64_t drop_remaining = 0;
   bool hang = false;
+
+  std::string advertised_url() const {
+    return opts.advertise_url.empty() ? fmt::format("http://{}:{}", opts.host, acceptor.local_endpoint().port())
+                                      : opts.advertise_url;
+  }
 
   double now_ms() const {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() *
@@ -126,15 +134,19 @@ struct MockerServer::Impl {
       return;
     }
     if (!bus) return;
-    bus->publish(opts.subject_prefix + ".kv_events", encode_kv_event(ev));
-    ++events_published;
+    if (bus->publish(opts.subject_prefix + ".kv_events", encode_kv_event(ev))) {
+      ++events_published;
+    } else {
+      ++events_publish_failed;
+      spdlog::warn("kvroute-mocker: KV event {} not published (NATS connection closed)", engine.last_event_id());
+    }
   }
 
   void publish_heartbeat() {
     if (!bus) return;
     WorkerHeartbeat hb;
     hb.worker_id = WorkerId{opts.worker_id};
-    hb.url = fmt::format("http://{}:{}", opts.host, acceptor.local_endpoint().port());
+    hb.url = advertised_url();
     hb.model = opts.model;
     hb.block_size = opts.engine.block_size;
     const auto l = engine.load();
@@ -183,9 +195,12 @@ struct MockerServer::Impl {
   std::string stats_json() const {
     const auto l = engine.load();
     return fmt::format(
-        R"({{"worker_id":{},"requests_total":{},"cancels_total":{},"active":{},"waiting":{},"kv_cached_blocks":{},"kv_active_blocks":{},"events_published":{},"events_dropped":{},"last_event_id":{}}})",
-        opts.worker_id, requests_total, cancels_total, l.request_active_slots, l.num_requests_waiting,
-        engine.cached_blocks(), l.kv_active_blocks, events_published, events_dropped, engine.last_event_id());
+        R"({{"worker_id":{},"requests_total":{},"rejected_total":{},"cancels_total":{},"active":{},"waiting":{},)"
+        R"("kv_cached_blocks":{},"kv_active_blocks":{},"kv_total_blocks":{},"events_published":{},"events_dropped":{},)"
+        R"("events_publish_failed":{},"drop_pending":{},"last_event_id":{},"hang":{}}})",
+        opts.worker_id, requests_total, rejected_total, cancels_total, l.request_active_slots, l.num_requests_waiting,
+        engine.cached_blocks(), l.kv_active_blocks, l.kv_total_blocks, events_published, events_dropped,
+        events_publish_failed, drop_remaining, engine.last_event_id(), hang);
   }
 
   awaitable<void> accept_loop();
@@ -291,14 +306,18 @@ awaitable<bool> MockerServer::Impl::generate(beast::tcp_stream& s, const http::r
   std::string gerr;
   // Bodies are built before co_await: GCC 12 mishandles temporaries in co_await expressions.
   if (!parse_openai_request(kind, req.body(), parsed, err)) {
+    ++rejected_total;
     std::string body = error_body(err);
     co_return co_await respond(s, v, keep, http::status::bad_request, std::move(body));
   }
   if (!parse_gen_params(req.body(), gen, gerr)) {
+    ++rejected_total;
+    if (gerr.empty()) gerr = "the request body is not a JSON object";
     std::string body = error_body(ApiError{400, gerr, "invalid_request_error", "max_tokens", ""});
     co_return co_await respond(s, v, keep, http::status::bad_request, std::move(body));
   }
   if (parsed.model != opts.model) {
+    ++rejected_total;
     std::string body = error_body(ApiError{404, fmt::format("The model `{}` does not exist.", parsed.model),
                                            "invalid_request_error", "model", "model_not_found"});
     co_return co_await respond(s, v, keep, http::status::not_found, std::move(body));
@@ -316,7 +335,13 @@ awaitable<bool> MockerServer::Impl::generate(beast::tcp_stream& s, const http::r
   const uint64_t id = next_id++;
   auto tokens = RoutingService::tokens_of(parsed);
   const uint32_t prompt_len = static_cast<uint32_t>(tokens.size());
+  if (tokens.empty()) {
+    ++rejected_total;
+    std::string body = error_body(ApiError{400, "The prompt is empty.", "invalid_request_error", "prompt", ""});
+    co_return co_await respond(s, v, keep, http::status::bad_request, std::move(body));
+  }
   if (!engine.add_request(id, tokens, gen.max_tokens, now_ms())) {
+    ++rejected_total;
     std::string body = error_body(ApiError{
         400, fmt::format("This request needs more KV blocks than the worker has ({}).", opts.engine.kv_blocks),
         "invalid_request_error", "messages", "context_length_exceeded"});

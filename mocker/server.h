@@ -21,6 +21,7 @@ struct MockerOptions {
   uint64_t worker_id = 1;
   std::string model = "mock-model";
   std::string subject_prefix = "kvroute";
+  std::string advertise_url;  // URL in heartbeats; empty = http://host:port
   uint32_t heartbeat_ms = 500;
   double speedup = 1.0;  // engine ms per real ms
   EngineConfig engine;

@@ -4,6 +4,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# The official OpenAI SDK for the client tests (npm registry, install time only).
+if [ ! -d tests/integration/node/node_modules/openai ]; then
+  command -v npm >/dev/null || { apt-get install -y -qq nodejs npm >/dev/null; }
+  (cd tests/integration/node && npm ci --no-audit --no-fund --loglevel=error)
+fi
 export PATH="$PATH:/usr/sbin:/sbin"   # nats-server lives in /usr/sbin
 cd "${BUILD_DIR:-build}"
 ctest --output-on-failure --timeout 600 -j1 "$@"

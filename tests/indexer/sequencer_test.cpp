@@ -201,3 +201,29 @@ TEST_CASE("approximate mode: predicted blocks expire after the ttl and are bound
   small.remove_worker(WorkerId{9});
   CHECK(overlap(small, {109, 209}, 9) == 0);
 }
+
+TEST_CASE("approximate mode: lookups never serve an expired prediction; eviction drops tails first") {
+  ManualClock clock;
+  ApproxIndexer approx(clock);  // defaults: 120 s, 1 M entries
+  const std::vector<LocalBlockHash> a = {LocalBlockHash{1}, LocalBlockHash{2}, LocalBlockHash{3}};
+  approx.record(ow(1), a, clock.now());
+  clock.advance(119s);
+  CHECK(overlap(approx, {1, 2, 3}) == 3);
+  clock.advance(2s);  // past the default ttl; no record() or expire() call in between
+  CHECK(overlap(approx, {1, 2, 3}) == 0);
+  CHECK(approx.stats().entries == 0);
+
+  ApproxIndexer small(clock, 120s, 3);
+  const std::vector<LocalBlockHash> four = {LocalBlockHash{1}, LocalBlockHash{2}, LocalBlockHash{3}, LocalBlockHash{4}};
+  small.record(ow(1), four, clock.now());
+  CHECK(small.stats().entries == 3);
+  CHECK(overlap(small, {1, 2, 3, 4}) == 3);  // the head of the prefix survives
+
+  // Routing the same prefix again and again keeps memory bounded.
+  for (int i = 0; i < 1000; ++i) {
+    clock.advance(1ms);
+    small.record(ow(1), std::span(four).first(2), clock.now());
+  }
+  CHECK(small.stats().entries <= 3);
+  CHECK(overlap(small, {1, 2}) == 2);
+}

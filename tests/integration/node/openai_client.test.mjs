@@ -1,0 +1,103 @@
+// The official OpenAI Node SDK against kvroute in front of kvroute-mockers.
+// Started by tests/integration/test_openai_client.py, which runs the fleet and
+// passes KVROUTE_URL and MOCKER_URLS (comma-separated) in the environment.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import OpenAI from "openai";
+
+const client = new OpenAI({ baseURL: `${process.env.KVROUTE_URL}/v1`, apiKey: "unused", maxRetries: 0 });
+const mockers = process.env.MOCKER_URLS.split(",");
+const model = "mock-model";
+const system = "You are a patient assistant who explains how caches work in detail. ".repeat(20);
+
+async function cancels() {
+  let total = 0;
+  for (const m of mockers) total += (await (await fetch(`${m}/mocker/stats`)).json()).cancels_total;
+  return total;
+}
+
+test("chat completion, non-streaming", async () => {
+  const r = await client.chat.completions.create({
+    model, max_tokens: 8, messages: [{ role: "system", content: system }, { role: "user", content: "hi" }],
+  });
+  assert.equal(r.object, "chat.completion");
+  assert.equal(r.choices[0].message.role, "assistant");
+  assert.ok(r.choices[0].message.content.length > 0);
+  assert.equal(r.usage.completion_tokens, 8);
+});
+
+test("chat completion, streaming: chunks arrive incrementally", async () => {
+  const stream = await client.chat.completions.create({
+    model, max_tokens: 40, stream: true,
+    messages: [{ role: "system", content: system }, { role: "user", content: "stream" }],
+  });
+  const times = [];
+  let text = "";
+  let finish = null;
+  for await (const chunk of stream) {
+    times.push(performance.now());
+    text += chunk.choices[0]?.delta?.content ?? "";
+    finish = chunk.choices[0]?.finish_reason ?? finish;
+  }
+  assert.equal(finish, "length");
+  assert.ok(times.length >= 40, `only ${times.length} chunks`);
+  assert.ok(text.length > 0);
+  // Not all at the end: the chunks are spread over the generation time.
+  const span = times.at(-1) - times[0];
+  const firstHalf = times.filter((t) => t < times[0] + span / 2).length;
+  assert.ok(span > 50, `all chunks within ${span} ms`);
+  assert.ok(firstHalf > 5 && firstHalf < times.length - 5, `${firstHalf} of ${times.length} in the first half`);
+});
+
+test("completions", async () => {
+  const r = await client.completions.create({ model, prompt: system + "complete this", max_tokens: 4 });
+  assert.equal(r.object, "text_completion");
+  assert.equal(r.choices[0].finish_reason, "length");
+  const again = await client.completions.create({ model, prompt: system + "complete that", max_tokens: 4 });
+  assert.ok(again.usage.prompt_tokens_details.cached_tokens > 0, "second request found no cached prefix");
+});
+
+test("an aborted stream is cancelled at the worker", async () => {
+  const before = await cancels();
+  const controller = new AbortController();
+  const stream = await client.chat.completions.create(
+    { model, max_tokens: 100000, stream: true, messages: [{ role: "user", content: "a very long answer please" }] },
+    { signal: controller.signal },
+  );
+  let n = 0;
+  try {
+    for await (const _ of stream) {
+      if (++n === 5) controller.abort();
+    }
+  } catch (e) {
+    // The SDK reports the abort as APIUserAbortError (or just ends the stream).
+    assert.ok(e instanceof OpenAI.APIUserAbortError || e.name === "AbortError", String(e));
+  }
+  assert.ok(n >= 5 && n < 1000, `stream did not stop after the abort (${n} chunks)`);
+  let after = before;
+  for (let i = 0; i < 100 && after === before; i++) {
+    await new Promise((r) => setTimeout(r, 50));
+    after = await cancels();
+  }
+  assert.ok(after > before, "the worker never saw the cancel");
+});
+
+test("errors arrive as SDK API errors with OpenAI bodies", async () => {
+  await assert.rejects(
+    client.chat.completions.create({ model: "no-such-model", messages: [{ role: "user", content: "x" }] }),
+    (e) => e instanceof OpenAI.NotFoundError && e.status === 404 && e.code === "model_not_found",
+  );
+  await assert.rejects(
+    client.chat.completions.create({ model, messages: [] }),
+    (e) => e instanceof OpenAI.BadRequestError && e.status === 400 && e.param === "messages",
+  );
+  await assert.rejects(
+    client.completions.create({ model }),
+    (e) => e instanceof OpenAI.BadRequestError && e.param === "prompt",
+  );
+});
+
+test("models list", async () => {
+  const list = await client.models.list();
+  assert.deepEqual(list.data.map((m) => m.id), [model]);
+});

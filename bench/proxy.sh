@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# bench/proxy.sh: what kvroute adds in front of workers, against nginx.
+#
+# Measures, in one run on this machine:
+#   (a) wrk -> one mocker directly,
+#   (b) wrk -> kvroute -> 3 mockers,
+#   (c) wrk -> nginx (Debian, plain round-robin reverse proxy, keepalive) -> the same 3 mockers,
+# with the same small non-streaming completion (1 prompt token block, max_tokens 1) at
+# 16 connections for 10 s each (2 threads of wrk); added latency = p50/p99 of (b) - (a);
+# throughput ratio = req/s (b) / req/s (c). Then a streaming run: N concurrent SSE
+# streams through kvroute (default 10,000), counting errors and kvroute's peak RSS.
+# Mockers run with --speedup 1000 (the engine's time is nearly free) for the latency runs.
+#
+# Run: bash bench/proxy.sh [STREAMS]    (after scripts/setup.sh; installs wrk and nginx-light)
+# The last line is one JSON object.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+STREAMS=${1:-10000}
+BIN=${BUILD_DIR:-build}
+export PATH="$PATH:/usr/sbin:/sbin"
+for p in wrk nginx; do command -v $p >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk nginx-light >/dev/null; done
+# kvroute holds 2 sockets per proxied stream: the descriptor limit bounds the streams.
+ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
+echo "open-file limit: $(ulimit -n)"
+W=$(mktemp -d)
+pids=()
+cleanup() { kill "${pids[@]}" 2>/dev/null || true; [ -f "$W/nginx.pid" ] && kill "$(cat "$W/nginx.pid")" 2>/dev/null; wait 2>/dev/null || true; rm -rf "$W"; }
+trap cleanup EXIT
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_http() { for _ in $(seq 100); do curl -fs "$1" >/dev/null 2>&1 && return 0; sleep 0.1; done; echo "no $1" >&2; exit 1; }
+
+NATS=$(free_port)
+nats-server -a 127.0.0.1 -p "$NATS" >"$W/nats.log" 2>&1 & pids+=($!)
+MPORTS=()
+start_mockers() {  # extra mocker flags
+  for i in 1 2 3; do
+    local port; port=$(free_port)
+    "$BIN/mocker/kvroute-mocker" --worker-id "$i" --port "$port" --nats-url "nats://127.0.0.1:$NATS" "$@" \
+      >"$W/mocker-$i.log" 2>&1 & pids+=($!)
+    MPORTS+=("$port")
+  done
+  for p in "${MPORTS[@]}"; do wait_http "http://127.0.0.1:$p/health"; done
+}
+start_mockers --speedup 1000 --max-seqs 4096
+RPORT=$(free_port); APORT=$(free_port)
+"$BIN/router/kvroute" --router.host 127.0.0.1 --router.port "$RPORT" --admin.host 127.0.0.1 --admin.port "$APORT" \
+  --router.threads 2 --log.access_log false --events.nats_url "nats://127.0.0.1:$NATS" >"$W/kvroute.log" 2>&1 &
+KVPID=$!; pids+=($KVPID)
+for _ in $(seq 100); do [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$RPORT/ready")" = 200 ] && break; sleep 0.1; done
+
+NPORT=$(free_port)
+cat >"$W/nginx.conf" <<NGINX
+worker_processes 1;
+pid $W/nginx.pid;
+error_log $W/nginx.err warn;
+events { worker_connections 8192; }
+http {
+  access_log off;
+  upstream mockers { server 127.0.0.1:${MPORTS[0]}; server 127.0.0.1:${MPORTS[1]}; server 127.0.0.1:${MPORTS[2]}; keepalive 64; }
+  server {
+    listen 127.0.0.1:$NPORT;
+    location / { proxy_pass http://mockers; proxy_http_version 1.1; proxy_set_header Connection ""; proxy_buffering off; }
+  }
+}
+NGINX
+nginx -c "$W/nginx.conf" -p "$W"
+wait_http "http://127.0.0.1:$NPORT/health"
+
+cat >"$W/post.lua" <<'LUA'
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+wrk.body = '{"model":"mock-model","prompt":"a short prompt of a few tokens","max_tokens":1}'
+LUA
+run_wrk() {  # name port -> prints "rps p50_us p99_us"
+  wrk -t2 -c16 -d10s --latency -s "$W/post.lua" "http://127.0.0.1:$2/v1/completions" >"$W/wrk-$1.txt"
+  python3 - "$W/wrk-$1.txt" <<'PY'
+import re, sys
+t = open(sys.argv[1]).read()
+def us(s):
+    m = re.match(r"([\d.]+)(us|ms|s)", s)
+    if not m:
+        sys.exit("cannot parse wrk output:\n" + t)
+    v, u = m.groups()
+    return float(v) * {"us": 1, "ms": 1e3, "s": 1e6}[u]
+p50 = us(re.search(r"^\s+50%\s+(\S+)", t, re.M).group(1)); p99 = us(re.search(r"^\s+99%\s+(\S+)", t, re.M).group(1))
+rps = float(re.search(r"Requests/sec:\s+([\d.]+)", t).group(1))
+errs = re.search(r"Non-2xx or 3xx responses: (\d+)", t)
+print(rps, p50, p99, errs.group(1) if errs else 0)
+PY
+}
+read -r D_RPS D_P50 D_P99 D_ERR < <(run_wrk direct "${MPORTS[0]}")
+read -r K_RPS K_P50 K_P99 K_ERR < <(run_wrk kvroute "$RPORT")
+read -r N_RPS N_P50 N_P99 N_ERR < <(run_wrk nginx "$NPORT")
+printf '%-8s %10s %10s %10s %8s\n' target req/s p50_us p99_us non2xx
+printf '%-8s %10.0f %10.0f %10.0f %8s\n' direct "$D_RPS" "$D_P50" "$D_P99" "$D_ERR" kvroute "$K_RPS" "$K_P50" "$K_P99" "$K_ERR" nginx "$N_RPS" "$N_P50" "$N_P99" "$N_ERR"
+
+# Streaming: slow decode so every stream stays open while all are established.
+kill "${pids[@]:1}" 2>/dev/null || true; wait "${pids[@]:1}" 2>/dev/null || true; pids=("${pids[0]}"); MPORTS=()
+start_mockers --speedup 1 --max-seqs 20000 --kv-blocks 10000000 --decode-base-ms 1000 --decode-kv-ms 0
+"$BIN/router/kvroute" --router.host 127.0.0.1 --router.port "$RPORT" --admin.host 127.0.0.1 --admin.port "$APORT" \
+  --router.threads 2 --log.access_log false --events.nats_url "nats://127.0.0.1:$NATS" >"$W/kvroute2.log" 2>&1 &
+KVPID=$!; pids+=($KVPID)
+for _ in $(seq 100); do [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$RPORT/ready")" = 200 ] && break; sleep 0.1; done
+PEAK_FILE="$W/peak"; echo 0 >"$PEAK_FILE"
+( while kill -0 "$KVPID" 2>/dev/null; do
+    r=$(awk '/VmRSS/{print $2}' "/proc/$KVPID/status" 2>/dev/null || echo 0)
+    [ "${r:-0}" -gt "$(cat "$PEAK_FILE")" ] && echo "$r" >"$PEAK_FILE"; sleep 0.2; done ) & pids+=($!)
+STREAM_JSON=$(python3 bench/proxy/streams.py "$RPORT" "$STREAMS" 8)
+echo "streams: $STREAM_JSON"
+RSS_MB=$(( $(cat "$PEAK_FILE") / 1024 ))
+python3 - "$D_P50" "$D_P99" "$K_P50" "$K_P99" "$K_RPS" "$N_RPS" "$STREAM_JSON" "$RSS_MB" <<'PY'
+import json, sys
+d50, d99, k50, k99, krps, nrps = map(float, sys.argv[1:7])
+s = json.loads(sys.argv[7])
+print(json.dumps({"added_latency_p50_us": round(k50 - d50, 1), "added_latency_p99_us": round(k99 - d99, 1),
+                  "throughput_ratio_vs_nginx": round(krps / nrps, 3), "kvroute_rps": krps, "nginx_rps": nrps,
+                  "concurrent_streams": s["concurrent_streams"], "streams_completed": s["completed"],
+                  "stream_errors": s["stream_errors"], "router_rss_mb": int(sys.argv[8])}))
+PY

@@ -10,6 +10,8 @@ PACKAGES=(
   g++ cmake ninja-build pkg-config curl python3
   libboost-dev libnats-dev nats-server libsimdjson-dev libfmt-dev doctest-dev
   libyaml-cpp-dev libcli11-dev libxxhash-dev libspdlog-dev
+  # helm/ chart renderer and its test (Go text/template + sprig, as Helm)
+  golang-go golang-github-masterminds-sprig-dev golang-k8s-sigs-yaml-dev python3-yaml
 )
 PACKAGES+=(${KVROUTE_EXTRA_PACKAGES:-})
 

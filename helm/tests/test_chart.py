@@ -5,8 +5,10 @@ Renders helm/kvroute with kvroute-helm-render (helm/tools/render) under several
 value sets and checks: YAML validity, object heads, the expected objects,
 probes, drain settings, basic schema of every kind emitted, selector/label
 wiring, Secret/env wiring, the config mirror (values.yaml `config:` ==
-ConfigMap kvroute.yaml == the daemon's `--print-config` key set), the
-Grafana dashboard and values.yaml documentation.
+ConfigMap kvroute.yaml == the daemon's `--print-config` key set; the daemon
+loads the rendered file), the bundled nats.conf under a real nats-server with
+kvroute connecting through the Secret's credentials (when nats-server is on
+PATH), the Grafana dashboard and values.yaml documentation.
 
 Usage: test_chart.py --render BIN [--kvroute-bin PATH]
   --kvroute-bin (or KVROUTE_BIN): the daemon; without it the checks that need
@@ -85,8 +87,25 @@ def render(render_bin, *args, release="kvroute", namespace="kvr", expect_fail=Fa
     return p.stdout
 
 
+class StrictLoader(yaml.SafeLoader):
+    """SafeLoader that rejects duplicate mapping keys (the API server would keep only one)."""
+
+
+def _strict_mapping(loader, node, deep=False):
+    keys = set()
+    for k, _ in node.value:
+        key = loader.construct_object(k, deep=deep)
+        if key in keys:
+            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", k.start_mark)
+        keys.add(key)
+    return loader.construct_mapping(node, deep)
+
+
+StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _strict_mapping)
+
+
 def docs_of(text):
-    return [d for d in yaml.safe_load_all(text) if d is not None]
+    return [d for d in yaml.load_all(text, Loader=StrictLoader) if d is not None]
 
 
 def find(docs, kind, name=None):
@@ -306,34 +325,37 @@ def load_values(*files, sets=()):
     return vals
 
 
+# Keys whose value is free-form Kubernetes data (their children are not chart keys).
+DATA_KEYS = {"resources", "podSecurityContext", "securityContext", "behavior", "labels", "annotations",
+             "podAnnotations", "podLabels", "nodeSelector", "affinity", "tolerations", "topologySpreadConstraints",
+             "imagePullSecrets", "extraEnv", "extraArgs", "updateStrategy"}
+
+
 def check_values_documented():
-    """Every key in values.yaml and values-ha.yaml has a comment line above it."""
+    """Every chart key in values.yaml and values-ha.yaml has a comment line above it."""
     for path in (os.path.join(CHART, "values.yaml"), HA):
         lines = open(path).read().splitlines()
         missing = []
+        stack = []  # (indent, key)
         for i, line in enumerate(lines):
-            m = re.match(r"^(\s*)([A-Za-z_][\w.-]*):", line)
-            if not m or line.lstrip().startswith("-"):
+            if not line.strip() or line.lstrip().startswith("#"):
                 continue
-            # Keys inside a list item or a free-form map the user fills in (labels, behavior) are data.
+            indent = len(line) - len(line.lstrip())
+            while stack and stack[-1][0] >= indent:
+                stack.pop()
+            m = re.match(r"^\s*([A-Za-z_][\w.-]*):", line)
+            if not m:
+                continue  # list items
+            key = m.group(1)
+            is_data = any(k in DATA_KEYS for _, k in stack)
+            stack.append((indent, key))
+            if is_data:
+                continue
             j = i - 1
-            while j >= 0 and lines[j].strip() == "":
+            while j >= 0 and not lines[j].strip():
                 j -= 1
-            prev = lines[j].strip() if j >= 0 else ""
-            if prev.startswith("#"):
-                continue
-            # a key nested under a list item ("- name: x\n  key: y") is data, not a chart key
-            k = i - 1
-            in_list = False
-            while k >= 0:
-                if lines[k].strip() and len(lines[k]) - len(lines[k].lstrip()) < len(m.group(1)):
-                    in_list = lines[k].lstrip().startswith("-") or re.match(
-                        r"^\s*(requests|limits|capabilities|behavior|labels|scaleDown|matchLabels|"
-                        r"labelSelector|policies):", lines[k]) is not None
-                    break
-                k -= 1
-            if not in_list:
-                missing.append(f"{os.path.basename(path)}:{i + 1} {m.group(2)}")
+            if j < 0 or not lines[j].lstrip().startswith("#"):
+                missing.append(f"{i + 1} {key}")
         R.check(not missing, f"{os.path.basename(path)}: a comment above every key", ", ".join(missing))
 
 
@@ -420,11 +442,103 @@ def check_against_daemon(kvroute_bin, default_docs, gamma_docs):
             os.unlink(path)
 
 
+def free_port():
+    import socket
+    with socket.socket() as so:
+        so.bind(("127.0.0.1", 0))
+        return so.getsockname()[1]
+
+
+def check_with_nats(kvroute_bin, cred_docs):
+    """The bundled nats.conf is valid for nats-server, and kvroute, given the
+    rendered kvroute.yaml and the Secret's nats-url, connects to that server
+    with the credentials (and fails with a wrong password)."""
+    import shutil
+    import signal
+    import time
+    nats = shutil.which("nats-server")
+    if not nats:
+        R.skip("nats.conf accepted by nats-server", "nats-server not on PATH")
+        return
+    conf = find(cred_docs, "ConfigMap", "kvroute-nats")[0]["data"]["nats.conf"]
+    secret = {k: base64.b64decode(v).decode() for k, v in find(cred_docs, "Secret", "kvroute")[0]["data"].items()}
+    tmp = tempfile.mkdtemp(prefix="kvroute-helm-")
+    conf_path = os.path.join(tmp, "nats.conf")
+    with open(conf_path, "w") as f:
+        f.write(conf)
+    env = dict(os.environ, POD_NAME="kvroute-nats-0", NATS_USER=secret["nats-user"], NATS_PASSWORD=secret["nats-password"])
+    p = subprocess.run([nats, "-t", "-c", conf_path], capture_output=True, text=True, env=env)
+    R.check(p.returncode == 0, "nats.conf (JetStream, auth) accepted by nats-server -t", p.stderr.strip())
+    if not kvroute_bin or not os.access(kvroute_bin, os.X_OK):
+        R.skip("kvroute connects to the bundled NATS with the Secret's credentials", "needs KVROUTE_BIN")
+        return
+    port = free_port()
+    local_conf = os.path.join(tmp, "nats-local.conf")
+    with open(local_conf, "w") as f:  # the pod's paths -> the temp dir
+        f.write(conf.replace("store_dir: /data", f"store_dir: {tmp}/js")
+                .replace("/var/run/nats/nats.pid", f"{tmp}/nats.pid"))
+    srv = subprocess.Popen([nats, "-c", local_conf, "-a", "127.0.0.1", "-p", str(port), "-m", str(free_port())],
+                           env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    cfg_path = os.path.join(tmp, "kvroute.yaml")
+    with open(cfg_path, "w") as f:
+        f.write(find(cred_docs, "ConfigMap", "kvroute")[0]["data"]["kvroute.yaml"])
+    try:
+        import socket
+        deadline = time.time() + 10
+        while time.time() < deadline and srv.poll() is None:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        if not R.check(srv.poll() is None, "bundled nats.conf runs in nats-server",
+                       srv.stderr.read() if srv.poll() is not None else ""):
+            return
+        for label, url, want in (("Secret's nats-url", secret["nats-url"], True),
+                                 ("wrong password", secret["nats-url"].replace(":" + secret["nats-password"] + "@", ":nope@"),
+                                  False)):
+            url = re.sub(r"@[^/]+$", f"@127.0.0.1:{port}", url)  # the Service name -> the local server
+            kenv = {k: v for k, v in os.environ.items() if not k.startswith("KVROUTE_")}
+            kenv["KVROUTE_EVENTS_NATS_URL"] = url
+            k = subprocess.Popen([kvroute_bin, "--config", cfg_path, "--router.port", "0", "--admin.port", "0",
+                                  "--router.host", "127.0.0.1", "--admin.host", "127.0.0.1",
+                                  "--events.connect_timeout_ms", "1500"],
+                                 env=kenv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            line = ""
+            deadline = time.time() + 10
+            import select
+            while time.time() < deadline and k.poll() is None:
+                r, _, _ = select.select([k.stdout], [], [], 0.2)
+                if r:
+                    line = k.stdout.readline()
+                    if "listening" in line:
+                        break
+            started = "listening" in line
+            if k.poll() is None:
+                k.send_signal(signal.SIGTERM)
+            try:
+                k.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                k.kill()
+                k.wait()
+            R.check(started == want, f"kvroute with the rendered kvroute.yaml and the {label}: "
+                                     f"{'connects' if want else 'refused'}", (k.stderr.read() or "")[-300:])
+    finally:
+        srv.terminate()
+        srv.wait(timeout=10)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--render", required=True, help="kvroute-helm-render binary")
     ap.add_argument("--kvroute-bin", default=os.environ.get("KVROUTE_BIN", ""))
+    ap.add_argument("--renderer-unit-tests", choices=("ok", "failed", "not-run"), default="not-run")
     a = ap.parse_args()
+    if a.renderer_unit_tests == "not-run":
+        R.skip("renderer unit tests (go test)", "run through test_chart.sh")
+    else:
+        R.check(a.renderer_unit_tests == "ok", "renderer unit tests (go test helm/tools/render)")
     rb = a.render
     values_yaml = os.path.join(CHART, "values.yaml")
 
@@ -467,8 +581,10 @@ def main():
     R.check(not find(ha, "Secret"), "ha: existing Secret, none rendered")
     if dep:
         pod = dep["spec"]["template"]["spec"]
-        R.check("requiredDuringSchedulingIgnoredDuringExecution" in pod.get("affinity", {}).get("podAntiAffinity", {}),
-                "ha: hard pod anti-affinity")
+        R.check("preferredDuringSchedulingIgnoredDuringExecution" in pod.get("affinity", {}).get("podAntiAffinity", {}),
+                "ha: pod anti-affinity across nodes")
+        R.check(dep["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0},
+                "ha: rolling update starts new routers before stopping old ones")
         env = env_of(dep)
         R.check(all(env.get(n, {}).get("valueFrom", {}).get("secretKeyRef", {}).get("name") == "kvroute-secrets"
                     for n in ("KVROUTE_ADMIN_TOKEN", "KVROUTE_EVENTS_NATS_URL")),
@@ -499,7 +615,8 @@ def main():
     env = env_of(find(cred, "Deployment")[0])
     ref = env.get("KVROUTE_EVENTS_NATS_URL", {}).get("valueFrom", {}).get("secretKeyRef", {})
     R.check(ref.get("name") == "kvroute" and ref.get("key") == "nats-url", "credentials: KVROUTE_EVENTS_NATS_URL from Secret")
-    R.check("kv" not in json.dumps(kvroute_yaml(cred)["events"]) or "@" not in kvroute_yaml(cred)["events"]["nats_url"],
+    cm_text = find(cred, "ConfigMap", "kvroute")[0]["data"]["kvroute.yaml"]
+    R.check("pw-1" not in cm_text and "s3cret" not in cm_text and "@" not in cm_text,
             "credentials: no credentials in the ConfigMap")
     conf = find(cred, "ConfigMap", "kvroute-nats")[0]["data"]["nats.conf"]
     nenv = {e["name"] for e in find(cred, "StatefulSet")[0]["spec"]["template"]["spec"]["containers"][0]["env"]}
@@ -514,7 +631,7 @@ def main():
     # 5. Optional objects and variants.
     opt = docs_of(render(rb, "--set", "serviceAccount.create=true,pdb.enabled=true,pdb.maxUnavailable=1,"
                                       "nats.jetstream.persistence.enabled=true,lifecycle.nativeSleepAction=true,"
-                                      "podAntiAffinity=soft,dashboard.enabled=false"))
+                                      "podAntiAffinity=hard,dashboard.enabled=false"))
     check_schema(opt, "optional")
     R.check(find(opt, "ServiceAccount") and find(opt, "Deployment")[0]["spec"]["template"]["spec"]["serviceAccountName"]
             == "kvroute", "optional: ServiceAccount created and used")
@@ -523,6 +640,8 @@ def main():
     R.check(not find(opt, "ConfigMap", "kvroute-dashboard"), "optional: dashboard off")
     c = find(opt, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]
     R.check(c["lifecycle"]["preStop"].get("sleep", {}).get("seconds") == 5, "optional: native preStop sleep")
+    aff = find(opt, "Deployment")[0]["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]
+    R.check("requiredDuringSchedulingIgnoredDuringExecution" in aff, "optional: hard pod anti-affinity")
 
     # 6. Misconfigurations fail with a message naming the key.
     for sets, key in (("config.admin.token=x", "config.admin.token"),
@@ -542,6 +661,7 @@ def main():
     check_dashboard()
     check_values_documented()
     check_against_daemon(a.kvroute_bin, docs, gamma)
+    check_with_nats(a.kvroute_bin, cred)
 
     summary = f"{R.passed} passed, {R.failed} failed"
     if R.skipped:

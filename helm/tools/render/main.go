@@ -16,8 +16,8 @@
 // Not implemented: subcharts and dependencies, .helmignore, hooks, schema
 // (values.schema.json), CRDs/, --set-file, --set-json, list indexes in --set.
 //
-// Output: every non-partial template under templates/ (NOTES.txt only with
-// --notes), split into documents, ordered by Helm's install order of kinds,
+// Output: every non-partial template under templates/ (with --notes: only
+// the rendered NOTES.txt), split into documents, ordered by Helm's install order of kinds,
 // each as "---\n# Source: CHART/templates/FILE\n<doc>\n", as helm template
 // prints them.
 //
@@ -492,7 +492,7 @@ func run(o options) (string, error) {
 		},
 	}
 
-	var out strings.Builder
+	var out, notes strings.Builder
 	var manifests []manifest
 	sort.Strings(names)
 	for _, n := range names {
@@ -500,10 +500,9 @@ func run(o options) (string, error) {
 		if strings.HasPrefix(base, "_") {
 			continue
 		}
+		// NOTES.txt is always rendered (its errors fail the render, as in
+		// helm) but printed only with --notes, instead of the manifests.
 		isNotes := base == "NOTES.txt"
-		if isNotes != o.notes {
-			continue
-		}
 		if len(o.showOnly) > 0 && !contains(o.showOnly, strings.TrimPrefix(n, meta.Name+"/")) && !isNotes {
 			continue
 		}
@@ -518,7 +517,7 @@ func run(o options) (string, error) {
 		}
 		text := strings.ReplaceAll(buf.String(), "<no value>", "")
 		if isNotes {
-			out.WriteString(text)
+			notes.WriteString(text)
 			continue
 		}
 		if strings.TrimSpace(text) == "" {
@@ -556,6 +555,9 @@ func run(o options) (string, error) {
 		}
 		return oa < ob
 	})
+	if o.notes {
+		return notes.String(), nil
+	}
 	for _, m := range manifests {
 		fmt.Fprintf(&out, "---\n# Source: %s\n%s\n", m.source, m.body)
 	}

@@ -184,7 +184,8 @@ void EventPipeline::writer_loop() {
         WorkerId last{~0ull};
         for (const auto& ev : *batch) {
           if (ev.owner.worker != last) registry_.touch(ev.owner.worker), last = ev.owner.worker;
-          stats_.applied_total[static_cast<size_t>(index_.apply(ev))].fetch_add(1, std::memory_order_relaxed);
+          const auto result = static_cast<size_t>(index_.apply(ev));
+          stats_.applied_total[ev.data.index()][result].fetch_add(1, std::memory_order_relaxed);
         }
       } else if (apply_resync_) {
         apply_resync_(std::get<ResyncDump>(item));

@@ -40,7 +40,8 @@ struct EventPipelineStats {
   std::atomic<uint64_t> events_queued_total{0};   // decoded events accepted into the queue
   std::atomic<uint64_t> queue_dropped_total{0};   // messages dropped because the queue was full
   std::array<std::atomic<uint64_t>, 7> rejected_total{};  // by DecodeError (index = enum value)
-  std::array<std::atomic<uint64_t>, 4> applied_total{};   // by ApplyResult
+  // By event type (stored, removed, cleared = the KvEvent variant index) and ApplyResult.
+  std::array<std::array<std::atomic<uint64_t>, 4>, 3> applied_total{};
   std::atomic<uint64_t> heartbeats_total{0};
   std::atomic<uint64_t> heartbeats_rejected_total{0};
   std::atomic<uint64_t> block_size_mismatch_total{0};  // heartbeats announcing another block size

@@ -84,10 +84,13 @@ void render_module_metrics(std::string& out, const EventPipelineStats& st, const
   head("kvroute_events_nats_connected", "gauge", "1 when the NATS connection is up");
   line("kvroute_events_nats_connected", "", bus.connected() ? 1 : 0);
   // indexer: counters, then gauges
-  head("kvroute_indexer_events_total", "counter", "index events applied, by result");
-  for (size_t i = 0; i < st.applied_total.size(); ++i)
-    line("kvroute_indexer_events_total", fmt::format("{{result=\"{}\"}}", to_string(static_cast<ApplyResult>(i))),
-         st.applied_total[i].load());
+  head("kvroute_indexer_events_total", "counter", "index events applied, by type and result");
+  static constexpr std::string_view kTypes[] = {"stored", "removed", "cleared"};
+  for (size_t t = 0; t < st.applied_total.size(); ++t)
+    for (size_t i = 0; i < st.applied_total[t].size(); ++i)
+      line("kvroute_indexer_events_total",
+           fmt::format("{{type=\"{}\",result=\"{}\"}}", kTypes[t], to_string(static_cast<ApplyResult>(i))),
+           st.applied_total[t][i].load());
   const auto& sq = seq.counters();
   head("kvroute_indexer_event_gaps_total", "counter", "event_id gaps (lost events) detected");
   line("kvroute_indexer_event_gaps_total", "", sq.gaps.load());

@@ -44,7 +44,8 @@ TEST_CASE("decoded events reach the index writer in order; bad ones are counted,
   CHECK(st.rejected_total[static_cast<size_t>(DecodeError::Json)] == 1);
   CHECK(st.rejected_total[static_cast<size_t>(DecodeError::UnknownTier)] == 1);
   CHECK(st.messages_total == 7);
-  CHECK(st.applied_total[static_cast<size_t>(ApplyResult::Applied)] == 5);
+  CHECK(st.applied_total[2][static_cast<size_t>(ApplyResult::Applied)] == 5);  // 5 cleared events
+  CHECK(st.applied_total[0][static_cast<size_t>(ApplyResult::Applied)] == 0);
 }
 
 TEST_CASE("heartbeats register workers; bad heartbeats are counted") {

@@ -4,6 +4,7 @@
 #include <cassert>
 #include <cstring>
 #include <mutex>
+#include <thread>
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -263,10 +264,43 @@ void RadixIndexer::prune(NodeId id, std::vector<NodeId>* freed) {
 
 // ---- writer ----------------------------------------------------------------
 
+RadixIndexer::WriteLock::WriteLock(const RadixIndexer& idx) : idx_(idx), lk_(idx.mu_, std::defer_lock) {
+  lock();
+}
+
+void RadixIndexer::WriteLock::lock() {
+  // glibc's rwlock prefers readers: hold new readers off while waiting, or a
+  // steady stream of overlapping lookups could starve the writer.
+  idx_.writer_waiting_.store(true, std::memory_order_release);
+  // Spin (yielding) like the readers: a futex wake-up after the last reader
+  // leaves costs tens of microseconds on a busy host, during which new
+  // readers would already be held off.
+  while (!lk_.try_lock()) std::this_thread::yield();
+  idx_.writer_waiting_.store(false, std::memory_order_release);
+  ops_ = 0;
+  since_ = std::chrono::steady_clock::now();
+}
+
+void RadixIndexer::WriteLock::step() {
+  ++ops_;
+  if (ops_ >= kMaxBlocksPerLock || ((ops_ & 7) == 0 && std::chrono::steady_clock::now() - since_ > kMaxHold))
+    handoff();
+}
+
+void RadixIndexer::WriteLock::handoff() {
+  lk_.unlock();
+  // Only this thread mutates: everything the caller holds stays valid.
+  const auto t0 = std::chrono::steady_clock::now();
+  while (idx_.readers_waiting_.load(std::memory_order_acquire) > 0 &&
+         std::chrono::steady_clock::now() - t0 < kMaxReaderWait)
+    std::this_thread::yield();
+  lock();
+}
+
 ApplyResult RadixIndexer::apply(const KvEvent& event) {
   if (const auto* st = std::get_if<KvStored>(&event.data)) {
     if (st->blocks.size() > kMaxBlocksPerEvent) return ApplyResult::TooLarge;
-    std::unique_lock lk(mu_);
+    WriteLock lk(*this);
     const uint32_t id = intern(event.owner);
     if (id == kNone) return ApplyResult::TooLarge;  // more than kMaxOwners owners
     OwnerState& os = *owners_[id];
@@ -279,15 +313,7 @@ ApplyResult RadixIndexer::apply(const KvEvent& event) {
       }
       parent = *p;
     }
-    size_t in_lock = 0;
     for (const auto& b : st->blocks) {
-      if (++in_lock > kMaxBlocksPerLock) {
-        // Let readers in between chunks; only this thread mutates, so
-        // `parent` and `os` stay valid.
-        lk.unlock();
-        lk.lock();
-        in_lock = 1;
-      }
       const NodeId n = add_child(parent, b.tokens_hash.value);
       NodeId* old = os.blocks.find(b.block_hash.value);
       if (old && *old != n) {
@@ -305,24 +331,21 @@ ApplyResult RadixIndexer::apply(const KvEvent& event) {
       add_owner(node(n), id, event.tier);
       os.blocks.put(b.block_hash.value, n);
       parent = n;
+      lk.step();  // may let readers in: `parent` and `os` stay valid
     }
     return ApplyResult::Applied;
   }
   if (const auto* rm = std::get_if<KvRemoved>(&event.data)) {
     if (rm->block_hashes.size() > kMaxBlocksPerEvent) return ApplyResult::TooLarge;
-    std::unique_lock lk(mu_);
+    // owner_ids_ and owner states change only on this thread: read unlocked.
     auto it = owner_ids_.find(event.owner);
     if (it == owner_ids_.end()) return rm->block_hashes.empty() ? ApplyResult::Applied : ApplyResult::UnknownBlock;
     const uint32_t id = it->second;
     OwnerState& os = *owners_[id];
     bool missing = false;
-    size_t in_lock = 0;
+    WriteLock lk(*this);
     for (SequenceHash h : rm->block_hashes) {
-      if (++in_lock > kMaxBlocksPerLock) {
-        lk.unlock();
-        lk.lock();
-        in_lock = 1;
-      }
+      lk.step();
       const NodeId* p = os.blocks.find(h.value);
       if (!p) {
         missing = true;
@@ -339,19 +362,27 @@ ApplyResult RadixIndexer::apply(const KvEvent& event) {
   return ApplyResult::Applied;
 }
 
-void RadixIndexer::clear_owner_locked(uint32_t id) {
+void RadixIndexer::clear_owner_impl(uint32_t id) {
+  // The owner's node list is gathered without the lock (only this thread
+  // mutates). Then long clears hand the lock over between chunks, like long
+  // events; readers meanwhile see the owner with part of its blocks (a
+  // consistent tree). No freed id is reused before the end: nothing is
+  // allocated here.
   OwnerState& os = *owners_[id];
   std::vector<NodeId> nodes;
   nodes.reserve(os.blocks.size());
   os.blocks.for_each([&](uint64_t, NodeId n) { nodes.push_back(n); });
   std::sort(nodes.begin(), nodes.end());
   nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());  // aliases
-  for (NodeId n : nodes) drop_owner(node(n), id);
-  // Pruning walks up, so any order frees every node left empty; a node of
-  // this list freed by an earlier prune is skipped (its id may not be reused
-  // meanwhile: nothing is allocated here).
   std::vector<NodeId> freed;
   std::vector<char> gone(nodes.size(), 0);
+  WriteLock lk(*this);
+  for (NodeId n : nodes) {
+    drop_owner(node(n), id);
+    lk.step();
+  }
+  // Pruning walks up, so any order frees every node left empty; a node of
+  // this list freed by an earlier prune is skipped.
   for (size_t k = 0; k < nodes.size(); ++k) {
     if (gone[k]) continue;
     const Node& n = node(nodes[k]);
@@ -362,31 +393,41 @@ void RadixIndexer::clear_owner_locked(uint32_t id) {
       auto it = std::lower_bound(nodes.begin(), nodes.end(), f);
       if (it != nodes.end() && *it == f) gone[static_cast<size_t>(it - nodes.begin())] = 1;
     }
+    lk.step();
   }
   release_owner_id(id);
 }
 
 void RadixIndexer::clear_owner(CacheOwner owner) {
-  std::unique_lock lk(mu_);
-  auto it = owner_ids_.find(owner);
+  auto it = owner_ids_.find(owner);  // writer-only state: no lock needed to read
   if (it == owner_ids_.end()) return;
-  clear_owner_locked(it->second);
+  clear_owner_impl(it->second);
 }
 
 void RadixIndexer::remove_worker(WorkerId worker) {
-  std::unique_lock lk(mu_);
   std::vector<uint32_t> ids;
   for (const auto& [o, id] : owner_ids_)
     if (o.worker == worker) ids.push_back(id);
-  for (uint32_t id : ids) clear_owner_locked(id);
+  for (uint32_t id : ids) clear_owner_impl(id);
 }
 
 // ---- readers ---------------------------------------------------------------
 
+void RadixIndexer::lock_for_read() const {
+  // Spin (yielding) instead of sleeping in the lock: when the writer hands
+  // the lock over between chunks, a waiting reader takes it at once rather
+  // than after a futex wake-up, which on a loaded host can outlast the
+  // writer's wait and let it re-take the lock first.
+  readers_waiting_.fetch_add(1, std::memory_order_relaxed);
+  while (writer_waiting_.load(std::memory_order_acquire) || !mu_.try_lock_shared()) std::this_thread::yield();
+  readers_waiting_.fetch_sub(1, std::memory_order_release);
+}
+
 OverlapScores RadixIndexer::find_matches(std::span<const LocalBlockHash> blocks) const {
   OverlapScores out;
   if (blocks.empty()) return out;
-  std::shared_lock lk(mu_);
+  lock_for_read();
+  std::shared_lock lk(mu_, std::adopt_lock);
   NodeId n = child(kRoot, blocks[0].value);
   if (n == kNone) return out;
   // `live` holds the entries (owner | tier) of the owners still matching, as
@@ -394,10 +435,10 @@ OverlapScores RadixIndexer::find_matches(std::span<const LocalBlockHash> blocks)
   // whose owner entries are identical (the common case: a shared prefix held
   // by the same owners in the same tier) are counted in `run` and credited
   // in one pass when the list changes, so such a level costs one memcmp.
-  // `live_word`: the owner word `live` was copied from, while `live` is
-  // exactly that node's owner set (interned lists: same set = same word).
-  uint32_t live_word = node(n).owners;
-  bool live_is_word = true;
+  // `last_word`: the owner word of the previous level. `live` is a subset of
+  // that word's set (with its tiers), so a level with the same word (interned
+  // lists: same set = same word) keeps `live` unchanged: O(1).
+  uint32_t last_word = node(n).owners;
   auto first = owners_of(node(n));
   std::vector<Entry> live(first.begin(), first.end());
   std::vector<uint32_t> slot(live.size());
@@ -421,15 +462,14 @@ OverlapScores RadixIndexer::find_matches(std::span<const LocalBlockHash> blocks)
     n = child(n, blocks[i].value);
     if (n == kNone) break;
     const uint32_t word = node(n).owners;
-    if (live_is_word && word == live_word) {
+    if (word == last_word) {
       ++run;
       continue;
     }
+    last_word = word;
     const auto here = owners_of(node(n));
     if (here.size() == live.size() && std::memcmp(here.data(), live.data(), live.size() * sizeof(Entry)) == 0) {
       ++run;
-      live_word = word;
-      live_is_word = true;
       continue;
     }
     credit();
@@ -447,8 +487,6 @@ OverlapScores RadixIndexer::find_matches(std::span<const LocalBlockHash> blocks)
         next_slot.push_back(slot[k]);
       }
     }
-    live_is_word = next_live.size() == here.size();
-    live_word = word;
     live.swap(next_live);
     slot.swap(next_slot);
     run = 1;
@@ -459,7 +497,8 @@ OverlapScores RadixIndexer::find_matches(std::span<const LocalBlockHash> blocks)
 }
 
 IndexStats RadixIndexer::stats() const {
-  std::shared_lock lk(mu_);
+  lock_for_read();
+  std::shared_lock lk(mu_, std::adopt_lock);
   IndexStats s;
   s.blocks = nodes_;
   s.entries = entries_;

@@ -23,24 +23,24 @@ int main(int argc, char** argv) {
   uint16_t port = 0;
   app.add_option("--host", o.host, "Address to bind (an IP)")->capture_default_str();
   app.add_option("--port", port, "Port to bind (0 = a free one)")->capture_default_str();
-  app.add_option("--worker-id", o.worker_id, "Worker id announced on NATS")->capture_default_str();
-  app.add_option("--model", o.model, "Model name served")->capture_default_str();
+  app.add_option("--worker-id", o.worker_id, "Worker id in KV events and heartbeats (u64)")->capture_default_str();
+  app.add_option("--model", o.model, "Model name served; requests for another model get 404")->capture_default_str();
   app.add_option("--nats-url", nats_url, "NATS URL (empty = no events, no heartbeats)");
   app.add_option("--subject-prefix", o.subject_prefix, "NATS subject prefix ({prefix}.kv_events, {prefix}.workers, {prefix}.kv_resync.{id})")->capture_default_str();
   app.add_option("--advertise-url", o.advertise_url, "URL announced in heartbeats (empty = http://HOST:PORT as bound)");
-  app.add_option("--heartbeat-ms", o.heartbeat_ms, "Heartbeat interval")->capture_default_str()->check(CLI::Range(10u, 60000u));
-  app.add_option("--speedup", o.speedup, "Engine time runs this many times faster than real time")
+  app.add_option("--heartbeat-ms", o.heartbeat_ms, "Interval of heartbeats (with load) on {prefix}.workers, in ms")->capture_default_str()->check(CLI::Range(10u, 60000u));
+  app.add_option("--speedup", o.speedup, "Engine time runs this many times faster than real time (100 = 100x faster; for tests)")
       ->capture_default_str()->check(CLI::Range(0.001, 100000.0));
   app.add_option("--block-size", o.engine.block_size, "Tokens per KV block")->capture_default_str()->check(CLI::Range(1u, 65536u));
   app.add_option("--kv-blocks", o.engine.kv_blocks, "KV cache capacity in blocks")->capture_default_str()->check(CLI::Range(uint64_t{1}, uint64_t{1} << 40));
   app.add_option("--max-seqs", o.engine.max_seqs, "Running sequences (request slots)")->capture_default_str()->check(CLI::Range(1u, 1000000u));
-  app.add_option("--max-batched-tokens", o.engine.max_batched_tokens, "New prefill tokens per engine step")
+  app.add_option("--max-batched-tokens", o.engine.max_batched_tokens, "Token budget of one engine step: one per decoding sequence + new (uncached) prefill tokens; a step's first prefill is always admitted (prefill is not chunked)")
       ->capture_default_str()->check(CLI::Range(1u, 10000000u));
-  app.add_option("--prefill-a", o.engine.prefill_a, "prefill_ms = a*t^2 + b*t + c (t = new tokens in the step)")->capture_default_str();
-  app.add_option("--prefill-b", o.engine.prefill_b, "see --prefill-a")->capture_default_str();
-  app.add_option("--prefill-c", o.engine.prefill_c, "see --prefill-a")->capture_default_str();
-  app.add_option("--decode-base-ms", o.engine.decode_base_ms, "decode_ms = base + kv * (KV blocks used / capacity)")->capture_default_str();
-  app.add_option("--decode-kv-ms", o.engine.decode_kv_ms, "see --decode-base-ms")->capture_default_str();
+  app.add_option("--prefill-a", o.engine.prefill_a, "Engine ms of a step's prefill: a*t^2 + b*t + c, t = new (uncached) prompt tokens in the step (Dynamo's mocker polynomial)")->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--prefill-b", o.engine.prefill_b, "see --prefill-a")->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--prefill-c", o.engine.prefill_c, "see --prefill-a")->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--decode-base-ms", o.engine.decode_base_ms, "Engine ms of a decode step: base + kv * (KV blocks referenced by running requests / capacity)")->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--decode-kv-ms", o.engine.decode_kv_ms, "see --decode-base-ms")->capture_default_str()->check(CLI::NonNegativeNumber);
   app.add_option("--storage-tier", tier, "Tier announced in KV events: device, host_pinned, disk, external")->capture_default_str();
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")->capture_default_str();
   CLI11_PARSE(app, argc, argv);

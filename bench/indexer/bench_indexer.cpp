@@ -4,8 +4,8 @@
 // What it measures
 //   1. Event conversion: the Mooncake conversation trace (12,031 requests,
 //      512-token hash ids) becomes per-worker KV events. Each hash id is split
-//      into `--sub` blocks (default 32, i.e. 16-token blocks); `--copies`
-//      id-shifted copies of the trace scale it up. Every request is routed to
+//      into `sub` = 32 blocks (16-token blocks); `copies` id-shifted copies of
+//      the trace scale it up (fixed per scenario). Every request is routed to
 //      a worker by its conversation (second hash id), whose cache stores the
 //      request's missing blocks as one stored chain and evicts least recently
 //      used blocks beyond `capacity` blocks per worker (removed events).
@@ -14,20 +14,28 @@
 //   3. find_matches: 128-block requests drawn from the trace at 1,024 workers,
 //      p50/p99 latency per call; also a worst case where one 128-block prefix
 //      is held by every one of the 1,024 workers.
+//   3b. find_matches latency on a reader thread while the writer removes 64
+//      workers (long clears, chunked): the wait behind writes.
 //   4. Memory per (block, worker) entry: the heap growth while applying
 //      (glibc mallinfo2, malloc headers included; reported in the JSON as
 //      bytes_per_block_worker) and the index's own estimate (stats().bytes).
 //      The event stream is built before, so it is not counted.
 // Scenarios: 8 workers (capacity 100k blocks each), 64 workers (20k each),
-// 1,024 workers (--copies 2, capacity 1M: nothing evicted, >= 10 M entries).
+// 1,024 workers (copies 2, capacity 1M: nothing evicted, 11.8 M entries).
+// --quick: first 1,500 trace requests, copies 1 (~1 M entries), fewer
+// lookups; ~10 s, registered in CTest (label bench).
 // Seed: 42 (lookup sampling). Deterministic event streams.
+// speedup_vs_naive = radix blocks/s / naive blocks/s (apply, 1,024 workers);
+// lookup_speedup_vs_naive = naive p50 / radix p50 (trace requests).
 //
-// Run: build/bench/indexer/bench_indexer [--trace PATH] [--quick]
+// Run: build-indexer/bench/indexer/bench_indexer [--trace PATH] [--quick]
+// (full scale: ~2-3 min, peak RSS ~6.3 GiB, most of it the naive index).
 // The last line is one JSON object.
 #include <malloc.h>
 #include <simdjson.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -36,6 +44,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -261,6 +270,7 @@ int main(int argc, char** argv) {
   const auto run_start = Clock::now();
   double final_events_s = 0, final_blocks_s = 0, final_bytes = 0, final_heap = 0, apply_speedup = 0;
   Latency radix_lat, naive_lat, radix_hot, naive_hot;
+  double during_p99 = 0, during_max = 0;
   uint64_t final_entries = 0;
   for (const auto& sc : scenarios) {
     Workload w = make_events(trace, sc.workers, sc.sub, sc.copies, sc.capacity);
@@ -312,15 +322,48 @@ int main(int argc, char** argv) {
                   sc.workers, radix_hot.p50, radix_hot.p99, naive_hot.p50, naive_hot.p99);
       std::printf("  apply speedup (blocks/s radix / naive): %.2fx; lookup speedup (p50, trace): %.2fx\n",
                   apply_speedup, naive_lat.p50 / radix_lat.p50);
+      // Lookups on a reader thread while the writer removes 64 workers (each
+      // a long clear, applied in chunks of kMaxBlocksPerLock): how long a
+      // lookup can wait behind writes. Two threads on a 2-core machine.
+      {
+        std::atomic<bool> done{false}, warm{false};
+        std::vector<double> us;
+        us.reserve(1 << 20);
+        std::thread reader([&] {
+          size_t k = 0;
+          // Warm the thread up first (its malloc arena, caches): production
+          // readers are long-lived io threads.
+          for (int i = 0; i < 200; ++i) radix->find_matches(reqs[k++ % reqs.size()]);
+          warm = true;
+          while (!done.load(std::memory_order_relaxed)) {
+            const auto t0 = Clock::now();
+            auto r = radix->find_matches(reqs[k++ % reqs.size()]);
+            us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+          }
+        });
+        while (!warm) std::this_thread::yield();
+        const auto t0 = Clock::now();
+        for (uint32_t wk = 0; wk < 64; ++wk) radix->remove_worker(WorkerId{wk});
+        const double write_s = std::chrono::duration<double>(Clock::now() - t0).count();
+        done = true;
+        reader.join();
+        std::sort(us.begin(), us.end());
+        if (!us.empty()) {
+          during_p99 = us[std::min(us.size() - 1, us.size() * 99 / 100)];
+          during_max = us.back();
+        }
+        std::printf("  during writes (64 remove_worker, %.1f ms of writer time, %zu lookups): p50 %.2f us p99 %.2f us max %.1f us\n",
+                    write_s * 1e3, us.size(), us.empty() ? 0.0 : us[us.size() / 2], during_p99, during_max);
+      }
     }
   }
   const double total_s = std::chrono::duration<double>(Clock::now() - run_start).count();
   std::printf("\ntotal %.1f s, peak RSS %.0f MiB\n", total_s, double(peak_rss_bytes()) / (1 << 20));
   std::printf(
       "{\"events_per_s\":%.0f,\"blocks_per_s\":%.0f,\"find_matches_p50_us\":%.3f,\"find_matches_p99_us\":%.3f,"
-      "\"find_matches_hot_p99_us\":%.3f,\"entries\":%llu,\"bytes_per_block_worker\":%.1f,\"stats_bytes_per_block_worker\":%.1f,\"speedup_vs_naive\":%.2f,"
+      "\"find_matches_hot_p99_us\":%.3f,\"find_matches_during_writes_p99_us\":%.3f,\"entries\":%llu,\"bytes_per_block_worker\":%.1f,\"stats_bytes_per_block_worker\":%.1f,\"speedup_vs_naive\":%.2f,"
       "\"lookup_speedup_vs_naive\":%.2f,\"peak_rss_mib\":%.0f,\"total_s\":%.1f,\"quick\":%s}\n",
-      final_events_s, final_blocks_s, radix_lat.p50, radix_lat.p99, radix_hot.p99, (unsigned long long)final_entries,
+      final_events_s, final_blocks_s, radix_lat.p50, radix_lat.p99, radix_hot.p99, during_p99, (unsigned long long)final_entries,
       final_heap, final_bytes, apply_speedup, naive_lat.p50 / radix_lat.p50, double(peak_rss_bytes()) / (1 << 20), total_s, quick ? "true" : "false");
   return 0;
 }

@@ -183,6 +183,45 @@ TEST_CASE_TEMPLATE("a block id reused for other content moves", T, INDEXERS) {
   CHECK(idx.stats().blocks == 1);
 }
 
+TEST_CASE_TEMPLATE("a prefix held by many owners: per-owner changes stay per owner", T, INDEXERS) {
+  T idx;
+  // 20 owners store the same 10-block chain (engine ids differ per owner).
+  for (uint64_t w = 0; w < 20; ++w) {
+    std::vector<std::pair<uint64_t, uint64_t>> blocks;
+    for (uint64_t i = 0; i < 10; ++i) blocks.push_back({w * 100 + i, 500 + i});
+    idx.apply(stored(ow(w), {}, blocks));
+  }
+  CHECK(idx.stats().blocks == 10);
+  CHECK(idx.stats().entries == 200);
+  // Owner 5 re-stores blocks 3..9 on the host tier; owner 7 loses block 6.
+  std::vector<std::pair<uint64_t, uint64_t>> host;
+  for (uint64_t i = 3; i < 10; ++i) host.push_back({500 + i, 500 + i});
+  idx.apply(stored(ow(5), 502, host, StorageTier::HostPinned));
+  idx.apply(removed(ow(7), {706}));
+  std::vector<uint64_t> q;
+  for (uint64_t i = 0; i < 10; ++i) q.push_back(500 + i);
+  const auto r = idx.find_matches(req(q));
+  REQUIRE(r.owners.size() == 20);
+  for (const auto& o : r.owners) {
+    const uint64_t w = o.owner.worker.value;
+    if (w == 7) {
+      CHECK(o.blocks == 6);
+      CHECK(o.by_tier[0] == 6);
+    } else if (w == 5) {
+      CHECK(o.blocks == 10);
+      CHECK(o.by_tier[0] == 3);
+      CHECK(o.by_tier[1] == 7);
+    } else {
+      CHECK(o.blocks == 10);
+      CHECK(o.by_tier[0] == 10);
+    }
+  }
+  for (uint64_t w = 0; w < 20; ++w) idx.remove_worker(WorkerId{w});
+  CHECK(idx.stats().blocks == 0);
+  CHECK(idx.stats().entries == 0);
+  CHECK(idx.find_matches(req(q)).owners.empty());
+}
+
 TEST_CASE_TEMPLATE("many children at one node (root fan-out)", T, INDEXERS) {
   T idx;
   for (uint64_t i = 0; i < 500; ++i) idx.apply(stored(ow(i % 7), {}, {{1000 + i, 50000 + i}}));

@@ -5,6 +5,9 @@
 #include "indexer/approx_indexer.h"
 #include "indexer/radix_indexer.h"
 
+#include <atomic>
+#include <thread>
+
 using namespace kvroute;
 using namespace std::chrono_literals;
 
@@ -226,4 +229,22 @@ TEST_CASE("approximate mode: lookups never serve an expired prediction; eviction
   }
   CHECK(small.stats().entries <= 3);
   CHECK(overlap(small, {1, 2}) == 2);
+}
+
+TEST_CASE("approximate mode: concurrent record, lookups with expiry, and worker removal") {
+  ApproxIndexer approx(SteadyClock::instance(), 2ms, 5000);
+  std::atomic<bool> stop{false};
+  std::thread reader([&] {
+    const std::vector<LocalBlockHash> q = {LocalBlockHash{1}, LocalBlockHash{2}, LocalBlockHash{3}};
+    while (!stop)
+      for (const auto& o : approx.find_matches(q).owners) CHECK(o.blocks <= 3);
+  });
+  for (uint64_t i = 0; i < 20000; ++i) {
+    const std::vector<LocalBlockHash> b = {LocalBlockHash{1}, LocalBlockHash{2}, LocalBlockHash{3 + i % 5}};
+    approx.record(ow(i % 16), b, SteadyClock::instance().now());
+    if (i % 1000 == 999) approx.remove_worker(WorkerId{i % 16});
+  }
+  stop = true;
+  reader.join();
+  CHECK(approx.stats().entries <= 5000);
 }

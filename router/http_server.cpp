@@ -157,15 +157,6 @@ class UpstreamPool {
   std::unordered_map<std::string, std::vector<tcp::socket>> idle_;
 };
 
-// Watches a client connection while its response is pending: if the client
-// closes, the upstream request is closed at once (the worker stops
-// generating). Lives on the session's strand with the request's coroutine.
-struct ClientWatch {
-  bool done = false;
-  bool client_gone = false;
-  beast::tcp_stream* upstream = nullptr;
-};
-
 // True if the peer closed or reset the connection (readable with no data).
 bool peer_closed(tcp::socket& s) {
   char b;
@@ -178,18 +169,42 @@ bool peer_closed(tcp::socket& s) {
   return true;  // eof, reset, or another socket error
 }
 
-void arm_client_watch(tcp::socket& client, const std::shared_ptr<ClientWatch>& w) {
-  client.async_wait(tcp::socket::wait_read, [w, &client](beast::error_code ec) {
-    if (ec || w->done) return;
-    if (!peer_closed(client)) return;  // spurious wake-up or pipelined data: alive; stop watching
-    w->client_gone = true;
-    if (w->upstream) {
+// Watches the client connection during one upstream operation: if the client
+// closes, the upstream connection is closed at once (the worker stops
+// generating). Everything runs on the request's strand. Use:
+//   ClientWatch watch(client_socket, upstream);  co_await <upstream op>;
+//   if (watch.client_gone()) ...   // also disarms; call exactly once
+class ClientWatch {
+ public:
+  ClientWatch(tcp::socket& client, beast::tcp_stream& upstream)
+      : client_(client), state_(std::make_shared<State>()) {
+    state_->upstream = &upstream;
+    client.async_wait(tcp::socket::wait_read, [s = state_, &client](beast::error_code ec) {
+      if (ec || s->done) return;   // disarmed: the request (and maybe the socket) moved on
+      if (!peer_closed(client)) return;  // spurious wake-up or pipelined data: alive
+      s->client_gone = true;
       beast::error_code ignored;
-      w->upstream->socket().shutdown(tcp::socket::shutdown_both, ignored);
-      w->upstream->socket().close(ignored);
-    }
-  });
-}
+      s->upstream->socket().shutdown(tcp::socket::shutdown_both, ignored);
+      s->upstream->socket().close(ignored);
+    });
+  }
+  // Disarms the watch; true if the client went away meanwhile.
+  bool client_gone() {
+    state_->done = true;
+    beast::error_code ignored;
+    client_.cancel(ignored);
+    return state_->client_gone;
+  }
+
+ private:
+  struct State {
+    bool done = false;
+    bool client_gone = false;
+    beast::tcp_stream* upstream = nullptr;
+  };
+  tcp::socket& client_;
+  std::shared_ptr<State> state_;
+};
 
 }  // namespace
 
@@ -541,15 +556,9 @@ awaitable<bool> HttpServer::Impl::proxy(beast::tcp_stream& client, http::request
       up_buf.clear();
       if (!ec) {
         // While the worker prefills, watch for the client going away.
-        auto watch = std::make_shared<ClientWatch>();
-        watch->upstream = &*upstream;
-        arm_client_watch(client.socket(), watch);
+        ClientWatch watch(client.socket(), *upstream);
         co_await http::async_read_header(*upstream, up_buf, *parser, nothrow(ec));
-        watch->done = true;
-        watch->upstream = nullptr;
-        beast::error_code ignored;
-        client.socket().cancel(ignored);
-        if (watch->client_gone) {
+        if (watch.client_gone()) {
           if (m) m->cancels_total.get().inc();
           finish(499, "client_cancel");
           co_return false;
@@ -612,15 +621,9 @@ awaitable<bool> HttpServer::Impl::proxy(beast::tcp_stream& client, http::request
         res.body().data = buf;
         res.body().size = sizeof buf;
         upstream->expires_after(milliseconds(cfg->router.idle_timeout_ms));
-        auto watch = std::make_shared<ClientWatch>();
-        watch->upstream = &*upstream;
-        arm_client_watch(client.socket(), watch);
+        ClientWatch watch(client.socket(), *upstream);
         co_await http::async_read_some(*upstream, up_buf, *parser, nothrow(ec));
-        watch->done = true;
-        watch->upstream = nullptr;
-        beast::error_code ignored;
-        client.socket().cancel(ignored);
-        if (watch->client_gone) {
+        if (watch.client_gone()) {
           if (m) m->cancels_total.get().inc();
           finish(status, "client_cancel");
           co_return false;

@@ -48,6 +48,44 @@ def read_line_matching(proc, needle, timeout):
     raise RuntimeError(f"{proc.args[0]} did not print '{needle}' within {timeout}s")
 
 
+def wait_until(pred, timeout, step=0.05):
+    """Polls `pred` until it is truthy or `timeout` seconds pass; returns its last value."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = pred()
+        if value:
+            return value
+        time.sleep(step)
+    return pred()
+
+
+def start_fleet(build_dir, workdir, workers=3, **kw):
+    """nats-server + `workers` mockers (ids 1..N) + kvroute, ready; closes all on failure."""
+    fleet = Fleet(build_dir, workdir, **kw)
+    try:
+        fleet.start_nats()
+        for i in range(1, workers + 1):
+            fleet.start_mocker(i)
+        fleet.start_router()
+        fleet.wait_ready(workers)
+    except Exception:
+        fleet.close()
+        raise
+    return fleet
+
+
+def run_unittest_main(module_globals):
+    """`--build-dir DIR` then unittest's own arguments; sets the module's BUILD_DIR."""
+    import argparse
+    import sys
+    import unittest
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build-dir", default="build")
+    args, rest = ap.parse_known_args()
+    module_globals["BUILD_DIR"] = os.path.abspath(args.build_dir)
+    unittest.main(argv=[sys.argv[0], "-v", *rest])
+
+
 class Response:
     def __init__(self, status, headers, body, chunks=None, chunk_times=None):
         self.status = status

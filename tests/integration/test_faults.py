@@ -5,7 +5,6 @@ no in-flight accounting leaks.
 
 Run: python3 tests/integration/test_faults.py --build-dir build
 """
-import argparse
 import json
 import os
 import socket
@@ -16,36 +15,19 @@ import unittest
 import uuid
 
 sys.path.insert(0, os.path.dirname(__file__))
-from fleet import Fleet  # noqa: E402
+from fleet import run_unittest_main, start_fleet, wait_until  # noqa: E402
 
 BUILD_DIR = "build"
 
-
-def wait_until(pred, timeout, step=0.05):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if pred():
-            return True
-        time.sleep(step)
-    return pred()
 
 
 class FaultTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.TemporaryDirectory(prefix="kvroute-faults-")
-        cls.fleet = Fleet(BUILD_DIR, cls.tmp.name, speedup=1.0,
-                          router_args=("--router.client_read_timeout_ms", "500",
-                                       "--router.max_body_bytes", "65536"))
-        try:
-            cls.fleet.start_nats()
-            for i in (1, 2, 3):
-                cls.fleet.start_mocker(i)
-            cls.fleet.start_router()
-            cls.fleet.wait_ready(3)
-        except Exception:
-            cls.fleet.close()
-            raise
+        cls.fleet = start_fleet(BUILD_DIR, cls.tmp.name, speedup=1.0,
+                                router_args=("--router.client_read_timeout_ms", "500",
+                                             "--router.max_body_bytes", "65536"))
 
     @classmethod
     def tearDownClass(cls):
@@ -134,8 +116,4 @@ class FaultTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--build-dir", default="build")
-    args, rest = ap.parse_known_args()
-    BUILD_DIR = os.path.abspath(args.build_dir)
-    unittest.main(argv=[sys.argv[0], "-v", *rest])
+    run_unittest_main(globals())

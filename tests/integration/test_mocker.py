@@ -3,7 +3,6 @@ errors and cancellation, over real HTTP on loopback.
 
 Run: python3 tests/integration/test_mocker.py --build-dir build
 """
-import argparse
 import json
 import os
 import socket
@@ -13,7 +12,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from fleet import Fleet, read_line_matching  # noqa: E402
+from fleet import Fleet, read_line_matching, run_unittest_main  # noqa: E402
 
 BUILD_DIR = "build"
 
@@ -107,8 +106,4 @@ class MockerTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--build-dir", default="build")
-    args, rest = ap.parse_known_args()
-    BUILD_DIR = os.path.abspath(args.build_dir)
-    unittest.main(argv=[sys.argv[0], "-v", *rest])
+    run_unittest_main(globals())

@@ -5,7 +5,6 @@ and kvroute on loopback.
 
 Run: python3 tests/integration/test_operations.py --build-dir build
 """
-import argparse
 import json
 import os
 import re
@@ -19,21 +18,12 @@ import unittest
 import uuid
 
 sys.path.insert(0, os.path.dirname(__file__))
-from fleet import Fleet  # noqa: E402
+from fleet import run_unittest_main, start_fleet, wait_until  # noqa: E402
 
 BUILD_DIR = "build"
 ENTRIES = 'kvroute_indexer_entries{mode="exact"}'
 PREFIX = "System: you are a careful assistant for an airline's rebooking desk. " * 30
 
-
-def wait_until(pred, timeout, step=0.05):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(step)
-    return pred()
 
 
 def completion(prompt, **kw):
@@ -67,17 +57,8 @@ class OpsFleet(unittest.TestCase):
         cls.config_path = os.path.join(cls.tmp.name, "kvroute.yaml")
         with open(cls.config_path, "w") as f:
             f.write("scheduler:\n  gamma: 0.1\n")
-        cls.fleet = Fleet(BUILD_DIR, cls.tmp.name, speedup=cls.speedup,
-                          router_args=("--config", cls.config_path, *cls.router_args))
-        try:
-            cls.fleet.start_nats()
-            for i in (1, 2, 3):
-                cls.fleet.start_mocker(i)
-            cls.fleet.start_router()
-            cls.fleet.wait_ready(3)
-        except Exception:
-            cls.fleet.close()
-            raise
+        cls.fleet = start_fleet(BUILD_DIR, cls.tmp.name, speedup=cls.speedup,
+                                router_args=("--config", cls.config_path, *cls.router_args))
 
     @classmethod
     def tearDownClass(cls):
@@ -326,8 +307,4 @@ class GracefulShutdownTest(OpsFleet):
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--build-dir", default="build")
-    args, rest = ap.parse_known_args()
-    BUILD_DIR = os.path.abspath(args.build_dir)
-    unittest.main(argv=[sys.argv[0], "-v", *rest])
+    run_unittest_main(globals())

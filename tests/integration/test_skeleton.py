@@ -3,7 +3,6 @@ workers and kvroute over loopback HTTP.
 
 Run: python3 tests/integration/test_skeleton.py --build-dir build
 """
-import argparse
 import os
 import sys
 import tempfile
@@ -12,7 +11,7 @@ import unittest
 import uuid
 
 sys.path.insert(0, os.path.dirname(__file__))
-from fleet import Fleet  # noqa: E402
+from fleet import run_unittest_main, start_fleet, wait_until  # noqa: E402
 
 BUILD_DIR = "build"
 ENTRIES = 'kvroute_indexer_entries{mode="exact"}'
@@ -27,15 +26,6 @@ def completion(prompt, **kw):
     return body
 
 
-def wait_until(pred, timeout, step=0.05):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        value = pred()
-        if value:
-            return value
-        time.sleep(step)
-    return pred()
-
 
 class FleetCase(unittest.TestCase):
     workers = 3
@@ -44,16 +34,7 @@ class FleetCase(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.TemporaryDirectory(prefix="kvroute-it-")
-        cls.fleet = Fleet(BUILD_DIR, cls.tmp.name, block_size=BLOCK, ttl_ms=cls.ttl_ms)
-        try:
-            cls.fleet.start_nats()
-            for i in range(1, cls.workers + 1):
-                cls.fleet.start_mocker(i)
-            cls.fleet.start_router()
-            cls.fleet.wait_ready(cls.workers)
-        except Exception:
-            cls.fleet.close()
-            raise
+        cls.fleet = start_fleet(BUILD_DIR, cls.tmp.name, block_size=BLOCK, ttl_ms=cls.ttl_ms, workers=cls.workers)
 
     @classmethod
     def tearDownClass(cls):
@@ -171,8 +152,4 @@ class WorkerDeathTest(FleetCase):
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--build-dir", default="build")
-    args, rest = ap.parse_known_args()
-    BUILD_DIR = os.path.abspath(args.build_dir)
-    unittest.main(argv=[sys.argv[0], "-v", *rest])
+    run_unittest_main(globals())

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 
 namespace kvroute::metrics {
@@ -78,29 +79,38 @@ constexpr std::string_view type_name() {
 
 template <class M>
 M& Family<M>::with(std::initializer_list<std::string_view> values) {
-  std::vector<std::string> key(values.begin(), values.end());
-  key.resize(labels_.size());
-  std::lock_guard lk(mu_);
-  auto& slot = children_[key];
-  if (!slot) {
-    if constexpr (std::is_same_v<M, Histogram>) slot = std::make_unique<M>(bounds_);
-    else slot = std::make_unique<M>();
+  // Pad missing values with "" (a family used without some labels).
+  std::array<std::string_view, 8> padded{};
+  std::copy_n(values.begin(), std::min(values.size(), padded.size()), padded.begin());
+  const std::span<const std::string_view> key(padded.data(), labels_.size());
+  {
+    std::shared_lock lk(mu_);
+    auto it = children_.find(key);
+    if (it != children_.end()) return *it->second;
   }
-  return *slot;
+  std::unique_lock lk(mu_);
+  auto it = children_.find(key);
+  if (it != children_.end()) return *it->second;
+  std::unique_ptr<M> child;
+  if constexpr (std::is_same_v<M, Histogram>) child = std::make_unique<M>(bounds_);
+  else child = std::make_unique<M>();
+  M& ref = *child;
+  children_.emplace(std::vector<std::string>(key.begin(), key.end()), std::move(child));
+  return ref;
 }
 
 template <class M>
 void Family<M>::remove(std::initializer_list<std::string_view> values) {
   std::vector<std::string> key(values.begin(), values.end());
   key.resize(labels_.size());
-  std::lock_guard lk(mu_);
+  std::unique_lock lk(mu_);
   children_.erase(key);
 }
 
 template <class M>
 void Family<M>::render(std::string& out) const {
   fmt::format_to(std::back_inserter(out), "# HELP {} {}\n# TYPE {} {}\n", name_, help_, name_, type_name<M>());
-  std::lock_guard lk(mu_);
+  std::shared_lock lk(mu_);
   for (const auto& [values, m] : children_) {
     if constexpr (std::is_same_v<M, Histogram>) {
       uint64_t cum = 0;

@@ -8,12 +8,16 @@
 #pragma once
 
 #include <atomic>
+#include <cassert>
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
 #include <map>
 #include <memory>
+#include <algorithm>
 #include <mutex>
+#include <shared_mutex>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -64,7 +68,9 @@ template <class M>
 class Family {
  public:
   Family(std::string name, std::string help, std::vector<std::string> labels, std::vector<double> bounds = {})
-      : name_(std::move(name)), help_(std::move(help)), labels_(std::move(labels)), bounds_(std::move(bounds)) {}
+      : name_(std::move(name)), help_(std::move(help)), labels_(std::move(labels)), bounds_(std::move(bounds)) {
+    assert(labels_.size() <= 8 && "at most 8 labels per family (with() pads on the stack)");
+  }
 
   // The child for these label values (in label-name order); created on first use.
   M& with(std::initializer_list<std::string_view> values);
@@ -80,8 +86,19 @@ class Family {
   std::string name_, help_;
   std::vector<std::string> labels_;
   std::vector<double> bounds_;
-  mutable std::mutex mu_;
-  std::map<std::vector<std::string>, std::unique_ptr<M>> children_;
+  // Label values -> child. Lookups compare against the caller's string_views
+  // without allocating, under a shared lock; only a new child takes the
+  // exclusive lock.
+  struct KeyLess {
+    using is_transparent = void;
+    template <class A, class B>
+    bool operator()(const A& a, const B& b) const {
+      return std::lexicographical_compare(a.begin(), a.end(), b.begin(), b.end(),
+                                          [](std::string_view x, std::string_view y) { return x < y; });
+    }
+  };
+  mutable std::shared_mutex mu_;
+  std::map<std::vector<std::string>, std::unique_ptr<M>, KeyLess> children_;
 };
 
 using CounterFamily = Family<Counter>;

@@ -606,17 +606,52 @@ awaitable<bool> HttpServer::Impl::proxy(beast::tcp_stream& client, http::request
     if (!res.has_content_length() && !res.chunked()) res.chunked(true);
     const bool sse = res[http::field::content_type].starts_with("text/event-stream");
     http::serializer<false, http::buffer_body> sr{res};
-    client.expires_after(milliseconds(cfg->router.idle_timeout_ms));
-    co_await http::async_write_header(client, sr, nothrow(ec));
-    if (ec) {
-      if (m) m->cancels_total.get().inc();
-      finish(499, "client_cancel");
-      co_return false;
+    char buf[kRelayBufferBytes];
+
+    // A small sized body (a non-streaming answer) is read whole first, so the
+    // client gets header and body in one write: one send on the hot path.
+    const auto length = parser->content_length();
+    if (!res.chunked() && length && *length <= sizeof buf) {
+      res.body().data = buf;
+      res.body().size = static_cast<size_t>(*length);
+      if (!parser->is_done()) {
+        upstream->expires_after(milliseconds(cfg->router.idle_timeout_ms));
+        ClientWatch watch(client.socket(), *upstream);
+        co_await http::async_read(*upstream, up_buf, *parser, nothrow(ec));
+        if (watch.client_gone()) {
+          if (m) m->cancels_total.get().inc();
+          finish(status, "client_cancel");
+          co_return false;
+        }
+        if (ec == http::error::need_buffer) ec = {};
+        if (ec) {
+          if (m) m->upstream_errors_total.with({"mid_stream"}).inc();
+          finish(status, "upstream_error");
+          co_return false;  // nothing sent yet, but the worker is committed: close
+        }
+      }
+      res.body().size = static_cast<size_t>(*length) - res.body().size;
+      res.body().data = res.body().size ? buf : nullptr;
+      res.body().more = false;
+      client.expires_after(milliseconds(cfg->router.idle_timeout_ms));
+      co_await http::async_write(client, sr, nothrow(ec));
+      if (ec) {
+        if (m) m->cancels_total.get().inc();
+        finish(status, "client_cancel");
+        co_return false;
+      }
+    } else {
+      client.expires_after(milliseconds(cfg->router.idle_timeout_ms));
+      co_await http::async_write_header(client, sr, nothrow(ec));
+      if (ec) {
+        if (m) m->cancels_total.get().inc();
+        finish(499, "client_cancel");
+        co_return false;
+      }
     }
 
-    char buf[kRelayBufferBytes];
     std::string tail;  // error event appended when the worker fails mid-stream
-    do {
+    while (!parser->is_done() || !sr.is_done()) {
       if (!parser->is_done()) {
         res.body().data = buf;
         res.body().size = sizeof buf;
@@ -664,7 +699,7 @@ awaitable<bool> HttpServer::Impl::proxy(beast::tcp_stream& client, http::request
         finish(status, "client_cancel");
         co_return false;
       }
-    } while (!parser->is_done() || !sr.is_done());
+    }
 
     if (upstream_keep && cfg->router.upstream_pool_size > 0) {
       upstream->expires_never();

@@ -1,6 +1,12 @@
-// kvroute-mocker's OpenAI-compatible HTTP server around the engine model.
-// Threading: everything (HTTP sessions, engine, timers) runs on ONE io thread;
-// NATS callbacks (resync requests) only post work to it. run() blocks.
+// kvroute-mocker's OpenAI-compatible HTTP server around the engine model
+// (mocker/README.md: endpoints, test hooks, NATS subjects).
+//
+// Threading: everything (HTTP sessions, the engine, its timer, heartbeats)
+// runs on the ONE thread that calls run(); NATS callbacks (resync requests)
+// only post work to it. Call listen(), start_nats(), then run() (blocks until
+// stop()); port() is valid after listen(). stop() is thread-safe. The bus must
+// outlive run(); destroy (or close) it before the server, so that no NATS
+// callback reaches a destroyed server.
 #pragma once
 
 #include <cstdint>

@@ -16,36 +16,51 @@ std::vector<TokenId> RoutingService::tokens_of(const ParsedRequest& r) {
   return placeholder_tokenize(r.prompt_text);
 }
 
+namespace {
+using StageClock = std::chrono::steady_clock;
+double seconds_between(StageClock::time_point a, StageClock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+}  // namespace
+
 RouteResult RoutingService::route(const ParsedRequest& request, bool rank_all) const {
   RouteResult out;
+  const uint32_t block_size = config_.get()->indexer.block_size;
+  const auto t0 = StageClock::now();
+  const auto tokens = tokens_of(request);
+  const auto t1 = StageClock::now();
+  auto hashes = hash_blocks(tokens, block_size);
+  out.stage_seconds[0] = seconds_between(t0, t1);
+  out.stage_seconds[1] = seconds_between(t1, StageClock::now());
+  route_blocks(request.model, static_cast<uint32_t>(tokens.size()), std::move(hashes), rank_all, out);
+  return out;
+}
+
+void RoutingService::route_blocks(std::string_view model, uint32_t isl_tokens, std::vector<LocalBlockHash> hashes,
+                                  bool rank_all, RouteResult& out) const {
   const auto cfg = config_.get();
   const uint32_t block_size = cfg->indexer.block_size;
+  out.isl_tokens = isl_tokens;
+  out.request_blocks = (uint64_t{isl_tokens} + block_size - 1) / block_size;
+  out.block_hashes = std::move(hashes);
 
-  auto workers = registry_.candidates(request.model);
+  auto workers = registry_.candidates(model);
   if (workers.empty()) {
     if (!registry_.candidates("").empty()) {
-      out.error = ApiError{404, fmt::format("The model `{}` does not exist.", request.model),
-                           "invalid_request_error", "model", "model_not_found"};
+      out.error = ApiError{404, fmt::format("The model `{}` does not exist.", model), "invalid_request_error",
+                           "model", "model_not_found"};
     } else {
       out.error = ApiError{503, "No worker is available to serve this request.", "service_unavailable", "",
                            "no_worker"};
     }
-    return out;
+    return;
   }
-
-  using clk = std::chrono::steady_clock;
-  auto t0 = clk::now();
+  auto t0 = StageClock::now();
   auto lap = [&](int stage) {
-    const auto t = clk::now();
-    out.stage_seconds[stage] = std::chrono::duration<double>(t - t0).count();
+    const auto t = StageClock::now();
+    out.stage_seconds[stage] = seconds_between(t0, t);
     t0 = t;
   };
-  const auto tokens = tokens_of(request);
-  lap(0);
-  out.isl_tokens = static_cast<uint32_t>(tokens.size());
-  out.request_blocks = (tokens.size() + block_size - 1) / block_size;
-  out.block_hashes = hash_blocks(tokens, block_size);
-  lap(1);
   const auto scores = index_.find_matches(out.block_hashes);
   lap(2);
 
@@ -82,12 +97,12 @@ RouteResult RoutingService::route(const ParsedRequest& request, bool rank_all) c
   if (!out.decision.chosen) {
     out.error = ApiError{503, "Every worker is at capacity; retry later.", "service_unavailable", "",
                          "workers_busy"};
-    return out;
+    return;
   }
   out.ranked.reserve(out.decision.ranking.size());
   for (size_t i : out.decision.ranking) {
     const auto& c = out.candidates[i];
-    const auto cached = static_cast<uint32_t>(std::min<uint64_t>(uint64_t{c.overlap_blocks} * block_size, tokens.size()));
+    const auto cached = static_cast<uint32_t>(std::min<uint64_t>(uint64_t{c.overlap_blocks} * block_size, isl_tokens));
     out.ranked.push_back(RouteTarget{c.owner.worker, out.workers[i].info->url, cached, out.isl_tokens - cached});
   }
   uint32_t best_overlap = 0;
@@ -96,7 +111,6 @@ RouteResult RoutingService::route(const ParsedRequest& request, bool rank_all) c
       best_overlap = std::max(best_overlap, out.candidates[i].overlap_blocks);
   out.chose_best_overlap = out.candidates[*out.decision.chosen].overlap_blocks == best_overlap;
   out.ok = true;
-  return out;
 }
 
 }  // namespace kvroute

@@ -51,6 +51,10 @@ class RoutingService {
   // `rank_all` ranks every eligible worker (explain); routing itself ranks
   // only router.max_attempts (the failover order).
   RouteResult route(const ParsedRequest& request, bool rank_all = false) const;
+  // The same decision from a request's block hashes (already tokenized and
+  // hashed; the simulator uses it). Fills `out` (stages 2 and 3 timed).
+  void route_blocks(std::string_view model, uint32_t isl_tokens, std::vector<LocalBlockHash> hashes, bool rank_all,
+                    RouteResult& out) const;
 
   // Token ids of a request (client-given ids, or the tokenizer's).
   static std::vector<TokenId> tokens_of(const ParsedRequest& request);

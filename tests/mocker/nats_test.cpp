@@ -113,7 +113,14 @@ TEST_CASE("NATS: KV events (with a dropped one), heartbeats, and a resync dump c
   MockerServer server(o, worker_bus.get());
   REQUIRE_MESSAGE(server.listen(&err), err);
   REQUIRE_MESSAGE(server.start_nats(&err), err);
-  std::thread io([&] { server.run(); });
+  struct Running {  // stops the io thread on every exit path
+    MockerServer& s;
+    std::thread t;
+    ~Running() {
+      s.stop();
+      t.join();
+    }
+  } running{server, std::thread([&] { server.run(); })};
   const uint16_t port = server.port();
 
   // Heartbeats: identity and load.
@@ -169,7 +176,4 @@ TEST_CASE("NATS: KV events (with a dropped one), heartbeats, and a resync dump c
   CHECK(stats.find(R"("events_published":1,"events_dropped":1)") != std::string::npos);
   CHECK(stats.find(R"("kv_cached_blocks":6)") != std::string::npos);
 
-  server.stop();
-  io.join();
-  worker_bus.reset();
 }

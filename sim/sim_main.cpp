@@ -24,6 +24,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <numeric>
 #include <queue>
 #include <random>
 #include <sstream>
@@ -110,7 +111,8 @@ struct PolicyResult {
 
 constexpr uint32_t kBlock = 512;
 
-PolicyResult simulate(const std::vector<TraceRequest>& trace, const Options& o, const std::string& policy) {
+PolicyResult simulate(const std::vector<TraceRequest>& trace, const Options& o, const std::string& policy,
+                      const SchedulerConfig* weights = nullptr) {
   ManualClock clock;
   SeededRandom random(o.seed);
   std::mt19937_64 rng(o.seed);
@@ -119,6 +121,7 @@ PolicyResult simulate(const std::vector<TraceRequest>& trace, const Options& o, 
   Config cfg;
   cfg.indexer.block_size = kBlock;
   if (policy == "dynamo_baseline") cfg.scheduler.pending_prefill_weight = 0;
+  if (weights) cfg.scheduler = *weights;
   ConfigStore config(cfg);
   RoutingService routing(index, registry, config, random);
 
@@ -195,7 +198,7 @@ PolicyResult simulate(const std::vector<TraceRequest>& trace, const Options& o, 
     }
     now = t_arrival;
     const size_t id = next++;
-    if (id % progress_step == 0) std::fprintf(stderr, "\r  %-16s %3zu%%", policy.c_str(), id * 100 / trace.size());
+    if (!weights && id % progress_step == 0) std::fprintf(stderr, "\r  %-16s %3zu%%", policy.c_str(), id * 100 / trace.size());
     const auto& r = trace[id];
     std::vector<LocalBlockHash> hashes;
     const uint32_t full = std::min<uint32_t>(static_cast<uint32_t>(r.ids.size()), r.input_tokens / kBlock);
@@ -237,7 +240,7 @@ PolicyResult simulate(const std::vector<TraceRequest>& trace, const Options& o, 
     }
     per_worker[w]++;
   }
-  std::fprintf(stderr, "\r  %-16s 100%%\n", policy.c_str());
+  if (!weights) std::fprintf(stderr, "\r  %-16s 100%%\n", policy.c_str());
   for (size_t i = 0; i < live.size(); ++i) {
     if (live[i].first < 0) continue;
     prompt_blocks += live[i].blocks;
@@ -276,8 +279,60 @@ double ideal_hit_rate(const std::vector<TraceRequest>& trace) {
 
 }  // namespace
 
+// `kvroute-sim tune`: sweeps the cost weights on the trace with the kvroute
+// policy and prints the best configuration (lowest ttft_p50 + ttft_p99 among
+// over 72 weight sets) as a ready-to-use config snippet.
+int tune(const std::vector<TraceRequest>& trace, const Options& o) {
+  struct Trial {
+    SchedulerConfig w;
+    PolicyResult r;
+  };
+  std::vector<Trial> trials;
+  for (double alpha : {0.1, 0.3, 0.5})
+    for (double gamma : {0.0, 0.1, 0.5})
+      for (double pending : {0.0, 0.25, 0.5, 1.0})
+        for (double threshold : {0.1, 0.5}) {
+          SchedulerConfig w;
+          w.alpha_balanced = alpha;
+          w.alpha_imbalanced = std::max(alpha, 0.7);
+          w.gamma = gamma;
+          w.pending_prefill_weight = pending;
+          w.balance_threshold = threshold;
+          trials.push_back({w, simulate(trace, o, "kvroute", &w)});
+          std::fprintf(stderr, "\r  tune %3zu/72", trials.size());
+        }
+  std::fprintf(stderr, "\n");
+  // Objective: TTFT (p50 + p99 / 10, so the tail counts without dominating).
+  auto score = [](const PolicyResult& r) { return r.ttft_p50 + r.ttft_p99 / 10; };
+  std::sort(trials.begin(), trials.end(), [&](const Trial& a, const Trial& b) { return score(a.r) < score(b.r); });
+  std::printf("%-6s %-6s %-8s %-9s | %8s %9s %9s\n", "alpha", "gamma", "pending", "threshold", "hit_rate", "ttft_p50",
+              "ttft_p99");
+  for (size_t i = 0; i < std::min<size_t>(8, trials.size()); ++i) {
+    const auto& t = trials[i];
+    std::printf("%-6.2f %-6.2f %-8.2f %-9.2f | %8.3f %9.1f %9.1f\n", t.w.alpha_balanced, t.w.gamma,
+                t.w.pending_prefill_weight, t.w.balance_threshold, t.r.hit_rate, t.r.ttft_p50, t.r.ttft_p99);
+  }
+  const auto& best = trials.front();
+  std::printf("\n# kvroute.yaml: best of %zu weight sets on this trace (objective ttft_p50 + ttft_p99/10)\n"
+              "scheduler:\n  alpha_balanced: %g\n  alpha_imbalanced: %g\n  balance_threshold: %g\n  gamma: %g\n"
+              "  pending_prefill_weight: %g\n",
+              trials.size(), best.w.alpha_balanced, best.w.alpha_imbalanced, best.w.balance_threshold, best.w.gamma,
+              best.w.pending_prefill_weight);
+  std::printf("{\"tune\":{\"alpha_balanced\":%g,\"gamma\":%g,\"pending_prefill_weight\":%g,"
+              "\"balance_threshold\":%g,\"hit_rate\":%.4f,\"ttft_p50_ms\":%.2f,\"ttft_p99_ms\":%.2f}}\n",
+              best.w.alpha_balanced, best.w.gamma, best.w.pending_prefill_weight, best.w.balance_threshold,
+              best.r.hit_rate, best.r.ttft_p50, best.r.ttft_p99);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   Options o;
+  bool tune_mode = false;
+  if (argc > 1 && std::string(argv[1]) == "tune") {
+    tune_mode = true;
+    --argc;
+    ++argv;
+  }
   for (int i = 1; i < argc; ++i) {
     auto need = [&](const char* flag) -> std::string {
       if (i + 1 >= argc) {
@@ -302,7 +357,8 @@ int main(int argc, char** argv) {
         for (std::string p; std::getline(ss, p, ',');) o.policies.push_back(p);
       } else if (a == "--help" || a == "-h") {
         std::printf(
-            "kvroute-sim: replay a Mooncake trace against simulated engines with kvroute's router code.\n"
+            "kvroute-sim [tune]: replay a Mooncake trace against simulated engines with kvroute's router code.\n"
+            "  tune              sweep the cost weights (kvroute policy) and print the best as a config snippet\n"
             "  --trace PATH      JSONL trace (default: ../shared/traces/mooncake_conversation_trace.jsonl)\n"
             "  --workers N       engines (default 8)\n"
             "  --kv-blocks N     KV capacity per engine in 512-token blocks (default 2000)\n"
@@ -338,6 +394,7 @@ int main(int argc, char** argv) {
   const auto trace = load_trace(o.trace, o.requests);
   std::printf("trace: %zu requests; %u workers x %llu blocks of 512 tokens; rate x%.2f; seed %llu\n", trace.size(),
               o.workers, (unsigned long long)o.kv_blocks, o.rate, (unsigned long long)o.seed);
+  if (tune_mode) return tune(trace, o);
   std::vector<PolicyResult> results;
   for (const auto& p : o.policies) results.push_back(simulate(trace, o, p));
   const double ideal = ideal_hit_rate(trace);

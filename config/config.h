@@ -40,7 +40,7 @@ struct AdminConfig {
 struct EventsConfig {
   std::string nats_url = "nats://127.0.0.1:4222";
   std::string subject_prefix = "kvroute";
-  uint32_t worker_ttl_ms = 3000;        // heartbeat silence after which a worker is dead
+  uint32_t worker_ttl_ms = 2500;        // heartbeat silence after which a worker is dead
   uint32_t connect_timeout_ms = 10000;  // initial NATS connect retries
   uint32_t queue_capacity = 65536;      // decoded messages waiting for the index writer
   uint32_t resync_timeout_ms = 2000;    // wait for a worker's full dump after a gap

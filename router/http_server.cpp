@@ -414,6 +414,11 @@ awaitable<bool> HttpServer::Impl::proxy(beast::tcp_stream& client, http::request
     finish(e.status, outcome);
     co_return co_await respond_error(client, v, keep, e);
   };
+  // The client went away: count it and log `status` (499 if it never got one).
+  auto client_cancelled = [&](unsigned status) {
+    if (m) m->cancels_total.get().inc();
+    finish(status, "client_cancel");
+  };
 
   // Concurrency limit: counted for the whole request, released on every exit.
   struct Slot {
@@ -559,8 +564,7 @@ awaitable<bool> HttpServer::Impl::proxy(beast::tcp_stream& client, http::request
         ClientWatch watch(client.socket(), *upstream);
         co_await http::async_read_header(*upstream, up_buf, *parser, nothrow(ec));
         if (watch.client_gone()) {
-          if (m) m->cancels_total.get().inc();
-          finish(499, "client_cancel");
+          client_cancelled(499);
           co_return false;
         }
       }
@@ -619,8 +623,7 @@ awaitable<bool> HttpServer::Impl::proxy(beast::tcp_stream& client, http::request
         ClientWatch watch(client.socket(), *upstream);
         co_await http::async_read(*upstream, up_buf, *parser, nothrow(ec));
         if (watch.client_gone()) {
-          if (m) m->cancels_total.get().inc();
-          finish(status, "client_cancel");
+          client_cancelled(status);
           co_return false;
         }
         if (ec == http::error::need_buffer) ec = {};
@@ -636,16 +639,14 @@ awaitable<bool> HttpServer::Impl::proxy(beast::tcp_stream& client, http::request
       client.expires_after(milliseconds(cfg->router.idle_timeout_ms));
       co_await http::async_write(client, sr, nothrow(ec));
       if (ec) {
-        if (m) m->cancels_total.get().inc();
-        finish(status, "client_cancel");
+        client_cancelled(status);
         co_return false;
       }
     } else {
       client.expires_after(milliseconds(cfg->router.idle_timeout_ms));
       co_await http::async_write_header(client, sr, nothrow(ec));
       if (ec) {
-        if (m) m->cancels_total.get().inc();
-        finish(499, "client_cancel");
+        client_cancelled(499);
         co_return false;
       }
     }
@@ -659,8 +660,7 @@ awaitable<bool> HttpServer::Impl::proxy(beast::tcp_stream& client, http::request
         ClientWatch watch(client.socket(), *upstream);
         co_await http::async_read_some(*upstream, up_buf, *parser, nothrow(ec));
         if (watch.client_gone()) {
-          if (m) m->cancels_total.get().inc();
-          finish(status, "client_cancel");
+          client_cancelled(status);
           co_return false;
         }
         if (ec == http::error::need_buffer) ec = {};
@@ -695,8 +695,7 @@ awaitable<bool> HttpServer::Impl::proxy(beast::tcp_stream& client, http::request
       co_await http::async_write(client, sr, nothrow(ec));
       if (ec == http::error::need_buffer) ec = {};
       if (ec) {  // client gone: the upstream connection closes with this frame
-        if (m) m->cancels_total.get().inc();
-        finish(status, "client_cancel");
+        client_cancelled(status);
         co_return false;
       }
     }

@@ -100,6 +100,7 @@ struct Options {
   double report_ms = 100;
   uint64_t seed = 1;
   std::vector<std::string> policies = {"round_robin", "random", "least_loaded", "dynamo_baseline", "kvroute"};
+  std::string cdf_out;  // write TTFT CDF points per policy here (for plots)
 };
 
 struct PolicyResult {
@@ -107,6 +108,7 @@ struct PolicyResult {
   double hit_rate = 0, ttft_p50 = 0, ttft_p90 = 0, ttft_p99 = 0, e2e_p50 = 0, e2e_p99 = 0;
   double throughput_tok_s = 0, imbalance = 0;
   size_t completed = 0, rejected = 0;
+  std::vector<double> ttft_ms;  // every request's TTFT, for the CDF plot
 };
 
 constexpr uint32_t kBlock = 512;
@@ -256,6 +258,7 @@ PolicyResult simulate(const std::vector<TraceRequest>& trace, const Options& o, 
   res.ttft_p99 = pct(ttft, 0.99);
   res.e2e_p50 = pct(e2e, 0.5);
   res.e2e_p99 = pct(e2e, 0.99);
+  res.ttft_ms = ttft;
   res.throughput_tok_s = end_time > 0 ? double(out_tokens) / (end_time / 1000.0) : 0;
   const double mean = double(std::accumulate(per_worker.begin(), per_worker.end(), uint64_t{0})) / o.workers;
   res.imbalance = mean > 0 ? double(*std::max_element(per_worker.begin(), per_worker.end())) / mean : 0;
@@ -351,6 +354,7 @@ int main(int argc, char** argv) {
       else if (a == "--requests") o.requests = std::stoull(need("--requests"));
       else if (a == "--report-ms") o.report_ms = std::stod(need("--report-ms"));
       else if (a == "--seed") o.seed = std::stoull(need("--seed"));
+      else if (a == "--cdf-out") o.cdf_out = need("--cdf-out");
       else if (a == "--policies") {
         o.policies.clear();
         std::stringstream ss(need("--policies"));
@@ -367,7 +371,8 @@ int main(int argc, char** argv) {
             "  --requests N      replay only the first N requests\n"
             "  --report-ms T     load report interval in virtual ms (default 100)\n"
             "  --policies LIST   comma-separated: round_robin,random,least_loaded,dynamo_baseline,kvroute\n"
-            "  --seed N          randomness seed (default 1); the same seed gives the same numbers\n");
+            "  --seed N          randomness seed (default 1); the same seed gives the same numbers\n"
+            "  --cdf-out FILE    write TTFT CDF points (policy ttft_ms fraction) for plotting\n");
         return 0;
       } else {
         std::fprintf(stderr, "kvroute-sim: unknown argument %s (see --help)\n", a.c_str());
@@ -398,6 +403,17 @@ int main(int argc, char** argv) {
   std::vector<PolicyResult> results;
   for (const auto& p : o.policies) results.push_back(simulate(trace, o, p));
   const double ideal = ideal_hit_rate(trace);
+  if (!o.cdf_out.empty()) {
+    std::ofstream cdf(o.cdf_out);
+    for (auto& r : results) {
+      std::sort(r.ttft_ms.begin(), r.ttft_ms.end());
+      cdf << "# " << r.policy << "\n";
+      const size_t n = r.ttft_ms.size();
+      for (size_t i = 0; i < n; i += std::max<size_t>(1, n / 400))
+        cdf << r.ttft_ms[i] << " " << double(i + 1) / double(n) << "\n";
+      cdf << "\n\n";  // gnuplot: one data block per policy
+    }
+  }
   std::printf("%-16s %8s %9s %9s %9s %9s %9s %10s %9s %8s\n", "policy", "hit_rate", "ttft_p50", "ttft_p90", "ttft_p99",
               "e2e_p50", "e2e_p99", "out_tok/s", "imbalance", "rejected");
   for (const auto& r : results)

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# bench/replay.sh: live replay of the Mooncake trace through a real kvroute in
+# front of 8 kvroute-mockers (real NATS, HTTP on loopback), next to kvroute-sim
+# on the same requests and fleet, so simulation and reality can be compared.
+# Fleet: 8 workers, KV blocks of 512 tokens, 2,000 blocks each, 64 sequences
+# (as kvroute-sim's defaults); engine time runs SPEEDUP x faster than wall time.
+#   bash bench/replay.sh [REQUESTS=1000] [SPEEDUP=10]
+# Last line: one JSON object {"live": {...}, "sim": {...}, "hit_rate_diff": ...}.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+N=${1:-1000}; SPEEDUP=${2:-10}
+BIN=${BUILD_DIR:-build}
+TRACE=${TRACE:-../shared/traces/mooncake_conversation_trace.jsonl}
+export PATH="$PATH:/usr/sbin:/sbin"
+W=$(mktemp -d); pids=()
+cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$W"; }
+trap cleanup EXIT
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+NATS=$(free_port)
+nats-server -a 127.0.0.1 -p "$NATS" >"$W/nats.log" 2>&1 & pids+=($!)
+sleep 0.3
+for i in $(seq 1 8); do
+  "$BIN/mocker/kvroute-mocker" --worker-id "$i" --port 0 --nats-url "nats://127.0.0.1:$NATS" --block-size 512 \
+    --kv-blocks 2000 --max-seqs 64 --max-batched-tokens 65536 --speedup "$SPEEDUP" --heartbeat-ms 100 \
+    >"$W/mocker-$i.log" 2>&1 & pids+=($!)
+done
+RPORT=$(free_port); APORT=$(free_port)
+"$BIN/router/kvroute" --router.host 127.0.0.1 --router.port "$RPORT" --admin.host 127.0.0.1 --admin.port "$APORT" \
+  --indexer.block_size 512 --log.access_log false --events.nats_url "nats://127.0.0.1:$NATS" >"$W/kvroute.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 100); do
+  n=$(curl -s "http://127.0.0.1:$RPORT/metrics" | awk '/^kvroute_scheduler_workers /{print $2}')
+  [ "${n:-0}" = 8 ] && break; sleep 0.1
+done
+LIVE=$(python3 bench/replay/replay.py --url "http://127.0.0.1:$RPORT" --trace "$TRACE" --requests "$N" --speedup "$SPEEDUP")
+SIM=$("$BIN/sim/kvroute-sim" --trace "$TRACE" --requests "$N" --policies kvroute --max-seqs 64 2>/dev/null | tail -1)
+echo "live: $LIVE"
+echo "sim:  $SIM"
+python3 - "$LIVE" "$SIM" <<'PY'
+import json, sys
+live = json.loads(sys.argv[1]); sim = json.loads(sys.argv[2])["kvroute"]
+print(json.dumps({"live": live, "sim": sim, "hit_rate_diff": round(live["hit_rate"] - sim["hit_rate"], 4)}))
+PY

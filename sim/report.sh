@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Regenerates docs/sim/: the results table and plots of kvroute-sim on the
-# Mooncake trace (8 workers x 2,000 blocks of 512 tokens), at rate x1, x2, x3.
+# Mooncake trace (8 workers x 8,000 blocks of 512 tokens), at rate x1, x2, x3.
 #   bash sim/report.sh        (after scripts/setup.sh; installs gnuplot-nox)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -8,7 +8,7 @@ BIN=${BUILD_DIR:-build}/sim/kvroute-sim
 command -v gnuplot >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gnuplot-nox >/dev/null
 OUT=docs/sim
 mkdir -p "$OUT"
-ARGS=(--workers 8 --kv-blocks 2000 --seed 1)
+ARGS=(--workers 8 --kv-blocks 8000 --seed 1)
 : >"$OUT/rates.dat"
 for rate in 1 2 3; do
   "$BIN" "${ARGS[@]}" --rate "$rate" --cdf-out "$OUT/ttft_cdf_x$rate.dat" 2>/dev/null >"$OUT/run_x$rate.txt"
@@ -43,7 +43,7 @@ GP
   echo "# kvroute-sim results"
   echo
   echo "Regenerate with \`bash sim/report.sh\`. Mooncake conversation trace (12,031 requests), 8 simulated"
-  echo "engines (mocker/engine.h) with 2,000 KV blocks of 512 tokens each, 64 sequences, load reports every"
+  echo "engines (mocker/engine.h) with 8,000 KV blocks of 512 tokens each, 64 sequences, load reports every"
   echo "100 ms, seed 1. Rate x1 replays the trace's timing; x2 and x3 compress it."
   for rate in 1 2 3; do
     echo; echo "## rate x$rate"; echo; echo '```'

@@ -101,6 +101,7 @@ struct Options {
   uint64_t seed = 1;
   std::vector<std::string> policies = {"round_robin", "random", "least_loaded", "dynamo_baseline", "kvroute"};
   std::string cdf_out;  // write TTFT CDF points per policy here (for plots)
+  std::vector<std::pair<std::string, std::string>> sets;  // --set scheduler.key=value for the kvroute policy
 };
 
 struct PolicyResult {
@@ -122,6 +123,12 @@ PolicyResult simulate(const std::vector<TraceRequest>& trace, const Options& o, 
   WorkerRegistry registry(clock);
   Config cfg;
   cfg.indexer.block_size = kBlock;
+  if (policy == "kvroute")
+    for (const auto& [k, v] : o.sets)
+      if (auto e = set_key(cfg, k, v)) {
+        std::fprintf(stderr, "kvroute-sim: --set %s\n", e->c_str());
+        std::exit(2);
+      }
   if (policy == "dynamo_baseline") cfg.scheduler.pending_prefill_weight = 0;
   if (weights) cfg.scheduler = *weights;
   ConfigStore config(cfg);
@@ -355,6 +362,15 @@ int main(int argc, char** argv) {
       else if (a == "--report-ms") o.report_ms = std::stod(need("--report-ms"));
       else if (a == "--seed") o.seed = std::stoull(need("--seed"));
       else if (a == "--cdf-out") o.cdf_out = need("--cdf-out");
+      else if (a == "--set") {
+        const std::string kv = need("--set");
+        const auto eq = kv.find('=');
+        if (eq == std::string::npos) {
+          std::fprintf(stderr, "kvroute-sim: --set needs key=value (a config key, e.g. scheduler.gamma=0.2)\n");
+          return 2;
+        }
+        o.sets.emplace_back(kv.substr(0, eq), kv.substr(eq + 1));
+      }
       else if (a == "--policies") {
         o.policies.clear();
         std::stringstream ss(need("--policies"));
@@ -372,7 +388,8 @@ int main(int argc, char** argv) {
             "  --report-ms T     load report interval in virtual ms (default 100)\n"
             "  --policies LIST   comma-separated: round_robin,random,least_loaded,dynamo_baseline,kvroute\n"
             "  --seed N          randomness seed (default 1); the same seed gives the same numbers\n"
-            "  --cdf-out FILE    write TTFT CDF points (policy ttft_ms fraction) for plotting\n");
+            "  --cdf-out FILE    write TTFT CDF points (policy ttft_ms fraction) for plotting\n"
+            "  --set KEY=VALUE   a config key for the kvroute policy (e.g. scheduler.gamma=0.2); repeatable\n");
         return 0;
       } else {
         std::fprintf(stderr, "kvroute-sim: unknown argument %s (see --help)\n", a.c_str());

@@ -12,6 +12,8 @@ PACKAGES=(
   libyaml-cpp-dev libcli11-dev libxxhash-dev libspdlog-dev
   # helm/ chart renderer and its test (Go text/template + sprig, as Helm)
   golang-go golang-github-masterminds-sprig-dev golang-k8s-sigs-yaml-dev python3-yaml
+  # tokenizer/ (PCRE2 with JIT for the pre-tokenizer regexes)
+  libpcre2-dev
 )
 PACKAGES+=(${KVROUTE_EXTRA_PACKAGES:-})
 

@@ -5,9 +5,13 @@
 #   (a) wrk -> one mocker directly,
 #   (b) wrk -> kvroute -> 3 mockers,
 #   (c) wrk -> nginx (Debian, plain round-robin reverse proxy, keepalive) -> the same 3 mockers,
-# with the same small non-streaming completion (1 prompt token block, max_tokens 1) at
-# 16 connections for 10 s each (2 threads of wrk); added latency = p50/p99 of (b) - (a);
-# throughput ratio = req/s (b) / req/s (c). Then a streaming run: N concurrent SSE
+# with the same small non-streaming completion (1 prompt token block, max_tokens 1):
+#   - latency: one connection, one request at a time, 8 s each; added latency = p50/p99
+#     of (b) - (a). At one connection the latency is the proxy's own cost, not queueing
+#     (under saturation p50 is just connections / throughput);
+#   - throughput: 16 connections (2 wrk threads), 10 s each, saturating the machine;
+#     throughput ratio = req/s (b) / req/s (c).
+# Then a streaming run: N concurrent SSE
 # streams through kvroute (default 10,000), counting errors and kvroute's peak RSS.
 # Mockers run with --speedup 1000 (the engine's time is nearly free) for the latency runs.
 #
@@ -71,8 +75,8 @@ wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
 wrk.body = '{"model":"mock-model","prompt":"a short prompt of a few tokens","max_tokens":1}'
 LUA
-run_wrk() {  # name port -> prints "rps p50_us p99_us"
-  wrk -t2 -c16 -d10s --latency -s "$W/post.lua" "http://127.0.0.1:$2/v1/completions" >"$W/wrk-$1.txt"
+run_wrk() {  # name port threads connections seconds -> prints "rps p50_us p99_us non2xx"
+  wrk -t"$3" -c"$4" -d"$5"s --latency -s "$W/post.lua" "http://127.0.0.1:$2/v1/completions" >"$W/wrk-$1.txt"
   python3 - "$W/wrk-$1.txt" <<'PY'
 import re, sys
 t = open(sys.argv[1]).read()
@@ -88,11 +92,18 @@ errs = re.search(r"Non-2xx or 3xx responses: (\d+)", t)
 print(rps, p50, p99, errs.group(1) if errs else 0)
 PY
 }
-read -r D_RPS D_P50 D_P99 D_ERR < <(run_wrk direct "${MPORTS[0]}")
-read -r K_RPS K_P50 K_P99 K_ERR < <(run_wrk kvroute "$RPORT")
-read -r N_RPS N_P50 N_P99 N_ERR < <(run_wrk nginx "$NPORT")
-printf '%-8s %10s %10s %10s %8s\n' target req/s p50_us p99_us non2xx
-printf '%-8s %10.0f %10.0f %10.0f %8s\n' direct "$D_RPS" "$D_P50" "$D_P99" "$D_ERR" kvroute "$K_RPS" "$K_P50" "$K_P99" "$K_ERR" nginx "$N_RPS" "$N_P50" "$N_P99" "$N_ERR"
+# Interleaved (direct, kvroute, nginx) so that a change in the machine's load hits all three.
+read -r _ D_P50 D_P99 D_ERR < <(run_wrk direct-1 "${MPORTS[0]}" 1 1 8)
+read -r _ K_P50 K_P99 K_ERR < <(run_wrk kvroute-1 "$RPORT" 1 1 8)
+read -r _ N_P50 N_P99 N_ERR < <(run_wrk nginx-1 "$NPORT" 1 1 8)
+read -r D_RPS D_L50 D_L99 D_ERR2 < <(run_wrk direct "${MPORTS[0]}" 2 16 10)
+read -r K_RPS K_L50 K_L99 K_ERR2 < <(run_wrk kvroute "$RPORT" 2 16 10)
+read -r N_RPS N_L50 N_L99 N_ERR2 < <(run_wrk nginx "$NPORT" 2 16 10)
+printf '%-8s %14s %14s %12s %16s %16s %8s\n' target c1_p50_us c1_p99_us c16_req/s c16_p50_us c16_p99_us non2xx
+printf '%-8s %14.0f %14.0f %12.0f %16.0f %16.0f %8s\n' \
+  direct "$D_P50" "$D_P99" "$D_RPS" "$D_L50" "$D_L99" "$((D_ERR + D_ERR2))" \
+  kvroute "$K_P50" "$K_P99" "$K_RPS" "$K_L50" "$K_L99" "$((K_ERR + K_ERR2))" \
+  nginx "$N_P50" "$N_P99" "$N_RPS" "$N_L50" "$N_L99" "$((N_ERR + N_ERR2))"
 
 # Streaming: slow decode so every stream stays open while all are established.
 kill "${pids[@]:1}" 2>/dev/null || true; wait "${pids[@]:1}" 2>/dev/null || true; pids=("${pids[0]}"); MPORTS=()
@@ -108,11 +119,13 @@ PEAK_FILE="$W/peak"; echo 0 >"$PEAK_FILE"
 STREAM_JSON=$(python3 bench/proxy/streams.py "$RPORT" "$STREAMS" 8)
 echo "streams: $STREAM_JSON"
 RSS_MB=$(( $(cat "$PEAK_FILE") / 1024 ))
-python3 - "$D_P50" "$D_P99" "$K_P50" "$K_P99" "$K_RPS" "$N_RPS" "$STREAM_JSON" "$RSS_MB" <<'PY'
+python3 - "$D_P50" "$D_P99" "$K_P50" "$K_P99" "$K_RPS" "$N_RPS" "$STREAM_JSON" "$RSS_MB" "$N_P50" "$N_P99" <<'PY'
 import json, sys
 d50, d99, k50, k99, krps, nrps = map(float, sys.argv[1:7])
 s = json.loads(sys.argv[7])
+n50, n99 = map(float, sys.argv[9:11])
 print(json.dumps({"added_latency_p50_us": round(k50 - d50, 1), "added_latency_p99_us": round(k99 - d99, 1),
+                  "nginx_added_latency_p50_us": round(n50 - d50, 1), "nginx_added_latency_p99_us": round(n99 - d99, 1),
                   "throughput_ratio_vs_nginx": round(krps / nrps, 3), "kvroute_rps": krps, "nginx_rps": nrps,
                   "concurrent_streams": s["concurrent_streams"], "streams_completed": s["completed"],
                   "stream_errors": s["stream_errors"], "router_rss_mb": int(sys.argv[8])}))

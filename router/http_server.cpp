@@ -3,13 +3,16 @@
 //
 // Structure (after Beast's examples, written as C++20 coroutines: each
 // `co_await` is one do_x()/on_x() step of the callback style):
-//   accept_loop()  - listener: one coroutine per accepted connection, on its own strand
+//   IoThread       - one io_context per io thread (no strands, no cross-thread
+//                    handoff); a connection lives on one thread for its whole life
+//   accept_loop()  - listener on thread 0: hands accepted connections to the io
+//                    threads round-robin, one coroutine per connection
 //   session()      - reads requests (bounded header/body, read timeout), dispatches, keeps alive
 //   proxy()        - limits, routes (with the bounded wait queue), then for each
 //                    worker of the ranking: pooled connection, send, response
 //                    header; the first worker that answers is relayed piece by
 //                    piece as it arrives (Beast's relay() pattern)
-//   UpstreamPool   - idle keep-alive connections per worker
+//   UpstreamPool   - idle keep-alive connections per worker, one pool per io thread
 #include "router/http_server.h"
 
 #include <utility>  // Boost 1.74's awaitable.hpp uses std::exchange without it
@@ -113,69 +116,57 @@ std::string_view route_label(std::string_view target) {
   return "other";
 }
 
-// Idle keep-alive connections per worker ("host:port"). Sockets are stored
-// as native handles' owners; a taker re-wraps the socket on its own strand, so
-// one request's client and upstream I/O always share one strand. Thread-safe.
+// True if the peer closed or reset the connection: readable with no data.
+// One non-blocking MSG_PEEK recv; never changes the socket's blocking mode.
+bool peer_closed(tcp::socket& s) {
+  char b;
+  const ssize_t n = ::recv(s.native_handle(), &b, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (n > 0) return false;
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return false;
+  return true;  // eof, reset, or another socket error
+}
+
+// Idle keep-alive connections per worker ("host:port"), owned by one io
+// thread: a pooled socket stays registered with that thread's reactor and is
+// only ever used there, so the pool needs no lock. Not thread-safe.
 class UpstreamPool {
  public:
   std::optional<tcp::socket> take(const std::string& key) {
-    std::lock_guard lk(mu_);
     auto it = idle_.find(key);
     while (it != idle_.end() && !it->second.empty()) {
       tcp::socket s = std::move(it->second.back());
       it->second.pop_back();
-      if (alive(s)) return s;
+      if (!peer_closed(s)) return s;  // an idle connection the worker closed reads as EOF
       beast::error_code ec;
       s.close(ec);
     }
     return std::nullopt;
   }
   void give(const std::string& key, tcp::socket s, size_t limit) {
-    std::lock_guard lk(mu_);
     auto& v = idle_[key];
     if (v.size() >= limit) return;  // `s` closes here
     v.push_back(std::move(s));
   }
-  void clear() {
-    std::lock_guard lk(mu_);
-    idle_.clear();
-  }
+  void clear() { idle_.clear(); }
 
  private:
-  // An idle connection the worker closed reads as EOF; one that is fine would block.
-  static bool alive(tcp::socket& s) {
-    beast::error_code ec;
-    s.non_blocking(true, ec);
-    char b;
-    const size_t n = s.receive(asio::buffer(&b, 1), tcp::socket::message_peek, ec);
-    const bool idle = n == 0 && (ec == asio::error::would_block || ec == asio::error::try_again);
-    beast::error_code ignored;
-    s.non_blocking(false, ignored);
-    return idle;
-  }
-  std::mutex mu_;
   std::unordered_map<std::string, std::vector<tcp::socket>> idle_;
 };
 
-// True if the peer closed or reset the connection (readable with no data).
-bool peer_closed(tcp::socket& s) {
-  char b;
-  beast::error_code ec;
-  s.non_blocking(true, ec);
-  const size_t n = s.receive(asio::buffer(&b, 1), tcp::socket::message_peek, ec);
-  beast::error_code ignored;
-  s.non_blocking(false, ignored);
-  if (n > 0 || ec == asio::error::would_block || ec == asio::error::try_again) return false;
-  return true;  // eof, reset, or another socket error
-}
-
 // Watches the client connection during one upstream operation: if the client
 // closes, the upstream connection is closed at once (the worker stops
-// generating). Everything runs on the request's strand. Use:
+// generating). Everything runs on the request's io thread. Use:
 //   ClientWatch watch(client_socket, upstream);  co_await <upstream op>;
 //   if (watch.client_gone()) ...   // also disarms; call exactly once
+// Arming costs one epoll_ctl (asio re-arms the edge-triggered descriptor), so
+// one watch spans the header and body reads of a small answer.
 class ClientWatch {
  public:
+  ClientWatch(const ClientWatch&) = delete;
+  ClientWatch& operator=(const ClientWatch&) = delete;
+  ~ClientWatch() {
+    if (!state_->done) client_gone();
+  }
   ClientWatch(tcp::socket& client, beast::tcp_stream& upstream)
       : client_(client), state_(std::make_shared<State>()) {
     state_->upstream = &upstream;
@@ -208,26 +199,41 @@ class ClientWatch {
 
 }  // namespace
 
+// One io thread: its own io_context (run by exactly one thread, so handlers
+// need no strand) and its own upstream pool.
+struct IoThread {
+  asio::io_context ioc{1};
+  asio::executor_work_guard<asio::io_context::executor_type> work = asio::make_work_guard(ioc);
+  UpstreamPool pool;
+  std::thread thread;
+};
+
 struct HttpServer::Impl {
-  explicit Impl(HttpServerHooks h) : hooks(std::move(h)), acceptor(ioc), admin_acceptor(ioc) {}
+  explicit Impl(HttpServerHooks h)
+      : hooks(std::move(h)), acceptor(io0().ioc), admin_acceptor(io0().ioc) {}
 
   HttpServerHooks hooks;
-  asio::io_context ioc;
+  // io[0] exists from construction (the listeners are bound before start()).
+  std::vector<std::unique_ptr<IoThread>> io = [] {
+    std::vector<std::unique_ptr<IoThread>> v;
+    v.push_back(std::make_unique<IoThread>());
+    return v;
+  }();
+  IoThread& io0() { return *io.front(); }
+  size_t next_io = 0;  // round-robin cursor, used by thread 0 only
   tcp::acceptor acceptor;
   tcp::acceptor admin_acceptor;
-  std::vector<std::thread> threads;
   std::atomic<bool> stopping{false};
   std::atomic<bool> draining{false};
   std::atomic<int64_t> inflight{0};  // proxied requests being handled
   std::atomic<int64_t> queued{0};    // requests in the wait queue
-  UpstreamPool pool;
 
-  struct RequestContext;
   awaitable<void> accept_loop(tcp::acceptor& a, bool admin);
-  awaitable<void> session(tcp::socket socket, bool admin);
-  awaitable<bool> handle(beast::tcp_stream& client, http::request<http::string_body>& req);
+  awaitable<void> session(tcp::socket socket, bool admin, IoThread& io);
+  awaitable<bool> handle(beast::tcp_stream& client, http::request<http::string_body>& req, IoThread& io);
   awaitable<bool> handle_admin(beast::tcp_stream& client, http::request<http::string_body>& req);
-  awaitable<bool> proxy(beast::tcp_stream& client, http::request<http::string_body>& req, ApiKind kind);
+  awaitable<bool> proxy(beast::tcp_stream& client, http::request<http::string_body>& req, ApiKind kind,
+                        IoThread& io);
   awaitable<bool> respond(beast::tcp_stream& client, unsigned version, bool keep_alive, http::status status,
                           std::string body, std::string_view content_type = "application/json",
                           std::optional<unsigned> retry_after = std::nullopt);
@@ -240,7 +246,8 @@ struct HttpServer::Impl {
 awaitable<void> HttpServer::Impl::accept_loop(tcp::acceptor& a, bool admin) {
   for (;;) {
     beast::error_code ec;
-    tcp::socket socket = co_await a.async_accept(asio::make_strand(ioc), nothrow(ec));
+    IoThread& target = *io[next_io++ % io.size()];
+    tcp::socket socket = co_await a.async_accept(target.ioc, nothrow(ec));
     if (ec) {
       if (stopping.load() || ec == asio::error::operation_aborted || !a.is_open()) co_return;
       static RateLimiter rl;
@@ -252,12 +259,11 @@ awaitable<void> HttpServer::Impl::accept_loop(tcp::acceptor& a, bool admin) {
       continue;
     }
     socket.set_option(tcp::no_delay(true), ec);
-    auto ex = socket.get_executor();
-    asio::co_spawn(ex, session(std::move(socket), admin), asio::detached);
+    asio::co_spawn(target.ioc, session(std::move(socket), admin, target), asio::detached);
   }
 }
 
-awaitable<void> HttpServer::Impl::session(tcp::socket socket, bool admin) {
+awaitable<void> HttpServer::Impl::session(tcp::socket socket, bool admin, IoThread& io) {
   beast::tcp_stream stream(std::move(socket));
   beast::flat_buffer buffer;
   try {
@@ -290,7 +296,7 @@ awaitable<void> HttpServer::Impl::session(tcp::socket socket, bool admin) {
         break;
       }
       auto req = parser.release();
-      const bool keep = admin ? co_await handle_admin(stream, req) : co_await handle(stream, req);
+      const bool keep = admin ? co_await handle_admin(stream, req) : co_await handle(stream, req, io);
       if (!keep) break;
     }
   } catch (const std::exception& e) {
@@ -337,7 +343,8 @@ awaitable<bool> HttpServer::Impl::handle_admin(beast::tcp_stream& client, http::
                              std::move(r.body), r.content_type);
 }
 
-awaitable<bool> HttpServer::Impl::handle(beast::tcp_stream& client, http::request<http::string_body>& req) {
+awaitable<bool> HttpServer::Impl::handle(beast::tcp_stream& client, http::request<http::string_body>& req,
+                                         IoThread& io) {
   std::string_view target(req.target().data(), req.target().size());
   target = target.substr(0, target.find('?'));
   const bool keep = req.keep_alive();
@@ -345,8 +352,8 @@ awaitable<bool> HttpServer::Impl::handle(beast::tcp_stream& client, http::reques
   const bool get = req.method() == http::verb::get;
   const bool post = req.method() == http::verb::post;
 
-  if (target == "/v1/chat/completions" && post) co_return co_await proxy(client, req, ApiKind::ChatCompletions);
-  if (target == "/v1/completions" && post) co_return co_await proxy(client, req, ApiKind::Completions);
+  if (target == "/v1/chat/completions" && post) co_return co_await proxy(client, req, ApiKind::ChatCompletions, io);
+  if (target == "/v1/completions" && post) co_return co_await proxy(client, req, ApiKind::Completions, io);
   const auto route = route_label(target);
   if (target == "/health" && get) {
     count(route, 200, "");
@@ -388,7 +395,7 @@ awaitable<bool> HttpServer::Impl::handle(beast::tcp_stream& client, http::reques
 }
 
 awaitable<bool> HttpServer::Impl::proxy(beast::tcp_stream& client, http::request<http::string_body>& req,
-                                        ApiKind kind) {
+                                        ApiKind kind, IoThread& io) {
   const auto started = Steady::now();
   const bool keep = req.keep_alive();
   const unsigned v = req.version();
@@ -515,6 +522,13 @@ awaitable<bool> HttpServer::Impl::proxy(beast::tcp_stream& client, http::request
     std::optional<beast::tcp_stream> upstream;
     beast::flat_buffer up_buf;
     std::optional<http::response_parser<http::buffer_body>> parser;
+    // Armed from the request's send until the answer is committed to the client.
+    std::optional<ClientWatch> watch;
+    auto client_left = [&watch] {
+      const bool gone = watch && watch->client_gone();
+      watch.reset();
+      return gone;
+    };
     beast::error_code ec;
     const char* failed_phase = nullptr;
     const auto sent_at = Steady::now();
@@ -523,14 +537,9 @@ awaitable<bool> HttpServer::Impl::proxy(beast::tcp_stream& client, http::request
       upstream.reset();
       bool pooled = false;
       if (fresh == 0) {
-        if (auto s = pool.take(url.key())) {
-          // Re-wrap on this request's strand.
-          const auto proto = s->local_endpoint(ec).protocol();
-          tcp::socket mine(ex, proto, s->release(ec));
-          if (!ec) {
-            upstream.emplace(std::move(mine));
-            pooled = true;
-          }
+        if (auto s = io.pool.take(url.key())) {
+          upstream.emplace(std::move(*s));
+          pooled = true;
         }
       }
       if (!upstream) {
@@ -561,14 +570,15 @@ awaitable<bool> HttpServer::Impl::proxy(beast::tcp_stream& client, http::request
       up_buf.clear();
       if (!ec) {
         // While the worker prefills, watch for the client going away.
-        ClientWatch watch(client.socket(), *upstream);
+        watch.emplace(client.socket(), *upstream);
         co_await http::async_read_header(*upstream, up_buf, *parser, nothrow(ec));
-        if (watch.client_gone()) {
+        if (ec && client_left()) {
           client_cancelled(499);
           co_return false;
         }
       }
       if (!ec) break;
+      watch.reset();
       failed_phase = "first_byte";
       if (!pooled) break;  // a fresh connection failed: the worker is at fault
     }
@@ -586,6 +596,10 @@ awaitable<bool> HttpServer::Impl::proxy(beast::tcp_stream& client, http::request
     const unsigned status = res.result_int();
     // An overloaded or unavailable worker is retried while nothing reached the client.
     if ((status == 502 || status == 503 || status == 504) && attempt + 1 < attempts) {
+      if (client_left()) {
+        client_cancelled(499);
+        co_return false;
+      }
       if (m) m->upstream_errors_total.with({"status_5xx"}).inc();
       continue;  // the connection (and any body) is dropped
     }
@@ -620,18 +634,17 @@ awaitable<bool> HttpServer::Impl::proxy(beast::tcp_stream& client, http::request
       res.body().size = static_cast<size_t>(*length);
       if (!parser->is_done()) {
         upstream->expires_after(milliseconds(cfg->router.idle_timeout_ms));
-        ClientWatch watch(client.socket(), *upstream);
         co_await http::async_read(*upstream, up_buf, *parser, nothrow(ec));
-        if (watch.client_gone()) {
-          client_cancelled(status);
-          co_return false;
-        }
-        if (ec == http::error::need_buffer) ec = {};
-        if (ec) {
-          if (m) m->upstream_errors_total.with({"mid_stream"}).inc();
-          finish(status, "upstream_error");
-          co_return false;  // nothing sent yet, but the worker is committed: close
-        }
+      }
+      if (client_left()) {
+        client_cancelled(status);
+        co_return false;
+      }
+      if (ec == http::error::need_buffer) ec = {};
+      if (ec) {
+        if (m) m->upstream_errors_total.with({"mid_stream"}).inc();
+        finish(status, "upstream_error");
+        co_return false;  // nothing sent yet, but the worker is committed: close
       }
       res.body().size = static_cast<size_t>(*length) - res.body().size;
       res.body().data = res.body().size ? buf : nullptr;
@@ -643,6 +656,10 @@ awaitable<bool> HttpServer::Impl::proxy(beast::tcp_stream& client, http::request
         co_return false;
       }
     } else {
+      if (client_left()) {
+        client_cancelled(499);
+        co_return false;
+      }
       client.expires_after(milliseconds(cfg->router.idle_timeout_ms));
       co_await http::async_write_header(client, sr, nothrow(ec));
       if (ec) {
@@ -702,7 +719,7 @@ awaitable<bool> HttpServer::Impl::proxy(beast::tcp_stream& client, http::request
 
     if (upstream_keep && cfg->router.upstream_pool_size > 0) {
       upstream->expires_never();
-      pool.give(url.key(), upstream->release_socket(), cfg->router.upstream_pool_size);
+      io.pool.give(url.key(), upstream->release_socket(), cfg->router.upstream_pool_size);
     }
     finish(status, status < 400 ? "ok" : "worker_error");
     co_return client_keep;
@@ -756,13 +773,14 @@ uint16_t HttpServer::admin_port() const {
 int64_t HttpServer::inflight() const { return impl_->inflight.load(); }
 
 void HttpServer::start(unsigned threads) {
-  asio::co_spawn(impl_->ioc, impl_->accept_loop(impl_->acceptor, false), asio::detached);
+  while (impl_->io.size() < std::max(1u, threads)) impl_->io.push_back(std::make_unique<IoThread>());
+  asio::co_spawn(impl_->io0().ioc, impl_->accept_loop(impl_->acceptor, false), asio::detached);
   if (impl_->admin_acceptor.is_open())
-    asio::co_spawn(impl_->ioc, impl_->accept_loop(impl_->admin_acceptor, true), asio::detached);
-  for (unsigned i = 0; i < std::max(1u, threads); ++i)
-    impl_->threads.emplace_back([this] {
+    asio::co_spawn(impl_->io0().ioc, impl_->accept_loop(impl_->admin_acceptor, true), asio::detached);
+  for (auto& t : impl_->io)
+    t->thread = std::thread([&ioc = t->ioc] {
       pthread_setname_np(pthread_self(), "kvroute-http");
-      impl_->ioc.run();
+      ioc.run();
     });
 }
 
@@ -778,15 +796,18 @@ void HttpServer::shutdown(std::chrono::milliseconds grace) {
 
 void HttpServer::stop() {
   if (!impl_ || impl_->stopping.exchange(true)) return;
-  asio::post(impl_->ioc, [this] {
+  asio::post(impl_->io0().ioc, [this] {
     beast::error_code ec;
     impl_->acceptor.close(ec);
     impl_->admin_acceptor.close(ec);
   });
-  impl_->ioc.stop();
-  for (auto& t : impl_->threads)
-    if (t.joinable()) t.join();
-  impl_->pool.clear();
+  for (auto& t : impl_->io) {
+    t->work.reset();
+    t->ioc.stop();
+  }
+  for (auto& t : impl_->io)
+    if (t->thread.joinable()) t->thread.join();
+  for (auto& t : impl_->io) t->pool.clear();
 }
 
 }  // namespace kvroute

@@ -116,7 +116,8 @@ PEAK_FILE="$W/peak"; echo 0 >"$PEAK_FILE"
 ( while kill -0 "$KVPID" 2>/dev/null; do
     r=$(awk '/VmRSS/{print $2}' "/proc/$KVPID/status" 2>/dev/null || echo 0)
     [ "${r:-0}" -gt "$(cat "$PEAK_FILE")" ] && echo "$r" >"$PEAK_FILE"; sleep 0.2; done ) & pids+=($!)
-STREAM_JSON=$(python3 bench/proxy/streams.py "$RPORT" "$STREAMS" 8)
+# 20 tokens at 1 s each: every stream is still open when the last one starts.
+STREAM_JSON=$(python3 bench/proxy/streams.py "$RPORT" "$STREAMS" 20)
 echo "streams: $STREAM_JSON"
 RSS_MB=$(( $(cat "$PEAK_FILE") / 1024 ))
 python3 - "$D_P50" "$D_P99" "$K_P50" "$K_P99" "$K_RPS" "$N_RPS" "$STREAM_JSON" "$RSS_MB" "$N_P50" "$N_P99" <<'PY'
@@ -127,6 +128,7 @@ n50, n99 = map(float, sys.argv[9:11])
 print(json.dumps({"added_latency_p50_us": round(k50 - d50, 1), "added_latency_p99_us": round(k99 - d99, 1),
                   "nginx_added_latency_p50_us": round(n50 - d50, 1), "nginx_added_latency_p99_us": round(n99 - d99, 1),
                   "throughput_ratio_vs_nginx": round(krps / nrps, 3), "kvroute_rps": krps, "nginx_rps": nrps,
-                  "concurrent_streams": s["concurrent_streams"], "streams_completed": s["completed"],
+                  "streams_requested": s["concurrent_streams"], "concurrent_streams": s["peak_open"],
+                  "streams_completed": s["completed"],
                   "stream_errors": s["stream_errors"], "router_rss_mb": int(sys.argv[8])}))
 PY

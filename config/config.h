@@ -78,6 +78,12 @@ struct SchedulerConfig {
   double temperature = 0;               // 0 = lowest cost; > 0 = softmax sampling over -cost/T
 };
 
+struct TokenizerConfig {
+  // "model=dir,model=dir": each dir holds the model's tokenizer.json (and its
+  // chat template); other models use the placeholder tokenizer.
+  std::string models;
+};
+
 struct LogConfig {
   std::string level = "info";           // trace, debug, info, warn, error
   std::string format = "human";         // human or json
@@ -90,6 +96,7 @@ struct Config {
   EventsConfig events;
   IndexerConfig indexer;
   SchedulerConfig scheduler;
+  TokenizerConfig tokenizer;
   LogConfig log;
 };
 
@@ -229,6 +236,12 @@ void for_each_key(C& c, F&& f) {
   f(KeyInfo{"scheduler.temperature", "0 = lowest cost wins; > 0 = softmax sampling over -cost/temperature.", 0,
             100, !S, R},
     c.scheduler.temperature);
+  // tokenizer
+  f(KeyInfo{"tokenizer.models",
+            "MODEL=DIR list, comma-separated: each DIR holds tokenizer.json (+ chat template); "
+            "other models use the placeholder.",
+            0, 0, S},
+    c.tokenizer.models);
   // log
   f(KeyInfo{"log.level", "trace, debug, info, warn or error.", 0, 0, S, R}, c.log.level);
   f(KeyInfo{"log.format", "human or json.", 0, 0, S, R}, c.log.format);

@@ -43,6 +43,10 @@ int main(int argc, char** argv) {
   app.add_option("--decode-kv-ms", o.engine.decode_kv_ms, "see --decode-base-ms")->capture_default_str()->check(CLI::NonNegativeNumber);
   app.add_option("--storage-tier", tier, "Tier announced in KV events: device, host_pinned, disk, external")->capture_default_str();
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")->capture_default_str();
+  std::string tokenizer_dir;
+  app.add_option("--tokenizer", tokenizer_dir,
+                 "Directory with the model's tokenizer.json (+ chat template), tokenized as kvroute does; "
+                 "empty = the placeholder tokenizer");
   CLI11_PARSE(app, argc, argv);
   o.port = port;
   if (!parse_storage_tier(tier, o.engine.tier)) {
@@ -51,6 +55,17 @@ int main(int argc, char** argv) {
     return 2;
   }
   setup_logging(log_level, "human");
+  if (!tokenizer_dir.empty()) {
+    auto set = std::make_shared<TokenizerSet>();
+    std::string terr;
+    auto t = ModelTokenizer::load(tokenizer_dir, &terr);
+    if (!t) {
+      std::fprintf(stderr, "kvroute-mocker: --tokenizer: %s\n", terr.c_str());
+      return 2;
+    }
+    set->add(o.model, std::move(t));
+    o.tokenizers = std::move(set);
+  }
 
   sigset_t signals;
   sigemptyset(&signals);

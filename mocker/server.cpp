@@ -333,7 +333,17 @@ awaitable<bool> MockerServer::Impl::generate(beast::tcp_stream& s, const http::r
   }
 
   const uint64_t id = next_id++;
-  auto tokens = RoutingService::tokens_of(parsed);
+  TokenizerFallback fallback = TokenizerFallback::None;
+  std::string terr;
+  auto tokens = RoutingService::tokens_of(parsed, opts.tokenizers.get(), &fallback, &terr);
+  if (opts.tokenizers && fallback != TokenizerFallback::None) {
+    // As vLLM: a chat request its template cannot render is the client's error.
+    ++rejected_total;
+    std::string body = error_body(ApiError{
+        400, fallback == TokenizerFallback::NoChatTemplate ? std::string("The model has no chat template.") : terr,
+        "invalid_request_error", "messages", ""});
+    co_return co_await respond(s, v, keep, http::status::bad_request, std::move(body));
+  }
   const uint32_t prompt_len = static_cast<uint32_t>(tokens.size());
   if (tokens.empty()) {
     ++rejected_total;

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "mocker/engine.h"
+#include "tokenizer/model_tokenizer.h"
 
 namespace kvroute {
 class NatsBus;
@@ -31,6 +32,9 @@ struct MockerOptions {
   uint32_t heartbeat_ms = 500;
   double speedup = 1.0;  // engine ms per real ms
   EngineConfig engine;
+  // The served model's tokenizer (--tokenizer DIR), the same library and rules
+  // as the router's; null = the placeholder tokenizer.
+  std::shared_ptr<const TokenizerSet> tokenizers;
 };
 
 class MockerServer {

@@ -55,6 +55,9 @@ std::string explain_json(const RouteResult& r, std::string_view model, uint32_t 
   if (d.chosen) out += fmt::format(R"("chosen":{},"sampled":{},)", r.candidates[*d.chosen].owner.worker.value, d.sampled);
   else out += R"("chosen":null,"sampled":false,)";
   if (!r.ok) out += fmt::format(R"("error":{},)", error_body(r.error));
+  out += fmt::format(R"("tokenizer_fallback":"{}","stage_us":{{"tokenize":{},"hash":{},"find_matches":{},"score":{}}},)",
+                     to_string(r.tokenizer_fallback), num(r.stage_seconds[0] * 1e6), num(r.stage_seconds[1] * 1e6),
+                     num(r.stage_seconds[2] * 1e6), num(r.stage_seconds[3] * 1e6));
   std::vector<int> rank(r.candidates.size(), -1);
   for (size_t k = 0; k < d.ranking.size(); ++k) rank[d.ranking[k]] = static_cast<int>(k);
   out += R"("workers":[)";

@@ -489,6 +489,8 @@ awaitable<bool> HttpServer::Impl::proxy(beast::tcp_stream& client, http::request
     co_return co_await reject(route.error, "no_worker");
   }
   model_label = parsed.model;  // bounded: a model some worker announced
+  if (m && route.tokenizer_fallback != TokenizerFallback::None)
+    m->tokenizer_fallbacks_total.with({model_label, to_string(route.tokenizer_fallback)}).inc();
   if (hooks.on_routed) hooks.on_routed(parsed, route);
 
   const size_t attempts = std::min<size_t>(cfg->router.max_attempts, route.ranked.size());

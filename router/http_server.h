@@ -1,10 +1,11 @@
 // The OpenAI-compatible HTTP front end, streaming proxy and admin listener
 // (Boost.Beast). Every Beast template lives in http_server.cpp.
 //
-// Threading: `start(n)` runs n io threads over one io_context; each client
-// connection is one coroutine on its own strand, and the upstream connection
-// of a request lives on that same strand. Hooks are called from io threads
-// and must be thread-safe.
+// Threading: `start(n)` runs n io threads, each with its own io_context;
+// thread 0 accepts and hands each client connection to a thread
+// (round-robin), where the connection, its requests and their upstream
+// connections stay (no strands, no locks on the request path). Hooks are
+// called from io threads and must be thread-safe.
 #pragma once
 
 #include <chrono>

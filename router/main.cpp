@@ -185,6 +185,13 @@ int main(int argc, char** argv) {
   WorkerRegistry registry(clock);
 
   std::string err;
+  // The models' own tokenizers (tokenizer.models); others use the placeholder.
+  TokenizerSet tokenizers;
+  if (!tokenizers.load(cfg.tokenizer.models, &err)) {
+    std::fprintf(stderr, "kvroute: tokenizer.models: %s\n", err.c_str());
+    return 2;
+  }
+  if (tokenizers.size() > 0) spdlog::info("tokenizers loaded for {} model(s)", tokenizers.size());
   auto bus = NatsBus::connect(cfg.events.nats_url, "kvroute", std::chrono::milliseconds(cfg.events.connect_timeout_ms),
                               &err);
   if (!bus) {
@@ -200,7 +207,7 @@ int main(int argc, char** argv) {
     return 1;
   }
 
-  RoutingService routing(index, registry, config, random);
+  RoutingService routing(index, registry, config, random, &tokenizers);
   AdminApi admin(config, routing, registry, index);
   registry_metrics.on_scrape([&] {
     // Per-worker load as reported and as predicted (bounded by the fleet).

@@ -59,6 +59,7 @@ bool flatten_content(dom::element content, std::string& out, ApiError& err, size
 bool parse_openai_request(ApiKind kind, std::string_view body, ParsedRequest& out, ApiError& err) {
   out = ParsedRequest{};
   out.kind = kind;
+  out.body = body;
   auto doc = thread_parser().parse(body.data(), body.size(), true);
   if (doc.error())
     return fail(err, fmt::format("We could not parse the JSON body of your request ({}).",
@@ -76,6 +77,12 @@ bool parse_openai_request(ApiKind kind, std::string_view body, ParsedRequest& ou
   if (auto stream = o.at_key("stream"); !stream.error() && !stream.value_unsafe().is_null()) {
     if (!stream.value_unsafe().is_bool()) return fail(err, "'stream' must be a boolean", "stream");
     out.stream = stream.value_unsafe().get_bool().value_unsafe();
+  }
+  // vLLM's extension: whether the tokenizer adds special tokens (BOS).
+  if (auto ast = o.at_key("add_special_tokens"); !ast.error() && !ast.value_unsafe().is_null()) {
+    if (!ast.value_unsafe().is_bool())
+      return fail(err, "'add_special_tokens' must be a boolean", "add_special_tokens");
+    out.add_special_tokens = ast.value_unsafe().get_bool().value_unsafe();
   }
 
   if (kind == ApiKind::Completions) {

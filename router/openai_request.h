@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -33,6 +34,12 @@ struct ParsedRequest {
   bool has_prompt_tokens = false;
   std::string prompt_text;               // completions text prompt
   std::vector<ChatMessage> messages;     // chat: content parts flattened, null -> ""
+  // The raw body (a view of the caller's buffer; valid while the caller keeps
+  // it): a model's chat template renders the request from it.
+  std::string_view body;
+  // vLLM's `add_special_tokens`; unset = its default (true for completions,
+  // false for chat, whose template already holds the special tokens).
+  std::optional<bool> add_special_tokens;
 };
 
 // Parses a /v1/completions or /v1/chat/completions body. Returns false and

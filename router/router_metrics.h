@@ -30,6 +30,11 @@ struct RouterMetrics {
                                              "Cached prompt tokens on each worker at routing time", {"worker"})),
         decisions_total(r.counter("kvroute_scheduler_decisions_total",
                                   "Routing decisions by outcome (best_overlap, balance, no_worker)", {"outcome"})),
+        tokenizer_fallbacks_total(r.counter(
+            "kvroute_router_tokenizer_fallbacks_total",
+            "Routed requests tokenized by the placeholder, by model and reason (no_tokenizer, "
+            "no_chat_template, template_error)",
+            {"model", "reason"})),
         // gauges
         inflight_requests(r.gauge("kvroute_router_inflight_requests", "Requests being handled")),
         queued_requests(r.gauge("kvroute_router_queued_requests", "Requests waiting for a free worker")),
@@ -56,6 +61,7 @@ struct RouterMetrics {
   metrics::CounterFamily& worker_prompt_tokens_total;
   metrics::CounterFamily& worker_cached_tokens_total;
   metrics::CounterFamily& decisions_total;
+  metrics::CounterFamily& tokenizer_fallbacks_total;
   metrics::GaugeFamily& inflight_requests;
   metrics::GaugeFamily& queued_requests;
   metrics::HistogramFamily& request_duration_seconds;

@@ -1,17 +1,40 @@
 #include "router/routing.h"
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include <chrono>
 #include <algorithm>
 
+#include "common/log.h"
 #include "indexer/block_hash.h"
 #include "tokenizer/placeholder.h"
 
 namespace kvroute {
 
-std::vector<TokenId> RoutingService::tokens_of(const ParsedRequest& r) {
+std::vector<TokenId> RoutingService::tokens_of(const ParsedRequest& r, const TokenizerSet* tokenizers,
+                                              TokenizerFallback* fallback, std::string* detail) {
+  auto why = [&](TokenizerFallback f) {
+    if (fallback) *fallback = f;
+  };
+  why(TokenizerFallback::None);
   if (r.has_prompt_tokens) return r.prompt_tokens;
+  const ModelTokenizer* mt = tokenizers ? tokenizers->find(r.model) : nullptr;
+  std::vector<TokenId> ids;
+  if (mt && r.kind == ApiKind::Completions) {
+    mt->encode_prompt(r.prompt_text, r.add_special_tokens.value_or(true), ids);
+    return ids;
+  }
+  if (mt && !mt->chat_template()) {
+    why(TokenizerFallback::NoChatTemplate);
+  } else if (mt) {
+    std::string err;
+    if (mt->encode_chat(r.body, r.add_special_tokens.value_or(false), ids, &err)) return ids;
+    why(TokenizerFallback::TemplateError);
+    if (detail) *detail = std::move(err);
+  } else {
+    why(TokenizerFallback::NoTokenizer);
+  }
   if (r.kind == ApiKind::ChatCompletions) return placeholder_tokenize(placeholder_chat_prompt(r.messages));
   return placeholder_tokenize(r.prompt_text);
 }
@@ -27,7 +50,16 @@ RouteResult RoutingService::route(const ParsedRequest& request, bool rank_all) c
   RouteResult out;
   const uint32_t block_size = config_.get()->indexer.block_size;
   const auto t0 = StageClock::now();
-  const auto tokens = tokens_of(request);
+  std::string detail;
+  const auto tokens = tokens_of(request, tokenizers_, &out.tokenizer_fallback, &detail);
+  // Configured tokenizers make a missing one a degraded mode worth a warning;
+  // with none configured the placeholder is the deployment's choice.
+  if (out.tokenizer_fallback != TokenizerFallback::None && tokenizers_ && tokenizers_->size() > 0) {
+    static RateLimiter rl;
+    if (rl.allow())
+      spdlog::warn("model '{}': tokenized with the placeholder ({}{}{}); cache overlap is approximate",
+                   request.model, to_string(out.tokenizer_fallback), detail.empty() ? "" : ": ", detail);
+  }
   const auto t1 = StageClock::now();
   auto hashes = hash_blocks(tokens, block_size);
   out.stage_seconds[0] = seconds_between(t0, t1);

@@ -16,6 +16,7 @@
 #include "router/openai_request.h"
 #include "scheduler/scheduler.h"
 #include "scheduler/worker_registry.h"
+#include "tokenizer/model_tokenizer.h"
 
 namespace kvroute {
 
@@ -31,6 +32,9 @@ struct RouteResult {
   ApiError error;                    // when !ok: 404 unknown model, 503 no worker
   std::vector<RouteTarget> ranked;   // best first; the proxy fails over along it
   uint32_t isl_tokens = 0;
+  // Set when the placeholder tokenized the request instead of the model's own
+  // tokenizer (none configured, no chat template, template error).
+  TokenizerFallback tokenizer_fallback = TokenizerFallback::None;
   uint64_t request_blocks = 0;       // KV blocks the request will occupy (for in-flight accounting)
   std::vector<LocalBlockHash> block_hashes;  // the request's complete blocks
   // Time spent per stage: tokenize, hash, find_matches, score (seconds).
@@ -45,8 +49,11 @@ struct RouteResult {
 
 class RoutingService {
  public:
-  RoutingService(const Indexer& index, WorkerRegistry& registry, const ConfigStore& config, Random& random)
-      : index_(index), registry_(registry), config_(config), random_(random) {}
+  // `tokenizers` (may be null: the placeholder for every model) maps models to
+  // their tokenizers; it must outlive the service.
+  RoutingService(const Indexer& index, WorkerRegistry& registry, const ConfigStore& config, Random& random,
+                 const TokenizerSet* tokenizers = nullptr)
+      : index_(index), registry_(registry), config_(config), random_(random), tokenizers_(tokenizers) {}
 
   // `rank_all` ranks every eligible worker (explain); routing itself ranks
   // only router.max_attempts (the failover order).
@@ -56,14 +63,20 @@ class RoutingService {
   void route_blocks(std::string_view model, uint32_t isl_tokens, std::vector<LocalBlockHash> hashes, bool rank_all,
                     RouteResult& out) const;
 
-  // Token ids of a request (client-given ids, or the tokenizer's).
-  static std::vector<TokenId> tokens_of(const ParsedRequest& request);
+  // Token ids of a request as its engine computes them: the client's ids; else
+  // the model's tokenizer from `tokenizers` (chat: template, then no special
+  // tokens; completions: with them; the request's add_special_tokens wins);
+  // else the placeholder, and *fallback says why (*detail: the template's error).
+  // kvroute-mocker calls it too, so both sides agree.
+  static std::vector<TokenId> tokens_of(const ParsedRequest& request, const TokenizerSet* tokenizers = nullptr,
+                                        TokenizerFallback* fallback = nullptr, std::string* detail = nullptr);
 
  private:
   const Indexer& index_;
   WorkerRegistry& registry_;
   const ConfigStore& config_;
   Random& random_;
+  const TokenizerSet* tokenizers_;
 };
 
 }  // namespace kvroute

@@ -1,0 +1,69 @@
+// Compares ChatTemplate::render_request with @huggingface/jinja (gen_chat_reference.js).
+// Usage: kvroute-chat-compare MODEL_DIR CONVERSATIONS.jsonl REF.jsonl
+//   CONVERSATIONS: per line {"name": ..., "request": <OpenAI chat body>}
+//   REF: per line {"ok": true, "text": ...} or {"ok": false, "error": ...}, same order.
+// A case is equal when both render the same bytes, or both fail (e.g. raise_exception).
+// Prints one line per failure with a diff excerpt, then "N/M equal"; exit 1 on any difference.
+#include <simdjson.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "tokenizer/chat_template.h"
+
+namespace {
+
+std::string excerpt(const std::string& s, size_t at) {
+  size_t b = at > 60 ? at - 60 : 0;
+  std::string e = s.substr(b, 120), out;
+  for (char c : e) {
+    if (c == '\n') out += "\\n";
+    else out += c;
+  }
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 4) { std::fprintf(stderr, "usage: %s MODEL_DIR CONVERSATIONS REF\n", argv[0]); return 2; }
+  std::string err;
+  auto ct = kvroute::ChatTemplate::load(argv[1], &err);
+  if (!ct) { std::printf("load: %s\n", err.c_str()); return 2; }
+  std::ifstream c(argv[2]), r(argv[3]);
+  std::string cl, rl;
+  simdjson::dom::parser p1, p2;
+  size_t total = 0, equal = 0;
+  while (std::getline(c, cl)) {
+    if (cl.empty()) continue;
+    if (!std::getline(r, rl)) { std::printf("reference file is short\n"); return 2; }
+    simdjson::dom::element conv = p1.parse(cl);
+    std::string name(std::string_view(conv["name"].get_string().value()));
+    std::string request = simdjson::minify(conv["request"]);
+    simdjson::dom::element ref = p2.parse(rl);
+    bool ref_ok = ref["ok"].get_bool().value();
+    std::string out, error;
+    bool ok = ct->render_request(request, &out, &error);
+    ++total;
+    if (!ref_ok) {
+      std::string ref_err(std::string_view(ref["error"].get_string().value()));
+      if (!ok) {
+        ++equal;
+        if (ref_err != error) std::printf("  note %s: both raise; node: \"%s\" kvroute: \"%s\"\n", name.c_str(), ref_err.c_str(), error.c_str());
+      } else {
+        std::printf("DIFF %s: node raised \"%s\", kvroute rendered %zu bytes\n", name.c_str(), ref_err.c_str(), out.size());
+      }
+      continue;
+    }
+    std::string want(std::string_view(ref["text"].get_string().value()));
+    if (!ok) { std::printf("DIFF %s: kvroute raised \"%s\", node rendered %zu bytes\n", name.c_str(), error.c_str(), want.size()); continue; }
+    if (out == want) { ++equal; continue; }
+    size_t at = std::mismatch(out.begin(), out.begin() + std::min(out.size(), want.size()), want.begin()).first - out.begin();
+    std::printf("DIFF %s at byte %zu (kvroute %zu bytes, node %zu bytes)\n  node:    %s\n  kvroute: %s\n", name.c_str(), at,
+                out.size(), want.size(), excerpt(want, at).c_str(), excerpt(out, at).c_str());
+  }
+  std::printf("%zu/%zu equal\n", equal, total);
+  return equal == total ? 0 : 1;
+}

@@ -1,0 +1,46 @@
+// Chat templates: OpenAI chat request -> prompt text, the way vLLM renders it with a
+// model's Jinja `chat_template` (tokenizer_config.json or chat_template.jinja). The
+// template language is tokenizer/jinja.h (byte-for-byte @huggingface/jinja).
+// Thread-safety: a ChatTemplate is immutable after load(); render*() may be called
+// concurrently from any thread (the parsed template is shared read-only).
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace kvroute {
+
+namespace jinja {
+class Template;
+}
+
+class ChatTemplate {
+ public:
+  // dir: a directory with tokenizer_config.json (chat_template as a string, or a list of
+  // {"name","template"} where "default" is used), or a chat_template.jinja file in dir
+  // (newer Hugging Face layout, preferred if present). bos_token/eos_token (string or
+  // {"content":...} object) are passed to the template; a null token is not passed.
+  // Returns nullptr + *error if there is no template or it does not parse.
+  static std::unique_ptr<ChatTemplate> load(const std::string& dir, std::string* error);
+  ~ChatTemplate();
+
+  // Renders an OpenAI /v1/chat/completions body (untrusted JSON): messages, tools,
+  // add_generation_prompt (default true, as vLLM), continue_final_message,
+  // chat_template_kwargs (object merged into the template context, e.g. enable_thinking),
+  // documents if present. Messages are preprocessed as vLLM does: content given as an
+  // array of parts -> its text parts joined with "\n"; null/missing content -> "";
+  // tool_calls[].function.arguments given as a JSON string -> parsed into an object.
+  // Returns false and a client-facing message in *error (bad JSON, template raise_exception, limits).
+  bool render_request(std::string_view body_json, std::string* out, std::string* error) const;
+  // Lower level: renders with an explicit context object (JSON text), no preprocessing.
+  bool render(std::string_view context_json, std::string* out, std::string* error) const;
+
+ private:
+  ChatTemplate();
+  std::unique_ptr<jinja::Template> template_;
+  std::optional<std::string> bos_token_, eos_token_;
+};
+
+}  // namespace kvroute

@@ -1,9 +1,13 @@
 // The live configuration, swapped atomically on reload. Readers take a
 // snapshot (shared_ptr) per request, so an in-flight request keeps the config
 // it started with. Updates are serialised, validated, limited to reloadable
-// keys, and all-or-nothing. Thread-safe.
+// keys, and all-or-nothing. Thread-safe. Readers on the data plane (several
+// get() per request on every io thread) take no lock: each thread keeps the
+// snapshot it saw last and refreshes it when the store's version moves.
 #pragma once
 
+#include <atomic>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -20,8 +24,19 @@ class ConfigStore {
   explicit ConfigStore(Config initial) : current_(std::make_shared<const Config>(std::move(initial))) {}
 
   std::shared_ptr<const Config> get() const {
-    std::lock_guard lk(mu_);
-    return current_;
+    // Per thread: the store it read last (by id, never reused), the version
+    // and the snapshot. A hit costs one atomic load and a refcount increment.
+    struct Cache {
+      uint64_t store = 0, version = 0;
+      std::shared_ptr<const Config> config;
+    };
+    thread_local Cache cache;
+    const uint64_t v = version_.load(std::memory_order_acquire);
+    if (cache.store != id_ || cache.version != v) {
+      std::lock_guard lk(mu_);
+      cache = Cache{id_, version_.load(std::memory_order_relaxed), current_};
+    }
+    return cache.config;
   }
 
   // Applies `edit` to a copy of the current config; if it returns no error
@@ -38,6 +53,7 @@ class ConfigStore {
     {
       std::lock_guard lk(mu_);
       current_ = p;
+      version_.fetch_add(1, std::memory_order_release);
     }
     for (const auto& l : listeners_) l(*p);
     return std::nullopt;
@@ -50,6 +66,12 @@ class ConfigStore {
   }
 
  private:
+  static uint64_t next_id() {
+    static std::atomic<uint64_t> n{0};
+    return ++n;
+  }
+  const uint64_t id_ = next_id();
+  std::atomic<uint64_t> version_{1};
   mutable std::mutex mu_;
   std::mutex update_mu_;  // serialises updates; held while listeners run
   std::shared_ptr<const Config> current_;

@@ -182,26 +182,38 @@ bool peer_closed(tcp::socket& s) {
 // only ever used there, so the pool needs no lock. Not thread-safe.
 class UpstreamPool {
  public:
+  // A connection idle for longer than this is checked (one MSG_PEEK) before
+  // reuse; servers close idle keep-alive connections after seconds, not
+  // milliseconds. Either way a pooled connection that fails before the first
+  // response byte is retried on a fresh one (proxy()).
+  static constexpr auto kCheckAfter = milliseconds(200);
+
   std::optional<tcp::socket> take(const std::string& key) {
     auto it = idle_.find(key);
+    const auto now = Steady::now();
     while (it != idle_.end() && !it->second.empty()) {
-      tcp::socket s = std::move(it->second.back());
+      Idle c = std::move(it->second.back());
       it->second.pop_back();
-      if (!peer_closed(s)) return s;  // an idle connection the worker closed reads as EOF
+      // An idle connection the worker closed reads as EOF.
+      if (now - c.since < kCheckAfter || !peer_closed(c.socket)) return std::move(c.socket);
       beast::error_code ec;
-      s.close(ec);
+      c.socket.close(ec);
     }
     return std::nullopt;
   }
   void give(const std::string& key, tcp::socket s, size_t limit) {
     auto& v = idle_[key];
     if (v.size() >= limit) return;  // `s` closes here
-    v.push_back(std::move(s));
+    v.push_back(Idle{std::move(s), Steady::now()});
   }
   void clear() { idle_.clear(); }
 
  private:
-  std::unordered_map<std::string, std::vector<tcp::socket>> idle_;
+  struct Idle {
+    tcp::socket socket;
+    Steady::time_point since;
+  };
+  std::unordered_map<std::string, std::vector<Idle>> idle_;
 };
 
 // Watches the client connection during one upstream operation: if the client

@@ -107,6 +107,17 @@ bool is_hop_by_hop(http::field f) {
   }
 }
 
+// "Name: value\r\n" for each field of `fields` that is not hop-by-hop.
+void append_end_to_end_fields(std::string& h, const http::fields& fields) {
+  for (const auto& f : fields) {
+    if (is_hop_by_hop(f.name())) continue;
+    h.append(f.name_string().data(), f.name_string().size());
+    h += ": ";
+    h.append(f.value().data(), f.value().size());
+    h += "\r\n";
+  }
+}
+
 // "POST /base/v1/... HTTP/1.1\r\n" + the client's end-to-end fields + Host,
 // Connection (close when not pooling) and Content-Length, then the blank line.
 std::string upstream_request_head(const http::request<http::string_body>& req, const UpstreamUrl& url,
@@ -118,13 +129,7 @@ std::string upstream_request_head(const http::request<http::string_body>& req, c
   h += url.base;
   h.append(req.target().data(), req.target().size());
   h += " HTTP/1.1\r\n";
-  for (const auto& f : req) {
-    if (is_hop_by_hop(f.name())) continue;
-    h.append(f.name_string().data(), f.name_string().size());
-    h += ": ";
-    h.append(f.value().data(), f.value().size());
-    h += "\r\n";
-  }
+  append_end_to_end_fields(h, req);
   h += "Host: ";
   h += url.host;
   h += ':';
@@ -145,13 +150,7 @@ std::string client_response_head(const http::response<http::buffer_body>& res, s
   fmt::format_to(std::back_inserter(h), "HTTP/1.1 {} ", res.result_int());
   h.append(reason.data(), reason.size());
   h += "\r\n";
-  for (const auto& f : res) {
-    if (is_hop_by_hop(f.name())) continue;
-    h.append(f.name_string().data(), f.name_string().size());
-    h += ": ";
-    h.append(f.value().data(), f.value().size());
-    h += "\r\n";
-  }
+  append_end_to_end_fields(h, res);
   fmt::format_to(std::back_inserter(h), "Content-Length: {}\r\n", content_length);
   h += keep_alive ? "\r\n" : "Connection: close\r\n\r\n";
   return h;

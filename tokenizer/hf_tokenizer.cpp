@@ -5,6 +5,7 @@
 //   string_views -> per piece: per-thread word cache, else BPE on ids.
 // All scratch buffers are thread_local; the tokenizer itself is immutable.
 #include "tokenizer/hf_tokenizer.h"
+#include "tokenizer/utf8.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
@@ -29,12 +30,6 @@ namespace {
 
 inline size_t utf8_len(unsigned char c) { return c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4; }
 
-void append_utf8(std::string& s, uint32_t c) {
-  if (c < 0x80) s += char(c);
-  else if (c < 0x800) { s += char(0xC0 | (c >> 6)); s += char(0x80 | (c & 0x3F)); }
-  else if (c < 0x10000) { s += char(0xE0 | (c >> 12)); s += char(0x80 | ((c >> 6) & 0x3F)); s += char(0x80 | (c & 0x3F)); }
-  else { s += char(0xF0 | (c >> 18)); s += char(0x80 | ((c >> 12) & 0x3F)); s += char(0x80 | ((c >> 6) & 0x3F)); s += char(0x80 | (c & 0x3F)); }
-}
 
 // Decodes one code point of valid UTF-8 at s[i]; advances i.
 inline uint32_t decode_utf8(std::string_view s, size_t& i) {

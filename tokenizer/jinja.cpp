@@ -3,6 +3,7 @@
 // -> interpreter (per-render scopes, step/depth/size limits) -> JSON conversion.
 // Errors inside are thrown as JinjaError and caught at the public boundary.
 #include "tokenizer/jinja.h"
+#include "tokenizer/utf8.h"
 
 #include <simdjson.h>
 
@@ -44,19 +45,6 @@ char32_t decode(std::string_view s, size_t i, size_t* len) {
   return cp;
 }
 
-void append_utf8(std::string& out, char32_t cp) {
-  if (cp >= 0xD800 && cp <= 0xDFFF) cp = 0xFFFD;  // lone surrogate: what Node writes as UTF-8
-  if (cp < 0x80) {
-    out += char(cp);
-  } else if (cp < 0x800) {
-    out += char(0xC0 | (cp >> 6)); out += char(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += char(0xE0 | (cp >> 12)); out += char(0x80 | ((cp >> 6) & 0x3F)); out += char(0x80 | (cp & 0x3F));
-  } else {
-    out += char(0xF0 | (cp >> 18)); out += char(0x80 | ((cp >> 12) & 0x3F));
-    out += char(0x80 | ((cp >> 6) & 0x3F)); out += char(0x80 | (cp & 0x3F));
-  }
-}
 
 bool valid_utf8(std::string_view s) { return simdjson::validate_utf8(s.data(), s.size()); }
 

@@ -3,6 +3,7 @@
 // composites, blocking rule of UAX #15 section 3.11.6). Slow path only: most
 // text is answered by nfc_quick_check without a copy.
 #include "tokenizer/unicode_nfc.h"
+#include "tokenizer/utf8.h"
 
 #include <algorithm>
 #include <vector>
@@ -29,12 +30,6 @@ constexpr uint32_t kLCount = 19, kVCount = 21, kTCount = 28, kNCount = kVCount *
 
 inline uint8_t ccc(uint32_t cp) { return uint8_t(nfc_props(cp) & 0xFF); }
 
-void append_utf8(std::string& s, uint32_t c) {
-  if (c < 0x80) s += char(c);
-  else if (c < 0x800) { s += char(0xC0 | (c >> 6)); s += char(0x80 | (c & 0x3F)); }
-  else if (c < 0x10000) { s += char(0xE0 | (c >> 12)); s += char(0x80 | ((c >> 6) & 0x3F)); s += char(0x80 | (c & 0x3F)); }
-  else { s += char(0xF0 | (c >> 18)); s += char(0x80 | ((c >> 12) & 0x3F)); s += char(0x80 | ((c >> 6) & 0x3F)); s += char(0x80 | (c & 0x3F)); }
-}
 
 inline uint32_t next_cp(std::string_view s, size_t& i) {
   const unsigned char c = s[i];

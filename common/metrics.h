@@ -70,12 +70,14 @@ class Family {
   Family(std::string name, std::string help, std::vector<std::string> labels, std::vector<double> bounds = {})
       : name_(std::move(name)), help_(std::move(help)), labels_(std::move(labels)), bounds_(std::move(bounds)) {
     assert(labels_.size() <= 8 && "at most 8 labels per family (with() pads on the stack)");
+    if (labels_.empty()) plain_ = &with({});
   }
 
   // The child for these label values (in label-name order); created on first use.
   M& with(std::initializer_list<std::string_view> values);
-  // The child without labels (for families declared with no label names).
-  M& get() { return with({}); }
+  // The child without labels (for families declared with no label names):
+  // no lookup, no lock.
+  M& get() { return plain_ ? *plain_ : with({}); }
   // Removes a child (e.g. a worker that left), so label sets stay bounded.
   void remove(std::initializer_list<std::string_view> values);
 
@@ -99,6 +101,7 @@ class Family {
   };
   mutable std::shared_mutex mu_;
   std::map<std::vector<std::string>, std::unique_ptr<M>, KeyLess> children_;
+  M* plain_ = nullptr;  // the only child of a family without labels
 };
 
 using CounterFamily = Family<Counter>;

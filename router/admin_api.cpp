@@ -13,7 +13,7 @@ namespace kvroute {
 namespace {
 
 AdminResponse json_error(unsigned status, std::string_view message, std::string_view type, std::string_view code) {
-  ApiError e{status, std::string(message), std::string(type), "", std::string(code)};
+  ApiError e{status, std::string(message), type, "", std::string(code)};  // type: a literal
   return AdminResponse{status, error_body(e)};
 }
 

@@ -27,6 +27,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <charconv>
@@ -38,6 +39,7 @@
 
 #include "common/json_escape.h"
 #include "common/log.h"
+#include "router/io_watch.h"
 #include "router/openai_request.h"
 
 // GCC 12 destroys some temporaries of a co_await expression twice: never pass
@@ -166,16 +168,6 @@ std::string_view route_label(std::string_view target) {
   return "other";
 }
 
-// True if the peer closed or reset the connection: readable with no data.
-// One non-blocking MSG_PEEK recv; never changes the socket's blocking mode.
-bool peer_closed(tcp::socket& s) {
-  char b;
-  const ssize_t n = ::recv(s.native_handle(), &b, 1, MSG_PEEK | MSG_DONTWAIT);
-  if (n > 0) return false;
-  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return false;
-  return true;  // eof, reset, or another socket error
-}
-
 // Idle keep-alive connections per worker ("host:port"), owned by one io
 // thread: a pooled socket stays registered with that thread's reactor and is
 // only ever used there, so the pool needs no lock. Not thread-safe.
@@ -215,59 +207,70 @@ class UpstreamPool {
   std::unordered_map<std::string, std::vector<Idle>> idle_;
 };
 
-// Watches the client connection during one upstream operation: if the client
-// closes, the upstream connection is closed at once (the worker stops
-// generating). Everything runs on the request's io thread. Use:
-//   ClientWatch watch(client_socket, upstream);  co_await <upstream op>;
-//   if (watch.client_gone()) ...   // also disarms; call exactly once
-// Arming costs one epoll_ctl (asio re-arms the edge-triggered descriptor), so
-// one watch spans the header and body reads of a small answer.
-class ClientWatch {
+}  // namespace
+
+bool peer_closed(tcp::socket& s) {
+  char b;
+  const ssize_t n = ::recv(s.native_handle(), &b, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (n > 0) return false;
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return false;
+  return true;  // eof, reset, or another socket error
+}
+
+// Relay buffers of one io thread, reused from request to request: a 16 KiB
+// array in the proxy coroutine's frame made every request malloc that much.
+class RelayBuffers {
  public:
-  ClientWatch(const ClientWatch&) = delete;
-  ClientWatch& operator=(const ClientWatch&) = delete;
-  ~ClientWatch() {
-    if (!state_->done) client_gone();
-  }
-  ClientWatch(tcp::socket& client, beast::tcp_stream& upstream)
-      : client_(client), state_(std::make_shared<State>()) {
-    state_->upstream = &upstream;
-    client.async_wait(tcp::socket::wait_read, [s = state_, &client](beast::error_code ec) {
-      if (ec || s->done) return;   // disarmed: the request (and maybe the socket) moved on
-      if (!peer_closed(client)) return;  // spurious wake-up or pipelined data: alive
-      s->client_gone = true;
-      beast::error_code ignored;
-      s->upstream->socket().shutdown(tcp::socket::shutdown_both, ignored);
-      s->upstream->socket().close(ignored);
-    });
-  }
-  // Disarms the watch; true if the client went away meanwhile.
-  bool client_gone() {
-    state_->done = true;
-    beast::error_code ignored;
-    client_.cancel(ignored);
-    return state_->client_gone;
+  class Lease {
+   public:
+    Lease(RelayBuffers& owner, std::unique_ptr<char[]> b) : owner_(owner), b_(std::move(b)) {}
+    Lease(const Lease&) = delete;
+    Lease& operator=(const Lease&) = delete;
+    ~Lease() {
+      if (owner_.spare_.size() < kKeep) owner_.spare_.push_back(std::move(b_));
+    }
+    char* data() { return b_.get(); }
+
+   private:
+    RelayBuffers& owner_;
+    std::unique_ptr<char[]> b_;
+  };
+  Lease take() {
+    std::unique_ptr<char[]> b;
+    if (spare_.empty()) {
+      b = std::make_unique_for_overwrite<char[]>(kRelayBufferBytes);
+    } else {
+      b = std::move(spare_.back());
+      spare_.pop_back();
+    }
+    return Lease(*this, std::move(b));
   }
 
  private:
-  struct State {
-    bool done = false;
-    bool client_gone = false;
-    beast::tcp_stream* upstream = nullptr;
-  };
-  tcp::socket& client_;
-  std::shared_ptr<State> state_;
+  static constexpr size_t kKeep = 256;  // spare buffers kept per thread (4 MiB)
+  std::vector<std::unique_ptr<char[]>> spare_;
 };
 
-}  // namespace
-
 // One io thread: its own io_context (run by exactly one thread, so handlers
-// need no strand) and its own upstream pool.
+// need no strand), its own upstream pool and its own sweeper (timeouts and
+// client watches, router/io_watch.h).
 struct IoThread {
+  // First: these outlive the coroutines the io_context destroys.
+  Sweeper sweeper;
+  RelayBuffers buffers;
   asio::io_context ioc{1};
   asio::executor_work_guard<asio::io_context::executor_type> work = asio::make_work_guard(ioc);
   UpstreamPool pool;
   std::thread thread;
+};
+
+// A client connection: its socket and the deadline of its current operation.
+struct ClientConn {
+  ClientConn(tcp::socket s, Sweeper& sweeper) : socket(std::move(s)), deadline(sweeper) {}
+  tcp::socket socket;
+  Deadline deadline;
+  // Arms the deadline for the next operation on the socket.
+  void expires_after(milliseconds t) { deadline.arm(socket, t); }
 };
 
 struct HttpServer::Impl {
@@ -291,15 +294,16 @@ struct HttpServer::Impl {
   std::atomic<int64_t> queued{0};    // requests in the wait queue
 
   awaitable<void> accept_loop(tcp::acceptor& a, bool admin);
+  awaitable<void> sweep_loop(IoThread& io);
   awaitable<void> session(tcp::socket socket, bool admin, IoThread& io);
-  awaitable<bool> handle(beast::tcp_stream& client, http::request<http::string_body>& req, IoThread& io);
-  awaitable<bool> handle_admin(beast::tcp_stream& client, http::request<http::string_body>& req);
-  awaitable<bool> proxy(beast::tcp_stream& client, http::request<http::string_body>& req, ApiKind kind,
+  awaitable<bool> handle(ClientConn& client, http::request<http::string_body>& req, IoThread& io);
+  awaitable<bool> handle_admin(ClientConn& client, http::request<http::string_body>& req);
+  awaitable<bool> proxy(ClientConn& client, http::request<http::string_body>& req, ApiKind kind,
                         IoThread& io);
-  awaitable<bool> respond(beast::tcp_stream& client, unsigned version, bool keep_alive, http::status status,
+  awaitable<bool> respond(ClientConn& client, unsigned version, bool keep_alive, http::status status,
                           std::string body, std::string_view content_type = "application/json",
                           std::optional<unsigned> retry_after = std::nullopt);
-  awaitable<bool> respond_error(beast::tcp_stream& client, unsigned version, bool keep_alive, const ApiError& e);
+  awaitable<bool> respond_error(ClientConn& client, unsigned version, bool keep_alive, const ApiError& e);
   void count(std::string_view route, unsigned status, std::string_view model) {
     if (hooks.metrics) hooks.metrics->requests_total.with({route, std::to_string(status), model}).inc();
   }
@@ -325,8 +329,24 @@ awaitable<void> HttpServer::Impl::accept_loop(tcp::acceptor& a, bool admin) {
   }
 }
 
+// Ticks the io thread's sweeper: a tenth of the shortest configured timeout,
+// between 5 and 50 ms, so a timeout fires at most 10% (or 50 ms) late and a
+// slow request's client watch is armed within kDelay + one tick.
+awaitable<void> HttpServer::Impl::sweep_loop(IoThread& io) {
+  asio::steady_timer timer(io.ioc);
+  beast::error_code ec;
+  while (!stopping.load()) {
+    const auto& r = hooks.config->get()->router;
+    const uint32_t shortest = std::min({r.connect_timeout_ms, r.first_byte_timeout_ms, r.idle_timeout_ms,
+                                        r.client_read_timeout_ms});
+    timer.expires_after(milliseconds(std::clamp<uint32_t>(shortest / 10, 5, 50)));
+    co_await timer.async_wait(nothrow(ec));
+    io.sweeper.sweep(Steady::now());
+  }
+}
+
 awaitable<void> HttpServer::Impl::session(tcp::socket socket, bool admin, IoThread& io) {
-  beast::tcp_stream stream(std::move(socket));
+  ClientConn stream(std::move(socket), io.sweeper);
   beast::flat_buffer buffer;
   try {
     for (;;) {
@@ -336,7 +356,8 @@ awaitable<void> HttpServer::Impl::session(tcp::socket socket, bool admin, IoThre
       parser.body_limit(cfg->router.max_body_bytes);
       stream.expires_after(milliseconds(cfg->router.client_read_timeout_ms));
       beast::error_code ec;
-      co_await http::async_read(stream, buffer, parser, nothrow(ec));
+      co_await http::async_read(stream.socket, buffer, parser, nothrow(ec));
+      stream.deadline.settle(ec);
       if (ec) {
         // Answer what a client can act on; a closed or timed-out connection gets nothing.
         if (ec == http::error::body_limit) {
@@ -365,10 +386,10 @@ awaitable<void> HttpServer::Impl::session(tcp::socket socket, bool admin, IoThre
     spdlog::error("connection aborted by an internal error: {}", e.what());
   }
   beast::error_code ignored;
-  stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
+  stream.socket.shutdown(tcp::socket::shutdown_send, ignored);
 }
 
-awaitable<bool> HttpServer::Impl::respond(beast::tcp_stream& client, unsigned version, bool keep_alive,
+awaitable<bool> HttpServer::Impl::respond(ClientConn& client, unsigned version, bool keep_alive,
                                           http::status status, std::string body, std::string_view content_type,
                                           std::optional<unsigned> retry_after) {
   http::response<http::string_body> res{status, version};
@@ -380,11 +401,12 @@ awaitable<bool> HttpServer::Impl::respond(beast::tcp_stream& client, unsigned ve
   res.prepare_payload();
   beast::error_code ec;
   client.expires_after(milliseconds(hooks.config->get()->router.idle_timeout_ms));
-  co_await http::async_write(client, res, nothrow(ec));
+  co_await http::async_write(client.socket, res, nothrow(ec));
+  client.deadline.settle(ec);
   co_return !ec && res.keep_alive();
 }
 
-awaitable<bool> HttpServer::Impl::respond_error(beast::tcp_stream& client, unsigned version, bool keep_alive,
+awaitable<bool> HttpServer::Impl::respond_error(ClientConn& client, unsigned version, bool keep_alive,
                                                 const ApiError& e) {
   std::optional<unsigned> retry_after;
   if (e.status == 503) retry_after = 1;
@@ -393,7 +415,7 @@ awaitable<bool> HttpServer::Impl::respond_error(beast::tcp_stream& client, unsig
                              "application/json", retry_after);
 }
 
-awaitable<bool> HttpServer::Impl::handle_admin(beast::tcp_stream& client, http::request<http::string_body>& req) {
+awaitable<bool> HttpServer::Impl::handle_admin(ClientConn& client, http::request<http::string_body>& req) {
   std::string_view target(req.target().data(), req.target().size());
   target = target.substr(0, target.find('?'));
   const auto auth = req[http::field::authorization];
@@ -405,7 +427,7 @@ awaitable<bool> HttpServer::Impl::handle_admin(beast::tcp_stream& client, http::
                              std::move(r.body), r.content_type);
 }
 
-awaitable<bool> HttpServer::Impl::handle(beast::tcp_stream& client, http::request<http::string_body>& req,
+awaitable<bool> HttpServer::Impl::handle(ClientConn& client, http::request<http::string_body>& req,
                                          IoThread& io) {
   std::string_view target(req.target().data(), req.target().size());
   target = target.substr(0, target.find('?'));
@@ -456,7 +478,7 @@ awaitable<bool> HttpServer::Impl::handle(beast::tcp_stream& client, http::reques
   co_return co_await respond_error(client, v, keep, e);
 }
 
-awaitable<bool> HttpServer::Impl::proxy(beast::tcp_stream& client, http::request<http::string_body>& req,
+awaitable<bool> HttpServer::Impl::proxy(ClientConn& client, http::request<http::string_body>& req,
                                         ApiKind kind, IoThread& io) {
   const auto started = Steady::now();
   const bool keep = req.keep_alive();
@@ -476,7 +498,8 @@ awaitable<bool> HttpServer::Impl::proxy(beast::tcp_stream& client, http::request
     rec.outcome = outcome;
     rec.duration_ms = seconds_since(started) * 1e3;
     count(route_name, status, model_label);
-    if (m) m->request_duration_seconds.with({route_name}).observe(seconds_since(started));
+    if (m)
+      (kind == ApiKind::ChatCompletions ? m->duration_chat : m->duration_completions).observe(seconds_since(started));
     if (cfg->log.access_log) log_access(rec);
   };
   auto reject = [&](const ApiError& e, std::string_view outcome) -> awaitable<bool> {
@@ -541,9 +564,8 @@ awaitable<bool> HttpServer::Impl::proxy(beast::tcp_stream& client, http::request
     }
   }
   if (m) {
-    static constexpr std::string_view stages[] = {"tokenize", "hash", "find_matches", "score"};
-    for (int i = 0; i < 4; ++i) m->decision_seconds.with({stages[i]}).observe(route.stage_seconds[i]);
-    m->decisions_total.with({!route.ok ? "no_worker" : route.chose_best_overlap ? "best_overlap" : "balance"}).inc();
+    for (int i = 0; i < 4; ++i) m->stage_seconds[i]->observe(route.stage_seconds[i]);
+    (!route.ok ? m->decided_no_worker : route.chose_best_overlap ? m->decided_best_overlap : m->decided_balance).inc();
   }
   rec.prompt_tokens = route.isl_tokens;
   if (!route.ok) {
@@ -580,21 +602,20 @@ awaitable<bool> HttpServer::Impl::proxy(beast::tcp_stream& client, http::request
 
     // A pooled connection may have been closed by the worker in the meantime:
     // such a failure retries on a fresh connection to the same worker.
-    std::optional<beast::tcp_stream> upstream;
+    const milliseconds idle(cfg->router.idle_timeout_ms);
+    std::optional<tcp::socket> upstream;
+    Deadline up_deadline(io.sweeper);  // after `upstream`: goes first
     beast::flat_buffer up_buf;
     std::optional<http::response_parser<http::buffer_body>> parser;
-    // Armed from the request's send until the answer is committed to the client.
-    std::optional<ClientWatch> watch;
-    auto client_left = [&watch] {
-      const bool gone = watch && watch->client_gone();
-      watch.reset();
-      return gone;
-    };
+    // Watches the client from the request's send until the answer is committed
+    // to it (a stream: until its end). Declared last: stops first.
+    ClientWatch watch(io.sweeper, client.socket);
     beast::error_code ec;
     const char* failed_phase = nullptr;
     const auto sent_at = Steady::now();
     for (int fresh = 0; fresh < 2; ++fresh) {
       ec = {};
+      up_deadline.disarm();
       upstream.reset();
       bool pooled = false;
       if (fresh == 0) {
@@ -605,41 +626,44 @@ awaitable<bool> HttpServer::Impl::proxy(beast::tcp_stream& client, http::request
       }
       if (!upstream) {
         upstream.emplace(ex);
-        upstream->expires_after(milliseconds(cfg->router.connect_timeout_ms));
+        up_deadline.arm(*upstream, milliseconds(cfg->router.connect_timeout_ms));
         beast::error_code addr_ec;
         const auto addr = asio::ip::make_address(url.host, addr_ec);
         uint16_t port = 0;
         std::from_chars(url.port.data(), url.port.data() + url.port.size(), port);
         if (!addr_ec) {
-          co_await upstream->async_connect(tcp::endpoint(addr, port), nothrow(ec));
+          const tcp::endpoint endpoint(addr, port);
+          co_await upstream->async_connect(endpoint, nothrow(ec));
         } else {
           tcp::resolver resolver(ex);
           auto results = co_await resolver.async_resolve(url.host, url.port, nothrow(ec));
-          if (!ec) co_await upstream->async_connect(results, nothrow(ec));
+          if (!ec) co_await asio::async_connect(*upstream, results, nothrow(ec));
         }
+        up_deadline.settle(ec);
         if (ec) {
           failed_phase = "connect";
           break;
         }
-        upstream->socket().set_option(tcp::no_delay(true), ec);
+        upstream->set_option(tcp::no_delay(true), ec);
         ec = {};
       }
-      upstream->expires_after(milliseconds(cfg->router.first_byte_timeout_ms));
+      up_deadline.arm(*upstream, milliseconds(cfg->router.first_byte_timeout_ms));
       co_await asio::async_write(*upstream, up_wire, nothrow(ec));
       parser.emplace();
       parser->body_limit(std::numeric_limits<std::uint64_t>::max());
       up_buf.clear();
       if (!ec) {
         // While the worker prefills, watch for the client going away.
-        watch.emplace(client.socket(), *upstream);
+        watch.watch(*upstream, false);
         co_await http::async_read_header(*upstream, up_buf, *parser, nothrow(ec));
-        if (ec && client_left()) {
+        if (ec && watch.client_gone()) {
           client_cancelled(499);
           co_return false;
         }
       }
+      up_deadline.settle(ec);
       if (!ec) break;
-      watch.reset();
+      watch.client_gone();
       failed_phase = "first_byte";
       if (!pooled) break;  // a fresh connection failed: the worker is at fault
     }
@@ -657,7 +681,7 @@ awaitable<bool> HttpServer::Impl::proxy(beast::tcp_stream& client, http::request
     const unsigned status = res.result_int();
     // An overloaded or unavailable worker is retried while nothing reached the client.
     if ((status == 502 || status == 503 || status == 504) && attempt + 1 < attempts) {
-      if (client_left()) {
+      if (watch.client_gone()) {
         client_cancelled(499);
         co_return false;
       }
@@ -685,20 +709,22 @@ awaitable<bool> HttpServer::Impl::proxy(beast::tcp_stream& client, http::request
     if (!res.has_content_length() && !res.chunked()) res.chunked(true);
     const bool sse = res[http::field::content_type].starts_with("text/event-stream");
     http::serializer<false, http::buffer_body> sr{res};
-    char buf[kRelayBufferBytes];
+    RelayBuffers::Lease lease = io.buffers.take();
+    char* const buf = lease.data();
 
     // A small sized body (a non-streaming answer) is read whole first, so the
     // client gets header and body in one write: one send on the hot path.
     const auto length = parser->content_length();
     bool sent_whole = false;
-    if (!res.chunked() && length && *length <= sizeof buf) {
+    if (!res.chunked() && length && *length <= kRelayBufferBytes) {
       res.body().data = buf;
       res.body().size = static_cast<size_t>(*length);
       if (!parser->is_done()) {
-        upstream->expires_after(milliseconds(cfg->router.idle_timeout_ms));
+        up_deadline.arm(*upstream, idle);
         co_await http::async_read(*upstream, up_buf, *parser, nothrow(ec));
+        up_deadline.settle(ec);
       }
-      if (client_left()) {
+      if (watch.client_gone()) {
         client_cancelled(status);
         co_return false;
       }
@@ -709,38 +735,41 @@ awaitable<bool> HttpServer::Impl::proxy(beast::tcp_stream& client, http::request
         co_return false;  // nothing sent yet, but the worker is committed: close
       }
       const size_t body_size = static_cast<size_t>(*length) - res.body().size;
-      const std::string head =
-          client_response_head(res, body_size, client_keep);
+      const std::string head = client_response_head(res, body_size, client_keep);
       const std::array<asio::const_buffer, 2> wire{asio::buffer(head), asio::buffer(buf, body_size)};
-      client.expires_after(milliseconds(cfg->router.idle_timeout_ms));
-      co_await asio::async_write(client, wire, nothrow(ec));
+      client.expires_after(idle);
+      co_await asio::async_write(client.socket, wire, nothrow(ec));
+      client.deadline.settle(ec);
       if (ec) {
         client_cancelled(status);
         co_return false;
       }
       sent_whole = true;
     } else {
-      if (client_left()) {
+      if (watch.client_gone()) {
         client_cancelled(499);
         co_return false;
       }
-      client.expires_after(milliseconds(cfg->router.idle_timeout_ms));
-      co_await http::async_write_header(client, sr, nothrow(ec));
+      client.expires_after(idle);
+      co_await http::async_write_header(client.socket, sr, nothrow(ec));
+      client.deadline.settle(ec);
       if (ec) {
         client_cancelled(499);
         co_return false;
       }
+      // A stream: one watch from here to its end (not one per chunk).
+      watch.watch(*upstream, true);
     }
 
     std::string tail;  // error event appended when the worker fails mid-stream
     while (!sent_whole && (!parser->is_done() || !sr.is_done())) {
       if (!parser->is_done()) {
         res.body().data = buf;
-        res.body().size = sizeof buf;
-        upstream->expires_after(milliseconds(cfg->router.idle_timeout_ms));
-        ClientWatch watch(client.socket(), *upstream);
+        res.body().size = kRelayBufferBytes;
+        up_deadline.arm(*upstream, idle);
         co_await http::async_read_some(*upstream, up_buf, *parser, nothrow(ec));
-        if (watch.client_gone()) {
+        up_deadline.settle(ec);
+        if (ec && watch.client_gone()) {
           client_cancelled(status);
           co_return false;
         }
@@ -758,11 +787,13 @@ awaitable<bool> HttpServer::Impl::proxy(beast::tcp_stream& client, http::request
           res.body().data = tail.data();
           res.body().size = tail.size();
           res.body().more = false;
-          client.expires_after(milliseconds(cfg->router.idle_timeout_ms));
-          co_await http::async_write(client, sr, nothrow(ec));
+          watch.client_gone();
+          client.expires_after(idle);
+          co_await http::async_write(client.socket, sr, nothrow(ec));
+          client.deadline.settle(ec);
           co_return false;
         }
-        res.body().size = sizeof buf - res.body().size;
+        res.body().size = kRelayBufferBytes - res.body().size;
         // A zero-size buffer would be serialised as the terminating chunk:
         // with nothing parsed (only chunk framing arrived) pass no buffer.
         res.body().data = res.body().size ? buf : nullptr;
@@ -772,8 +803,9 @@ awaitable<bool> HttpServer::Impl::proxy(beast::tcp_stream& client, http::request
         res.body().size = 0;
         res.body().more = false;
       }
-      client.expires_after(milliseconds(cfg->router.idle_timeout_ms));
-      co_await http::async_write(client, sr, nothrow(ec));
+      client.expires_after(idle);
+      co_await http::async_write(client.socket, sr, nothrow(ec));
+      client.deadline.settle(ec);
       if (ec == http::error::need_buffer) ec = {};
       if (ec) {  // client gone: the upstream connection closes with this frame
         client_cancelled(status);
@@ -781,10 +813,10 @@ awaitable<bool> HttpServer::Impl::proxy(beast::tcp_stream& client, http::request
       }
     }
 
-    if (upstream_keep && cfg->router.upstream_pool_size > 0) {
-      upstream->expires_never();
-      io.pool.give(url.key(), upstream->release_socket(), cfg->router.upstream_pool_size);
-    }
+    watch.client_gone();
+    up_deadline.disarm();
+    if (upstream_keep && cfg->router.upstream_pool_size > 0)
+      io.pool.give(url.key(), std::move(*upstream), cfg->router.upstream_pool_size);
     finish(status, status < 400 ? "ok" : "worker_error");
     co_return client_keep;
   }
@@ -841,6 +873,10 @@ void HttpServer::start(unsigned threads) {
   asio::co_spawn(impl_->io0().ioc, impl_->accept_loop(impl_->acceptor, false), asio::detached);
   if (impl_->admin_acceptor.is_open())
     asio::co_spawn(impl_->io0().ioc, impl_->accept_loop(impl_->admin_acceptor, true), asio::detached);
+  for (auto& t : impl_->io) {
+    IoThread& io = *t;
+    asio::co_spawn(io.ioc, impl_->sweep_loop(io), asio::detached);
+  }
   for (auto& t : impl_->io)
     t->thread = std::thread([&ioc = t->ioc] {
       pthread_setname_np(pthread_self(), "kvroute-http");

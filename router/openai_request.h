@@ -19,7 +19,7 @@ enum class ApiKind : uint8_t { Completions, ChatCompletions };
 struct ApiError {
   unsigned status = 400;
   std::string message;
-  std::string type = "invalid_request_error";
+  std::string_view type = "invalid_request_error";  // always a string literal
   std::string param;  // empty = null
   std::string code;   // empty = null
 };

@@ -49,7 +49,15 @@ struct RouterMetrics {
                                      metrics::exponential_buckets(1e-6, 2, 20), {"stage"})),
         overlap_ratio(r.histogram("kvroute_router_overlap_ratio",
                                   "Cached fraction of the prompt on the chosen worker",
-                                  metrics::linear_buckets(0.1, 0.1, 10))) {}
+                                  metrics::linear_buckets(0.1, 0.1, 10))),
+        // children with fixed labels, resolved once (no lookup per request)
+        duration_chat(request_duration_seconds.with({"chat_completions"})),
+        duration_completions(request_duration_seconds.with({"completions"})),
+        stage_seconds{&decision_seconds.with({"tokenize"}), &decision_seconds.with({"hash"}),
+                      &decision_seconds.with({"find_matches"}), &decision_seconds.with({"score"})},
+        decided_best_overlap(decisions_total.with({"best_overlap"})),
+        decided_balance(decisions_total.with({"balance"})),
+        decided_no_worker(decisions_total.with({"no_worker"})) {}
 
   metrics::CounterFamily& requests_total;
   metrics::CounterFamily& upstream_errors_total;
@@ -68,6 +76,13 @@ struct RouterMetrics {
   metrics::HistogramFamily& ttfb_seconds;
   metrics::HistogramFamily& decision_seconds;
   metrics::HistogramFamily& overlap_ratio;
+
+  metrics::Histogram& duration_chat;
+  metrics::Histogram& duration_completions;
+  metrics::Histogram* stage_seconds[4];  // tokenize, hash, find_matches, score
+  metrics::Counter& decided_best_overlap;
+  metrics::Counter& decided_balance;
+  metrics::Counter& decided_no_worker;
 };
 
 }  // namespace kvroute

@@ -22,7 +22,7 @@ namespace kvroute {
 
 struct RouteTarget {
   WorkerId worker;
-  std::string url;
+  std::string_view url;  // in the worker's announcement, kept alive by RouteResult::workers
   uint32_t cached_tokens = 0;  // matched prefix length per the index
   uint32_t prefill_tokens = 0; // tokens the worker must still prefill (predicted load)
 };

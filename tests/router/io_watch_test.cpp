@@ -1,0 +1,142 @@
+// router/io_watch.h on real loopback sockets: deadlines cut a pending
+// operation only once past, and only while armed; a client watch arms itself
+// after its delay and closes the upstream when the client goes away.
+#include <doctest/doctest.h>
+
+#include <utility>  // Boost 1.74's awaitable.hpp uses std::exchange without it
+
+#include <boost/asio.hpp>
+
+#include <optional>
+
+#include "router/io_watch.h"
+
+namespace {
+
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+using std::chrono::milliseconds;
+using Clock = std::chrono::steady_clock;
+
+// Two connected loopback sockets on `ioc`.
+std::pair<tcp::socket, tcp::socket> connected_pair(asio::io_context& ioc) {
+  tcp::acceptor acceptor(ioc, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+  tcp::socket a(ioc);
+  a.connect(acceptor.local_endpoint());
+  tcp::socket b = acceptor.accept();
+  return {std::move(a), std::move(b)};
+}
+
+// Runs `ioc` and ticks `sweeper` every 2 ms until `done()` or `limit` passes.
+template <class Done>
+void run_until(asio::io_context& ioc, kvroute::Sweeper& sweeper, Done done, milliseconds limit = milliseconds(3000)) {
+  const auto end = Clock::now() + limit;
+  while (!done() && Clock::now() < end) {
+    ioc.restart();
+    ioc.run_for(milliseconds(2));
+    sweeper.sweep(Clock::now());
+  }
+}
+
+}  // namespace
+
+TEST_CASE("a deadline cancels a pending read once past, and it reads as a timeout") {
+  asio::io_context ioc;
+  kvroute::Sweeper sweeper;
+  auto [mine, peer] = connected_pair(ioc);
+  kvroute::Deadline deadline(sweeper);
+  CHECK(sweeper.size() == 1);
+
+  char b[16];
+  std::optional<boost::system::error_code> result;
+  const auto t0 = Clock::now();
+  deadline.arm(mine, milliseconds(40));
+  mine.async_read_some(asio::buffer(b), [&](boost::system::error_code ec, size_t) { result = ec; });
+  run_until(ioc, sweeper, [&] { return result.has_value(); });
+  REQUIRE(result.has_value());
+  const auto waited = Clock::now() - t0;
+  CHECK(waited >= milliseconds(40));
+  CHECK(waited < milliseconds(1000));
+  CHECK(*result == asio::error::operation_aborted);
+  boost::system::error_code ec = *result;
+  deadline.settle(ec);
+  CHECK(ec == asio::error::timed_out);
+  CHECK_FALSE(deadline.expired());  // settle disarms
+}
+
+TEST_CASE("a settled deadline does not cut the socket's next operation") {
+  asio::io_context ioc;
+  kvroute::Sweeper sweeper;
+  auto [mine, peer] = connected_pair(ioc);
+  kvroute::Deadline deadline(sweeper);
+
+  // An operation that finishes in time keeps its result.
+  char b[16];
+  std::optional<boost::system::error_code> first;
+  deadline.arm(mine, milliseconds(20));
+  asio::write(peer, asio::buffer("x", 1));
+  mine.async_read_some(asio::buffer(b), [&](boost::system::error_code ec, size_t) { first = ec; });
+  run_until(ioc, sweeper, [&] { return first.has_value(); });
+  REQUIRE(first.has_value());
+  boost::system::error_code ec = *first;
+  deadline.settle(ec);
+  CHECK(!ec);
+
+  // Long past the old deadline, a read started without arming stays pending
+  // until data comes.
+  std::optional<boost::system::error_code> second;
+  mine.async_read_some(asio::buffer(b), [&](boost::system::error_code e, size_t) { second = e; });
+  const auto t0 = Clock::now();
+  run_until(ioc, sweeper, [&] { return second.has_value() || Clock::now() - t0 > milliseconds(100); });
+  CHECK_FALSE(second.has_value());
+  asio::write(peer, asio::buffer("y", 1));
+  run_until(ioc, sweeper, [&] { return second.has_value(); });
+  REQUIRE(second.has_value());
+  CHECK(!*second);
+}
+
+TEST_CASE("a client watch arms after its delay and closes the upstream when the client leaves") {
+  asio::io_context ioc;
+  kvroute::Sweeper sweeper;
+  auto [client, client_peer] = connected_pair(ioc);
+  auto [upstream, upstream_peer] = connected_pair(ioc);
+  {
+    kvroute::ClientWatch watch(sweeper, client);
+    watch.watch(upstream, false);
+    sweeper.sweep(Clock::now());
+    CHECK_FALSE(watch.armed());  // a quick answer never pays for the watch
+    run_until(ioc, sweeper, [&] { return watch.armed(); });
+    CHECK(watch.armed());
+
+    client_peer.close();  // the client goes away
+    run_until(ioc, sweeper, [&] { return !upstream.is_open(); });
+    CHECK_FALSE(upstream.is_open());
+    CHECK(watch.client_gone());
+  }
+  CHECK(sweeper.size() == 0);
+  // The worker side sees the close (the worker stops generating).
+  char b[4];
+  boost::system::error_code ec;
+  upstream_peer.read_some(asio::buffer(b), ec);
+  CHECK(ec == asio::error::eof);
+}
+
+TEST_CASE("a client that stays leaves the upstream alone") {
+  asio::io_context ioc;
+  kvroute::Sweeper sweeper;
+  auto [client, client_peer] = connected_pair(ioc);
+  auto [upstream, upstream_peer] = connected_pair(ioc);
+  kvroute::ClientWatch watch(sweeper, client);
+  watch.watch(upstream, true);
+  CHECK(watch.armed());
+  const auto t0 = Clock::now();
+  run_until(ioc, sweeper, [&] { return Clock::now() - t0 > milliseconds(50); });
+  CHECK(upstream.is_open());
+  CHECK_FALSE(watch.client_gone());
+  CHECK_FALSE(watch.armed());
+  // Disarmed: closing the client now touches nothing.
+  client_peer.close();
+  const auto t1 = Clock::now();
+  run_until(ioc, sweeper, [&] { return Clock::now() - t1 > milliseconds(50); });
+  CHECK(upstream.is_open());
+}

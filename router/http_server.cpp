@@ -51,8 +51,15 @@ namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = asio::ip::tcp;
-using asio::awaitable;
-using asio::use_awaitable;
+// Coroutines, sockets and timers typed on the io_context's own executor: the
+// default (any_io_executor) type-erases it on every completion.
+using Executor = asio::io_context::executor_type;
+template <class T>
+using awaitable = asio::awaitable<T, Executor>;
+constexpr asio::use_awaitable_t<Executor> use_awaitable;
+using Acceptor = asio::basic_socket_acceptor<tcp, Executor>;
+using Timer = asio::basic_waitable_timer<std::chrono::steady_clock, asio::wait_traits<std::chrono::steady_clock>, Executor>;
+using Resolver = asio::ip::basic_resolver<tcp, Executor>;
 using std::chrono::milliseconds;
 using Steady = std::chrono::steady_clock;
 
@@ -179,7 +186,7 @@ class UpstreamPool {
   // response byte is retried on a fresh one (proxy()).
   static constexpr auto kCheckAfter = milliseconds(200);
 
-  std::optional<tcp::socket> take(const std::string& key) {
+  std::optional<Socket> take(const std::string& key) {
     auto it = idle_.find(key);
     const auto now = Steady::now();
     while (it != idle_.end() && !it->second.empty()) {
@@ -192,7 +199,7 @@ class UpstreamPool {
     }
     return std::nullopt;
   }
-  void give(const std::string& key, tcp::socket s, size_t limit) {
+  void give(const std::string& key, Socket s, size_t limit) {
     auto& v = idle_[key];
     if (v.size() >= limit) return;  // `s` closes here
     v.push_back(Idle{std::move(s), Steady::now()});
@@ -201,7 +208,7 @@ class UpstreamPool {
 
  private:
   struct Idle {
-    tcp::socket socket;
+    Socket socket;
     Steady::time_point since;
   };
   std::unordered_map<std::string, std::vector<Idle>> idle_;
@@ -209,7 +216,7 @@ class UpstreamPool {
 
 }  // namespace
 
-bool peer_closed(tcp::socket& s) {
+bool peer_closed(Socket& s) {
   char b;
   const ssize_t n = ::recv(s.native_handle(), &b, 1, MSG_PEEK | MSG_DONTWAIT);
   if (n > 0) return false;
@@ -266,8 +273,8 @@ struct IoThread {
 
 // A client connection: its socket and the deadline of its current operation.
 struct ClientConn {
-  ClientConn(tcp::socket s, Sweeper& sweeper) : socket(std::move(s)), deadline(sweeper) {}
-  tcp::socket socket;
+  ClientConn(Socket s, Sweeper& sweeper) : socket(std::move(s)), deadline(sweeper) {}
+  Socket socket;
   Deadline deadline;
   // Arms the deadline for the next operation on the socket.
   void expires_after(milliseconds t) { deadline.arm(socket, t); }
@@ -286,16 +293,16 @@ struct HttpServer::Impl {
   }();
   IoThread& io0() { return *io.front(); }
   size_t next_io = 0;  // round-robin cursor, used by thread 0 only
-  tcp::acceptor acceptor;
-  tcp::acceptor admin_acceptor;
+  Acceptor acceptor;
+  Acceptor admin_acceptor;
   std::atomic<bool> stopping{false};
   std::atomic<bool> draining{false};
   std::atomic<int64_t> inflight{0};  // proxied requests being handled
   std::atomic<int64_t> queued{0};    // requests in the wait queue
 
-  awaitable<void> accept_loop(tcp::acceptor& a, bool admin);
+  awaitable<void> accept_loop(Acceptor& a, bool admin);
   awaitable<void> sweep_loop(IoThread& io);
-  awaitable<void> session(tcp::socket socket, bool admin, IoThread& io);
+  awaitable<void> session(Socket socket, bool admin, IoThread& io);
   awaitable<bool> handle(ClientConn& client, http::request<http::string_body>& req, IoThread& io);
   awaitable<bool> handle_admin(ClientConn& client, http::request<http::string_body>& req);
   awaitable<bool> proxy(ClientConn& client, http::request<http::string_body>& req, ApiKind kind,
@@ -309,17 +316,17 @@ struct HttpServer::Impl {
   }
 };
 
-awaitable<void> HttpServer::Impl::accept_loop(tcp::acceptor& a, bool admin) {
+awaitable<void> HttpServer::Impl::accept_loop(Acceptor& a, bool admin) {
   for (;;) {
     beast::error_code ec;
     IoThread& target = *io[next_io++ % io.size()];
-    tcp::socket socket = co_await a.async_accept(target.ioc, nothrow(ec));
+    Socket socket = co_await a.async_accept(target.ioc, nothrow(ec));
     if (ec) {
       if (stopping.load() || ec == asio::error::operation_aborted || !a.is_open()) co_return;
       static RateLimiter rl;
       if (rl.allow()) spdlog::warn("accept failed: {}", ec.message());
       if (ec == asio::error::no_descriptors) {  // out of file descriptors: back off
-        asio::steady_timer t(co_await asio::this_coro::executor, milliseconds(50));
+        Timer t(co_await asio::this_coro::executor, milliseconds(50));
         co_await t.async_wait(nothrow(ec));
       }
       continue;
@@ -333,7 +340,7 @@ awaitable<void> HttpServer::Impl::accept_loop(tcp::acceptor& a, bool admin) {
 // between 5 and 50 ms, so a timeout fires at most 10% (or 50 ms) late and a
 // slow request's client watch is armed within kDelay + one tick.
 awaitable<void> HttpServer::Impl::sweep_loop(IoThread& io) {
-  asio::steady_timer timer(io.ioc);
+  Timer timer(io.ioc);
   beast::error_code ec;
   while (!stopping.load()) {
     const auto& r = hooks.config->get()->router;
@@ -345,7 +352,7 @@ awaitable<void> HttpServer::Impl::sweep_loop(IoThread& io) {
   }
 }
 
-awaitable<void> HttpServer::Impl::session(tcp::socket socket, bool admin, IoThread& io) {
+awaitable<void> HttpServer::Impl::session(Socket socket, bool admin, IoThread& io) {
   ClientConn stream(std::move(socket), io.sweeper);
   beast::flat_buffer buffer;
   try {
@@ -386,7 +393,7 @@ awaitable<void> HttpServer::Impl::session(tcp::socket socket, bool admin, IoThre
     spdlog::error("connection aborted by an internal error: {}", e.what());
   }
   beast::error_code ignored;
-  stream.socket.shutdown(tcp::socket::shutdown_send, ignored);
+  stream.socket.shutdown(Socket::shutdown_send, ignored);
 }
 
 awaitable<bool> HttpServer::Impl::respond(ClientConn& client, unsigned version, bool keep_alive,
@@ -547,7 +554,7 @@ awaitable<bool> HttpServer::Impl::proxy(ClientConn& client, http::request<http::
     } else {
       if (m) m->queued_requests.get().add(1);
       const auto deadline = Steady::now() + milliseconds(cfg->scheduler.queue_timeout_ms);
-      asio::steady_timer timer(co_await asio::this_coro::executor);
+      Timer timer(co_await asio::this_coro::executor);
       beast::error_code ec;
       while (!route.ok && route.error.code == "workers_busy" && Steady::now() < deadline && !stopping.load()) {
         timer.expires_after(kQueuePoll);
@@ -603,7 +610,7 @@ awaitable<bool> HttpServer::Impl::proxy(ClientConn& client, http::request<http::
     // A pooled connection may have been closed by the worker in the meantime:
     // such a failure retries on a fresh connection to the same worker.
     const milliseconds idle(cfg->router.idle_timeout_ms);
-    std::optional<tcp::socket> upstream;
+    std::optional<Socket> upstream;
     Deadline up_deadline(io.sweeper);  // after `upstream`: goes first
     beast::flat_buffer up_buf;
     std::optional<http::response_parser<http::buffer_body>> parser;
@@ -635,7 +642,7 @@ awaitable<bool> HttpServer::Impl::proxy(ClientConn& client, http::request<http::
           const tcp::endpoint endpoint(addr, port);
           co_await upstream->async_connect(endpoint, nothrow(ec));
         } else {
-          tcp::resolver resolver(ex);
+          Resolver resolver(ex);
           auto results = co_await resolver.async_resolve(url.host, url.port, nothrow(ec));
           if (!ec) co_await asio::async_connect(*upstream, results, nothrow(ec));
         }
@@ -830,7 +837,7 @@ HttpServer::HttpServer(HttpServerHooks hooks) : impl_(std::make_unique<Impl>(std
 HttpServer::~HttpServer() { stop(); }
 
 namespace {
-bool bind_acceptor(tcp::acceptor& a, const std::string& host, uint16_t port, std::string_view key, std::string* error) {
+bool bind_acceptor(Acceptor& a, const std::string& host, uint16_t port, std::string_view key, std::string* error) {
   beast::error_code ec;
   auto addr = asio::ip::make_address(host, ec);
   if (ec) {

@@ -15,12 +15,17 @@
 #pragma once
 
 #include <boost/asio/error.hpp>
+#include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 
 #include <chrono>
 #include <memory>
 
 namespace kvroute {
+
+// The proxy's sockets: bound to their io thread's io_context by type (no
+// type-erased executor on every completion).
+using Socket = boost::asio::basic_stream_socket<boost::asio::ip::tcp, boost::asio::io_context::executor_type>;
 
 class Sweeper;
 
@@ -86,7 +91,7 @@ class Deadline final : Swept {
   using Clock = std::chrono::steady_clock;
   explicit Deadline(Sweeper& s) : Swept(s) {}
 
-  void arm(boost::asio::ip::tcp::socket& socket, std::chrono::milliseconds timeout) {
+  void arm(Socket& socket, std::chrono::milliseconds timeout) {
     socket_ = &socket;
     at_ = Clock::now() + timeout;
     expired_ = false;
@@ -110,14 +115,14 @@ class Deadline final : Swept {
     boost::system::error_code ignored;
     socket_->cancel(ignored);
   }
-  boost::asio::ip::tcp::socket* socket_ = nullptr;
+  Socket* socket_ = nullptr;
   Clock::time_point at_{};
   bool expired_ = false;
 };
 
 // True if the peer closed or reset the connection: readable with no data.
 // One non-blocking MSG_PEEK recv; never changes the socket's blocking mode.
-bool peer_closed(boost::asio::ip::tcp::socket& s);
+bool peer_closed(Socket& s);
 
 // Watches a client connection while its request waits on a worker: if the
 // client goes away, the upstream connection is closed at once (the worker sees
@@ -133,10 +138,10 @@ class ClientWatch final : Swept {
   using Clock = std::chrono::steady_clock;
   static constexpr auto kDelay = std::chrono::milliseconds(20);
 
-  ClientWatch(Sweeper& s, boost::asio::ip::tcp::socket& client) : Swept(s), client_(client) {}
+  ClientWatch(Sweeper& s, Socket& client) : Swept(s), client_(client) {}
   ~ClientWatch() { client_gone(); }
 
-  void watch(boost::asio::ip::tcp::socket& upstream, bool at_once) {
+  void watch(Socket& upstream, bool at_once) {
     if (upstream_ != &upstream) client_gone();  // a new upstream connection: start over
     upstream_ = &upstream;
     if (at_once) {
@@ -162,7 +167,7 @@ class ClientWatch final : Swept {
   struct State {
     bool done = false;
     bool client_gone = false;
-    boost::asio::ip::tcp::socket* upstream = nullptr;
+    Socket* upstream = nullptr;
   };
   void on_sweep(Clock::time_point now) override {
     if (upstream_ != nullptr && !state_ && now - since_ >= kDelay) arm();
@@ -171,7 +176,7 @@ class ClientWatch final : Swept {
     if (state_) return;
     state_ = std::make_shared<State>();
     state_->upstream = upstream_;
-    client_.async_wait(boost::asio::ip::tcp::socket::wait_read,
+    client_.async_wait(Socket::wait_read,
                        [s = state_, &client = client_](boost::system::error_code ec) {
                          // Disarmed: the request (and maybe the socket) moved on.
                          if (ec || s->done) return;
@@ -179,12 +184,12 @@ class ClientWatch final : Swept {
                          if (!peer_closed(client)) return;
                          s->client_gone = true;
                          boost::system::error_code ignored;
-                         s->upstream->shutdown(boost::asio::ip::tcp::socket::shutdown_both, ignored);
+                         s->upstream->shutdown(Socket::shutdown_both, ignored);
                          s->upstream->close(ignored);
                        });
   }
-  boost::asio::ip::tcp::socket& client_;
-  boost::asio::ip::tcp::socket* upstream_ = nullptr;
+  Socket& client_;
+  Socket* upstream_ = nullptr;
   Clock::time_point since_{};
   std::shared_ptr<State> state_;
 };

@@ -105,6 +105,25 @@ class FaultTest(unittest.TestCase):
         s.close()
         self.assert_still_serving()
 
+    def test_abandoned_non_streaming_request_is_cancelled_at_the_worker(self):
+        # A non-streaming request's client watch is armed by the sweeper once
+        # the request has waited 20 ms: a client that leaves after that still
+        # stops the worker.
+        f = self.fleet
+        def worker_cancels():
+            return sum(f.mocker(w, "GET", "/mocker/stats").json()["cancels_total"] for w in f.mocker_urls)
+        before = worker_cancels()
+        router_before = f.metric("kvroute_router_cancels_total")
+        s = socket.create_connection(("127.0.0.1", f.router_port))
+        body = json.dumps({"model": "mock-model", "prompt": uuid.uuid4().hex, "max_tokens": 5000})
+        s.sendall(f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  f"Content-Length: {len(body)}\r\n\r\n{body}".encode())
+        time.sleep(0.3)  # the worker is generating (5,000 tokens at speedup 1 take minutes)
+        s.close()
+        self.assertTrue(wait_until(lambda: worker_cancels() > before, 5), "the worker never saw the cancel")
+        self.assertTrue(wait_until(lambda: f.metric("kvroute_router_cancels_total") > router_before, 5))
+        self.assert_still_serving()
+
     def test_connection_flood_with_resets(self):
         f = self.fleet
         for _ in range(200):

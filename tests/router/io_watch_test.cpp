@@ -15,15 +15,17 @@ namespace {
 
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
+using kvroute::Socket;
 using std::chrono::milliseconds;
 using Clock = std::chrono::steady_clock;
 
 // Two connected loopback sockets on `ioc`.
-std::pair<tcp::socket, tcp::socket> connected_pair(asio::io_context& ioc) {
+std::pair<Socket, Socket> connected_pair(asio::io_context& ioc) {
   tcp::acceptor acceptor(ioc, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
-  tcp::socket a(ioc);
+  Socket a(ioc);
   a.connect(acceptor.local_endpoint());
-  tcp::socket b = acceptor.accept();
+  Socket b(ioc);
+  acceptor.accept(b);
   return {std::move(a), std::move(b)};
 }
 

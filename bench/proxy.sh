@@ -105,14 +105,30 @@ read -r D_RPS D_L50 D_L99 D_ERR2 < <(run_wrk direct "${MPORTS[0]}" 2 16 5)
 # Throughput: three rounds of (kvroute, nginx), 5 s each, back to back; the
 # ratio is the median of the three per-round ratios (this machine is shared:
 # a neighbour's burst then spoils one round, not the figure).
-RATIOS=(); K_ALL=(); N_ALL=(); K_ERR2=0; N_ERR2=0
+# Each proxy's CPU per request (user + system, all its threads or workers,
+# from /proc/PID/stat around the round) is printed too: on a shared machine it
+# is steadier than req/s, and it is what the ratio comes from.
+cpu_ticks() { local t=0 p; for p in "$@"; do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done; echo "$t"; }
+NGINX_WORKER_PIDS=$(pgrep -P "$(cat "$W/nginx.pid")" | tr '\n' ' ')
+TICK_US=$((1000000 / $(getconf CLK_TCK)))
+RATIOS=(); K_ALL=(); N_ALL=(); K_CPU=(); N_CPU=(); K_ERR2=0; N_ERR2=0
 for round in 1 2 3; do
+  c0=$(cpu_ticks "$KVPID")
   read -r K_RPS K_L50 K_L99 e < <(run_wrk kvroute "$RPORT" 2 16 5); K_ERR2=$((K_ERR2 + e))
+  c1=$(cpu_ticks "$KVPID")
+  # shellcheck disable=SC2086
+  n0=$(cpu_ticks $NGINX_WORKER_PIDS)
   read -r N_RPS N_L50 N_L99 e < <(run_wrk nginx "$NPORT" 2 16 5); N_ERR2=$((N_ERR2 + e))
+  # shellcheck disable=SC2086
+  n1=$(cpu_ticks $NGINX_WORKER_PIDS)
   RATIOS+=("$(python3 -c "print(round($K_RPS / $N_RPS, 3))")")
-  echo "throughput round $round: kvroute $K_RPS req/s, nginx $N_RPS req/s, ratio ${RATIOS[-1]}"
+  K_CPU+=("$(python3 -c "print(round(($c1 - $c0) * $TICK_US / ($K_RPS * 5), 1))")")
+  N_CPU+=("$(python3 -c "print(round(($n1 - $n0) * $TICK_US / ($N_RPS * 5), 1))")")
+  echo "throughput round $round: kvroute $K_RPS req/s (${K_CPU[-1]} us CPU/request)," \
+       "nginx $N_RPS req/s (${N_CPU[-1]} us CPU/request), ratio ${RATIOS[-1]}"
   K_ALL+=("$K_RPS"); N_ALL+=("$N_RPS")
 done
+K_CPU_MED=$(printf '%s\n' "${K_CPU[@]}" | sort -n | sed -n 2p); N_CPU_MED=$(printf '%s\n' "${N_CPU[@]}" | sort -n | sed -n 2p)
 RATIO=$(printf '%s\n' "${RATIOS[@]}" | sort -n | sed -n 2p)
 K_RPS=$(printf '%s\n' "${K_ALL[@]}" | sort -n | sed -n 2p); N_RPS=$(printf '%s\n' "${N_ALL[@]}" | sort -n | sed -n 2p)
 # c16 columns: req/s is the median round, latencies are the last round's.
@@ -138,16 +154,18 @@ STREAM_JSON=$(python3 bench/proxy/streams.py "$RPORT" "$STREAMS" 20)
 echo "streams: $STREAM_JSON"
 RSS_MB=$(( $(cat "$PEAK_FILE") / 1024 ))
 python3 - "$D_P50" "$D_P99" "$K_P50" "$K_P99" "$K_RPS" "$N_RPS" "$STREAM_JSON" "$RSS_MB" "$N_P50" "$N_P99" "$RATIO" \
-  "${RATIOS[*]}" <<'PY'
+  "${RATIOS[*]}" "$K_CPU_MED" "$N_CPU_MED" <<'PY'
 import json, sys
 d50, d99, k50, k99, krps, nrps = map(float, sys.argv[1:7])
 s = json.loads(sys.argv[7])
 n50, n99 = map(float, sys.argv[9:11])
 ratio, rounds = float(sys.argv[11]), [float(x) for x in sys.argv[12].split()]
+kcpu, ncpu = float(sys.argv[13]), float(sys.argv[14])
 print(json.dumps({"added_latency_p50_us": round(k50 - d50, 1), "added_latency_p99_us": round(k99 - d99, 1),
                   "nginx_added_latency_p50_us": round(n50 - d50, 1), "nginx_added_latency_p99_us": round(n99 - d99, 1),
                   "throughput_ratio_vs_nginx": ratio, "throughput_ratio_rounds": rounds,
                   "kvroute_rps_median": krps, "nginx_rps_median": nrps,
+                  "kvroute_cpu_us_per_request": kcpu, "nginx_cpu_us_per_request": ncpu,
                   "streams_requested": s["concurrent_streams"], "concurrent_streams": s["peak_open"],
                   "streams_completed": s["completed"],
                   "stream_errors": s["stream_errors"], "router_rss_mb": int(sys.argv[8])}))

@@ -121,7 +121,7 @@ void Family<M>::render(std::string& out) const {
       cum += m->bucket(m->bounds().size());
       out += fmt::format("{}_bucket{} {}\n", name_, label_text(labels_, values, "le", "+Inf"), cum);
       out += fmt::format("{}_sum{} {}\n", name_, label_text(labels_, values), number(m->sum()));
-      out += fmt::format("{}_count{} {}\n", name_, label_text(labels_, values), m->count());
+      out += fmt::format("{}_count{} {}\n", name_, label_text(labels_, values), cum);  // = the +Inf bucket
     } else {
       out += fmt::format("{}{} {}\n", name_, label_text(labels_, values), number(static_cast<double>(m->value())));
     }

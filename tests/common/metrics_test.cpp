@@ -1,0 +1,53 @@
+// common/metrics: counters and histograms add up across threads, and the
+// exposition stays consistent (cumulative buckets, +Inf bucket = count).
+#include <doctest/doctest.h>
+
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/metrics.h"
+
+using namespace kvroute::metrics;
+
+TEST_CASE("counters and histograms updated from many threads sum exactly") {
+  Registry r;
+  auto& c = r.counter("t_requests_total", "requests", {"route"});
+  auto& h = r.histogram("t_seconds", "durations", {0.5, 1.0, 2.0});
+  constexpr int kThreads = 12;
+  constexpr int kEach = 20000;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kEach; ++i) {
+        c.with({"a"}).inc();
+        c.with({t % 2 ? "b" : "c"}).inc(2);
+        h.get().observe(i % 4 == 0 ? 0.25 : i % 4 == 1 ? 0.75 : i % 4 == 2 ? 1.5 : 3.0);
+      }
+    });
+  for (auto& th : threads) th.join();
+  CHECK(c.with({"a"}).value() == uint64_t{kThreads} * kEach);
+  CHECK(c.with({"b"}).value() == uint64_t{kThreads / 2} * kEach * 2);
+  CHECK(c.with({"c"}).value() == uint64_t{kThreads / 2} * kEach * 2);
+  const Histogram& hist = h.get();
+  for (size_t b = 0; b < 4; ++b) CHECK(hist.bucket(b) == uint64_t{kThreads} * kEach / 4);
+  CHECK(hist.count() == uint64_t{kThreads} * kEach);
+  CHECK(hist.sum() == doctest::Approx((0.25 + 0.75 + 1.5 + 3.0) * kThreads * kEach / 4));
+
+  const std::string text = r.render();
+  const uint64_t n = uint64_t{kThreads} * kEach;
+  CHECK(text.find("t_seconds_bucket{le=\"0.5\"} " + std::to_string(n / 4) + "\n") != std::string::npos);
+  CHECK(text.find("t_seconds_bucket{le=\"2\"} " + std::to_string(3 * n / 4) + "\n") != std::string::npos);
+  CHECK(text.find("t_seconds_bucket{le=\"+Inf\"} " + std::to_string(n) + "\n") != std::string::npos);
+  CHECK(text.find("t_seconds_count " + std::to_string(n) + "\n") != std::string::npos);
+  CHECK(text.find("t_requests_total{route=\"a\"} " + std::to_string(n) + "\n") != std::string::npos);
+}
+
+TEST_CASE("an unlabelled family's child is the one get() returns") {
+  Registry r;
+  auto& c = r.counter("t_plain_total", "plain");
+  c.get().inc(3);
+  c.with({}).inc(4);
+  CHECK(c.get().value() == 7);
+  CHECK(r.render().find("t_plain_total 7\n") != std::string::npos);
+}

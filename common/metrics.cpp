@@ -77,12 +77,56 @@ constexpr std::string_view type_name() {
 
 }  // namespace
 
+namespace {
+
+// One slot of a thread's child cache: the family, its generation, and the
+// label values joined with '\0'.
+struct CachedChild {
+  uint64_t family = 0;  // Family's id
+  uint64_t generation = 0;
+  size_t hash = 0;
+  std::string key;
+  void* child = nullptr;
+};
+constexpr size_t kCacheSlots = 64;
+thread_local std::array<CachedChild, kCacheSlots> t_child_cache;
+
+bool same_key(const std::string& joined, std::span<const std::string_view> key) {
+  size_t pos = 0;
+  for (std::string_view v : key) {
+    if (joined.size() < pos + v.size() + 1 || joined.compare(pos, v.size(), v) != 0 || joined[pos + v.size()] != '\0')
+      return false;
+    pos += v.size() + 1;
+  }
+  return pos == joined.size();
+}
+
+}  // namespace
+
 template <class M>
 M& Family<M>::with(std::initializer_list<std::string_view> values) {
   // Pad missing values with "" (a family used without some labels).
   std::array<std::string_view, 8> padded{};
   std::copy_n(values.begin(), std::min(values.size(), padded.size()), padded.begin());
   const std::span<const std::string_view> key(padded.data(), labels_.size());
+  size_t hash = std::hash<uint64_t>{}(id_);
+  for (std::string_view v : key) hash = hash * 1000003u ^ std::hash<std::string_view>{}(v);
+  CachedChild& slot = t_child_cache[hash % kCacheSlots];
+  const uint64_t generation = generation_.load(std::memory_order_acquire);
+  if (slot.family == id_ && slot.hash == hash && slot.generation == generation && same_key(slot.key, key))
+    return *static_cast<M*>(slot.child);
+  M& child = lookup(key);
+  slot.family = id_;
+  slot.generation = generation;
+  slot.hash = hash;
+  slot.key.clear();
+  for (std::string_view v : key) (slot.key += v) += '\0';
+  slot.child = &child;
+  return child;
+}
+
+template <class M>
+M& Family<M>::lookup(std::span<const std::string_view> key) {
   {
     std::shared_lock lk(mu_);
     auto it = children_.find(key);
@@ -104,7 +148,11 @@ void Family<M>::remove(std::initializer_list<std::string_view> values) {
   std::vector<std::string> key(values.begin(), values.end());
   key.resize(labels_.size());
   std::unique_lock lk(mu_);
-  children_.erase(key);
+  auto it = children_.find(key);
+  if (it == children_.end()) return;
+  retired_.push_back(std::move(it->second));  // a thread may still hold it from its cache
+  children_.erase(it);
+  generation_.fetch_add(1, std::memory_order_acq_rel);
 }
 
 template <class M>

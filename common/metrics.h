@@ -63,6 +63,8 @@ std::vector<double> linear_buckets(double start, double width, size_t n);
 
 enum class Type { Counter, Gauge, Histogram };
 
+inline std::atomic<uint64_t> next_family_id{1};
+
 // A metric name with a fixed list of label names and one child per label values.
 template <class M>
 class Family {
@@ -102,6 +104,17 @@ class Family {
   mutable std::shared_mutex mu_;
   std::map<std::vector<std::string>, std::unique_ptr<M>, KeyLess> children_;
   M* plain_ = nullptr;  // the only child of a family without labels
+  // Each thread remembers the children it looked up (a small direct-mapped
+  // cache, router hot path: no lock, no tree walk). remove() bumps the
+  // generation, which invalidates every cached entry, and keeps the removed
+  // child alive in `retired_`, so a lookup racing with it never touches freed
+  // memory.
+  std::atomic<uint64_t> generation_{0};
+  std::vector<std::unique_ptr<M>> retired_;
+  // Names this family in the caches (not its address: a later family may
+  // reuse it); unique across counter, gauge and histogram families.
+  const uint64_t id_ = next_family_id.fetch_add(1, std::memory_order_relaxed);
+  M& lookup(std::span<const std::string_view> key);
 };
 
 using CounterFamily = Family<Counter>;

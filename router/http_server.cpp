@@ -116,6 +116,12 @@ bool is_hop_by_hop(http::field f) {
   }
 }
 
+void append_uint(std::string& h, uint64_t v) {
+  char digits[20];
+  const auto end = std::to_chars(digits, digits + sizeof digits, v).ptr;
+  h.append(digits, end);
+}
+
 // "Name: value\r\n" for each field of `fields` that is not hop-by-hop.
 void append_end_to_end_fields(std::string& h, const http::fields& fields) {
   for (const auto& f : fields) {
@@ -144,7 +150,9 @@ std::string upstream_request_head(const http::request<http::string_body>& req, c
   h += ':';
   h += url.port;
   h += keep_alive ? "\r\n" : "\r\nConnection: close\r\n";
-  fmt::format_to(std::back_inserter(h), "Content-Length: {}\r\n\r\n", req.body().size());
+  h += "Content-Length: ";
+  append_uint(h, req.body().size());
+  h += "\r\n\r\n";
   return h;
 }
 
@@ -156,11 +164,15 @@ std::string client_response_head(const http::response<http::buffer_body>& res, s
   std::string h;
   h.reserve(384);
   const auto reason = res.reason().empty() ? http::obsolete_reason(res.result()) : res.reason();
-  fmt::format_to(std::back_inserter(h), "HTTP/1.1 {} ", res.result_int());
+  h += "HTTP/1.1 ";
+  append_uint(h, res.result_int());
+  h += ' ';
   h.append(reason.data(), reason.size());
   h += "\r\n";
   append_end_to_end_fields(h, res);
-  fmt::format_to(std::back_inserter(h), "Content-Length: {}\r\n", content_length);
+  h += "Content-Length: ";
+  append_uint(h, content_length);
+  h += "\r\n";
   h += keep_alive ? "\r\n" : "Connection: close\r\n\r\n";
   return h;
 }

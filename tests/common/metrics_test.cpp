@@ -51,3 +51,43 @@ TEST_CASE("an unlabelled family's child is the one get() returns") {
   CHECK(c.get().value() == 7);
   CHECK(r.render().find("t_plain_total 7\n") != std::string::npos);
 }
+
+TEST_CASE("a removed child is gone from the exposition and a new one starts from zero") {
+  for (int round = 0; round < 3; ++round) {  // families of earlier registries may reuse addresses
+    Registry r;
+    auto& c = r.counter("t_worker_total", "per worker", {"worker"});
+    CHECK(c.with({"1"}).value() == 0);
+    c.with({"1"}).inc(5);
+    c.with({"2"}).inc(1);
+    CHECK(c.with({"1"}).value() == 5);
+    c.remove({"1"});
+    CHECK(r.render().find("t_worker_total{worker=\"1\"}") == std::string::npos);
+    CHECK(c.with({"1"}).value() == 0);
+    CHECK(c.with({"2"}).value() == 1);
+  }
+}
+
+TEST_CASE("families of different kinds never share cached children") {
+  // Many families of each kind with the same label values: ids or hashes
+  // shared across kinds would hand one kind's child to another.
+  Registry r;
+  std::vector<CounterFamily*> cs;
+  std::vector<GaugeFamily*> gs;
+  std::vector<HistogramFamily*> hs;
+  for (int i = 0; i < 20; ++i) {
+    cs.push_back(&r.counter("t_c" + std::to_string(i) + "_total", "c", {"k"}));
+    gs.push_back(&r.gauge("t_g" + std::to_string(i), "g", {"k"}));
+    hs.push_back(&r.histogram("t_h" + std::to_string(i) + "_seconds", "h", {1.0}, {"k"}));
+  }
+  for (int round = 0; round < 3; ++round)
+    for (int i = 0; i < 20; ++i) {
+      cs[i]->with({"x"}).inc(i + 1);
+      gs[i]->with({"x"}).set(i);
+      hs[i]->with({"x"}).observe(0.5);
+    }
+  for (int i = 0; i < 20; ++i) {
+    CHECK(cs[i]->with({"x"}).value() == uint64_t(3 * (i + 1)));
+    CHECK(gs[i]->with({"x"}).value() == i);
+    CHECK(hs[i]->with({"x"}).count() == 3);
+  }
+}

@@ -34,6 +34,8 @@
 #include <deque>
 #include <mutex>
 #include <optional>
+#include <span>
+#include <cstring>
 #include <thread>
 #include <unordered_map>
 
@@ -122,59 +124,189 @@ void append_uint(std::string& h, uint64_t v) {
   h.append(digits, end);
 }
 
-// "Name: value\r\n" for each field of `fields` that is not hop-by-hop.
-void append_end_to_end_fields(std::string& h, const http::fields& fields) {
-  for (const auto& f : fields) {
-    if (is_hop_by_hop(f.name())) continue;
-    h.append(f.name_string().data(), f.name_string().size());
-    h += ": ";
-    h.append(f.value().data(), f.value().size());
-    h += "\r\n";
+// A client's request as the server needs it. One lives in each connection's
+// session and is reused from request to request (its strings keep their
+// capacity).
+struct ClientRequest {
+  http::verb method = http::verb::unknown;
+  std::string method_string;
+  std::string target;
+  unsigned version = 11;
+  bool keep_alive = true;
+  std::string fields;  // "Name: value\r\n" for each end-to-end field, in order
+  std::string authorization;
+  std::string body;
+};
+
+// Reads one request into a ClientRequest with Beast's basic_parser (all of its
+// validation, limits and chunked decoding) but without Beast's field
+// container: no allocation per field.
+class ClientRequestParser final : public http::basic_parser<true> {
+ public:
+  explicit ClientRequestParser(ClientRequest& r) : r_(r) {
+    r.method = http::verb::unknown;
+    r.method_string.clear();
+    r.target.clear();
+    r.fields.clear();
+    r.authorization.clear();
+    r.body.clear();
   }
-}
+
+ private:
+  void on_request_impl(http::verb method, beast::string_view method_string, beast::string_view target,
+                       int version, beast::error_code&) override {
+    r_.method = method;
+    r_.method_string.assign(method_string.data(), method_string.size());
+    r_.target.assign(target.data(), target.size());
+    r_.version = static_cast<unsigned>(version);
+  }
+  void on_response_impl(int, beast::string_view, int, beast::error_code&) override {}
+  void on_field_impl(http::field f, beast::string_view name, beast::string_view value,
+                     beast::error_code&) override {
+    if (f == http::field::authorization) r_.authorization.assign(value.data(), value.size());
+    if (is_hop_by_hop(f)) return;
+    r_.fields.append(name.data(), name.size());
+    r_.fields += ": ";
+    r_.fields.append(value.data(), value.size());
+    r_.fields += "\r\n";
+  }
+  void on_header_impl(beast::error_code&) override {}
+  void on_body_init_impl(const boost::optional<std::uint64_t>& length, beast::error_code&) override {
+    if (length) r_.body.reserve(static_cast<size_t>(*length));  // within body_limit: the parser checked
+  }
+  size_t on_body_impl(beast::string_view s, beast::error_code&) override {
+    r_.body.append(s.data(), s.size());
+    return s.size();
+  }
+  void on_chunk_header_impl(std::uint64_t, beast::string_view, beast::error_code&) override {}
+  size_t on_chunk_body_impl(std::uint64_t, beast::string_view s, beast::error_code& ec) override {
+    return on_body_impl(s, ec);
+  }
+  void on_finish_impl(beast::error_code&) override {}
+
+  ClientRequest& r_;
+};
 
 // "POST /base/v1/... HTTP/1.1\r\n" + the client's end-to-end fields + Host,
 // Connection (close when not pooling) and Content-Length, then the blank line.
-std::string upstream_request_head(const http::request<http::string_body>& req, const UpstreamUrl& url,
+std::string upstream_request_head(const ClientRequest& req, const UpstreamUrl& url,
                                   bool keep_alive) {
   std::string h;
   h.reserve(256);
-  h.append(req.method_string().data(), req.method_string().size());
+  h += req.method_string;
   h += ' ';
   h += url.base;
-  h.append(req.target().data(), req.target().size());
+  h += req.target;
   h += " HTTP/1.1\r\n";
-  append_end_to_end_fields(h, req);
+  h += req.fields;
   h += "Host: ";
   h += url.host;
   h += ':';
   h += url.port;
   h += keep_alive ? "\r\n" : "\r\nConnection: close\r\n";
   h += "Content-Length: ";
-  append_uint(h, req.body().size());
+  append_uint(h, req.body.size());
   h += "\r\n\r\n";
   return h;
 }
 
-// The head of a sized response relayed to the client: the worker's status and
-// end-to-end fields (kvroute's x-kvroute-* already set on `res`),
-// Content-Length, Connection: close when the client connection will not be kept.
-std::string client_response_head(const http::response<http::buffer_body>& res, size_t content_length,
-                                 bool keep_alive) {
+// The worker's response, parsed by Beast's basic_parser (all of its
+// validation and chunked decoding) but not stored in Beast's field container:
+// the status, and the end-to-end fields as the text kvroute relays; body bytes
+// go straight into the window set by `body_into()` (buffer_body's contract:
+// need_buffer once the window is full). No allocation per field.
+class UpstreamResponseParser final : public http::basic_parser<false> {
+ public:
+  unsigned status = 0;
+  std::string reason;
+  std::string fields;  // "Name: value\r\n" for each end-to-end field, in order
+  bool event_stream = false;
+
+  void body_into(char* data, size_t size) {
+    out_ = data;
+    room_ = size;
+  }
+  size_t room() const { return room_; }
+
+ private:
+  void on_request_impl(http::verb, beast::string_view, beast::string_view, int, beast::error_code&) override {}
+  void on_response_impl(int code, beast::string_view r, int, beast::error_code&) override {
+    status = static_cast<unsigned>(code);
+    reason.assign(r.data(), r.size());
+  }
+  void on_field_impl(http::field f, beast::string_view name, beast::string_view value,
+                     beast::error_code&) override {
+    if (f == http::field::content_type && value.starts_with("text/event-stream")) event_stream = true;
+    if (is_hop_by_hop(f)) return;
+    // kvroute sets its own x-kvroute-* fields (a worker behind another kvroute,
+    // or the mocker, may send them too).
+    if (f == http::field::unknown &&
+        (beast::iequals(name, "x-kvroute-worker") || beast::iequals(name, "x-kvroute-cached-tokens")))
+      return;
+    fields.append(name.data(), name.size());
+    fields += ": ";
+    fields.append(value.data(), value.size());
+    fields += "\r\n";
+  }
+  void on_header_impl(beast::error_code&) override {}
+  void on_body_init_impl(const boost::optional<std::uint64_t>&, beast::error_code&) override {}
+  size_t on_body_impl(beast::string_view s, beast::error_code& ec) override {
+    const size_t n = std::min(s.size(), room_);
+    if (n) std::memcpy(out_, s.data(), n);
+    out_ += n;
+    room_ -= n;
+    if (n < s.size()) ec = http::error::need_buffer;
+    return n;
+  }
+  void on_chunk_header_impl(std::uint64_t, beast::string_view, beast::error_code&) override {}
+  size_t on_chunk_body_impl(std::uint64_t, beast::string_view s, beast::error_code& ec) override {
+    return on_body_impl(s, ec);
+  }
+  void on_finish_impl(beast::error_code&) override {}
+
+  char* out_ = nullptr;
+  size_t room_ = 0;
+};
+
+// The head kvroute sends the client for a worker's response: its status and
+// end-to-end fields, kvroute's x-kvroute-* fields, then Content-Length (a
+// sized body) or Transfer-Encoding: chunked, and Connection: close when the
+// client connection will not be kept.
+std::string client_response_head(const UpstreamResponseParser& p, WorkerId worker, uint32_t cached_tokens,
+                                 std::optional<uint64_t> content_length, bool keep_alive) {
   std::string h;
-  h.reserve(384);
-  const auto reason = res.reason().empty() ? http::obsolete_reason(res.result()) : res.reason();
+  h.reserve(256 + p.fields.size());
   h += "HTTP/1.1 ";
-  append_uint(h, res.result_int());
+  append_uint(h, p.status);
   h += ' ';
-  h.append(reason.data(), reason.size());
+  if (p.reason.empty()) {
+    const auto r = http::obsolete_reason(static_cast<http::status>(p.status));
+    h.append(r.data(), r.size());
+  } else {
+    h += p.reason;
+  }
   h += "\r\n";
-  append_end_to_end_fields(h, res);
-  h += "Content-Length: ";
-  append_uint(h, content_length);
-  h += "\r\n";
-  h += keep_alive ? "\r\n" : "Connection: close\r\n\r\n";
+  h += p.fields;
+  h += "x-kvroute-worker: ";
+  append_uint(h, worker.value);
+  h += "\r\nx-kvroute-cached-tokens: ";
+  append_uint(h, cached_tokens);
+  if (content_length) {
+    h += "\r\nContent-Length: ";
+    append_uint(h, *content_length);
+  } else {
+    h += "\r\nTransfer-Encoding: chunked";
+  }
+  h += keep_alive ? "\r\n\r\n" : "\r\nConnection: close\r\n\r\n";
   return h;
+}
+
+// "<size in hex>\r\n": the line before a chunk of `n` bytes.
+std::string_view chunk_size_line(size_t n, char (&b)[24]) {
+  auto end = std::to_chars(b, b + 20, n, 16).ptr;
+  *end++ = '\r';
+  *end++ = '\n';
+  return {b, static_cast<size_t>(end - b)};
 }
 
 std::string_view route_label(std::string_view target) {
@@ -315,9 +447,9 @@ struct HttpServer::Impl {
   awaitable<void> accept_loop(Acceptor& a, bool admin);
   awaitable<void> sweep_loop(IoThread& io);
   awaitable<void> session(Socket socket, bool admin, IoThread& io);
-  awaitable<bool> handle(ClientConn& client, http::request<http::string_body>& req, IoThread& io);
-  awaitable<bool> handle_admin(ClientConn& client, http::request<http::string_body>& req);
-  awaitable<bool> proxy(ClientConn& client, http::request<http::string_body>& req, ApiKind kind,
+  awaitable<bool> handle(ClientConn& client, ClientRequest& req, IoThread& io);
+  awaitable<bool> handle_admin(ClientConn& client, ClientRequest& req);
+  awaitable<bool> proxy(ClientConn& client, ClientRequest& req, ApiKind kind,
                         IoThread& io);
   awaitable<bool> respond(ClientConn& client, unsigned version, bool keep_alive, http::status status,
                           std::string body, std::string_view content_type = "application/json",
@@ -367,10 +499,11 @@ awaitable<void> HttpServer::Impl::sweep_loop(IoThread& io) {
 awaitable<void> HttpServer::Impl::session(Socket socket, bool admin, IoThread& io) {
   ClientConn stream(std::move(socket), io.sweeper);
   beast::flat_buffer buffer;
+  ClientRequest req;
   try {
     for (;;) {
       const auto cfg = hooks.config->get();
-      http::request_parser<http::string_body> parser;
+      ClientRequestParser parser(req);
       parser.header_limit(kHeaderLimit);
       parser.body_limit(cfg->router.max_body_bytes);
       stream.expires_after(milliseconds(cfg->router.client_read_timeout_ms));
@@ -397,7 +530,7 @@ awaitable<void> HttpServer::Impl::session(Socket socket, bool admin, IoThread& i
         }
         break;
       }
-      auto req = parser.release();
+      req.keep_alive = parser.keep_alive();
       const bool keep = admin ? co_await handle_admin(stream, req) : co_await handle(stream, req, io);
       if (!keep) break;
     }
@@ -434,26 +567,23 @@ awaitable<bool> HttpServer::Impl::respond_error(ClientConn& client, unsigned ver
                              "application/json", retry_after);
 }
 
-awaitable<bool> HttpServer::Impl::handle_admin(ClientConn& client, http::request<http::string_body>& req) {
-  std::string_view target(req.target().data(), req.target().size());
+awaitable<bool> HttpServer::Impl::handle_admin(ClientConn& client, ClientRequest& req) {
+  std::string_view target = req.target;
   target = target.substr(0, target.find('?'));
-  const auto auth = req[http::field::authorization];
-  AdminResponse r = hooks.admin ? hooks.admin->handle(std::string_view(req.method_string().data(),
-                                                                       req.method_string().size()),
-                                                      target, std::string_view(auth.data(), auth.size()), req.body())
+  AdminResponse r = hooks.admin ? hooks.admin->handle(req.method_string, target, req.authorization, req.body)
                                 : AdminResponse{404, R"({"error":{"message":"no admin API"}})"};
-  co_return co_await respond(client, req.version(), req.keep_alive(), static_cast<http::status>(r.status),
+  co_return co_await respond(client, req.version, req.keep_alive, static_cast<http::status>(r.status),
                              std::move(r.body), r.content_type);
 }
 
-awaitable<bool> HttpServer::Impl::handle(ClientConn& client, http::request<http::string_body>& req,
+awaitable<bool> HttpServer::Impl::handle(ClientConn& client, ClientRequest& req,
                                          IoThread& io) {
-  std::string_view target(req.target().data(), req.target().size());
+  std::string_view target = req.target;
   target = target.substr(0, target.find('?'));
-  const bool keep = req.keep_alive();
-  const unsigned v = req.version();
-  const bool get = req.method() == http::verb::get;
-  const bool post = req.method() == http::verb::post;
+  const bool keep = req.keep_alive;
+  const unsigned v = req.version;
+  const bool get = req.method == http::verb::get;
+  const bool post = req.method == http::verb::post;
 
   if (target == "/v1/chat/completions" && post) co_return co_await proxy(client, req, ApiKind::ChatCompletions, io);
   if (target == "/v1/completions" && post) co_return co_await proxy(client, req, ApiKind::Completions, io);
@@ -488,7 +618,7 @@ awaitable<bool> HttpServer::Impl::handle(ClientConn& client, http::request<http:
   }
   if (route != "other") {
     count(route, 405, "");
-    const ApiError e{405, fmt::format("Method {} not allowed on {}.", std::string(req.method_string()), target),
+    const ApiError e{405, fmt::format("Method {} not allowed on {}.", req.method_string, target),
                      "invalid_request_error", "", "method_not_allowed"};
     co_return co_await respond_error(client, v, keep, e);
   }
@@ -497,11 +627,11 @@ awaitable<bool> HttpServer::Impl::handle(ClientConn& client, http::request<http:
   co_return co_await respond_error(client, v, keep, e);
 }
 
-awaitable<bool> HttpServer::Impl::proxy(ClientConn& client, http::request<http::string_body>& req,
+awaitable<bool> HttpServer::Impl::proxy(ClientConn& client, ClientRequest& req,
                                         ApiKind kind, IoThread& io) {
   const auto started = Steady::now();
-  const bool keep = req.keep_alive();
-  const unsigned v = req.version();
+  const bool keep = req.keep_alive;
+  const unsigned v = req.version;
   const auto cfg = hooks.config->get();
   const std::string_view route_name = kind == ApiKind::ChatCompletions ? "chat_completions" : "completions";
   const std::string_view path = kind == ApiKind::ChatCompletions ? "/v1/chat/completions" : "/v1/completions";
@@ -552,7 +682,7 @@ awaitable<bool> HttpServer::Impl::proxy(ClientConn& client, http::request<http::
 
   ParsedRequest parsed;
   ApiError err;
-  if (!parse_openai_request(kind, req.body(), parsed, err)) co_return co_await reject(err, "bad_request");
+  if (!parse_openai_request(kind, req.body, parsed, err)) co_return co_await reject(err, "bad_request");
   rec.model = parsed.model;
   rec.stream = parsed.stream;
 
@@ -617,7 +747,7 @@ awaitable<bool> HttpServer::Impl::proxy(ClientConn& client, http::request<http::
     // is written out here (fields as Beast parsed and validated them) and sent
     // with the body in one gather write: no serializer on the hot path.
     const std::string up_head = upstream_request_head(req, url, cfg->router.upstream_pool_size > 0);
-    const std::array<asio::const_buffer, 2> up_wire{asio::buffer(up_head), asio::buffer(req.body())};
+    const std::array<asio::const_buffer, 2> up_wire{asio::buffer(up_head), asio::buffer(req.body)};
 
     // A pooled connection may have been closed by the worker in the meantime:
     // such a failure retries on a fresh connection to the same worker.
@@ -625,7 +755,7 @@ awaitable<bool> HttpServer::Impl::proxy(ClientConn& client, http::request<http::
     std::optional<Socket> upstream;
     Deadline up_deadline(io.sweeper);  // after `upstream`: goes first
     beast::flat_buffer up_buf;
-    std::optional<http::response_parser<http::buffer_body>> parser;
+    std::optional<UpstreamResponseParser> parser;
     // Watches the client from the request's send until the answer is committed
     // to it (a stream: until its end). Declared last: stops first.
     ClientWatch watch(io.sweeper, client.socket);
@@ -696,8 +826,7 @@ awaitable<bool> HttpServer::Impl::proxy(ClientConn& client, http::request<http::
     }
     const double ttfb = seconds_since(sent_at);
     inflight_guard.first_byte();
-    auto& res = parser->get();
-    const unsigned status = res.result_int();
+    const unsigned status = parser->status;
     // An overloaded or unavailable worker is retried while nothing reached the client.
     if ((status == 502 || status == 503 || status == 504) && attempt + 1 < attempts) {
       if (watch.client_gone()) {
@@ -720,24 +849,22 @@ awaitable<bool> HttpServer::Impl::proxy(ClientConn& client, http::request<http::
     }
 
     // Committed to this worker: relay the response as it arrives.
-    const bool upstream_keep = res.keep_alive();
+    const bool upstream_keep = parser->keep_alive();
     const bool client_keep = keep && !draining.load();
-    res.set("x-kvroute-worker", std::to_string(target.worker.value));
-    res.set("x-kvroute-cached-tokens", std::to_string(target.cached_tokens));
-    res.keep_alive(client_keep);
-    if (!res.has_content_length() && !res.chunked()) res.chunked(true);
-    const bool sse = res[http::field::content_type].starts_with("text/event-stream");
-    http::serializer<false, http::buffer_body> sr{res};
+    // A body without a length (chunked, or up to the connection's end) goes
+    // to the client chunked; a sized one keeps its length.
+    std::optional<uint64_t> length;
+    if (!parser->chunked()) {
+      if (const auto declared = parser->content_length()) length = *declared;
+      else if (parser->is_done()) length = 0;  // no body at all (e.g. 204)
+    }
     RelayBuffers::Lease lease = io.buffers.take();
     char* const buf = lease.data();
 
     // A small sized body (a non-streaming answer) is read whole first, so the
     // client gets header and body in one write: one send on the hot path.
-    const auto length = parser->content_length();
-    bool sent_whole = false;
-    if (!res.chunked() && length && *length <= kRelayBufferBytes) {
-      res.body().data = buf;
-      res.body().size = static_cast<size_t>(*length);
+    if (length && *length <= kRelayBufferBytes) {
+      parser->body_into(buf, static_cast<size_t>(*length));
       if (!parser->is_done()) {
         up_deadline.arm(*upstream, idle);
         co_await http::async_read(*upstream, up_buf, *parser, nothrow(ec));
@@ -753,8 +880,9 @@ awaitable<bool> HttpServer::Impl::proxy(ClientConn& client, http::request<http::
         finish(status, "upstream_error");
         co_return false;  // nothing sent yet, but the worker is committed: close
       }
-      const size_t body_size = static_cast<size_t>(*length) - res.body().size;
-      const std::string head = client_response_head(res, body_size, client_keep);
+      const size_t body_size = static_cast<size_t>(*length) - parser->room();
+      const std::string head = client_response_head(*parser, target.worker, target.cached_tokens, body_size,
+                                                    client_keep);
       const std::array<asio::const_buffer, 2> wire{asio::buffer(head), asio::buffer(buf, body_size)};
       client.expires_after(idle);
       co_await asio::async_write(client.socket, wire, nothrow(ec));
@@ -763,28 +891,36 @@ awaitable<bool> HttpServer::Impl::proxy(ClientConn& client, http::request<http::
         client_cancelled(status);
         co_return false;
       }
-      sent_whole = true;
     } else {
+      // A stream, or a large body: head first, then each piece as it arrives
+      // (a chunk each when chunked), with one watch on the client to the end.
       if (watch.client_gone()) {
         client_cancelled(499);
         co_return false;
       }
+      const bool chunked = !length;
+      std::string head = client_response_head(*parser, target.worker, target.cached_tokens, length, client_keep);
       client.expires_after(idle);
-      co_await http::async_write_header(client.socket, sr, nothrow(ec));
+      co_await asio::async_write(client.socket, asio::buffer(head), nothrow(ec));
       client.deadline.settle(ec);
       if (ec) {
         client_cancelled(499);
         co_return false;
       }
-      // A stream: one watch from here to its end (not one per chunk).
       watch.watch(*upstream, true);
-    }
-
-    std::string tail;  // error event appended when the worker fails mid-stream
-    while (!sent_whole && (!parser->is_done() || !sr.is_done())) {
-      if (!parser->is_done()) {
-        res.body().data = buf;
-        res.body().size = kRelayBufferBytes;
+      static constexpr std::string_view kCrlf = "\r\n";
+      static constexpr std::string_view kLastChunk = "0\r\n\r\n";
+      if (chunked && parser->is_done()) {  // an empty body: just the last chunk
+        client.expires_after(idle);
+        co_await asio::async_write(client.socket, asio::buffer(kLastChunk), nothrow(ec));
+        client.deadline.settle(ec);
+        if (ec) {
+          client_cancelled(status);
+          co_return false;
+        }
+      }
+      while (!parser->is_done()) {
+        parser->body_into(buf, kRelayBufferBytes);
         up_deadline.arm(*upstream, idle);
         co_await http::async_read_some(*upstream, up_buf, *parser, nothrow(ec));
         up_deadline.settle(ec);
@@ -799,36 +935,43 @@ awaitable<bool> HttpServer::Impl::proxy(ClientConn& client, http::request<http::
           if (rl.allow())
             spdlog::warn("worker {} ({}): failed mid-response: {}", target.worker.value, target.url, ec.message());
           finish(status, "upstream_error");
-          if (!sse || !res.chunked()) co_return false;  // cannot signal inside a sized body: close
-          tail = fmt::format("data: {}\n\ndata: [DONE]\n\n",
-                             error_body(ApiError{502, "The worker failed while streaming the response.",
-                                                 "upstream_error", "", "upstream_failed"}));
-          res.body().data = tail.data();
-          res.body().size = tail.size();
-          res.body().more = false;
+          if (!parser->event_stream || !chunked) co_return false;  // cannot signal inside a sized body: close
+          // An SSE stream ends with an OpenAI-style error event and [DONE].
+          const std::string tail = fmt::format(
+              "data: {}\n\ndata: [DONE]\n\n",
+              error_body(ApiError{502, "The worker failed while streaming the response.", "upstream_error", "",
+                                  "upstream_failed"}));
+          char line[24];
+          const std::array<asio::const_buffer, 4> end{asio::buffer(chunk_size_line(tail.size(), line)),
+                                                      asio::buffer(tail), asio::buffer(kCrlf),
+                                                      asio::buffer(kLastChunk)};
           watch.client_gone();
           client.expires_after(idle);
-          co_await http::async_write(client.socket, sr, nothrow(ec));
+          co_await asio::async_write(client.socket, end, nothrow(ec));
           client.deadline.settle(ec);
           co_return false;
         }
-        res.body().size = kRelayBufferBytes - res.body().size;
-        // A zero-size buffer would be serialised as the terminating chunk:
-        // with nothing parsed (only chunk framing arrived) pass no buffer.
-        res.body().data = res.body().size ? buf : nullptr;
-        res.body().more = !parser->is_done();
-      } else {
-        res.body().data = nullptr;
-        res.body().size = 0;
-        res.body().more = false;
-      }
-      client.expires_after(idle);
-      co_await http::async_write(client.socket, sr, nothrow(ec));
-      client.deadline.settle(ec);
-      if (ec == http::error::need_buffer) ec = {};
-      if (ec) {  // client gone: the upstream connection closes with this frame
-        client_cancelled(status);
-        co_return false;
+        const size_t n = kRelayBufferBytes - parser->room();
+        const bool last = parser->is_done();
+        if (n == 0 && !(last && chunked)) continue;  // only framing arrived: nothing to pass on yet
+        char line[24];
+        std::array<asio::const_buffer, 4> piece{};
+        size_t parts = 0;
+        if (chunked && n) {
+          piece[parts++] = asio::buffer(chunk_size_line(n, line));
+          piece[parts++] = asio::buffer(buf, n);
+          piece[parts++] = asio::buffer(kCrlf);
+        } else if (n) {
+          piece[parts++] = asio::buffer(buf, n);
+        }
+        if (chunked && last) piece[parts++] = asio::buffer(kLastChunk);
+        client.expires_after(idle);
+        co_await asio::async_write(client.socket, std::span(piece.data(), parts), nothrow(ec));
+        client.deadline.settle(ec);
+        if (ec) {  // client gone: the upstream connection closes with this frame
+          client_cancelled(status);
+          co_return false;
+        }
       }
     }
 

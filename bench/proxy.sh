@@ -5,6 +5,8 @@
 #   (a) wrk -> one mocker directly,
 #   (b) wrk -> kvroute -> 3 mockers,
 #   (c) wrk -> nginx (Debian, plain round-robin reverse proxy, keepalive) -> the same 3 mockers,
+#   and, in the throughput rounds, the floor of kvroute's design: bench/proxy/floor_proxy.cpp
+#   (Asio + Beast, round-robin, nothing of kvroute's own),
 # with the same small non-streaming completion (1 prompt token block, max_tokens 1):
 #   - latency: one connection, one request at a time, 8 s each; added latency = p50/p99
 #     of (b) - (a). At one connection the latency is the proxy's own cost, not queueing
@@ -75,6 +77,13 @@ NGINX
 nginx -c "$W/nginx.conf" -p "$W"
 wait_http "http://127.0.0.1:$NPORT/health"
 
+# The floor of kvroute's design: Asio + Beast with nothing of kvroute's own
+# (bench/proxy/floor_proxy.cpp), in front of the same mockers.
+FPORT=$(free_port)
+"$BIN/bench/proxy/kvroute-floor-proxy" "$FPORT" 2 "${MPORTS[@]}" >"$W/floor.log" 2>&1 &
+FLOORPID=$!; pids+=($FLOORPID)
+sleep 0.3
+
 cat >"$W/post.lua" <<'LUA'
 wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
@@ -111,7 +120,7 @@ read -r D_RPS D_L50 D_L99 D_ERR2 < <(run_wrk direct "${MPORTS[0]}" 2 16 5)
 cpu_ticks() { local t=0 p; for p in "$@"; do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done; echo "$t"; }
 NGINX_WORKER_PIDS=$(pgrep -P "$(cat "$W/nginx.pid")" | tr '\n' ' ')
 TICK_US=$((1000000 / $(getconf CLK_TCK)))
-RATIOS=(); K_ALL=(); N_ALL=(); K_CPU=(); N_CPU=(); K_ERR2=0; N_ERR2=0
+RATIOS=(); K_ALL=(); N_ALL=(); K_CPU=(); N_CPU=(); F_ALL=(); F_CPU=(); K_ERR2=0; N_ERR2=0
 for round in 1 2 3; do
   c0=$(cpu_ticks "$KVPID")
   read -r K_RPS K_L50 K_L99 e < <(run_wrk kvroute "$RPORT" 2 16 5); K_ERR2=$((K_ERR2 + e))
@@ -121,14 +130,20 @@ for round in 1 2 3; do
   read -r N_RPS N_L50 N_L99 e < <(run_wrk nginx "$NPORT" 2 16 5); N_ERR2=$((N_ERR2 + e))
   # shellcheck disable=SC2086
   n1=$(cpu_ticks $NGINX_WORKER_PIDS)
+  f0=$(cpu_ticks "$FLOORPID")
+  read -r F_RPS _ _ _ < <(run_wrk floor "$FPORT" 2 16 5)
+  f1=$(cpu_ticks "$FLOORPID")
+  F_ALL+=("$F_RPS"); F_CPU+=("$(python3 -c "print(round(($f1 - $f0) * $TICK_US / ($F_RPS * 5), 1))")")
   RATIOS+=("$(python3 -c "print(round($K_RPS / $N_RPS, 3))")")
   K_CPU+=("$(python3 -c "print(round(($c1 - $c0) * $TICK_US / ($K_RPS * 5), 1))")")
   N_CPU+=("$(python3 -c "print(round(($n1 - $n0) * $TICK_US / ($N_RPS * 5), 1))")")
   echo "throughput round $round: kvroute $K_RPS req/s (${K_CPU[-1]} us CPU/request)," \
-       "nginx $N_RPS req/s (${N_CPU[-1]} us CPU/request), ratio ${RATIOS[-1]}"
+       "nginx $N_RPS req/s (${N_CPU[-1]} us CPU/request), ratio ${RATIOS[-1]};" \
+       "floor $F_RPS req/s (${F_CPU[-1]} us CPU/request)"
   K_ALL+=("$K_RPS"); N_ALL+=("$N_RPS")
 done
 K_CPU_MED=$(printf '%s\n' "${K_CPU[@]}" | sort -n | sed -n 2p); N_CPU_MED=$(printf '%s\n' "${N_CPU[@]}" | sort -n | sed -n 2p)
+F_RPS=$(printf '%s\n' "${F_ALL[@]}" | sort -n | sed -n 2p); F_CPU_MED=$(printf '%s\n' "${F_CPU[@]}" | sort -n | sed -n 2p)
 RATIO=$(printf '%s\n' "${RATIOS[@]}" | sort -n | sed -n 2p)
 K_RPS=$(printf '%s\n' "${K_ALL[@]}" | sort -n | sed -n 2p); N_RPS=$(printf '%s\n' "${N_ALL[@]}" | sort -n | sed -n 2p)
 # c16 columns: req/s is the median round, latencies are the last round's.
@@ -154,18 +169,20 @@ STREAM_JSON=$(python3 bench/proxy/streams.py "$RPORT" "$STREAMS" 20)
 echo "streams: $STREAM_JSON"
 RSS_MB=$(( $(cat "$PEAK_FILE") / 1024 ))
 python3 - "$D_P50" "$D_P99" "$K_P50" "$K_P99" "$K_RPS" "$N_RPS" "$STREAM_JSON" "$RSS_MB" "$N_P50" "$N_P99" "$RATIO" \
-  "${RATIOS[*]}" "$K_CPU_MED" "$N_CPU_MED" <<'PY'
+  "${RATIOS[*]}" "$K_CPU_MED" "$N_CPU_MED" "$F_RPS" "$F_CPU_MED" <<'PY'
 import json, sys
 d50, d99, k50, k99, krps, nrps = map(float, sys.argv[1:7])
 s = json.loads(sys.argv[7])
 n50, n99 = map(float, sys.argv[9:11])
 ratio, rounds = float(sys.argv[11]), [float(x) for x in sys.argv[12].split()]
 kcpu, ncpu = float(sys.argv[13]), float(sys.argv[14])
+frps, fcpu = float(sys.argv[15]), float(sys.argv[16])
 print(json.dumps({"added_latency_p50_us": round(k50 - d50, 1), "added_latency_p99_us": round(k99 - d99, 1),
                   "nginx_added_latency_p50_us": round(n50 - d50, 1), "nginx_added_latency_p99_us": round(n99 - d99, 1),
                   "throughput_ratio_vs_nginx": ratio, "throughput_ratio_rounds": rounds,
                   "kvroute_rps_median": krps, "nginx_rps_median": nrps,
                   "kvroute_cpu_us_per_request": kcpu, "nginx_cpu_us_per_request": ncpu,
+                  "floor_rps_median": frps, "floor_cpu_us_per_request": fcpu,
                   "streams_requested": s["concurrent_streams"], "concurrent_streams": s["peak_open"],
                   "streams_completed": s["completed"],
                   "stream_errors": s["stream_errors"], "router_rss_mb": int(sys.argv[8])}))

@@ -7,12 +7,14 @@
 //                    handoff); a connection lives on one thread for its whole life
 //   accept_loop()  - listener on thread 0: hands accepted connections to the io
 //                    threads round-robin, one coroutine per connection
-//   session()      - reads requests (bounded header/body, read timeout), dispatches, keeps alive
+//   session()      - reads requests (bounded header/body, read timeout) with
+//                    ClientRequestParser, dispatches, keeps alive
 //   proxy()        - limits, routes (with the bounded wait queue), then for each
 //                    worker of the ranking: pooled connection, send, response
-//                    header; the first worker that answers is relayed piece by
-//                    piece as it arrives (Beast's relay() pattern)
+//                    header (UpstreamResponseParser); the first worker that
+//                    answers is relayed piece by piece as it arrives
 //   UpstreamPool   - idle keep-alive connections per worker, one pool per io thread
+//   sweep_loop()   - per io thread: timeouts and client watches (router/io_watch.h)
 #include "router/http_server.h"
 
 #include <utility>  // Boost 1.74's awaitable.hpp uses std::exchange without it

@@ -35,9 +35,9 @@
 #include <charconv>
 #include <deque>
 #include <mutex>
+#include <cstring>
 #include <optional>
 #include <span>
-#include <cstring>
 #include <thread>
 #include <unordered_map>
 
@@ -71,6 +71,7 @@ namespace {
 
 constexpr uint32_t kHeaderLimit = 16 * 1024;  // request header bytes; beyond: 431
 constexpr size_t kRelayBufferBytes = 16 * 1024;
+constexpr size_t kKeptBodyCapacity = 64 * 1024;  // request body capacity a connection keeps between requests
 constexpr auto kQueuePoll = milliseconds(5);
 
 auto nothrow(beast::error_code& ec) { return asio::redirect_error(use_awaitable, ec); }
@@ -126,6 +127,14 @@ void append_uint(std::string& h, uint64_t v) {
   h.append(digits, end);
 }
 
+// "Name: value\r\n", as kvroute forwards a field.
+void append_field(std::string& h, beast::string_view name, beast::string_view value) {
+  h.append(name.data(), name.size());
+  h += ": ";
+  h.append(value.data(), value.size());
+  h += "\r\n";
+}
+
 // A client's request as the server needs it. One lives in each connection's
 // session and is reused from request to request (its strings keep their
 // capacity).
@@ -166,11 +175,7 @@ class ClientRequestParser final : public http::basic_parser<true> {
   void on_field_impl(http::field f, beast::string_view name, beast::string_view value,
                      beast::error_code&) override {
     if (f == http::field::authorization) r_.authorization.assign(value.data(), value.size());
-    if (is_hop_by_hop(f)) return;
-    r_.fields.append(name.data(), name.size());
-    r_.fields += ": ";
-    r_.fields.append(value.data(), value.size());
-    r_.fields += "\r\n";
+    if (!is_hop_by_hop(f)) append_field(r_.fields, name, value);
   }
   void on_header_impl(beast::error_code&) override {}
   void on_body_init_impl(const boost::optional<std::uint64_t>& length, beast::error_code&) override {
@@ -245,10 +250,7 @@ class UpstreamResponseParser final : public http::basic_parser<false> {
     if (f == http::field::unknown &&
         (beast::iequals(name, "x-kvroute-worker") || beast::iequals(name, "x-kvroute-cached-tokens")))
       return;
-    fields.append(name.data(), name.size());
-    fields += ": ";
-    fields.append(value.data(), value.size());
-    fields += "\r\n";
+    append_field(fields, name, value);
   }
   void on_header_impl(beast::error_code&) override {}
   void on_body_init_impl(const boost::optional<std::uint64_t>&, beast::error_code&) override {}
@@ -535,6 +537,8 @@ awaitable<void> HttpServer::Impl::session(Socket socket, bool admin, IoThread& i
       req.keep_alive = parser.keep_alive();
       const bool keep = admin ? co_await handle_admin(stream, req) : co_await handle(stream, req, io);
       if (!keep) break;
+      // An idle keep-alive connection holds no large body (thousands of them may be open).
+      if (req.body.capacity() > kKeptBodyCapacity) req.body = std::string();
     }
   } catch (const std::exception& e) {
     spdlog::error("connection aborted by an internal error: {}", e.what());

@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
+#include <cstring>
 
 namespace kvroute::metrics {
 
@@ -88,17 +90,34 @@ struct CachedChild {
   std::string key;
   void* child = nullptr;
 };
-constexpr size_t kCacheSlots = 64;
+constexpr size_t kCacheSlots = 256;
 thread_local std::array<CachedChild, kCacheSlots> t_child_cache;
 
 bool same_key(const std::string& joined, std::span<const std::string_view> key) {
   size_t pos = 0;
   for (std::string_view v : key) {
-    if (joined.size() < pos + v.size() + 1 || joined.compare(pos, v.size(), v) != 0 || joined[pos + v.size()] != '\0')
+    if (joined.size() < pos + v.size() + 1 || std::memcmp(joined.data() + pos, v.data(), v.size()) != 0 ||
+        joined[pos + v.size()] != '\0')
       return false;
     pos += v.size() + 1;
   }
   return pos == joined.size();
+}
+
+// Picks a cache slot from each label value's length and first and last 8
+// bytes (two loads, whatever the length). A collision only costs a lookup.
+size_t key_hash(uint64_t family, std::span<const std::string_view> key) {
+  constexpr uint64_t kMul = 0x9E3779B97F4A7C15ull;
+  uint64_t h = (family + 1) * kMul;
+  for (std::string_view v : key) {
+    uint64_t head = 0, tail = 0;
+    const size_t n = std::min<size_t>(v.size(), 8);
+    std::memcpy(&head, v.data(), n);
+    std::memcpy(&tail, v.data() + v.size() - n, n);
+    h = (std::rotl(h, 23) ^ head ^ (uint64_t{v.size()} << 56)) * kMul;
+    h = (std::rotl(h, 23) ^ tail) * kMul;
+  }
+  return static_cast<size_t>(h ^ (h >> 32));
 }
 
 }  // namespace
@@ -109,8 +128,7 @@ M& Family<M>::with(std::initializer_list<std::string_view> values) {
   std::array<std::string_view, 8> padded{};
   std::copy_n(values.begin(), std::min(values.size(), padded.size()), padded.begin());
   const std::span<const std::string_view> key(padded.data(), labels_.size());
-  size_t hash = std::hash<uint64_t>{}(id_);
-  for (std::string_view v : key) hash = hash * 1000003u ^ std::hash<std::string_view>{}(v);
+  const size_t hash = key_hash(id_, key);
   CachedChild& slot = t_child_cache[hash % kCacheSlots];
   const uint64_t generation = generation_.load(std::memory_order_acquire);
   if (slot.family == id_ && slot.hash == hash && slot.generation == generation && same_key(slot.key, key))

@@ -23,11 +23,17 @@ LocalBlockHash hash_block(std::span<const TokenId> tokens, uint64_t seed) {
 std::vector<LocalBlockHash> hash_blocks(std::span<const TokenId> tokens, uint32_t block_size,
                                         uint64_t seed) {
   std::vector<LocalBlockHash> out;
-  if (block_size == 0) return out;
+  hash_blocks(tokens, block_size, out, seed);
+  return out;
+}
+
+void hash_blocks(std::span<const TokenId> tokens, uint32_t block_size, std::vector<LocalBlockHash>& out,
+                 uint64_t seed) {
+  out.clear();
+  if (block_size == 0) return;
   const size_t n = tokens.size() / block_size;
   out.reserve(n);
   for (size_t i = 0; i < n; ++i) out.push_back(hash_block(tokens.subspan(i * block_size, block_size), seed));
-  return out;
 }
 
 SequenceHash sequence_hash(SequenceHash parent, LocalBlockHash local) {

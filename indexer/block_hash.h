@@ -23,6 +23,9 @@ LocalBlockHash hash_block(std::span<const TokenId> tokens, uint64_t seed = kDefa
 // block is not hashed. block_size > 0.
 std::vector<LocalBlockHash> hash_blocks(std::span<const TokenId> tokens, uint32_t block_size,
                                         uint64_t seed = kDefaultBlockHashSeed);
+// The same into `out` (replaced; its capacity is reused).
+void hash_blocks(std::span<const TokenId> tokens, uint32_t block_size, std::vector<LocalBlockHash>& out,
+                 uint64_t seed = kDefaultBlockHashSeed);
 
 // A prefix-dependent block id as an engine would compute it: XXH3-64 over
 // (parent, local) as two little-endian uint64. Used by kvroute-mocker and the

@@ -119,6 +119,9 @@ void EventSequencer::clear_owner(CacheOwner owner) { inner_.clear_owner(owner); 
 
 OverlapScores EventSequencer::find_matches(std::span<const LocalBlockHash> blocks) const {
   OverlapScores out = inner_.find_matches(blocks);
+  // The gauge counts stale_ (both change under stale_mu_): with no stale
+  // owner, the usual case, readers skip the lock.
+  if (counters_.stale_owners.load(std::memory_order_relaxed) == 0) return out;
   std::shared_lock lk(stale_mu_);
   if (stale_.empty()) return out;
   std::erase_if(out.owners, [&](const OwnerOverlap& o) { return stale_.count(o.owner) > 0; });

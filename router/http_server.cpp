@@ -34,12 +34,12 @@
 #include <atomic>
 #include <charconv>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <cstring>
 #include <optional>
 #include <span>
 #include <thread>
-#include <unordered_map>
 
 #include "common/json_escape.h"
 #include "common/log.h"
@@ -55,6 +55,7 @@ namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = asio::ip::tcp;
+using namespace std::string_view_literals;
 // Coroutines, sockets and timers typed on the io_context's own executor: the
 // default (any_io_executor) type-erases it on every completion.
 using Executor = asio::io_context::executor_type;
@@ -78,27 +79,27 @@ auto nothrow(beast::error_code& ec) { return asio::redirect_error(use_awaitable,
 
 double seconds_since(Steady::time_point t) { return std::chrono::duration<double>(Steady::now() - t).count(); }
 
-// "http://host:port[/base]" -> parts. Returns false for anything else.
+// "http://host:port[/base]" -> parts, as views into the url (a worker's
+// announcement, which outlives the request). Returns false for anything else.
 struct UpstreamUrl {
-  std::string host;
-  std::string port = "80";
-  std::string base;  // path prefix without trailing '/'
-  std::string key() const { return host + ":" + port; }
+  std::string_view host;
+  std::string_view port = "80";
+  std::string_view base;  // path prefix without trailing '/'
 };
 bool parse_url(std::string_view url, UpstreamUrl& out) {
   constexpr std::string_view scheme = "http://";
-  if (url.substr(0, scheme.size()) != scheme) return false;
+  if (!url.starts_with(scheme)) return false;
   url.remove_prefix(scheme.size());
-  auto slash = url.find('/');
-  std::string_view hostport = url.substr(0, slash);
-  out.base = slash == std::string_view::npos ? "" : std::string(url.substr(slash));
-  while (!out.base.empty() && out.base.back() == '/') out.base.pop_back();
-  auto colon = hostport.rfind(':');
+  const auto slash = url.find('/');
+  const std::string_view hostport = url.substr(0, slash);
+  out.base = slash == std::string_view::npos ? std::string_view() : url.substr(slash);
+  while (!out.base.empty() && out.base.back() == '/') out.base.remove_suffix(1);
+  const auto colon = hostport.rfind(':');
   if (colon != std::string_view::npos && hostport.find(']') == std::string_view::npos) {
-    out.host = std::string(hostport.substr(0, colon));
-    out.port = std::string(hostport.substr(colon + 1));
+    out.host = hostport.substr(0, colon);
+    out.port = hostport.substr(colon + 1);
   } else {
-    out.host = std::string(hostport);
+    out.host = hostport;
   }
   return !out.host.empty();
 }
@@ -124,15 +125,62 @@ bool is_hop_by_hop(http::field f) {
 void append_uint(std::string& h, uint64_t v) {
   char digits[20];
   const auto end = std::to_chars(digits, digits + sizeof digits, v).ptr;
-  h.append(digits, end);
+  h.append(digits, static_cast<size_t>(end - digits));  // (first, last) would build a temporary string
 }
 
 // "Name: value\r\n", as kvroute forwards a field.
 void append_field(std::string& h, beast::string_view name, beast::string_view value) {
   h.append(name.data(), name.size());
-  h += ": ";
+  h += ": "sv;
   h.append(value.data(), value.size());
-  h += "\r\n";
+  h += "\r\n"sv;
+}
+
+// What read_http() reads: up to the end of the header, the whole message, or
+// whatever one read from the socket brings (a piece of a stream).
+enum class ReadUntil : uint8_t { Header, Message, Some };
+
+// Beast's http::async_read_header / async_read / async_read_some, as one loop
+// over the socket's own async_read_some: the same parser calls, buffer sizing
+// and end-of-stream handling, without Beast's two layers of composed
+// operations (and their executor work tracking) on every read.
+template <bool isRequest>
+awaitable<void> read_http(Socket& s, beast::flat_buffer& b, http::basic_parser<isRequest>& p, ReadUntil until,
+                          beast::error_code& ec) {
+  if (until == ReadUntil::Header) p.eager(false);
+  if (until == ReadUntil::Message) p.eager(true);
+  ec = {};
+  for (;;) {
+    if (b.size() > 0) {
+      b.consume(p.put(b.data(), ec));
+      if (ec != http::error::need_more) {
+        if (ec || until == ReadUntil::Some || (until == ReadUntil::Header ? p.is_header_done() : p.is_done()))
+          co_return;
+        continue;
+      }
+      ec = {};
+    }
+    const size_t size = std::min<size_t>(std::max<size_t>(512, b.capacity() - b.size()), 65536);
+    const size_t n = co_await s.async_read_some(b.prepare(size), nothrow(ec));
+    b.commit(n);
+    if (ec == asio::error::eof) {
+      ec = {};
+      if (p.got_some()) p.put_eof(ec);  // a message that ends with the connection (e.g. no length)
+      else ec = http::error::end_of_stream;
+      co_return;
+    }
+    if (ec) co_return;
+  }
+}
+
+// Drops the first `n` bytes from a gather list; true if any are left.
+bool consume(std::span<asio::const_buffer>& buffers, size_t n) {
+  while (!buffers.empty() && n >= buffers.front().size()) {
+    n -= buffers.front().size();
+    buffers = buffers.subspan(1);
+  }
+  if (n) buffers.front() += n;
+  return !buffers.empty();
 }
 
 // A client's request as the server needs it. One lives in each connection's
@@ -196,38 +244,47 @@ class ClientRequestParser final : public http::basic_parser<true> {
 
 // "POST /base/v1/... HTTP/1.1\r\n" + the client's end-to-end fields + Host,
 // Connection (close when not pooling) and Content-Length, then the blank line.
-std::string upstream_request_head(const ClientRequest& req, const UpstreamUrl& url,
-                                  bool keep_alive) {
-  std::string h;
-  h.reserve(256);
+// Written into `h` (reused from request to request: it keeps its capacity).
+void upstream_request_head(std::string& h, const ClientRequest& req, const UpstreamUrl& url, bool keep_alive) {
+  h.clear();
   h += req.method_string;
   h += ' ';
   h += url.base;
   h += req.target;
-  h += " HTTP/1.1\r\n";
+  h += " HTTP/1.1\r\n"sv;
   h += req.fields;
-  h += "Host: ";
+  h += "Host: "sv;
   h += url.host;
   h += ':';
   h += url.port;
-  h += keep_alive ? "\r\n" : "\r\nConnection: close\r\n";
-  h += "Content-Length: ";
+  h += keep_alive ? "\r\n"sv : "\r\nConnection: close\r\n"sv;
+  h += "Content-Length: "sv;
   append_uint(h, req.body.size());
-  h += "\r\n\r\n";
-  return h;
+  h += "\r\n\r\n"sv;
 }
 
-// The worker's response, parsed by Beast's basic_parser (all of its
-// validation and chunked decoding) but not stored in Beast's field container:
-// the status, and the end-to-end fields as the text kvroute relays; body bytes
-// go straight into the window set by `body_into()` (buffer_body's contract:
-// need_buffer once the window is full). No allocation per field.
-class UpstreamResponseParser final : public http::basic_parser<false> {
- public:
+// The head of a worker's response as kvroute relays it: the status, and the
+// end-to-end fields as text. One per client connection, reused.
+struct UpstreamResponse {
   unsigned status = 0;
   std::string reason;
   std::string fields;  // "Name: value\r\n" for each end-to-end field, in order
   bool event_stream = false;
+};
+
+// Parses a worker's response with Beast's basic_parser (all of its validation
+// and chunked decoding) into an UpstreamResponse instead of Beast's field
+// container (no allocation per field); body bytes go straight into the
+// window set by `body_into()` (buffer_body's contract: need_buffer once the
+// window is full).
+class UpstreamResponseParser final : public http::basic_parser<false> {
+ public:
+  explicit UpstreamResponseParser(UpstreamResponse& r) : r_(r) {
+    r.status = 0;
+    r.reason.clear();
+    r.fields.clear();
+    r.event_stream = false;
+  }
 
   void body_into(char* data, size_t size) {
     out_ = data;
@@ -237,20 +294,20 @@ class UpstreamResponseParser final : public http::basic_parser<false> {
 
  private:
   void on_request_impl(http::verb, beast::string_view, beast::string_view, int, beast::error_code&) override {}
-  void on_response_impl(int code, beast::string_view r, int, beast::error_code&) override {
-    status = static_cast<unsigned>(code);
-    reason.assign(r.data(), r.size());
+  void on_response_impl(int code, beast::string_view reason, int, beast::error_code&) override {
+    r_.status = static_cast<unsigned>(code);
+    r_.reason.assign(reason.data(), reason.size());
   }
   void on_field_impl(http::field f, beast::string_view name, beast::string_view value,
                      beast::error_code&) override {
-    if (f == http::field::content_type && value.starts_with("text/event-stream")) event_stream = true;
+    if (f == http::field::content_type && value.starts_with("text/event-stream")) r_.event_stream = true;
     if (is_hop_by_hop(f)) return;
     // kvroute sets its own x-kvroute-* fields (a worker behind another kvroute,
     // or the mocker, may send them too).
     if (f == http::field::unknown &&
         (beast::iequals(name, "x-kvroute-worker") || beast::iequals(name, "x-kvroute-cached-tokens")))
       return;
-    append_field(fields, name, value);
+    append_field(r_.fields, name, value);
   }
   void on_header_impl(beast::error_code&) override {}
   void on_body_init_impl(const boost::optional<std::uint64_t>&, beast::error_code&) override {}
@@ -268,6 +325,7 @@ class UpstreamResponseParser final : public http::basic_parser<false> {
   }
   void on_finish_impl(beast::error_code&) override {}
 
+  UpstreamResponse& r_;
   char* out_ = nullptr;
   size_t room_ = 0;
 };
@@ -276,11 +334,10 @@ class UpstreamResponseParser final : public http::basic_parser<false> {
 // end-to-end fields, kvroute's x-kvroute-* fields, then Content-Length (a
 // sized body) or Transfer-Encoding: chunked, and Connection: close when the
 // client connection will not be kept.
-std::string client_response_head(const UpstreamResponseParser& p, WorkerId worker, uint32_t cached_tokens,
-                                 std::optional<uint64_t> content_length, bool keep_alive) {
-  std::string h;
-  h.reserve(256 + p.fields.size());
-  h += "HTTP/1.1 ";
+void client_response_head(std::string& h, const UpstreamResponse& p, WorkerId worker, uint32_t cached_tokens,
+                          std::optional<uint64_t> content_length, bool keep_alive) {
+  h.clear();
+  h += "HTTP/1.1 "sv;
   append_uint(h, p.status);
   h += ' ';
   if (p.reason.empty()) {
@@ -289,20 +346,19 @@ std::string client_response_head(const UpstreamResponseParser& p, WorkerId worke
   } else {
     h += p.reason;
   }
-  h += "\r\n";
+  h += "\r\n"sv;
   h += p.fields;
-  h += "x-kvroute-worker: ";
+  h += "x-kvroute-worker: "sv;
   append_uint(h, worker.value);
-  h += "\r\nx-kvroute-cached-tokens: ";
+  h += "\r\nx-kvroute-cached-tokens: "sv;
   append_uint(h, cached_tokens);
   if (content_length) {
-    h += "\r\nContent-Length: ";
+    h += "\r\nContent-Length: "sv;
     append_uint(h, *content_length);
   } else {
-    h += "\r\nTransfer-Encoding: chunked";
+    h += "\r\nTransfer-Encoding: chunked"sv;
   }
-  h += keep_alive ? "\r\n\r\n" : "\r\nConnection: close\r\n\r\n";
-  return h;
+  h += keep_alive ? "\r\n\r\n"sv : "\r\nConnection: close\r\n\r\n"sv;
 }
 
 // "<size in hex>\r\n": the line before a chunk of `n` bytes.
@@ -311,6 +367,15 @@ std::string_view chunk_size_line(size_t n, char (&b)[24]) {
   *end++ = '\r';
   *end++ = '\n';
   return {b, static_cast<size_t>(end - b)};
+}
+
+// The API a request is proxied as, if it is a POST to one of the OpenAI routes.
+std::optional<ApiKind> proxied_api(const ClientRequest& req) {
+  if (req.method != http::verb::post) return std::nullopt;
+  const std::string_view target = std::string_view(req.target).substr(0, req.target.find('?'));
+  if (target == "/v1/chat/completions") return ApiKind::ChatCompletions;
+  if (target == "/v1/completions") return ApiKind::Completions;
+  return std::nullopt;
 }
 
 std::string_view route_label(std::string_view target) {
@@ -323,7 +388,7 @@ std::string_view route_label(std::string_view target) {
   return "other";
 }
 
-// Idle keep-alive connections per worker ("host:port"), owned by one io
+// Idle keep-alive connections per worker url, owned by one io
 // thread: a pooled socket stays registered with that thread's reactor and is
 // only ever used there, so the pool needs no lock. Not thread-safe.
 class UpstreamPool {
@@ -334,7 +399,7 @@ class UpstreamPool {
   // response byte is retried on a fresh one (proxy()).
   static constexpr auto kCheckAfter = milliseconds(200);
 
-  std::optional<Socket> take(const std::string& key) {
+  std::optional<Socket> take(std::string_view key) {
     auto it = idle_.find(key);
     const auto now = Steady::now();
     while (it != idle_.end() && !it->second.empty()) {
@@ -347,8 +412,10 @@ class UpstreamPool {
     }
     return std::nullopt;
   }
-  void give(const std::string& key, Socket s, size_t limit) {
-    auto& v = idle_[key];
+  void give(std::string_view key, Socket s, size_t limit) {
+    auto it = idle_.find(key);
+    if (it == idle_.end()) it = idle_.emplace(std::string(key), std::vector<Idle>()).first;
+    auto& v = it->second;
     if (v.size() >= limit) return;  // `s` closes here
     v.push_back(Idle{std::move(s), Steady::now()});
   }
@@ -359,7 +426,7 @@ class UpstreamPool {
     Socket socket;
     Steady::time_point since;
   };
-  std::unordered_map<std::string, std::vector<Idle>> idle_;
+  std::map<std::string, std::vector<Idle>, std::less<>> idle_;  // found by string_view
 };
 
 }  // namespace
@@ -413,17 +480,29 @@ struct IoThread {
   // First: these outlive the coroutines the io_context destroys.
   Sweeper sweeper;
   RelayBuffers buffers;
-  asio::io_context ioc{1};
+  // One thread runs it and only that thread starts operations on its sockets:
+  // the reactor's per-socket locks are not needed (registration and posting
+  // from other threads stay locked).
+  asio::io_context ioc{BOOST_ASIO_CONCURRENCY_HINT_UNSAFE_IO};
   asio::executor_work_guard<asio::io_context::executor_type> work = asio::make_work_guard(ioc);
   UpstreamPool pool;
   std::thread thread;
 };
 
-// A client connection: its socket and the deadline of its current operation.
+// A client connection: its socket, the deadline of its current operation, and
+// the state its requests need.
 struct ClientConn {
   ClientConn(Socket s, Sweeper& sweeper) : socket(std::move(s)), deadline(sweeper) {}
   Socket socket;
   Deadline deadline;
+  // The heads of the current request's exchange with its worker, kept from
+  // request to request for their capacity (no allocation per request).
+  std::string upstream_head;
+  std::string response_head;
+  beast::flat_buffer upstream_buffer;
+  UpstreamResponse response;
+  ParsedRequest parsed;
+  RouteResult route;
   // Arms the deadline for the next operation on the socket.
   void expires_after(milliseconds t) { deadline.arm(socket, t); }
 };
@@ -451,7 +530,7 @@ struct HttpServer::Impl {
   awaitable<void> accept_loop(Acceptor& a, bool admin);
   awaitable<void> sweep_loop(IoThread& io);
   awaitable<void> session(Socket socket, bool admin, IoThread& io);
-  awaitable<bool> handle(ClientConn& client, ClientRequest& req, IoThread& io);
+  awaitable<bool> handle(ClientConn& client, ClientRequest& req);
   awaitable<bool> handle_admin(ClientConn& client, ClientRequest& req);
   awaitable<bool> proxy(ClientConn& client, ClientRequest& req, ApiKind kind,
                         IoThread& io);
@@ -460,7 +539,10 @@ struct HttpServer::Impl {
                           std::optional<unsigned> retry_after = std::nullopt);
   awaitable<bool> respond_error(ClientConn& client, unsigned version, bool keep_alive, const ApiError& e);
   void count(std::string_view route, unsigned status, std::string_view model) {
-    if (hooks.metrics) hooks.metrics->requests_total.with({route, std::to_string(status), model}).inc();
+    if (!hooks.metrics) return;
+    char digits[12];
+    const auto end = std::to_chars(digits, digits + sizeof digits, status).ptr;
+    hooks.metrics->requests_total.with({route, std::string_view(digits, end - digits), model}).inc();
   }
 };
 
@@ -512,7 +594,7 @@ awaitable<void> HttpServer::Impl::session(Socket socket, bool admin, IoThread& i
       parser.body_limit(cfg->router.max_body_bytes);
       stream.expires_after(milliseconds(cfg->router.client_read_timeout_ms));
       beast::error_code ec;
-      co_await http::async_read(stream.socket, buffer, parser, nothrow(ec));
+      co_await read_http(stream.socket, buffer, parser, ReadUntil::Message, ec);
       stream.deadline.settle(ec);
       if (ec) {
         // Answer what a client can act on; a closed or timed-out connection gets nothing.
@@ -535,10 +617,16 @@ awaitable<void> HttpServer::Impl::session(Socket socket, bool admin, IoThread& i
         break;
       }
       req.keep_alive = parser.keep_alive();
-      const bool keep = admin ? co_await handle_admin(stream, req) : co_await handle(stream, req, io);
+      // The OpenAI routes go straight to proxy() (one coroutine frame fewer per request).
+      bool keep;
+      if (admin) keep = co_await handle_admin(stream, req);
+      else if (const auto api = proxied_api(req)) keep = co_await proxy(stream, req, *api, io);
+      else keep = co_await handle(stream, req);
       if (!keep) break;
-      // An idle keep-alive connection holds no large body (thousands of them may be open).
+      // An idle keep-alive connection holds no large buffers (thousands of them may be open).
       if (req.body.capacity() > kKeptBodyCapacity) req.body = std::string();
+      stream.upstream_buffer.clear();
+      if (stream.upstream_buffer.capacity() > kKeptBodyCapacity) stream.upstream_buffer.shrink_to_fit();
     }
   } catch (const std::exception& e) {
     spdlog::error("connection aborted by an internal error: {}", e.what());
@@ -582,17 +670,14 @@ awaitable<bool> HttpServer::Impl::handle_admin(ClientConn& client, ClientRequest
                              std::move(r.body), r.content_type);
 }
 
-awaitable<bool> HttpServer::Impl::handle(ClientConn& client, ClientRequest& req,
-                                         IoThread& io) {
+// Everything but the proxied OpenAI routes (see proxied_api()).
+awaitable<bool> HttpServer::Impl::handle(ClientConn& client, ClientRequest& req) {
   std::string_view target = req.target;
   target = target.substr(0, target.find('?'));
   const bool keep = req.keep_alive;
   const unsigned v = req.version;
   const bool get = req.method == http::verb::get;
-  const bool post = req.method == http::verb::post;
 
-  if (target == "/v1/chat/completions" && post) co_return co_await proxy(client, req, ApiKind::ChatCompletions, io);
-  if (target == "/v1/completions" && post) co_return co_await proxy(client, req, ApiKind::Completions, io);
   const auto route = route_label(target);
   if (target == "/health" && get) {
     count(route, 200, "");
@@ -647,14 +732,14 @@ awaitable<bool> HttpServer::Impl::proxy(ClientConn& client, ClientRequest& req,
   AccessRecord rec;
   rec.method = "POST";
   rec.path = path;
-  std::string model_label = "unknown";
+  std::string_view model_label = "unknown";
   auto finish = [&](unsigned status, std::string_view outcome) {
     rec.status = status;
     rec.outcome = outcome;
-    rec.duration_ms = seconds_since(started) * 1e3;
+    const double seconds = seconds_since(started);
+    rec.duration_ms = seconds * 1e3;
     count(route_name, status, model_label);
-    if (m)
-      (kind == ApiKind::ChatCompletions ? m->duration_chat : m->duration_completions).observe(seconds_since(started));
+    if (m) (kind == ApiKind::ChatCompletions ? m->duration_chat : m->duration_completions).observe(seconds);
     if (cfg->log.access_log) log_access(rec);
   };
   auto reject = [&](const ApiError& e, std::string_view outcome) -> awaitable<bool> {
@@ -686,13 +771,14 @@ awaitable<bool> HttpServer::Impl::proxy(ClientConn& client, ClientRequest& req,
     co_return co_await reject(e, "rejected_limit");
   }
 
-  ParsedRequest parsed;
+  ParsedRequest& parsed = client.parsed;
   ApiError err;
   if (!parse_openai_request(kind, req.body, parsed, err)) co_return co_await reject(err, "bad_request");
   rec.model = parsed.model;
   rec.stream = parsed.stream;
 
-  RouteResult route = hooks.routing->route(parsed);
+  RouteResult& route = client.route;
+  hooks.routing->route(parsed, route);
   // No eligible worker (all busy): wait in the bounded queue, re-routing as load changes.
   if (!route.ok && route.error.code == "workers_busy" && cfg->scheduler.queue_size > 0) {
     if (queued.fetch_add(1) >= static_cast<int64_t>(cfg->scheduler.queue_size)) {
@@ -707,7 +793,7 @@ awaitable<bool> HttpServer::Impl::proxy(ClientConn& client, ClientRequest& req,
       while (!route.ok && route.error.code == "workers_busy" && Steady::now() < deadline && !stopping.load()) {
         timer.expires_after(kQueuePoll);
         co_await timer.async_wait(nothrow(ec));
-        route = hooks.routing->route(parsed);
+        hooks.routing->route(parsed, route);
       }
       queued.fetch_sub(1);
       if (m) m->queued_requests.get().add(-1);
@@ -752,15 +838,16 @@ awaitable<bool> HttpServer::Impl::proxy(ClientConn& client, ClientRequest& req,
     // The request to forward: unchanged but for hop-by-hop headers. Its head
     // is written out here (fields as Beast parsed and validated them) and sent
     // with the body in one gather write: no serializer on the hot path.
-    const std::string up_head = upstream_request_head(req, url, cfg->router.upstream_pool_size > 0);
-    const std::array<asio::const_buffer, 2> up_wire{asio::buffer(up_head), asio::buffer(req.body)};
+    upstream_request_head(client.upstream_head, req, url, cfg->router.upstream_pool_size > 0);
+    const std::array<asio::const_buffer, 2> up_wire{asio::buffer(client.upstream_head), asio::buffer(req.body)};
+    std::array<asio::const_buffer, 2> up_left{};
 
     // A pooled connection may have been closed by the worker in the meantime:
     // such a failure retries on a fresh connection to the same worker.
     const milliseconds idle(cfg->router.idle_timeout_ms);
     std::optional<Socket> upstream;
     Deadline up_deadline(io.sweeper);  // after `upstream`: goes first
-    beast::flat_buffer up_buf;
+    beast::flat_buffer& up_buf = client.upstream_buffer;
     std::optional<UpstreamResponseParser> parser;
     // Watches the client from the request's send until the answer is committed
     // to it (a stream: until its end). Declared last: stops first.
@@ -774,7 +861,7 @@ awaitable<bool> HttpServer::Impl::proxy(ClientConn& client, ClientRequest& req,
       upstream.reset();
       bool pooled = false;
       if (fresh == 0) {
-        if (auto s = io.pool.take(url.key())) {
+        if (auto s = io.pool.take(target.url)) {
           upstream.emplace(std::move(*s));
           pooled = true;
         }
@@ -803,14 +890,19 @@ awaitable<bool> HttpServer::Impl::proxy(ClientConn& client, ClientRequest& req,
         ec = {};
       }
       up_deadline.arm(*upstream, milliseconds(cfg->router.first_byte_timeout_ms));
-      co_await asio::async_write(*upstream, up_wire, nothrow(ec));
-      parser.emplace();
+      // One send nearly always takes the whole request; asio::async_write
+      // (a composed operation) only for what it leaves.
+      up_left = up_wire;
+      std::span<asio::const_buffer> up_rest(up_left);
+      const size_t sent = co_await upstream->async_write_some(up_rest, nothrow(ec));
+      if (!ec && consume(up_rest, sent)) co_await asio::async_write(*upstream, up_rest, nothrow(ec));
+      parser.emplace(client.response);
       parser->body_limit(std::numeric_limits<std::uint64_t>::max());
       up_buf.clear();
       if (!ec) {
         // While the worker prefills, watch for the client going away.
         watch.watch(*upstream, false);
-        co_await http::async_read_header(*upstream, up_buf, *parser, nothrow(ec));
+        co_await read_http(*upstream, up_buf, *parser, ReadUntil::Header, ec);
         if (ec && watch.client_gone()) {
           client_cancelled(499);
           co_return false;
@@ -832,7 +924,7 @@ awaitable<bool> HttpServer::Impl::proxy(ClientConn& client, ClientRequest& req,
     }
     const double ttfb = seconds_since(sent_at);
     inflight_guard.first_byte();
-    const unsigned status = parser->status;
+    const unsigned status = client.response.status;
     // An overloaded or unavailable worker is retried while nothing reached the client.
     if ((status == 502 || status == 503 || status == 504) && attempt + 1 < attempts) {
       if (watch.client_gone()) {
@@ -846,7 +938,8 @@ awaitable<bool> HttpServer::Impl::proxy(ClientConn& client, ClientRequest& req,
     rec.ttfb_ms = ttfb * 1e3;
     if (m) {
       m->ttfb_seconds.get().observe(ttfb);
-      const auto w = std::to_string(target.worker.value);
+      char digits[24];
+      const std::string_view w(digits, std::to_chars(digits, digits + sizeof digits, target.worker.value).ptr - digits);
       m->prompt_tokens_total.get().inc(route.isl_tokens);
       m->cached_tokens_total.get().inc(target.cached_tokens);
       m->worker_prompt_tokens_total.with({w}).inc(route.isl_tokens);
@@ -873,7 +966,7 @@ awaitable<bool> HttpServer::Impl::proxy(ClientConn& client, ClientRequest& req,
       parser->body_into(buf, static_cast<size_t>(*length));
       if (!parser->is_done()) {
         up_deadline.arm(*upstream, idle);
-        co_await http::async_read(*upstream, up_buf, *parser, nothrow(ec));
+        co_await read_http(*upstream, up_buf, *parser, ReadUntil::Message, ec);
         up_deadline.settle(ec);
       }
       if (watch.client_gone()) {
@@ -887,11 +980,13 @@ awaitable<bool> HttpServer::Impl::proxy(ClientConn& client, ClientRequest& req,
         co_return false;  // nothing sent yet, but the worker is committed: close
       }
       const size_t body_size = static_cast<size_t>(*length) - parser->room();
-      const std::string head = client_response_head(*parser, target.worker, target.cached_tokens, body_size,
-                                                    client_keep);
-      const std::array<asio::const_buffer, 2> wire{asio::buffer(head), asio::buffer(buf, body_size)};
+      client_response_head(client.response_head, client.response, target.worker, target.cached_tokens, body_size,
+                           client_keep);
+      std::array<asio::const_buffer, 2> wire{asio::buffer(client.response_head), asio::buffer(buf, body_size)};
+      std::span<asio::const_buffer> rest(wire);
       client.expires_after(idle);
-      co_await asio::async_write(client.socket, wire, nothrow(ec));
+      const size_t sent = co_await client.socket.async_write_some(rest, nothrow(ec));  // as for the request
+      if (!ec && consume(rest, sent)) co_await asio::async_write(client.socket, rest, nothrow(ec));
       client.deadline.settle(ec);
       if (ec) {
         client_cancelled(status);
@@ -905,9 +1000,10 @@ awaitable<bool> HttpServer::Impl::proxy(ClientConn& client, ClientRequest& req,
         co_return false;
       }
       const bool chunked = !length;
-      std::string head = client_response_head(*parser, target.worker, target.cached_tokens, length, client_keep);
+      client_response_head(client.response_head, client.response, target.worker, target.cached_tokens, length,
+                           client_keep);
       client.expires_after(idle);
-      co_await asio::async_write(client.socket, asio::buffer(head), nothrow(ec));
+      co_await asio::async_write(client.socket, asio::buffer(client.response_head), nothrow(ec));
       client.deadline.settle(ec);
       if (ec) {
         client_cancelled(499);
@@ -928,7 +1024,7 @@ awaitable<bool> HttpServer::Impl::proxy(ClientConn& client, ClientRequest& req,
       while (!parser->is_done()) {
         parser->body_into(buf, kRelayBufferBytes);
         up_deadline.arm(*upstream, idle);
-        co_await http::async_read_some(*upstream, up_buf, *parser, nothrow(ec));
+        co_await read_http(*upstream, up_buf, *parser, ReadUntil::Some, ec);
         up_deadline.settle(ec);
         if (ec && watch.client_gone()) {
           client_cancelled(status);
@@ -941,7 +1037,7 @@ awaitable<bool> HttpServer::Impl::proxy(ClientConn& client, ClientRequest& req,
           if (rl.allow())
             spdlog::warn("worker {} ({}): failed mid-response: {}", target.worker.value, target.url, ec.message());
           finish(status, "upstream_error");
-          if (!parser->event_stream || !chunked) co_return false;  // cannot signal inside a sized body: close
+          if (!client.response.event_stream || !chunked) co_return false;  // cannot signal inside a sized body: close
           // An SSE stream ends with an OpenAI-style error event and [DONE].
           const std::string tail = fmt::format(
               "data: {}\n\ndata: [DONE]\n\n",
@@ -984,7 +1080,7 @@ awaitable<bool> HttpServer::Impl::proxy(ClientConn& client, ClientRequest& req,
     watch.client_gone();
     up_deadline.disarm();
     if (upstream_keep && cfg->router.upstream_pool_size > 0)
-      io.pool.give(url.key(), std::move(*upstream), cfg->router.upstream_pool_size);
+      io.pool.give(target.url, std::move(*upstream), cfg->router.upstream_pool_size);
     finish(status, status < 400 ? "ok" : "worker_error");
     co_return client_keep;
   }

@@ -57,7 +57,7 @@ bool flatten_content(dom::element content, std::string& out, ApiError& err, size
 }  // namespace
 
 bool parse_openai_request(ApiKind kind, std::string_view body, ParsedRequest& out, ApiError& err) {
-  out = ParsedRequest{};
+  out.reset();
   out.kind = kind;
   out.body = body;
   auto doc = thread_parser().parse(body.data(), body.size(), true);
@@ -72,7 +72,7 @@ bool parse_openai_request(ApiKind kind, std::string_view body, ParsedRequest& ou
   auto model = o.at_key("model");
   if (model.error()) return fail(err, "you must provide a model parameter", "model");
   if (!model.value_unsafe().is_string()) return fail(err, "'model' must be a string", "model");
-  out.model = std::string(model.value_unsafe().get_string().value_unsafe());
+  out.model.assign(model.value_unsafe().get_string().value_unsafe());
 
   if (auto stream = o.at_key("stream"); !stream.error() && !stream.value_unsafe().is_null()) {
     if (!stream.value_unsafe().is_bool()) return fail(err, "'stream' must be a boolean", "stream");
@@ -90,7 +90,7 @@ bool parse_openai_request(ApiKind kind, std::string_view body, ParsedRequest& ou
     if (prompt.error() || prompt.value_unsafe().is_null()) return fail(err, "'prompt' is required", "prompt");
     dom::element p = prompt.value_unsafe();
     if (p.is_string()) {
-      out.prompt_text = std::string(p.get_string().value_unsafe());
+      out.prompt_text.assign(p.get_string().value_unsafe());
       return true;
     }
     if (!p.is_array()) return fail(err, "'prompt' must be a string, an array of strings, or token ids", "prompt");
@@ -100,7 +100,7 @@ bool parse_openai_request(ApiKind kind, std::string_view body, ParsedRequest& ou
     if (first.is_string() || first.is_array()) {
       // A batch of prompts: route on the first one (they go to one worker).
       if (first.is_string()) {
-        out.prompt_text = std::string(first.get_string().value_unsafe());
+        out.prompt_text.assign(first.get_string().value_unsafe());
         return true;
       }
       arr = first.get_array().value_unsafe();

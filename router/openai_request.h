@@ -40,6 +40,20 @@ struct ParsedRequest {
   // vLLM's `add_special_tokens`; unset = its default (true for completions,
   // false for chat, whose template already holds the special tokens).
   std::optional<bool> add_special_tokens;
+
+  // Back to a default-constructed request, keeping the strings' and vectors'
+  // capacity (the server reuses one per connection).
+  void reset() {
+    kind = ApiKind::Completions;
+    model.clear();
+    stream = false;
+    prompt_tokens.clear();
+    has_prompt_tokens = false;
+    prompt_text.clear();
+    messages.clear();
+    body = {};
+    add_special_tokens.reset();
+  }
 };
 
 // Parses a /v1/completions or /v1/chat/completions body. Returns false and

@@ -12,31 +12,60 @@
 
 namespace kvroute {
 
+void RouteResult::reset() {
+  ok = false;
+  error = {};
+  ranked.clear();
+  isl_tokens = 0;
+  tokenizer_fallback = TokenizerFallback::None;
+  request_blocks = 0;
+  block_hashes.clear();
+  stage_seconds = {};
+  chose_best_overlap = false;
+  workers.clear();
+  candidates.clear();
+  decision.reset();
+}
+
 std::vector<TokenId> RoutingService::tokens_of(const ParsedRequest& r, const TokenizerSet* tokenizers,
                                               TokenizerFallback* fallback, std::string* detail) {
+  std::vector<TokenId> ids;
+  const auto tokens = tokens_of(r, ids, tokenizers, fallback, detail);
+  if (tokens.data() != ids.data()) ids.assign(tokens.begin(), tokens.end());  // the client's own ids
+  return ids;
+}
+
+std::span<const TokenId> RoutingService::tokens_of(const ParsedRequest& r, std::vector<TokenId>& buffer,
+                                                   const TokenizerSet* tokenizers, TokenizerFallback* fallback,
+                                                   std::string* detail) {
   auto why = [&](TokenizerFallback f) {
     if (fallback) *fallback = f;
   };
   why(TokenizerFallback::None);
   if (r.has_prompt_tokens) return r.prompt_tokens;
   const ModelTokenizer* mt = tokenizers ? tokenizers->find(r.model) : nullptr;
-  std::vector<TokenId> ids;
   if (mt && r.kind == ApiKind::Completions) {
-    mt->encode_prompt(r.prompt_text, r.add_special_tokens.value_or(true), ids);
-    return ids;
+    mt->encode_prompt(r.prompt_text, r.add_special_tokens.value_or(true), buffer);
+    return buffer;
   }
   if (mt && !mt->chat_template()) {
     why(TokenizerFallback::NoChatTemplate);
   } else if (mt) {
     std::string err;
-    if (mt->encode_chat(r.body, r.add_special_tokens.value_or(false), ids, &err)) return ids;
+    if (mt->encode_chat(r.body, r.add_special_tokens.value_or(false), buffer, &err)) return buffer;
     why(TokenizerFallback::TemplateError);
     if (detail) *detail = std::move(err);
   } else {
     why(TokenizerFallback::NoTokenizer);
   }
-  if (r.kind == ApiKind::ChatCompletions) return placeholder_tokenize(placeholder_chat_prompt(r.messages));
-  return placeholder_tokenize(r.prompt_text);
+  if (r.kind == ApiKind::ChatCompletions) {
+    thread_local std::string prompt;  // per-thread scratch: no allocation per request
+    placeholder_chat_prompt(r.messages, prompt);
+    placeholder_tokenize(prompt, buffer);
+  } else {
+    placeholder_tokenize(r.prompt_text, buffer);
+  }
+  return buffer;
 }
 
 namespace {
@@ -48,10 +77,17 @@ double seconds_between(StageClock::time_point a, StageClock::time_point b) {
 
 RouteResult RoutingService::route(const ParsedRequest& request, bool rank_all) const {
   RouteResult out;
-  const uint32_t block_size = config_.get()->indexer.block_size;
+  route(request, out, rank_all);
+  return out;
+}
+
+void RoutingService::route(const ParsedRequest& request, RouteResult& out, bool rank_all) const {
+  out.reset();
+  const auto cfg = config_.get();
   const auto t0 = StageClock::now();
   std::string detail;
-  const auto tokens = tokens_of(request, tokenizers_, &out.tokenizer_fallback, &detail);
+  thread_local std::vector<TokenId> buffer;  // per-thread scratch: no allocation per request
+  const auto tokens = tokens_of(request, buffer, tokenizers_, &out.tokenizer_fallback, &detail);
   // Configured tokenizers make a missing one a degraded mode worth a warning;
   // with none configured the placeholder is the deployment's choice.
   if (out.tokenizer_fallback != TokenizerFallback::None && tokenizers_ && tokenizers_->size() > 0) {
@@ -61,23 +97,27 @@ RouteResult RoutingService::route(const ParsedRequest& request, bool rank_all) c
                    request.model, to_string(out.tokenizer_fallback), detail.empty() ? "" : ": ", detail);
   }
   const auto t1 = StageClock::now();
-  auto hashes = hash_blocks(tokens, block_size);
+  hash_blocks(tokens, cfg->indexer.block_size, out.block_hashes);
   out.stage_seconds[0] = seconds_between(t0, t1);
   out.stage_seconds[1] = seconds_between(t1, StageClock::now());
-  route_blocks(request.model, static_cast<uint32_t>(tokens.size()), std::move(hashes), rank_all, out);
-  return out;
+  decide(*cfg, request.model, static_cast<uint32_t>(tokens.size()), rank_all, out);
 }
 
 void RoutingService::route_blocks(std::string_view model, uint32_t isl_tokens, std::vector<LocalBlockHash> hashes,
                                   bool rank_all, RouteResult& out) const {
-  const auto cfg = config_.get();
-  const uint32_t block_size = cfg->indexer.block_size;
+  out.reset();
+  out.block_hashes = std::move(hashes);
+  decide(*config_.get(), model, isl_tokens, rank_all, out);
+}
+
+void RoutingService::decide(const Config& cfg, std::string_view model, uint32_t isl_tokens, bool rank_all,
+                            RouteResult& out) const {
+  const uint32_t block_size = cfg.indexer.block_size;
   out.isl_tokens = isl_tokens;
   out.request_blocks = (uint64_t{isl_tokens} + block_size - 1) / block_size;
-  out.block_hashes = std::move(hashes);
 
-  auto workers = registry_.candidates(model);
-  if (workers.empty()) {
+  registry_.candidates(model, out.workers);
+  if (out.workers.empty()) {
     if (!registry_.candidates("").empty()) {
       out.error = ApiError{404, fmt::format("The model `{}` does not exist.", model), "invalid_request_error",
                            "model", "model_not_found"};
@@ -93,38 +133,34 @@ void RoutingService::route_blocks(std::string_view model, uint32_t isl_tokens, s
     out.stage_seconds[stage] = seconds_between(t0, t);
     t0 = t;
   };
-  const auto scores = index_.find_matches(out.block_hashes);
+  auto scores = index_.find_matches(out.block_hashes);
   lap(2);
 
   // A worker with several dp ranks is scored by its best rank's overlap.
   // Both lists are sorted by worker id (the registry's order), so one merge
   // pass pairs them: O(workers + owners log owners), no hashing.
-  std::vector<const OwnerOverlap*> owners;
-  owners.reserve(scores.owners.size());
-  for (const auto& o : scores.owners) owners.push_back(&o);
-  std::sort(owners.begin(), owners.end(), [](const OwnerOverlap* a, const OwnerOverlap* b) {
-    return a->owner.worker != b->owner.worker ? a->owner.worker < b->owner.worker : a->blocks > b->blocks;
+  auto& owners = scores.owners;
+  std::sort(owners.begin(), owners.end(), [](const OwnerOverlap& a, const OwnerOverlap& b) {
+    return a.owner.worker != b.owner.worker ? a.owner.worker < b.owner.worker : a.blocks > b.blocks;
   });
-  out.candidates.reserve(workers.size());
+  out.candidates.reserve(out.workers.size());
   size_t k = 0;
-  for (const auto& w : workers) {
-    Candidate c;
+  for (const auto& w : out.workers) {
+    Candidate& c = out.candidates.emplace_back();
     c.owner.worker = w.info->id;
     c.load = w.predicted;
     c.pending_prefill_tokens = w.pending_prefill_tokens;
     c.draining = w.draining;
-    while (k < owners.size() && owners[k]->owner.worker < w.info->id) ++k;
-    if (k < owners.size() && owners[k]->owner.worker == w.info->id) {  // first = best rank
-      c.owner.dp_rank = owners[k]->owner.dp_rank;
-      c.overlap_blocks = owners[k]->blocks;
-      c.overlap_by_tier = owners[k]->by_tier;
+    while (k < owners.size() && owners[k].owner.worker < w.info->id) ++k;
+    if (k < owners.size() && owners[k].owner.worker == w.info->id) {  // first = best rank
+      c.owner.dp_rank = owners[k].owner.dp_rank;
+      c.overlap_blocks = owners[k].blocks;
+      c.overlap_by_tier = owners[k].by_tier;
     }
-    out.candidates.push_back(c);
   }
 
-  out.workers = std::move(workers);
-  out.decision = schedule(out.candidates, out.isl_tokens, block_size, cfg->scheduler, random_,
-                          rank_all ? 0 : cfg->router.max_attempts);
+  schedule(out.candidates, out.isl_tokens, block_size, cfg.scheduler, random_, rank_all ? 0 : cfg.router.max_attempts,
+           out.decision);
   lap(3);
   if (!out.decision.chosen) {
     out.error = ApiError{503, "Every worker is at capacity; retry later.", "service_unavailable", "",

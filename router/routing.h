@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,9 @@ struct RouteResult {
   std::vector<WorkerView> workers;
   std::vector<Candidate> candidates;
   Decision decision;
+
+  // Back to a default-constructed RouteResult, keeping the vectors' capacity.
+  void reset();
 };
 
 class RoutingService {
@@ -58,8 +62,13 @@ class RoutingService {
   // `rank_all` ranks every eligible worker (explain); routing itself ranks
   // only router.max_attempts (the failover order).
   RouteResult route(const ParsedRequest& request, bool rank_all = false) const;
+  // The same into `out`, reset first (it reads exactly as a fresh result) but
+  // keeping its vectors' capacity: a caller that keeps one RouteResult per
+  // client connection allocates nothing per request once they have grown.
+  // The previous result's RouteTarget::url views are invalid afterwards.
+  void route(const ParsedRequest& request, RouteResult& out, bool rank_all = false) const;
   // The same decision from a request's block hashes (already tokenized and
-  // hashed; the simulator uses it). Fills `out` (stages 2 and 3 timed).
+  // hashed; the simulator uses it). Resets and fills `out` (stages 2 and 3 timed).
   void route_blocks(std::string_view model, uint32_t isl_tokens, std::vector<LocalBlockHash> hashes, bool rank_all,
                     RouteResult& out) const;
 
@@ -70,8 +79,17 @@ class RoutingService {
   // kvroute-mocker calls it too, so both sides agree.
   static std::vector<TokenId> tokens_of(const ParsedRequest& request, const TokenizerSet* tokenizers = nullptr,
                                         TokenizerFallback* fallback = nullptr, std::string* detail = nullptr);
+  // The same without a copy: the client's ids in place, else the ids computed
+  // into `buffer` (its capacity reused). Valid while `request` and `buffer` are.
+  static std::span<const TokenId> tokens_of(const ParsedRequest& request, std::vector<TokenId>& buffer,
+                                            const TokenizerSet* tokenizers = nullptr,
+                                            TokenizerFallback* fallback = nullptr, std::string* detail = nullptr);
 
  private:
+  // Stages 2 and 3 for the request's out.block_hashes: candidates, overlaps,
+  // schedule, ranking. `out` holds only what route()/route_blocks() set.
+  void decide(const Config& cfg, std::string_view model, uint32_t isl_tokens, bool rank_all, RouteResult& out) const;
+
   const Indexer& index_;
   WorkerRegistry& registry_;
   const ConfigStore& config_;

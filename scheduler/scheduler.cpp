@@ -46,50 +46,60 @@ double tier_weighted_blocks(const Candidate& c, const SchedulerConfig& cfg) {
          t[3] * cfg.tier_weight_external;
 }
 
+// One eligible candidate in the ranking: by cost, then by random tie-break key.
+struct Ranked {
+  double cost;
+  uint64_t tie;
+  size_t index;
+};
+
 }  // namespace
+
+void Decision::reset() {
+  chosen.reset();
+  ranking.clear();
+  scores.clear();
+  alpha = load_mean = load_std = 0;
+  sampled = false;
+}
 
 Decision schedule(const std::vector<Candidate>& candidates, uint32_t isl_tokens, uint32_t block_size,
                   const SchedulerConfig& cfg, Random& random, size_t rank_limit) {
   Decision d;
+  schedule(candidates, isl_tokens, block_size, cfg, random, rank_limit, d);
+  return d;
+}
+
+void schedule(const std::vector<Candidate>& candidates, uint32_t isl_tokens, uint32_t block_size,
+              const SchedulerConfig& cfg, Random& random, size_t rank_limit, Decision& d) {
+  d.reset();
   d.scores.resize(candidates.size());
-  std::vector<size_t> eligible;
-  eligible.reserve(candidates.size());
+  // The eligible candidates in index order, then sorted by cost. Per-thread
+  // scratch (schedule() runs on every io thread): no allocation per decision.
+  thread_local std::vector<Ranked> order;
+  order.clear();
   uint32_t max_waiting = 0;
   for (size_t i = 0; i < candidates.size(); ++i) {
     const auto& l = candidates[i].load;
     auto& s = d.scores[i];
     s.excluded = exclusion(candidates[i], cfg);
     if (s.excluded != Exclusion::None) continue;
-    eligible.push_back(i);
+    order.push_back({0, 0, i});
     s.load_ratio = ratio(static_cast<double>(l.kv_active_blocks), static_cast<double>(l.kv_total_blocks));
     max_waiting = std::max(max_waiting, l.num_requests_waiting);
   }
-  if (eligible.empty()) return d;
+  if (order.empty()) return;
 
   double sum = 0;
-  for (size_t i : eligible) sum += d.scores[i].load_ratio;
-  d.load_mean = sum / static_cast<double>(eligible.size());
+  for (const auto& r : order) sum += d.scores[r.index].load_ratio;
+  d.load_mean = sum / static_cast<double>(order.size());
   double var = 0;
-  for (size_t i : eligible) {
-    const double dev = d.scores[i].load_ratio - d.load_mean;
+  for (const auto& r : order) {
+    const double dev = d.scores[r.index].load_ratio - d.load_mean;
     var += dev * dev;
   }
-  d.load_std = std::sqrt(var / static_cast<double>(eligible.size()));
+  d.load_std = std::sqrt(var / static_cast<double>(order.size()));
   d.alpha = d.load_std > cfg.balance_threshold * d.load_mean ? cfg.alpha_imbalanced : cfg.alpha_balanced;
-
-  const double isl = std::max<uint32_t>(isl_tokens, 1);
-  for (size_t i : eligible) {
-    const auto& c = candidates[i];
-    auto& s = d.scores[i];
-    s.cached_tokens = std::min<double>(tier_weighted_blocks(c, cfg) * block_size, isl_tokens);
-    const double new_tokens = isl_tokens - s.cached_tokens;
-    s.load_deviation = s.load_ratio - d.load_mean;
-    s.prefill_ratio = (new_tokens + cfg.pending_prefill_weight * static_cast<double>(c.pending_prefill_tokens)) / isl;
-    s.slot_ratio = ratio(c.load.request_active_slots, c.load.request_total_slots);
-    s.queue_ratio = max_waiting > 0 ? static_cast<double>(c.load.num_requests_waiting) / max_waiting : 0.0;
-    s.cost = d.alpha * s.load_deviation + (1 - d.alpha) * s.prefill_ratio + cfg.gamma * s.slot_ratio +
-             cfg.delta * s.queue_ratio;
-  }
 
   // Order by cost; equal costs in random order (a random tie-break key from
   // one draw of the injected randomness, so a seed reproduces the ranking).
@@ -100,21 +110,32 @@ Decision schedule(const std::vector<Candidate>& candidates, uint32_t isl_tokens,
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return z ^ (z >> 31);
   };
-  struct Ranked {
-    double cost;
-    uint64_t tie;
-    size_t index;
-  };
-  std::vector<Ranked> order;
-  order.reserve(eligible.size());
-  for (size_t i : eligible) order.push_back({d.scores[i].cost, next_key(), i});
+  const double isl = std::max<uint32_t>(isl_tokens, 1);
+  for (auto& r : order) {
+    const auto& c = candidates[r.index];
+    auto& s = d.scores[r.index];
+    s.cached_tokens = std::min<double>(tier_weighted_blocks(c, cfg) * block_size, isl_tokens);
+    const double new_tokens = isl_tokens - s.cached_tokens;
+    s.load_deviation = s.load_ratio - d.load_mean;
+    s.prefill_ratio = (new_tokens + cfg.pending_prefill_weight * static_cast<double>(c.pending_prefill_tokens)) / isl;
+    s.slot_ratio = ratio(c.load.request_active_slots, c.load.request_total_slots);
+    s.queue_ratio = max_waiting > 0 ? static_cast<double>(c.load.num_requests_waiting) / max_waiting : 0.0;
+    s.cost = d.alpha * s.load_deviation + (1 - d.alpha) * s.prefill_ratio + cfg.gamma * s.slot_ratio +
+             cfg.delta * s.queue_ratio;
+    r.cost = s.cost;
+    r.tie = next_key();
+  }
   auto better = [](const Ranked& a, const Ranked& b) { return a.cost != b.cost ? a.cost < b.cost : a.tie < b.tie; };
   // With softmax sampling every eligible worker may be drawn: rank them all.
   const size_t limit = rank_limit && cfg.temperature <= 0 ? std::min(rank_limit, order.size()) : order.size();
-  std::partial_sort(order.begin(), order.begin() + static_cast<long>(limit), order.end(), better);
-  order.resize(limit);
-  d.ranking.reserve(order.size());
-  for (const auto& r : order) d.ranking.push_back(r.index);
+  // The tie keys are distinct (splitmix64 is a bijection), so both sorts give
+  // the one order; a full sort is cheaper when all are ranked.
+  if (limit < order.size())
+    std::partial_sort(order.begin(), order.begin() + static_cast<long>(limit), order.end(), better);
+  else
+    std::sort(order.begin(), order.end(), better);
+  d.ranking.reserve(limit);
+  for (size_t k = 0; k < limit; ++k) d.ranking.push_back(order[k].index);
 
   if (cfg.temperature > 0 && d.ranking.size() > 1) {
     // Softmax over -cost/T, shifted by the best cost for numerical stability.
@@ -135,7 +156,6 @@ Decision schedule(const std::vector<Candidate>& candidates, uint32_t isl_tokens,
     d.sampled = true;
   }
   d.chosen = d.ranking.front();
-  return d;
 }
 
 }  // namespace kvroute

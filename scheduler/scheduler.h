@@ -67,6 +67,9 @@ struct Decision {
   double load_mean = 0;
   double load_std = 0;
   bool sampled = false;  // chosen by softmax sampling (temperature > 0), not argmin
+
+  // Back to a default-constructed Decision, keeping the vectors' capacity.
+  void reset();
 };
 
 // Scores `candidates` for a request of `isl_tokens` prompt tokens.
@@ -75,5 +78,9 @@ struct Decision {
 // workers, explain wants all); every candidate is scored either way.
 Decision schedule(const std::vector<Candidate>& candidates, uint32_t isl_tokens, uint32_t block_size,
                   const SchedulerConfig& cfg, Random& random, size_t rank_limit = 0);
+// The same into `out` (replaced; its vectors' capacity is reused: no
+// allocation per decision once they have grown).
+void schedule(const std::vector<Candidate>& candidates, uint32_t isl_tokens, uint32_t block_size,
+              const SchedulerConfig& cfg, Random& random, size_t rank_limit, Decision& out);
 
 }  // namespace kvroute

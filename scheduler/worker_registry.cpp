@@ -46,8 +46,7 @@ bool WorkerRegistry::remove(WorkerId id) {
   return workers_.erase(id) > 0;
 }
 
-WorkerView WorkerRegistry::view(const Entry& e) const {
-  WorkerView v;
+void WorkerRegistry::view(const Entry& e, WorkerView& v) const {
   v.info = e.info;
   v.inflight_requests = e.inflight_requests;
   v.inflight_blocks = e.inflight_blocks;
@@ -58,25 +57,29 @@ WorkerView WorkerRegistry::view(const Entry& e) const {
   v.predicted = e.info->load;
   v.predicted.request_active_slots = std::max(v.predicted.request_active_slots, e.inflight_requests);
   v.predicted.kv_active_blocks = std::max(v.predicted.kv_active_blocks, e.inflight_blocks);
-  return v;
 }
 
 std::vector<WorkerView> WorkerRegistry::candidates(std::string_view model) const {
-  std::lock_guard lk(mu_);
   std::vector<WorkerView> out;
+  candidates(model, out);
+  return out;
+}
+
+void WorkerRegistry::candidates(std::string_view model, std::vector<WorkerView>& out) const {
+  out.clear();
+  std::lock_guard lk(mu_);
   out.reserve(workers_.size());
   for (const auto& [id, e] : workers_) {
     if (!e.announced || e.info->url.empty()) continue;
     if (!model.empty() && e.info->model != model) continue;
-    out.push_back(view(e));
+    view(e, out.emplace_back());
   }
-  return out;
 }
 
 std::vector<WorkerView> WorkerRegistry::all() const {
   std::lock_guard lk(mu_);
   std::vector<WorkerView> out;
-  for (const auto& [id, e] : workers_) out.push_back(view(e));
+  for (const auto& [id, e] : workers_) view(e, out.emplace_back());
   return out;
 }
 

@@ -56,6 +56,8 @@ class WorkerRegistry {
 
   // Workers that serve `model` (empty = any) and have announced a URL, sorted by id.
   std::vector<WorkerView> candidates(std::string_view model) const;
+  // The same into `out` (replaced; its capacity is reused: no allocation per request).
+  void candidates(std::string_view model, std::vector<WorkerView>& out) const;
   std::vector<WorkerView> all() const;
   bool known(WorkerId id) const;
   std::vector<std::string> models() const;
@@ -79,7 +81,8 @@ class WorkerRegistry {
     uint64_t inflight_blocks = 0;
     uint64_t pending_prefill_tokens = 0;
   };
-  WorkerView view(const Entry& e) const;
+  // Fills `v` (default-constructed, in place in the caller's vector).
+  void view(const Entry& e, WorkerView& v) const;
 
   const Clock& clock_;
   mutable std::mutex mu_;

@@ -19,9 +19,13 @@ struct ChatMessage {
 
 // One token per 4 bytes of UTF-8 text (the last token may cover fewer).
 std::vector<TokenId> placeholder_tokenize(std::string_view text);
+// The same into `out` (replaced; its capacity is reused).
+void placeholder_tokenize(std::string_view text, std::vector<TokenId>& out);
 
 // Renders messages as a ChatML-like prompt ("<|im_start|>role\ncontent<|im_end|>\n"
 // each, then "<|im_start|>assistant\n") for placeholder_tokenize.
 std::string placeholder_chat_prompt(const std::vector<ChatMessage>& messages);
+// The same into `out` (replaced; its capacity is reused).
+void placeholder_chat_prompt(const std::vector<ChatMessage>& messages, std::string& out);
 
 }  // namespace kvroute

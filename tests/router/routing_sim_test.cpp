@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 
 #include <map>
+#include <tuple>
 
 #include "indexer/block_hash.h"
 #include "indexer/radix_indexer.h"
@@ -198,4 +199,146 @@ TEST_CASE("unknown model is 404, no worker at all is 503") {
   r = sim.routing.route(other);
   CHECK(r.error.status == 404);
   CHECK(r.error.code == "model_not_found");
+}
+
+namespace {
+
+auto load_fields(const WorkerLoad& l) {
+  return std::tuple(l.request_active_slots, l.request_total_slots, l.num_requests_waiting, l.kv_active_blocks,
+                    l.kv_total_blocks);
+}
+
+// Every field of `reused` (routed into a RouteResult that held an earlier
+// result) against `fresh` (a new one, from an identical Sim).
+void check_same(const RouteResult& reused, const RouteResult& fresh) {
+  CHECK(reused.ok == fresh.ok);
+  CHECK(reused.error.status == fresh.error.status);
+  CHECK(reused.error.message == fresh.error.message);
+  CHECK(reused.error.type == fresh.error.type);
+  CHECK(reused.error.param == fresh.error.param);
+  CHECK(reused.error.code == fresh.error.code);
+  REQUIRE(reused.ranked.size() == fresh.ranked.size());
+  for (size_t i = 0; i < fresh.ranked.size(); ++i) {
+    CHECK(reused.ranked[i].worker == fresh.ranked[i].worker);
+    CHECK(reused.ranked[i].url == fresh.ranked[i].url);
+    CHECK(reused.ranked[i].cached_tokens == fresh.ranked[i].cached_tokens);
+    CHECK(reused.ranked[i].prefill_tokens == fresh.ranked[i].prefill_tokens);
+  }
+  CHECK(reused.isl_tokens == fresh.isl_tokens);
+  CHECK(reused.tokenizer_fallback == fresh.tokenizer_fallback);
+  CHECK(reused.request_blocks == fresh.request_blocks);
+  CHECK(reused.block_hashes == fresh.block_hashes);
+  // Timings differ from run to run; a stage that did not run reads 0 in both.
+  for (size_t i = 0; i < fresh.stage_seconds.size(); ++i)
+    if (fresh.stage_seconds[i] == 0) CHECK(reused.stage_seconds[i] == 0);
+  CHECK(reused.chose_best_overlap == fresh.chose_best_overlap);
+  REQUIRE(reused.workers.size() == fresh.workers.size());
+  for (size_t i = 0; i < fresh.workers.size(); ++i) {
+    const auto &a = reused.workers[i], &b = fresh.workers[i];
+    CHECK(a.info->id == b.info->id);
+    CHECK(a.info->url == b.info->url);
+    CHECK(load_fields(a.predicted) == load_fields(b.predicted));
+    CHECK(a.inflight_requests == b.inflight_requests);
+    CHECK(a.inflight_blocks == b.inflight_blocks);
+    CHECK(a.pending_prefill_tokens == b.pending_prefill_tokens);
+    CHECK(a.draining == b.draining);
+  }
+  REQUIRE(reused.candidates.size() == fresh.candidates.size());
+  for (size_t i = 0; i < fresh.candidates.size(); ++i) {
+    const auto &a = reused.candidates[i], &b = fresh.candidates[i];
+    CHECK(a.owner == b.owner);
+    CHECK(load_fields(a.load) == load_fields(b.load));
+    CHECK(a.overlap_blocks == b.overlap_blocks);
+    CHECK(a.overlap_by_tier == b.overlap_by_tier);
+    CHECK(a.pending_prefill_tokens == b.pending_prefill_tokens);
+    CHECK(a.draining == b.draining);
+  }
+  const auto &d = reused.decision, &e = fresh.decision;
+  CHECK(d.chosen == e.chosen);
+  CHECK(d.ranking == e.ranking);
+  CHECK(d.alpha == e.alpha);
+  CHECK(d.load_mean == e.load_mean);
+  CHECK(d.load_std == e.load_std);
+  CHECK(d.sampled == e.sampled);
+  REQUIRE(d.scores.size() == e.scores.size());
+  for (size_t i = 0; i < e.scores.size(); ++i) {
+    const auto &a = d.scores[i], &b = e.scores[i];
+    CHECK(a.excluded == b.excluded);
+    CHECK(a.cached_tokens == b.cached_tokens);
+    CHECK(a.load_ratio == b.load_ratio);
+    CHECK(a.load_deviation == b.load_deviation);
+    CHECK(a.prefill_ratio == b.prefill_ratio);
+    CHECK(a.slot_ratio == b.slot_ratio);
+    CHECK(a.queue_ratio == b.queue_ratio);
+    CHECK(a.cost == b.cost);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("a RouteResult routed into again reads exactly as a fresh one, failure or success") {
+  // Two identical Sims (same seed): one answers with fresh results, the other
+  // into one RouteResult, request after request.
+  Sim fresh_sim, reused_sim;
+  auto both = [&](auto&& f) {
+    f(fresh_sim);
+    f(reused_sim);
+  };
+  RouteResult out;
+  auto step = [&](const ParsedRequest& r, bool rank_all = false) {
+    const RouteResult fresh = fresh_sim.routing.route(r, rank_all);
+    reused_sim.routing.route(r, out, rank_all);
+    check_same(out, fresh);
+  };
+  const auto shared = prompt(5, 8 * kBlock);
+
+  step(fresh_sim.request(shared));  // nobody at all
+  CHECK(out.error.code == "no_worker");
+  both([&](Sim& s) {
+    for (uint64_t w = 1; w <= 3; ++w) s.add_worker(w, 1000 * w);
+    s.cache(2, shared);
+  });
+  step(fresh_sim.request(with_suffix(shared, 1, 40)), /*rank_all=*/true);
+  REQUIRE(out.ok);
+  CHECK(out.ranked.size() == 3);
+  CHECK(out.ranked.front().worker == WorkerId{2});
+
+  ParsedRequest unknown = fresh_sim.request(shared);
+  unknown.model = "nope";
+  step(unknown);
+  CHECK(out.error.code == "model_not_found");
+
+  ParsedRequest text;  // shorter than a block: no hashes; the placeholder tokenizes it
+  text.model = "m";
+  text.prompt_text = "a short prompt";
+  step(text);
+  REQUIRE(out.ok);
+  CHECK(out.block_hashes.empty());
+  CHECK(out.tokenizer_fallback == TokenizerFallback::NoTokenizer);
+
+  both([](Sim& s) {
+    for (uint64_t w = 1; w <= 3; ++w) s.registry.set_draining(WorkerId{w}, true);
+  });
+  step(fresh_sim.request(with_suffix(shared, 2, 40)), /*rank_all=*/true);
+  CHECK(out.error.code == "workers_busy");
+  CHECK(out.candidates.size() == 3);
+
+  both([](Sim& s) { s.registry.set_draining(WorkerId{3}, false); });
+  ParsedRequest chat;
+  chat.kind = ApiKind::ChatCompletions;
+  chat.model = "m";
+  chat.messages = {{"system", "be brief"}, {"user", std::string(200, 'x')}};
+  step(chat);
+  REQUIRE(out.ok);
+  CHECK(out.ranked.size() == 1);
+
+  step(fresh_sim.request(with_suffix(shared, 3, 40)));
+  REQUIRE(out.ok);
+
+  // route_blocks resets its result the same way.
+  RouteResult fresh;
+  fresh_sim.routing.route_blocks("nope", 10, {}, false, fresh);
+  reused_sim.routing.route_blocks("nope", 10, {}, false, out);
+  check_same(out, fresh);
+  CHECK(out.error.code == "model_not_found");
 }

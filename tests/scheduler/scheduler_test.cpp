@@ -171,3 +171,56 @@ TEST_CASE("softmax sampling: temperature 0 is argmin; T > 0 follows exp(-cost/T)
   SeededRandom a(9), b(9);
   for (int i = 0; i < 50; ++i) CHECK(*schedule(cs, 100, 10, cfg, a).chosen == *schedule(cs, 100, 10, cfg, b).chosen);
 }
+
+TEST_CASE("schedule into a reused Decision gives the fresh Decision") {
+  SchedulerConfig cfg;
+  cfg.busy_kv_usage = 0.9;
+  const std::vector<std::vector<Candidate>> rounds = {
+      {cand(1, 5, 500), cand(2, 0, 100), cand(3, 5, 500), cand(4, 2, 950)},  // 4 is excluded
+      {cand(1, 0, 950), cand(2, 0, 990)},                                    // nobody eligible
+      {cand(1, 3, 200)},
+      {cand(1, 5, 500), cand(2, 5, 500), cand(3, 5, 500)},  // equal costs: random order
+  };
+  SeededRandom a(7), b(7);
+  Decision reused;
+  for (double temperature : {0.0, 0.5}) {
+    cfg.temperature = temperature;
+    for (size_t rank_limit : {0, 1}) {
+      for (const auto& cs : rounds) {
+        const Decision fresh = schedule(cs, 100, 10, cfg, a, rank_limit);
+        schedule(cs, 100, 10, cfg, b, rank_limit, reused);
+        CHECK(reused.chosen == fresh.chosen);
+        CHECK(reused.ranking == fresh.ranking);
+        CHECK(reused.alpha == fresh.alpha);
+        CHECK(reused.load_mean == fresh.load_mean);
+        CHECK(reused.load_std == fresh.load_std);
+        CHECK(reused.sampled == fresh.sampled);
+        REQUIRE(reused.scores.size() == fresh.scores.size());
+        for (size_t i = 0; i < fresh.scores.size(); ++i) {
+          const auto &x = reused.scores[i], &y = fresh.scores[i];
+          CHECK(x.excluded == y.excluded);
+          CHECK(x.cached_tokens == y.cached_tokens);
+          CHECK(x.load_ratio == y.load_ratio);
+          CHECK(x.load_deviation == y.load_deviation);
+          CHECK(x.prefill_ratio == y.prefill_ratio);
+          CHECK(x.slot_ratio == y.slot_ratio);
+          CHECK(x.queue_ratio == y.queue_ratio);
+          CHECK(x.cost == y.cost);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("a partial ranking is the prefix of the full one (same draw)") {
+  SchedulerConfig cfg;
+  std::vector<Candidate> cs;
+  for (uint64_t id = 1; id <= 40; ++id) cs.push_back(cand(id, static_cast<uint32_t>(id % 3), 500));  // many ties
+  for (uint64_t seed = 1; seed <= 20; ++seed) {
+    SeededRandom a(seed), b(seed);
+    const Decision full = schedule(cs, 100, 10, cfg, a);
+    const Decision partial = schedule(cs, 100, 10, cfg, b, 5);
+    REQUIRE(full.ranking.size() == cs.size());
+    CHECK(partial.ranking == std::vector<size_t>(full.ranking.begin(), full.ranking.begin() + 5));
+  }
+}

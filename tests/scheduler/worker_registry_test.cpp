@@ -85,3 +85,26 @@ TEST_CASE("draining survives heartbeats and is reported") {
   CHECK(r.candidates("m").at(0).draining);
   CHECK_FALSE(r.set_draining(WorkerId{2}, true));
 }
+
+TEST_CASE("candidates into a reused vector replace its contents") {
+  ManualClock clock;
+  WorkerRegistry r(clock);
+  r.on_heartbeat(ann(1));
+  r.on_heartbeat(ann(2, "other"));
+  r.on_heartbeat(ann(3, "m", 4));
+  r.begin_request(WorkerId{3}, 7, 5);
+  std::vector<WorkerView> out;
+  r.candidates("", out);
+  CHECK(out.size() == 3);
+  r.candidates("m", out);
+  REQUIRE(out.size() == 2);
+  CHECK(out[0].info->id == WorkerId{1});
+  CHECK(out[1].info->id == WorkerId{3});
+  CHECK(out[1].inflight_requests == 1);
+  CHECK(out[1].inflight_blocks == 7);
+  CHECK(out[1].pending_prefill_tokens == 5);
+  CHECK(out[1].predicted.request_active_slots == 4);
+  CHECK(out[1].predicted.kv_active_blocks == 7);
+  r.candidates("none", out);
+  CHECK(out.empty());
+}

@@ -10,16 +10,49 @@
 
 namespace kvroute::metrics {
 
+size_t shard_index() {
+  static std::atomic<size_t> next{0};
+  thread_local const size_t shard = next.fetch_add(1, std::memory_order_relaxed) % kShards;
+  return shard;
+}
+
 Histogram::Histogram(const std::vector<double>& bounds)
-    : bounds_(bounds), counts_(new std::atomic<uint64_t>[bounds.size() + 1]) {
-  for (size_t i = 0; i <= bounds_.size(); ++i) counts_[i].store(0);
+    : bounds_(bounds),
+      lines_per_shard_((bounds.size() + 2 + 7) / 8),  // buckets and the sum
+      lines_(new Line[lines_per_shard_ * kShards]) {
+  for (size_t s = 0; s < kShards; ++s)
+    for (size_t i = 0; i < lines_per_shard_ * 8; ++i) slot(s, i).store(0, std::memory_order_relaxed);
 }
 
 void Histogram::observe(double v) {
   const size_t i = static_cast<size_t>(std::lower_bound(bounds_.begin(), bounds_.end(), v) - bounds_.begin());
-  counts_[i].fetch_add(1, std::memory_order_relaxed);
-  count_.fetch_add(1, std::memory_order_relaxed);
-  sum_.fetch_add(v, std::memory_order_relaxed);
+  const size_t shard = shard_index();
+  slot(shard, i).fetch_add(1, std::memory_order_relaxed);
+  // Only this thread's shard changes in practice, so the loop ends at once.
+  std::atomic<uint64_t>& sum = slot(shard, bounds_.size() + 1);
+  uint64_t old = sum.load(std::memory_order_relaxed);
+  while (!sum.compare_exchange_weak(old, std::bit_cast<uint64_t>(std::bit_cast<double>(old) + v),
+                                    std::memory_order_relaxed)) {
+  }
+}
+
+uint64_t Histogram::bucket(size_t i) const {
+  uint64_t n = 0;
+  for (size_t s = 0; s < kShards; ++s) n += slot(s, i).load(std::memory_order_relaxed);
+  return n;
+}
+
+uint64_t Histogram::count() const {
+  uint64_t n = 0;
+  for (size_t i = 0; i <= bounds_.size(); ++i) n += bucket(i);
+  return n;
+}
+
+double Histogram::sum() const {
+  double total = 0;
+  for (size_t s = 0; s < kShards; ++s)
+    total += std::bit_cast<double>(slot(s, bounds_.size() + 1).load(std::memory_order_relaxed));
+  return total;
 }
 
 std::vector<double> exponential_buckets(double start, double factor, size_t n) {

@@ -24,12 +24,28 @@
 
 namespace kvroute::metrics {
 
+// Counters and histograms are striped: each thread adds to its own shard (a
+// cache line of its own), and a scrape sums the shards. On the router's hot
+// path every io thread updates the same few dozen series per request; one
+// shared atomic per series would move its cache line between cores each time.
+inline constexpr size_t kShards = 8;
+// The calling thread's shard (threads are given shards round-robin).
+size_t shard_index();
+
 class Counter {
  public:
-  void inc(uint64_t n = 1) { v_.fetch_add(n, std::memory_order_relaxed); }
-  uint64_t value() const { return v_.load(std::memory_order_relaxed); }
+  void inc(uint64_t n = 1) { shards_[shard_index()].v.fetch_add(n, std::memory_order_relaxed); }
+  uint64_t value() const {
+    uint64_t sum = 0;
+    for (const auto& s : shards_) sum += s.v.load(std::memory_order_relaxed);
+    return sum;
+  }
+
  private:
-  std::atomic<uint64_t> v_{0};
+  struct alignas(64) Shard {
+    std::atomic<uint64_t> v{0};
+  };
+  Shard shards_[kShards];
 };
 
 class Gauge {
@@ -47,14 +63,22 @@ class Histogram {
   explicit Histogram(const std::vector<double>& bounds);
   void observe(double v);
   const std::vector<double>& bounds() const { return bounds_; }
-  uint64_t bucket(size_t i) const { return counts_[i].load(std::memory_order_relaxed); }  // not cumulative
-  uint64_t count() const { return count_.load(std::memory_order_relaxed); }
-  double sum() const { return sum_.load(std::memory_order_relaxed); }
+  uint64_t bucket(size_t i) const;  // not cumulative
+  uint64_t count() const;
+  double sum() const;
+
  private:
+  // Per shard, `lines_per_shard_` cache lines of their own: the buckets
+  // (bounds_.size() + 1, the last is +Inf), then the sum (a double's bits).
+  struct alignas(64) Line {
+    std::atomic<uint64_t> slot[8];
+  };
+  std::atomic<uint64_t>& slot(size_t shard, size_t i) const {
+    return lines_[shard * lines_per_shard_ + i / 8].slot[i % 8];
+  }
   std::vector<double> bounds_;
-  std::unique_ptr<std::atomic<uint64_t>[]> counts_;  // bounds_.size() + 1 (+Inf)
-  std::atomic<uint64_t> count_{0};
-  std::atomic<double> sum_{0};
+  size_t lines_per_shard_;
+  std::unique_ptr<Line[]> lines_;
 };
 
 // Exponential bucket bounds: start, start*factor, ... (n bounds).

@@ -25,18 +25,22 @@ class ConfigStore {
 
   std::shared_ptr<const Config> get() const {
     // Per thread: the store it read last (by id, never reused), the version
-    // and the snapshot. A hit costs one atomic load and a refcount increment.
+    // and the snapshot. A hit costs one atomic load and a refcount increment,
+    // on a reference count of this thread's own: the snapshot is handed out
+    // through a per-thread holder (aliasing shared_ptr), so io threads that
+    // read the config on every request do not share one count's cache line.
     struct Cache {
       uint64_t store = 0, version = 0;
-      std::shared_ptr<const Config> config;
+      std::shared_ptr<const std::shared_ptr<const Config>> holder;
     };
     thread_local Cache cache;
     const uint64_t v = version_.load(std::memory_order_acquire);
     if (cache.store != id_ || cache.version != v) {
       std::lock_guard lk(mu_);
-      cache = Cache{id_, version_.load(std::memory_order_relaxed), current_};
+      cache = Cache{id_, version_.load(std::memory_order_relaxed),
+                    std::make_shared<const std::shared_ptr<const Config>>(current_)};
     }
-    return cache.config;
+    return std::shared_ptr<const Config>(cache.holder, cache.holder->get());
   }
 
   // Applies `edit` to a copy of the current config; if it returns no error

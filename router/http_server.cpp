@@ -752,19 +752,13 @@ awaitable<bool> HttpServer::Impl::proxy(ClientConn& client, ClientRequest& req,
     finish(status, "client_cancel");
   };
 
-  // Concurrency limit: counted for the whole request, released on every exit.
+  // Concurrency limit: counted for the whole request, released on every exit
+  // (the in-flight gauge reads the count at scrape time).
   struct Slot {
     std::atomic<int64_t>& n;
-    RouterMetrics* m;
-    explicit Slot(std::atomic<int64_t>& c, RouterMetrics* mm) : n(c), m(mm) {
-      n.fetch_add(1);
-      if (m) m->inflight_requests.get().add(1);
-    }
-    ~Slot() {
-      n.fetch_sub(1);
-      if (m) m->inflight_requests.get().add(-1);
-    }
-  } slot(inflight, m);
+    explicit Slot(std::atomic<int64_t>& c) : n(c) { n.fetch_add(1); }
+    ~Slot() { n.fetch_sub(1); }
+  } slot(inflight);
   if (inflight.load() > static_cast<int64_t>(cfg->router.max_concurrent_requests)) {
     if (m) m->rejected_total.with({"limit"}).inc();
     const ApiError e{503, "Too many concurrent requests; retry later.", "service_unavailable", "", "too_many_requests"};
@@ -923,7 +917,6 @@ awaitable<bool> HttpServer::Impl::proxy(ClientConn& client, ClientRequest& req,
       continue;
     }
     const double ttfb = seconds_since(sent_at);
-    inflight_guard.first_byte();
     const unsigned status = client.response.status;
     // An overloaded or unavailable worker is retried while nothing reached the client.
     if ((status == 502 || status == 503 || status == 504) && attempt + 1 < attempts) {
@@ -995,6 +988,9 @@ awaitable<bool> HttpServer::Impl::proxy(ClientConn& client, ClientRequest& req,
     } else {
       // A stream, or a large body: head first, then each piece as it arrives
       // (a chunk each when chunked), with one watch on the client to the end.
+      // The worker's prefill is over (a small body's is released with the
+      // request, microseconds from now: one registry update, not two).
+      inflight_guard.first_byte();
       if (watch.client_gone()) {
         client_cancelled(499);
         co_return false;

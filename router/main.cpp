@@ -265,6 +265,8 @@ int main(int argc, char** argv) {
       approx.record(r.candidates[*r.decision.chosen].owner, r.block_hashes, clock.now());
   };
   HttpServer server(hooks);
+  registry_metrics.on_scrape(
+      [&] { router_metrics.inflight_requests.get().set(static_cast<double>(server.inflight())); });
   if (!server.listen(cfg.router.host, static_cast<uint16_t>(cfg.router.port), &err) ||
       !server.listen_admin(cfg.admin.host, static_cast<uint16_t>(cfg.admin.port), &err)) {
     std::fprintf(stderr, "kvroute: %s\n", err.c_str());

@@ -125,12 +125,13 @@ void WorkerRegistry::first_byte(WorkerId id, uint64_t prefill_tokens) {
   it->second.pending_prefill_tokens -= std::min(it->second.pending_prefill_tokens, prefill_tokens);
 }
 
-void WorkerRegistry::end_request(WorkerId id, uint64_t blocks) {
+void WorkerRegistry::end_request(WorkerId id, uint64_t blocks, uint64_t prefill_tokens) {
   std::lock_guard lk(mu_);
   auto it = workers_.find(id);
   if (it == workers_.end()) return;  // expired meanwhile: nothing to release
   it->second.inflight_requests -= std::min<uint32_t>(it->second.inflight_requests, 1);
   it->second.inflight_blocks -= std::min(it->second.inflight_blocks, blocks);
+  it->second.pending_prefill_tokens -= std::min(it->second.pending_prefill_tokens, prefill_tokens);
 }
 
 }  // namespace kvroute

@@ -67,9 +67,11 @@ class WorkerRegistry {
   // when it dispatches a request, with the KV blocks it will hold and its
   // uncached prefill tokens; first_byte() when the response starts (prefill
   // is over); end_request() when the response completes or fails.
+  // end_request() also releases prefill tokens whose first_byte() was not
+  // reported (a failed request, or one answered all at once).
   void begin_request(WorkerId id, uint64_t blocks, uint64_t prefill_tokens);
   void first_byte(WorkerId id, uint64_t prefill_tokens);
-  void end_request(WorkerId id, uint64_t blocks);
+  void end_request(WorkerId id, uint64_t blocks, uint64_t prefill_tokens = 0);
 
  private:
   struct Entry {
@@ -107,8 +109,8 @@ class InflightGuard {
     prefill_ = 0;
   }
   void release() {
-    first_byte();
-    if (r_) r_->end_request(id_, blocks_);
+    if (r_) r_->end_request(id_, blocks_, prefill_);  // one update for both
+    prefill_ = 0;
     r_ = nullptr;
   }
 

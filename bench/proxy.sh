@@ -11,22 +11,29 @@
 #   - latency: one connection, one request at a time, 8 s each; added latency = p50/p99
 #     of (b) - (a). At one connection the latency is the proxy's own cost, not queueing
 #     (under saturation p50 is just connections / throughput);
-#   - throughput: 16 connections (2 wrk threads), saturating the machine, three rounds
-#     of (b) then (c), 5 s each; throughput ratio = median over the rounds of
-#     req/s (b) / req/s (c). Everything shares the 2 cores, so this is CPU per request
-#     of the whole path: wrk + proxy + mockers.
+#   - throughput: 16 connections (2 wrk threads), saturating the machine, ROUNDS
+#     rounds (default 5) of (b), (c) and the floor, 5 s each; throughput ratio =
+#     median over the rounds of req/s (b) / req/s (c). Everything shares the 2
+#     cores, so this is CPU per request of the whole path: wrk + proxy + mockers.
+#     Like for like: kvroute and the floor proxy run THREADS io threads (default 1)
+#     and nginx THREADS worker processes, and each proxy runs in a session of its
+#     own, as a service would. (nginx daemonizes into its own session; with the
+#     kernel's autogroup scheduling a proxy left in the benchmark's session would
+#     share one CPU share with wrk and the mockers and be preempted by them.)
 # Then a streaming run: N concurrent SSE
 # streams through kvroute (default 10,000), counting errors and kvroute's peak RSS.
 # Mockers run with --speedup 1000 (the engine's time is nearly free) for the latency runs.
 #
 # Run: bash bench/proxy.sh [STREAMS]    (after scripts/setup.sh; installs wrk and nginx-light)
-# nginx runs one worker process (on this 2-core machine its best setting: two
-# workers lose to one); NGINX_WORKERS=2 runs it with as many workers as kvroute
-# has io threads.
+# THREADS=1 is the best setting of both proxies on this 2-core machine, where
+# wrk and the mockers need the cores too (two nginx workers lose to one, two
+# kvroute io threads to one); THREADS=2 compares them at two.
 # The last line is one JSON object.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 STREAMS=${1:-10000}
+THREADS=${THREADS:-1}
+ROUNDS=${ROUNDS:-5}
 BIN=${BUILD_DIR:-build}
 export PATH="$PATH:/usr/sbin:/sbin"
 for p in wrk nginx; do command -v $p >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk nginx-light >/dev/null; done
@@ -54,14 +61,15 @@ start_mockers() {  # extra mocker flags
 }
 start_mockers --speedup 1000 --max-seqs 4096
 RPORT=$(free_port); APORT=$(free_port)
-"$BIN/router/kvroute" --router.host 127.0.0.1 --router.port "$RPORT" --admin.host 127.0.0.1 --admin.port "$APORT" \
-  --router.threads 2 --log.access_log false --events.nats_url "nats://127.0.0.1:$NATS" >"$W/kvroute.log" 2>&1 &
+setsid "$BIN/router/kvroute" --router.host 127.0.0.1 --router.port "$RPORT" --admin.host 127.0.0.1 \
+  --admin.port "$APORT" --router.threads "$THREADS" --log.access_log false \
+  --events.nats_url "nats://127.0.0.1:$NATS" >"$W/kvroute.log" 2>&1 &
 KVPID=$!; pids+=($KVPID)
 for _ in $(seq 100); do [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$RPORT/ready")" = 200 ] && break; sleep 0.1; done
 
 NPORT=$(free_port)
 cat >"$W/nginx.conf" <<NGINX
-worker_processes ${NGINX_WORKERS:-1};
+worker_processes $THREADS;
 pid $W/nginx.pid;
 error_log $W/nginx.err warn;
 events { worker_connections 8192; }
@@ -80,7 +88,7 @@ wait_http "http://127.0.0.1:$NPORT/health"
 # The floor of kvroute's design: Asio + Beast with nothing of kvroute's own
 # (bench/proxy/floor_proxy.cpp), in front of the same mockers.
 FPORT=$(free_port)
-"$BIN/bench/proxy/kvroute-floor-proxy" "$FPORT" 2 "${MPORTS[@]}" >"$W/floor.log" 2>&1 &
+setsid "$BIN/bench/proxy/kvroute-floor-proxy" "$FPORT" "$THREADS" "${MPORTS[@]}" >"$W/floor.log" 2>&1 &
 FLOORPID=$!; pids+=($FLOORPID)
 sleep 0.3
 
@@ -111,9 +119,9 @@ read -r _ D_P50 D_P99 D_ERR < <(run_wrk direct-1 "${MPORTS[0]}" 1 1 8)
 read -r _ K_P50 K_P99 K_ERR < <(run_wrk kvroute-1 "$RPORT" 1 1 8)
 read -r _ N_P50 N_P99 N_ERR < <(run_wrk nginx-1 "$NPORT" 1 1 8)
 read -r D_RPS D_L50 D_L99 D_ERR2 < <(run_wrk direct "${MPORTS[0]}" 2 16 5)
-# Throughput: three rounds of (kvroute, nginx), 5 s each, back to back; the
-# ratio is the median of the three per-round ratios (this machine is shared:
-# a neighbour's burst then spoils one round, not the figure).
+# Throughput: ROUNDS rounds of (kvroute, nginx, floor), 5 s each, back to back;
+# the ratio is the median of the per-round ratios (this machine is shared: a
+# neighbour's burst then spoils one round, not the figure).
 # Each proxy's CPU per request (user + system, all its threads or workers,
 # from /proc/PID/stat around the round) is printed too: on a shared machine it
 # is steadier than req/s, and it is what the ratio comes from.
@@ -121,7 +129,7 @@ cpu_ticks() { local t=0 p; for p in "$@"; do t=$((t + $(awk '{print $14 + $15}' 
 NGINX_WORKER_PIDS=$(pgrep -P "$(cat "$W/nginx.pid")" | tr '\n' ' ')
 TICK_US=$((1000000 / $(getconf CLK_TCK)))
 RATIOS=(); K_ALL=(); N_ALL=(); K_CPU=(); N_CPU=(); F_ALL=(); F_CPU=(); K_ERR2=0; N_ERR2=0
-for round in 1 2 3; do
+for round in $(seq "$ROUNDS"); do
   c0=$(cpu_ticks "$KVPID")
   read -r K_RPS K_L50 K_L99 e < <(run_wrk kvroute "$RPORT" 2 16 5); K_ERR2=$((K_ERR2 + e))
   c1=$(cpu_ticks "$KVPID")
@@ -142,10 +150,11 @@ for round in 1 2 3; do
        "floor $F_RPS req/s (${F_CPU[-1]} us CPU/request)"
   K_ALL+=("$K_RPS"); N_ALL+=("$N_RPS")
 done
-K_CPU_MED=$(printf '%s\n' "${K_CPU[@]}" | sort -n | sed -n 2p); N_CPU_MED=$(printf '%s\n' "${N_CPU[@]}" | sort -n | sed -n 2p)
-F_RPS=$(printf '%s\n' "${F_ALL[@]}" | sort -n | sed -n 2p); F_CPU_MED=$(printf '%s\n' "${F_CPU[@]}" | sort -n | sed -n 2p)
-RATIO=$(printf '%s\n' "${RATIOS[@]}" | sort -n | sed -n 2p)
-K_RPS=$(printf '%s\n' "${K_ALL[@]}" | sort -n | sed -n 2p); N_RPS=$(printf '%s\n' "${N_ALL[@]}" | sort -n | sed -n 2p)
+median() { printf '%s\n' "$@" | sort -g | awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
+K_CPU_MED=$(median "${K_CPU[@]}"); N_CPU_MED=$(median "${N_CPU[@]}")
+F_RPS=$(median "${F_ALL[@]}"); F_CPU_MED=$(median "${F_CPU[@]}")
+RATIO=$(median "${RATIOS[@]}")
+K_RPS=$(median "${K_ALL[@]}"); N_RPS=$(median "${N_ALL[@]}")
 # c16 columns: req/s is the median round, latencies are the last round's.
 printf '%-8s %14s %14s %12s %16s %16s %8s\n' target c1_p50_us c1_p99_us c16_req/s c16_p50_us c16_p99_us non2xx
 printf '%-8s %14.0f %14.0f %12.0f %16.0f %16.0f %8s\n' \
@@ -169,7 +178,7 @@ STREAM_JSON=$(python3 bench/proxy/streams.py "$RPORT" "$STREAMS" 20)
 echo "streams: $STREAM_JSON"
 RSS_MB=$(( $(cat "$PEAK_FILE") / 1024 ))
 python3 - "$D_P50" "$D_P99" "$K_P50" "$K_P99" "$K_RPS" "$N_RPS" "$STREAM_JSON" "$RSS_MB" "$N_P50" "$N_P99" "$RATIO" \
-  "${RATIOS[*]}" "$K_CPU_MED" "$N_CPU_MED" "$F_RPS" "$F_CPU_MED" <<'PY'
+  "${RATIOS[*]}" "$K_CPU_MED" "$N_CPU_MED" "$F_RPS" "$F_CPU_MED" "$THREADS" <<'PY'
 import json, sys
 d50, d99, k50, k99, krps, nrps = map(float, sys.argv[1:7])
 s = json.loads(sys.argv[7])
@@ -177,9 +186,10 @@ n50, n99 = map(float, sys.argv[9:11])
 ratio, rounds = float(sys.argv[11]), [float(x) for x in sys.argv[12].split()]
 kcpu, ncpu = float(sys.argv[13]), float(sys.argv[14])
 frps, fcpu = float(sys.argv[15]), float(sys.argv[16])
+threads = int(sys.argv[17])
 print(json.dumps({"added_latency_p50_us": round(k50 - d50, 1), "added_latency_p99_us": round(k99 - d99, 1),
                   "nginx_added_latency_p50_us": round(n50 - d50, 1), "nginx_added_latency_p99_us": round(n99 - d99, 1),
-                  "throughput_ratio_vs_nginx": ratio, "throughput_ratio_rounds": rounds,
+                  "throughput_ratio_vs_nginx": ratio, "throughput_ratio_rounds": rounds, "proxy_threads": threads,
                   "kvroute_rps_median": krps, "nginx_rps_median": nrps,
                   "kvroute_cpu_us_per_request": kcpu, "nginx_cpu_us_per_request": ncpu,
                   "floor_rps_median": frps, "floor_cpu_us_per_request": fcpu,

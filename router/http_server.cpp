@@ -122,12 +122,6 @@ bool is_hop_by_hop(http::field f) {
   }
 }
 
-void append_uint(std::string& h, uint64_t v) {
-  char digits[20];
-  const auto end = std::to_chars(digits, digits + sizeof digits, v).ptr;
-  h.append(digits, static_cast<size_t>(end - digits));  // (first, last) would build a temporary string
-}
-
 // "Name: value\r\n", as kvroute forwards a field.
 void append_field(std::string& h, beast::string_view name, beast::string_view value) {
   h.append(name.data(), name.size());
@@ -242,25 +236,54 @@ class ClientRequestParser final : public http::basic_parser<true> {
   ClientRequest& r_;
 };
 
+// Writes a head into a string (reused: it keeps its capacity) through a
+// pointer: one size check per piece instead of std::string's append path.
+// The string is sized up front for the head's usual length and grows if a
+// piece does not fit.
+class HeadWriter {
+ public:
+  HeadWriter(std::string& s, size_t expected) : s_(s) {
+    s_.resize(expected);
+    p_ = s_.data();
+    end_ = p_ + s_.size();
+  }
+  HeadWriter& text(std::string_view v) {
+    room(v.size());
+    std::memcpy(p_, v.data(), v.size());
+    p_ += v.size();
+    return *this;
+  }
+  HeadWriter& number(uint64_t v) {
+    room(20);
+    p_ = std::to_chars(p_, p_ + 20, v).ptr;
+    return *this;
+  }
+  // Trims the string to what was written.
+  void finish() { s_.resize(static_cast<size_t>(p_ - s_.data())); }
+
+ private:
+  void room(size_t n) {
+    if (n <= static_cast<size_t>(end_ - p_)) return;
+    const size_t at = static_cast<size_t>(p_ - s_.data());
+    s_.resize(2 * s_.size() + n);
+    p_ = s_.data() + at;
+    end_ = s_.data() + s_.size();
+  }
+  std::string& s_;
+  char* p_;
+  char* end_;
+};
+
 // "POST /base/v1/... HTTP/1.1\r\n" + the client's end-to-end fields + Host,
 // Connection (close when not pooling) and Content-Length, then the blank line.
-// Written into `h` (reused from request to request: it keeps its capacity).
 void upstream_request_head(std::string& h, const ClientRequest& req, const UpstreamUrl& url, bool keep_alive) {
-  h.clear();
-  h += req.method_string;
-  h += ' ';
-  h += url.base;
-  h += req.target;
-  h += " HTTP/1.1\r\n"sv;
-  h += req.fields;
-  h += "Host: "sv;
-  h += url.host;
-  h += ':';
-  h += url.port;
-  h += keep_alive ? "\r\n"sv : "\r\nConnection: close\r\n"sv;
-  h += "Content-Length: "sv;
-  append_uint(h, req.body.size());
-  h += "\r\n\r\n"sv;
+  HeadWriter w(h, 128 + req.method_string.size() + url.base.size() + req.target.size() + req.fields.size() +
+                      url.host.size() + url.port.size());
+  w.text(req.method_string).text(" "sv).text(url.base).text(req.target).text(" HTTP/1.1\r\n"sv);
+  w.text(req.fields).text("Host: "sv).text(url.host).text(":"sv).text(url.port);
+  w.text(keep_alive ? "\r\n"sv : "\r\nConnection: close\r\n"sv);
+  w.text("Content-Length: "sv).number(req.body.size()).text("\r\n\r\n"sv);
+  w.finish();
 }
 
 // The head of a worker's response as kvroute relays it: the status, and the
@@ -336,29 +359,16 @@ class UpstreamResponseParser final : public http::basic_parser<false> {
 // client connection will not be kept.
 void client_response_head(std::string& h, const UpstreamResponse& p, WorkerId worker, uint32_t cached_tokens,
                           std::optional<uint64_t> content_length, bool keep_alive) {
-  h.clear();
-  h += "HTTP/1.1 "sv;
-  append_uint(h, p.status);
-  h += ' ';
-  if (p.reason.empty()) {
-    const auto r = http::obsolete_reason(static_cast<http::status>(p.status));
-    h.append(r.data(), r.size());
-  } else {
-    h += p.reason;
-  }
-  h += "\r\n"sv;
-  h += p.fields;
-  h += "x-kvroute-worker: "sv;
-  append_uint(h, worker.value);
-  h += "\r\nx-kvroute-cached-tokens: "sv;
-  append_uint(h, cached_tokens);
-  if (content_length) {
-    h += "\r\nContent-Length: "sv;
-    append_uint(h, *content_length);
-  } else {
-    h += "\r\nTransfer-Encoding: chunked"sv;
-  }
-  h += keep_alive ? "\r\n\r\n"sv : "\r\nConnection: close\r\n\r\n"sv;
+  const beast::string_view obsolete = http::obsolete_reason(static_cast<http::status>(p.status));
+  const std::string_view reason = p.reason.empty() ? std::string_view(obsolete.data(), obsolete.size()) : p.reason;
+  HeadWriter w(h, 256 + reason.size() + p.fields.size());
+  w.text("HTTP/1.1 "sv).number(p.status).text(" "sv).text(reason).text("\r\n"sv).text(p.fields);
+  w.text("x-kvroute-worker: "sv).number(worker.value);
+  w.text("\r\nx-kvroute-cached-tokens: "sv).number(cached_tokens);
+  if (content_length) w.text("\r\nContent-Length: "sv).number(*content_length);
+  else w.text("\r\nTransfer-Encoding: chunked"sv);
+  w.text(keep_alive ? "\r\n\r\n"sv : "\r\nConnection: close\r\n\r\n"sv);
+  w.finish();
 }
 
 // "<size in hex>\r\n": the line before a chunk of `n` bytes.

@@ -109,6 +109,10 @@ class Family {
 
   void render(std::string& out) const;
   const std::string& name() const { return name_; }
+  // For a caller that remembers a child itself: the family's id (unique, never
+  // reused) and its generation (changes whenever a child is removed).
+  uint64_t id() const { return id_; }
+  uint64_t generation() const { return generation_.load(std::memory_order_acquire); }
 
  private:
   std::string name_, help_;

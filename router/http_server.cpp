@@ -8,7 +8,9 @@
 //   accept_loop()  - listener on thread 0: hands accepted connections to the io
 //                    threads round-robin, one coroutine per connection
 //   session()      - reads requests (bounded header/body, read timeout) with
-//                    ClientRequestParser, dispatches, keeps alive
+//                    ClientRequestParser and read_http(), dispatches (the OpenAI
+//                    routes to proxy(), the rest to handle()), keeps alive;
+//                    ClientConn keeps what requests need from one to the next
 //   proxy()        - limits, routes (with the bounded wait queue), then for each
 //                    worker of the ranking: pooled connection, send, response
 //                    header (UpstreamResponseParser); the first worker that
@@ -549,10 +551,7 @@ struct HttpServer::Impl {
                           std::optional<unsigned> retry_after = std::nullopt);
   awaitable<bool> respond_error(ClientConn& client, unsigned version, bool keep_alive, const ApiError& e);
   void count(std::string_view route, unsigned status, std::string_view model) {
-    if (!hooks.metrics) return;
-    char digits[12];
-    const auto end = std::to_chars(digits, digits + sizeof digits, status).ptr;
-    hooks.metrics->requests_total.with({route, std::string_view(digits, end - digits), model}).inc();
+    if (hooks.metrics) hooks.metrics->request(route, status, model).inc();
   }
 };
 
@@ -941,12 +940,11 @@ awaitable<bool> HttpServer::Impl::proxy(ClientConn& client, ClientRequest& req,
     rec.ttfb_ms = ttfb * 1e3;
     if (m) {
       m->ttfb_seconds.get().observe(ttfb);
-      char digits[24];
-      const std::string_view w(digits, std::to_chars(digits, digits + sizeof digits, target.worker.value).ptr - digits);
       m->prompt_tokens_total.get().inc(route.isl_tokens);
       m->cached_tokens_total.get().inc(target.cached_tokens);
-      m->worker_prompt_tokens_total.with({w}).inc(route.isl_tokens);
-      m->worker_cached_tokens_total.with({w}).inc(target.cached_tokens);
+      const auto worker = m->worker_tokens(target.worker.value);
+      worker.prompt.inc(route.isl_tokens);
+      worker.cached.inc(target.cached_tokens);
       m->overlap_ratio.get().observe(route.isl_tokens ? double(target.cached_tokens) / route.isl_tokens : 0.0);
     }
 

@@ -5,6 +5,11 @@
 // series are removed when it leaves.
 #pragma once
 
+#include <array>
+#include <charconv>
+#include <string>
+#include <string_view>
+
 #include "common/metrics.h"
 
 namespace kvroute {
@@ -83,6 +88,57 @@ struct RouterMetrics {
   metrics::Counter& decided_best_overlap;
   metrics::Counter& decided_balance;
   metrics::Counter& decided_no_worker;
+
+  // The per-request series, remembered per thread (the proxy's hot path: no
+  // label hashing while the labels repeat); a child removed meanwhile (a
+  // worker that left) is looked up again.
+  metrics::Counter& request(std::string_view route, unsigned status, std::string_view model) {
+    struct Memo {
+      uint64_t family = 0, generation = 0;
+      std::string route;
+      unsigned status = 0;
+      std::string model;
+      metrics::Counter* child = nullptr;
+    };
+    thread_local Memo memo;
+    const uint64_t generation = requests_total.generation();
+    if (memo.family != requests_total.id() || memo.generation != generation || memo.route != route ||
+        memo.status != status || memo.model != model) {
+      char digits[12];
+      const auto end = std::to_chars(digits, digits + sizeof digits, status).ptr;
+      memo.child = &requests_total.with({route, std::string_view(digits, static_cast<size_t>(end - digits)), model});
+      memo.family = requests_total.id();
+      memo.generation = generation;
+      memo.route.assign(route);
+      memo.status = status;
+      memo.model.assign(model);
+    }
+    return *memo.child;
+  }
+  struct WorkerTokens {
+    metrics::Counter& prompt;
+    metrics::Counter& cached;
+  };
+  WorkerTokens worker_tokens(uint64_t worker) {
+    struct Memo {
+      uint64_t family = 0, generation = 0, worker = 0;
+      metrics::Counter* prompt = nullptr;
+      metrics::Counter* cached = nullptr;
+    };
+    thread_local std::array<Memo, 16> memos;
+    Memo& memo = memos[worker % memos.size()];
+    // One generation for both: they are removed together.
+    const uint64_t generation = worker_prompt_tokens_total.generation() + worker_cached_tokens_total.generation();
+    if (memo.family != worker_prompt_tokens_total.id() || memo.generation != generation || memo.worker != worker ||
+        !memo.prompt) {
+      char digits[24];
+      const auto end = std::to_chars(digits, digits + sizeof digits, worker).ptr;
+      const std::string_view w(digits, static_cast<size_t>(end - digits));
+      memo = Memo{worker_prompt_tokens_total.id(), generation, worker, &worker_prompt_tokens_total.with({w}),
+                  &worker_cached_tokens_total.with({w})};
+    }
+    return {*memo.prompt, *memo.cached};
+  }
 };
 
 }  // namespace kvroute

@@ -74,7 +74,7 @@ namespace {
 
 constexpr uint32_t kHeaderLimit = 16 * 1024;  // request header bytes; beyond: 431
 constexpr size_t kRelayBufferBytes = 16 * 1024;
-constexpr size_t kKeptBodyCapacity = 64 * 1024;  // request body capacity a connection keeps between requests
+constexpr size_t kKeptCapacity = 64 * 1024;  // bytes a buffer of an idle connection may keep
 constexpr auto kQueuePoll = milliseconds(5);
 
 auto nothrow(beast::error_code& ec) { return asio::redirect_error(use_awaitable, ec); }
@@ -507,8 +507,8 @@ struct ClientConn {
   ClientConn(Socket s, Sweeper& sweeper) : socket(std::move(s)), deadline(sweeper) {}
   Socket socket;
   Deadline deadline;
-  // The heads of the current request's exchange with its worker, kept from
-  // request to request for their capacity (no allocation per request).
+  // The current request's state, kept from request to request for its
+  // capacity (no allocation per request once it has grown).
   std::string upstream_head;
   std::string response_head;
   beast::flat_buffer upstream_buffer;
@@ -517,6 +517,19 @@ struct ClientConn {
   RouteResult route;
   // Arms the deadline for the next operation on the socket.
   void expires_after(milliseconds t) { deadline.arm(socket, t); }
+  // Between requests: an idle connection (thousands may be open) keeps no
+  // worker announcement alive and no large buffer.
+  void idle() {
+    upstream_buffer.clear();
+    if (upstream_buffer.capacity() > kKeptCapacity) upstream_buffer.shrink_to_fit();
+    if (parsed.prompt_text.capacity() > kKeptCapacity ||
+        parsed.prompt_tokens.capacity() * sizeof(TokenId) > kKeptCapacity)
+      parsed = ParsedRequest();
+    else
+      parsed.reset();
+    if (route.block_hashes.capacity() * sizeof(LocalBlockHash) > kKeptCapacity) route = RouteResult();
+    else route.reset();
+  }
 };
 
 struct HttpServer::Impl {
@@ -632,10 +645,8 @@ awaitable<void> HttpServer::Impl::session(Socket socket, bool admin, IoThread& i
       else if (const auto api = proxied_api(req)) keep = co_await proxy(stream, req, *api, io);
       else keep = co_await handle(stream, req);
       if (!keep) break;
-      // An idle keep-alive connection holds no large buffers (thousands of them may be open).
-      if (req.body.capacity() > kKeptBodyCapacity) req.body = std::string();
-      stream.upstream_buffer.clear();
-      if (stream.upstream_buffer.capacity() > kKeptBodyCapacity) stream.upstream_buffer.shrink_to_fit();
+      if (req.body.capacity() > kKeptCapacity) req.body = std::string();
+      stream.idle();
     }
   } catch (const std::exception& e) {
     spdlog::error("connection aborted by an internal error: {}", e.what());

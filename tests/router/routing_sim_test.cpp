@@ -10,6 +10,7 @@
 
 #include "indexer/block_hash.h"
 #include "indexer/radix_indexer.h"
+#include "tests/scheduler/same_decision.h"
 
 using namespace kvroute;
 
@@ -253,25 +254,7 @@ void check_same(const RouteResult& reused, const RouteResult& fresh) {
     CHECK(a.pending_prefill_tokens == b.pending_prefill_tokens);
     CHECK(a.draining == b.draining);
   }
-  const auto &d = reused.decision, &e = fresh.decision;
-  CHECK(d.chosen == e.chosen);
-  CHECK(d.ranking == e.ranking);
-  CHECK(d.alpha == e.alpha);
-  CHECK(d.load_mean == e.load_mean);
-  CHECK(d.load_std == e.load_std);
-  CHECK(d.sampled == e.sampled);
-  REQUIRE(d.scores.size() == e.scores.size());
-  for (size_t i = 0; i < e.scores.size(); ++i) {
-    const auto &a = d.scores[i], &b = e.scores[i];
-    CHECK(a.excluded == b.excluded);
-    CHECK(a.cached_tokens == b.cached_tokens);
-    CHECK(a.load_ratio == b.load_ratio);
-    CHECK(a.load_deviation == b.load_deviation);
-    CHECK(a.prefill_ratio == b.prefill_ratio);
-    CHECK(a.slot_ratio == b.slot_ratio);
-    CHECK(a.queue_ratio == b.queue_ratio);
-    CHECK(a.cost == b.cost);
-  }
+  check_same_decision(reused.decision, fresh.decision);
 }
 
 }  // namespace

@@ -4,6 +4,8 @@
 
 #include <map>
 
+#include "tests/scheduler/same_decision.h"
+
 using namespace kvroute;
 
 namespace {
@@ -189,24 +191,7 @@ TEST_CASE("schedule into a reused Decision gives the fresh Decision") {
       for (const auto& cs : rounds) {
         const Decision fresh = schedule(cs, 100, 10, cfg, a, rank_limit);
         schedule(cs, 100, 10, cfg, b, rank_limit, reused);
-        CHECK(reused.chosen == fresh.chosen);
-        CHECK(reused.ranking == fresh.ranking);
-        CHECK(reused.alpha == fresh.alpha);
-        CHECK(reused.load_mean == fresh.load_mean);
-        CHECK(reused.load_std == fresh.load_std);
-        CHECK(reused.sampled == fresh.sampled);
-        REQUIRE(reused.scores.size() == fresh.scores.size());
-        for (size_t i = 0; i < fresh.scores.size(); ++i) {
-          const auto &x = reused.scores[i], &y = fresh.scores[i];
-          CHECK(x.excluded == y.excluded);
-          CHECK(x.cached_tokens == y.cached_tokens);
-          CHECK(x.load_ratio == y.load_ratio);
-          CHECK(x.load_deviation == y.load_deviation);
-          CHECK(x.prefill_ratio == y.prefill_ratio);
-          CHECK(x.slot_ratio == y.slot_ratio);
-          CHECK(x.queue_ratio == y.queue_ratio);
-          CHECK(x.cost == y.cost);
-        }
+        check_same_decision(reused, fresh);
       }
     }
   }

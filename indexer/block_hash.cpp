@@ -36,6 +36,19 @@ void hash_blocks(std::span<const TokenId> tokens, uint32_t block_size, std::vect
   for (size_t i = 0; i < n; ++i) out.push_back(hash_block(tokens.subspan(i * block_size, block_size), seed));
 }
 
+uint64_t first_block_seed(const HashNamespace& ns) {
+  const uint64_t seed = block_hash_seed(ns.lora_name);
+  if (ns.cache_salt.empty()) return seed;
+  return seed + XXH3_64bits_withSeed(ns.cache_salt.data(), ns.cache_salt.size(), 0);
+}
+
+void hash_blocks(std::span<const TokenId> tokens, uint32_t block_size, const HashNamespace& ns,
+                 std::vector<LocalBlockHash>& out) {
+  hash_blocks(tokens, block_size, out, block_hash_seed(ns.lora_name));
+  if (!out.empty() && !ns.cache_salt.empty())
+    out[0] = hash_block(tokens.subspan(0, block_size), first_block_seed(ns));
+}
+
 SequenceHash sequence_hash(SequenceHash parent, LocalBlockHash local) {
   uint64_t buf[2] = {parent.value, local.value};
   return SequenceHash{XXH3_64bits_withSeed(buf, sizeof buf, kDefaultBlockHashSeed)};

@@ -27,6 +27,27 @@ std::vector<LocalBlockHash> hash_blocks(std::span<const TokenId> tokens, uint32_
 void hash_blocks(std::span<const TokenId> tokens, uint32_t block_size, std::vector<LocalBlockHash>& out,
                  uint64_t seed = kDefaultBlockHashSeed);
 
+// A request's cache namespace, as vLLM keys its prefix cache: a LoRA adapter
+// changes every block's hash (the seed, above); a `cache_salt` (vLLM's
+// per-tenant isolation) enters only the first block's hash, so two tenants'
+// equal prompts share no block at all (the radix index is prefix-dependent).
+// Empty strings = absent. The request side (router) and the event side (ZMQ
+// events carrying token ids) hash through the same function.
+struct HashNamespace {
+  std::string_view lora_name;
+  std::string_view cache_salt;
+};
+
+// Seed of the first block: block_hash_seed(lora) + XXH3_64(cache_salt, seed 0)
+// (wrapping); without a salt, block_hash_seed(lora).
+uint64_t first_block_seed(const HashNamespace& ns);
+
+// hash_blocks() under a namespace: block 0 with first_block_seed(ns), the
+// others with block_hash_seed(ns.lora_name). Equal to the plain overload when
+// both strings are empty (Dynamo compatibility).
+void hash_blocks(std::span<const TokenId> tokens, uint32_t block_size, const HashNamespace& ns,
+                 std::vector<LocalBlockHash>& out);
+
 // A prefix-dependent block id as an engine would compute it: XXH3-64 over
 // (parent, local) as two little-endian uint64. Used by kvroute-mocker and the
 // simulator as their `block_hash`; the router never derives meaning from it.

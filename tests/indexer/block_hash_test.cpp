@@ -41,3 +41,23 @@ TEST_CASE("sequence_hash depends on the parent") {
   CHECK(sequence_hash(SequenceHash{1}, l) != sequence_hash(SequenceHash{2}, l));
   CHECK(sequence_hash(SequenceHash{1}, l) == sequence_hash(SequenceHash{1}, l));
 }
+
+TEST_CASE("namespaces: cache_salt changes only block 0's hash, a LoRA name every block's") {
+  std::vector<TokenId> toks(48);
+  for (size_t i = 0; i < toks.size(); ++i) toks[i] = static_cast<TokenId>(i * 7 + 3);
+  std::vector<LocalBlockHash> plain, salted, salted2, lora, none;
+  hash_blocks(toks, 16, plain);
+  hash_blocks(toks, 16, HashNamespace{}, none);
+  CHECK(none == plain);  // no namespace = the Dynamo-compatible hashes
+  hash_blocks(toks, 16, HashNamespace{"", "tenant-a"}, salted);
+  hash_blocks(toks, 16, HashNamespace{"", "tenant-b"}, salted2);
+  REQUIRE(salted.size() == 3);
+  CHECK(salted[0] != plain[0]);
+  CHECK(salted[0] != salted2[0]);
+  CHECK(salted[1] == plain[1]);  // later blocks differ only through the prefix (radix path)
+  CHECK(salted[0].value ==
+        XXH3_64bits_withSeed(toks.data(), 16 * sizeof(TokenId), 1337 + XXH3_64bits_withSeed("tenant-a", 8, 0)));
+  hash_blocks(toks, 16, HashNamespace{"my-lora", ""}, lora);
+  for (size_t i = 0; i < 3; ++i) CHECK(lora[i] != plain[i]);
+  CHECK(lora[2] == hash_block(std::span<const TokenId>(toks).subspan(32, 16), block_hash_seed("my-lora")));
+}

@@ -1,0 +1,105 @@
+// vLLM / SGLang KV events as they travel over ZMQ (msgpack), decoded into
+// wire structs and converted to the index's KvEvents with kvroute's own block
+// hashing. Pure; thread-safe.
+//
+// Frames on the engine's PUB socket: [topic, seq (8-byte big-endian, from 0),
+// payload]. The payload is a KVEventBatch, in either encoding vLLM has used:
+//   positional (msgspec array_like):  [ts, [event...], data_parallel_rank]
+//       event = ["BlockStored", block_hashes, parent_block_hash, token_ids,
+//                block_size, lora_id, medium, lora_name, extra_keys, group_idx,
+//                kv_cache_spec_kind, kv_cache_spec_sliding_window] (trailing
+//                defaults may be omitted)
+//   tagged maps (vLLM 2026):          {"ts":..,"events":[{"type":"BlockStored",
+//                "block_hashes":[..],...}],"data_parallel_rank":0}
+//       omitted fields take their defaults; unknown fields are ignored.
+// Block hashes are ints (signed or unsigned 64-bit) or bytes (SHA-256 based,
+// any length); either way only an id for parents and removals.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "common/types.h"
+#include "events/wire.h"
+#include "indexer/kv_event.h"
+
+namespace kvroute {
+
+// An engine's block hash as an id: ints as their 64-bit pattern; bytes as
+// XXH3-64 of the bytes (collisions are as unlikely as for the ints).
+SequenceHash engine_block_id(std::span<const uint8_t> hash_bytes);
+
+struct VllmBlockStored {
+  std::vector<SequenceHash> block_hashes;
+  std::optional<SequenceHash> parent_block_hash;
+  std::vector<TokenId> token_ids;
+  uint32_t block_size = 0;
+  std::optional<int64_t> lora_id;  // deprecated by vLLM; kept for explain
+  std::string lora_name;           // empty = none
+  std::string medium;              // "GPU" (default), "CPU", "DISK", ... empty = GPU
+  // Extra hash keys of the first block of the chain, reduced to what kvroute's
+  // hashing uses: the cache_salt (vLLM puts it in block 0's extra keys).
+  std::string cache_salt;
+  std::optional<uint32_t> group_idx;
+  std::string kv_cache_spec_kind;  // e.g. "full_attention", "sliding_window"; empty = unknown
+  std::optional<uint32_t> kv_cache_spec_sliding_window;
+};
+
+struct VllmBlockRemoved {
+  std::vector<SequenceHash> block_hashes;
+  std::string medium;
+  std::optional<uint32_t> group_idx;
+};
+
+struct VllmAllBlocksCleared {};
+
+// An event type this decoder does not know (counted, skipped).
+struct VllmUnknownEvent {
+  std::string type;
+};
+
+using VllmEvent = std::variant<VllmBlockStored, VllmBlockRemoved, VllmAllBlocksCleared, VllmUnknownEvent>;
+
+struct VllmEventBatch {
+  double ts = 0;
+  std::vector<VllmEvent> events;
+  std::optional<uint32_t> data_parallel_rank;
+};
+
+enum class VllmEncoding : uint8_t { Positional, TaggedMap };
+
+// Decodes one payload (either encoding, detected per batch and per event).
+// On error `out` is unspecified and `detail` names the field. Never throws.
+DecodeError decode_vllm_batch(std::span<const uint8_t> payload, const DecodeLimits& limits, VllmEventBatch& out,
+                              std::string* detail = nullptr);
+
+// Encodes a batch as an engine would (kvroute-mocker, tests, benchmarks).
+std::string encode_vllm_batch(const VllmEventBatch& batch, VllmEncoding encoding);
+
+// Why a decoded vLLM event was not turned into an index event. Each maps to a
+// label of kvroute_events_zmq_skipped_total.
+enum class VllmSkip : uint8_t {
+  None,
+  UnknownType,        // an event type this decoder does not know
+  BlockSizeMismatch,  // block_size differs from indexer.block_size
+  TokenCount,         // token_ids is not block_hashes.size() * block_size long
+  NotFullAttention,   // hybrid model: a sliding-window / mamba group (only full attention is indexed)
+};
+
+// Converts a batch into index events for `owner` (its dp_rank taken from the
+// batch when present), hashing token_ids exactly as a request's tokens are
+// hashed (indexer/block_hash.h, HashNamespace{lora_name, cache_salt}); the
+// engine's hashes become the SequenceHash ids. `medium` maps to the storage
+// tier (GPU/absent = device, CPU = host_pinned, DISK = disk, other = external).
+// Events without an event_id (ordering is per ZMQ seq, see zmq_source.h).
+// `skipped` (optional) counts skipped events by VllmSkip.
+void to_kv_events(const VllmEventBatch& batch, CacheOwner owner, uint32_t block_size, std::vector<KvEvent>& out,
+                  std::array<uint64_t, 5>* skipped = nullptr);
+
+}  // namespace kvroute

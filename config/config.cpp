@@ -4,6 +4,7 @@
 
 #include <cctype>
 #include <charconv>
+#include <cmath>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -34,7 +35,8 @@ std::optional<std::string> parse_into(const KeyInfo& k, std::string_view text, T
     double v = 0;
     // from_chars for double is available in GCC 12.
     auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-    if (ec != std::errc() || p != text.data() + text.size())
+    // NaN compares false with both bounds: refused here, or it would pass the range check.
+    if (ec != std::errc() || p != text.data() + text.size() || std::isnan(v))
       return fmt::format("{}: '{}' is not a number (allowed range {})", k.path, text, range_text(k));
     if (v < k.min || v > k.max)
       return fmt::format("{}: {} is out of range (allowed range {})", k.path, text, range_text(k));
@@ -49,14 +51,17 @@ std::optional<std::string> parse_into(const KeyInfo& k, std::string_view text, T
   }
 }
 
+// `sections` holds every key's prefixes ("scheduler"): a mapping anywhere
+// else is an unknown key, so YAML aliases cannot make the walk exponential.
 std::optional<std::string> walk_yaml(Config& c, const YAML::Node& node, const std::string& prefix,
-                                     std::set<std::string>& known) {
+                                     const std::set<std::string>& known, const std::set<std::string>& sections) {
   if (!node.IsMap()) return fmt::format("{}: expected a mapping", prefix.empty() ? "<root>" : prefix);
   for (const auto& kv : node) {
     std::string key = kv.first.as<std::string>();
     std::string path = prefix.empty() ? key : prefix + "." + key;
     if (kv.second.IsMap()) {
-      if (auto e = walk_yaml(c, kv.second, path, known)) return e;
+      if (!sections.count(path)) return fmt::format("{}: unknown key", path);
+      if (auto e = walk_yaml(c, kv.second, path, known, sections)) return e;
       continue;
     }
     if (!known.count(path)) return fmt::format("{}: unknown key", path);
@@ -88,8 +93,12 @@ std::optional<std::string> set_key(Config& c, std::string_view path, std::string
 }
 
 std::optional<std::string> apply_yaml(Config& c, std::string_view yaml_text) {
-  std::set<std::string> known;
-  for (const auto& k : config_keys()) known.insert(std::string(k.path));
+  std::set<std::string> known, sections;
+  for (const auto& k : config_keys()) {
+    known.insert(std::string(k.path));
+    for (size_t dot = k.path.find('.'); dot != std::string_view::npos; dot = k.path.find('.', dot + 1))
+      sections.insert(std::string(k.path.substr(0, dot)));
+  }
   YAML::Node root;
   try {
     root = YAML::Load(std::string(yaml_text));
@@ -99,7 +108,7 @@ std::optional<std::string> apply_yaml(Config& c, std::string_view yaml_text) {
   if (root.IsNull()) return std::nullopt;  // empty file: defaults
   Config next = c;
   try {
-    if (auto e = walk_yaml(next, root, "", known)) return e;
+    if (auto e = walk_yaml(next, root, "", known, sections)) return e;
   } catch (const YAML::Exception& e) {
     return fmt::format("config: {}", e.msg);
   }

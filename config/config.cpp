@@ -93,12 +93,16 @@ std::optional<std::string> set_key(Config& c, std::string_view path, std::string
 }
 
 std::optional<std::string> apply_yaml(Config& c, std::string_view yaml_text) {
-  std::set<std::string> known, sections;
-  for (const auto& k : config_keys()) {
-    known.insert(std::string(k.path));
-    for (size_t dot = k.path.find('.'); dot != std::string_view::npos; dot = k.path.find('.', dot + 1))
-      sections.insert(std::string(k.path.substr(0, dot)));
-  }
+  // The schema's key paths and their section prefixes, built once (thread-safe static init).
+  static const auto [known, sections] = [] {
+    std::set<std::string> keys, prefixes;
+    for (const auto& k : config_keys()) {
+      keys.insert(std::string(k.path));
+      for (size_t dot = k.path.find('.'); dot != std::string_view::npos; dot = k.path.find('.', dot + 1))
+        prefixes.insert(std::string(k.path.substr(0, dot)));
+    }
+    return std::pair{keys, prefixes};
+  }();
   YAML::Node root;
   try {
     root = YAML::Load(std::string(yaml_text));

@@ -3,11 +3,12 @@
 # libFuzzer under ASan+UBSan (clang from Debian). Builds only the fuzz targets
 # and the decoders' sources, in their own build directory.
 #
-#   scripts/fuzz.sh [--inputs N | --seconds S] [--build-dir DIR] [--seed N]
+#   scripts/fuzz.sh [--inputs N] [--seconds S] [--build-dir DIR] [--seed N]
 #                   [--fresh] [--build-only | --no-build] [TARGET...]
 #
 # Default: 10,000,000 inputs per target, every target, build dir build-fuzz,
-# seed 1. Before fuzzing, each target replays tests/fuzz/regressions/TARGET/.
+# seed 1. --seconds alone: that long per target; with --inputs: whichever
+# limit comes first. Before fuzzing, each target replays tests/fuzz/regressions/TARGET/.
 # A crash (sanitizer report, broken contract check, timeout, out of memory)
 # is saved as DIR/crashes/TARGET/crash-*; fuzzing then continues with the
 # next seed until the inputs or seconds are used (at most 5 crashes a target).
@@ -17,10 +18,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SRC=$PWD
 
-inputs=10000000 seconds="" build_dir=build-fuzz seed=1 fresh=0 build=1 run=1 targets=()
+inputs="" seconds="" build_dir=build-fuzz seed=1 fresh=0 build=1 run=1 targets=()
 while (($#)); do
   case "$1" in
-    --inputs) inputs=$2; seconds=""; shift 2 ;;
+    --inputs) inputs=$2; shift 2 ;;
     --seconds) seconds=$2; shift 2 ;;
     --build-dir) build_dir=$2; shift 2 ;;
     --seed) seed=$2; shift 2 ;;
@@ -33,6 +34,7 @@ while (($#)); do
   esac
 done
 
+[ -n "$inputs$seconds" ] || inputs=10000000
 CXX_FUZZ=${CXX_FUZZ:-clang++-14}
 if ((build)); then
   command -v "$CXX_FUZZ" >/dev/null || { echo "fuzz.sh: $CXX_FUZZ missing (scripts/setup.sh installs clang-14)" >&2; exit 2; }
@@ -86,13 +88,15 @@ for t in "${targets[@]}"; do
   [ -f "$SRC/tests/fuzz/options/$t.flags" ] && read -r -a extra <"$SRC/tests/fuzz/options/$t.flags" && opts+=("${extra[@]}")
   done_runs=0 round=0 t0=$(date +%s.%N)
   while :; do
+    budget=()
     if [ -n "$seconds" ]; then
       left=$(awk -v s="$seconds" -v t0="$t0" -v now="$(date +%s.%N)" 'BEGIN { x = int(s - (now - t0)); print x }')
       ((left > 0)) || break
-      budget=(-max_total_time="$left")
-    else
+      budget+=(-max_total_time="$left")
+    fi
+    if [ -n "$inputs" ]; then
       ((done_runs < inputs)) || break
-      budget=(-runs=$((inputs - done_runs)))
+      budget+=(-runs=$((inputs - done_runs)))
     fi
     log=$logs/run-$round.log
     rc=0
@@ -117,8 +121,7 @@ for t in "${targets[@]}"; do
   total_crashes=$((total_crashes + crashes))
 done
 
-mode="\"inputs\":$inputs"
-[ -n "$seconds" ] && mode="\"seconds\":$seconds"
+mode="\"inputs_limit\":${inputs:-null},\"seconds_limit\":${seconds:-null}"
 joined=$(IFS=,; echo "${json_targets[*]}")
 echo "{\"fuzzer\":\"libFuzzer\",\"sanitizers\":\"address,undefined\",$mode,\"seed\":$seed,\"targets\":[$joined],\"crashes\":$total_crashes}"
 ((total_crashes == 0))

@@ -16,6 +16,8 @@ PACKAGES=(
   libpcre2-dev
   # tokenizer tests: corpus sources (tests/tokenizer/make_corpus.py) and Unicode data
   unicode-data wamerican fortunes fortunes-de fortunes-es fortunes-ru fortunes-it fortunes-cs fortunes-zh
+  # tests/fuzz/ (scripts/fuzz.sh): clang 14 with libFuzzer and the ASan/UBSan runtimes
+  clang-14 libclang-rt-14-dev
 )
 PACKAGES+=(${KVROUTE_EXTRA_PACKAGES:-})
 

@@ -60,7 +60,9 @@ std::optional<std::string> walk_yaml(Config& c, const YAML::Node& node, const st
     std::string key = kv.first.as<std::string>();
     std::string path = prefix.empty() ? key : prefix + "." + key;
     if (kv.second.IsMap()) {
-      if (!sections.count(path)) return fmt::format("{}: unknown key", path);
+      if (!sections.count(path))
+        return known.count(path) ? fmt::format("{}: expected a scalar value", path)
+                                 : fmt::format("{}: unknown key", path);
       if (auto e = walk_yaml(c, kv.second, path, known, sections)) return e;
       continue;
     }

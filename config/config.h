@@ -200,6 +200,9 @@ struct DnsEntry {
 // Parse the text forms; the error names the entry and the field.
 std::optional<std::string> parse_worker_entries(std::string_view text, std::vector<WorkerEntry>& out);
 std::optional<std::string> parse_dns_entries(std::string_view text, std::vector<DnsEntry>& out);
+// One worker given as a YAML/JSON mapping ({"url": ..., "model": ..., "lora": [..]})
+// or already in the text form: the text form (admin API).
+std::optional<std::string> worker_entry_text(std::string_view body, std::string& out);
 // The id a worker gets when its entry names none: XXH3-64 of the URL, top bit
 // cleared (so it never collides with a small heartbeat id by accident).
 uint64_t worker_id_for_url(std::string_view url);

@@ -44,7 +44,7 @@ struct Dec {
     if (err == DecodeError::None) {
       // A value that ran past the end (or a reserved byte) is malformed
       // msgpack whatever field was being read.
-      err = r.ok() ? e : DecodeError::Json;
+      err = (!r.ok() || (e == DecodeError::WrongType && r.peek() == mp::Type::Invalid)) ? DecodeError::Json : e;
       if (detail) *detail = std::string(field);
     }
     return false;

@@ -16,6 +16,9 @@
 
 #include "common/log.h"
 
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
 namespace kvroute {
 
 std::string offset_endpoint_port(const std::string& endpoint, uint32_t rank) {
@@ -78,6 +81,12 @@ struct ZmqEventSource::Impl {
     bool gap_counted = false;
     bool partial = false;
     VllmGroupState groups;
+    // The last applied batch: a gap's replay starts one before it, and a
+    // different payload there means a new engine incarnation whose seq
+    // overtook ours while we were disconnected.
+    std::optional<uint64_t> last_applied_seq;
+    uint64_t last_applied_hash = 0;
+    bool restart_seen = false;  // set by a replay, acted upon at its end
   };
   struct Worker {
     ZmqWorkerEndpoints ep;
@@ -195,7 +204,9 @@ struct ZmqEventSource::Impl {
     p.gap_counted = false;
   }
 
-  void apply(Publisher& p, const std::string& payload) {
+  void apply(Publisher& p, uint64_t seq, const std::string& payload) {
+    p.last_applied_seq = seq;
+    p.last_applied_hash = XXH3_64bits(payload.data(), payload.size());
     std::string detail;
     const auto bytes = std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(payload.data()), payload.size());
     const DecodeError e = decode_vllm_batch(bytes, limits, batch, &detail);
@@ -294,7 +305,7 @@ struct ZmqEventSource::Impl {
         continue;
       }
       if (it->first == *p.next) {
-        apply(p, it->second);
+        apply(p, it->first, it->second);
         p.held.erase(it);
         p.next = *p.next + 1;
         p.failures = 0;
@@ -307,11 +318,28 @@ struct ZmqEventSource::Impl {
         p.gap_counted = true;
       }
       if (can_replay(p) && p.held.size() <= cfg.max_pending_frames) {
-        request_replay(p, *p.next, now);
+        const bool verify = p.last_applied_seq && *p.last_applied_seq + 1 == *p.next;
+        request_replay(p, verify ? *p.next - 1 : *p.next, now);
         return;  // wait for the replay (or its timeout)
       }
       give_up_gap(p, p.dealer ? "replay failed or too many frames held" : "no replay endpoint");
     }
+  }
+
+  // A new engine incarnation: its blocks start empty and its seq at 0.
+  void restart(Publisher& p) {
+    std::vector<KvEvent> clear{KvEvent{p.owner, std::nullopt, StorageTier::Device, KvCleared{}}};
+    sink(std::move(clear));
+    p.groups = {};
+    p.next = 0;
+    p.last_applied_seq.reset();
+    p.restart_seen = false;
+    p.inflight = false;
+    p.failures = 0;
+    p.backoff_ms = 0;
+    p.next_replay_at = {};
+    p.gap_counted = false;
+    set_partial(p, false);
   }
 
   void on_live(Publisher& p, uint64_t seq, std::string&& payload, Clock::time_point now) {
@@ -325,17 +353,8 @@ struct ZmqEventSource::Impl {
       if (rl.allow())
         spdlog::warn("zmq: worker {} rank {}: seq went back from {} to {}: engine restarted, its blocks dropped",
                      p.owner.worker.value, p.owner.dp_rank, *p.last_live, seq);
-      std::vector<KvEvent> clear{KvEvent{p.owner, std::nullopt, StorageTier::Device, KvCleared{}}};
-      sink(std::move(clear));
       p.held.clear();
-      p.groups = {};
-      p.next = 0;
-      p.inflight = false;
-      p.failures = 0;
-      p.backoff_ms = 0;
-      p.next_replay_at = {};
-      p.gap_counted = false;
-      set_partial(p, false);
+      restart(p);
     }
     p.last_live = seq;
     if (p.next && seq < *p.next) {  // already applied through a replay
@@ -367,18 +386,32 @@ struct ZmqEventSource::Impl {
     stats().replay_frames_total.fetch_add(1, std::memory_order_relaxed);
     if (p.inflight && !p.got_reply) p.first_reply = seq;
     p.got_reply = p.got_reply || p.inflight;
+    const zmq::message_t& payload = f[i + n - 1];
+    if (p.last_applied_seq && seq == *p.last_applied_seq &&
+        XXH3_64bits(payload.data(), payload.size()) != p.last_applied_hash)
+      p.restart_seen = true;  // the engine's batch at our last seq is another one
     if (p.next && seq < *p.next) {
       stats().duplicates_total.fetch_add(1, std::memory_order_relaxed);
       return;
     }
-    p.held.emplace(seq, f[i + n - 1].to_string());
+    p.held.emplace(seq, payload.to_string());
   }
 
   void end_replay(Publisher& p, Clock::time_point now) {
     p.inflight = false;
     p.failures = 0;
     p.backoff_ms = 0;
-    if (p.syncing) {
+    if (p.restart_seen) {
+      // Seq overtook ours during a disconnect: a new incarnation. Its frames
+      // held so far are valid; what is missing from 0 is replayed next.
+      stats().restarts_total.fetch_add(1, std::memory_order_relaxed);
+      static RateLimiter rl;
+      if (rl.allow())
+        spdlog::warn("zmq: worker {} rank {}: the engine's batch {} differs from the one applied: engine restarted, "
+                     "its blocks dropped",
+                     p.owner.worker.value, p.owner.dp_rank, p.last_applied_seq.value_or(0));
+      restart(p);
+    } else if (p.syncing) {
       p.syncing = false;
       if (!p.got_reply) {
         // Nothing buffered: the engine has published nothing yet (or only

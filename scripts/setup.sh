@@ -14,6 +14,8 @@ PACKAGES=(
   golang-go golang-github-masterminds-sprig-dev golang-k8s-sigs-yaml-dev python3-yaml
   # tokenizer/ (PCRE2 with JIT for the pre-tokenizer regexes)
   libpcre2-dev
+  # events/: ZMQ KV events from vLLM / SGLang (libzmq + cppzmq, msgpack-c); the reference publisher test
+  libzmq3-dev cppzmq-dev libmsgpack-cxx-dev python3-zmq python3-msgpack
   # tokenizer tests: corpus sources (tests/tokenizer/make_corpus.py) and Unicode data
   unicode-data wamerican fortunes fortunes-de fortunes-es fortunes-ru fortunes-it fortunes-cs fortunes-zh
 )

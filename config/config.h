@@ -112,6 +112,16 @@ struct LogConfig {
   bool access_log = true;               // one line per request (never the prompt text)
 };
 
+// ZMQ KV events from vLLM / SGLang workers (events/zmq_source.h).
+struct ZmqConfig {
+  std::string topic;                     // SUB prefix filter; "" = every topic
+  uint32_t replay_timeout_ms = 1000;     // a replay request without its end marker by then failed
+  uint32_t replay_min_interval_ms = 200;  // per publisher: at most one replay request this often
+  uint32_t replay_max_backoff_ms = 10000;  // failed replays back off, doubling up to this
+  uint32_t replay_attempts = 3;          // failed replays of one gap before it is given up (owner partial)
+  uint32_t max_pending_frames = 10000;   // live frames held per publisher while a gap is replayed
+};
+
 struct Config {
   RouterConfig router;
   AdminConfig admin;
@@ -122,6 +132,7 @@ struct Config {
   SchedulerConfig scheduler;
   TokenizerConfig tokenizer;
   LogConfig log;
+  ZmqConfig zmq;
 };
 
 // One documented key of the schema.
@@ -343,6 +354,22 @@ void for_each_key(C& c, F&& f) {
   f(KeyInfo{"log.access_log", "One log line per request (worker, cached tokens, TTFB, status; never the prompt).",
             0, 1, !S, R},
     c.log.access_log);
+  // zmq
+  f(KeyInfo{"zmq.topic", "ZMQ KV events: topic prefix subscribed on every worker's PUB socket (\"\" = all).", 0, 0, S},
+    c.zmq.topic);
+  f(KeyInfo{"zmq.replay_timeout_ms", "ZMQ KV events: a replay request unanswered this long has failed.", 10, 600000},
+    c.zmq.replay_timeout_ms);
+  f(KeyInfo{"zmq.replay_min_interval_ms", "ZMQ KV events: at most one replay request per publisher this often.", 1,
+            600000},
+    c.zmq.replay_min_interval_ms);
+  f(KeyInfo{"zmq.replay_max_backoff_ms", "ZMQ KV events: failed replays back off, doubling, up to this.", 1, 3600000},
+    c.zmq.replay_max_backoff_ms);
+  f(KeyInfo{"zmq.replay_attempts", "ZMQ KV events: failed replays of one gap before the owner is marked partial.", 1,
+            100},
+    c.zmq.replay_attempts);
+  f(KeyInfo{"zmq.max_pending_frames", "ZMQ KV events: live frames held per publisher while a gap is replayed.", 1,
+            10000000},
+    c.zmq.max_pending_frames);
 }
 
 }  // namespace kvroute

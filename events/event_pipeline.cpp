@@ -128,6 +128,22 @@ void EventPipeline::on_kv_message(std::string_view data) {
   cv_.notify_one();
 }
 
+bool EventPipeline::enqueue_events(std::vector<KvEvent>&& events) {
+  const size_t n = events.size();
+  {
+    std::lock_guard lk(mu_);
+    if (queue_.size() >= cfg_.queue_capacity) {
+      stats_.queue_dropped_total.fetch_add(1, std::memory_order_relaxed);
+      return false;
+    }
+    queue_.push_back(std::move(events));
+    ++pushed_;
+  }
+  stats_.events_queued_total.fetch_add(n, std::memory_order_relaxed);
+  cv_.notify_one();
+  return true;
+}
+
 void EventPipeline::on_heartbeat_message(std::string_view data) {
   WorkerHeartbeat hb;
   std::string detail;

@@ -71,6 +71,10 @@ class EventPipeline {
   // Entry points used by the NATS handlers; public so tests can feed bytes.
   void on_kv_message(std::string_view data);
   void on_heartbeat_message(std::string_view data);
+  // Any thread (ZmqEventSource's sink): queues already decoded index events
+  // for the writer thread, as one message. False (counted in
+  // queue_dropped_total, nothing queued) when the queue is full.
+  bool enqueue_events(std::vector<KvEvent>&& events);
 
   // Any thread (typically the writer, from the sequencer's gap callback):
   // asks `owner`'s worker for a full dump; retried until it arrives or the

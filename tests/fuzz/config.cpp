@@ -113,10 +113,23 @@ void check_set_key(std::string_view text) {
 
 }  // namespace
 
+// POST /admin/workers: a JSON (YAML) object or the text form, into the
+// workers.static text form, which then parses as one valid entry or is an error.
+void check_worker_body(std::string_view text) {
+  if (text.empty() || text.front() != '{') return;  // the YAML parse is slow: JSON bodies only
+  std::string entry;
+  if (worker_entry_text(text, entry)) return;
+  std::vector<WorkerEntry> parsed;
+  if (!parse_worker_entries(entry, parsed)) {
+    for (const auto& w : parsed) FUZZ_CHECK(!w.url.empty() && !w.model.empty() && w.dp_size >= 1);
+  }
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);
   check_yaml(text);
   check_set_key(text);
+  check_worker_body(text);
   return 0;
 }
 
@@ -144,5 +157,14 @@ std::vector<std::string> kvroute_fuzz_seeds() {
   seeds.push_back("scheduler: &s\n  delta: 0.2\nrouter:\n  host: \"::\"\n");
   seeds.push_back("log: {level: debug, format: json, access_log: off}\nindexer: {approximate: yes}\n");
   for (const auto& [path, value] : key_values(Config{})) seeds.push_back(path + "=" + value);
+  // Router-known workers and DNS discovery: YAML lists, the text form, an admin body.
+  seeds.push_back("workers:\n  scrape_interval_ms: 100\n  static:\n    - url: http://127.0.0.1:8001\n"
+                  "      model: qwen3\n      kv_events: tcp://127.0.0.1:5557\n      replay: tcp://127.0.0.1:5558\n"
+                  "      dp_size: 2\n      lora: [sql-lora, chat-lora]\n"
+                  "    - {url: \"http://[::1]:8002\", model: qwen3, metrics: none, id: 42}\n");
+  seeds.push_back("workers:\n  - {url: http://a:1, model: m, max_seqs: 8, kv_blocks: 100}\n");
+  seeds.push_back("workers.static=url=http://a:1,model=m; url=http://b:2,model=m,dp_size=4");
+  seeds.push_back("discovery:\n  dns:\n    - {host: vllm.svc, port: 8000, model: m, kv_events_port: 5557}\n");
+  seeds.push_back(R"({"url": "http://10.0.0.7:8000", "model": "qwen3", "dp_size": 2, "lora": ["a", "b"]})");
   return seeds;
 }

@@ -84,6 +84,12 @@ bool parse_openai_request(ApiKind kind, std::string_view body, ParsedRequest& ou
       return fail(err, "'add_special_tokens' must be a boolean", "add_special_tokens");
     out.add_special_tokens = ast.value_unsafe().get_bool().value_unsafe();
   }
+  // vLLM's per-tenant prefix cache isolation: enters the first block's hash.
+  if (auto salt = o.at_key("cache_salt"); !salt.error() && !salt.value_unsafe().is_null()) {
+    if (!salt.value_unsafe().is_string() || salt.value_unsafe().get_string().value_unsafe().empty())
+      return fail(err, "Parameter 'cache_salt' must be a non-empty string if provided.", "cache_salt");
+    out.cache_salt.assign(salt.value_unsafe().get_string().value_unsafe());
+  }
 
   if (kind == ApiKind::Completions) {
     auto prompt = o.at_key("prompt");

@@ -21,7 +21,8 @@ namespace {
 bool same(const ParsedRequest& a, const ParsedRequest& b) {
   if (a.kind != b.kind || a.model != b.model || a.stream != b.stream || a.prompt_tokens != b.prompt_tokens ||
       a.has_prompt_tokens != b.has_prompt_tokens || a.prompt_text != b.prompt_text || a.body != b.body ||
-      a.add_special_tokens != b.add_special_tokens || a.messages.size() != b.messages.size())
+      a.add_special_tokens != b.add_special_tokens || a.cache_salt != b.cache_salt ||
+      a.messages.size() != b.messages.size())
     return false;
   for (size_t i = 0; i < a.messages.size(); ++i)
     if (a.messages[i].role != b.messages[i].role || a.messages[i].content != b.messages[i].content) return false;
@@ -70,6 +71,8 @@ std::vector<std::string> kvroute_fuzz_seeds() {
   return {
       R"({"model":"Qwen/Qwen3-8B","prompt":"Once upon a time","max_tokens":16,"stream":true})",
       R"({"model":"m","prompt":[1,2,3,4294967295],"add_special_tokens":false,"stream":null})",
+      R"({"model":"m","prompt":"tenant prompt","cache_salt":"tenant-a"})",
+      R"({"model":"m","messages":[{"role":"user","content":"hi"}],"cache_salt":null})",
       R"({"model":"m","prompt":[[5,6,7],[8]],"temperature":0.7})",
       R"({"model":"m","prompt":["first","second"],"n":2})",
       R"({"model":"m","messages":[{"role":"system","content":"You are terse."},)"

@@ -72,6 +72,104 @@ using Resolver = asio::ip::basic_resolver<tcp, Executor>;
 using std::chrono::milliseconds;
 using Steady = std::chrono::steady_clock;
 
+// Coroutine frames from a per-thread free list per size class. Asio recycles
+// one frame per thread, so every coroutine nested below another (each phase
+// of proxy(), each use_awaitable operation inside it) was a malloc and a free
+// per request; here a frame of a size the thread used before is reused. Runs
+// on the thread that allocates or frees (a frame freed on another thread goes
+// to that thread's list); the lists are freed at thread exit.
+class FramePool {
+ public:
+  static void* allocate(size_t size) {
+    const size_t c = size_class(size);
+    if (c >= kClasses) return ::operator new(size);
+    Lists& l = lists();
+    if (Block* b = l.head[c]) {
+      l.head[c] = b->next;
+      --l.count[c];
+      return b;
+    }
+    return ::operator new((c + 1) * kGranule);
+  }
+  static void deallocate(void* p, size_t size) noexcept {
+    const size_t c = size_class(size);
+    Lists& l = lists();
+    if (c >= kClasses || l.count[c] >= kKeep) {
+      ::operator delete(p);
+      return;
+    }
+    Block* b = static_cast<Block*>(p);
+    b->next = l.head[c];
+    l.head[c] = b;
+    ++l.count[c];
+  }
+
+ private:
+  static constexpr size_t kGranule = 64;
+  static constexpr size_t kClasses = 64;  // frames up to 4 KiB
+  static constexpr uint32_t kKeep = 256;  // per class and thread
+  struct Block {
+    Block* next;
+  };
+  struct Lists {
+    std::array<Block*, kClasses> head{};
+    std::array<uint32_t, kClasses> count{};
+    ~Lists() {
+      for (Block* b : head)
+        while (b) {
+          Block* next = b->next;
+          ::operator delete(b);
+          b = next;
+        }
+    }
+  };
+  static size_t size_class(size_t size) { return (size + kGranule - 1) / kGranule - 1; }
+  static Lists& lists() {
+    thread_local Lists l;
+    return l;
+  }
+};
+
+// Asio's promise type for this executor's coroutines, with frames from the
+// FramePool (the std::coroutine_traits specialization below picks it).
+template <class T>
+class PooledFrame final : public asio::detail::awaitable_frame<T, Executor> {
+  using Base = asio::detail::awaitable_frame<T, Executor>;
+
+ public:
+  static void* operator new(std::size_t size) { return FramePool::allocate(size); }
+  static void operator delete(void* p, std::size_t size) noexcept { FramePool::deallocate(p, size); }
+
+  // Asio's awaitable takes its caller's handle typed on asio's promise: this
+  // hands it over as one (the promise is that base at the same address).
+  template <class U>
+  struct Awaiter {
+    asio::awaitable<U, Executor> a;
+    bool await_ready() const noexcept { return a.await_ready(); }
+    void await_suspend(std::coroutine_handle<PooledFrame> h) {
+      a.await_suspend(std::coroutine_handle<Base>::from_promise(static_cast<Base&>(h.promise())));
+    }
+    U await_resume() { return a.await_resume(); }
+  };
+  using Base::await_transform;
+  template <class U>
+  Awaiter<U> await_transform(asio::awaitable<U, Executor> a) const {
+    return Awaiter<U>{std::move(a)};
+  }
+};
+
+}  // namespace kvroute
+
+// Every coroutine of this translation unit typed on kvroute::Executor (the
+// only one that instantiates them) uses PooledFrame; asio's own
+// specialization, for any executor, is less specialized.
+template <class T, class... Args>
+struct std::coroutine_traits<boost::asio::awaitable<T, kvroute::Executor>, Args...> {
+  using promise_type = kvroute::PooledFrame<T>;
+};
+
+namespace kvroute {
+
 namespace {
 
 constexpr size_t kRelayBufferBytes = 16 * 1024;
@@ -211,7 +309,9 @@ class ClientRequestParser final : public http::basic_parser<true> {
                      beast::error_code&) override {
     if (f == http::field::authorization) r_.authorization.assign(value.data(), value.size());
     if (f == http::field::host) r_.has_host = true;
-    if (f == http::field::expect && beast::iequals(value, "100-continue")) r_.expect_continue = true;
+    // RFC 9110 10.1.1: never a 100 (Continue) to an HTTP/1.0 client.
+    if (f == http::field::expect && r_.version >= 11 && beast::iequals(value, "100-continue"))
+      r_.expect_continue = true;
     if (!is_hop_by_hop(f)) append_field(r_.fields, name, value);
   }
   void on_header_impl(beast::error_code&) override {}
@@ -716,8 +816,8 @@ awaitable<void> HttpServer::Impl::sweep_loop(IoThread& io) {
   beast::error_code ec;
   while (!stopping.load()) {
     const auto& r = hooks.config->get()->router;
-    const uint32_t shortest = std::min({r.connect_timeout_ms, r.first_byte_timeout_ms, r.idle_timeout_ms,
-                                        r.client_read_timeout_ms});
+    const uint32_t shortest = std::min({r.connect_timeout_ms, r.first_byte_timeout_ms, r.first_byte_timeout_min_ms,
+                                        r.idle_timeout_ms, r.client_read_timeout_ms});
     timer.expires_after(milliseconds(std::clamp<uint32_t>(shortest / 10, 5, 50)));
     co_await timer.async_wait(nothrow(ec));
     io.sweeper.sweep(Steady::now());
@@ -1006,7 +1106,8 @@ awaitable<void> HttpServer::Impl::wait_in_queue(Exchange& x) {
   const auto deadline = Steady::now() + milliseconds(sc.queue_timeout_ms);
   Timer timer(x.io.ioc);
   beast::error_code ec;
-  while (!route.ok && route.error.code == "workers_busy" && Steady::now() < deadline && !stopping.load()) {
+  while (!route.ok && route.error.code == "workers_busy" && Steady::now() < deadline && !stopping.load() &&
+         !x.cut) {
     timer.expires_after(kQueuePoll);
     co_await timer.async_wait(nothrow(ec));
     hooks.routing->route(x.client.parsed, route);
@@ -1159,6 +1260,9 @@ awaitable<Next> HttpServer::Impl::send_and_read_head(Exchange& x) {
   x.watch.client_gone();
   const bool timed_out = x.ec == asio::error::timed_out;
   if (x.cut || (x.pooled && !timed_out)) co_return Next::NextWorker;
+  // The worker is at fault (a timeout, or a fresh connection it closed): the
+  // next worker, not a fresh connection to this one.
+  x.pooled = false;
   upstream_failed(x, "first_byte", timed_out ? HealthSignal::FirstByteTimeout : HealthSignal::ServerError);
   co_return Next::NextWorker;
 }

@@ -270,7 +270,8 @@ class HungWorkerTest(unittest.TestCase):
 class DrainTest(unittest.TestCase):
     def test_sigterm_under_load_drains_and_exits_when_idle(self):
         with tempfile.TemporaryDirectory(prefix="kvroute-drain-") as tmp:
-            with start_fleet(BUILD_DIR, tmp, workers=3, speedup=5.0,
+            # speedup 1: a request takes 0.1-1 s, so some are always in flight.
+            with start_fleet(BUILD_DIR, tmp, workers=3, speedup=1.0,
                              router_args=("--router.shutdown_grace_ms", "30000")) as f:
                 port = f.router_port
                 results = []  # (kind, finished_at)
@@ -278,7 +279,7 @@ class DrainTest(unittest.TestCase):
                 stop = threading.Event()
 
                 def one(i):
-                    body = json.dumps(completion(f"load {i} " + uuid.uuid4().hex, max_tokens=8 + i % 24,
+                    body = json.dumps(completion(f"load {i} " + uuid.uuid4().hex, max_tokens=10 + i % 30,
                                                  stream=i % 2 == 0)).encode()
                     try:
                         s = socket.create_connection(("127.0.0.1", port), timeout=20)
@@ -331,6 +332,9 @@ class DrainTest(unittest.TestCase):
                 self.assertEqual(kinds.count("cut"), 0, [r for r in results if r[0] == "cut"][:5])
                 self.assertGreater(len(served), 50)
                 last = max(served)
+                print(f"drain: {len(served)} served, {kinds.count('cut')} cut, {kinds.count('refused')} refused, "
+                      f"{kinds.count('reset')} reset; exit {exited - last:.3f} s after the last request, "
+                      f"{exited - signalled:.3f} s after SIGTERM", file=sys.stderr)
                 self.assertLessEqual(exited - last, 1.0, f"exit {exited - last:.2f} s after the last request")
                 self.assertGreater(last, signalled, "nothing was in flight at SIGTERM")
                 self.assertLess(exited - signalled, 10.0)

@@ -9,6 +9,8 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 namespace kvroute {
 
@@ -40,7 +42,8 @@ class ChatTemplate {
  private:
   ChatTemplate();
   std::unique_ptr<jinja::Template> template_;
-  std::optional<std::string> bos_token_, eos_token_;
+  std::vector<std::pair<std::string, std::string>> special_tokens_;  // bos_token, eos_token, ... as configured
+  bool openai_content_ = false;  // vLLM's content format: "openai" (true) or "string"
 };
 
 }  // namespace kvroute

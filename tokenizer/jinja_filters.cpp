@@ -463,7 +463,22 @@ Value filter_sort(const Value& v, const Array& args, const Kwargs& kws, const Ca
   Array items = iterate(v);
   bool cs = truthy(p[1]);
   Value attr = p[2];
-  sort_values(items, [&](const Value& x) { return ignore_case(attribute_key(x, attr), cs); }, truthy(p[0]));
+  std::vector<Value> attrs;  // Jinja2 3.1: "a,b" sorts by a tuple of attributes
+  if (attr.type == Type::String && attr.s->find(',') != std::string::npos) {
+    size_t i = 0;
+    for (;;) {
+      size_t c = attr.s->find(',', i);
+      attrs.push_back(Value::string(attr.s->substr(i, c == std::string::npos ? std::string::npos : c - i)));
+      if (c == std::string::npos) break;
+      i = c + 1;
+    }
+  }
+  sort_values(items, [&](const Value& x) {
+    if (attrs.empty()) return ignore_case(attribute_key(x, attr), cs);
+    Array key;
+    for (auto& a : attrs) key.push_back(ignore_case(attribute_key(x, a), cs));
+    return Value::make_tuple(std::move(key));
+  }, truthy(p[0]));
   return checked_list(std::move(items), cx);
 }
 

@@ -103,9 +103,17 @@ bool is_cased_upper(char32_t c) { return to_lower_cp(c) != c || (c < 0x80 ? (c >
 bool is_cased_lower(char32_t c) { return to_upper_cp(c) != c || (c < 0x80 ? (c >= 'a' && c <= 'z') : iswlower_l(wint_t(c), utf8_locale())); }
 
 std::string py_upper(std::string_view s) {
+  // The one-to-many upper-case mappings in common text (SpecialCasing.txt): ß and ligatures.
+  static const std::pair<char32_t, const char*> kSpecial[] = {{0xDF, "SS"}, {0xFB00, "FF"}, {0xFB01, "FI"}, {0xFB02, "FL"},
+                                                              {0xFB03, "FFI"}, {0xFB04, "FFL"}, {0xFB05, "ST"}, {0xFB06, "ST"}};
   std::string r;
   r.reserve(s.size());
-  for (size_t i = 0, n; i < s.size(); i += n) append_utf8(r, to_upper_cp(decode(s, i, &n)));
+  for (size_t i = 0, n; i < s.size(); i += n) {
+    char32_t c = decode(s, i, &n);
+    const char* special = nullptr;
+    for (auto& [k, v] : kSpecial) if (k == c) special = v;
+    if (special) r += special; else append_utf8(r, to_upper_cp(c));
+  }
   return r;
 }
 std::string py_lower(std::string_view s) {
@@ -200,7 +208,7 @@ class Lexer {
       after_end(emod, true);
       return;
     }
-    if (kind == '%' && raw_block(std::move(text), mod, body)) return;
+    if (kind == '%' && raw_block(text, mod, body)) return;
     text_before(std::move(text), kind, mod);
     pos_ = body;
     out_.push_back({kind == '%' ? TT::BlockBegin : TT::VarBegin, {}});
@@ -208,7 +216,7 @@ class Lexer {
   }
 
   // `{% raw %}...{% endraw %}`: the content is text, untouched.
-  bool raw_block(std::string text, char mod, size_t body) {
+  bool raw_block(std::string& text, char mod, size_t body) {
     size_t q = skip_space(body);
     if (!starts(q, "raw")) return false;
     size_t r = skip_space(q + 3);

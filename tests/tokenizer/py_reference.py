@@ -7,7 +7,8 @@ raise_exception and strftime_now), with vLLM's request preprocessing in front
 
 Usage:
   py_reference.py chat MODEL_DIR CONVERSATIONS.jsonl OUT.jsonl   (exit 3: no chat template)
-      CONVERSATIONS lines: {"name", "body": <request JSON text>}; OUT lines {"ok", "text"|"error"}
+      CONVERSATIONS lines: {"name", "body": <request JSON text>} or {"name", "request": <object>};
+      OUT lines {"ok", "text"|"error"}
   py_reference.py templates CASES.jsonl OUT.jsonl
       CASES lines: {"template": str, "context": <JSON text>}
 """
@@ -297,7 +298,8 @@ def main():
         with open(conv_path) as f, open(out_path, "w") as out:
             for line in f:
                 if line.strip():
-                    body = json.loads(line)["body"]
+                    case = json.loads(line)
+                    body = case["body"] if "body" in case else json.dumps(case["request"])
                     out.write(json.dumps(result(lambda: render_request(env, template, fmt, tokens, body))) + "\n")
         print(f"content format: {fmt}")
     else:

@@ -53,6 +53,7 @@ struct Value {
   Type type = Type::Undefined;
   bool kwargs = false;  // an Object that carries keyword arguments to a call
   bool tuple = false;   // an Array that is a Python tuple
+  uint8_t view = 0;     // an Array returned by dict.items() (1), .keys() (2), .values() (3): printed as the view
   bool b = false;
   bool big = false;     // Int beyond 64 bits: `s` holds its decimal digits, `num` its value
   int64_t i = 0;        // Int

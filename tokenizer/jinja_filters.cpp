@@ -146,12 +146,37 @@ Value int_of_double(double d) {
 
 // ---------------------------------------------------------------- string helpers
 
+// Title case of one code point (Python's full mapping for the common special cases:
+// the Latin digraphs, ß and the ligatures).
+void append_title(std::string& r, char32_t c) {
+  switch (c) {
+    case 0x1C4: case 0x1C5: case 0x1C6: append_utf8(r, 0x1C5); return;
+    case 0x1C7: case 0x1C8: case 0x1C9: append_utf8(r, 0x1C8); return;
+    case 0x1CA: case 0x1CB: case 0x1CC: append_utf8(r, 0x1CB); return;
+    case 0x1F1: case 0x1F2: case 0x1F3: append_utf8(r, 0x1F2); return;
+    case 0xDF: r += "Ss"; return;
+    case 0xFB00: r += "Ff"; return;
+    case 0xFB01: r += "Fi"; return;
+    case 0xFB02: r += "Fl"; return;
+    case 0xFB03: r += "Ffi"; return;
+    case 0xFB04: r += "Ffl"; return;
+    case 0xFB05: case 0xFB06: r += "St"; return;
+    default: append_utf8(r, to_upper_cp(c));
+  }
+}
+
+// Lower case of one code point (İ -> i + combining dot, as Python).
+void append_lower(std::string& r, char32_t c) {
+  if (c == 0x130) { r += "i\xCC\x87"; return; }
+  append_utf8(r, to_lower_cp(c));
+}
+
 std::string py_capitalize(std::string_view s) {
   std::string r;
   bool first = true;
   for (size_t i = 0, n; i < s.size(); i += n) {
     char32_t c = decode(s, i, &n);
-    append_utf8(r, first ? to_upper_cp(c) : to_lower_cp(c));
+    if (first) append_title(r, c); else append_lower(r, c);
     first = false;
   }
   return r;
@@ -164,7 +189,7 @@ std::string py_title_method(std::string_view s) {
   bool prev_cased = false;
   for (size_t i = 0, n; i < s.size(); i += n) {
     char32_t c = decode(s, i, &n);
-    append_utf8(r, prev_cased ? to_lower_cp(c) : to_upper_cp(c));
+    if (prev_cased) append_lower(r, c); else append_title(r, c);
     prev_cased = is_cased(c);
   }
   return r;
@@ -178,7 +203,7 @@ std::string jinja_title(std::string_view s) {
     char32_t c = decode(s, i, &n);
     bool sep = c == '-' || py_space(c) || c == '(' || c == '{' || c == '[' || c == '<';
     if (sep) { append_utf8(r, c); at_start = true; continue; }
-    append_utf8(r, at_start ? to_upper_cp(c) : to_lower_cp(c));
+    if (at_start) { std::string one; append_utf8(one, c); r += py_upper(one); } else append_lower(r, c);
     at_start = false;
   }
   return r;
@@ -230,12 +255,10 @@ std::vector<std::string> py_split(const std::string& s, const Value& sep, int64_
     }
     if (!right) {
       for (int64_t k = 0; k < maxsplit; ++k) parts.push_back(s.substr(words[size_t(k)].first, words[size_t(k)].second - words[size_t(k)].first));
-      std::string rest = s.substr(words[size_t(maxsplit)].first);
-      parts.push_back(std::string(py_strip(rest, false, true)));
+      parts.push_back(s.substr(words[size_t(maxsplit)].first));
     } else {
       size_t first = words.size() - size_t(maxsplit);
-      std::string head = s.substr(0, words[first - 1].second);
-      parts.push_back(std::string(py_strip(head, true, false)));
+      parts.push_back(s.substr(0, words[first - 1].second));
       for (size_t k = first; k < words.size(); ++k) parts.push_back(s.substr(words[k].first, words[k].second - words[k].first));
     }
     return parts;
@@ -344,7 +367,8 @@ std::string center(const std::string& s, int64_t width, const std::string& fill 
 
 // ---------------------------------------------------------------- attribute paths
 
-Value attr_path(const Value& item, const std::string& path) {
+// Jinja2's make_attrgetter: "a.b.0" item by item; a default replaces an undefined step.
+Value attr_path(const Value& item, const std::string& path, const Value& def) {
   Value cur = item;
   size_t i = 0;
   for (;;) {
@@ -352,6 +376,7 @@ Value attr_path(const Value& item, const std::string& path) {
     std::string part = path.substr(i, dot == std::string::npos ? std::string::npos : dot - i);
     bool numeric = !part.empty() && std::all_of(part.begin(), part.end(), is_digit);
     cur = get_item(cur, numeric ? Value::integer(std::strtoll(part.c_str(), nullptr, 10)) : Value::string(part));
+    if (cur.type == Type::Undefined && def.type != Type::Undefined) cur = def;
     if (dot == std::string::npos) return cur;
     i = dot + 1;
   }
@@ -359,7 +384,7 @@ Value attr_path(const Value& item, const std::string& path) {
 
 Value attribute_key(const Value& item, const Value& attribute, const Value& def = Value()) {
   if (attribute.type == Type::Null || attribute.type == Type::Undefined) return item;
-  Value r = attribute.type == Type::Int ? get_item(item, attribute) : attr_path(item, py_str(attribute));
+  Value r = attribute.type == Type::Int ? get_item(item, attribute) : attr_path(item, py_str(attribute), def);
   if (r.type == Type::Undefined && def.type != Type::Undefined) return def;
   return r;
 }
@@ -617,7 +642,41 @@ Value filter_indent(const Value& v, const Array& args, const Kwargs& kws) {
   return str_value(jinja_indent(soft_str(v), pad, truthy(p[1]), truthy(p[2])));
 }
 
-using FilterFn = Value (*)(const Value&, const Array&, const Kwargs&, const CallContext&);
+// batch(linecount, fill_with=None): lists of linecount items, the last one filled.
+Value filter_batch(const Value& v, const Array& args, const Kwargs& kws, const CallContext& cx) {
+  Params p("batch", {"linecount", "fill_with"}, args, kws, {Value(), Value::null()});
+  int64_t n = need_int(p[0], "linecount");
+  if (n <= 0) fail("batch size must be positive");
+  Array out, cur;
+  for (auto& x : iterate(v)) {
+    cur.push_back(x);
+    if (int64_t(cur.size()) == n) { out.push_back(checked_list(std::move(cur), cx)); cur.clear(); }
+  }
+  if (!cur.empty()) {
+    if (p[1].type != Type::Null) while (int64_t(cur.size()) < n) cur.push_back(p[1]);
+    out.push_back(checked_list(std::move(cur), cx));
+  }
+  return checked_list(std::move(out), cx);
+}
+
+// slice(slices, fill_with=None): the items cut into `slices` columns.
+Value filter_slice(const Value& v, const Array& args, const Kwargs& kws, const CallContext& cx) {
+  Params p("slice", {"slices", "fill_with"}, args, kws, {Value(), Value::null()});
+  int64_t slices = need_int(p[0], "slices");
+  if (slices <= 0 || slices > 100000) fail("slices must be positive");
+  Array seq = iterate(v), out;
+  auto length = int64_t(seq.size());
+  int64_t per = length / slices, with_extra = length % slices, offset = 0;
+  for (int64_t k = 0; k < slices; ++k) {
+    int64_t start = offset + k * per;
+    if (k < with_extra) ++offset;
+    int64_t end = offset + (k + 1) * per;
+    Array part(seq.begin() + start, seq.begin() + end);
+    if (p[1].type != Type::Null && k >= with_extra) part.push_back(p[1]);
+    out.push_back(checked_list(std::move(part), cx));
+  }
+  return checked_list(std::move(out), cx);
+}
 
 void no_args(const char* name, const Array& args, const Kwargs& kws) {
   if (!args.empty() || !kws.empty()) fail(std::string(name) + "() takes no arguments");
@@ -683,9 +742,9 @@ size_t word_count(const std::string& s) {
 
 
 static const char* const kFilters[] = {
-    "abs", "attr", "capitalize", "center", "count", "d", "default", "dictsort", "e", "escape", "first", "float",
+    "abs", "attr", "batch", "capitalize", "center", "count", "d", "default", "dictsort", "e", "escape", "first", "float",
     "format", "indent", "int", "items", "join", "last", "length", "list", "lower", "map", "max", "min", "reject",
-    "rejectattr", "replace", "reverse", "round", "safe", "select", "selectattr", "sort", "string", "sum", "title",
+    "rejectattr", "replace", "reverse", "round", "safe", "select", "selectattr", "slice", "sort", "string", "sum", "title",
     "tojson", "trim", "truncate", "unique", "upper", "wordcount"};
 
 bool filter_exists(const std::string& name) {
@@ -713,6 +772,8 @@ Value apply_filter(const std::string& f, const Value& v, const Array& args, cons
   if (f == "select" || f == "reject") return filter_select(false, f == "select", v, args, kws, cx);
   if (f == "selectattr" || f == "rejectattr") return filter_select(true, f == "selectattr", v, args, kws, cx);
   if (f == "join") return filter_join(v, args, kws);
+  if (f == "batch") return filter_batch(v, args, kws, cx);
+  if (f == "slice") return filter_slice(v, args, kws, cx);
   if (f == "indent") return filter_indent(v, args, kws);
   if (f == "replace") {
     Params p("replace", {"old", "new", "count"}, args, kws, {Value(), Value(), Value::null()});
@@ -1017,12 +1078,15 @@ Value call_method(const Function& f, const Array& args, const Kwargs& kws, const
       return args.size() > 1 ? args[1] : Value::null();
     }
     no_args(m.c_str(), args, kws);
-    if (m == "items") return filter_items(self, cx);
-    if (m == "keys") return checked_list(iterate(self), cx);
+    Value view;
+    if (m == "items") { view = filter_items(self, cx); view.view = 1; return view; }
+    if (m == "keys") { view = checked_list(iterate(self), cx); view.view = 2; return view; }
     if (m == "values") {
       Array out;
       for (auto& [k, v] : self.o->items) out.push_back(v);
-      return checked_list(std::move(out), cx);
+      view = checked_list(std::move(out), cx);
+      view.view = 3;
+      return view;
     }
     if (m == "copy") return Value::object(std::make_shared<Object>(*self.o));
     fail("access to attribute '" + m + "' of 'dict' object is unsafe.");

@@ -119,7 +119,11 @@ std::string py_upper(std::string_view s) {
 std::string py_lower(std::string_view s) {
   std::string r;
   r.reserve(s.size());
-  for (size_t i = 0, n; i < s.size(); i += n) append_utf8(r, to_lower_cp(decode(s, i, &n)));
+  for (size_t i = 0, n; i < s.size(); i += n) {
+    char32_t c = decode(s, i, &n);
+    if (c == 0x130) r += "i\xCC\x87";  // İ -> i + combining dot above (SpecialCasing.txt)
+    else append_utf8(r, to_lower_cp(c));
+  }
   return r;
 }
 

@@ -250,7 +250,7 @@ class Parser {
       if (end || is_op("=") || is(TT::BlockEnd)) break;
       t->list.push_back(one());
     }
-    for (auto& c : t->list) if (c->kind != NK::Name) fail("can't assign to this target");
+    for (auto& c : t->list) if (c->kind != NK::Name && c->kind != NK::TupleLit) fail("can't assign to this target");
     return done(std::move(t));
   }
 

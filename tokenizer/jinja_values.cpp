@@ -210,6 +210,8 @@ void repr_into(const Value& v, std::string& out, uint32_t depth);
 void container_repr(const Value& v, std::string& out, uint32_t depth) {
   if (depth > kValueDepth) fail("Value nested too deeply");
   if (v.type == Type::Array) {
+    static const char* kViews[] = {"", "dict_items(", "dict_keys(", "dict_values("};
+    if (v.view) out += kViews[v.view % 4];
     out += v.tuple ? '(' : '[';
     const auto& items = v.a->items;
     for (size_t i = 0; i < items.size(); ++i) {
@@ -219,6 +221,7 @@ void container_repr(const Value& v, std::string& out, uint32_t depth) {
     }
     if (v.tuple && items.size() == 1) out += ',';
     out += v.tuple ? ')' : ']';
+    if (v.view) out += ')';
     return;
   }
   out += '{';
@@ -389,7 +392,10 @@ void dumps(const Value& v, const JsonOptions& o, uint32_t depth, std::string& ou
       else out += float_repr(v.num);
       return;
     case Type::String: json_quote(out, *v.s, o.ensure_ascii); return;
-    case Type::Array: case Type::Object: break;
+    case Type::Array:
+      if (v.view) fail("Object of type dict view is not JSON serializable");
+      break;
+    case Type::Object: break;
     default: fail(std::string("Object of type ") + type_name(v) + " is not JSON serializable");
   }
   std::string item_sep = o.has_separators ? o.item_sep : o.indent_set ? "," : ", ";

@@ -86,6 +86,44 @@ line1\r\n  {% if true %}\r\n  x\r\n  {% endif %}\r\nend
 kept newline{% endif %}
 {{ "esc\t\\ \x41\u00e9\u2603 'q' \"dq\" \q \101" }}|{{ 'con' 'cat' }}|{{ '\ud83c\udf89' }}
 {{ strftime_now('%Y') | length }}|{{ messages | length }}
+{{ '}}' }}|{{ "{%" }}|{ {{ 1 }} }|{{ {'a': {'b': 1}} }}|{{ [{'x': [1]}] }}|{{ 'a' ~ 2 * 3 }}|{{ 2 * 3 ~ 'a' }}|{{ 1 + 2 ~ 3 }}
+{{ 'a' ~ 1 + 2 }}
+{{ not 1 == 2 }}|{{ not (1 == 2) }}|{{ -1 | abs }}|{{ - 1 ** 2 }}|{{ (1, 2) | length }}|{{ 'abc'[1] }}|{{ 'abc'.upper()[0] }}|{{ l | sort | first }}|{{ users | map(attribute='name') | map('upper') | join }}
+{{ 1 if t else 2 if no else 3 }}|{{ (1 if no else 2) + 1 }}|{{ t and no }}|{{ no or 0 or '' }}|[{{ no or 0 or '' }}]|{{ n > 5 and n < 10 }}|{{ n is odd and n is not even }}|{{ not n is odd }}
+{{ d | dictsort(true) }}|{{ d | dictsort(false, 'value') }}|{{ l | join }}|{{ l | join(d='-') }}|{{ users | map(attribute='age') | unique | list }}|{{ users | map(attribute='tags.0', default='none') | list }}|{{ [[1, 2], [3]] | map('length') | list }}|{{ [1, 2] | map('string') | join('+') }}
+{{ w | sort(attribute=none) }}|{{ [3, 1.5, 2] | sort }}|{{ ['b', 'a'] | sort(true) }}|{{ [0, 1, '', 'x', none] | select | list }}|{{ [1, 2, 3, 4] | select('divisibleby', 2) | list }}|{{ [1, 2, 3] | reject('in', [2]) | list }}|{{ [1, 2, 3] | select('>', 1) | list }}
+{{ n ~ '' }}|{{ f ~ '' }}|{{ 1e100 }}|{{ 1.0e-10 }}|{{ 0.1 + 0.2 }}|{{ 1/3 }}|{{ 2**0.5 }}|{{ 10 ** 20 }}|{{ 3.0 * 2 }}|{{ 7 / 7 }}|{{ -0.0 | abs }}|{{ 1e16 | int }}|{{ 1e300 * 1e10 }}
+{{ 1.5 | string }}|{{ 100000000000000000.0 }}|{{ 1234567890123456.0 }}|{{ 12345678901234567.0 }}|{{ 0.0001 }}|{{ 0.00001 }}|{{ 123e-20 }}|{{ -1.5e-7 }}|{{ [1e16, 1e15] | tojson }}|{{ 5e-324 }}
+{{ s[0:5].lower() ~ '|' ~ s[-3:] }}|{{ u | list }}|{{ u | tojson(ensure_ascii=false) }}|{{ '\u2028\x00\x7f\x85é' | tojson }}|{{ '\u2028\x00\x7f\x85é' | tojson(ensure_ascii=true) }}|{{ ['\x85', '\u2028', "'", '"', "\\"] }}
+{{ 'x' | tojson(indent=2, separators=(', ', ' = ')) }}|{{ d | tojson(indent=2, separators=(',', ': ')) }}|{{ [1, [2, []], {}] | tojson(indent=-1) }}|{{ {'b': 1, 'a': {'d': 1, 'c': 2}} | tojson(sort_keys=true, indent=1) }}
+{% set x = [1, 2] %}{% set y = x + [3] %}{{ x }}{{ y }}|{% set dd = {'k': 'v'} %}{{ dd.k }}{{ dd['k'] }}{{ dd.get('k') }}|{% for a, b in [(1, 2), (3, 4)] %}{{ a + b }}{% endfor %}|{% for a, (b, c) in [(1, (2, 3))] %}{{ a }}{{ b }}{{ c }}{% endfor %}
+{% for m in users %}{{ loop.index }}:{{ m.name }}{{ ',' if not loop.last }}{% endfor %}|{% for x in l %}{{ loop.previtem is defined }}{% endfor %}|{% for i in range(3) %}{% for j in range(2) %}{{ loop.index }}{% endfor %}{{ loop.index }};{% endfor %}
+{% if n is defined and n > 3 %}big{% elif n > 1 %}mid{% else %}small{% endif %}|{% if no %}x{% elif '' %}y{% else %}z{% endif %}|{% if l %}{% if l | length > 2 %}long{% endif %}{% endif %}
+{% macro tool(t) -%}<{{ t.name }}>{{ caller is defined }}{%- endmacro %}{{ tool(users[0]) }}|{% macro two(a, b) %}{{ a }}{{ b }}{% endmacro %}{{ two(b=1, a=2) }}|{% macro k() %}{{ kwargs.x }}{% endmacro %}{{ k(x=5) }}
+{%- set ns = namespace(found=false, items=[]) -%}{%- for x in l -%}{%- if x > 1 -%}{%- set ns.found = true -%}{%- endif -%}{%- endfor -%}{{ ns.found }}|{{ namespace(a=1, b=[2]) }}
+{{ "a\tb" | indent(2) }}|{{ "\n x" | indent(first=true) }}|{{ "x\r\ny" | indent(1) }}|{{ 'a\u2028b' | indent(1) }}|{{ ''.join(['a', 'b']) }}|{{ 'x'.join('abc') }}
+{{ 'Hello'.startswith(('a', 'H')) }}|{{ 'a b  c'.split(' ') }}|{{ '  a b  '.split() }}|{{ '  a b  c '.split(none, 1) }}|{{ 'a b c'.rsplit(none, 1) }}|{{ 'a\u3000b'.split() }}|{{ 'abc'.split('b', -1) }}|{{ ''.split(',') }}|{{ ''.split() }}
+{{ 'ǅ'.lower() }}|{{ 'ǅ'.upper() }}|{{ 'ǆa'.capitalize() }}|{{ 'ÉCOLE école'.title() }}|{{ 'Σ'.lower() }}|{{ 'ﬁ'.upper() }}|{{ 'İ'.lower() | length }}|{{ 'ß'.title() }}|{{ 'ﬃx' | upper }}
+{{ '%-5s|' % 'ab' }}|{{ '%5s|' % 'ab' }}|{{ '%+d %+d' % (5, -5) }}|{{ '%e' % 12345.678 }}|{{ '%g' % 0.0001 }}|{{ '%G' % 1e20 }}|{{ '%o' % 8 }}|{{ '%#x' % 255 }}|{{ '%c' % 65 }}|{{ '%s %s' % ('a', none) }}|{{ '%d' % 3.9 }}|{{ '%s' % (1, 2) }}
+{{ '%d' % 'x' }}
+{{ '%s %s' % 'x' }}
+{{ '%s' % () }}
+{{ x.y }}
+{{ none.x }}
+{{ 1 is divisibleby 0 }}
+{{ [1] | first | first }}
+{{ l | batch(2) | list }}
+{% for x in l %}{{ x }}{% endfor %}{% break %}
+{% set l.x = 1 %}
+{{ range(10, 0, -3) | list }}|{{ range(0) | list }}|{{ range(-3) | list }}|{{ range(5)[1:3] | list }}|{{ range(2, 5) | sum }}|{{ [] | sum }}|{{ [1.5, 2] | sum }}|{{ [[1], [2]] | sum(start=[]) }}
+{{ users | selectattr('age', 'ge', 30) | map(attribute='name') | join(', ') }}|{{ users | rejectattr('on') | map(attribute='name') | list }}|{{ users | selectattr('name', 'in', ['x', 'z']) | list | length }}|{{ users | map(attribute='missing') | list }}
+{{ d.items() }}
+{{ d.keys() }}
+{{ users[0].keys() | list }}|{{ 'name' in users[0] }}|{{ users[0]['tags'] | first }}|{{ users[1].tags is undefined }}|{{ users[1].tags | default([]) | length }}|{{ users[-1].on }}|{{ users[5] is undefined }}
+{{ schema.minimum }}|{{ schema.maximum }}|{{ schema.eps }}|{{ schema.neg }}|{{ schema.two }}|{{ schema.id }}|{{ schema.id + 0 }}|{{ schema.two * 2 }}|{{ schema.maximum | int }}|{{ schema.id | string }}|{{ schema.eps | round(7) }}
+{{ -big }}|{{ big | abs }}|{{ big > 1 }}|{{ big == big }}|{{ big | string | length }}|{{ [big] | tojson }}|{{ huge }}|{{ big is integer }}|{{ big is number }}
+{{ inf }}|{{ inf > 1 }}|{{ -inf | tojson }}|{{ inf | int }}
+{{ inf - inf }}|{{ (inf - inf) | tojson }}|{{ (inf - inf) == (inf - inf) }}
 """
 
 

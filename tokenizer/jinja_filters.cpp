@@ -949,6 +949,42 @@ bool has_method(const Value& self, const std::string& name) {
 
 namespace {
 
+// center, ljust, rjust, zfill, removeprefix, removesuffix; false for another method.
+bool str_padding_method(const std::string& s, const std::string& m, const Array& args, const Kwargs& kws, Value* out) {
+  if (m == "center" || m == "ljust" || m == "rjust") {
+    Params p(m.c_str(), {"width", "fillchar"}, args, kws, {Value(), Value::string(" ")});
+    int64_t w = need_int(p[0], "width");
+    const std::string& fill = need_str(p[1], "fillchar");
+    if (cp_count(fill) != 1) fail("The fill character must be exactly one character long");
+    if (w > int64_t(t_max_bytes)) fail("Output too large");
+    if (m == "center") { *out = str_value(center(s, w, fill)); return true; }
+    auto len = int64_t(cp_count(s));
+    std::string pad = repeat(fill, w - len);
+    *out = str_value(m == "ljust" ? s + pad : pad + s);
+    return true;
+  }
+  if (m == "zfill") {
+    Params p("zfill", {"width"}, args, kws);
+    int64_t w = need_int(p[0], "width");
+    auto len = int64_t(cp_count(s));
+    if (w <= len) { *out = str_value(s); return true; }
+    if (w > int64_t(t_max_bytes)) fail("Output too large");
+    std::string zeros(size_t(w - len), '0');
+    if (!s.empty() && (s[0] == '+' || s[0] == '-')) { *out = str_value(s.substr(0, 1) + zeros + s.substr(1)); return true; }
+    *out = str_value(zeros + s);
+    return true;
+  }
+  if (m == "removeprefix" || m == "removesuffix") {
+    if (args.size() != 1) fail(m + "() takes exactly one argument");
+    const std::string& a = need_str(args[0], m.c_str());
+    if (m == "removeprefix") { *out = str_value(s.rfind(a, 0) == 0 ? s.substr(a.size()) : s); return true; }
+    bool suffix = s.size() >= a.size() && s.compare(s.size() - a.size(), a.size(), a) == 0;
+    *out = str_value(suffix ? s.substr(0, s.size() - a.size()) : s);
+    return true;
+  }
+  return false;
+}
+
 Value str_method(const std::string& s, const std::string& m, const Array& args, const Kwargs& kws, const CallContext& cx) {
   auto opt_chars = [&](const char* fn) -> Value {
     Params p(fn, {"chars"}, args, kws, {Value::null()});
@@ -1017,33 +1053,7 @@ Value str_method(const std::string& s, const std::string& m, const Array& args, 
     }
     return str_value(std::move(out));
   }
-  if (m == "center" || m == "ljust" || m == "rjust") {
-    Params p(m.c_str(), {"width", "fillchar"}, args, kws, {Value(), Value::string(" ")});
-    int64_t w = need_int(p[0], "width");
-    const std::string& fill = need_str(p[1], "fillchar");
-    if (cp_count(fill) != 1) fail("The fill character must be exactly one character long");
-    if (w > int64_t(t_max_bytes)) fail("Output too large");
-    if (m == "center") return str_value(center(s, w, fill));
-    auto len = int64_t(cp_count(s));
-    std::string pad = repeat(fill, w - len);
-    return str_value(m == "ljust" ? s + pad : pad + s);
-  }
-  if (m == "zfill") {
-    Params p("zfill", {"width"}, args, kws);
-    int64_t w = need_int(p[0], "width");
-    auto len = int64_t(cp_count(s));
-    if (w <= len) return str_value(s);
-    if (w > int64_t(t_max_bytes)) fail("Output too large");
-    std::string zeros(size_t(w - len), '0');
-    if (!s.empty() && (s[0] == '+' || s[0] == '-')) return str_value(s.substr(0, 1) + zeros + s.substr(1));
-    return str_value(zeros + s);
-  }
-  if (m == "removeprefix" || m == "removesuffix") {
-    if (args.size() != 1) fail(m + "() takes exactly one argument");
-    const std::string& a = need_str(args[0], m.c_str());
-    if (m == "removeprefix") return str_value(s.rfind(a, 0) == 0 ? s.substr(a.size()) : s);
-    return str_value(s.size() >= a.size() && s.compare(s.size() - a.size(), a.size(), a) == 0 ? s.substr(0, s.size() - a.size()) : s);
-  }
+  if (Value v; str_padding_method(s, m, args, kws, &v)) return v;
   no_args(m.c_str(), args, kws);
   if (m == "upper") return str_value(py_upper(s));
   if (m == "lower") return str_value(py_lower(s));

@@ -7,6 +7,8 @@
 #  2. one-line templates exercising each filter, test, operator and printing rule (jinja_cases.py);
 #  3. token ids: kvroute-tokenize on the requests == HF `tokenizers` on the Python-rendered text.
 # Usage: tests/tokenizer/jinja_python_reference.sh BUILD_DIR   (reference data: setup_reference.sh)
+#   JINJA_REF_COUNT (default 320) requests per model, JINJA_REF_SEED (default 0) offsets the seeds:
+#   a longer run on other data, e.g. JINJA_REF_COUNT=1000 JINJA_REF_SEED=1000 ... BUILD_DIR
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"; BUILD="${1:-$ROOT/build}"
 T="$ROOT/tests/tokenizer"
@@ -15,11 +17,11 @@ T="$ROOT/tests/tokenizer"
 DATA="$ROOT/tests/reference/data"; mkdir -p "$DATA/work"
 WORK="$(mktemp -d "$DATA/work/jinja_py.XXXXXX")"; trap 'rm -rf "$WORK"' EXIT
 export NODE_PATH="$DATA/node/node_modules"
-rc=0; compared=0; seed=0
+rc=0; compared=0; seed=${JINJA_REF_SEED:-0}; count=${JINJA_REF_COUNT:-320}
 for m in qwen3 llama3_1 deepseek_v3 gemma3 gpt4o gptoss llama2; do
   seed=$((seed + 101))
   conv="$WORK/conv_$m.jsonl"
-  python3 "$T/gen_conversations.py" "$seed" 320 images > "$conv"
+  python3 "$T/gen_conversations.py" "$seed" "$count" images > "$conv"
   set +e
   /usr/bin/python3 "$T/py_reference.py" chat "$DATA/models/$m" "$conv" "$WORK/ref_$m.jsonl" > "$WORK/fmt_$m.txt"; gen=$?
   set -e

@@ -98,11 +98,13 @@ NodePtr parse_template(std::vector<Token> tokens, uint32_t max_depth);
 bool detect_openai_content(const Node* root);
 
 // ---------------------------------------------------------------- values (jinja_values.cpp)
+struct Env;  // a scope (jinja_interp.cpp)
 struct Function {
   enum Kind : uint8_t { Namespace, Raise, Range, Strftime, Dict, Macro, Method, LoopCycle } kind;
   std::string name;
   const Node* macro = nullptr;
   Value self;
+  std::shared_ptr<Env> closure;  // Macro: the scope it was defined in (its free names resolve there)
 };
 Value make_function(Function::Kind k, std::string name, Value self = {}, const Node* macro = nullptr);
 

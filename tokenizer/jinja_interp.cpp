@@ -127,13 +127,15 @@ Value binary_mod(const Value& a, const Value& b) {
   return arith('%', a, b);
 }
 
-namespace {
-
-struct Env {
+// A scope. Heap-allocated and shared: a macro keeps the scope it was defined in alive
+// (Function::closure). Interp clears the scopes that define macros when a render ends,
+// which breaks the scope -> macro -> scope cycle.
+struct Env : std::enable_shared_from_this<Env> {
   std::unordered_map<std::string, Value> vars;
-  Env* parent = nullptr;
+  std::shared_ptr<Env> parent;
+  explicit Env(std::shared_ptr<Env> p = nullptr) : parent(std::move(p)) {}
   const Value* lookup(const std::string& name) const {
-    for (const Env* e = this; e; e = e->parent) {
+    for (const Env* e = this; e; e = e->parent.get()) {
       auto it = e->vars.find(name);
       if (it != e->vars.end()) return &it->second;
     }
@@ -141,12 +143,14 @@ struct Env {
   }
 };
 
+namespace {
+
 enum class Flow : uint8_t { Normal, Break, Continue };
 
 class Interp {
  public:
-  Interp(const RenderOptions& o, Env* globals)
-      : opt_(o), lim_(o.limits), cx_{&o.limits, o.now}, globals_(globals), saved_max_bytes_(t_max_bytes) {
+  explicit Interp(const RenderOptions& o)
+      : opt_(o), lim_(o.limits), cx_{&o.limits, o.now}, saved_max_bytes_(t_max_bytes) {
     t_max_bytes = lim_.max_output_bytes;
   }
   ~Interp() {
@@ -154,6 +158,7 @@ class Interp {
     // Namespaces are the only mutable values: clearing them breaks any reference
     // cycle the template built and keeps destruction non-recursive.
     for (auto& ns : namespaces_) { ns->items.clear(); ns->index.clear(); }
+    for (auto& env : closures_) env->vars.clear();
   }
 
   // Renders statements into out; stops early when a break/continue is pending.
@@ -174,8 +179,8 @@ class Interp {
   const RenderOptions& opt_;
   const Limits& lim_;
   CallContext cx_;
-  Env* globals_;
   size_t saved_max_bytes_;
+  std::vector<std::shared_ptr<Env>> closures_;  // scopes that define macros (cleared at the end)
   uint64_t steps_ = 0;
   uint32_t depth_ = 0;
   Flow flow_ = Flow::Normal;
@@ -207,7 +212,20 @@ class Interp {
         env.vars[n->x->str] = std::move(v);
         return;
       }
-      case NK::Macro: env.vars[n->str] = make_function(Function::Macro, n->str, {}, n); return;
+      case NK::Macro: {
+        auto f = std::make_shared<Function>();
+        f->kind = Function::Macro;
+        f->name = n->str;
+        f->macro = n;
+        f->closure = env.shared_from_this();
+        if (closures_.empty() || closures_.back() != f->closure) closures_.push_back(f->closure);
+        cx_.check_items(closures_.size());
+        Value v;
+        v.type = Type::Function;
+        v.f = std::move(f);
+        env.vars[n->str] = std::move(v);
+        return;
+      }
       case NK::FilterBlock: {
         Value body = str_value(render_block(n->body, env));
         out += py_str(eval_filter(n->y.get(), env, &body));
@@ -232,16 +250,15 @@ class Interp {
   }
 
   void for_loop(const Node* n, Env& env, std::string& out) {
-    Env scope;
-    scope.parent = &env;
+    auto scope_ptr = std::make_shared<Env>(env.shared_from_this());
+    Env& scope = *scope_ptr;
     Array all = iterate(eval(n->y.get(), env));
     Array items;
     if (n->z) {
       for (const Value& cur : all) {
-        Env test_scope;
-        test_scope.parent = &scope;
-        bind(n->x.get(), cur, test_scope);
-        if (truthy(eval(n->z.get(), test_scope))) items.push_back(cur);
+        auto test_scope = std::make_shared<Env>(scope_ptr);
+        bind(n->x.get(), cur, *test_scope);
+        if (truthy(eval(n->z.get(), *test_scope))) items.push_back(cur);
       }
     } else {
       items = std::move(all);
@@ -500,11 +517,11 @@ class Interp {
     return false;
   }
 
-  // Macros resolve free names in the template's top-level scope, as Jinja2's do.
+  // Macros resolve free names in the scope they were defined in, as Jinja2's do.
   Value call_macro(const Function& f, const Array& args, Kwargs kws) {
     const Node* m = f.macro;
-    Env scope;
-    scope.parent = globals_;
+    auto scope_ptr = std::make_shared<Env>(f.closure);
+    Env& scope = *scope_ptr;
     std::vector<std::pair<std::string, const Node*>> pending;
     for (size_t i = 0; i < m->list.size(); ++i) {
       const Node* p = m->list[i].get();
@@ -696,13 +713,12 @@ bool Template::iterates_message_content() const { return detect_openai_content(r
 bool Template::render(const Value& context, std::string* out, std::string* error, const RenderOptions& options) const {
   if (context.type != Type::Object) { *error = "context must be an object"; return false; }
   try {
-    Env globals;
-    setup_globals(globals);
-    Env top;
-    top.parent = &globals;
-    for (auto& [k, v] : context.o->items) top.vars[k] = v;
-    Interp in(options, &top);
-    *out = in.render_block(root_->body, top);
+    auto globals = std::make_shared<Env>();
+    setup_globals(*globals);
+    auto top = std::make_shared<Env>(globals);
+    for (auto& [k, v] : context.o->items) top->vars[k] = v;
+    Interp in(options);
+    *out = in.render_block(root_->body, *top);
     return true;
   } catch (const JinjaError& e) {
     *error = e.what();

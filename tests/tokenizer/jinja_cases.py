@@ -122,6 +122,8 @@ kept newline{% endif %}
 {{ users[0].keys() | list }}|{{ 'name' in users[0] }}|{{ users[0]['tags'] | first }}|{{ users[1].tags is undefined }}|{{ users[1].tags | default([]) | length }}|{{ users[-1].on }}|{{ users[5] is undefined }}
 {{ schema.minimum }}|{{ schema.maximum }}|{{ schema.eps }}|{{ schema.neg }}|{{ schema.two }}|{{ schema.id }}|{{ schema.id + 0 }}|{{ schema.two * 2 }}|{{ schema.maximum | int }}|{{ schema.id | string }}|{{ schema.eps | round(7) }}
 {{ -big }}|{{ big | abs }}|{{ big > 1 }}|{{ big == big }}|{{ big | string | length }}|{{ [big] | tojson }}|{{ huge }}|{{ big is integer }}|{{ big is number }}
+{% for x in [1,2] %}{% if loop.first %}{% set y = 5 %}{% endif %}[{{ y }}]{% endfor %}|{% set y = 1 %}{% for x in [1,2] %}{% if loop.first %}{% set y = 5 %}{% endif %}[{{ y }}]{% endfor %}{{ y }}
+{% macro m() %}{{ g }}{% endmacro %}{% set g = 3 %}{{ m() }}|{% for x in [1] %}{% macro m2() %}{{ x }}{% endmacro %}{{ m2() }}{% endfor %}|{% set x = 7 %}{% macro m3() %}{{ x }}{% endmacro %}{% for x in [1] %}{{ m3() }}{% endfor %}|{% macro outer(a) %}{% macro inner() %}{{ a }}{% endmacro %}{{ inner() }}{% endmacro %}{{ outer(4) }}
 {{ inf }}|{{ inf > 1 }}|{{ -inf | tojson }}|{{ inf | int }}
 {{ inf - inf }}|{{ (inf - inf) | tojson }}|{{ (inf - inf) == (inf - inf) }}
 """

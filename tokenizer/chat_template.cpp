@@ -2,6 +2,7 @@
 // vLLM message preprocessing (see chat_template.h).
 #include "tokenizer/chat_template.h"
 
+#include <algorithm>
 #include <cctype>
 #include <fstream>
 #include <sstream>
@@ -360,6 +361,10 @@ bool ChatTemplate::render_request(std::string_view body_json, std::string* out, 
       if (k == "chat_template" || k == "tokenize") { *error = "Found unexpected chat template kwargs from request: {'" + k + "'}"; return false; }
       if (k == "messages" || k == "conversation") { *error = "chat_template_kwargs may not set \"" + k + "\""; return false; }
       if (k == "continue_final_message") { continue_final_message = jinja::truthy(v); continue; }
+      // apply_chat_template's own parameters are consumed by it, not passed to the template.
+      static const char* kParams[] = {"padding", "truncation", "max_length", "return_tensors", "return_dict",
+                                      "return_assistant_tokens_mask", "tokenizer_kwargs"};
+      if (std::any_of(std::begin(kParams), std::end(kParams), [&](const char* p) { return k == p; })) continue;
       ctx.o->set(k, v);
     }
   }

@@ -140,6 +140,8 @@ def conversation(r, images):
         body["add_generation_prompt"] = False
     if r.random() < 0.3:
         body["chat_template_kwargs"] = {"enable_thinking": r.random() < 0.5}
+        if r.random() < 0.2:
+            body["chat_template_kwargs"].update({"max_length": 7, "custom_flag": number(r), "tools": None})
     if r.random() < 0.1:
         body["metadata"] = {"big": number(r), "inf": "@@1e400@@"}
     return body

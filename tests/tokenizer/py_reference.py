@@ -254,6 +254,10 @@ def render_request(env, template, content_format, tokens, body):
     continue_final_message = kwargs.pop("continue_final_message")
     if continue_final_message and add_generation_prompt:
         raise ValueError("continue_final_message and add_generation_prompt are not compatible.")
+    # apply_chat_template's own parameters are consumed, not passed to the template.
+    for param in ("padding", "truncation", "max_length", "return_tensors", "return_dict",
+                  "return_assistant_tokens_mask", "tokenizer_kwargs"):
+        kwargs.pop(param, None)
     template_kwargs = {**tokens, **kwargs}
     rendered = template.render(messages=conversation, tools=tools, documents=documents,
                                add_generation_prompt=add_generation_prompt, **template_kwargs)

@@ -4,6 +4,7 @@
 #include <simdjson.h>
 
 #include "common/json_escape.h"
+#include "common/json_numbers.h"
 
 namespace kvroute {
 
@@ -61,6 +62,12 @@ bool parse_openai_request(ApiKind kind, std::string_view body, ParsedRequest& ou
   out.kind = kind;
   out.body = body;
   auto doc = thread_parser().parse(body.data(), body.size(), true);
+  // Numbers beyond 64 bits / the double range are valid for Python's json (vLLM, SGLang):
+  // the routing fields are read from a copy with them replaced; out.body keeps the original.
+  thread_local std::string in_range;
+  if ((doc.error() == simdjson::NUMBER_ERROR) &&
+      replace_out_of_range_numbers(body, &in_range))
+    doc = thread_parser().parse(in_range.data(), in_range.size(), true);
   if (doc.error())
     return fail(err, fmt::format("We could not parse the JSON body of your request ({}).",
                                  simdjson::error_message(doc.error())),

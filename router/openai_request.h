@@ -48,6 +48,8 @@ struct ParsedRequest {
   // worker (router/README.md, "Batches and n").
   uint32_t n = 1;
   uint32_t prompts = 1;
+  // vLLM's `cache_salt` (per-tenant cache isolation); empty = none.
+  std::string cache_salt;
 
   // Back to a default-constructed request, keeping the strings' and vectors'
   // capacity (the server reuses one per connection).
@@ -63,6 +65,7 @@ struct ParsedRequest {
     add_special_tokens.reset();
     n = 1;
     prompts = 1;
+    cache_salt.clear();
   }
 };
 

@@ -106,13 +106,18 @@ class ProxyFleet(unittest.TestCase):
         self.assertEqual(m2.get("kvroute_router_retries_total", 0), retries)
         self.assertEqual(m2.get('kvroute_router_upstream_errors_total{reason="status_5xx"}', 0),
                          m.get('kvroute_router_upstream_errors_total{reason="status_5xx"}', 0))
-        # A 4xx never counts against the worker: 10 of them later, every worker still serves.
+        # A 4xx never counts against the worker (passive health): 10 of them later, every worker
+        # is healthy with no failure recorded.
         for _ in range(10):
             self.assertEqual(f.post("/v1/completions", completion("x", max_tokens=-1)).status, 400)
-        self.assertEqual(f.metric("kvroute_scheduler_workers"), 3)
-        seen = {f.post("/v1/completions", completion(uuid.uuid4().hex * 8)).header("x-kvroute-worker")
-                for _ in range(30)}
-        self.assertEqual(len(seen), 3)
+        r = f.admin("GET", "/admin/workers")
+        self.assertEqual(r.status, 200)
+        data = r.json()
+        workers = data["workers"] if isinstance(data, dict) else data
+        self.assertEqual(len(workers), 3)
+        for w in workers:
+            self.assertEqual(w["health"], "ok", w)
+            self.assertEqual(w["failures_total"], 0, w)
 
     def test_expect_100_continue_is_answered_before_the_body(self):
         f = self.fleet
@@ -259,6 +264,9 @@ class HungWorkerTest(unittest.TestCase):
                 self.assertEqual(f.metric(timeouts), 3)
                 self.assertEqual(slow, 3)
                 # 3 consecutive timeouts eject it (2 s at first): the next requests go straight to worker 2.
+                data = f.admin("GET", "/admin/workers").json()
+                health = {w["worker_id"]: w["health"] for w in (data["workers"] if isinstance(data, dict) else data)}
+                self.assertEqual(health[1], "ejected", health)
                 retries = f.metric("kvroute_router_retries_total")
                 for i in range(4):
                     self.assertEqual(f.post("/v1/completions", completion(f"after {i}")).header("x-kvroute-worker"),

@@ -100,6 +100,30 @@ class Reader {
     return true;
   }
 
+  // `n` non-negative integers that fit 32 bits (a token id array's body).
+  // The common encodings (positive fixint, uint8/16/32) take a tight loop.
+  bool u32_run(uint32_t n, uint32_t* out) {
+    const uint8_t* p = p_;
+    for (uint32_t i = 0; i < n; ++i) {
+      if (end_ - p >= 5) {
+        const uint8_t b = *p;
+        if (b <= 0x7f) { out[i] = b; p += 1; continue; }
+        if (b == 0xcd) { out[i] = (uint32_t{p[1]} << 8) | p[2]; p += 3; continue; }
+        if (b == 0xce) {
+          out[i] = (uint32_t{p[1]} << 24) | (uint32_t{p[2]} << 16) | (uint32_t{p[3]} << 8) | p[4];
+          p += 5;
+          continue;
+        }
+        if (b == 0xcc) { out[i] = p[1]; p += 2; continue; }
+      }
+      p_ = p;  // the rare encodings and the payload's last bytes: the checked path
+      if (!u32(out[i])) return false;
+      p = p_;
+    }
+    p_ = p;
+    return true;
+  }
+
   // A number (float or integer) as a double.
   bool number(double& out) {
     if (!ok_ || p_ == end_) return false;

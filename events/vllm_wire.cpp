@@ -93,9 +93,8 @@ bool read_tokens(Dec& d, std::vector<TokenId>& out) {
   if (d.r.nil()) { out.clear(); return true; }
   if (!d.r.array(n)) return d.fail(DecodeError::WrongType, "token_ids");
   out.resize(n);  // n <= bytes left (checked by the reader)
-  TokenId* t = out.data();
-  for (uint32_t i = 0; i < n; ++i)
-    if (!d.r.u32(t[i])) return d.fail(DecodeError::WrongType, "token_ids[]");
+  static_assert(sizeof(TokenId) == sizeof(uint32_t));
+  if (!d.r.u32_run(n, out.data())) return d.fail(DecodeError::WrongType, "token_ids[]");
   return true;
 }
 

@@ -255,8 +255,11 @@ struct ZmqEventSource::Impl {
       sent = false;
     }
     p.next_replay_at = now + std::chrono::milliseconds(std::max(cfg.replay_min_interval_ms, p.backoff_ms));
-    if (!sent) {  // not connected (yet): counts as a failed attempt
-      replay_failed(p, now);
+    if (!sent) {
+      // Not connected (ZMQ_IMMEDIATE). An engine that is down has nothing to
+      // say either: retry at the rate limit. Only with frames waiting (its
+      // PUB answers, its replay socket does not) is this a failed attempt.
+      if (!p.held.empty()) replay_failed(p, now);
       return;
     }
     stats().replay_requests_total.fetch_add(1, std::memory_order_relaxed);

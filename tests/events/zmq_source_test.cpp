@@ -206,3 +206,21 @@ TEST_CASE("add_worker refuses endpoints ZMQ cannot use") {
   CHECK_FALSE(rig.src.add_worker(WorkerId{1}, {"tcp://127.0.0.1:5557", "tcp://h", 1}, &err));
   CHECK_FALSE(rig.src.add_worker(WorkerId{1}, {"tcp://127.0.0.1:5557", "", 0}, &err));
 }
+
+TEST_CASE("a worker added before its engine is up is complete once the engine starts") {
+  std::string ep, rep;
+  {
+    auto probe = publisher(VllmEncoding::Positional, true);  // two free ports, released at once
+    ep = probe->endpoint();
+    rep = probe->replay_endpoint();
+  }
+  Rig rig;
+  REQUIRE(rig.src.add_worker(kOwner.worker, {ep, rep, 1}));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // replay attempts find nobody (not a race: any wait works)
+  auto pub = publisher(VllmEncoding::Positional, true, 10000, ep, rep);
+  publish(*pub, 0, 4);
+  RadixIndexer ref;
+  apply_reference(ref, kOwner, 0, 4, kBs);
+  CHECK(eventually([&] { return rig.matches(ref, 4); }));
+  CHECK_FALSE(rig.src.is_partial(kOwner));
+}

@@ -264,6 +264,14 @@ bool decode_map_event(Dec& d, uint32_t n, Fields& x) {
 
 bool decode_event(Dec& d, VllmEvent& out) {
   Fields x;
+  if (auto* prev = std::get_if<VllmBlockStored>(&out)) {
+    // Reuse the capacity of the batch object's previous event (a caller
+    // decoding into the same batch allocates nothing in the steady state).
+    x.s.token_ids.swap(prev->token_ids);
+    x.s.block_hashes.swap(prev->block_hashes);
+    x.s.token_ids.clear();
+    x.s.block_hashes.clear();
+  }
   uint32_t n;
   if (d.r.array(n)) {
     if (!decode_positional_event(d, n, x)) return false;
@@ -280,10 +288,10 @@ bool decode_event(Dec& d, VllmEvent& out) {
 
 bool decode_events(Dec& d, VllmEventBatch& out) {
   uint32_t n;
-  if (d.r.nil()) return true;
+  if (d.r.nil()) { out.events.clear(); return true; }
   if (!d.r.array(n)) return d.fail(DecodeError::WrongType, "events");
   if (n > d.limits.max_events_per_message) return d.fail(DecodeError::TooLarge, "events");
-  out.events.resize(n);
+  out.events.resize(n);  // earlier events of `out` are reused by decode_event
   for (uint32_t i = 0; i < n; ++i)
     if (!decode_event(d, out.events[i])) return false;
   return true;
@@ -320,6 +328,7 @@ bool decode_batch(Dec& d, VllmEventBatch& out) {
       return d.fail(DecodeError::Json, "batch field");
     }
   }
+  if (!has_events) out.events.clear();
   return has_events || d.fail(DecodeError::MissingField, "events");
 }
 
@@ -465,8 +474,7 @@ VllmSkip convert_stored(const VllmBlockStored& s, CacheOwner owner, uint32_t blo
 DecodeError decode_vllm_batch(std::span<const uint8_t> payload, const DecodeLimits& limits, VllmEventBatch& out,
                               std::string* detail) {
   out.ts = 0;
-  out.events.clear();
-  out.data_parallel_rank.reset();
+  out.data_parallel_rank.reset();  // out.events is kept for its capacity (decode_events)
   if (payload.size() > limits.max_message_bytes) {
     if (detail) *detail = "message";
     return DecodeError::TooLarge;

@@ -176,6 +176,15 @@ void EventPipeline::on_heartbeat_message(std::string_view data) {
   if (registry_.on_heartbeat(a)) spdlog::info("worker {} joined: {} model '{}'", a.id.value, a.url, a.model);
 }
 
+void EventPipeline::enqueue_remove_worker(WorkerId worker) {
+  {
+    std::lock_guard lk(mu_);
+    queue_.push_back(RemoveWorker{worker});  // never dropped: not bounded by queue_capacity
+    ++pushed_;
+  }
+  cv_.notify_one();
+}
+
 void EventPipeline::drain() {
   std::unique_lock lk(mu_);
   const uint64_t target = pushed_;
@@ -197,12 +206,13 @@ void EventPipeline::writer_loop() {
       queue_.pop_front();
       lk.unlock();
       if (auto* batch = std::get_if<std::vector<KvEvent>>(&item)) {
-        WorkerId last{~0ull};
+        // KV events feed cache knowledge, never liveness: no registry update here.
         for (const auto& ev : *batch) {
-          if (ev.owner.worker != last) registry_.touch(ev.owner.worker), last = ev.owner.worker;
           const auto result = static_cast<size_t>(index_.apply(ev));
           stats_.applied_total[ev.data.index()][result].fetch_add(1, std::memory_order_relaxed);
         }
+      } else if (auto* rm = std::get_if<RemoveWorker>(&item)) {
+        index_.remove_worker(rm->worker);
       } else if (apply_resync_) {
         apply_resync_(std::get<ResyncDump>(item));
         stats_.resync_applied_total.fetch_add(1, std::memory_order_relaxed);
@@ -216,7 +226,7 @@ void EventPipeline::writer_loop() {
       for (WorkerId w : registry_.expire(ttl)) {
         index_.remove_worker(w);
         stats_.workers_expired_total.fetch_add(1, std::memory_order_relaxed);
-        spdlog::warn("worker {} missed heartbeats for {} ms: removed from candidates and index", w.value,
+        spdlog::warn("heartbeat-only worker {} missed heartbeats for {} ms: removed from candidates and index", w.value,
                      cfg_.worker_ttl_ms);
       }
       lk.lock();

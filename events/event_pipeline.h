@@ -82,6 +82,10 @@ class EventPipeline {
   void request_resync(CacheOwner owner);
   void set_resync_applier(ResyncApplier f) { apply_resync_ = std::move(f); }
 
+  // Any thread: drops every block of `worker` on the writer thread, in order
+  // with the events queued before (a router-known worker left the fleet).
+  void enqueue_remove_worker(WorkerId worker);
+
   // Blocks until every event queued before the call has been applied (tests, shutdown).
   void drain();
 
@@ -90,7 +94,10 @@ class EventPipeline {
  private:
   void writer_loop();
   void resync_loop();
-  using QueueItem = std::variant<std::vector<KvEvent>, ResyncDump>;
+  struct RemoveWorker {
+    WorkerId worker;
+  };
+  using QueueItem = std::variant<std::vector<KvEvent>, ResyncDump, RemoveWorker>;
 
   const EventsConfig cfg_;
   const uint32_t block_size_;

@@ -56,6 +56,7 @@ struct Fields {
   std::string_view type;
   VllmBlockStored s;
   bool has_token_ids = false;
+  bool has_block_hashes = false;
 };
 
 // An engine block hash: an int (any sign, as its 64-bit pattern) or bytes
@@ -183,7 +184,7 @@ F field_by_name(std::string_view k) {
 bool read_field(Dec& d, F f, Fields& x) {
   VllmBlockStored& s = x.s;
   switch (f) {
-    case F::BlockHashes: return read_hashes(d, s.block_hashes);
+    case F::BlockHashes: x.has_block_hashes = true; return read_hashes(d, s.block_hashes);
     case F::Parent: return read_opt_hash(d, s.parent_block_hash);
     case F::TokenIds: x.has_token_ids = true; return read_tokens(d, s.token_ids);
     case F::BlockSize: {
@@ -267,10 +268,9 @@ bool decode_event(Dec& d, VllmEvent& out) {
   if (auto* prev = std::get_if<VllmBlockStored>(&out)) {
     // Reuse the capacity of the batch object's previous event (a caller
     // decoding into the same batch allocates nothing in the steady state).
+    // Sizes are kept too: read_tokens' resize() then zero-fills only growth.
     x.s.token_ids.swap(prev->token_ids);
     x.s.block_hashes.swap(prev->block_hashes);
-    x.s.token_ids.clear();
-    x.s.block_hashes.clear();
   }
   uint32_t n;
   if (d.r.array(n)) {
@@ -280,6 +280,9 @@ bool decode_event(Dec& d, VllmEvent& out) {
   } else {
     return d.fail(DecodeError::WrongType, "event");
   }
+  // Vectors reused from the previous event keep stale values unless read.
+  if (!x.has_block_hashes) x.s.block_hashes.clear();
+  if (!x.has_token_ids) x.s.token_ids.clear();
   if (x.type == "BlockStored" && !x.has_token_ids && !x.s.block_hashes.empty())
     return d.fail(DecodeError::MissingField, "token_ids");
   out = finish_event(x);

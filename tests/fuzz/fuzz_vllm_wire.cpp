@@ -74,9 +74,10 @@ std::vector<std::string> kvroute_fuzz_seeds() {
   for (const auto& x : batches)
     for (auto enc : {VllmEncoding::Positional, VllmEncoding::TaggedMap}) out.push_back(encode_vllm_batch(x, enc));
   // SGLang's positional form with a bytes hash: [ts, [["BlockStored", [bin], nil, [1,2,3,4], 4, nil]]].
-  out.push_back(std::string("\x92\xcb\x3f\xf0\x00\x00\x00\x00\x00\x00\x91\x96\xab" "BlockStored"
-                            "\x91\xc4\x03\x01\x02\x03\xc0\x94\x01\x02\x03\x04\x04\xc0",
-                            40));
+  static const char kSglang[] =
+      "\x92\xcb\x3f\xf0\x00\x00\x00\x00\x00\x00\x91\x96\xab" "BlockStored"
+      "\x91\xc4\x03\x01\x02\x03\xc0\x94\x01\x02\x03\x04\x04\xc0";
+  out.push_back(std::string(kSglang, sizeof kSglang - 1));
   return out;
 }
 

@@ -123,6 +123,37 @@ void render_module_metrics(std::string& out, const EventPipelineStats& st, const
   line("kvroute_admin_auth_failures_total", "", admin.auth_failures.load());
 }
 
+// Issue 15 (bus): resync, unknown workers, heartbeat rejections by reason,
+// ingest queue bytes, and how old each worker's part of the index is.
+void render_bus_metrics(std::string& out, const EventPipeline& pipeline, const EventSequencer& seq) {
+  const auto& st = pipeline.stats();
+  auto head = [&](std::string_view name, std::string_view type, std::string_view help) {
+    out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+  };
+  head("kvroute_events_unknown_worker_events_total", "counter", "kv events dropped: their worker is not known");
+  out += fmt::format("kvroute_events_unknown_worker_events_total {}\n", st.unknown_worker_events_total.load());
+  head("kvroute_events_heartbeats_rejected_total", "counter", "heartbeats rejected, by reason");
+  for (size_t i = 1; i < st.heartbeats_rejected_by_reason.size(); ++i)
+    out += fmt::format("kvroute_events_heartbeats_rejected_total{{reason=\"{}\"}} {}\n",
+                       EventPipelineStats::heartbeat_reason(i), st.heartbeats_rejected_by_reason[i].load());
+  head("kvroute_events_resync_chunks_total", "counter", "resync chunk requests sent, and repeated");
+  out += fmt::format("kvroute_events_resync_chunks_total{{result=\"sent\"}} {}\n", st.resync_chunks_total.load());
+  out += fmt::format("kvroute_events_resync_chunks_total{{result=\"retried\"}} {}\n",
+                     st.resync_chunk_retries_total.load());
+  head("kvroute_events_queue_dropped_bytes_total", "counter", "bytes of kv_events messages dropped on a full queue");
+  out += fmt::format("kvroute_events_queue_dropped_bytes_total {}\n", st.queue_dropped_bytes_total.load());
+  head("kvroute_events_queue_bytes", "gauge", "bytes of decoded events waiting for the index writer");
+  out += fmt::format("kvroute_events_queue_bytes {}\n", st.queued_bytes.load());
+  head("kvroute_indexer_events_discarded_total", "counter",
+       "buffered events dropped after a dump: ids the worker cannot have reached (absurd or hostile)");
+  out += fmt::format("kvroute_indexer_events_discarded_total {}\n", seq.counters().discarded.load());
+  head("kvroute_indexer_worker_index_age_seconds", "gauge",
+       "time since the index last heard from a worker (an event or a dump)");
+  for (const auto& [w, age] : pipeline.index_ages())
+    out += fmt::format("kvroute_indexer_worker_index_age_seconds{{worker=\"{}\"}} {:.3f}\n", w.value,
+                       std::chrono::duration<double>(age).count());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -192,16 +223,18 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (tokenizers.size() > 0) spdlog::info("tokenizers loaded for {} model(s)", tokenizers.size());
+  NatsSecurity nats_security{cfg.events.nats_user,          cfg.events.nats_password,     cfg.events.nats_token,
+                             cfg.events.nats_creds_file,    cfg.events.nats_nkey_seed_file, cfg.events.nats_tls,
+                             cfg.events.nats_tls_ca_file,   cfg.events.nats_tls_cert_file, cfg.events.nats_tls_key_file};
   auto bus = NatsBus::connect(cfg.events.nats_url, "kvroute", std::chrono::milliseconds(cfg.events.connect_timeout_ms),
-                              &err);
+                              nats_security, &err);
   if (!bus) {
     std::fprintf(stderr, "kvroute: events.nats_url: %s\n", err.c_str());
     return 1;
   }
   EventPipeline pipeline(cfg.events, cfg.indexer.block_size, index, registry, clock);
   sequencer.set_resync_callback([&](CacheOwner owner) { pipeline.request_resync(owner); });
-  pipeline.set_resync_applier(
-      [&](const ResyncDump& d) { sequencer.apply_resync(d.owner, d.last_event_id, d.events); });
+  pipeline.set_sequencer(&sequencer);  // dumps, resync marks, worker instances (issue 15)
   if (!pipeline.start(*bus, &err)) {
     std::fprintf(stderr, "kvroute: %s\n", err.c_str());
     return 1;
@@ -256,6 +289,7 @@ int main(int argc, char** argv) {
   hooks.render_metrics = [&] {
     std::string out = registry_metrics.render();
     render_module_metrics(out, pipeline.stats(), sequencer, radix, approx, admin.stats(), *bus);
+    render_bus_metrics(out, pipeline, sequencer);
     return out;
   };
   hooks.on_routed = [&](const ParsedRequest&, const RouteResult& r) {
@@ -296,6 +330,9 @@ int main(int argc, char** argv) {
     server.shutdown(grace);
     break;
   }
+  // The bus's callbacks point into the pipeline: stop the pipeline's threads
+  // (they use the bus), then close the bus while the pipeline still exists.
   pipeline.stop();
+  bus.reset();
   return 0;
 }

@@ -58,6 +58,9 @@ struct EventsConfig {
   std::string nats_tls_ca_file;         // CA that signed the server's certificate
   std::string nats_tls_cert_file;       // client certificate (mutual TLS), with nats_tls_key_file
   std::string nats_tls_key_file;
+  bool replica_sync = true;             // share in-flight load with other router replicas
+  uint32_t replica_sync_interval_ms = 10;  // at most one in-flight snapshot per interval (when changed)
+  uint32_t replica_ttl_ms = 1000;       // a replica silent this long stops counting
 };
 
 // Workers the router knows itself and how it judges them (fleet/).
@@ -292,6 +295,12 @@ void for_each_key(C& c, F&& f) {
     c.events.nats_tls_cert_file);
   f(KeyInfo{"events.nats_tls_key_file", "Private key of events.nats_tls_cert_file.", 0, 0, S},
     c.events.nats_tls_key_file);
+  f(KeyInfo{"events.replica_sync", "Share in-flight load with other router replicas over NATS.", 0, 1},
+    c.events.replica_sync);
+  f(KeyInfo{"events.replica_sync_interval_ms", "At most one in-flight snapshot per interval, when changed.", 1, 60000},
+    c.events.replica_sync_interval_ms);
+  f(KeyInfo{"events.replica_ttl_ms", "A replica silent this long stops counting in predicted load.", 10, 3600000},
+    c.events.replica_ttl_ms);
   // workers
   f(KeyInfo{"workers.static",
             "Workers the router knows itself: entries 'url=...,model=...[,kv_events=tcp://...,replay=tcp://...,"

@@ -62,7 +62,8 @@ void EventPipeline::request_resync(CacheOwner owner) {
 void EventPipeline::resync_all() {
   size_t n = 0;
   for (const auto& w : registry_.all()) {
-    if (!w.info || w.info->approximate) continue;
+    // Workers with ZMQ events replay from their own endpoint (fleet/), not over NATS.
+    if (!w.info || w.info->approximate || !w.info->kv_events.empty()) continue;
     for (uint32_t r = 0; r < std::max<uint32_t>(1, w.info->dp_size); ++r, ++n)
       request_resync(CacheOwner{w.info->id, r});
   }

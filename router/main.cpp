@@ -21,6 +21,7 @@
 #include "config/config_store.h"
 #include "events/event_pipeline.h"
 #include "events/nats_bus.h"
+#include "events/replica_sync.h"
 #include "indexer/approx_indexer.h"
 #include "indexer/event_sequencer.h"
 #include "indexer/radix_indexer.h"
@@ -240,6 +241,18 @@ int main(int argc, char** argv) {
     return 1;
   }
 
+  // Issue 15: other replicas' in-flight requests count in predicted load.
+  std::unique_ptr<ReplicaSync> replicas;
+  if (cfg.events.replica_sync && bus) {
+    replicas = std::make_unique<ReplicaSync>(*bus, registry, clock, cfg.events.subject_prefix,
+                                             std::chrono::milliseconds(cfg.events.replica_sync_interval_ms),
+                                             std::chrono::milliseconds(cfg.events.replica_ttl_ms));
+    if (!replicas->start(&err)) {
+      std::fprintf(stderr, "kvroute: %s\n", err.c_str());
+      return 1;
+    }
+  }
+
   RoutingService routing(index, registry, config, random, &tokenizers);
   AdminApi admin(config, routing, registry, index);
   registry_metrics.on_scrape([&] {
@@ -290,6 +303,20 @@ int main(int argc, char** argv) {
     std::string out = registry_metrics.render();
     render_module_metrics(out, pipeline.stats(), sequencer, radix, approx, admin.stats(), *bus);
     render_bus_metrics(out, pipeline, sequencer);
+    if (replicas) {
+      const auto& rs = replicas->stats();
+      out += "# HELP kvroute_events_replica_peers other router replicas whose in-flight requests count\n"
+             "# TYPE kvroute_events_replica_peers gauge\n";
+      out += fmt::format("kvroute_events_replica_peers {}\n", rs.peers.load());
+      out += "# HELP kvroute_events_replica_snapshots_total in-flight snapshots by direction\n"
+             "# TYPE kvroute_events_replica_snapshots_total counter\n";
+      out += fmt::format("kvroute_events_replica_snapshots_total{{direction=\"published\"}} {}\n",
+                         rs.published_total.load());
+      out += fmt::format("kvroute_events_replica_snapshots_total{{direction=\"received\"}} {}\n",
+                         rs.received_total.load());
+      out += fmt::format("kvroute_events_replica_snapshots_total{{direction=\"rejected\"}} {}\n",
+                         rs.rejected_total.load());
+    }
     return out;
   };
   hooks.on_routed = [&](const ParsedRequest&, const RouteResult& r) {
@@ -332,6 +359,7 @@ int main(int argc, char** argv) {
   }
   // The bus's callbacks point into the pipeline: stop the pipeline's threads
   // (they use the bus), then close the bus while the pipeline still exists.
+  if (replicas) replicas->stop();
   pipeline.stop();
   bus.reset();
   return 0;

@@ -60,6 +60,7 @@ TEST_CASE("instance ids ride on events, heartbeats and dumps; messages without t
   WorkerHeartbeat hb, back;
   hb.worker_id = WorkerId{9};
   hb.url = "http://127.0.0.1:1";
+  hb.block_size = 16;
   hb.instance_id = 55;
   REQUIRE(decode_heartbeat(encode_heartbeat(hb), back) == DecodeError::None);
   CHECK(back.instance_id == 55u);

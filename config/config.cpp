@@ -238,6 +238,27 @@ bool valid_zmq_endpoint(std::string_view e) {
 
 }  // namespace
 
+std::optional<std::string> worker_entry_text(std::string_view body, std::string& out) {
+  YAML::Node node;
+  try {
+    node = YAML::Load(std::string(body));
+  } catch (const YAML::Exception& e) {
+    return fmt::format("worker: invalid JSON/YAML: {}", e.msg);
+  }
+  if (node.IsScalar()) {
+    out = node.Scalar();
+    return std::nullopt;
+  }
+  if (!node.IsMap()) return std::string("worker: expected an object {\"url\": ..., \"model\": ...}");
+  YAML::Node seq(YAML::NodeType::Sequence);
+  seq.push_back(node);
+  try {
+    return list_to_text("worker", seq, out);
+  } catch (const YAML::Exception& e) {
+    return fmt::format("worker: {}", e.msg);
+  }
+}
+
 uint64_t worker_id_for_url(std::string_view url) {
   // FNV-1a: stable across versions and platforms (an id may be stored by operators).
   uint64_t h = 1469598103934665603ull;

@@ -129,6 +129,16 @@ struct LogConfig {
   bool access_log = true;               // one line per request (never the prompt text)
 };
 
+// ZMQ KV events from vLLM / SGLang workers (events/zmq_source.h).
+struct ZmqConfig {
+  std::string topic;                     // SUB prefix filter; "" = every topic
+  uint32_t replay_timeout_ms = 1000;     // a replay request without its end marker by then failed
+  uint32_t replay_min_interval_ms = 200;  // per publisher: at most one replay request this often
+  uint32_t replay_max_backoff_ms = 10000;  // failed replays back off, doubling up to this
+  uint32_t replay_attempts = 3;          // failed replays of one gap before it is given up (owner partial)
+  uint32_t max_pending_frames = 10000;   // live frames held per publisher while a gap is replayed
+};
+
 struct Config {
   RouterConfig router;
   AdminConfig admin;
@@ -139,6 +149,7 @@ struct Config {
   SchedulerConfig scheduler;
   TokenizerConfig tokenizer;
   LogConfig log;
+  ZmqConfig zmq;
 };
 
 // One documented key of the schema.
@@ -217,6 +228,9 @@ struct DnsEntry {
 // Parse the text forms; the error names the entry and the field.
 std::optional<std::string> parse_worker_entries(std::string_view text, std::vector<WorkerEntry>& out);
 std::optional<std::string> parse_dns_entries(std::string_view text, std::vector<DnsEntry>& out);
+// One worker given as a YAML/JSON mapping ({"url": ..., "model": ..., "lora": [..]})
+// or already in the text form: the text form (admin API).
+std::optional<std::string> worker_entry_text(std::string_view body, std::string& out);
 // The id a worker gets when its entry names none: XXH3-64 of the URL, top bit
 // cleared (so it never collides with a small heartbeat id by accident).
 uint64_t worker_id_for_url(std::string_view url);
@@ -387,6 +401,22 @@ void for_each_key(C& c, F&& f) {
   f(KeyInfo{"log.access_log", "One log line per request (worker, cached tokens, TTFB, status; never the prompt).",
             0, 1, !S, R},
     c.log.access_log);
+  // zmq
+  f(KeyInfo{"zmq.topic", "ZMQ KV events: topic prefix subscribed on every worker's PUB socket (\"\" = all).", 0, 0, S},
+    c.zmq.topic);
+  f(KeyInfo{"zmq.replay_timeout_ms", "ZMQ KV events: a replay request unanswered this long has failed.", 10, 600000},
+    c.zmq.replay_timeout_ms);
+  f(KeyInfo{"zmq.replay_min_interval_ms", "ZMQ KV events: at most one replay request per publisher this often.", 1,
+            600000},
+    c.zmq.replay_min_interval_ms);
+  f(KeyInfo{"zmq.replay_max_backoff_ms", "ZMQ KV events: failed replays back off, doubling, up to this.", 1, 3600000},
+    c.zmq.replay_max_backoff_ms);
+  f(KeyInfo{"zmq.replay_attempts", "ZMQ KV events: failed replays of one gap before the owner is marked partial.", 1,
+            100},
+    c.zmq.replay_attempts);
+  f(KeyInfo{"zmq.max_pending_frames", "ZMQ KV events: live frames held per publisher while a gap is replayed.", 1,
+            10000000},
+    c.zmq.max_pending_frames);
 }
 
 }  // namespace kvroute

@@ -233,7 +233,9 @@ bool EventPipeline::push_item(QueueItem item) {
 }
 
 void EventPipeline::apply_control(QueueItem& item) {
-  if (auto* d = std::get_if<ResyncDump>(&item)) {
+  if (auto* rm = std::get_if<RemoveWorker>(&item)) {
+    index_.remove_worker(rm->worker);
+  } else if (auto* d = std::get_if<ResyncDump>(&item)) {
     if (sequencer_) sequencer_->apply_resync(d->owner, d->last_event_id, d->events, d->instance);
     else if (apply_resync_) apply_resync_(*d);
     stats_.resync_applied_total.fetch_add(1, std::memory_order_relaxed);
@@ -336,6 +338,16 @@ void EventPipeline::on_kv_message(std::string_view data) {
   stats_.events_queued_total.fetch_add(n, std::memory_order_relaxed);
 }
 
+bool EventPipeline::enqueue_events(std::vector<KvEvent>&& events) {
+  const size_t n = events.size();
+  if (!push_item(std::move(events))) {  // bounded by messages and bytes (issue 15)
+    stats_.queue_dropped_total.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  stats_.events_queued_total.fetch_add(n, std::memory_order_relaxed);
+  return true;
+}
+
 void EventPipeline::on_heartbeat_message(std::string_view data) {
   WorkerHeartbeat hb;
   std::string detail;
@@ -370,6 +382,10 @@ void EventPipeline::on_heartbeat_message(std::string_view data) {
   const bool joined = registry_.on_heartbeat(a);
   if (joined) spdlog::info("worker {} joined: {} model '{}'", a.id.value, a.url, a.model);
   note_instance(a.id, hb.instance_id, joined, a.dp_size, !a.approximate);  // issue 15: restarts, first dumps
+}
+
+void EventPipeline::enqueue_remove_worker(WorkerId worker) {
+  push_item(RemoveWorker{worker});  // never dropped: only event batches are bounded
 }
 
 void EventPipeline::drain() {

@@ -89,6 +89,10 @@ class EventPipeline {
   // Entry points used by the NATS handlers; public so tests can feed bytes.
   void on_kv_message(std::string_view data);
   void on_heartbeat_message(std::string_view data);
+  // Any thread (ZmqEventSource's sink): queues already decoded index events
+  // for the writer thread, as one message. False (counted in
+  // queue_dropped_total, nothing queued) when the queue is full.
+  bool enqueue_events(std::vector<KvEvent>&& events);
 
   // Any thread (typically the writer, from the sequencer's gap callback):
   // asks `owner`'s worker for a full dump; retried until it arrives or the
@@ -106,6 +110,10 @@ class EventPipeline {
   std::optional<Nanos> index_age(WorkerId worker) const;
   std::vector<std::pair<WorkerId, Nanos>> index_ages() const;
 
+  // Any thread: drops every block of `worker` on the writer thread, in order
+  // with the events queued before (a router-known worker left the fleet).
+  void enqueue_remove_worker(WorkerId worker);
+
   // Blocks until every event queued before the call has been applied (tests, shutdown).
   void drain();
 
@@ -116,7 +124,10 @@ class EventPipeline {
   void resync_loop();
   struct ResyncBegin { CacheOwner owner; };
   struct InstanceSeen { WorkerId worker; uint64_t instance; };
-  using QueueItem = std::variant<std::vector<KvEvent>, ResyncDump, ResyncBegin, InstanceSeen>;
+  struct RemoveWorker {
+    WorkerId worker;
+  };
+  using QueueItem = std::variant<std::vector<KvEvent>, ResyncDump, RemoveWorker, ResyncBegin, InstanceSeen>;
   // --- issue 15 (bus) ---
   bool push_item(QueueItem item);   // false: queue full (counted by the caller)
   void apply_control(QueueItem& item);            // writer: dumps, resync marks, instances

@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <thread>
 
 #include "common/log.h"
 #include "indexer/event_sequencer.h"
@@ -146,6 +147,8 @@ bool EventPipeline::fetch_dump(CacheOwner owner, ResyncDump& out, std::string& w
         k = 0, rq.snapshot = 0, out = ResyncDump{}, blocks = 0, attempts = 0;  // snapshot gone: start over
       }
       stats_.resync_chunk_retries_total.fetch_add(1, std::memory_order_relaxed);
+      // No responder yet (e.g. the worker is still reconnecting to NATS): a short pause.
+      if (!reply) std::this_thread::sleep_for(std::chrono::milliseconds(100) * attempts);
       continue;
     }
     if (k == 0) {

@@ -59,7 +59,7 @@ struct EventsConfig {
   std::string nats_tls_cert_file;       // client certificate (mutual TLS), with nats_tls_key_file
   std::string nats_tls_key_file;
   bool replica_sync = true;             // share in-flight load with other router replicas
-  uint32_t replica_sync_interval_ms = 10;  // at most one in-flight snapshot per interval (when changed)
+  uint32_t replica_sync_interval_ms = 5;   // at most one in-flight snapshot per interval (when changed)
   uint32_t replica_ttl_ms = 1000;       // a replica silent this long stops counting
 };
 

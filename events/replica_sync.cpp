@@ -67,10 +67,21 @@ bool ReplicaSync::start(std::string* error) {
   if (!bus_.subscribe(subject_, [this](const NatsMessage& m) { on_message(m.data); }, error)) return false;
   thread_ = std::thread([this] {
     pthread_setname_np(pthread_self(), "kvroute-replica");
+    // Watches the registry's in-flight generation every millisecond (one
+    // atomic load): a change is published at once, but not more often than
+    // every interval; keep-alives and expiry at least every interval.
+    uint64_t seen = registry_.inflight_generation();
+    const Nanos idle = std::max<Nanos>(interval_, std::min<Nanos>(ttl_ / 10, std::chrono::milliseconds(100)));
+    auto last_tick = std::chrono::steady_clock::now();
     std::unique_lock lk(mu_);
     while (!stop_) {
-      cv_.wait_for(lk, interval_, [&] { return stop_; });
+      cv_.wait_for(lk, std::chrono::milliseconds(1), [&] { return stop_; });
       if (stop_) break;
+      const uint64_t gen = registry_.inflight_generation();
+      const auto now = std::chrono::steady_clock::now();
+      if (now - last_tick < (gen != seen ? Nanos(interval_) : idle)) continue;
+      seen = gen;
+      last_tick = now;
       lk.unlock();
       tick();
       lk.lock();

@@ -2,8 +2,8 @@
 // on `{prefix}.replicas.inflight`, what it has in flight on each worker (the
 // running sum of its requests' lifecycle: routed +1 request, +blocks,
 // +prefill tokens; first byte -prefill; finished -request, -blocks), batched:
-// at most one message per `interval`, only when something changed, plus a
-// keep-alive every ttl/3. Each replica adds the other replicas' latest
+// within a millisecond of a change (WorkerRegistry::inflight_generation), at
+// most one message per `interval`, plus a keep-alive every ttl/3. Each replica adds the other replicas' latest
 // snapshots to its registry's predicted load (WorkerRegistry::
 // set_remote_inflight); a replica silent for `ttl` stops counting.
 //

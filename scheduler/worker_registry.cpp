@@ -237,6 +237,7 @@ bool WorkerRegistry::set_draining(WorkerId id, bool draining) {
 }
 
 void WorkerRegistry::begin_request(WorkerId id, uint64_t blocks, uint64_t prefill_tokens) {
+  inflight_generation_.fetch_add(1, std::memory_order_relaxed);  // issue 15: replica sync
   std::lock_guard lk(mu_);
   auto it = workers_.find(id);
   if (it == workers_.end()) return;
@@ -246,6 +247,7 @@ void WorkerRegistry::begin_request(WorkerId id, uint64_t blocks, uint64_t prefil
 }
 
 void WorkerRegistry::first_byte(WorkerId id, uint64_t prefill_tokens) {
+  inflight_generation_.fetch_add(1, std::memory_order_relaxed);  // issue 15: replica sync
   std::lock_guard lk(mu_);
   auto it = workers_.find(id);
   if (it == workers_.end()) return;
@@ -253,6 +255,7 @@ void WorkerRegistry::first_byte(WorkerId id, uint64_t prefill_tokens) {
 }
 
 void WorkerRegistry::end_request(WorkerId id, uint64_t blocks, uint64_t prefill_tokens) {
+  inflight_generation_.fetch_add(1, std::memory_order_relaxed);  // issue 15: replica sync
   std::lock_guard lk(mu_);
   auto it = workers_.find(id);
   if (it == workers_.end()) return;  // expired meanwhile: nothing to release

@@ -27,6 +27,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -159,6 +160,9 @@ class WorkerRegistry {
   // flight on `id`. It adds to the router's own counts in every view
   // (inflight_*, predicted), and is reported apart in WorkerView::remote_*.
   void set_remote_inflight(WorkerId id, uint32_t requests, uint64_t blocks, uint64_t prefill_tokens);
+  // Changes each time this router's own in-flight counts change (begin_request,
+  // first_byte, end_request): replica sync publishes as soon as it moves.
+  uint64_t inflight_generation() const { return inflight_generation_.load(std::memory_order_relaxed); }
 
  private:
   struct Entry {
@@ -186,6 +190,7 @@ class WorkerRegistry {
   static bool serves(const WorkerAnnouncement& a, std::string_view model);
 
   const Clock& clock_;
+  std::atomic<uint64_t> inflight_generation_{0};  // issue 15 (see inflight_generation())
   mutable std::mutex mu_;
   std::map<WorkerId, Entry> workers_;
   HealthPolicy policy_;

@@ -138,8 +138,9 @@ struct MockerServer::Impl {
   // Issue 15: this process's instance id (new at each start) and the resync
   // snapshot being served in chunks (one at a time; a newer one replaces it).
   const uint64_t instance_id = std::random_device{}() | (uint64_t{std::random_device{}()} << 32) | 1;
-  uint64_t resync_snapshot = 0;
-  std::vector<std::string> resync_chunks;
+  uint64_t resync_snapshot = 0;  // id of the newest snapshot
+  // The last few snapshots' chunks (several routers may pull at once).
+  std::deque<std::pair<uint64_t, std::vector<std::string>>> resync_snapshots;
   uint64_t resync_publish_failed = 0;
   void answer_resync(const std::string& reply, const std::string& body) {
     if (bus->publish(reply, body)) return;  // checked: the router asks for the chunk again
@@ -653,9 +654,12 @@ bool MockerServer::start_nats(std::string* error) {
         ResyncRequest rq;
         if (decode_resync_request(m.data, rq) != DecodeError::None) return;
         asio::post(impl->ioc, [impl, rq, reply = std::string(m.reply)] {
-          if (rq.snapshot == 0 || rq.snapshot != impl->resync_snapshot) {
+          const std::vector<std::string>* chunks = nullptr;
+          for (const auto& [id, c] : impl->resync_snapshots)
+            if (id == rq.snapshot) chunks = &c;
+          if (!chunks) {
             if (rq.snapshot != 0 || rq.chunk != 0) {
-              impl->bus->publish(reply, encode_resync_gone());
+              impl->answer_resync(reply, encode_resync_gone());
               return;
             }
             ResyncDump d;
@@ -667,12 +671,15 @@ bool MockerServer::start_nats(std::string* error) {
               impl->answer_resync(reply, encode_resync_dump(d));
               return;
             }
-            impl->resync_snapshot = impl->resync_snapshot + 1;
             const size_t cap = std::min<size_t>(rq.max_bytes, impl->bus->max_payload());
-            impl->resync_chunks = encode_resync_chunks(d, impl->resync_snapshot, cap);
+            ++impl->resync_snapshot;
+            impl->resync_snapshots.emplace_back(impl->resync_snapshot,
+                                                encode_resync_chunks(d, impl->resync_snapshot, cap));
+            if (impl->resync_snapshots.size() > 4) impl->resync_snapshots.pop_front();
+            chunks = &impl->resync_snapshots.back().second;
           }
-          if (rq.chunk >= impl->resync_chunks.size()) return;  // nonsense: no answer
-          impl->answer_resync(reply, impl->resync_chunks[rq.chunk]);
+          if (rq.chunk >= chunks->size()) return;  // nonsense: no answer
+          impl->answer_resync(reply, (*chunks)[rq.chunk]);
         });
       },
       error);

@@ -93,6 +93,7 @@ def main():
                 done = sum(counts.values())
             print(f"[{time.time() - t0:6.1f}s] {what}; {done} requests so far", flush=True)
         time.sleep(max(0.0, t0 + a.duration - time.time()))
+        rss_loaded, fds_loaded = proc_stats(pid)  # under the same load as the start figures
         stop.set()
         for c in clients:
             c.join(timeout=60)
@@ -103,10 +104,11 @@ def main():
         documented = counts.get("stream_cut", 0)
         errors = total - counts.get("ok", 0) - documented
         print(f"{total} requests in {elapsed:.0f} s ({total / elapsed:.0f}/s), by outcome {counts}")
-        print(f"router RSS {rss0:.1f} -> {rss1:.1f} MB, fds {fds0} -> {fds1}")
+        print(f"router RSS {rss0:.1f} -> {rss_loaded:.1f} MB under load ({rss1:.1f} idle), "
+              f"fds {fds0} -> {fds_loaded} under load ({fds1} idle, clients gone)")
         print(json.dumps({"requests": total, "errors": errors, "errors_documented": documented,
-                          "rss_mb_start": round(rss0, 1), "rss_mb_end": round(rss1, 1), "fds_start": fds0,
-                          "fds_end": fds1, "duration_s": round(elapsed, 1), "rate_per_s": round(total / elapsed, 1),
+                          "rss_mb_start": round(rss0, 1), "rss_mb_end": round(rss_loaded, 1), "fds_start": fds0,
+                          "fds_end": fds_loaded, "rss_mb_idle": round(rss1, 1), "fds_idle": fds1, "duration_s": round(elapsed, 1), "rate_per_s": round(total / elapsed, 1),
                           "concurrency": a.concurrency}))
 
 

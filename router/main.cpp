@@ -304,6 +304,7 @@ int main(int argc, char** argv) {
 
   RoutingService routing(index, registry, config, random, &tokenizers);
   AdminApi admin(config, routing, registry, index);
+  admin.set_index_age([&](WorkerId w) { return pipeline.index_age(w); });  // issue 15
   admin.set_fleet_hooks(AdminFleetHooks{[&](std::string_view entry) { return fleet.add_worker(entry); },
                                         [&](WorkerId id) { return fleet.remove_worker(id); }});
   registry_metrics.on_scrape([&] {

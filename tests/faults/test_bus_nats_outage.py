@@ -11,7 +11,7 @@ import time
 import unittest
 import uuid
 
-from busfleet import Fleet, PREFIX, completion, index_matches, worker_blocks, wait_until, restart_nats_plain, \
+from busfleet import Fleet, PREFIX, completion, explain, index_matches, worker_blocks, wait_until, restart_nats_plain, \
     run_unittest_main, ENTRIES
 
 BUILD_DIR = "build"
@@ -71,6 +71,9 @@ class NatsOutage(unittest.TestCase):
             killed = len(traffic.results)
             time.sleep(OUTAGE_S)
             during = traffic.results[killed:]
+            # The index is frozen, not lost: its age per worker shows in metrics and explain.
+            ages = explain(f, prefixes[0] + "probe")["index_age_ms"]
+            gauge = f.metric('kvroute_indexer_worker_index_age_seconds{worker="1"}')
             restart_nats_plain(f)
             back = time.time()
             traffic.stop()
@@ -88,6 +91,10 @@ class NatsOutage(unittest.TestCase):
                   f"index = workers' contents {took:.2f} s after NATS returned "
                   f"(dumps applied {m.get(APPLIED)})")
             self.assertEqual(errors, [])
+            self.assertEqual(sorted(ages), ["1", "2", "3", "4"])
+            self.assertTrue(all(a is not None and a >= (OUTAGE_S - 2) * 1000 for a in ages.values()), ages)
+            self.assertGreaterEqual(gauge, OUTAGE_S - 2)
+            self.assertLess(f.metric('kvroute_indexer_worker_index_age_seconds{worker="1"}'), 5)
             self.assertGreater(len(during), OUTAGE_S * 10)
             self.assertGreaterEqual(kept, 0.9, dict(by_prefix))
             self.assertTrue(ok, f"index {m.get(ENTRIES)} vs workers {worker_blocks(f)}")

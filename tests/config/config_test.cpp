@@ -96,12 +96,12 @@ TEST_CASE("config/README.md documents every key") {
 }
 
 // Found by tests/fuzz/config.cpp (inputs in tests/fuzz/regressions/config/).
-TEST_CASE("NaN is not a number for any numeric key") {
+TEST_CASE("NaN is refused for every numeric key, integer keys too (no undefined conversion)") {
   Config c;
   for (const char* key : {"scheduler.gamma", "scheduler.temperature", "router.port", "indexer.approx_max_entries"}) {
     auto e = set_key(c, key, "nan");
     REQUIRE_MESSAGE(e.has_value(), key);
-    CHECK(e->find("is not a number") != std::string::npos);
+    CHECK(e->find("is not a finite number") != std::string::npos);
   }
   auto e = apply_yaml(c, "scheduler:\n  gamma: nan\n");
   REQUIRE(e.has_value());
@@ -206,4 +206,19 @@ discovery:
   CHECK(apply_yaml(bad, "discovery: {dns: [{port: 8000, model: m}]}").value() ==
         "discovery.dns: entry 1: host is required");
   CHECK(apply_yaml(bad, "workers: {eject_base_ms: 5000, eject_max_ms: 1000}").has_value());
+}
+
+TEST_CASE("nan and inf are refused for floating-point keys, naming the key (issue 15)") {
+  for (const char* bad : {"nan", "NaN", "-nan", "inf", "-inf", "infinity"}) {
+    Config c;
+    auto e = set_key(c, "scheduler.gamma", bad);
+    REQUIRE_MESSAGE(e.has_value(), bad);
+    CHECK(e->find("scheduler.gamma") != std::string::npos);
+    CHECK(c.scheduler.gamma == Config{}.scheduler.gamma);  // nothing changed
+    Config y;
+    CHECK(apply_yaml(y, std::string("scheduler:\n  temperature: ") + bad + "\n").has_value());
+  }
+  Config c;
+  CHECK_FALSE(set_key(c, "scheduler.gamma", "0.25").has_value());
+  CHECK(c.scheduler.gamma == 0.25);
 }

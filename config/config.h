@@ -76,6 +76,12 @@ struct SchedulerConfig {
   uint32_t queue_size = 0;              // requests that may wait for a free worker; 0 = 503 at once
   uint32_t queue_timeout_ms = 5000;     // longest wait in that queue
   double temperature = 0;               // 0 = lowest cost; > 0 = softmax sampling over -cost/T
+  // "weighted" (the alpha/gamma/delta formula) or "predicted_ttft" (each
+  // candidate's expected time to first token from an online model).
+  std::string cost = "weighted";
+  // Keep a conversation (x-session-id header, else the OpenAI `user` field) on
+  // its worker while that worker is not overloaded.
+  bool session_affinity = false;
 };
 
 struct TokenizerConfig {
@@ -236,6 +242,13 @@ void for_each_key(C& c, F&& f) {
   f(KeyInfo{"scheduler.temperature", "0 = lowest cost wins; > 0 = softmax sampling over -cost/temperature.", 0,
             100, !S, R},
     c.scheduler.temperature);
+  f(KeyInfo{"scheduler.cost", "weighted or predicted_ttft (expected time to first token per worker, online model).",
+            0, 0, S, R},
+    c.scheduler.cost);
+  f(KeyInfo{"scheduler.session_affinity",
+            "Keep a session (x-session-id header or the request's user field) on its worker while not overloaded.",
+            0, 1, !S, R},
+    c.scheduler.session_affinity);
   // tokenizer
   f(KeyInfo{"tokenizer.models",
             "MODEL=DIR list, comma-separated: each DIR holds tokenizer.json (+ chat template); "

@@ -151,6 +151,8 @@ void RoutingService::decide(const Config& cfg, std::string_view model, uint32_t 
     c.load = w.predicted;
     c.pending_prefill_tokens = w.pending_prefill_tokens;
     c.draining = w.draining;
+    c.pending_prefill_requests = w.pending_prefill_requests;  // scheduler.cost = predicted_ttft
+    c.ttft = w.ttft;
     while (k < owners.size() && owners[k].owner.worker < w.info->id) ++k;
     if (k < owners.size() && owners[k].owner.worker == w.info->id) {  // first = best rank
       c.owner.dp_rank = owners[k].owner.dp_rank;

@@ -1,6 +1,7 @@
 #include "scheduler/worker_registry.h"
 
 #include <algorithm>
+#include <chrono>
 #include <set>
 
 namespace kvroute {
@@ -52,6 +53,8 @@ void WorkerRegistry::view(const Entry& e, WorkerView& v) const {
   v.inflight_blocks = e.inflight_blocks;
   v.pending_prefill_tokens = e.pending_prefill_tokens;
   v.draining = e.draining;
+  v.pending_prefill_requests = e.pending_prefill_requests;
+  v.ttft = e.ttft.coefficients();
   // Reports lag by up to a heartbeat interval; what the router itself has in
   // flight on the worker is a lower bound of its load right now.
   v.predicted = e.info->load;
@@ -109,29 +112,51 @@ bool WorkerRegistry::set_draining(WorkerId id, bool draining) {
   return true;
 }
 
-void WorkerRegistry::begin_request(WorkerId id, uint64_t blocks, uint64_t prefill_tokens) {
+TtftSample WorkerRegistry::begin_request(WorkerId id, uint64_t blocks, uint64_t prefill_tokens) {
   std::lock_guard lk(mu_);
   auto it = workers_.find(id);
-  if (it == workers_.end()) return;
+  if (it == workers_.end()) return {};
+  // The TTFT model's features as the scheduler saw them (view()'s predicted load).
+  const auto& e = it->second;
+  const uint32_t running = std::max(e.info ? e.info->load.request_active_slots : 0u, e.inflight_requests);
+  TtftSample sample{TtftFeatures{static_cast<double>(prefill_tokens), static_cast<double>(e.pending_prefill_tokens),
+                                 static_cast<double>(e.pending_prefill_requests), static_cast<double>(running)},
+                    clock_.now()};
+  it->second.pending_prefill_requests += 1;
   it->second.inflight_requests += 1;
   it->second.inflight_blocks += blocks;
   it->second.pending_prefill_tokens += prefill_tokens;
+  return sample;
 }
 
-void WorkerRegistry::first_byte(WorkerId id, uint64_t prefill_tokens) {
+void WorkerRegistry::first_byte(WorkerId id, uint64_t prefill_tokens, const TtftSample* sample) {
   std::lock_guard lk(mu_);
   auto it = workers_.find(id);
   if (it == workers_.end()) return;
   it->second.pending_prefill_tokens -= std::min(it->second.pending_prefill_tokens, prefill_tokens);
+  it->second.pending_prefill_requests -= std::min<uint32_t>(it->second.pending_prefill_requests, 1);
+  if (sample) {
+    const double ms = std::chrono::duration<double, std::milli>(clock_.now() - sample->start).count();
+    if (ms > 0) {
+      ttft_stats_.sum_abs_pct_error += it->second.ttft.observe(sample->features, ms);
+      ++ttft_stats_.samples;
+    }
+  }
 }
 
-void WorkerRegistry::end_request(WorkerId id, uint64_t blocks, uint64_t prefill_tokens) {
+TtftStats WorkerRegistry::ttft_stats() const {
+  std::lock_guard lk(mu_);
+  return ttft_stats_;
+}
+
+void WorkerRegistry::end_request(WorkerId id, uint64_t blocks, uint64_t prefill_tokens, bool prefilling) {
   std::lock_guard lk(mu_);
   auto it = workers_.find(id);
   if (it == workers_.end()) return;  // expired meanwhile: nothing to release
   it->second.inflight_requests -= std::min<uint32_t>(it->second.inflight_requests, 1);
   it->second.inflight_blocks -= std::min(it->second.inflight_blocks, blocks);
   it->second.pending_prefill_tokens -= std::min(it->second.pending_prefill_tokens, prefill_tokens);
+  if (prefilling) it->second.pending_prefill_requests -= std::min<uint32_t>(it->second.pending_prefill_requests, 1);
 }
 
 }  // namespace kvroute

@@ -17,6 +17,7 @@
 #include "common/clock.h"
 #include "common/types.h"
 #include "scheduler/scheduler.h"
+#include "scheduler/ttft_model.h"
 
 namespace kvroute {
 
@@ -37,6 +38,16 @@ struct WorkerView {
   uint64_t inflight_blocks = 0;
   uint64_t pending_prefill_tokens = 0;  // in-flight requests not yet answered with a first byte
   bool draining = false;
+  // TTFT model (scheduler/ttft_model.h): requests not yet answered, and the
+  // worker's fitted coefficients.
+  uint32_t pending_prefill_requests = 0;
+  TtftCoefficients ttft;
+};
+
+// What begin_request() saw, for learning the TTFT when the first byte comes.
+struct TtftSample {
+  TtftFeatures features;
+  TimePoint start{};
 };
 
 class WorkerRegistry {
@@ -69,9 +80,14 @@ class WorkerRegistry {
   // is over); end_request() when the response completes or fails.
   // end_request() also releases prefill tokens whose first_byte() was not
   // reported (a failed request, or one answered all at once).
-  void begin_request(WorkerId id, uint64_t blocks, uint64_t prefill_tokens);
-  void first_byte(WorkerId id, uint64_t prefill_tokens);
-  void end_request(WorkerId id, uint64_t blocks, uint64_t prefill_tokens = 0);
+  // begin_request() returns the TTFT model's features as the request found
+  // the worker; first_byte() with that sample teaches the worker's model the
+  // observed time; `prefilling` in end_request(): first_byte() never came.
+  TtftSample begin_request(WorkerId id, uint64_t blocks, uint64_t prefill_tokens);
+  void first_byte(WorkerId id, uint64_t prefill_tokens, const TtftSample* sample = nullptr);
+  void end_request(WorkerId id, uint64_t blocks, uint64_t prefill_tokens = 0, bool prefilling = false);
+  // Prediction error of every worker's TTFT model so far (MAPE metric).
+  TtftStats ttft_stats() const;
 
  private:
   struct Entry {
@@ -82,6 +98,8 @@ class WorkerRegistry {
     uint32_t inflight_requests = 0;
     uint64_t inflight_blocks = 0;
     uint64_t pending_prefill_tokens = 0;
+    uint32_t pending_prefill_requests = 0;
+    TtftModel ttft;
   };
   // Fills `v` (default-constructed, in place in the caller's vector).
   void view(const Entry& e, WorkerView& v) const;
@@ -89,6 +107,7 @@ class WorkerRegistry {
   const Clock& clock_;
   mutable std::mutex mu_;
   std::map<WorkerId, Entry> workers_;
+  TtftStats ttft_stats_;
 };
 
 // RAII in-flight accounting for one dispatched request. Not thread-safe
@@ -98,19 +117,21 @@ class InflightGuard {
   InflightGuard() = default;
   InflightGuard(WorkerRegistry& r, WorkerId id, uint64_t blocks, uint64_t prefill_tokens)
       : r_(&r), id_(id), blocks_(blocks), prefill_(prefill_tokens) {
-    r.begin_request(id, blocks, prefill_tokens);
+    sample_ = r.begin_request(id, blocks, prefill_tokens);
   }
   InflightGuard(const InflightGuard&) = delete;
   InflightGuard& operator=(const InflightGuard&) = delete;
   ~InflightGuard() { release(); }
   // The worker answered: its prefill for this request is over.
   void first_byte() {
-    if (r_ && prefill_) r_->first_byte(id_, prefill_);
+    if (r_ && prefilling_) r_->first_byte(id_, prefill_, &sample_);
     prefill_ = 0;
+    prefilling_ = false;
   }
   void release() {
-    if (r_) r_->end_request(id_, blocks_, prefill_);  // one update for both
+    if (r_) r_->end_request(id_, blocks_, prefill_, prefilling_);  // one update for both
     prefill_ = 0;
+    prefilling_ = false;
     r_ = nullptr;
   }
 
@@ -119,6 +140,8 @@ class InflightGuard {
   WorkerId id_;
   uint64_t blocks_ = 0;
   uint64_t prefill_ = 0;
+  bool prefilling_ = true;
+  TtftSample sample_;
 };
 
 }  // namespace kvroute

@@ -68,7 +68,7 @@ struct SchedulerConfig {
   // Weight of prefill tokens the router has in flight on a worker (not yet
   // answered with a first byte), added to this request's new tokens. 0 = the
   // DESIGN.md baseline.
-  double pending_prefill_weight = 0.2;
+  double pending_prefill_weight = 1.0;
   // Busy thresholds: a worker at or over any of them is skipped.
   double busy_kv_usage = 1.0;           // kv_active / kv_total
   double busy_slot_usage = 1.0;         // active / total request slots
@@ -80,8 +80,8 @@ struct SchedulerConfig {
   // candidate's expected time to first token from an online model).
   std::string cost = "weighted";
   // Keep a conversation (x-session-id header, else the OpenAI `user` field) on
-  // its worker while that worker is not overloaded.
-  bool session_affinity = false;
+  // its worker while that worker is not overloaded (router/session_affinity.h).
+  bool session_affinity = true;
 };
 
 struct TokenizerConfig {
@@ -246,8 +246,8 @@ void for_each_key(C& c, F&& f) {
             0, 0, S, R},
     c.scheduler.cost);
   f(KeyInfo{"scheduler.session_affinity",
-            "Keep a session (x-session-id header or the request's user field) on its worker while not overloaded.",
-            0, 1, !S, R},
+            "Keep a session (x-session-id header, else the user field) on its worker while not overloaded.", 0, 1,
+            !S, R},
     c.scheduler.session_affinity);
   // tokenizer
   f(KeyInfo{"tokenizer.models",

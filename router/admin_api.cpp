@@ -69,7 +69,8 @@ std::string explain_json(const RouteResult& r, std::string_view model, uint32_t 
     out += fmt::format(
         R"({{"worker_id":{},"url":"{}","dp_rank":{},"overlap_blocks":{},"overlap_by_tier":{{"device":{},"host_pinned":{},"disk":{},"external":{}}},)"
         R"("cached_tokens":{},"reported_load":{},"predicted_load":{},"pending_prefill_tokens":{},"excluded":{},"rank":{},)"
-        R"("terms":{{"load_ratio":{},"load_deviation":{},"prefill_ratio":{},"slot_ratio":{},"queue_ratio":{}}},"cost":{}}})",
+        R"("terms":{{"load_ratio":{},"load_deviation":{},"prefill_ratio":{},"slot_ratio":{},"queue_ratio":{}}},"cost":{},)"
+        R"("predicted_ttft_ms":{}}})",
         c.owner.worker.value, i < r.workers.size() ? json_escape(r.workers[i].info->url) : "", c.owner.dp_rank,
         c.overlap_blocks, t[0], t[1], t[2], t[3], num(s.cached_tokens),
         i < r.workers.size() ? load_json(r.workers[i].info->load) : "null", load_json(c.load),
@@ -77,7 +78,8 @@ std::string explain_json(const RouteResult& r, std::string_view model, uint32_t 
         s.excluded == Exclusion::None ? std::string("null") : fmt::format("\"{}\"", to_string(s.excluded)),
         rank[i] < 0 ? std::string("null") : std::to_string(rank[i]), num(s.load_ratio), num(s.load_deviation),
         num(s.prefill_ratio), num(s.slot_ratio), num(s.queue_ratio),
-        s.excluded == Exclusion::None ? num(s.cost) : "null");
+        s.excluded == Exclusion::None ? num(s.cost) : "null",
+        s.excluded == Exclusion::None ? num(s.predicted_ttft_ms) : "null");
   }
   out += "]}";
   return out;

@@ -190,6 +190,7 @@ struct ClientRequest {
   bool keep_alive = true;
   std::string fields;  // "Name: value\r\n" for each end-to-end field, in order
   std::string authorization;
+  std::string session;  // x-session-id (session affinity)
   std::string body;
 };
 
@@ -204,6 +205,7 @@ class ClientRequestParser final : public http::basic_parser<true> {
     r.target.clear();
     r.fields.clear();
     r.authorization.clear();
+    r.session.clear();
     r.body.clear();
   }
 
@@ -219,6 +221,7 @@ class ClientRequestParser final : public http::basic_parser<true> {
   void on_field_impl(http::field f, beast::string_view name, beast::string_view value,
                      beast::error_code&) override {
     if (f == http::field::authorization) r_.authorization.assign(value.data(), value.size());
+    if (f == http::field::unknown && beast::iequals(name, "x-session-id")) r_.session.assign(value.data(), value.size());
     if (!is_hop_by_hop(f)) append_field(r_.fields, name, value);
   }
   void on_header_impl(beast::error_code&) override {}
@@ -828,6 +831,9 @@ awaitable<bool> HttpServer::Impl::proxy(ClientConn& client, ClientRequest& req,
     co_return co_await reject(route.error, "no_worker");
   }
   model_label = parsed.model;  // bounded: a model some worker announced
+  if (hooks.sessions && cfg->scheduler.session_affinity)  // router/session_affinity.h
+    hooks.sessions->apply(req.session.empty() ? std::string_view(parsed.user) : std::string_view(req.session),
+                          cfg->indexer.block_size, route);
   if (m && route.tokenizer_fallback != TokenizerFallback::None)
     m->tokenizer_fallbacks_total.with({model_label, to_string(route.tokenizer_fallback)}).inc();
   if (hooks.on_routed) hooks.on_routed(parsed, route);
@@ -953,6 +959,7 @@ awaitable<bool> HttpServer::Impl::proxy(ClientConn& client, ClientRequest& req,
       m->ttfb_seconds.get().observe(ttfb);
       m->prompt_tokens_total.get().inc(route.isl_tokens);
       m->cached_tokens_total.get().inc(target.cached_tokens);
+      m->best_cached_tokens_total.get().inc(route.best_cached_tokens);  // decision-quality gap
       const auto worker = m->worker_tokens(target.worker.value);
       worker.prompt.inc(route.isl_tokens);
       worker.cached.inc(target.cached_tokens);

@@ -249,6 +249,8 @@ int main(int argc, char** argv) {
   HttpServerHooks hooks;
   hooks.routing = &routing;
   hooks.registry = &registry;
+  SessionAffinity sessions;  // scheduler.session_affinity
+  hooks.sessions = &sessions;
   hooks.config = &config;
   hooks.admin = &admin;
   hooks.metrics = &router_metrics;
@@ -266,7 +268,10 @@ int main(int argc, char** argv) {
   };
   HttpServer server(hooks);
   registry_metrics.on_scrape(
-      [&] { router_metrics.inflight_requests.get().set(static_cast<double>(server.inflight())); });
+      [&] {
+        router_metrics.inflight_requests.get().set(static_cast<double>(server.inflight()));
+        router_metrics.ttft_mape_ratio.get().set(registry.ttft_stats().mape());  // scheduler/ttft_model.h
+      });
   if (!server.listen(cfg.router.host, static_cast<uint16_t>(cfg.router.port), &err) ||
       !server.listen_admin(cfg.admin.host, static_cast<uint16_t>(cfg.admin.port), &err)) {
     std::fprintf(stderr, "kvroute: %s\n", err.c_str());

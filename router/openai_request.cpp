@@ -84,6 +84,11 @@ bool parse_openai_request(ApiKind kind, std::string_view body, ParsedRequest& ou
       return fail(err, "'add_special_tokens' must be a boolean", "add_special_tokens");
     out.add_special_tokens = ast.value_unsafe().get_bool().value_unsafe();
   }
+  // OpenAI's end-user id: the session key when no x-session-id header is given.
+  if (auto user = o.at_key("user"); !user.error() && !user.value_unsafe().is_null()) {
+    if (!user.value_unsafe().is_string()) return fail(err, "'user' must be a string", "user");
+    out.user.assign(user.value_unsafe().get_string().value_unsafe());
+  }
 
   if (kind == ApiKind::Completions) {
     auto prompt = o.at_key("prompt");

@@ -132,9 +132,10 @@ void schedule(const std::vector<Candidate>& candidates, uint32_t isl_tokens, uin
     s.slot_ratio = ratio(c.load.request_active_slots, c.load.request_total_slots);
     s.queue_ratio = max_waiting > 0 ? static_cast<double>(c.load.num_requests_waiting) / max_waiting : 0.0;
     s.predicted_ttft_ms = predicted_ttft_ms(c, new_tokens);
-    s.cost = predicted_cost ? s.predicted_ttft_ms / 1000.0
-                            : d.alpha * s.load_deviation + (1 - d.alpha) * s.prefill_ratio + cfg.gamma * s.slot_ratio +
-                                  cfg.delta * s.queue_ratio;
+    // Both costs keep the load terms (KV, slots, queue): TTFT alone fills a
+    // worker's KV and slots with the requests that hit its cache.
+    const double load = d.alpha * s.load_deviation + cfg.gamma * s.slot_ratio + cfg.delta * s.queue_ratio;
+    s.cost = load + (predicted_cost ? s.predicted_ttft_ms / 1000.0 : (1 - d.alpha) * s.prefill_ratio);
     r.cost = s.cost;
     r.tie = next_key();
   }

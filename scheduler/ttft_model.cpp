@@ -15,7 +15,7 @@ double TtftCoefficients::predict_ms(const TtftFeatures& f) const {
 TtftModel::TtftModel() {
   // Prior covariance: wide enough that a few dozen observations dominate
   // (each coefficient may move by about its own size or more).
-  const std::array<double, kTtftFeatures> var{400.0, 400.0, 400.0, 400.0, 25.0};
+  const std::array<double, kTtftFeatures> var{400.0, 400.0, 400.0, 400.0, 25.0, 4.0};
   for (int i = 0; i < kTtftFeatures; ++i) p_[i][i] = var[i];
 }
 

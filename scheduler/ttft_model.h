@@ -1,7 +1,7 @@
 // Online per-worker model of the time to first token (TTFT), for the
 // `scheduler.cost: predicted_ttft` cost and for explain.
 //
-//   ttft_ms = w0 + w1·new_k + w2·pending_k + w3·pending_requests + w4·running
+//   ttft_ms = w0 + w1·new_k + w2·pending_k + w3·pending_requests + w4·running + w5·new_k²
 //
 //   new_k            this request's uncached prompt tokens / 1000 (tier-weighted:
 //                    a host or disk hit counts as the fraction it costs to load)
@@ -11,6 +11,7 @@
 //   pending_requests those in-flight, not yet answered requests (each one is a
 //                    step of its own with its fixed overhead)
 //   running          requests running on the worker (decode work in every step)
+//   new_k²           attention's quadratic share of a long prefill
 //
 // Fitted per worker by recursive least squares with a forgetting factor
 // (lambda 0.995: about the last 200 first bytes matter) from observed
@@ -31,7 +32,7 @@
 
 namespace kvroute {
 
-constexpr int kTtftFeatures = 5;
+constexpr int kTtftFeatures = 6;
 
 struct TtftFeatures {
   double new_tokens = 0;        // uncached prompt tokens of this request
@@ -39,13 +40,14 @@ struct TtftFeatures {
   double pending_requests = 0;  // in-flight requests not yet answered
   double running = 0;           // requests running on the worker
   std::array<double, kTtftFeatures> vector() const {
-    return {1.0, new_tokens / 1000.0, pending_tokens / 1000.0, pending_requests, running};
+    const double k = new_tokens / 1000.0;
+    return {1.0, k, pending_tokens / 1000.0, pending_requests, running, k * k};
   }
 };
 
 // A snapshot of one worker's model: enough to predict, nothing to update.
 struct TtftCoefficients {
-  std::array<double, kTtftFeatures> w{20.0, 15.0, 15.0, 25.0, 0.0};  // the prior
+  std::array<double, kTtftFeatures> w{20.0, 15.0, 15.0, 25.0, 0.0, 0.5};  // the prior
   uint64_t samples = 0;  // observations the model has learned from
   double predict_ms(const TtftFeatures& f) const;
 };

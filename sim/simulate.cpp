@@ -12,6 +12,7 @@
 #include "indexer/radix_indexer.h"
 #include "mocker/engine.h"
 #include "router/routing.h"
+#include "router/session_affinity.h"
 #include "sim/policies.h"
 
 namespace kvroute::sim {
@@ -70,7 +71,6 @@ class Simulation {
       : w_(w), o_(o), policy_(policy), random_(o.seed), rng_(o.seed), registry_(clock_),
         config_(policy_config(o, policy, scheduler)), routing_(index_, registry_, config_, random_),
         dynamo_(o.workers), live_(w.size()), per_worker_(o.workers, 0) {
-    affinity_ = config_.get()->scheduler.session_affinity;
     for (uint32_t i = 0; i < o.workers; ++i) {
       mocker::EngineConfig ec;
       ec.block_size = kBlock;
@@ -106,8 +106,7 @@ class Simulation {
   std::vector<std::unique_ptr<mocker::Engine>> engines_;
   std::vector<Live> live_;
   std::vector<std::vector<LocalBlockHash>> hashes_;  // per request, while in flight (dynamo's active blocks)
-  std::unordered_map<uint64_t, uint32_t> sessions_;  // session -> worker (session affinity)
-  bool affinity_ = false;
+  SessionAffinity sessions_;  // scheduler.session_affinity, as the daemon applies it
   RouteResult route_;
   std::vector<double> ttft_, e2e_;
   std::vector<uint64_t> per_worker_;
@@ -174,20 +173,12 @@ long Simulation::choose(const SimRequest& r, const std::vector<LocalBlockHash>& 
   return pick;
 }
 
-// Session affinity (scheduler.session_affinity): the session's last worker
-// keeps it while eligible and its predicted TTFT is within 1.5x (+50 ms) of
-// the scheduler's choice.
+// Session affinity (scheduler.session_affinity): router/session_affinity.h,
+// the daemon's own code, keyed by the request's session id.
 long Simulation::affinity(const SimRequest& r, long chosen) {
-  if (!affinity_ || r.session == 0) return chosen;
-  auto it = sessions_.find(r.session);
-  if (it != sessions_.end() && static_cast<long>(it->second) != chosen && it->second < route_.candidates.size()) {
-    const auto& sticky = route_.decision.scores[it->second];
-    const auto& best = route_.decision.scores[chosen];
-    if (sticky.excluded == Exclusion::None && sticky.predicted_ttft_ms <= 1.5 * best.predicted_ttft_ms + 50)
-      chosen = static_cast<long>(it->second);
-  }
-  sessions_[r.session] = static_cast<uint32_t>(chosen);
-  return chosen;
+  if (r.session == 0 || !config_.get()->scheduler.session_affinity) return chosen;
+  sessions_.apply(std::to_string(r.session), kBlock, route_);
+  return static_cast<long>(*route_.decision.chosen);
 }
 
 void Simulation::dispatch(size_t id, double now) {

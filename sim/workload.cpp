@@ -139,7 +139,7 @@ std::vector<SimRequest> agentic_workload(uint64_t seed, size_t requests) {
   // A few agent kinds, each with a long system prompt and tool schemas.
   std::vector<std::vector<uint64_t>> agents;
   for (int a = 0; a < 6; ++a) agents.push_back(ids.take(uniform(rng, 6, 20)));
-  std::exponential_distribution<double> session_gap(1.0 / 1500.0);  // ms between session starts
+  std::exponential_distribution<double> session_gap(1.0 / 3000.0);  // ms between session starts
   std::lognormal_distribution<double> tool_wait(std::log(6000.0), 1.2);
   std::lognormal_distribution<double> tool_result(std::log(1200.0), 0.9), output(std::log(250.0), 0.7);
   std::vector<SimRequest> w;
@@ -182,7 +182,7 @@ std::vector<SimRequest> api_workload(uint64_t seed, size_t requests) {
   IdSource ids;
   const auto tenants = make_tenants(400, rng, ids);
   const Zipf zipf(tenants.size(), 1.1);
-  std::exponential_distribution<double> gap(1.0 / 110.0);  // ms between calls
+  std::exponential_distribution<double> gap(1.0 / 45.0);  // ms between calls
   std::vector<SimRequest> w;
   double t = 0;
   while (w.size() < requests) w.push_back(api_call(t += gap(rng), tenants, zipf, rng, ids));

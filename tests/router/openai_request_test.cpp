@@ -66,3 +66,16 @@ TEST_CASE("error body has OpenAI's shape") {
   ApiError f{400, "m", "invalid_request_error", "", ""};
   CHECK(error_body(f) == R"({"error":{"message":"m","type":"invalid_request_error","param":null,"code":null}})");
 }
+
+TEST_CASE("the user field is the session key; a non-string user is a 400") {
+  ParsedRequest r;
+  ApiError e;
+  REQUIRE(parse_openai_request(ApiKind::ChatCompletions,
+                               R"({"model":"m","messages":[{"role":"user","content":"hi"}],"user":"alice-7"})", r, e));
+  CHECK(r.user == "alice-7");
+  r.reset();
+  CHECK(r.user.empty());
+  CHECK_FALSE(parse_openai_request(ApiKind::Completions, R"({"model":"m","prompt":"x","user":42})", r, e));
+  CHECK(e.status == 400);
+  CHECK(e.param == "user");
+}

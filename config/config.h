@@ -68,7 +68,7 @@ struct SchedulerConfig {
   // Weight of prefill tokens the router has in flight on a worker (not yet
   // answered with a first byte), added to this request's new tokens. 0 = the
   // DESIGN.md baseline.
-  double pending_prefill_weight = 1.0;
+  double pending_prefill_weight = 0.5;
   // Busy thresholds: a worker at or over any of them is skipped.
   double busy_kv_usage = 1.0;           // kv_active / kv_total
   double busy_slot_usage = 1.0;         // active / total request slots
@@ -81,7 +81,7 @@ struct SchedulerConfig {
   std::string cost = "weighted";
   // Keep a conversation (x-session-id header, else the OpenAI `user` field) on
   // its worker while that worker is not overloaded (router/session_affinity.h).
-  bool session_affinity = true;
+  bool session_affinity = false;
 };
 
 struct TokenizerConfig {

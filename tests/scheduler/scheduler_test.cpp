@@ -136,7 +136,7 @@ TEST_CASE("busy thresholds exclude, each with its reason") {
 
 TEST_CASE("pending prefill on a worker counts like its own new tokens, weighted; weight 0 is the baseline") {
   SchedulerConfig cfg;
-  cfg.pending_prefill_weight = 0.2;  // (the default is 1.0, below)
+  cfg.pending_prefill_weight = 0.2;
   SeededRandom rnd(1);
   Candidate holder = cand(1, 9, 100), other = cand(2, 0, 100);
   holder.pending_prefill_tokens = 150;  // busy prefilling for earlier requests
@@ -145,9 +145,8 @@ TEST_CASE("pending prefill on a worker counts like its own new tokens, weighted;
   Decision d = schedule(cs, 100, 10, cfg, rnd);
   CHECK(d.scores[0].prefill_ratio == doctest::Approx((10 + 0.2 * 150) / 100.0));
   CHECK(cs[*d.chosen].owner.worker == WorkerId{1});
-  // Weight 1 (the default): the holder's queue now costs more than recomputing elsewhere.
-  cfg.pending_prefill_weight = SchedulerConfig{}.pending_prefill_weight;
-  REQUIRE(cfg.pending_prefill_weight == 1.0);
+  // Weight 1: the holder's queue now costs more than recomputing elsewhere.
+  cfg.pending_prefill_weight = 1.0;
   d = schedule(cs, 100, 10, cfg, rnd);
   CHECK(d.scores[0].prefill_ratio == doctest::Approx((10 + 150) / 100.0));
   CHECK(cs[*d.chosen].owner.worker == WorkerId{2});

@@ -3,6 +3,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <cctype>
+#include <cmath>
 #include <charconv>
 #include <fstream>
 #include <set>
@@ -36,6 +37,8 @@ std::optional<std::string> parse_into(const KeyInfo& k, std::string_view text, T
     auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
     if (ec != std::errc() || p != text.data() + text.size())
       return fmt::format("{}: '{}' is not a number (allowed range {})", k.path, text, range_text(k));
+    if (!std::isfinite(v))  // nan passes every comparison; inf is no setting either
+      return fmt::format("{}: '{}' is not a finite number (allowed range {})", k.path, text, range_text(k));
     if (v < k.min || v > k.max)
       return fmt::format("{}: {} is out of range (allowed range {})", k.path, text, range_text(k));
     if constexpr (std::is_integral_v<T>) {
@@ -370,6 +373,14 @@ std::optional<std::string> validate(const Config& c) {
       c.events.nats_url.rfind("tls://", 0) != 0)
     return fmt::format("events.nats_url: '{}' must start with nats:// or tls:// (or be empty: no NATS)",
                        c.events.nats_url);
+  if (c.events.resync_backoff_max_ms < c.events.resync_backoff_ms)
+    return fmt::format("events.resync_backoff_max_ms: {} must be >= events.resync_backoff_ms ({})",
+                       c.events.resync_backoff_max_ms, c.events.resync_backoff_ms);
+  if (!c.events.nats_creds_file.empty() + !c.events.nats_nkey_seed_file.empty() + !c.events.nats_token.empty() +
+          !c.events.nats_user.empty() > 1)
+    return "events.nats_user / nats_token / nats_creds_file / nats_nkey_seed_file: set at most one way to authenticate";
+  if (c.events.nats_tls_cert_file.empty() != c.events.nats_tls_key_file.empty())
+    return "events.nats_tls_cert_file and events.nats_tls_key_file: set both (mutual TLS) or neither";
   if (c.scheduler.alpha_imbalanced < c.scheduler.alpha_balanced)
     return fmt::format("scheduler.alpha_imbalanced: {} must be >= scheduler.alpha_balanced ({})",
                        c.scheduler.alpha_imbalanced, c.scheduler.alpha_balanced);

@@ -48,6 +48,23 @@ struct EventsConfig {
   uint32_t connect_timeout_ms = 10000;  // initial NATS connect retries
   uint32_t queue_capacity = 65536;      // decoded messages waiting for the index writer
   uint32_t resync_timeout_ms = 2000;    // wait for a worker's full dump after a gap
+  // --- issue 15 (bus): resync, ingest memory, NATS authentication and TLS ---
+  uint32_t resync_concurrency = 4;      // dumps fetched at once (router start, reconnect)
+  uint32_t resync_backoff_ms = 500;     // least time between two dumps of one worker; doubles per dump
+  uint32_t resync_backoff_max_ms = 30000;  // ceiling of that backoff
+  uint64_t queue_capacity_bytes = 256ull << 20;  // decoded events waiting for the writer, by bytes
+  std::string nats_user;                // user/password authentication
+  std::string nats_password;
+  std::string nats_token;               // token authentication
+  std::string nats_creds_file;          // JWT + nkey seed (.creds) file
+  std::string nats_nkey_seed_file;      // nkey seed file (nkey authentication)
+  bool nats_tls = false;                // require TLS (also implied by a tls:// URL)
+  std::string nats_tls_ca_file;         // CA that signed the server's certificate
+  std::string nats_tls_cert_file;       // client certificate (mutual TLS), with nats_tls_key_file
+  std::string nats_tls_key_file;
+  bool replica_sync = true;             // share in-flight load with other router replicas
+  uint32_t replica_sync_interval_ms = 5;   // at most one in-flight snapshot per interval (when changed)
+  uint32_t replica_ttl_ms = 1000;       // a replica silent this long stops counting
 };
 
 // Workers the router knows itself and how it judges them (fleet/).
@@ -289,6 +306,36 @@ void for_each_key(C& c, F&& f) {
     c.events.queue_capacity);
   f(KeyInfo{"events.resync_timeout_ms", "How long to wait for a worker's full dump after lost events.", 10, 600000},
     c.events.resync_timeout_ms);
+  f(KeyInfo{"events.resync_concurrency", "Workers' dumps fetched at once (router start, NATS reconnect).", 1, 256},
+    c.events.resync_concurrency);
+  f(KeyInfo{"events.resync_backoff_ms", "Least time between two dumps asked of one worker; doubles per dump.", 10,
+            600000},
+    c.events.resync_backoff_ms);
+  f(KeyInfo{"events.resync_backoff_max_ms", "Ceiling of the per-worker resync backoff.", 10, 3600000},
+    c.events.resync_backoff_max_ms);
+  f(KeyInfo{"events.queue_capacity_bytes", "Bytes of decoded events queued for the index writer; beyond, dropped.",
+            1 << 20, 1ull << 40},
+    c.events.queue_capacity_bytes);
+  f(KeyInfo{"events.nats_user", "NATS user (with events.nats_password).", 0, 0, S}, c.events.nats_user);
+  f(KeyInfo{"events.nats_password", "NATS password.", 0, 0, S}, c.events.nats_password);
+  f(KeyInfo{"events.nats_token", "NATS authentication token.", 0, 0, S}, c.events.nats_token);
+  f(KeyInfo{"events.nats_creds_file", "NATS credentials file (JWT and nkey seed).", 0, 0, S},
+    c.events.nats_creds_file);
+  f(KeyInfo{"events.nats_nkey_seed_file", "File holding the NATS nkey seed (nkey authentication).", 0, 0, S},
+    c.events.nats_nkey_seed_file);
+  f(KeyInfo{"events.nats_tls", "Require TLS to NATS (also implied by a tls:// URL).", 0, 1}, c.events.nats_tls);
+  f(KeyInfo{"events.nats_tls_ca_file", "CA certificate(s) that signed the NATS server's certificate.", 0, 0, S},
+    c.events.nats_tls_ca_file);
+  f(KeyInfo{"events.nats_tls_cert_file", "Client certificate for mutual TLS to NATS.", 0, 0, S},
+    c.events.nats_tls_cert_file);
+  f(KeyInfo{"events.nats_tls_key_file", "Private key of events.nats_tls_cert_file.", 0, 0, S},
+    c.events.nats_tls_key_file);
+  f(KeyInfo{"events.replica_sync", "Share in-flight load with other router replicas over NATS.", 0, 1},
+    c.events.replica_sync);
+  f(KeyInfo{"events.replica_sync_interval_ms", "At most one in-flight snapshot per interval, when changed.", 1, 60000},
+    c.events.replica_sync_interval_ms);
+  f(KeyInfo{"events.replica_ttl_ms", "A replica silent this long stops counting in predicted load.", 10, 3600000},
+    c.events.replica_ttl_ms);
   // workers
   f(KeyInfo{"workers.static",
             "Workers the router knows itself: entries 'url=...,model=...[,kv_events=tcp://...,replay=tcp://...,"

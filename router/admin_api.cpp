@@ -117,7 +117,19 @@ AdminResponse AdminApi::explain(ApiKind kind, std::string_view body) const {
   ApiError err;
   if (!parse_openai_request(kind, body, parsed, err)) return AdminResponse{err.status, error_body(err)};
   RouteResult r = routing_.route(parsed, /*rank_all=*/true);
-  return AdminResponse{200, explain_json(r, parsed.model, config_.get()->indexer.block_size)};
+  std::string out = explain_json(r, parsed.model, config_.get()->indexer.block_size);
+  if (index_age_) {  // issue 15: the last-known index age of each candidate worker
+    out.pop_back();  // the closing brace
+    out += R"(,"index_age_ms":{)";
+    for (size_t i = 0; i < r.candidates.size(); ++i) {
+      const auto age = index_age_(r.candidates[i].owner.worker);
+      out += fmt::format(R"({}"{}":{})", i ? "," : "", r.candidates[i].owner.worker.value,
+                         age ? std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(*age).count())
+                             : std::string("null"));
+    }
+    out += "}}";
+  }
+  return AdminResponse{200, out};
 }
 
 AdminResponse AdminApi::handle(std::string_view method, std::string_view path, std::string_view authorization,

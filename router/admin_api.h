@@ -61,6 +61,10 @@ class AdminApi {
 
   // Explain of one request body (the data plane's routing, no request sent).
   AdminResponse explain(ApiKind kind, std::string_view body) const;
+  // Issue 15: how old each worker's part of the index is (time since its last
+  // event or dump; nullopt = never heard), shown by explain as
+  // "index_age_ms":{"<worker_id>":ms|null,...}. Unset: the field is omitted.
+  void set_index_age(std::function<std::optional<Nanos>(WorkerId)> f) { index_age_ = std::move(f); }
 
  private:
   bool authorized(std::string_view authorization) const;
@@ -73,6 +77,7 @@ class AdminApi {
   const Indexer& index_;
   AdminStats stats_;
   AdminFleetHooks fleet_;
+  std::function<std::optional<Nanos>(WorkerId)> index_age_;  // issue 15
 };
 
 // JSON of one routing decision (also used by tests and the simulator).

@@ -22,6 +22,7 @@
 #include "events/event_pipeline.h"
 #include "events/nats_bus.h"
 #include "events/zmq_source.h"
+#include "events/replica_sync.h"
 #include "fleet/fleet.h"
 #include "indexer/approx_indexer.h"
 #include "indexer/event_sequencer.h"
@@ -123,6 +124,37 @@ void render_module_metrics(std::string& out, const EventPipelineStats& st, const
   line("kvroute_config_reloads_total", "{result=\"rejected\"}", admin.reloads_rejected.load());
   head("kvroute_admin_auth_failures_total", "counter", "admin requests refused for a missing or wrong token");
   line("kvroute_admin_auth_failures_total", "", admin.auth_failures.load());
+}
+
+// Issue 15 (bus): resync, unknown workers, heartbeat rejections by reason,
+// ingest queue bytes, and how old each worker's part of the index is.
+void render_bus_metrics(std::string& out, const EventPipeline& pipeline, const EventSequencer& seq) {
+  const auto& st = pipeline.stats();
+  auto head = [&](std::string_view name, std::string_view type, std::string_view help) {
+    out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+  };
+  head("kvroute_events_unknown_worker_events_total", "counter", "kv events dropped: their worker is not known");
+  out += fmt::format("kvroute_events_unknown_worker_events_total {}\n", st.unknown_worker_events_total.load());
+  head("kvroute_events_heartbeats_rejected_total", "counter", "heartbeats rejected, by reason");
+  for (size_t i = 1; i < st.heartbeats_rejected_by_reason.size(); ++i)
+    out += fmt::format("kvroute_events_heartbeats_rejected_total{{reason=\"{}\"}} {}\n",
+                       EventPipelineStats::heartbeat_reason(i), st.heartbeats_rejected_by_reason[i].load());
+  head("kvroute_events_resync_chunks_total", "counter", "resync chunk requests sent, and repeated");
+  out += fmt::format("kvroute_events_resync_chunks_total{{result=\"sent\"}} {}\n", st.resync_chunks_total.load());
+  out += fmt::format("kvroute_events_resync_chunks_total{{result=\"retried\"}} {}\n",
+                     st.resync_chunk_retries_total.load());
+  head("kvroute_events_queue_dropped_bytes_total", "counter", "bytes of kv_events messages dropped on a full queue");
+  out += fmt::format("kvroute_events_queue_dropped_bytes_total {}\n", st.queue_dropped_bytes_total.load());
+  head("kvroute_events_queue_bytes", "gauge", "bytes of decoded events waiting for the index writer");
+  out += fmt::format("kvroute_events_queue_bytes {}\n", st.queued_bytes.load());
+  head("kvroute_indexer_events_discarded_total", "counter",
+       "buffered events dropped after a dump: ids the worker cannot have reached (absurd or hostile)");
+  out += fmt::format("kvroute_indexer_events_discarded_total {}\n", seq.counters().discarded.load());
+  head("kvroute_indexer_worker_index_age_seconds", "gauge",
+       "time since the index last heard from a worker (an event or a dump)");
+  for (const auto& [w, age] : pipeline.index_ages())
+    out += fmt::format("kvroute_indexer_worker_index_age_seconds{{worker=\"{}\"}} {:.3f}\n", w.value,
+                       std::chrono::duration<double>(age).count());
 }
 
 // Fleet metrics: workers by source and health, scrapes, DNS, health signals.
@@ -263,8 +295,11 @@ int main(int argc, char** argv) {
   // discovery.dns and their KV events over ZMQ.
   std::unique_ptr<NatsBus> bus;
   if (!cfg.events.nats_url.empty()) {
+    NatsSecurity sec{cfg.events.nats_user,        cfg.events.nats_password,       cfg.events.nats_token,
+                     cfg.events.nats_creds_file,  cfg.events.nats_nkey_seed_file, cfg.events.nats_tls,
+                     cfg.events.nats_tls_ca_file, cfg.events.nats_tls_cert_file, cfg.events.nats_tls_key_file};
     bus = NatsBus::connect(cfg.events.nats_url, "kvroute", std::chrono::milliseconds(cfg.events.connect_timeout_ms),
-                           &err);
+                           sec, &err);
     if (!bus) {
       std::fprintf(stderr, "kvroute: events.nats_url: %s\n", err.c_str());
       return 1;
@@ -272,8 +307,7 @@ int main(int argc, char** argv) {
   }
   EventPipeline pipeline(cfg.events, cfg.indexer.block_size, index, registry, clock);
   sequencer.set_resync_callback([&](CacheOwner owner) { pipeline.request_resync(owner); });
-  pipeline.set_resync_applier(
-      [&](const ResyncDump& d) { sequencer.apply_resync(d.owner, d.last_event_id, d.events); });
+  pipeline.set_sequencer(&sequencer);  // dumps, resync marks, worker instances (issue 15)
   if (bus) {
     if (!pipeline.start(*bus, &err)) {
       std::fprintf(stderr, "kvroute: %s\n", err.c_str());
@@ -312,8 +346,21 @@ int main(int argc, char** argv) {
   fleet.start(cfg);
   config.on_change([&](const Config& c) { fleet.apply_config(c); });
 
+  // Issue 15: other replicas' in-flight requests count in predicted load.
+  std::unique_ptr<ReplicaSync> replicas;
+  if (cfg.events.replica_sync && bus) {
+    replicas = std::make_unique<ReplicaSync>(*bus, registry, clock, cfg.events.subject_prefix,
+                                             std::chrono::milliseconds(cfg.events.replica_sync_interval_ms),
+                                             std::chrono::milliseconds(cfg.events.replica_ttl_ms));
+    if (!replicas->start(&err)) {
+      std::fprintf(stderr, "kvroute: %s\n", err.c_str());
+      return 1;
+    }
+  }
+
   RoutingService routing(index, registry, config, random, &tokenizers);
   AdminApi admin(config, routing, registry, index);
+  admin.set_index_age([&](WorkerId w) { return pipeline.index_age(w); });  // issue 15
   admin.set_fleet_hooks(AdminFleetHooks{[&](std::string_view entry) { return fleet.add_worker(entry); },
                                         [&](WorkerId id) { return fleet.remove_worker(id); }});
   registry_metrics.on_scrape([&] {
@@ -369,6 +416,21 @@ int main(int argc, char** argv) {
     render_module_metrics(out, pipeline.stats(), sequencer, radix, approx, admin.stats(), bus.get());
     render_fleet_metrics(out, fleet, registry);
     render_zmq_metrics(out, zmq.stats());
+    render_bus_metrics(out, pipeline, sequencer);
+    if (replicas) {
+      const auto& rs = replicas->stats();
+      out += "# HELP kvroute_events_replica_peers other router replicas whose in-flight requests count\n"
+             "# TYPE kvroute_events_replica_peers gauge\n";
+      out += fmt::format("kvroute_events_replica_peers {}\n", rs.peers.load());
+      out += "# HELP kvroute_events_replica_snapshots_total in-flight snapshots by direction\n"
+             "# TYPE kvroute_events_replica_snapshots_total counter\n";
+      out += fmt::format("kvroute_events_replica_snapshots_total{{direction=\"published\"}} {}\n",
+                         rs.published_total.load());
+      out += fmt::format("kvroute_events_replica_snapshots_total{{direction=\"received\"}} {}\n",
+                         rs.received_total.load());
+      out += fmt::format("kvroute_events_replica_snapshots_total{{direction=\"rejected\"}} {}\n",
+                         rs.rejected_total.load());
+    }
     return out;
   };
   hooks.on_routed = [&](const ParsedRequest&, const RouteResult& r) {
@@ -413,8 +475,12 @@ int main(int argc, char** argv) {
     server.shutdown(grace);
     break;
   }
+  // The bus's callbacks point into the pipeline: stop the pipeline's threads
+  // (they use the bus), then close the bus while the pipeline still exists.
+  if (replicas) replicas->stop();
   fleet.stop();
   zmq.stop();
   pipeline.stop();
+  bus.reset();
   return 0;
 }

@@ -115,6 +115,19 @@ void RoutingService::route_blocks(std::string_view model, uint32_t isl_tokens, s
   decide(*config_.get(), model, isl_tokens, rank_all, out);
 }
 
+void RoutingService::reroute(std::string_view model, RouteResult& out) const {
+  std::vector<LocalBlockHash> hashes = std::move(out.block_hashes);
+  const uint32_t isl = out.isl_tokens;
+  const TokenizerFallback fallback = out.tokenizer_fallback;
+  const double stage0 = out.stage_seconds[0], stage1 = out.stage_seconds[1];
+  out.reset();
+  out.block_hashes = std::move(hashes);
+  out.tokenizer_fallback = fallback;
+  out.stage_seconds[0] = stage0;
+  out.stage_seconds[1] = stage1;
+  decide(*config_.get(), model, isl, /*rank_all=*/false, out);
+}
+
 void RoutingService::decide(const Config& cfg, std::string_view model, uint32_t isl_tokens, bool rank_all,
                             RouteResult& out) const {
   const uint32_t block_size = cfg.indexer.block_size;

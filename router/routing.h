@@ -74,6 +74,11 @@ class RoutingService {
   // hashed; the simulator uses it). Resets and fills `out` (stages 2 and 3 timed).
   void route_blocks(std::string_view model, uint32_t isl_tokens, std::vector<LocalBlockHash> hashes, bool rank_all,
                     RouteResult& out) const;
+  // Decides again for a request already routed into `out` (a queued request
+  // waiting for a free worker): keeps its block hashes, token count and
+  // tokenizer fallback, redoes only the decision (no template, tokenization
+  // or hashing per retry). Issue 15.
+  void reroute(std::string_view model, RouteResult& out) const;
 
   // Token ids of a request as its engine computes them: the client's ids; else
   // the model's tokenizer from `tokenizers` (chat: template, then no special

@@ -171,9 +171,12 @@ bool WorkerRegistry::serves(const WorkerAnnouncement& a, std::string_view model)
 
 void WorkerRegistry::view(const Entry& e, WorkerView& v, TimePoint now) const {
   v.info = e.info;
-  v.inflight_requests = e.inflight_requests;
-  v.inflight_blocks = e.inflight_blocks;
-  v.pending_prefill_tokens = e.pending_prefill_tokens;
+  v.inflight_requests = e.inflight_requests + e.remote_requests;  // remote_*: issue 15 (other replicas)
+  v.inflight_blocks = e.inflight_blocks + e.remote_blocks;
+  v.pending_prefill_tokens = e.pending_prefill_tokens + e.remote_prefill_tokens;
+  v.remote_requests = e.remote_requests;
+  v.remote_blocks = e.remote_blocks;
+  v.remote_prefill_tokens = e.remote_prefill_tokens;
   v.draining = e.draining;
   v.health = state(e, now);
   v.consecutive_failures = e.consecutive_failures;
@@ -184,8 +187,8 @@ void WorkerRegistry::view(const Entry& e, WorkerView& v, TimePoint now) const {
   // Reports lag by up to a scrape or heartbeat interval; what the router
   // itself has in flight on the worker is a lower bound of its load right now.
   v.predicted = e.info->load;
-  v.predicted.request_active_slots = std::max(v.predicted.request_active_slots, e.inflight_requests);
-  v.predicted.kv_active_blocks = std::max(v.predicted.kv_active_blocks, e.inflight_blocks);
+  v.predicted.request_active_slots = std::max(v.predicted.request_active_slots, v.inflight_requests);
+  v.predicted.kv_active_blocks = std::max(v.predicted.kv_active_blocks, v.inflight_blocks);
 }
 
 std::vector<WorkerView> WorkerRegistry::candidates(std::string_view model) const {
@@ -256,6 +259,7 @@ bool WorkerRegistry::set_draining(WorkerId id, bool draining) {
 }
 
 TtftSample WorkerRegistry::begin_request(WorkerId id, uint64_t blocks, uint64_t prefill_tokens) {
+  inflight_generation_.fetch_add(1, std::memory_order_relaxed);  // issue 15: replica sync
   std::lock_guard lk(mu_);
   auto it = workers_.find(id);
   if (it == workers_.end()) return {};
@@ -273,6 +277,7 @@ TtftSample WorkerRegistry::begin_request(WorkerId id, uint64_t blocks, uint64_t 
 }
 
 void WorkerRegistry::first_byte(WorkerId id, uint64_t prefill_tokens, const TtftSample* sample) {
+  inflight_generation_.fetch_add(1, std::memory_order_relaxed);  // issue 15: replica sync
   std::lock_guard lk(mu_);
   auto it = workers_.find(id);
   if (it == workers_.end()) return;
@@ -293,6 +298,7 @@ TtftStats WorkerRegistry::ttft_stats() const {
 }
 
 void WorkerRegistry::end_request(WorkerId id, uint64_t blocks, uint64_t prefill_tokens, bool prefilling) {
+  inflight_generation_.fetch_add(1, std::memory_order_relaxed);  // issue 15: replica sync
   std::lock_guard lk(mu_);
   auto it = workers_.find(id);
   if (it == workers_.end()) return;  // expired meanwhile: nothing to release
@@ -300,6 +306,20 @@ void WorkerRegistry::end_request(WorkerId id, uint64_t blocks, uint64_t prefill_
   it->second.inflight_blocks -= std::min(it->second.inflight_blocks, blocks);
   it->second.pending_prefill_tokens -= std::min(it->second.pending_prefill_tokens, prefill_tokens);
   if (prefilling) it->second.pending_prefill_requests -= std::min<uint32_t>(it->second.pending_prefill_requests, 1);
+}
+
+}  // namespace kvroute
+
+namespace kvroute {
+
+// --- issue 15 (bus): other router replicas' in-flight work -------------------
+void WorkerRegistry::set_remote_inflight(WorkerId id, uint32_t requests, uint64_t blocks, uint64_t prefill_tokens) {
+  std::lock_guard lk(mu_);
+  auto it = workers_.find(id);
+  if (it == workers_.end()) return;
+  it->second.remote_requests = requests;
+  it->second.remote_blocks = blocks;
+  it->second.remote_prefill_tokens = prefill_tokens;
 }
 
 }  // namespace kvroute

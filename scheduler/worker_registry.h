@@ -27,6 +27,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -99,6 +100,11 @@ struct WorkerView {
   uint32_t consecutive_failures = 0;
   uint64_t failures_total = 0;     // every HealthSignal, since the worker was added
   Nanos load_age{-1};              // since the last load report; -1 = never
+  // Issue 15: the part of inflight_* / pending_prefill_tokens other router
+  // replicas have in flight (the rest is this router's own).
+  uint32_t remote_requests = 0;
+  uint64_t remote_blocks = 0;
+  uint64_t remote_prefill_tokens = 0;
   // TTFT model (scheduler/ttft_model.h): requests not yet answered, and the
   // worker's fitted coefficients.
   uint32_t pending_prefill_requests = 0;
@@ -169,6 +175,15 @@ class WorkerRegistry {
   // Prediction error of every worker's TTFT model so far (MAPE metric).
   TtftStats ttft_stats() const;
 
+  // --- issue 15 (bus): other router replicas' in-flight work ---------------
+  // Replaces what the other replicas (summed, events/replica_sync.h) have in
+  // flight on `id`. It adds to the router's own counts in every view
+  // (inflight_*, predicted), and is reported apart in WorkerView::remote_*.
+  void set_remote_inflight(WorkerId id, uint32_t requests, uint64_t blocks, uint64_t prefill_tokens);
+  // Changes each time this router's own in-flight counts change (begin_request,
+  // first_byte, end_request): replica sync publishes as soon as it moves.
+  uint64_t inflight_generation() const { return inflight_generation_.load(std::memory_order_relaxed); }
+
  private:
   struct Entry {
     std::shared_ptr<const WorkerAnnouncement> info;
@@ -184,6 +199,9 @@ class WorkerRegistry {
     uint32_t inflight_requests = 0;
     uint64_t inflight_blocks = 0;
     uint64_t pending_prefill_tokens = 0;
+    uint32_t remote_requests = 0;  // issue 15: other replicas' (set_remote_inflight)
+    uint64_t remote_blocks = 0;
+    uint64_t remote_prefill_tokens = 0;
     uint32_t pending_prefill_requests = 0;
     TtftModel ttft;
   };
@@ -194,6 +212,7 @@ class WorkerRegistry {
   static bool serves(const WorkerAnnouncement& a, std::string_view model);
 
   const Clock& clock_;
+  std::atomic<uint64_t> inflight_generation_{0};  // issue 15 (see inflight_generation())
   mutable std::mutex mu_;
   std::map<WorkerId, Entry> workers_;
   HealthPolicy policy_;

@@ -82,6 +82,9 @@ void render_module_metrics(std::string& out, const EventPipelineStats& st, const
   line("kvroute_events_block_size_mismatch_total", "", st.block_size_mismatch_total.load());
   head("kvroute_events_workers_expired_total", "counter", "workers removed after missing heartbeats");
   line("kvroute_events_workers_expired_total", "", st.workers_expired_total.load());
+  head("kvroute_events_expiry_held_total", "counter",
+       "heartbeat expiry ticks skipped because NATS was down (heartbeat-only workers kept)");
+  line("kvroute_events_expiry_held_total", "", st.expiry_held_ticks_total.load());
   head("kvroute_events_nats_reconnects_total", "counter", "NATS reconnections");
   line("kvroute_events_nats_reconnects_total", "", bus ? bus->reconnects() : 0);
   head("kvroute_events_nats_connected", "gauge", "1 when the NATS connection is up (0 without NATS)");

@@ -17,6 +17,12 @@ PACKAGES=(
   # tokenizer tests: corpus sources (tests/tokenizer/make_corpus.py) and Unicode data
   unicode-data wamerican fortunes fortunes-de fortunes-es fortunes-ru fortunes-it fortunes-cs fortunes-zh
 )
+# Test-only (scripts/test.sh sets KVROUTE_TEST_PACKAGES=1): the status page in
+# headless chromium, a real Prometheus scraping kvroute, the offline OCI image
+# build (mmdebstrap + umoci).
+if [ "${KVROUTE_TEST_PACKAGES:-0}" = 1 ]; then
+  PACKAGES+=(chromium prometheus mmdebstrap umoci)
+fi
 PACKAGES+=(${KVROUTE_EXTRA_PACKAGES:-})
 
 missing=()

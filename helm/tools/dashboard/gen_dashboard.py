@@ -84,8 +84,9 @@ row("Requests")
 panel("Requests by status", [(rate("kvroute_router_requests_total", "status"), "{{status}}")], "reqps",
       desc="kvroute_router_requests_total by HTTP status.", stack=True)
 _5xx = rate("kvroute_router_requests_total", extra='status=~"5.."')
-panel("Error ratio (5xx)", [(_5xx + " / " + rate("kvroute_router_requests_total"), "5xx / all")], "percentunit",
-      desc="Share of requests answered with a 5xx.", minv=0)
+# `or vector(0)`: a fleet without any 5xx has no 5xx series; the ratio is 0, not "No data".
+panel("Error ratio (5xx)", [("(" + _5xx + " or vector(0)) / " + rate("kvroute_router_requests_total"), "5xx / all")],
+      "percentunit", desc="Share of requests answered with a 5xx.", minv=0)
 panel("In-flight requests", [(f"sum(kvroute_router_inflight_requests{{{SEL}}})", "all pods"),
                              (f"sum by (pod) (kvroute_router_inflight_requests{{{SEL}}})", "{{pod}}")],
       desc="Requests being handled now (streams included).")

@@ -135,6 +135,15 @@ TEST_CASE("explain says in words why a worker was chosen and why a better-cached
   CHECK_MESSAGE(has(text.choice, "Chose worker 2: holds 12 of 14 blocks"), text.choice);
   CHECK_MESSAGE(has(text.choice, "worker 3 holds 14 but is at 97 % KV usage (limit scheduler.busy_kv_usage 95 %)"),
                 text.choice);
+  // The example of router/README.md ("Route explain in words"), word for word.
+  CHECK(text.choice ==
+        "Chose worker 2: holds 12 of 14 blocks (192 of 229 prompt tokens cached) at 10 % KV usage; cost 0.119; "
+        "worker 3 holds 14 but is at 97 % KV usage (limit scheduler.busy_kv_usage 95 %). Alpha 0.3 (the cache "
+        "weighs more than load): the eligible workers' KV usage is balanced (spread load_std 0 <= "
+        "scheduler.balance_threshold 0.1 x mean 0.1).");
+  CHECK(text.per_worker[0] ==
+        "rank 2: holds 0 of 14 blocks at 10 % KV usage; cost 0.706, 0.587 more than the choice, mostly for more to "
+        "prefill (0 prompt tokens cached against 192)");
   CHECK(has(text.per_worker[2], "excluded: is at 97 % KV usage"));
   CHECK(has(text.per_worker[1], "chosen, lowest cost"));
   CHECK_MESSAGE(has(text.per_worker[0], "rank 2: holds 0 of 14 blocks"), text.per_worker[0]);
@@ -169,7 +178,9 @@ TEST_CASE("explain explains an alpha switch caused by a tiny load spread") {
   CHECK(r.decision.alpha == cfg.alpha_imbalanced);
   auto text = explain_text(r, cfg, 16);
   CHECK_MESSAGE(has(text.choice, "Alpha 0.7 (load weighs more than the cache)"), text.choice);
-  CHECK_MESSAGE(has(text.choice, "tiny in absolute terms"), text.choice);
+  CHECK_MESSAGE(has(text.choice, "That spread is 0.015 percentage points, tiny in absolute terms: the threshold is "
+                                 "relative to the mean, so a nearly idle fleet switches to the load-weighted alpha on noise."),
+                text.choice);
   // Balanced: said so, and no noise warning.
   r = decide({cand(1, 2, 500), cand(2, 2, 510)}, 4, cfg);
   text = explain_text(r, cfg, 16);

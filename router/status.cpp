@@ -162,7 +162,9 @@ std::string StatusHistory::json() const {
     }
     out += ']';
   };
-  series("t", [](const FleetSample& s) { return s.unix_time; });
+  out += R"(,"t":[)";  // unix seconds to the millisecond (num()'s 6 digits would round them)
+  for (size_t i = 0; i < all.size(); ++i) out += fmt::format("{}{:.3f}", i ? "," : "", all[i].unix_time);
+  out += ']';
   series("requests_per_s", [](const FleetSample& s) { return s.requests_per_s; });
   series("hit_rate", [](const FleetSample& s) { return s.hit_rate; });
   series("decision_p50_us", [](const FleetSample& s) { return s.decision_p50_us; });

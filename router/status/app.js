@@ -20,7 +20,11 @@ function el(tag, attrs, ...children) {
 }
 
 const fmtNum = (v, digits = 1) => (v == null || !isFinite(v) ? "—" : Number(v).toFixed(digits));
-const fmtPct = (v) => (v == null || !isFinite(v) ? "—" : (v * 100).toFixed(v * 100 >= 10 ? 0 : 1) + " %");
+const fmtPct = (v) => {
+  if (v == null || !isFinite(v)) return "—";
+  const p = v * 100;
+  return (p === 0 ? "0" : p >= 10 ? p.toFixed(0) : p >= 1 ? p.toFixed(1) : p.toPrecision(2)) + " %";
+};
 const fmtInt = (v) => (v == null ? "—" : Number(v).toLocaleString("en-US"));
 
 async function api(path, options = {}) {
@@ -98,14 +102,16 @@ function drawChart(canvas, t, series, fixedMax) {
   let max = fixedMax || 0;
   for (const [values] of series) for (const v of values) if (v != null && v > max) max = v;
   if (!max) max = 1;
-  const now = t.length ? t[t.length - 1] : 0, span = 900;  // 15 minutes
+  // The last 15 minutes, or since the daemon started (at least a minute).
+  const now = t.length ? t[t.length - 1] : 0;
+  const span = Math.min(900, Math.max(60, t.length ? now - t[0] : 60));
   const x = (ti) => pad + (W - pad - 4) * (1 - (now - ti) / span);
   const y = (v) => H - pad + 4 - (H - pad) * (v / max);
   ctx.strokeStyle = "#d9dde6"; ctx.fillStyle = "#6b7385"; ctx.font = "10px sans-serif";
   ctx.beginPath(); ctx.moveTo(pad, y(0)); ctx.lineTo(W - 4, y(0)); ctx.moveTo(pad, y(max)); ctx.lineTo(W - 4, y(max)); ctx.stroke();
-  ctx.fillText(max >= 100 ? Math.round(max) : max.toPrecision(2), 1, y(max) + 3);
+  ctx.fillText(max >= 10 ? String(Math.round(max)) : max.toPrecision(2), 1, y(max) + 3);
   ctx.fillText("0", 1, y(0) + 3);
-  ctx.fillText("-15 min", pad, H - 2);
+  ctx.fillText(span >= 900 ? "-15 min" : span >= 120 ? `-${Math.round(span / 60)} min` : `-${Math.round(span)} s`, pad, H - 2);
   ctx.fillText("now", W - 26, H - 2);
   for (const [values, color] of series) {
     ctx.strokeStyle = color; ctx.lineWidth = 1.5; ctx.beginPath();

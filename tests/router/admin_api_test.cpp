@@ -320,6 +320,10 @@ TEST_CASE("status history: per-second rates, hit rate, decision latency quantile
   CHECK(s.back().requests_per_s == 0);
   CHECK(std::isnan(s.back().hit_rate));
   CHECK(has(h.json(), R"("hit_rate":[null,null,null])"));
+  StatusHistory wall([&] { return now; });
+  wall.sample(1795480000.25);
+  wall.sample(1795480001.5);
+  CHECK_MESSAGE(has(wall.json(), R"("t":[1795480001.500])"), wall.json());  // full precision
   CHECK(std::isnan(histogram_quantile({1, 2}, {0, 0, 0}, 0.5)));
   CHECK(histogram_quantile({1, 2}, {0, 4, 0}, 0.5) == doctest::Approx(1.5));
 }

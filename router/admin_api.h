@@ -39,6 +39,12 @@ struct AdminStats {
   std::atomic<uint64_t> auth_failures{0};
 };
 
+// The fleet manager's admin entry points (fleet/fleet.h), wired by main.
+struct AdminFleetHooks {
+  std::function<std::optional<std::string>(std::string_view entry)> add_worker;  // workers.static text form
+  std::function<bool(WorkerId)> remove_worker;
+};
+
 class AdminApi {
  public:
   AdminApi(ConfigStore& config, RoutingService& routing, WorkerRegistry& registry, const Indexer& index)
@@ -61,6 +67,9 @@ class AdminApi {
   // The status page's data (GET /admin/status, /admin/status/history,
   // /admin/decisions[/{id}]); without it those answer 404. Set before serving.
   void set_status(const FleetStatus* status) { status_ = status; }
+  // POST /admin/workers ({"url":..,"model":..,...} or the text form) and
+  // DELETE /admin/workers/{id}: 501 until set.
+  void set_fleet_hooks(AdminFleetHooks hooks) { fleet_ = std::move(hooks); }
 
   // Explain of one request body (the data plane's routing, no request sent).
   AdminResponse explain(ApiKind kind, std::string_view body) const;
@@ -69,6 +78,8 @@ class AdminApi {
   bool authorized(std::string_view authorization) const;
   std::optional<AdminResponse> status_endpoint(std::string_view method, std::string_view path) const;
   AdminResponse config_yaml() const;
+  AdminResponse add_worker(std::string_view body);
+  AdminResponse remove_worker(std::string_view idtext);
 
   ConfigStore& config_;
   RoutingService& routing_;
@@ -76,6 +87,7 @@ class AdminApi {
   const Indexer& index_;
   const FleetStatus* status_ = nullptr;
   AdminStats stats_;
+  AdminFleetHooks fleet_;
 };
 
 // The status page's files (router/status/), compiled in: nullptr if `path`

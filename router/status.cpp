@@ -235,6 +235,15 @@ std::optional<std::string> DecisionLog::explain(uint64_t id) const {
 
 // ---- FleetStatus ------------------------------------------------------------
 
+std::string_view worker_state(const WorkerView& w, bool partial_index, Nanos stale_after) {
+  if (w.health == HealthState::Ejected) return "ejected";
+  if (w.health == HealthState::Down) return "down";
+  if (w.draining) return "draining";
+  if (partial_index) return "partial_index";
+  if (stale_after.count() >= 0 && w.load_age > stale_after) return "stale";
+  return "ok";
+}
+
 std::string FleetStatus::workers_json() const {
   std::map<WorkerId, uint64_t> entries;
   if (sources_.index_entries)
@@ -247,8 +256,7 @@ std::string FleetStatus::workers_json() const {
     if (sources_.partial_index)
       for (uint32_t r = 0; r < std::max<uint32_t>(info.dp_size, 1); ++r)
         partial = partial || sources_.partial_index(CacheOwner{info.id, r});
-    // One state, the most pressing first.
-    const char* state = w.draining ? "draining" : partial ? "partial_index" : "ok";
+    const auto state = worker_state(w, partial, sources_.stale_after ? sources_.stale_after() : Nanos{-1});
     const auto [prompt, cached] = sources_.worker_tokens ? sources_.worker_tokens(info.id) : std::pair<uint64_t, uint64_t>{};
     auto usage = [](const WorkerLoad& l) {
       return l.kv_total_blocks ? static_cast<double>(l.kv_active_blocks) / static_cast<double>(l.kv_total_blocks)
@@ -260,7 +268,7 @@ std::string FleetStatus::workers_json() const {
         R"({{"worker_id":{},"url":"{}","model":"{}","source":"{}","state":"{}","approximate":{},"draining":{},)"
         R"("kv_usage_reported":{},"kv_usage_predicted":{},"active_slots":{},"total_slots":{},"waiting":{},)"
         R"("inflight":{},"prompt_tokens":{},"cached_tokens":{},"hit_rate":{},"index_entries":{}}})",
-        info.id.value, json_escape(info.url), json_escape(info.model), "heartbeat", state, info.approximate,
+        info.id.value, json_escape(info.url), json_escape(info.model), to_string(info.source), state, info.approximate,
         w.draining, num(usage(info.load)), num(usage(w.predicted)), w.predicted.request_active_slots,
         w.predicted.request_total_slots, info.load.num_requests_waiting, w.inflight_requests, prompt, cached,
         num(prompt ? static_cast<double>(cached) / static_cast<double>(prompt) : NAN),

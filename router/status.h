@@ -144,7 +144,15 @@ struct FleetSources {
   std::function<bool(CacheOwner)> partial_index;  // events lost, index incomplete until a resync
   // Prompt and cached tokens routed to a worker since start.
   std::function<std::pair<uint64_t, uint64_t>(WorkerId)> worker_tokens;
+  // A worker whose last load report is older than this is "stale" (its load
+  // is a guess); empty = never.
+  std::function<Nanos()> stale_after;
 };
+
+// The one state the status page shows for a worker, the most pressing first:
+// ejected, down (health), draining, partial_index (events lost, the index is
+// incomplete until a resync), stale (load report late), ok.
+std::string_view worker_state(const WorkerView& w, bool partial_index, Nanos stale_after);
 
 class FleetStatus {
  public:

@@ -348,3 +348,22 @@ TEST_CASE("the decision log keeps at most one decision per gap and only the late
   for (auto n : every.decision_buckets()) timed += n;
   CHECK(timed == 5);
 }
+
+TEST_CASE("a worker's state on the status page: the most pressing first") {
+  WorkerView w;
+  const Nanos stale(std::chrono::seconds(1));
+  CHECK(worker_state(w, false, stale) == "ok");
+  w.load_age = std::chrono::seconds(2);
+  CHECK(worker_state(w, false, stale) == "stale");
+  CHECK(worker_state(w, false, Nanos{-1}) == "ok");  // no staleness rule
+  CHECK(worker_state(w, true, stale) == "partial_index");
+  w.draining = true;
+  CHECK(worker_state(w, true, stale) == "draining");
+  w.health = HealthState::Down;
+  CHECK(worker_state(w, true, stale) == "down");
+  w.health = HealthState::Ejected;
+  CHECK(worker_state(w, true, stale) == "ejected");
+  WorkerView never;  // a static worker that is not scraped has no load age
+  never.load_age = Nanos{-1};
+  CHECK(worker_state(never, false, stale) == "ok");
+}

@@ -11,6 +11,7 @@ RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       g++ cmake ninja-build pkg-config libboost-dev libnats-dev libsimdjson-dev libfmt-dev doctest-dev \
       libyaml-cpp-dev libcli11-dev libxxhash-dev libspdlog-dev libpcre2-dev \
+      libzmq3-dev cppzmq-dev libmsgpack-cxx-dev libc-ares-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
@@ -19,11 +20,12 @@ RUN cmake -S . -B /build -G Ninja -DCMAKE_BUILD_TYPE=Release \
  && strip /build/router/kvroute /build/mocker/kvroute-mocker
 
 FROM debian:12-slim
-# The Debian packages owning the libraries of `ldd kvroute kvroute-mocker`
-# (scripts/build_image.sh computes the same list).
+# The Debian packages owning the libraries kvroute and kvroute-mocker link
+# directly (scripts/build_image.sh computes the same list from the binaries;
+# tests/integration/test_image.py checks the two agree).
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      libfmt9 libnats3.4 libpcre2-8-0 libprotobuf-c1 libsimdjson14 libspdlog1.10 libssl3 libyaml-cpp0.7 \
+      libc-ares2 libfmt9 libnats3.4 libpcre2-8-0 libsimdjson14 libspdlog1.10 libyaml-cpp0.7 libzmq5 \
  && rm -rf /var/lib/apt/lists/* \
  && echo "kvroute:x:10001:10001:kvroute:/nonexistent:/usr/sbin/nologin" >> /etc/passwd \
  && echo "kvroute:x:10001:" >> /etc/group

@@ -242,9 +242,9 @@ ExplainText explain_text(const RouteResult& r, const SchedulerConfig& cfg, uint3
 }
 
 std::string explain_json(const RouteResult& r, std::string_view model, uint32_t block_size,
-                         const SchedulerConfig& cfg) {
+                         const SchedulerConfig& cfg, const ExplainText* given) {
   const auto& d = r.decision;
-  const ExplainText text = explain_text(r, cfg, block_size);
+  const ExplainText text = given ? *given : explain_text(r, cfg, block_size);
   std::string out = fmt::format(
       R"({{"model":"{}","isl_tokens":{},"request_blocks":{},"block_size":{},"alpha":{},"load_mean":{},"load_std":{},"reason":"{}",)",
       json_escape(model), r.isl_tokens, r.block_hashes.size(), block_size, num(d.alpha), num(d.load_mean),

@@ -27,7 +27,8 @@ ExplainText explain_text(const RouteResult& r, const SchedulerConfig& cfg, uint3
 
 // JSON of one routing decision. `workers` are ordered by rank (1 = chosen,
 // then the failover order), then the workers that were not ranked (excluded).
+// `text`, if given, is explain_text() of the same arguments (not computed again).
 std::string explain_json(const RouteResult& r, std::string_view model, uint32_t block_size,
-                         const SchedulerConfig& cfg);
+                         const SchedulerConfig& cfg, const ExplainText* text = nullptr);
 
 }  // namespace kvroute

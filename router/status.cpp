@@ -4,6 +4,7 @@
 #include <pthread.h>
 
 #include <cmath>
+#include <ctime>
 #include <map>
 
 #include "common/json_escape.h"
@@ -189,7 +190,10 @@ void DecisionLog::on_routed(const ParsedRequest& request, const RouteResult& rou
   routed_.inc();
   decision_time_.observe(route.stage_seconds[0] + route.stage_seconds[1] + route.stage_seconds[2] +
                          route.stage_seconds[3]);
-  const int64_t now = std::chrono::steady_clock::now().time_since_epoch().count();
+  // A coarse clock (a few ns, no syscall): the gap needs no precision.
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  const int64_t now = int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
   int64_t due = next_keep_ns_.load(std::memory_order_relaxed);
   if (now < due || !next_keep_ns_.compare_exchange_strong(due, now + min_gap_ns_, std::memory_order_relaxed))
     return;  // kept one recently (or another thread keeps this one)
@@ -197,8 +201,9 @@ void DecisionLog::on_routed(const ParsedRequest& request, const RouteResult& rou
   const size_t ch = *route.decision.chosen;
   Entry e;
   e.unix_time = unix_now();
-  e.explain = explain_json(route, request.model, block_size, cfg);
-  const std::string reason = explain_text(route, cfg, block_size).choice;
+  const ExplainText text = explain_text(route, cfg, block_size);
+  e.explain = explain_json(route, request.model, block_size, cfg, &text);
+  const std::string& reason = text.choice;
   const double cached = route.decision.scores.empty() ? 0 : route.decision.scores[ch].cached_tokens;
   std::lock_guard lk(mu_);
   e.id = next_id_++;

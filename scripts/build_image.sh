@@ -32,10 +32,12 @@ for tool in mmdebstrap umoci; do
   command -v "$tool" >/dev/null || { echo "build_image: $tool missing (scripts/setup.sh installs it)" >&2; exit 2; }
 done
 
-# The Debian packages that own the shared libraries of both binaries.
+# The Debian packages that own the shared libraries both binaries link
+# directly (ELF NEEDED); apt brings their own dependencies.
 runtime_packages() {
   for b in "$BIN" "$MOCKER"; do
-    ldd "$b" | awk '/=> \//{print $3}'
+    needed=$(readelf -d "$b" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')
+    ldd "$b" | awk -v n=" $(echo $needed) " 'index(n, " " $1 " ") && $3 ~ /^\// {print $3}'
   done | sort -u | while read -r lib; do
     dpkg -S "$lib" 2>/dev/null || dpkg -S "$(realpath "$lib")" 2>/dev/null || true
   done | cut -d: -f1 | sort -u | paste -sd, -
@@ -53,7 +55,7 @@ umoci unpack --image "$WORK/oci:$TAG" "$WORK/bundle" >/dev/null
 MIRROR=()
 [ -f /etc/apt/sources.list.d/debian.sources ] && MIRROR=(/etc/apt/sources.list.d/debian.sources)
 # Slim: no documentation, manuals or locales (as debian:bookworm-slim), no apt lists.
-mmdebstrap --mode=root --variant=minbase --include="$PACKAGES" \
+mmdebstrap --mode=root --variant=minbase --include="$PACKAGES" --dpkgopt=force-unsafe-io \
   --aptopt='Acquire::Check-Valid-Until "false"' \
   --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright' \
   --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/locale/*' \

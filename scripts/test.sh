@@ -11,6 +11,7 @@ if [ ! -d tests/integration/node/node_modules/openai ]; then
 fi
 # playwright-core drives Debian's chromium in the status page test (no browser download).
 if [ ! -d tests/integration/browser/node_modules/playwright-core ]; then
+  command -v npm >/dev/null || { apt-get install -y -qq nodejs npm >/dev/null; }
   (cd tests/integration/browser && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --no-audit --no-fund --loglevel=error)
 fi
 export PATH="$PATH:/usr/sbin:/sbin"   # nats-server lives in /usr/sbin

@@ -73,7 +73,8 @@ def main():
         shipped = set(re.search(r"packages: (\S+)", built).group(1).split(",")) - {"libc6", "libgcc-s1", "libstdc++6"}
         docker = open(os.path.join(ROOT, "Dockerfile")).read().split("FROM debian:12-slim", 1)[1]
         docker_pkgs = set(re.search(r"--no-install-recommends \\\n(.*?) \\\n", docker, re.S).group(1).split())
-        check(shipped == docker_pkgs, f"the Dockerfile's runtime packages are the script's ({sorted(docker_pkgs)})")
+        check(shipped == docker_pkgs, f"the Dockerfile's runtime packages are the script's ({sorted(docker_pkgs)}); "
+                                      f"if not, put {sorted(shipped)} in the Dockerfile's runtime stage")
         archive = os.path.join(out, "kvroute-oci.tar")
         check(os.path.getsize(archive) > 5 << 20, f"OCI archive built ({os.path.getsize(archive) >> 20} MiB, "
                                                     f"{time.time() - started:.0f} s)")

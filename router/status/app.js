@@ -32,7 +32,9 @@ async function api(path, options = {}) {
   const headers = Object.assign({ authorization: "Bearer " + token }, options.headers || {});
   const r = await fetch(path, Object.assign({}, options, { headers, cache: "no-store" }));
   if (r.status === 401) {
-    showLogin("The admin API refused the token (401).");
+    let why = "";
+    try { why = (await r.json()).error.message; } catch (e) { /* not JSON */ }
+    showLogin("The admin API refused the token (401). " + why);
     throw new Error("unauthorized");
   }
   const body = await r.json();

@@ -4,6 +4,7 @@
 #include <simdjson.h>
 
 #include "common/json_escape.h"
+#include "common/json_numbers.h"
 
 namespace kvroute {
 
@@ -61,6 +62,12 @@ bool parse_openai_request(ApiKind kind, std::string_view body, ParsedRequest& ou
   out.kind = kind;
   out.body = body;
   auto doc = thread_parser().parse(body.data(), body.size(), true);
+  // Numbers beyond 64 bits / the double range are valid for Python's json (vLLM, SGLang):
+  // the routing fields are read from a copy with them replaced; out.body keeps the original.
+  thread_local std::string in_range;
+  if ((doc.error() == simdjson::NUMBER_ERROR) &&
+      replace_out_of_range_numbers(body, &in_range))
+    doc = thread_parser().parse(in_range.data(), in_range.size(), true);
   if (doc.error())
     return fail(err, fmt::format("We could not parse the JSON body of your request ({}).",
                                  simdjson::error_message(doc.error())),
@@ -83,6 +90,12 @@ bool parse_openai_request(ApiKind kind, std::string_view body, ParsedRequest& ou
     if (!ast.value_unsafe().is_bool())
       return fail(err, "'add_special_tokens' must be a boolean", "add_special_tokens");
     out.add_special_tokens = ast.value_unsafe().get_bool().value_unsafe();
+  }
+  // vLLM's per-tenant prefix cache isolation: enters the first block's hash.
+  if (auto salt = o.at_key("cache_salt"); !salt.error() && !salt.value_unsafe().is_null()) {
+    if (!salt.value_unsafe().is_string() || salt.value_unsafe().get_string().value_unsafe().empty())
+      return fail(err, "Parameter 'cache_salt' must be a non-empty string if provided.", "cache_salt");
+    out.cache_salt.assign(salt.value_unsafe().get_string().value_unsafe());
   }
 
   if (kind == ApiKind::Completions) {

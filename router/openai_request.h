@@ -40,6 +40,8 @@ struct ParsedRequest {
   // vLLM's `add_special_tokens`; unset = its default (true for completions,
   // false for chat, whose template already holds the special tokens).
   std::optional<bool> add_special_tokens;
+  // vLLM's `cache_salt` (per-tenant cache isolation); empty = none.
+  std::string cache_salt;
 
   // Back to a default-constructed request, keeping the strings' and vectors'
   // capacity (the server reuses one per connection).
@@ -53,6 +55,7 @@ struct ParsedRequest {
     messages.clear();
     body = {};
     add_special_tokens.reset();
+    cache_salt.clear();
   }
 };
 

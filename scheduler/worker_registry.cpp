@@ -64,6 +64,7 @@ bool WorkerRegistry::upsert(const WorkerAnnouncement& a) {
   if (!inserted && e.info) info->load = e.info->load;  // keep the last report until the next scrape
   e.info = std::move(info);
   e.last_seen = clock_.now();
+  rebuild_lora_names();
   return inserted;
 }
 
@@ -80,18 +81,21 @@ std::vector<WorkerId> WorkerRegistry::expire(Nanos ttl) {
       ++it;
     }
   }
+  if (!dead.empty()) rebuild_lora_names();
   return dead;
 }
 
 bool WorkerRegistry::remove(WorkerId id) {
   std::lock_guard lk(mu_);
-  return workers_.erase(id) > 0;
+  const bool erased = workers_.erase(id) > 0;
+  if (erased) rebuild_lora_names();
+  return erased;
 }
 
-void WorkerRegistry::on_load_report(WorkerId id, const WorkerLoad& load) {
+bool WorkerRegistry::on_load_report(WorkerId id, const WorkerLoad& load) {
   std::lock_guard lk(mu_);
   auto it = workers_.find(id);
-  if (it == workers_.end()) return;
+  if (it == workers_.end()) return false;
   Entry& e = it->second;
   auto info = std::make_shared<WorkerAnnouncement>(*e.info);
   info->load = load;
@@ -100,7 +104,9 @@ void WorkerRegistry::on_load_report(WorkerId id, const WorkerLoad& load) {
   e.has_load = true;
   // An answered scrape ends "down"; an outlier ejection runs its course.
   e.consecutive_failures = 0;
-  if (e.health == HealthState::Down) e.health = HealthState::Ok;
+  if (e.health != HealthState::Down) return false;
+  e.health = HealthState::Ok;
+  return true;
 }
 
 void WorkerRegistry::report_failure(WorkerId id, HealthSignal signal) {
@@ -213,6 +219,19 @@ std::vector<std::string> WorkerRegistry::models() const {
     for (const auto& l : e.info->lora_adapters) m.insert(l);
   }
   return {m.begin(), m.end()};
+}
+
+void WorkerRegistry::rebuild_lora_names() {
+  std::set<std::string> names;
+  for (const auto& [id, e] : workers_)
+    for (const auto& l : e.info->lora_adapters) names.insert(l);
+  std::atomic_store(&lora_names_, std::make_shared<const std::vector<std::string>>(names.begin(), names.end()));
+}
+
+bool WorkerRegistry::is_lora_adapter(std::string_view model) const {
+  const auto names = std::atomic_load(&lora_names_);
+  if (names->empty()) return false;
+  return std::binary_search(names->begin(), names->end(), model, std::less<>());
 }
 
 bool WorkerRegistry::known(WorkerId id) const {

@@ -118,8 +118,9 @@ class WorkerRegistry {
   bool remove(WorkerId id);
 
   // Load scraped from the worker's /metrics: replaces the reported load and
-  // counts as a success (a down worker returns).
-  void on_load_report(WorkerId id, const WorkerLoad& load);
+  // counts as a success (a down worker returns). True when the worker was
+  // down: it may have restarted (its KV event stream is then re-synced).
+  bool on_load_report(WorkerId id, const WorkerLoad& load);
   // Passive and active health (any thread).
   void report_failure(WorkerId id, HealthSignal signal);
   void report_success(WorkerId id);
@@ -136,6 +137,9 @@ class WorkerRegistry {
   void candidates(std::string_view model, std::vector<WorkerView>& out) const;
   std::vector<WorkerView> all() const;
   bool known(WorkerId id) const;
+  // True when some worker serves `model` as a LoRA adapter (its blocks hash
+  // with the adapter's name). Lock-free read of a snapshot.
+  bool is_lora_adapter(std::string_view model) const;
   std::vector<std::string> models() const;
   size_t size() const;
 
@@ -176,6 +180,9 @@ class WorkerRegistry {
   std::map<WorkerId, Entry> workers_;
   HealthPolicy policy_;
   std::array<uint64_t, kNumHealthSignals> failures_by_signal_{};
+  // LoRA adapter names of every worker, rebuilt on membership changes.
+  std::shared_ptr<const std::vector<std::string>> lora_names_ = std::make_shared<const std::vector<std::string>>();
+  void rebuild_lora_names();  // mu_ held
 };
 
 // RAII in-flight accounting for one dispatched request. Not thread-safe

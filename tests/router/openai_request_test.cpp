@@ -66,3 +66,17 @@ TEST_CASE("error body has OpenAI's shape") {
   ApiError f{400, "m", "invalid_request_error", "", ""};
   CHECK(error_body(f) == R"({"error":{"message":"m","type":"invalid_request_error","param":null,"code":null}})");
 }
+
+TEST_CASE("JSON numbers beyond 64 bits or the double range never reject a request (Python's json reads them)") {
+  ParsedRequest r;
+  ApiError e;
+  const std::string body =
+      R"({"model":"m","messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"f",)"
+      R"("parameters":{"maximum":1e400,"minimum":-1e400,"id":18446744073709551616,"n":-123456789012345678901234567890}}}]})";
+  REQUIRE(parse_openai_request(ApiKind::ChatCompletions, body, r, e));
+  CHECK(r.model == "m");
+  CHECK(r.body == body);  // the template renders from the original text, numbers intact
+  // Token ids out of range stay an error.
+  CHECK_FALSE(parse_openai_request(ApiKind::Completions, R"({"model":"m","prompt":[18446744073709551616]})", r, e));
+  CHECK(e.param == "prompt");
+}

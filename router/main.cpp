@@ -379,7 +379,7 @@ int main(int argc, char** argv) {
     c.routed = decisions.routed();
     c.prompt_tokens = router_metrics.prompt_tokens_total.get().value();
     c.cached_tokens = router_metrics.cached_tokens_total.get().value();
-    c.events = pipeline.stats().messages_total.load();
+    c.events = pipeline.stats().messages_total.load() + zmq.stats().frames_total.load();  // NATS messages, ZMQ frames
     c.decision_buckets = decisions.decision_buckets();
     const auto is = radix.stats();
     c.index_blocks = is.blocks;
@@ -390,7 +390,8 @@ int main(int argc, char** argv) {
   });
   FleetSources fleet_sources;
   fleet_sources.index_entries = [&] { return radix.entries_by_worker(); };
-  fleet_sources.partial_index = [&](CacheOwner o) { return sequencer.is_stale(o); };
+  // Partial index: NATS events lost (the sequencer awaits a resync) or a ZMQ gap replay could not cover.
+  fleet_sources.partial_index = [&](CacheOwner o) { return sequencer.is_stale(o) || zmq.is_partial(o); };
   fleet_sources.worker_tokens = [&](WorkerId w) {
     auto t = router_metrics.worker_tokens(w.value);
     return std::pair<uint64_t, uint64_t>{t.prompt.value(), t.cached.value()};

@@ -165,6 +165,7 @@ class StaticFleet(unittest.TestCase):
         ok = wait_until(lambda: index_entries(f) == want, 2.0, step=0.05)
         took = time.time() - started
         self.assertTrue(ok, f"index {index_entries(f)} != fleet {want} after {took:.2f}s")
+        print(f"\n  router restart: index equal to the fleet ({want} blocks) {took:.3f}s after start", flush=True)
         f.wait_ready(3)
 
     def test_6_killed_worker_leaves_rotation_within_one_second(self):
@@ -176,6 +177,7 @@ class StaticFleet(unittest.TestCase):
         self.assertTrue(out, "the killed worker stayed a candidate")
         # Its next scrape is at most one interval away; then out at once (refused).
         self.assertLess(took, SCRAPE_MS / 1000 + 1.0)
+        print(f"\n  killed worker out of the candidates {took:.3f}s after SIGKILL", flush=True)
         for k in range(9):
             w, _, _ = completion(f, prompt(f"after-kill-{k}", 40))
             self.assertNotEqual(w, 3)

@@ -36,7 +36,7 @@ struct RouterConfig {
 };
 
 struct AdminConfig {
-  std::string host = "0.0.0.0";
+  std::string host;                     // empty = router.host (the admin listener binds where the router binds)
   uint32_t port = 8081;                 // 0 = ephemeral (tests)
   std::string token;                    // bearer token; empty = admin API refuses every request
 };
@@ -286,7 +286,7 @@ void for_each_key(C& c, F&& f) {
             1e9, !S, R},
     c.router.ttft_prefill_tokens_per_s);
   // admin
-  f(KeyInfo{"admin.host", "Address the admin listener binds.", 0, 0, S}, c.admin.host);
+  f(KeyInfo{"admin.host", "Address the admin listener binds; empty = router.host.", 0, 0, S}, c.admin.host);
   f(KeyInfo{"admin.port", "Port of the admin listener (0 = ephemeral).", 0, 65535}, c.admin.port);
   f(KeyInfo{"admin.token", "Bearer token of the admin API; empty refuses every admin request.", 0, 0, S, R},
     c.admin.token);

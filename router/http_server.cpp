@@ -1113,7 +1113,7 @@ awaitable<void> HttpServer::Impl::wait_in_queue(Exchange& x) {
          !x.cut) {
     timer.expires_after(kQueuePoll);
     co_await timer.async_wait(nothrow(ec));
-    hooks.routing->route(x.client.parsed, route);
+    hooks.routing->reroute(x.client.parsed.model, route);  // keeps the request's tokens and hashes
   }
   queued.fetch_sub(1);
   if (m) m->queued_requests.get().add(-1);

@@ -86,6 +86,13 @@ std::vector<WorkerId> WorkerRegistry::expire(Nanos ttl) {
   return dead;
 }
 
+void WorkerRegistry::hold_heartbeats() {
+  std::lock_guard lk(mu_);
+  const auto now = clock_.now();
+  for (auto& [id, e] : workers_)
+    if (e.info->source == WorkerSource::Heartbeat) e.last_seen = now;
+}
+
 bool WorkerRegistry::remove(WorkerId id) {
   std::lock_guard lk(mu_);
   const bool erased = workers_.erase(id) > 0;

@@ -133,6 +133,9 @@ class WorkerRegistry {
   std::vector<WorkerId> expire(Nanos ttl);
   // Removes one worker now.
   bool remove(WorkerId id);
+  // Counts every heartbeat-only worker as heard from now (the bus is down:
+  // their silence is the bus's, not theirs).
+  void hold_heartbeats();
 
   // Load scraped from the worker's /metrics: replaces the reported load and
   // counts as a success (a down worker returns). True when the worker was

@@ -372,12 +372,13 @@ std::optional<std::string> validate(const Config& c) {
                        c.workers.eject_base_ms);
   if (c.events.subject_prefix.empty() || c.events.subject_prefix.find_first_of(" *>") != std::string::npos)
     return "events.subject_prefix: must be a non-empty NATS subject without spaces or wildcards";
-  if (c.admin.host.empty()) return "admin.host: must not be empty";
-  if (c.admin.port != 0 && c.admin.port == c.router.port && c.admin.host == c.router.host)
+  if (c.admin.port != 0 && c.admin.port == c.router.port && (c.admin.host.empty() || c.admin.host == c.router.host))
     return fmt::format("admin.port: {} is also router.port; the admin API needs its own listener", c.admin.port);
   static const std::set<std::string> levels = {"trace", "debug", "info", "warn", "error"};
   if (!levels.count(c.log.level))
     return fmt::format("log.level: '{}' is not one of trace, debug, info, warn, error", c.log.level);
+  if (c.scheduler.cost != "weighted" && c.scheduler.cost != "predicted_ttft")
+    return fmt::format("scheduler.cost: '{}' is not one of weighted, predicted_ttft", c.scheduler.cost);
   if (c.log.format != "human" && c.log.format != "json")
     return fmt::format("log.format: '{}' is not one of human, json", c.log.format);
   if (!c.events.nats_url.empty() && c.events.nats_url.rfind("nats://", 0) != 0 &&

@@ -36,7 +36,7 @@ struct RouterConfig {
 };
 
 struct AdminConfig {
-  std::string host = "0.0.0.0";
+  std::string host;                     // empty = router.host (the admin listener binds where the router binds)
   uint32_t port = 8081;                 // 0 = ephemeral (tests)
   std::string token;                    // bearer token; empty = admin API refuses every request
 };
@@ -111,7 +111,7 @@ struct SchedulerConfig {
   // Weight of prefill tokens the router has in flight on a worker (not yet
   // answered with a first byte), added to this request's new tokens. 0 = the
   // DESIGN.md baseline.
-  double pending_prefill_weight = 0.2;
+  double pending_prefill_weight = 0.5;
   // Busy thresholds: a worker at or over any of them is skipped.
   double busy_kv_usage = 1.0;           // kv_active / kv_total
   double busy_slot_usage = 1.0;         // active / total request slots
@@ -119,6 +119,12 @@ struct SchedulerConfig {
   uint32_t queue_size = 0;              // requests that may wait for a free worker; 0 = 503 at once
   uint32_t queue_timeout_ms = 5000;     // longest wait in that queue
   double temperature = 0;               // 0 = lowest cost; > 0 = softmax sampling over -cost/T
+  // "weighted" (the alpha/gamma/delta formula) or "predicted_ttft" (each
+  // candidate's expected time to first token from an online model).
+  std::string cost = "weighted";
+  // Keep a conversation (x-session-id header, else the OpenAI `user` field) on
+  // its worker while that worker is not overloaded (router/session_affinity.h).
+  bool session_affinity = false;
 };
 
 struct TokenizerConfig {
@@ -280,7 +286,7 @@ void for_each_key(C& c, F&& f) {
             1e9, !S, R},
     c.router.ttft_prefill_tokens_per_s);
   // admin
-  f(KeyInfo{"admin.host", "Address the admin listener binds.", 0, 0, S}, c.admin.host);
+  f(KeyInfo{"admin.host", "Address the admin listener binds; empty = router.host.", 0, 0, S}, c.admin.host);
   f(KeyInfo{"admin.port", "Port of the admin listener (0 = ephemeral).", 0, 65535}, c.admin.port);
   f(KeyInfo{"admin.token", "Bearer token of the admin API; empty refuses every admin request.", 0, 0, S, R},
     c.admin.token);
@@ -404,6 +410,13 @@ void for_each_key(C& c, F&& f) {
   f(KeyInfo{"scheduler.temperature", "0 = lowest cost wins; > 0 = softmax sampling over -cost/temperature.", 0,
             100, !S, R},
     c.scheduler.temperature);
+  f(KeyInfo{"scheduler.cost", "weighted or predicted_ttft (expected time to first token per worker, online model).",
+            0, 0, S, R},
+    c.scheduler.cost);
+  f(KeyInfo{"scheduler.session_affinity",
+            "Keep a session (x-session-id header, else the user field) on its worker while not overloaded.", 0, 1,
+            !S, R},
+    c.scheduler.session_affinity);
   // tokenizer
   f(KeyInfo{"tokenizer.models",
             "MODEL=DIR list, comma-separated: each DIR holds tokenizer.json (+ chat template); "

@@ -428,6 +428,14 @@ void EventPipeline::writer_loop() {
     }
     if (std::chrono::steady_clock::now() >= next_expiry) {
       lk.unlock();
+      // A bus outage silences every heartbeat at once: it says nothing about
+      // the workers. While NATS is down no heartbeat-only worker expires (the
+      // proxy's health reports still take out one that stops answering), and
+      // each gets a whole ttl to heartbeat again once NATS is back.
+      if (bus_ && !bus_->connected()) {
+        registry_.hold_heartbeats();
+        stats_.expiry_held_ticks_total.fetch_add(1, std::memory_order_relaxed);
+      }
       for (WorkerId w : registry_.expire(ttl)) {
         index_.remove_worker(w);
         stats_.workers_expired_total.fetch_add(1, std::memory_order_relaxed);

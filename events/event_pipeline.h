@@ -52,6 +52,7 @@ struct EventPipelineStats {
   std::atomic<uint64_t> heartbeats_rejected_total{0};
   std::atomic<uint64_t> block_size_mismatch_total{0};  // heartbeats announcing another block size
   std::atomic<uint64_t> workers_expired_total{0};
+  std::atomic<uint64_t> expiry_held_ticks_total{0};  // expiry ticks skipped while NATS was down
   std::atomic<uint64_t> resync_requests_total{0};   // NATS requests sent
   std::atomic<uint64_t> resync_failures_total{0};   // no answer in time, or a bad dump
   std::atomic<uint64_t> resync_applied_total{0};    // dumps applied

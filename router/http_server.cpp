@@ -275,6 +275,7 @@ struct ClientRequest {
   bool keep_alive = true;
   std::string fields;  // "Name: value\r\n" for each end-to-end field, in order
   std::string authorization;
+  std::string session;  // x-session-id (session affinity)
   std::string body;
   bool has_host = false;
   bool expect_continue = false;  // "Expect: 100-continue"
@@ -291,6 +292,7 @@ class ClientRequestParser final : public http::basic_parser<true> {
     r.target.clear();
     r.fields.clear();
     r.authorization.clear();
+    r.session.clear();
     r.body.clear();
     r.has_host = false;
     r.expect_continue = false;
@@ -309,6 +311,7 @@ class ClientRequestParser final : public http::basic_parser<true> {
                      beast::error_code&) override {
     if (f == http::field::authorization) r_.authorization.assign(value.data(), value.size());
     if (f == http::field::host) r_.has_host = true;
+    if (f == http::field::unknown && beast::iequals(name, "x-session-id")) r_.session.assign(value.data(), value.size());
     // RFC 9110 10.1.1: never a 100 (Continue) to an HTTP/1.0 client.
     if (f == http::field::expect && r_.version >= 11 && beast::iequals(value, "100-continue"))
       r_.expect_continue = true;
@@ -1110,7 +1113,7 @@ awaitable<void> HttpServer::Impl::wait_in_queue(Exchange& x) {
          !x.cut) {
     timer.expires_after(kQueuePoll);
     co_await timer.async_wait(nothrow(ec));
-    hooks.routing->route(x.client.parsed, route);
+    hooks.routing->reroute(x.client.parsed.model, route);  // keeps the request's tokens and hashes
   }
   queued.fetch_sub(1);
   if (m) m->queued_requests.get().add(-1);
@@ -1132,6 +1135,9 @@ bool HttpServer::Impl::accept_route(Exchange& x) {
   x.rec.prompt_tokens = route.isl_tokens;
   if (!route.ok) return false;
   x.model_label = x.client.parsed.model;  // bounded: a model some worker announced
+  if (hooks.sessions && x.cfg.scheduler.session_affinity)  // router/session_affinity.h
+    hooks.sessions->apply(x.req.session.empty() ? std::string_view(x.client.parsed.user) : std::string_view(x.req.session),
+                          x.cfg.indexer.block_size, x.client.route);
   if (hooks.on_routed) hooks.on_routed(x.client.parsed, route);
   return true;
 }
@@ -1300,6 +1306,7 @@ void HttpServer::Impl::record_first_byte(Exchange& x) {
   m->ttfb_seconds.get().observe(ttfb);
   m->prompt_tokens_total.get().inc(route.isl_tokens);
   m->cached_tokens_total.get().inc(target.cached_tokens);
+  m->best_cached_tokens_total.get().inc(route.best_cached_tokens);  // decision-quality gap
   const auto worker = m->worker_tokens(target.worker.value);
   worker.prompt.inc(route.isl_tokens);
   worker.cached.inc(target.cached_tokens);

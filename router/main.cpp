@@ -32,6 +32,7 @@
 #include "router/merged_index.h"
 #include "router/router_metrics.h"
 #include "router/routing.h"
+#include "router/status.h"
 #include "scheduler/worker_registry.h"
 
 extern char** environ;
@@ -82,6 +83,9 @@ void render_module_metrics(std::string& out, const EventPipelineStats& st, const
   line("kvroute_events_block_size_mismatch_total", "", st.block_size_mismatch_total.load());
   head("kvroute_events_workers_expired_total", "counter", "workers removed after missing heartbeats");
   line("kvroute_events_workers_expired_total", "", st.workers_expired_total.load());
+  head("kvroute_events_expiry_held_total", "counter",
+       "heartbeat expiry ticks skipped because NATS was down (heartbeat-only workers kept)");
+  line("kvroute_events_expiry_held_total", "", st.expiry_held_ticks_total.load());
   head("kvroute_events_nats_reconnects_total", "counter", "NATS reconnections");
   line("kvroute_events_nats_reconnects_total", "", bus ? bus->reconnects() : 0);
   head("kvroute_events_nats_connected", "gauge", "1 when the NATS connection is up (0 without NATS)");
@@ -403,6 +407,8 @@ int main(int argc, char** argv) {
   HttpServerHooks hooks;
   hooks.routing = &routing;
   hooks.registry = &registry;
+  SessionAffinity sessions;  // scheduler.session_affinity
+  hooks.sessions = &sessions;
   hooks.config = &config;
   hooks.admin = &admin;
   hooks.metrics = &router_metrics;
@@ -431,23 +437,72 @@ int main(int argc, char** argv) {
     }
     return out;
   };
-  hooks.on_routed = [&](const ParsedRequest&, const RouteResult& r) {
+  // ---- the status page's data (router/status.h): latest decisions, fleet
+  // totals once a second for 15 minutes, the per-worker table.
+  DecisionLog decisions;
+  const HttpServer* live_server = nullptr;  // set before history.start()
+  StatusHistory history([&] {
+    FleetCounters c;
+    c.routed = decisions.routed();
+    c.prompt_tokens = router_metrics.prompt_tokens_total.get().value();
+    c.cached_tokens = router_metrics.cached_tokens_total.get().value();
+    c.events = pipeline.stats().messages_total.load() + zmq.stats().frames_total.load();  // NATS messages, ZMQ frames
+    c.decision_buckets = decisions.decision_buckets();
+    const auto is = radix.stats();
+    c.index_blocks = is.blocks;
+    c.index_entries = is.entries;
+    c.workers = registry.size();
+    c.inflight = live_server ? live_server->inflight() : 0;
+    return c;
+  });
+  FleetSources fleet_sources;
+  fleet_sources.index_entries = [&] { return radix.entries_by_worker(); };
+  // Partial index: NATS events lost (the sequencer awaits a resync) or a ZMQ gap replay could not cover.
+  fleet_sources.partial_index = [&](CacheOwner o) { return sequencer.is_stale(o) || zmq.is_partial(o); };
+  fleet_sources.worker_tokens = [&](WorkerId w) {
+    auto t = router_metrics.worker_tokens(w.value);
+    return std::pair<uint64_t, uint64_t>{t.prompt.value(), t.cached.value()};
+  };
+  // Stale: no load report for half the heartbeat TTL (several missed heartbeats or scrapes).
+  fleet_sources.stale_after = [&] {
+    return std::chrono::duration_cast<Nanos>(std::chrono::milliseconds(config.get()->events.worker_ttl_ms) / 2);
+  };
+  FleetStatus fleet_status(registry, std::move(fleet_sources), history, decisions);
+  admin.set_status(&fleet_status);
+
+  hooks.on_routed = [&](const ParsedRequest& request, const RouteResult& r) {
     // Approximate mode: the chosen worker will cache the request's blocks.
     const auto& w = r.workers[*r.decision.chosen];
-    if (config.get()->indexer.approximate || w.info->approximate)
+    const auto cfg = config.get();
+    if (cfg->indexer.approximate || w.info->approximate)
       approx.record(r.candidates[*r.decision.chosen].owner, r.block_hashes, clock.now());
+    decisions.on_routed(request, r, cfg->scheduler, cfg->indexer.block_size);
   };
   HttpServer server(hooks);
+  live_server = &server;
   registry_metrics.on_scrape(
-      [&] { router_metrics.inflight_requests.get().set(static_cast<double>(server.inflight())); });
-  if (!server.listen(cfg.router.host, static_cast<uint16_t>(cfg.router.port), &err) ||
-      !server.listen_admin(cfg.admin.host, static_cast<uint16_t>(cfg.admin.port), &err)) {
-    std::fprintf(stderr, "kvroute: %s\n", err.c_str());
+      [&] {
+        router_metrics.inflight_requests.get().set(static_cast<double>(server.inflight()));
+        router_metrics.ttft_mape_ratio.get().set(registry.ttft_stats().mape());  // scheduler/ttft_model.h
+      });
+  // The admin listener binds where the router binds unless admin.host says otherwise.
+  const std::string admin_host = cfg.admin.host.empty() ? cfg.router.host : cfg.admin.host;
+  if (!server.listen(cfg.router.host, static_cast<uint16_t>(cfg.router.port), &err)) {
+    std::fprintf(stderr, "kvroute: router.port: %s\n", err.c_str());
+    return 1;
+  }
+  if (!server.listen_admin(admin_host, static_cast<uint16_t>(cfg.admin.port), &err)) {
+    // A second kvroute on one machine: say which key to change (documented in config/README.md).
+    std::fprintf(stderr,
+                 "kvroute: admin.port: cannot open the admin listener on %s:%u (%s); another process (a second "
+                 "kvroute?) holds it: set admin.port (--admin.port, KVROUTE_ADMIN_PORT; 0 = any free port)\n",
+                 admin_host.c_str(), cfg.admin.port, err.c_str());
     return 1;
   }
   server.start(cfg.router.threads);
+  history.start();
   std::printf("kvroute listening on http://%s:%u admin http://%s:%u\n", cfg.router.host.c_str(), server.port(),
-              cfg.admin.host.c_str(), server.admin_port());
+              admin_host.c_str(), server.admin_port());
   std::fflush(stdout);
   spdlog::info("nats {} prefix '{}', block_size {}, worker_ttl {} ms",
                cfg.events.nats_url.empty() ? "(none)" : cfg.events.nats_url, cfg.events.subject_prefix,
@@ -472,6 +527,7 @@ int main(int argc, char** argv) {
   }
   // The bus's callbacks point into the pipeline: stop the pipeline's threads
   // (they use the bus), then close the bus while the pipeline still exists.
+  history.stop();
   if (replicas) replicas->stop();
   fleet.stop();
   zmq.stop();

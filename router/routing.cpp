@@ -22,6 +22,7 @@ void RouteResult::reset() {
   block_hashes.clear();
   stage_seconds = {};
   chose_best_overlap = false;
+  best_cached_tokens = 0;
   workers.clear();
   candidates.clear();
   decision.reset();
@@ -168,6 +169,8 @@ void RoutingService::decide(const Config& cfg, std::string_view model, uint32_t 
     c.load = w.predicted;
     c.pending_prefill_tokens = w.pending_prefill_tokens;
     c.draining = w.draining;
+    c.pending_prefill_requests = w.pending_prefill_requests;  // scheduler.cost = predicted_ttft
+    c.ttft = w.ttft;
     while (k < owners.size() && owners[k].owner.worker < w.info->id) ++k;
     if (k < owners.size() && owners[k].owner.worker == w.info->id) {  // first = best rank
       c.owner.dp_rank = owners[k].owner.dp_rank;
@@ -195,6 +198,7 @@ void RoutingService::decide(const Config& cfg, std::string_view model, uint32_t 
     if (out.decision.scores[i].excluded == Exclusion::None)
       best_overlap = std::max(best_overlap, out.candidates[i].overlap_blocks);
   out.chose_best_overlap = out.candidates[*out.decision.chosen].overlap_blocks == best_overlap;
+  out.best_cached_tokens = static_cast<uint32_t>(std::min<uint64_t>(uint64_t{best_overlap} * block_size, isl_tokens));
   out.ok = true;
 }
 

@@ -42,6 +42,9 @@ struct RouteResult {
   std::array<double, 4> stage_seconds{};
   // True when the chosen worker has the longest cached prefix among the eligible.
   bool chose_best_overlap = false;
+  // The longest cached prefix among eligible workers (tokens): with the chosen
+  // worker's cached tokens, the decision-quality gap metric.
+  uint32_t best_cached_tokens = 0;
   // For explain and metrics (parallel vectors):
   std::vector<WorkerView> workers;
   std::vector<Candidate> candidates;

@@ -46,6 +46,16 @@ double tier_weighted_blocks(const Candidate& c, const SchedulerConfig& cfg) {
          t[3] * cfg.tier_weight_external;
 }
 
+// scheduler.cost = predicted_ttft: the expected time to first token on this
+// candidate (ms): waiting behind its in-flight prefill, then the prefill of the
+// uncached suffix (a host or disk hit counts as the fraction of a recompute
+// its tier weight leaves), from the worker's online model (ttft_model.h).
+double predicted_ttft_ms(const Candidate& c, double new_tokens) {
+  return c.ttft.predict_ms(TtftFeatures{new_tokens, static_cast<double>(c.pending_prefill_tokens),
+                                        static_cast<double>(c.pending_prefill_requests),
+                                        static_cast<double>(c.load.request_active_slots)});
+}
+
 // One eligible candidate in the ranking: by cost, then by random tie-break key.
 struct Ranked {
   double cost;
@@ -111,6 +121,7 @@ void schedule(const std::vector<Candidate>& candidates, uint32_t isl_tokens, uin
     return z ^ (z >> 31);
   };
   const double isl = std::max<uint32_t>(isl_tokens, 1);
+  const bool predicted_cost = cfg.cost == "predicted_ttft";
   for (auto& r : order) {
     const auto& c = candidates[r.index];
     auto& s = d.scores[r.index];
@@ -120,8 +131,11 @@ void schedule(const std::vector<Candidate>& candidates, uint32_t isl_tokens, uin
     s.prefill_ratio = (new_tokens + cfg.pending_prefill_weight * static_cast<double>(c.pending_prefill_tokens)) / isl;
     s.slot_ratio = ratio(c.load.request_active_slots, c.load.request_total_slots);
     s.queue_ratio = max_waiting > 0 ? static_cast<double>(c.load.num_requests_waiting) / max_waiting : 0.0;
-    s.cost = d.alpha * s.load_deviation + (1 - d.alpha) * s.prefill_ratio + cfg.gamma * s.slot_ratio +
-             cfg.delta * s.queue_ratio;
+    s.predicted_ttft_ms = predicted_ttft_ms(c, new_tokens);
+    // Both costs keep the load terms (KV, slots, queue): TTFT alone fills a
+    // worker's KV and slots with the requests that hit its cache.
+    const double load = d.alpha * s.load_deviation + cfg.gamma * s.slot_ratio + cfg.delta * s.queue_ratio;
+    s.cost = load + (predicted_cost ? s.predicted_ttft_ms / 1000.0 : (1 - d.alpha) * s.prefill_ratio);
     r.cost = s.cost;
     r.tie = next_key();
   }

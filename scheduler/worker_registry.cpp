@@ -1,6 +1,7 @@
 #include "scheduler/worker_registry.h"
 
 #include <algorithm>
+#include <chrono>
 #include <set>
 
 namespace kvroute {
@@ -83,6 +84,13 @@ std::vector<WorkerId> WorkerRegistry::expire(Nanos ttl) {
   }
   if (!dead.empty()) rebuild_lora_names();
   return dead;
+}
+
+void WorkerRegistry::hold_heartbeats() {
+  std::lock_guard lk(mu_);
+  const auto now = clock_.now();
+  for (auto& [id, e] : workers_)
+    if (e.info->source == WorkerSource::Heartbeat) e.last_seen = now;
 }
 
 bool WorkerRegistry::remove(WorkerId id) {
@@ -181,6 +189,8 @@ void WorkerRegistry::view(const Entry& e, WorkerView& v, TimePoint now) const {
   v.consecutive_failures = e.consecutive_failures;
   v.failures_total = e.failures_total;
   v.load_age = e.has_load ? Nanos(now - e.last_load) : Nanos(-1);
+  v.pending_prefill_requests = e.pending_prefill_requests;  // TTFT model (ttft_model.h)
+  v.ttft = e.ttft.coefficients();
   // Reports lag by up to a scrape or heartbeat interval; what the router
   // itself has in flight on the worker is a lower bound of its load right now.
   v.predicted = e.info->load;
@@ -255,25 +265,46 @@ bool WorkerRegistry::set_draining(WorkerId id, bool draining) {
   return true;
 }
 
-void WorkerRegistry::begin_request(WorkerId id, uint64_t blocks, uint64_t prefill_tokens) {
+TtftSample WorkerRegistry::begin_request(WorkerId id, uint64_t blocks, uint64_t prefill_tokens) {
   inflight_generation_.fetch_add(1, std::memory_order_relaxed);  // issue 15: replica sync
   std::lock_guard lk(mu_);
   auto it = workers_.find(id);
-  if (it == workers_.end()) return;
+  if (it == workers_.end()) return {};
+  // The TTFT model's features as the scheduler saw them (view()'s predicted load).
+  const auto& e = it->second;
+  const uint32_t running = std::max(e.info ? e.info->load.request_active_slots : 0u, e.inflight_requests);
+  TtftSample sample{TtftFeatures{static_cast<double>(prefill_tokens), static_cast<double>(e.pending_prefill_tokens),
+                                 static_cast<double>(e.pending_prefill_requests), static_cast<double>(running)},
+                    clock_.now()};
+  it->second.pending_prefill_requests += 1;
   it->second.inflight_requests += 1;
   it->second.inflight_blocks += blocks;
   it->second.pending_prefill_tokens += prefill_tokens;
+  return sample;
 }
 
-void WorkerRegistry::first_byte(WorkerId id, uint64_t prefill_tokens) {
+void WorkerRegistry::first_byte(WorkerId id, uint64_t prefill_tokens, const TtftSample* sample) {
   inflight_generation_.fetch_add(1, std::memory_order_relaxed);  // issue 15: replica sync
   std::lock_guard lk(mu_);
   auto it = workers_.find(id);
   if (it == workers_.end()) return;
   it->second.pending_prefill_tokens -= std::min(it->second.pending_prefill_tokens, prefill_tokens);
+  it->second.pending_prefill_requests -= std::min<uint32_t>(it->second.pending_prefill_requests, 1);
+  if (sample) {
+    const double ms = std::chrono::duration<double, std::milli>(clock_.now() - sample->start).count();
+    if (ms > 0) {
+      ttft_stats_.sum_abs_pct_error += it->second.ttft.observe(sample->features, ms);
+      ++ttft_stats_.samples;
+    }
+  }
 }
 
-void WorkerRegistry::end_request(WorkerId id, uint64_t blocks, uint64_t prefill_tokens) {
+TtftStats WorkerRegistry::ttft_stats() const {
+  std::lock_guard lk(mu_);
+  return ttft_stats_;
+}
+
+void WorkerRegistry::end_request(WorkerId id, uint64_t blocks, uint64_t prefill_tokens, bool prefilling) {
   inflight_generation_.fetch_add(1, std::memory_order_relaxed);  // issue 15: replica sync
   std::lock_guard lk(mu_);
   auto it = workers_.find(id);
@@ -281,6 +312,7 @@ void WorkerRegistry::end_request(WorkerId id, uint64_t blocks, uint64_t prefill_
   it->second.inflight_requests -= std::min<uint32_t>(it->second.inflight_requests, 1);
   it->second.inflight_blocks -= std::min(it->second.inflight_blocks, blocks);
   it->second.pending_prefill_tokens -= std::min(it->second.pending_prefill_tokens, prefill_tokens);
+  if (prefilling) it->second.pending_prefill_requests -= std::min<uint32_t>(it->second.pending_prefill_requests, 1);
 }
 
 }  // namespace kvroute

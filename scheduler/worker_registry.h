@@ -39,6 +39,7 @@
 #include "common/clock.h"
 #include "common/types.h"
 #include "scheduler/scheduler.h"
+#include "scheduler/ttft_model.h"
 
 namespace kvroute {
 
@@ -104,6 +105,16 @@ struct WorkerView {
   uint32_t remote_requests = 0;
   uint64_t remote_blocks = 0;
   uint64_t remote_prefill_tokens = 0;
+  // TTFT model (scheduler/ttft_model.h): requests not yet answered, and the
+  // worker's fitted coefficients.
+  uint32_t pending_prefill_requests = 0;
+  TtftCoefficients ttft;
+};
+
+// What begin_request() saw, for learning the TTFT when the first byte comes.
+struct TtftSample {
+  TtftFeatures features;
+  TimePoint start{};
 };
 
 class WorkerRegistry {
@@ -122,6 +133,9 @@ class WorkerRegistry {
   std::vector<WorkerId> expire(Nanos ttl);
   // Removes one worker now.
   bool remove(WorkerId id);
+  // Counts every heartbeat-only worker as heard from now (the bus is down:
+  // their silence is the bus's, not theirs).
+  void hold_heartbeats();
 
   // Load scraped from the worker's /metrics: replaces the reported load and
   // counts as a success (a down worker returns). True when the worker was
@@ -155,9 +169,14 @@ class WorkerRegistry {
   // is over); end_request() when the response completes or fails.
   // end_request() also releases prefill tokens whose first_byte() was not
   // reported (a failed request, or one answered all at once).
-  void begin_request(WorkerId id, uint64_t blocks, uint64_t prefill_tokens);
-  void first_byte(WorkerId id, uint64_t prefill_tokens);
-  void end_request(WorkerId id, uint64_t blocks, uint64_t prefill_tokens = 0);
+  // begin_request() returns the TTFT model's features as the request found
+  // the worker; first_byte() with that sample teaches the worker's model the
+  // observed time; `prefilling` in end_request(): first_byte() never came.
+  TtftSample begin_request(WorkerId id, uint64_t blocks, uint64_t prefill_tokens);
+  void first_byte(WorkerId id, uint64_t prefill_tokens, const TtftSample* sample = nullptr);
+  void end_request(WorkerId id, uint64_t blocks, uint64_t prefill_tokens = 0, bool prefilling = false);
+  // Prediction error of every worker's TTFT model so far (MAPE metric).
+  TtftStats ttft_stats() const;
 
   // --- issue 15 (bus): other router replicas' in-flight work ---------------
   // Replaces what the other replicas (summed, events/replica_sync.h) have in
@@ -186,6 +205,8 @@ class WorkerRegistry {
     uint32_t remote_requests = 0;  // issue 15: other replicas' (set_remote_inflight)
     uint64_t remote_blocks = 0;
     uint64_t remote_prefill_tokens = 0;
+    uint32_t pending_prefill_requests = 0;
+    TtftModel ttft;
   };
   // Fills `v` (default-constructed, in place in the caller's vector).
   void view(const Entry& e, WorkerView& v, TimePoint now) const;
@@ -202,6 +223,7 @@ class WorkerRegistry {
   // LoRA adapter names of every worker, rebuilt on membership changes.
   std::shared_ptr<const std::vector<std::string>> lora_names_ = std::make_shared<const std::vector<std::string>>();
   void rebuild_lora_names();  // mu_ held
+  TtftStats ttft_stats_;
 };
 
 // RAII in-flight accounting for one dispatched request. Not thread-safe
@@ -211,19 +233,21 @@ class InflightGuard {
   InflightGuard() = default;
   InflightGuard(WorkerRegistry& r, WorkerId id, uint64_t blocks, uint64_t prefill_tokens)
       : r_(&r), id_(id), blocks_(blocks), prefill_(prefill_tokens) {
-    r.begin_request(id, blocks, prefill_tokens);
+    sample_ = r.begin_request(id, blocks, prefill_tokens);
   }
   InflightGuard(const InflightGuard&) = delete;
   InflightGuard& operator=(const InflightGuard&) = delete;
   ~InflightGuard() { release(); }
   // The worker answered: its prefill for this request is over.
   void first_byte() {
-    if (r_ && prefill_) r_->first_byte(id_, prefill_);
+    if (r_ && prefilling_) r_->first_byte(id_, prefill_, &sample_);
     prefill_ = 0;
+    prefilling_ = false;
   }
   void release() {
-    if (r_) r_->end_request(id_, blocks_, prefill_);  // one update for both
+    if (r_) r_->end_request(id_, blocks_, prefill_, prefilling_);  // one update for both
     prefill_ = 0;
+    prefilling_ = false;
     r_ = nullptr;
   }
 
@@ -232,6 +256,8 @@ class InflightGuard {
   WorkerId id_;
   uint64_t blocks_ = 0;
   uint64_t prefill_ = 0;
+  bool prefilling_ = true;
+  TtftSample sample_;
 };
 
 }  // namespace kvroute

@@ -28,6 +28,12 @@ PACKAGES=(
   # tokenizer tests: the Python Jinja2 reference (tests/tokenizer/jinja_python_reference.sh)
   python3-jinja2
 )
+# Test-only (scripts/test.sh sets KVROUTE_TEST_PACKAGES=1): the status page in
+# headless chromium, a real Prometheus scraping kvroute, the offline OCI image
+# build (mmdebstrap + umoci).
+if [ "${KVROUTE_TEST_PACKAGES:-0}" = 1 ]; then
+  PACKAGES+=(chromium prometheus mmdebstrap umoci)
+fi
 PACKAGES+=(${KVROUTE_EXTRA_PACKAGES:-})
 
 missing=()

@@ -49,11 +49,21 @@ class Traffic(threading.Thread):
 
 class NatsOutage(unittest.TestCase):
     def test_nats_down_15s(self):
+        """Workers the router knows itself (workers.static)."""
+        self.run_outage(heartbeat_only=False)
+
+    def test_nats_down_15s_heartbeat_workers(self):
+        """kvroute defaults: workers known only from their NATS heartbeats. The
+        outage silences every heartbeat; none of them may expire for it."""
+        self.run_outage(heartbeat_only=True)
+
+    def run_outage(self, heartbeat_only):
         with tempfile.TemporaryDirectory() as d, Fleet(BUILD_DIR, d) as f:
             f.start_nats()
             urls = [f.start_mocker(w) for w in (1, 2, 3, 4)]
-            static = ";".join(f"url={u},model=mock-model,id={w},metrics=none" for w, u in zip((1, 2, 3, 4), urls))
-            f.router_args = ["--workers.static", static]
+            if not heartbeat_only:
+                static = ";".join(f"url={u},model=mock-model,id={w},metrics=none" for w, u in zip((1, 2, 3, 4), urls))
+                f.router_args = ["--workers.static", static]
             f.start_router()
             f.wait_ready(4)
             prefixes = [f"tenant {k} " + PREFIX * 2 for k in range(4)]
@@ -86,7 +96,8 @@ class NatsOutage(unittest.TestCase):
             for k, _, w in during:
                 by_prefix[k][w] += 1
             kept = sum(by_prefix[k][holders[k]] for k in by_prefix) / max(1, len(during))
-            print(f"\nNATS down {OUTAGE_S:.0f} s: {len(traffic.results)} requests, {len(errors)} errors, "
+            print(f"\n{'heartbeat-only' if heartbeat_only else 'static'} workers, "
+                  f"NATS down {OUTAGE_S:.0f} s: {len(traffic.results)} requests, {len(errors)} errors, "
                   f"{len(during)} during the outage with {kept:.0%} on their prefix's holder; "
                   f"index = workers' contents {took:.2f} s after NATS returned "
                   f"(dumps applied {m.get(APPLIED)})")

@@ -15,7 +15,7 @@
 
 #include "common/log.h"
 #include "fleet/engine_metrics.h"
-#include "fleet/http_url.h"
+#include "common/http_url.h"
 
 namespace kvroute {
 
@@ -41,7 +41,8 @@ struct Shared {
 struct Scraper::Loop {
   Loop(asio::io_context& ioc, ScrapeTarget t) : target(std::move(t)), timer(ioc) {}
   ScrapeTarget target;
-  HttpUrl url;
+  std::string url_text;  // owns the text `url` views
+  UpstreamUrl url;
   bool stopped = false;
   std::chrono::milliseconds interval{250}, timeout{1000};
   asio::steady_timer timer;
@@ -65,7 +66,7 @@ asio::awaitable<Outcome> connect(Scraper::Loop& L) {
   auto ex = co_await asio::this_coro::executor;
   tcp::resolver resolver(ex);
   beast::error_code rec;
-  auto results = co_await resolver.async_resolve(L.url.host, std::to_string(L.url.port), nothrow(rec));
+  auto results = co_await resolver.async_resolve(L.url.host, L.url.port, nothrow(rec));
   if (rec) {
     L.failure = "resolve: " + rec.message();
     co_return Outcome::Failed;
@@ -85,8 +86,10 @@ asio::awaitable<Outcome> connect(Scraper::Loop& L) {
 
 // One GET on the open connection; fills L.load on success.
 asio::awaitable<Outcome> request(Scraper::Loop& L) {
-  http::request<http::empty_body> req{http::verb::get, L.url.target, 11};
-  req.set(http::field::host, L.url.host);
+  const beast::string_view target = L.url.base.empty() ? beast::string_view("/")
+                                                       : beast::string_view(L.url.base.data(), L.url.base.size());
+  http::request<http::empty_body> req{http::verb::get, target, 11};
+  req.set(http::field::host, L.url.ipv6 ? "[" + std::string(L.url.host) + "]" : std::string(L.url.host));
   req.set(http::field::user_agent, "kvroute-scraper");
   req.set(http::field::accept, "text/plain");
   L.stream->expires_after(L.timeout);
@@ -183,7 +186,8 @@ void Scraper::set_targets(const std::vector<ScrapeTarget>& targets) {
       continue;
     }
     auto loop = std::make_shared<Loop>(ioc_, t);
-    if (!parse_http_url(t.url, loop->url) || loop->url.https) {
+    loop->url_text = t.url;
+    if (!parse_url(loop->url_text, loop->url)) {
       spdlog::error("worker {}: metrics URL '{}' is not an http:// URL; not scraped", t.id.value, t.url);
       continue;
     }

@@ -48,7 +48,7 @@
 #include "router/io_watch.h"
 #include "router/openai_request.h"
 #include "router/proxy_policy.h"
-#include "router/upstream_url.h"
+#include "common/http_url.h"
 
 // GCC 12 destroys some temporaries of a co_await expression twice: never pass
 // a temporary object (e.g. ApiError{...}) into a co_await'ed call; name it first.

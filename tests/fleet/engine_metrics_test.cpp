@@ -2,7 +2,6 @@
 
 #include <doctest/doctest.h>
 
-#include "fleet/http_url.h"
 
 using namespace kvroute;
 
@@ -81,25 +80,4 @@ TEST_CASE("no engine metric, malformed lines and hostile values are not a load")
   CHECK(m->waiting == 0);
   CHECK(m->kv_usage.value() == 1.0);  // clamped
   CHECK_FALSE(m->kv_total_blocks);    // not a number
-}
-
-TEST_CASE("http URLs: host, port, target; IPv6 in brackets; garbage refused") {
-  HttpUrl u;
-  REQUIRE(parse_http_url("http://10.0.0.7:8000/metrics", u));
-  CHECK(u.host == "10.0.0.7");
-  CHECK(u.port == 8000);
-  CHECK(u.target == "/metrics");
-  REQUIRE(parse_http_url("http://[::1]:9000", u));
-  CHECK(u.host == "::1");
-  CHECK(u.port == 9000);
-  CHECK(u.target == "/");
-  REQUIRE(parse_http_url("http://vllm-0.vllm.svc/metrics?x=1", u));
-  CHECK(u.port == 80);
-  CHECK(u.target == "/metrics?x=1");
-  CHECK_FALSE(parse_http_url("http://::1:9000/", u));
-  CHECK_FALSE(parse_http_url("http://host:0/", u));
-  CHECK_FALSE(parse_http_url("http://host:99999/", u));
-  CHECK_FALSE(parse_http_url("ftp://host/", u));
-  CHECK_FALSE(parse_http_url("http://[::1/", u));
-  CHECK_FALSE(parse_http_url("http://:80/", u));
 }

@@ -1,4 +1,4 @@
-// router/upstream_url.h and router/proxy_policy.h: worker URLs (IPv6
+// common/http_url.h and router/proxy_policy.h: worker URLs (IPv6
 // included) and the adaptive first-byte timeout.
 #include <doctest/doctest.h>
 
@@ -6,7 +6,7 @@
 #include <limits>
 
 #include "router/proxy_policy.h"
-#include "router/upstream_url.h"
+#include "common/http_url.h"
 
 using namespace kvroute;
 using std::chrono::milliseconds;

@@ -1,4 +1,4 @@
-// A worker's URL as the proxy connects to it. Pure; thread-safe.
+// A worker's URL as the proxy and the metrics scraper connect to it. Pure; thread-safe.
 #pragma once
 
 #include <string_view>

@@ -181,9 +181,8 @@ void EventPipeline::writer_loop() {
       queue_.pop_front();
       lk.unlock();
       if (auto* batch = std::get_if<std::vector<KvEvent>>(&item)) {
-        WorkerId last{~0ull};
+        // KV events feed cache knowledge, never liveness: no registry update here.
         for (const auto& ev : *batch) {
-          if (ev.owner.worker != last) registry_.touch(ev.owner.worker), last = ev.owner.worker;
           const auto result = static_cast<size_t>(index_.apply(ev));
           stats_.applied_total[ev.data.index()][result].fetch_add(1, std::memory_order_relaxed);
         }
@@ -200,7 +199,7 @@ void EventPipeline::writer_loop() {
       for (WorkerId w : registry_.expire(ttl)) {
         index_.remove_worker(w);
         stats_.workers_expired_total.fetch_add(1, std::memory_order_relaxed);
-        spdlog::warn("worker {} missed heartbeats for {} ms: removed from candidates and index", w.value,
+        spdlog::warn("heartbeat-only worker {} missed heartbeats for {} ms: removed from candidates and index", w.value,
                      cfg_.worker_ttl_ms);
       }
       lk.lock();

@@ -5,25 +5,66 @@
 
 namespace kvroute {
 
+std::string_view to_string(WorkerSource s) {
+  switch (s) {
+    case WorkerSource::Heartbeat: return "heartbeat";
+    case WorkerSource::Static: return "static";
+    case WorkerSource::Dns: return "dns";
+    case WorkerSource::Admin: return "admin";
+  }
+  return "heartbeat";
+}
+
+std::string_view to_string(HealthSignal s) {
+  switch (s) {
+    case HealthSignal::ConnectRefused: return "connect_refused";
+    case HealthSignal::ConnectTimeout: return "connect_timeout";
+    case HealthSignal::FirstByteTimeout: return "first_byte_timeout";
+    case HealthSignal::ServerError: return "server_error";
+    case HealthSignal::ScrapeFailed: return "scrape_failed";
+  }
+  return "scrape_failed";
+}
+
+std::string_view to_string(HealthState s) {
+  switch (s) {
+    case HealthState::Ok: return "ok";
+    case HealthState::Down: return "down";
+    case HealthState::Ejected: return "ejected";
+  }
+  return "ok";
+}
+
 bool WorkerRegistry::on_heartbeat(const WorkerAnnouncement& a) {
   std::lock_guard lk(mu_);
   auto [it, inserted] = workers_.try_emplace(a.id);
-  const bool is_new = inserted || !it->second.announced;
-  it->second.info = std::make_shared<const WorkerAnnouncement>(a);
-  it->second.announced = true;
-  it->second.last_seen = clock_.now();
-  return is_new;
+  Entry& e = it->second;
+  const auto now = clock_.now();
+  if (!inserted && e.info && e.info->source != WorkerSource::Heartbeat) {
+    // Known by the router itself: the heartbeat contributes load only.
+    auto info = std::make_shared<WorkerAnnouncement>(*e.info);
+    info->load = a.load;
+    e.info = std::move(info);
+  } else {
+    auto info = std::make_shared<WorkerAnnouncement>(a);
+    info->source = WorkerSource::Heartbeat;
+    e.info = std::move(info);
+  }
+  e.last_seen = now;
+  e.last_load = now;
+  e.has_load = true;
+  return inserted;
 }
 
-void WorkerRegistry::touch(WorkerId id) {
+bool WorkerRegistry::upsert(const WorkerAnnouncement& a) {
   std::lock_guard lk(mu_);
-  auto& e = workers_[id];
-  if (!e.info) {
-    WorkerAnnouncement a;
-    a.id = id;
-    e.info = std::make_shared<const WorkerAnnouncement>(std::move(a));
-  }
+  auto [it, inserted] = workers_.try_emplace(a.id);
+  Entry& e = it->second;
+  auto info = std::make_shared<WorkerAnnouncement>(a);
+  if (!inserted && e.info) info->load = e.info->load;  // keep the last report until the next scrape
+  e.info = std::move(info);
   e.last_seen = clock_.now();
+  return inserted;
 }
 
 std::vector<WorkerId> WorkerRegistry::expire(Nanos ttl) {
@@ -31,7 +72,8 @@ std::vector<WorkerId> WorkerRegistry::expire(Nanos ttl) {
   std::vector<WorkerId> dead;
   const auto now = clock_.now();
   for (auto it = workers_.begin(); it != workers_.end();) {
-    if (now - it->second.last_seen > ttl) {
+    const bool heartbeat_only = it->second.info->source == WorkerSource::Heartbeat;
+    if (heartbeat_only && now - it->second.last_seen > ttl) {
       dead.push_back(it->first);
       it = workers_.erase(it);
     } else {
@@ -46,14 +88,92 @@ bool WorkerRegistry::remove(WorkerId id) {
   return workers_.erase(id) > 0;
 }
 
-void WorkerRegistry::view(const Entry& e, WorkerView& v) const {
+void WorkerRegistry::on_load_report(WorkerId id, const WorkerLoad& load) {
+  std::lock_guard lk(mu_);
+  auto it = workers_.find(id);
+  if (it == workers_.end()) return;
+  Entry& e = it->second;
+  auto info = std::make_shared<WorkerAnnouncement>(*e.info);
+  info->load = load;
+  e.info = std::move(info);
+  e.last_load = clock_.now();
+  e.has_load = true;
+  // An answered scrape ends "down"; an outlier ejection runs its course.
+  e.consecutive_failures = 0;
+  if (e.health == HealthState::Down) e.health = HealthState::Ok;
+}
+
+void WorkerRegistry::report_failure(WorkerId id, HealthSignal signal) {
+  std::lock_guard lk(mu_);
+  failures_by_signal_[static_cast<size_t>(signal)] += 1;
+  auto it = workers_.find(id);
+  if (it == workers_.end()) return;
+  Entry& e = it->second;
+  const auto now = clock_.now();
+  e.failures_total += 1;
+  e.consecutive_failures += 1;
+  const bool outlier = signal == HealthSignal::FirstByteTimeout || signal == HealthSignal::ServerError;
+  if (signal == HealthSignal::ConnectRefused) {
+    e.health = HealthState::Down;  // nothing listens: out at once
+    return;
+  }
+  if (e.consecutive_failures < policy_.eject_after_failures) return;
+  if (!outlier) {
+    if (state(e, now) != HealthState::Ejected) e.health = HealthState::Down;
+    return;
+  }
+  if (state(e, now) == HealthState::Ejected) return;  // already out: one ejection per run
+  e.ejections_in_a_row += 1;
+  const uint64_t shift = std::min<uint32_t>(e.ejections_in_a_row - 1, 16);
+  const uint64_t ms = std::min<uint64_t>(uint64_t{policy_.eject_base_ms} << shift, policy_.eject_max_ms);
+  e.health = HealthState::Ejected;
+  e.ejected_until = now + std::chrono::milliseconds(ms);
+  e.consecutive_failures = 0;
+}
+
+void WorkerRegistry::report_success(WorkerId id) {
+  std::lock_guard lk(mu_);
+  auto it = workers_.find(id);
+  if (it == workers_.end()) return;
+  Entry& e = it->second;
+  e.consecutive_failures = 0;
+  if (e.health == HealthState::Down) e.health = HealthState::Ok;
+  // A request answered after an ejection ended: the run of ejections is over.
+  if (state(e, clock_.now()) == HealthState::Ok) e.ejections_in_a_row = 0;
+}
+
+void WorkerRegistry::set_health_policy(const HealthPolicy& p) {
+  std::lock_guard lk(mu_);
+  policy_ = p;
+}
+
+std::array<uint64_t, kNumHealthSignals> WorkerRegistry::failure_counts() const {
+  std::lock_guard lk(mu_);
+  return failures_by_signal_;
+}
+
+HealthState WorkerRegistry::state(const Entry& e, TimePoint now) const {
+  if (e.health == HealthState::Ejected && now >= e.ejected_until) return HealthState::Ok;
+  return e.health;
+}
+
+bool WorkerRegistry::serves(const WorkerAnnouncement& a, std::string_view model) {
+  if (model.empty() || a.model == model) return true;
+  return std::find(a.lora_adapters.begin(), a.lora_adapters.end(), model) != a.lora_adapters.end();
+}
+
+void WorkerRegistry::view(const Entry& e, WorkerView& v, TimePoint now) const {
   v.info = e.info;
   v.inflight_requests = e.inflight_requests;
   v.inflight_blocks = e.inflight_blocks;
   v.pending_prefill_tokens = e.pending_prefill_tokens;
   v.draining = e.draining;
-  // Reports lag by up to a heartbeat interval; what the router itself has in
-  // flight on the worker is a lower bound of its load right now.
+  v.health = state(e, now);
+  v.consecutive_failures = e.consecutive_failures;
+  v.failures_total = e.failures_total;
+  v.load_age = e.has_load ? Nanos(now - e.last_load) : Nanos(-1);
+  // Reports lag by up to a scrape or heartbeat interval; what the router
+  // itself has in flight on the worker is a lower bound of its load right now.
   v.predicted = e.info->load;
   v.predicted.request_active_slots = std::max(v.predicted.request_active_slots, e.inflight_requests);
   v.predicted.kv_active_blocks = std::max(v.predicted.kv_active_blocks, e.inflight_blocks);
@@ -68,26 +188,30 @@ std::vector<WorkerView> WorkerRegistry::candidates(std::string_view model) const
 void WorkerRegistry::candidates(std::string_view model, std::vector<WorkerView>& out) const {
   out.clear();
   std::lock_guard lk(mu_);
+  const auto now = clock_.now();
   out.reserve(workers_.size());
   for (const auto& [id, e] : workers_) {
-    if (!e.announced || e.info->url.empty()) continue;
-    if (!model.empty() && e.info->model != model) continue;
-    view(e, out.emplace_back());
+    if (e.info->url.empty() || !serves(*e.info, model)) continue;
+    if (state(e, now) != HealthState::Ok) continue;
+    view(e, out.emplace_back(), now);
   }
 }
 
 std::vector<WorkerView> WorkerRegistry::all() const {
   std::lock_guard lk(mu_);
+  const auto now = clock_.now();
   std::vector<WorkerView> out;
-  for (const auto& [id, e] : workers_) view(e, out.emplace_back());
+  for (const auto& [id, e] : workers_) view(e, out.emplace_back(), now);
   return out;
 }
 
 std::vector<std::string> WorkerRegistry::models() const {
   std::lock_guard lk(mu_);
   std::set<std::string> m;
-  for (const auto& [id, e] : workers_)
-    if (e.announced && !e.info->model.empty()) m.insert(e.info->model);
+  for (const auto& [id, e] : workers_) {
+    if (!e.info->model.empty()) m.insert(e.info->model);
+    for (const auto& l : e.info->lora_adapters) m.insert(l);
+  }
   return {m.begin(), m.end()};
 }
 

@@ -1,17 +1,38 @@
-// The table of live workers: what they announced, their last reported load,
-// and the router's own in-flight requests on each (predicted load).
+// The table of workers: what they announced, their last reported load, their
+// health as the router judges it, and the router's own in-flight requests on
+// each (predicted load).
 //
-// Thread-safe: heartbeats arrive on a NATS dispatcher thread, request threads
-// read candidates and update in-flight counts, the index writer thread expires
-// dead workers. One mutex; every operation is O(workers) at most and holds it
-// for microseconds.
+// Liveness rule: a worker is known and judged by the router itself. Workers
+// come from the config (`workers.static`), DNS discovery, the admin API or
+// NATS heartbeats. Health comes from the worker directly: scrapes of its
+// /metrics (fleet/scraper.h) and the proxy's connections (refused, timed
+// out, 5xx). KV events never keep a worker alive nor take it out; only a
+// heartbeat-only worker is removed by heartbeat silence (expire()).
+//
+// Health states (see health_state()):
+//   ok       - a candidate.
+//   down     - its last scrape or connection was refused, or
+//              `workers.eject_after_failures` scrapes/connections in a row
+//              failed; returns with the next success (scrape or request).
+//   ejected  - outlier ejection: that many proxied requests in a row timed
+//              out or got a 5xx while the worker may still answer /metrics
+//              (a hung engine); out for eject_base_ms * 2^(n-1) (capped at
+//              eject_max_ms), n = ejections in a row; scrapes do not end it.
+//
+// Thread-safe: heartbeats arrive on a NATS dispatcher thread, scrapes on the
+// fleet thread, request threads read candidates, report health and update
+// in-flight counts, the index writer thread expires silent heartbeat-only
+// workers. One mutex; every operation is O(workers) at most and holds it for
+// microseconds.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/clock.h"
@@ -20,14 +41,50 @@
 
 namespace kvroute {
 
+// Where the router learnt of a worker. Maps one-to-one to the `source` label.
+enum class WorkerSource : uint8_t {
+  Heartbeat,  // NATS `{prefix}.workers` heartbeats (expires on silence)
+  Static,     // config `workers.static`
+  Dns,        // config `discovery.dns` (one worker per A/AAAA record)
+  Admin,      // added through the admin API
+};
+std::string_view to_string(WorkerSource s);
+
+// A failure the router observed talking to a worker. Maps to the `signal` label.
+enum class HealthSignal : uint8_t {
+  ConnectRefused,    // TCP connect refused or reset: the process is gone (down at once)
+  ConnectTimeout,    // TCP connect timed out
+  FirstByteTimeout,  // a proxied request got no response header in time (outlier)
+  ServerError,       // a proxied request got a 5xx (outlier)
+  ScrapeFailed,      // a /metrics scrape failed (timeout, bad status, unparseable)
+};
+inline constexpr size_t kNumHealthSignals = 5;
+std::string_view to_string(HealthSignal s);
+
+enum class HealthState : uint8_t { Ok, Down, Ejected };
+std::string_view to_string(HealthState s);
+
+// Passive and active health thresholds (config `workers.*`).
+struct HealthPolicy {
+  uint32_t eject_after_failures = 3;  // consecutive failures (timeouts, 5xx, failed scrapes)
+  uint32_t eject_base_ms = 2000;      // first outlier ejection; doubles per ejection in a row
+  uint32_t eject_max_ms = 30000;
+};
+
 struct WorkerAnnouncement {
   WorkerId id;
+  WorkerSource source = WorkerSource::Heartbeat;
   std::string url;
   std::string model;
   uint32_t block_size = 0;
   uint32_t dp_size = 1;
   bool approximate = false;  // publishes no KV events: its cache is predicted from routing
-  WorkerLoad load;  // as reported
+  WorkerLoad load;  // as reported (heartbeat or scrape); replaced by on_load_report()
+  // Router-known workers (static, DNS, admin): where to scrape and subscribe.
+  std::string metrics_url;        // empty: not scraped
+  std::string kv_events;          // ZMQ PUB endpoint of dp rank 0 (rank r: port + r); empty: none
+  std::string replay;             // ZMQ ROUTER replay endpoint of dp rank 0; empty: none
+  std::vector<std::string> lora_adapters;  // model names served as LoRA adapters of `model`
 };
 
 struct WorkerView {
@@ -37,24 +94,43 @@ struct WorkerView {
   uint64_t inflight_blocks = 0;
   uint64_t pending_prefill_tokens = 0;  // in-flight requests not yet answered with a first byte
   bool draining = false;
+  HealthState health = HealthState::Ok;
+  uint32_t consecutive_failures = 0;
+  uint64_t failures_total = 0;     // every HealthSignal, since the worker was added
+  Nanos load_age{-1};              // since the last load report; -1 = never
 };
 
 class WorkerRegistry {
  public:
   explicit WorkerRegistry(const Clock& clock) : clock_(clock) {}
 
-  // Records a heartbeat; returns true if the worker was not known before.
+  // Records a heartbeat; returns true if the worker was not known before. A
+  // worker the router knows from another source keeps that source (and its
+  // URL): the heartbeat only refreshes its load.
   bool on_heartbeat(const WorkerAnnouncement& a);
-  // Notes that a worker is alive without a heartbeat (it published events).
-  void touch(WorkerId id);
-  // Removes workers silent for longer than `ttl`; returns them.
+  // Adds or replaces a router-known worker (static, DNS, admin); keeps its
+  // health, load and in-flight counts when it was known. True if new.
+  bool upsert(const WorkerAnnouncement& a);
+  // Removes heartbeat-only workers silent for longer than `ttl`; returns them.
+  // Router-known workers never expire here: their health decides.
   std::vector<WorkerId> expire(Nanos ttl);
   // Removes one worker now.
   bool remove(WorkerId id);
+
+  // Load scraped from the worker's /metrics: replaces the reported load and
+  // counts as a success (a down worker returns).
+  void on_load_report(WorkerId id, const WorkerLoad& load);
+  // Passive and active health (any thread).
+  void report_failure(WorkerId id, HealthSignal signal);
+  void report_success(WorkerId id);
+  void set_health_policy(const HealthPolicy& p);
+  // Failures observed by signal, since start (for metrics).
+  std::array<uint64_t, kNumHealthSignals> failure_counts() const;
   // Marks a worker as draining: it gets no new requests, in-flight ones finish.
   bool set_draining(WorkerId id, bool draining);
 
-  // Workers that serve `model` (empty = any) and have announced a URL, sorted by id.
+  // Healthy workers that serve `model` (empty = any; a LoRA adapter of the
+  // worker's model counts) and have a URL, sorted by id.
   std::vector<WorkerView> candidates(std::string_view model) const;
   // The same into `out` (replaced; its capacity is reused: no allocation per request).
   void candidates(std::string_view model, std::vector<WorkerView>& out) const;
@@ -76,19 +152,30 @@ class WorkerRegistry {
  private:
   struct Entry {
     std::shared_ptr<const WorkerAnnouncement> info;
-    bool announced = false;  // false: known from events only (no URL yet)
     bool draining = false;
-    TimePoint last_seen{};
+    TimePoint last_seen{};         // last heartbeat (heartbeat-only workers expire on it)
+    TimePoint last_load{};         // last load report (heartbeat or scrape)
+    bool has_load = false;
+    HealthState health = HealthState::Ok;
+    uint32_t consecutive_failures = 0;
+    uint32_t ejections_in_a_row = 0;
+    TimePoint ejected_until{};
+    uint64_t failures_total = 0;
     uint32_t inflight_requests = 0;
     uint64_t inflight_blocks = 0;
     uint64_t pending_prefill_tokens = 0;
   };
   // Fills `v` (default-constructed, in place in the caller's vector).
-  void view(const Entry& e, WorkerView& v) const;
+  void view(const Entry& e, WorkerView& v, TimePoint now) const;
+  // Current state; an ejection whose time has passed reads as ok (lazily).
+  HealthState state(const Entry& e, TimePoint now) const;
+  static bool serves(const WorkerAnnouncement& a, std::string_view model);
 
   const Clock& clock_;
   mutable std::mutex mu_;
   std::map<WorkerId, Entry> workers_;
+  HealthPolicy policy_;
+  std::array<uint64_t, kNumHealthSignals> failures_by_signal_{};
 };
 
 // RAII in-flight accounting for one dispatched request. Not thread-safe

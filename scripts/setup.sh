@@ -12,6 +12,11 @@ PACKAGES=(
   libyaml-cpp-dev libcli11-dev libxxhash-dev libspdlog-dev
   # helm/ chart renderer and its test (Go text/template + sprig, as Helm)
   golang-go golang-github-masterminds-sprig-dev golang-k8s-sigs-yaml-dev python3-yaml
+  # events/ ZMQ KV events from vLLM/SGLang (libzmq + cppzmq, msgpack-c), their
+  # reference publisher in the tests (python3-zmq, python3-msgpack)
+  libzmq3-dev cppzmq-dev libmsgpack-cxx-dev python3-zmq python3-msgpack
+  # fleet/ DNS discovery (c-ares: A/AAAA records, custom servers) and its test DNS server
+  libc-ares-dev python3-dnslib
   # tokenizer/ (PCRE2 with JIT for the pre-tokenizer regexes)
   libpcre2-dev
   # tokenizer tests: corpus sources (tests/tokenizer/make_corpus.py) and Unicode data

@@ -36,14 +36,122 @@ TEST_CASE("heartbeats register workers; silent ones expire after the ttl") {
   CHECK(r.candidates("m").empty());
 }
 
-TEST_CASE("workers seen only in events are not routable but are expired") {
+WorkerAnnouncement router_known(uint64_t id, WorkerSource src = WorkerSource::Static) {
+  WorkerAnnouncement a = ann(id);
+  a.source = src;
+  a.metrics_url = a.url + "/metrics";
+  return a;
+}
+
+TEST_CASE("router-known workers never expire on heartbeat silence; heartbeats only add load") {
   ManualClock clock;
   WorkerRegistry r(clock);
-  r.touch(WorkerId{5});
-  CHECK(r.candidates("").empty());
-  CHECK(r.size() == 1);
-  clock.advance(3s);
-  CHECK(r.expire(2s) == std::vector<WorkerId>{WorkerId{5}});
+  CHECK(r.upsert(router_known(1)));
+  CHECK_FALSE(r.upsert(router_known(1)));
+  r.on_heartbeat(ann(2));
+  clock.advance(10s);
+  CHECK(r.expire(2s) == std::vector<WorkerId>{WorkerId{2}});  // only the heartbeat-only worker
+  REQUIRE(r.candidates("m").size() == 1);
+  // A heartbeat for a static worker refreshes its load, never its source or URL.
+  auto hb = ann(1, "m", 7);
+  hb.url = "http://10.9.9.9:1";
+  r.on_heartbeat(hb);
+  auto v = r.candidates("m").at(0);
+  CHECK(v.info->source == WorkerSource::Static);
+  CHECK(v.info->url == "http://127.0.0.1:9001");
+  CHECK(v.info->load.request_active_slots == 7);
+}
+
+TEST_CASE("a refused connection takes a worker out at once; the next answer brings it back") {
+  ManualClock clock;
+  WorkerRegistry r(clock);
+  r.upsert(router_known(1));
+  r.upsert(router_known(2));
+  r.report_failure(WorkerId{1}, HealthSignal::ConnectRefused);
+  REQUIRE(r.candidates("m").size() == 1);
+  CHECK(r.candidates("m")[0].info->id == WorkerId{2});
+  CHECK(r.all()[0].health == HealthState::Down);
+  WorkerLoad l;
+  l.request_total_slots = 10;
+  l.request_active_slots = 3;
+  r.on_load_report(WorkerId{1}, l);  // a scrape answered
+  CHECK(r.candidates("m").size() == 2);
+  CHECK(r.all()[0].info->load.request_active_slots == 3);
+  CHECK(r.failure_counts()[static_cast<size_t>(HealthSignal::ConnectRefused)] == 1);
+}
+
+TEST_CASE("failed scrapes take a worker out after N in a row; a success in between resets the run") {
+  ManualClock clock;
+  WorkerRegistry r(clock);
+  r.set_health_policy(HealthPolicy{3, 1000, 8000});
+  r.upsert(router_known(1));
+  r.report_failure(WorkerId{1}, HealthSignal::ScrapeFailed);
+  r.report_failure(WorkerId{1}, HealthSignal::ScrapeFailed);
+  r.report_success(WorkerId{1});
+  r.report_failure(WorkerId{1}, HealthSignal::ScrapeFailed);
+  r.report_failure(WorkerId{1}, HealthSignal::ScrapeFailed);
+  CHECK(r.candidates("m").size() == 1);
+  r.report_failure(WorkerId{1}, HealthSignal::ScrapeFailed);
+  CHECK(r.candidates("m").empty());
+  r.report_success(WorkerId{1});
+  CHECK(r.candidates("m").size() == 1);
+}
+
+TEST_CASE("outlier ejection: a worker that answers scrapes but times out requests stays out for the backoff") {
+  ManualClock clock;
+  WorkerRegistry r(clock);
+  r.set_health_policy(HealthPolicy{2, 1000, 3000});
+  r.upsert(router_known(1));
+  auto eject = [&] {
+    r.report_failure(WorkerId{1}, HealthSignal::FirstByteTimeout);
+    r.report_failure(WorkerId{1}, HealthSignal::ServerError);
+  };
+  eject();
+  CHECK(r.all()[0].health == HealthState::Ejected);
+  r.on_load_report(WorkerId{1}, WorkerLoad{});  // scrapes do not end an outlier ejection
+  CHECK(r.candidates("m").empty());
+  clock.advance(999ms);
+  CHECK(r.candidates("m").empty());
+  clock.advance(2ms);
+  CHECK(r.candidates("m").size() == 1);  // back after 1 s
+  eject();                               // again, without a success in between: 2 s
+  clock.advance(1500ms);
+  CHECK(r.candidates("m").empty());
+  clock.advance(600ms);
+  CHECK(r.candidates("m").size() == 1);
+  eject();  // third in a row: capped at 3 s
+  clock.advance(3001ms);
+  CHECK(r.candidates("m").size() == 1);
+  r.report_success(WorkerId{1});  // answered: the run of ejections is over
+  eject();
+  clock.advance(1001ms);
+  CHECK(r.candidates("m").size() == 1);
+}
+
+TEST_CASE("a 4xx is not a health signal: only the listed failures count") {
+  // The proxy reports only HealthSignal values; a client's 4xx has none. Here:
+  // many successes never eject, and failures of another worker do not leak.
+  ManualClock clock;
+  WorkerRegistry r(clock);
+  r.upsert(router_known(1));
+  r.upsert(router_known(2));
+  for (int i = 0; i < 10; ++i) r.report_success(WorkerId{1});
+  for (int i = 0; i < 10; ++i) r.report_failure(WorkerId{2}, HealthSignal::ServerError);
+  auto c = r.candidates("m");
+  REQUIRE(c.size() == 1);
+  CHECK(c[0].info->id == WorkerId{1});
+}
+
+TEST_CASE("a LoRA adapter routes to the workers that serve it") {
+  ManualClock clock;
+  WorkerRegistry r(clock);
+  auto a = router_known(1);
+  a.lora_adapters = {"sql-lora"};
+  r.upsert(a);
+  r.upsert(router_known(2));
+  CHECK(r.candidates("sql-lora").size() == 1);
+  CHECK(r.candidates("m").size() == 2);
+  CHECK(r.models() == std::vector<std::string>{"m", "sql-lora"});
 }
 
 TEST_CASE("in-flight requests raise predicted load until released") {

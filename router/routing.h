@@ -42,7 +42,9 @@ struct RouteResult {
   std::array<double, 4> stage_seconds{};
   // True when the chosen worker has the longest cached prefix among the eligible.
   bool chose_best_overlap = false;
-  // For explain and metrics (parallel vectors):
+  // For explain and metrics (parallel vectors): every candidate for explain
+  // and the reference path; only the ranked workers on the fast path
+  // (decision.chosen and decision.ranking index them either way).
   std::vector<WorkerView> workers;
   std::vector<Candidate> candidates;
   Decision decision;
@@ -72,6 +74,11 @@ class RoutingService {
   void route_blocks(std::string_view model, uint32_t isl_tokens, std::vector<LocalBlockHash> hashes, bool rank_all,
                     RouteResult& out) const;
 
+  // Off: every decision scores every candidate (schedule(), the O(workers)
+  // reference) instead of the registry's pre-ranked fleet. For benchmarks and
+  // differential tests; set before the service is used (not synchronised).
+  void set_fast_path(bool on) { fast_path_ = on; }
+
   // Token ids of a request as its engine computes them: the client's ids; else
   // the model's tokenizer from `tokenizers` (chat: template, then no special
   // tokens; completions: with them; the request's add_special_tokens wins);
@@ -88,13 +95,21 @@ class RoutingService {
  private:
   // Stages 2 and 3 for the request's out.block_hashes: candidates, overlaps,
   // schedule, ranking. `out` holds only what route()/route_blocks() set.
+  // Explain (rank_all), softmax sampling and a request without a model take
+  // decide_all(); the rest decide_ranked().
   void decide(const Config& cfg, std::string_view model, uint32_t isl_tokens, bool rank_all, RouteResult& out) const;
+  // The registry's pre-ranked fleet (scheduler/ranked_fleet.h): the candidates
+  // are only the ranked workers. False when nobody serves the model.
+  bool decide_ranked(const Config& cfg, std::string_view model, size_t limit, RouteResult& out) const;
+  // Every candidate scored (schedule()): explain's full ranking, and the reference.
+  void decide_all(const Config& cfg, std::string_view model, bool rank_all, RouteResult& out) const;
 
   const Indexer& index_;
   WorkerRegistry& registry_;
   const ConfigStore& config_;
   Random& random_;
   const TokenizerSet* tokenizers_;
+  bool fast_path_ = true;
 };
 
 }  // namespace kvroute

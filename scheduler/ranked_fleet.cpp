@@ -82,6 +82,7 @@ RankedFleet::Params RankedFleet::params_of(const SchedulerConfig& cfg) {
   p.alpha[1] = cfg.alpha_imbalanced;
   p.gamma = cfg.gamma;
   p.delta = cfg.delta;
+  p.ppw = cfg.pending_prefill_weight;
   p.busy_kv = cfg.busy_kv_usage;
   p.busy_slot = cfg.busy_slot_usage;
   p.busy_waiting = cfg.busy_waiting_requests;
@@ -91,7 +92,8 @@ RankedFleet::Params RankedFleet::params_of(const SchedulerConfig& cfg) {
 double RankedFleet::key_of(const Slot& s, int a) const {
   const double queue =
       max_waiting_ > 0 ? static_cast<double>(s.st.load.num_requests_waiting) / max_waiting_ : 0.0;
-  return params_.alpha[a] * s.load_ratio + params_.gamma * s.slot_ratio + params_.delta * queue;
+  return params_.alpha[a] * s.load_ratio + params_.gamma * s.slot_ratio + params_.delta * queue +
+         (1 - params_.alpha[a]) * params_.ppw * static_cast<double>(s.st.pending_prefill_tokens) / isl_ref_;
 }
 
 void RankedFleet::add_waiting(uint32_t w) {
@@ -116,9 +118,11 @@ void RankedFleet::remove_waiting(uint32_t w) {
 void RankedFleet::add_eligible(uint32_t slot) {
   Slot& s = slots_[slot];
   s.eligible = true;
+  eligible_flag_[slot] = 1;
   ++eligible_;
   sum_lr_ += s.load_ratio;
   sum_lr2_ += s.load_ratio * s.load_ratio;
+  pending_max_ = std::max(pending_max_, s.st.pending_prefill_tokens);
   for (int a = 0; a < 2; ++a) s.at[a] = order_[a].insert(Key{key_of(s, a), slot}).first;
   add_waiting(s.st.load.num_requests_waiting);
 }
@@ -126,6 +130,7 @@ void RankedFleet::add_eligible(uint32_t slot) {
 void RankedFleet::remove_eligible(uint32_t slot) {
   Slot& s = slots_[slot];
   s.eligible = false;
+  eligible_flag_[slot] = 0;
   --eligible_;
   sum_lr_ -= s.load_ratio;
   sum_lr2_ -= s.load_ratio * s.load_ratio;
@@ -147,11 +152,16 @@ void RankedFleet::rebuild() {
   for (auto& o : order_) o.clear();
   waiting_.clear();
   eligible_ = 0;
-  for (auto& s : slots_) {
+  pending_max_ = 0;
+  eligible_flag_.assign(slots_.size(), 0);
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    Slot& s = slots_[i];
     s.eligible = s.live && exclusion_of(s.st.load, s.st.draining, cfg_) == Exclusion::None;
+    eligible_flag_[i] = s.eligible;
     if (!s.eligible) continue;
     ++eligible_;
     ++waiting_[s.st.load.num_requests_waiting];
+    pending_max_ = std::max(pending_max_, s.st.pending_prefill_tokens);
   }
   max_waiting_ = waiting_.empty() ? 0 : waiting_.rbegin()->first;
   keys_stale_ = false;
@@ -172,6 +182,7 @@ void RankedFleet::upsert(WorkerId id, const FleetWorkerState& st) {
     if (free_.empty()) {
       slot = static_cast<uint32_t>(slots_.size());
       slots_.emplace_back();
+      eligible_flag_.push_back(0);
     } else {
       slot = free_.back();
       free_.pop_back();
@@ -211,6 +222,13 @@ void RankedFleet::decide(std::span<const OwnerOverlap> owners, uint32_t isl_toke
     cfg_ = cfg;
     rebuild();
   }
+  // The order's pending term is priced at a typical prompt length: when the
+  // prompts' running mean drifts 2x away from it, re-price (rebuild).
+  isl_mean_ = isl_mean_ == 0 ? std::max<uint32_t>(isl_tokens, 1) : 0.99 * isl_mean_ + 0.01 * std::max<uint32_t>(isl_tokens, 1);
+  if (params_.ppw > 0 && (isl_mean_ > 2 * isl_ref_ || isl_mean_ < isl_ref_ / 2)) {
+    isl_ref_ = std::exp2(std::round(std::log2(isl_mean_)));
+    rebuild();
+  }
   out.eligible = eligible_;
   if (eligible_ == 0) return;
   // The same draw as schedule(): one, even when nobody is eligible there too.
@@ -228,36 +246,54 @@ void RankedFleet::decide(std::span<const OwnerOverlap> owners, uint32_t isl_toke
   sc.begin(slots_.size());
   // 1. Owners -> slots, the best dp rank per worker (most blocks, then the
   //    lowest rank: the reference's rule), grouped by cached tokens.
-  for (uint32_t i = 0; i < owners.size(); ++i) {
-    const uint32_t* at = index_.find(owners[i].owner.worker.value);
-    if (!at || !slots_[*at].eligible) continue;
-    const uint32_t s = *at;
-    if (sc.stamp[s] != sc.epoch) {
-      sc.stamp[s] = sc.epoch;
-      sc.owner_at[s] = i;
-      sc.touched.push_back(s);
-      continue;
-    }
-    const OwnerOverlap& cur = owners[sc.owner_at[s]];
-    if (owners[i].blocks > cur.blocks || (owners[i].blocks == cur.blocks && owners[i].owner.dp_rank < cur.owner.dp_rank))
-      sc.owner_at[s] = i;
-  }
   auto cached_of = [&](const OwnerOverlap& o) {
     return std::min<double>(tier_weighted_blocks(o.blocks, o.by_tier, cfg) * block_size, isl_tokens);
   };
-  for (uint32_t s : sc.touched) {
-    const OwnerOverlap& o = owners[sc.owner_at[s]];
-    out.best_overlap_blocks = std::max(out.best_overlap_blocks, o.blocks);
-    const double cached = cached_of(o);
-    uint16_t g = kOverflowGroup;
-    for (size_t k = sc.groups.size(); k-- > 0;)  // recent groups first (owners come in runs)
-      if (sc.groups[k].cached == cached) { g = static_cast<uint16_t>(k); break; }
-    if (g == kOverflowGroup && sc.groups.size() < kMaxGroups) {
-      g = static_cast<uint16_t>(sc.groups.size());
-      sc.groups.push_back(Group{cached, 0});
+  // 1a. Owners -> eligible slots; several dp ranks of one worker keep the best.
+  sc.touched.resize(owners.size());
+  uint32_t* touched = sc.touched.data();
+  size_t ntouched = 0;
+  uint32_t* const stamp = sc.stamp.data();
+  uint32_t* const owner_at = sc.owner_at.data();
+  const uint8_t* const eligible = eligible_flag_.data();
+  const uint32_t epoch = sc.epoch;
+  for (uint32_t i = 0; i < owners.size(); ++i) {
+    const uint32_t* at = index_.find(owners[i].owner.worker.value);
+    if (!at || !eligible[*at]) continue;
+    const uint32_t s = *at;
+    if (stamp[s] != epoch) {
+      stamp[s] = epoch;
+      owner_at[s] = i;
+      touched[ntouched++] = s;
+      continue;
     }
-    if (g != kOverflowGroup) ++sc.groups[g].count;
+    const OwnerOverlap& cur = owners[owner_at[s]];
+    if (owners[i].blocks > cur.blocks || (owners[i].blocks == cur.blocks && owners[i].owner.dp_rank < cur.owner.dp_rank))
+      owner_at[s] = i;
+  }
+  sc.touched.resize(ntouched);
+  // 1b. Groups by cached tokens. Owners come in runs of equal overlap, so the
+  //     previous owner's group is tried first.
+  uint32_t last_blocks = ~0u;
+  std::array<uint32_t, kNumStorageTiers> last_tiers{};
+  uint16_t g = kOverflowGroup;
+  for (uint32_t s : sc.touched) {
+    const OwnerOverlap& o = owners[owner_at[s]];
+    out.best_overlap_blocks = std::max(out.best_overlap_blocks, o.blocks);
+    if (o.blocks != last_blocks || o.by_tier != last_tiers) {
+      last_blocks = o.blocks;
+      last_tiers = o.by_tier;
+      const double cached = cached_of(o);
+      g = kOverflowGroup;
+      for (size_t k = sc.groups.size(); k-- > 0;)
+        if (sc.groups[k].cached == cached) { g = static_cast<uint16_t>(k); break; }
+      if (g == kOverflowGroup && sc.groups.size() < kMaxGroups) {
+        g = static_cast<uint16_t>(sc.groups.size());
+        sc.groups.push_back(Group{cached, 0});
+      }
+    }
     sc.group[s] = g;
+    if (g != kOverflowGroup) ++sc.groups[g].count;
   }
   out.groups = static_cast<uint32_t>(sc.groups.size());
 
@@ -286,11 +322,17 @@ void RankedFleet::decide(std::span<const OwnerOverlap> owners, uint32_t isl_toke
   for (const auto& g : sc.groups)
     if (g.count > kSmallGroup) min_cached = std::max(min_cached, g.cached);
   if (min_cached >= 0) {
+    // cost = key + min_term + (c - c_ref)·pending at least, where the order
+    // prices pending at c_ref: when this request's c is lower, subtract the
+    // most it can take off (any eligible worker's pending <= pending_max_).
     const double min_term = (1 - alpha) * ((isl_tokens - min_cached) / isl);
+    const double c = (1 - alpha) * cfg.pending_prefill_weight / isl;
+    const double c_ref = (1 - alpha) * cfg.pending_prefill_weight / isl_ref_;
+    const double slack = c < c_ref ? (c_ref - c) * static_cast<double>(pending_max_) : 0.0;
     for (const Key& k : order_[a]) {
       if (sc.top.size() == limit) {
         const double kth = sc.top.back().cost;
-        if (k.key + min_term > kth + 1e-9 * (1 + std::abs(kth))) break;
+        if (k.key + min_term - slack > kth + 1e-9 * (1 + std::abs(kth))) break;
       }
       if (sc.stamp[k.slot] == sc.epoch) {
         const uint16_t g = sc.group[k.slot];

@@ -3,9 +3,12 @@
 // workers that can win instead of scoring every worker.
 //
 // The cost (scheduler.h, ranking_cost) splits into
-//   key_w(alpha) = alpha·load_ratio_w + gamma·slot_ratio_w + delta·queue_ratio_w   (request-independent)
+//   load part    = alpha·load_ratio_w + gamma·slot_ratio_w + delta·queue_ratio_w   (request-independent)
+//   pending term = (1 - alpha)·pending_prefill_weight·pending_w / isl
 //   depth term   = (1 - alpha)·(isl - cached)/isl      (depends only on the matched depth: uncached tokens)
-//   pending term = (1 - alpha)·pending_prefill_weight·pending_w/isl  (>= 0)
+// key_w(alpha) = load part + the pending term priced at a typical prompt
+// length isl_ref (a request with another isl corrects the bound by at most
+// |1/isl - 1/isl_ref|·(1 - alpha)·weight·max pending).
 // The fleet keeps one ordered set per alpha (balanced, imbalanced) by key,
 // updated in O(log W) when a worker's load changes (heartbeat, in-flight
 // begin / first byte / end, drain). A decision groups the request's owners
@@ -117,7 +120,7 @@ class RankedFleet {
   };
   // The weights and thresholds keys and eligibility were computed with.
   struct Params {
-    double alpha[2] = {0, 0}, gamma = 0, delta = 0, busy_kv = 0, busy_slot = 0;
+    double alpha[2] = {0, 0}, gamma = 0, delta = 0, ppw = 0, busy_kv = 0, busy_slot = 0;
     uint32_t busy_waiting = 0;
     bool operator==(const Params&) const = default;
   };
@@ -133,6 +136,7 @@ class RankedFleet {
   void exact_sums();
 
   std::vector<Slot> slots_;
+  std::vector<uint8_t> eligible_flag_;  // slots_[i].eligible, packed (read per owner)
   std::vector<uint32_t> free_;
   FlatMap64<uint32_t> index_;  // worker id -> slot
   uint32_t live_ = 0;
@@ -144,7 +148,12 @@ class RankedFleet {
   double sum_lr_ = 0, sum_lr2_ = 0;
   std::map<uint32_t, uint32_t> waiting_;  // num_requests_waiting -> eligible workers with it
   uint32_t max_waiting_ = 0;
-  bool keys_stale_ = false;  // max_waiting_ changed: rebuild at the end of the update
+  bool keys_stale_ = false;
+  // The key prices pending prefill at isl_ref_ (a power of two near the
+  // prompts' running mean isl_mean_); pending_max_ bounds every eligible
+  // worker's pending tokens (exact at rebuild, raised on updates).
+  double isl_ref_ = 2048, isl_mean_ = 0;
+  uint64_t pending_max_ = 0;  // max_waiting_ changed: rebuild at the end of the update
   uint32_t updates_ = 0;
 };
 

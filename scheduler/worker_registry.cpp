@@ -53,6 +53,7 @@ bool WorkerRegistry::on_heartbeat(const WorkerAnnouncement& a) {
   e.last_seen = now;
   e.last_load = now;
   e.has_load = true;
+  sync(a.id, e, now);
   return inserted;
 }
 
@@ -64,6 +65,7 @@ bool WorkerRegistry::upsert(const WorkerAnnouncement& a) {
   if (!inserted && e.info) info->load = e.info->load;  // keep the last report until the next scrape
   e.info = std::move(info);
   e.last_seen = clock_.now();
+  sync(a.id, e, e.last_seen);
   return inserted;
 }
 
@@ -75,6 +77,7 @@ std::vector<WorkerId> WorkerRegistry::expire(Nanos ttl) {
     const bool heartbeat_only = it->second.info->source == WorkerSource::Heartbeat;
     if (heartbeat_only && now - it->second.last_seen > ttl) {
       dead.push_back(it->first);
+      unsync(it->first, it->second);
       it = workers_.erase(it);
     } else {
       ++it;
@@ -85,7 +88,11 @@ std::vector<WorkerId> WorkerRegistry::expire(Nanos ttl) {
 
 bool WorkerRegistry::remove(WorkerId id) {
   std::lock_guard lk(mu_);
-  return workers_.erase(id) > 0;
+  auto it = workers_.find(id);
+  if (it == workers_.end()) return false;
+  unsync(id, it->second);
+  workers_.erase(it);
+  return true;
 }
 
 void WorkerRegistry::on_load_report(WorkerId id, const WorkerLoad& load) {
@@ -101,6 +108,7 @@ void WorkerRegistry::on_load_report(WorkerId id, const WorkerLoad& load) {
   // An answered scrape ends "down"; an outlier ejection runs its course.
   e.consecutive_failures = 0;
   if (e.health == HealthState::Down) e.health = HealthState::Ok;
+  sync(id, e, e.last_load);
 }
 
 void WorkerRegistry::report_failure(WorkerId id, HealthSignal signal) {
@@ -115,11 +123,13 @@ void WorkerRegistry::report_failure(WorkerId id, HealthSignal signal) {
   const bool outlier = signal == HealthSignal::FirstByteTimeout || signal == HealthSignal::ServerError;
   if (signal == HealthSignal::ConnectRefused) {
     e.health = HealthState::Down;  // nothing listens: out at once
+    sync(id, e, now);
     return;
   }
   if (e.consecutive_failures < policy_.eject_after_failures) return;
   if (!outlier) {
     if (state(e, now) != HealthState::Ejected) e.health = HealthState::Down;
+    sync(id, e, now);
     return;
   }
   if (state(e, now) == HealthState::Ejected) return;  // already out: one ejection per run
@@ -129,6 +139,7 @@ void WorkerRegistry::report_failure(WorkerId id, HealthSignal signal) {
   e.health = HealthState::Ejected;
   e.ejected_until = now + std::chrono::milliseconds(ms);
   e.consecutive_failures = 0;
+  sync(id, e, now);
 }
 
 void WorkerRegistry::report_success(WorkerId id) {
@@ -139,7 +150,9 @@ void WorkerRegistry::report_success(WorkerId id) {
   e.consecutive_failures = 0;
   if (e.health == HealthState::Down) e.health = HealthState::Ok;
   // A request answered after an ejection ended: the run of ejections is over.
-  if (state(e, clock_.now()) == HealthState::Ok) e.ejections_in_a_row = 0;
+  const auto now = clock_.now();
+  if (state(e, now) == HealthState::Ok) e.ejections_in_a_row = 0;
+  sync(id, e, now);
 }
 
 void WorkerRegistry::set_health_policy(const HealthPolicy& p) {
@@ -172,11 +185,73 @@ void WorkerRegistry::view(const Entry& e, WorkerView& v, TimePoint now) const {
   v.consecutive_failures = e.consecutive_failures;
   v.failures_total = e.failures_total;
   v.load_age = e.has_load ? Nanos(now - e.last_load) : Nanos(-1);
+  v.predicted = predicted(e);
+}
+
+WorkerLoad WorkerRegistry::predicted(const Entry& e) {
   // Reports lag by up to a scrape or heartbeat interval; what the router
   // itself has in flight on the worker is a lower bound of its load right now.
-  v.predicted = e.info->load;
-  v.predicted.request_active_slots = std::max(v.predicted.request_active_slots, e.inflight_requests);
-  v.predicted.kv_active_blocks = std::max(v.predicted.kv_active_blocks, e.inflight_blocks);
+  WorkerLoad l = e.info->load;
+  l.request_active_slots = std::max(l.request_active_slots, e.inflight_requests);
+  l.kv_active_blocks = std::max(l.kv_active_blocks, e.inflight_blocks);
+  return l;
+}
+
+void WorkerRegistry::sync(WorkerId id, Entry& e, TimePoint now) {
+  const WorkerAnnouncement& a = *e.info;
+  const HealthState h = state(e, now);
+  const bool in = !a.url.empty() && h == HealthState::Ok;
+  auto wanted = [&](std::string_view name) {
+    return in && !name.empty() &&
+           (name == a.model || std::find(a.lora_adapters.begin(), a.lora_adapters.end(), name) != a.lora_adapters.end());
+  };
+  for (size_t k = 0; k < e.fleets.size();) {
+    if (wanted(e.fleets[k])) { ++k; continue; }
+    if (auto f = fleets_.find(e.fleets[k]); f != fleets_.end()) f->second.erase(id);
+    e.fleets[k] = std::move(e.fleets.back());
+    e.fleets.pop_back();
+  }
+  if (h == HealthState::Ejected) ejections_.emplace(e.ejected_until, id);
+  if (!in) return;
+  const FleetWorkerState st{predicted(e), e.pending_prefill_tokens, e.draining};
+  auto put = [&](const std::string& name) {
+    if (name.empty()) return;
+    auto f = fleets_.find(name);
+    if (f == fleets_.end()) f = fleets_.emplace(name, RankedFleet{}).first;
+    f->second.upsert(id, st);
+    if (std::find(e.fleets.begin(), e.fleets.end(), name) == e.fleets.end()) e.fleets.push_back(name);
+  };
+  put(a.model);
+  for (const auto& l : a.lora_adapters) put(l);
+}
+
+void WorkerRegistry::unsync(WorkerId id, Entry& e) {
+  for (const auto& name : e.fleets)
+    if (auto f = fleets_.find(name); f != fleets_.end()) f->second.erase(id);
+  e.fleets.clear();
+}
+
+void WorkerRegistry::end_ejections(TimePoint now) {
+  while (!ejections_.empty() && ejections_.begin()->first <= now) {
+    const WorkerId id = ejections_.begin()->second;
+    ejections_.erase(ejections_.begin());
+    if (auto it = workers_.find(id); it != workers_.end()) sync(id, it->second, now);
+  }
+}
+
+bool WorkerRegistry::decide(std::string_view model, std::span<const OwnerOverlap> owners, uint32_t isl_tokens,
+                            uint32_t block_size, const SchedulerConfig& cfg, Random& random, size_t rank_limit,
+                            FleetDecision& out, std::vector<WorkerView>& views) {
+  out.reset();
+  views.clear();
+  std::lock_guard lk(mu_);
+  const auto now = clock_.now();
+  end_ejections(now);
+  auto f = fleets_.find(model);
+  if (f == fleets_.end() || f->second.size() == 0) return false;
+  f->second.decide(owners, isl_tokens, block_size, cfg, random, rank_limit, out);
+  for (const auto& p : out.ranked) view(workers_.find(p.worker)->second, views.emplace_back(), now);
+  return true;
 }
 
 std::vector<WorkerView> WorkerRegistry::candidates(std::string_view model) const {
@@ -230,6 +305,7 @@ bool WorkerRegistry::set_draining(WorkerId id, bool draining) {
   auto it = workers_.find(id);
   if (it == workers_.end()) return false;
   it->second.draining = draining;
+  sync(id, it->second, clock_.now());
   return true;
 }
 
@@ -240,6 +316,7 @@ void WorkerRegistry::begin_request(WorkerId id, uint64_t blocks, uint64_t prefil
   it->second.inflight_requests += 1;
   it->second.inflight_blocks += blocks;
   it->second.pending_prefill_tokens += prefill_tokens;
+  sync(id, it->second, clock_.now());
 }
 
 void WorkerRegistry::first_byte(WorkerId id, uint64_t prefill_tokens) {
@@ -247,6 +324,7 @@ void WorkerRegistry::first_byte(WorkerId id, uint64_t prefill_tokens) {
   auto it = workers_.find(id);
   if (it == workers_.end()) return;
   it->second.pending_prefill_tokens -= std::min(it->second.pending_prefill_tokens, prefill_tokens);
+  sync(id, it->second, clock_.now());
 }
 
 void WorkerRegistry::end_request(WorkerId id, uint64_t blocks, uint64_t prefill_tokens) {
@@ -256,6 +334,7 @@ void WorkerRegistry::end_request(WorkerId id, uint64_t blocks, uint64_t prefill_
   it->second.inflight_requests -= std::min<uint32_t>(it->second.inflight_requests, 1);
   it->second.inflight_blocks -= std::min(it->second.inflight_blocks, blocks);
   it->second.pending_prefill_tokens -= std::min(it->second.pending_prefill_tokens, prefill_tokens);
+  sync(id, it->second, clock_.now());
 }
 
 }  // namespace kvroute

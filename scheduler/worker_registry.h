@@ -31,12 +31,15 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "common/clock.h"
 #include "common/types.h"
+#include "scheduler/ranked_fleet.h"
 #include "scheduler/scheduler.h"
 
 namespace kvroute {
@@ -135,6 +138,16 @@ class WorkerRegistry {
   // The same into `out` (replaced; its capacity is reused: no allocation per request).
   void candidates(std::string_view model, std::vector<WorkerView>& out) const;
   std::vector<WorkerView> all() const;
+  // The routing decision's fast read path: the healthy workers serving
+  // `model` are kept pre-ranked (one RankedFleet per model and LoRA name,
+  // updated by every change below), and the decision is taken under the lock
+  // without copying every worker (scheduler/ranked_fleet.h; requires
+  // RankedFleet::supports(cfg, rank_limit)). `views` gets the WorkerView of
+  // each ranked worker, parallel to out.ranked. Returns false when no healthy
+  // worker with a URL serves `model` (the caller tells 404 from 503).
+  bool decide(std::string_view model, std::span<const OwnerOverlap> owners, uint32_t isl_tokens,
+              uint32_t block_size, const SchedulerConfig& cfg, Random& random, size_t rank_limit,
+              FleetDecision& out, std::vector<WorkerView>& views);
   bool known(WorkerId id) const;
   std::vector<std::string> models() const;
   size_t size() const;
@@ -164,7 +177,16 @@ class WorkerRegistry {
     uint32_t inflight_requests = 0;
     uint64_t inflight_blocks = 0;
     uint64_t pending_prefill_tokens = 0;
+    std::vector<std::string> fleets;  // the fleets_ this worker is in (its model, its LoRA names)
   };
+  // Reported load raised by the router's own in-flight work.
+  static WorkerLoad predicted(const Entry& e);
+  // Puts the worker into (or takes it out of) the fleets of the names it
+  // serves, with its current state; call after every change of `e`.
+  void sync(WorkerId id, Entry& e, TimePoint now);
+  void unsync(WorkerId id, Entry& e);  // out of every fleet (before erasing)
+  // Re-syncs workers whose ejection has ended (health is read lazily).
+  void end_ejections(TimePoint now);
   // Fills `v` (default-constructed, in place in the caller's vector).
   void view(const Entry& e, WorkerView& v, TimePoint now) const;
   // Current state; an ejection whose time has passed reads as ok (lazily).
@@ -174,6 +196,8 @@ class WorkerRegistry {
   const Clock& clock_;
   mutable std::mutex mu_;
   std::map<WorkerId, Entry> workers_;
+  std::map<std::string, RankedFleet, std::less<>> fleets_;  // by served model / LoRA name
+  std::set<std::pair<TimePoint, WorkerId>> ejections_;     // ejected workers by end of ejection
   HealthPolicy policy_;
   std::array<uint64_t, kNumHealthSignals> failures_by_signal_{};
 };

@@ -49,12 +49,50 @@ std::optional<std::string> parse_into(const KeyInfo& k, std::string_view text, T
   }
 }
 
+// A YAML list of mappings (workers.static, discovery.dns) in the keys' text
+// form: entries joined by ';', fields `key=value` joined by ','; a list value
+// (lora) joined by ':'.
+std::optional<std::string> list_to_text(const std::string& path, const YAML::Node& seq, std::string& out) {
+  out.clear();
+  size_t i = 0;
+  for (const auto& item : seq) {
+    if (!item.IsMap()) return fmt::format("{}[{}]: expected a mapping (url: ..., model: ...)", path, i);
+    if (!out.empty()) out += ';';
+    bool first = true;
+    for (const auto& f : item) {
+      std::string value;
+      if (f.second.IsSequence()) {
+        for (const auto& v : f.second) value += (value.empty() ? "" : ":") + v.as<std::string>();
+      } else if (f.second.IsScalar()) {
+        value = f.second.Scalar();
+      } else {
+        return fmt::format("{}[{}].{}: expected a scalar value", path, i, f.first.as<std::string>());
+      }
+      if (value.find_first_of(",;") != std::string::npos)
+        return fmt::format("{}[{}].{}: ',' and ';' are not allowed in values", path, i, f.first.as<std::string>());
+      out += fmt::format("{}{}={}", first ? "" : ",", f.first.as<std::string>(), value);
+      first = false;
+    }
+    ++i;
+  }
+  return std::nullopt;
+}
+
+bool is_list_key(const std::string& path) { return path == "workers.static" || path == "discovery.dns"; }
+
 std::optional<std::string> walk_yaml(Config& c, const YAML::Node& node, const std::string& prefix,
                                      std::set<std::string>& known) {
   if (!node.IsMap()) return fmt::format("{}: expected a mapping", prefix.empty() ? "<root>" : prefix);
   for (const auto& kv : node) {
     std::string key = kv.first.as<std::string>();
     std::string path = prefix.empty() ? key : prefix + "." + key;
+    if (path == "workers" && kv.second.IsSequence()) path = "workers.static";  // `workers:` given as the list
+    if (is_list_key(path) && kv.second.IsSequence()) {
+      std::string text;
+      if (auto e = list_to_text(path, kv.second, text)) return e;
+      if (auto e = set_key(c, path, text)) return e;
+      continue;
+    }
     if (kv.second.IsMap()) {
       if (auto e = walk_yaml(c, kv.second, path, known)) return e;
       continue;
@@ -132,8 +170,190 @@ std::optional<std::string> apply_env(Config& c, char** envp) {
   return validate(c);
 }
 
+namespace {
+
+// Splits "a=1,b=2;c=3" into entries of (key, value) fields.
+using Fields = std::vector<std::pair<std::string, std::string>>;
+std::optional<std::string> split_entries(std::string_view path, std::string_view text, std::vector<Fields>& out) {
+  out.clear();
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t end = text.find(';', start);
+    if (end == std::string_view::npos) end = text.size();
+    std::string_view entry = text.substr(start, end - start);
+    while (!entry.empty() && std::isspace(static_cast<unsigned char>(entry.front()))) entry.remove_prefix(1);
+    while (!entry.empty() && std::isspace(static_cast<unsigned char>(entry.back()))) entry.remove_suffix(1);
+    if (!entry.empty()) {
+      Fields fields;
+      size_t fs = 0;
+      while (fs <= entry.size()) {
+        size_t fe = entry.find(',', fs);
+        if (fe == std::string_view::npos) fe = entry.size();
+        std::string_view field = entry.substr(fs, fe - fs);
+        const size_t eq = field.find('=');
+        if (eq == std::string_view::npos || eq == 0)
+          return fmt::format("{}: entry {}: '{}' is not key=value", path, out.size() + 1, field);
+        fields.emplace_back(std::string(field.substr(0, eq)), std::string(field.substr(eq + 1)));
+        fs = fe + 1;
+      }
+      out.push_back(std::move(fields));
+    }
+    start = end + 1;
+  }
+  return std::nullopt;
+}
+
+template <class T>
+std::optional<std::string> parse_uint(std::string_view path, size_t entry, std::string_view key, std::string_view v,
+                                      uint64_t min, uint64_t max, T& out) {
+  uint64_t x = 0;
+  auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+  if (ec != std::errc() || p != v.data() + v.size() || x < min || x > max)
+    return fmt::format("{}: entry {}: {}='{}' is not a whole number in [{}, {}]", path, entry, key, v, min, max);
+  out = static_cast<T>(x);
+  return std::nullopt;
+}
+
+std::vector<std::string> split_colon(std::string_view v) {
+  std::vector<std::string> out;
+  size_t s = 0;
+  while (s <= v.size()) {
+    size_t e = v.find(':', s);
+    if (e == std::string_view::npos) e = v.size();
+    if (e > s) out.emplace_back(v.substr(s, e - s));
+    s = e + 1;
+  }
+  return out;
+}
+
+bool valid_http_url(std::string_view u) {
+  return (u.rfind("http://", 0) == 0 && u.size() > 7) || (u.rfind("https://", 0) == 0 && u.size() > 8);
+}
+bool valid_zmq_endpoint(std::string_view e) {
+  return e.empty() || e.rfind("tcp://", 0) == 0 || e.rfind("ipc://", 0) == 0;
+}
+
+}  // namespace
+
+std::optional<std::string> worker_entry_text(std::string_view body, std::string& out) {
+  YAML::Node node;
+  try {
+    node = YAML::Load(std::string(body));
+  } catch (const YAML::Exception& e) {
+    return fmt::format("worker: invalid JSON/YAML: {}", e.msg);
+  }
+  if (node.IsScalar()) {
+    out = node.Scalar();
+    return std::nullopt;
+  }
+  if (!node.IsMap()) return std::string("worker: expected an object {\"url\": ..., \"model\": ...}");
+  YAML::Node seq(YAML::NodeType::Sequence);
+  seq.push_back(node);
+  try {
+    return list_to_text("worker", seq, out);
+  } catch (const YAML::Exception& e) {
+    return fmt::format("worker: {}", e.msg);
+  }
+}
+
+uint64_t worker_id_for_url(std::string_view url) {
+  // FNV-1a: stable across versions and platforms (an id may be stored by operators).
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char ch : url) h = (h ^ ch) * 1099511628211ull;
+  return h & 0x7fffffffffffffffull;
+}
+
+std::optional<std::string> parse_worker_entries(std::string_view text, std::vector<WorkerEntry>& out) {
+  constexpr std::string_view P = "workers.static";
+  std::vector<Fields> entries;
+  if (auto e = split_entries(P, text, entries)) return e;
+  out.clear();
+  for (size_t i = 0; i < entries.size(); ++i) {
+    WorkerEntry w;
+    const size_t n = i + 1;
+    for (const auto& [k, v] : entries[i]) {
+      std::optional<std::string> err;
+      if (k == "url") w.url = v;
+      else if (k == "model") w.model = v;
+      else if (k == "metrics") w.metrics = v;
+      else if (k == "kv_events") w.kv_events = v;
+      else if (k == "replay") w.replay = v;
+      else if (k == "lora") w.lora = split_colon(v);
+      else if (k == "id") err = parse_uint(P, n, k, v, 1, ~0ull >> 1, w.id);
+      else if (k == "dp_size") err = parse_uint(P, n, k, v, 1, 1024, w.dp_size);
+      else if (k == "max_seqs") err = parse_uint(P, n, k, v, 1, 10000000, w.max_seqs);
+      else if (k == "kv_blocks") err = parse_uint(P, n, k, v, 0, uint64_t{1} << 40, w.kv_blocks);
+      else
+        err = fmt::format("{}: entry {}: unknown field '{}' (allowed: url, model, metrics, kv_events, replay, "
+                          "dp_size, max_seqs, kv_blocks, lora, id)",
+                          P, n, k);
+      if (err) return err;
+    }
+    if (!valid_http_url(w.url)) return fmt::format("{}: entry {}: url '{}' must start with http:// or https://", P, n, w.url);
+    if (w.model.empty()) return fmt::format("{}: entry {}: model is required", P, n);
+    if (!valid_zmq_endpoint(w.kv_events) || !valid_zmq_endpoint(w.replay))
+      return fmt::format("{}: entry {}: kv_events and replay must be tcp:// or ipc:// endpoints", P, n);
+    if (w.metrics.empty()) w.metrics = w.url + "/metrics";
+    else if (w.metrics != "none" && !valid_http_url(w.metrics))
+      return fmt::format("{}: entry {}: metrics '{}' must be an http(s) URL or 'none'", P, n, w.metrics);
+    if (w.id == 0) w.id = worker_id_for_url(w.url);
+    for (const auto& prev : out)
+      if (prev.id == w.id || prev.url == w.url)
+        return fmt::format("{}: entry {}: duplicate worker (url {} / id {})", P, n, w.url, w.id);
+    out.push_back(std::move(w));
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> parse_dns_entries(std::string_view text, std::vector<DnsEntry>& out) {
+  constexpr std::string_view P = "discovery.dns";
+  std::vector<Fields> entries;
+  if (auto e = split_entries(P, text, entries)) return e;
+  out.clear();
+  for (size_t i = 0; i < entries.size(); ++i) {
+    DnsEntry d;
+    const size_t n = i + 1;
+    for (const auto& [k, v] : entries[i]) {
+      std::optional<std::string> err;
+      if (k == "host") d.host = v;
+      else if (k == "model") d.model = v;
+      else if (k == "scheme") d.scheme = v;
+      else if (k == "metrics_path") d.metrics_path = v;
+      else if (k == "lora") d.lora = split_colon(v);
+      else if (k == "port") err = parse_uint(P, n, k, v, 1, 65535, d.port);
+      else if (k == "kv_events_port") err = parse_uint(P, n, k, v, 0, 65535, d.kv_events_port);
+      else if (k == "replay_port") err = parse_uint(P, n, k, v, 0, 65535, d.replay_port);
+      else if (k == "dp_size") err = parse_uint(P, n, k, v, 1, 1024, d.dp_size);
+      else if (k == "max_seqs") err = parse_uint(P, n, k, v, 1, 10000000, d.max_seqs);
+      else if (k == "kv_blocks") err = parse_uint(P, n, k, v, 0, uint64_t{1} << 40, d.kv_blocks);
+      else
+        err = fmt::format("{}: entry {}: unknown field '{}' (allowed: host, port, scheme, model, kv_events_port, "
+                          "replay_port, metrics_path, dp_size, max_seqs, kv_blocks, lora)",
+                          P, n, k);
+      if (err) return err;
+    }
+    if (d.host.empty()) return fmt::format("{}: entry {}: host is required", P, n);
+    if (d.model.empty()) return fmt::format("{}: entry {}: model is required", P, n);
+    if (d.scheme != "http" && d.scheme != "https")
+      return fmt::format("{}: entry {}: scheme '{}' is not http or https", P, n, d.scheme);
+    if (d.metrics_path.empty() || (d.metrics_path != "none" && d.metrics_path[0] != '/'))
+      return fmt::format("{}: entry {}: metrics_path must start with '/' (or be 'none')", P, n);
+    out.push_back(std::move(d));
+  }
+  return std::nullopt;
+}
+
 std::optional<std::string> validate(const Config& c) {
   if (c.router.host.empty()) return "router.host: must not be empty";
+  {
+    std::vector<WorkerEntry> w;
+    if (auto e = parse_worker_entries(c.workers.static_list, w)) return e;
+    std::vector<DnsEntry> d;
+    if (auto e = parse_dns_entries(c.discovery.dns, d)) return e;
+  }
+  if (c.workers.eject_max_ms < c.workers.eject_base_ms)
+    return fmt::format("workers.eject_max_ms: {} must be >= workers.eject_base_ms ({})", c.workers.eject_max_ms,
+                       c.workers.eject_base_ms);
   if (c.events.subject_prefix.empty() || c.events.subject_prefix.find_first_of(" *>") != std::string::npos)
     return "events.subject_prefix: must be a non-empty NATS subject without spaces or wildcards";
   if (c.admin.host.empty()) return "admin.host: must not be empty";
@@ -144,8 +364,10 @@ std::optional<std::string> validate(const Config& c) {
     return fmt::format("log.level: '{}' is not one of trace, debug, info, warn, error", c.log.level);
   if (c.log.format != "human" && c.log.format != "json")
     return fmt::format("log.format: '{}' is not one of human, json", c.log.format);
-  if (c.events.nats_url.rfind("nats://", 0) != 0 && c.events.nats_url.rfind("tls://", 0) != 0)
-    return fmt::format("events.nats_url: '{}' must start with nats:// or tls://", c.events.nats_url);
+  if (!c.events.nats_url.empty() && c.events.nats_url.rfind("nats://", 0) != 0 &&
+      c.events.nats_url.rfind("tls://", 0) != 0)
+    return fmt::format("events.nats_url: '{}' must start with nats:// or tls:// (or be empty: no NATS)",
+                       c.events.nats_url);
   if (c.scheduler.alpha_imbalanced < c.scheduler.alpha_balanced)
     return fmt::format("scheduler.alpha_imbalanced: {} must be >= scheduler.alpha_balanced ({})",
                        c.scheduler.alpha_imbalanced, c.scheduler.alpha_balanced);

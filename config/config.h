@@ -46,6 +46,28 @@ struct EventsConfig {
   uint32_t resync_timeout_ms = 2000;    // wait for a worker's full dump after a gap
 };
 
+// Workers the router knows itself and how it judges them (fleet/).
+struct WorkersConfig {
+  // Static workers: entries separated by ';', fields `key=value` separated by
+  // ','. In YAML also a list of mappings (see config/README.md). Parsed by
+  // parse_worker_entries().
+  std::string static_list;
+  uint32_t scrape_interval_ms = 250;    // /metrics of every router-known worker
+  uint32_t scrape_timeout_ms = 1000;    // one scrape: connect + answer
+  uint32_t eject_after_failures = 3;    // consecutive failed scrapes / timeouts / 5xx
+  uint32_t eject_base_ms = 2000;        // first outlier ejection (doubles per ejection in a row)
+  uint32_t eject_max_ms = 30000;
+};
+
+struct DiscoveryConfig {
+  // DNS names re-resolved every dns_interval_ms; every A/AAAA record is one
+  // worker. Same syntax as workers.static; parsed by parse_dns_entries().
+  std::string dns;
+  uint32_t dns_interval_ms = 5000;
+  // "host:port" servers to ask, comma-separated; empty = the system's (/etc/resolv.conf).
+  std::string dns_servers;
+};
+
 struct IndexerConfig {
   uint32_t block_size = 16;             // tokens per KV block; must equal the workers'
   bool approximate = false;             // treat every worker as publishing no events
@@ -90,14 +112,27 @@ struct LogConfig {
   bool access_log = true;               // one line per request (never the prompt text)
 };
 
+// ZMQ KV events from vLLM / SGLang workers (events/zmq_source.h).
+struct ZmqConfig {
+  std::string topic;                     // SUB prefix filter; "" = every topic
+  uint32_t replay_timeout_ms = 1000;     // a replay request without its end marker by then failed
+  uint32_t replay_min_interval_ms = 200;  // per publisher: at most one replay request this often
+  uint32_t replay_max_backoff_ms = 10000;  // failed replays back off, doubling up to this
+  uint32_t replay_attempts = 3;          // failed replays of one gap before it is given up (owner partial)
+  uint32_t max_pending_frames = 10000;   // live frames held per publisher while a gap is replayed
+};
+
 struct Config {
   RouterConfig router;
   AdminConfig admin;
   EventsConfig events;
+  WorkersConfig workers;
+  DiscoveryConfig discovery;
   IndexerConfig indexer;
   SchedulerConfig scheduler;
   TokenizerConfig tokenizer;
   LogConfig log;
+  ZmqConfig zmq;
 };
 
 // One documented key of the schema.
@@ -143,6 +178,46 @@ std::optional<std::string> check_reload(const Config& current, const Config& nex
 // The effective configuration as YAML (every key, also defaults).
 std::string to_yaml(const Config& c);
 
+// One router-known worker (workers.static entry, or a DNS record expanded).
+struct WorkerEntry {
+  uint64_t id = 0;           // 0 = derived from the URL (stable across restarts)
+  std::string url;           // http://host:port of its OpenAI server (IPv6: http://[::1]:8000)
+  std::string model;         // model served (required)
+  std::string metrics;       // default url + "/metrics"; "none" = not scraped
+  std::string kv_events;     // ZMQ PUB endpoint of dp rank 0, e.g. tcp://10.0.0.7:5557; empty = none
+  std::string replay;        // ZMQ ROUTER replay endpoint of dp rank 0; empty = none
+  uint32_t dp_size = 1;      // data-parallel ranks; rank r uses kv_events/replay port + r
+  uint32_t max_seqs = 256;   // request slots (vLLM --max-num-seqs) when /metrics does not say
+  uint64_t kv_blocks = 0;    // KV capacity in blocks when /metrics does not say (0 = unknown)
+  std::vector<std::string> lora;  // LoRA adapter names served (':'-separated in the text form)
+};
+
+// One discovery.dns entry: `host` re-resolved; the rest as WorkerEntry, with
+// ports instead of URLs.
+struct DnsEntry {
+  std::string host;
+  uint32_t port = 8000;
+  std::string scheme = "http";
+  std::string model;
+  uint32_t kv_events_port = 0;  // 0 = no ZMQ events
+  uint32_t replay_port = 0;     // 0 = no replay
+  std::string metrics_path = "/metrics";
+  uint32_t dp_size = 1;
+  uint32_t max_seqs = 256;
+  uint64_t kv_blocks = 0;
+  std::vector<std::string> lora;
+};
+
+// Parse the text forms; the error names the entry and the field.
+std::optional<std::string> parse_worker_entries(std::string_view text, std::vector<WorkerEntry>& out);
+std::optional<std::string> parse_dns_entries(std::string_view text, std::vector<DnsEntry>& out);
+// One worker given as a YAML/JSON mapping ({"url": ..., "model": ..., "lora": [..]})
+// or already in the text form: the text form (admin API).
+std::optional<std::string> worker_entry_text(std::string_view body, std::string& out);
+// The id a worker gets when its entry names none: XXH3-64 of the URL, top bit
+// cleared (so it never collides with a small heartbeat id by accident).
+uint64_t worker_id_for_url(std::string_view url);
+
 // ---- implementation of the schema ----
 
 template <class C, class F>
@@ -178,7 +253,9 @@ void for_each_key(C& c, F&& f) {
   f(KeyInfo{"admin.token", "Bearer token of the admin API; empty refuses every admin request.", 0, 0, S, R},
     c.admin.token);
   // events
-  f(KeyInfo{"events.nats_url", "NATS server URL.", 0, 0, S}, c.events.nats_url);
+  f(KeyInfo{"events.nats_url", "NATS server URL; empty = no NATS (workers from workers.static / discovery.dns).", 0,
+            0, S},
+    c.events.nats_url);
   f(KeyInfo{"events.subject_prefix", "Prefix of the NATS subjects ({prefix}.kv_events, {prefix}.workers).", 0, 0, S},
     c.events.subject_prefix);
   f(KeyInfo{"events.worker_ttl_ms", "Heartbeat silence after which a worker leaves candidates and index.", 100,
@@ -191,6 +268,35 @@ void for_each_key(C& c, F&& f) {
     c.events.queue_capacity);
   f(KeyInfo{"events.resync_timeout_ms", "How long to wait for a worker's full dump after lost events.", 10, 600000},
     c.events.resync_timeout_ms);
+  // workers
+  f(KeyInfo{"workers.static",
+            "Workers the router knows itself: entries 'url=...,model=...[,kv_events=tcp://...,replay=tcp://...,"
+            "metrics=...,dp_size=N,max_seqs=N,kv_blocks=N,lora=a:b,id=N]' separated by ';' (YAML: a list).",
+            0, 0, S, R},
+    c.workers.static_list);
+  f(KeyInfo{"workers.scrape_interval_ms", "How often each router-known worker's /metrics is scraped.", 20, 600000, !S, R},
+    c.workers.scrape_interval_ms);
+  f(KeyInfo{"workers.scrape_timeout_ms", "Time allowed for one scrape (connect + answer).", 10, 600000, !S, R},
+    c.workers.scrape_timeout_ms);
+  f(KeyInfo{"workers.eject_after_failures",
+            "Consecutive failed scrapes, connect timeouts, first-byte timeouts or 5xx that take a worker out.", 1, 1000,
+            !S, R},
+    c.workers.eject_after_failures);
+  f(KeyInfo{"workers.eject_base_ms", "First outlier ejection (timeouts/5xx); doubles per ejection in a row.", 1,
+            3600000, !S, R},
+    c.workers.eject_base_ms);
+  f(KeyInfo{"workers.eject_max_ms", "Longest outlier ejection.", 1, 3600000, !S, R}, c.workers.eject_max_ms);
+  // discovery
+  f(KeyInfo{"discovery.dns",
+            "DNS names whose every A/AAAA record is a worker: 'host=...,port=N,model=...[,kv_events_port=N,"
+            "replay_port=N,metrics_path=/metrics,dp_size=N,scheme=http]' separated by ';' (YAML: a list).",
+            0, 0, S, R},
+    c.discovery.dns);
+  f(KeyInfo{"discovery.dns_interval_ms", "How often DNS names are re-resolved.", 100, 3600000, !S, R},
+    c.discovery.dns_interval_ms);
+  f(KeyInfo{"discovery.dns_servers", "DNS servers 'host:port,...' to ask; empty = the system's resolv.conf.", 0, 0,
+            S, R},
+    c.discovery.dns_servers);
   // indexer
   f(KeyInfo{"indexer.block_size", "Tokens per KV block; must match the workers' block size.", 1, 65536},
     c.indexer.block_size);
@@ -248,6 +354,22 @@ void for_each_key(C& c, F&& f) {
   f(KeyInfo{"log.access_log", "One log line per request (worker, cached tokens, TTFB, status; never the prompt).",
             0, 1, !S, R},
     c.log.access_log);
+  // zmq
+  f(KeyInfo{"zmq.topic", "ZMQ KV events: topic prefix subscribed on every worker's PUB socket (\"\" = all).", 0, 0, S},
+    c.zmq.topic);
+  f(KeyInfo{"zmq.replay_timeout_ms", "ZMQ KV events: a replay request unanswered this long has failed.", 10, 600000},
+    c.zmq.replay_timeout_ms);
+  f(KeyInfo{"zmq.replay_min_interval_ms", "ZMQ KV events: at most one replay request per publisher this often.", 1,
+            600000},
+    c.zmq.replay_min_interval_ms);
+  f(KeyInfo{"zmq.replay_max_backoff_ms", "ZMQ KV events: failed replays back off, doubling, up to this.", 1, 3600000},
+    c.zmq.replay_max_backoff_ms);
+  f(KeyInfo{"zmq.replay_attempts", "ZMQ KV events: failed replays of one gap before the owner is marked partial.", 1,
+            100},
+    c.zmq.replay_attempts);
+  f(KeyInfo{"zmq.max_pending_frames", "ZMQ KV events: live frames held per publisher while a gap is replayed.", 1,
+            10000000},
+    c.zmq.max_pending_frames);
 }
 
 }  // namespace kvroute

@@ -128,6 +128,22 @@ void EventPipeline::on_kv_message(std::string_view data) {
   cv_.notify_one();
 }
 
+bool EventPipeline::enqueue_events(std::vector<KvEvent>&& events) {
+  const size_t n = events.size();
+  {
+    std::lock_guard lk(mu_);
+    if (queue_.size() >= cfg_.queue_capacity) {
+      stats_.queue_dropped_total.fetch_add(1, std::memory_order_relaxed);
+      return false;
+    }
+    queue_.push_back(std::move(events));
+    ++pushed_;
+  }
+  stats_.events_queued_total.fetch_add(n, std::memory_order_relaxed);
+  cv_.notify_one();
+  return true;
+}
+
 void EventPipeline::on_heartbeat_message(std::string_view data) {
   WorkerHeartbeat hb;
   std::string detail;
@@ -160,6 +176,15 @@ void EventPipeline::on_heartbeat_message(std::string_view data) {
   if (registry_.on_heartbeat(a)) spdlog::info("worker {} joined: {} model '{}'", a.id.value, a.url, a.model);
 }
 
+void EventPipeline::enqueue_remove_worker(WorkerId worker) {
+  {
+    std::lock_guard lk(mu_);
+    queue_.push_back(RemoveWorker{worker});  // never dropped: not bounded by queue_capacity
+    ++pushed_;
+  }
+  cv_.notify_one();
+}
+
 void EventPipeline::drain() {
   std::unique_lock lk(mu_);
   const uint64_t target = pushed_;
@@ -186,6 +211,8 @@ void EventPipeline::writer_loop() {
           const auto result = static_cast<size_t>(index_.apply(ev));
           stats_.applied_total[ev.data.index()][result].fetch_add(1, std::memory_order_relaxed);
         }
+      } else if (auto* rm = std::get_if<RemoveWorker>(&item)) {
+        index_.remove_worker(rm->worker);
       } else if (apply_resync_) {
         apply_resync_(std::get<ResyncDump>(item));
         stats_.resync_applied_total.fetch_add(1, std::memory_order_relaxed);

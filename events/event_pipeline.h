@@ -71,12 +71,20 @@ class EventPipeline {
   // Entry points used by the NATS handlers; public so tests can feed bytes.
   void on_kv_message(std::string_view data);
   void on_heartbeat_message(std::string_view data);
+  // Any thread (ZmqEventSource's sink): queues already decoded index events
+  // for the writer thread, as one message. False (counted in
+  // queue_dropped_total, nothing queued) when the queue is full.
+  bool enqueue_events(std::vector<KvEvent>&& events);
 
   // Any thread (typically the writer, from the sequencer's gap callback):
   // asks `owner`'s worker for a full dump; retried until it arrives or the
   // worker expires. Duplicate requests for an owner already pending are merged.
   void request_resync(CacheOwner owner);
   void set_resync_applier(ResyncApplier f) { apply_resync_ = std::move(f); }
+
+  // Any thread: drops every block of `worker` on the writer thread, in order
+  // with the events queued before (a router-known worker left the fleet).
+  void enqueue_remove_worker(WorkerId worker);
 
   // Blocks until every event queued before the call has been applied (tests, shutdown).
   void drain();
@@ -86,7 +94,10 @@ class EventPipeline {
  private:
   void writer_loop();
   void resync_loop();
-  using QueueItem = std::variant<std::vector<KvEvent>, ResyncDump>;
+  struct RemoveWorker {
+    WorkerId worker;
+  };
+  using QueueItem = std::variant<std::vector<KvEvent>, ResyncDump, RemoveWorker>;
 
   const EventsConfig cfg_;
   const uint32_t block_size_;

@@ -75,7 +75,10 @@ struct VllmEventBatch {
 enum class VllmEncoding : uint8_t { Positional, TaggedMap };
 
 // Decodes one payload (either encoding, detected per batch and per event).
-// On error `out` is unspecified and `detail` names the field. Never throws.
+// On error `out` is unspecified and `detail` names the field. Never throws,
+// never allocates more than the payload's size justifies (events/msgpack_reader.h).
+// Malformed msgpack is DecodeError::Json ("malformed payload"); a wrong type
+// WrongType; sizes over `limits` TooLarge.
 DecodeError decode_vllm_batch(std::span<const uint8_t> payload, const DecodeLimits& limits, VllmEventBatch& out,
                               std::string* detail = nullptr);
 
@@ -92,6 +95,24 @@ enum class VllmSkip : uint8_t {
   NotFullAttention,   // hybrid model: a sliding-window / mamba group (only full attention is indexed)
 };
 
+// What a publisher told about its KV cache groups (hybrid models): group_idx
+// -> indexed or not, learned from BlockStored events' kv_cache_spec_kind, so
+// that a later BlockRemoved of a sliding-window / mamba group (which carries
+// only group_idx) is not applied to the full-attention blocks of the same
+// hash. One per cache owner, owned by its reader (ZmqEventSource's thread).
+struct VllmGroupState {
+  std::vector<int8_t> indexed;  // by group_idx: -1 unknown, 0 no, 1 yes
+  bool skips(std::optional<uint32_t> group_idx) const {
+    return group_idx && *group_idx < indexed.size() && indexed[*group_idx] == 0;
+  }
+};
+
+// True for the kv_cache_spec_kind values whose blocks are indexed: absent
+// (engines that do not say), full_attention, mla_attention,
+// sink_full_attention. Sliding window, chunked local attention, mamba, ...
+// are not (their blocks do not cover the whole prefix).
+bool vllm_kind_indexed(std::string_view kind, std::optional<uint32_t> sliding_window);
+
 // Converts a batch into index events for `owner` (its dp_rank taken from the
 // batch when present), hashing token_ids exactly as a request's tokens are
 // hashed (indexer/block_hash.h, HashNamespace{lora_name, cache_salt}); the
@@ -99,7 +120,10 @@ enum class VllmSkip : uint8_t {
 // tier (GPU/absent = device, CPU = host_pinned, DISK = disk, other = external).
 // Events without an event_id (ordering is per ZMQ seq, see zmq_source.h).
 // `skipped` (optional) counts skipped events by VllmSkip.
+// `groups` (optional) is read and updated (see VllmGroupState).
 void to_kv_events(const VllmEventBatch& batch, CacheOwner owner, uint32_t block_size, std::vector<KvEvent>& out,
-                  std::array<uint64_t, 5>* skipped = nullptr);
+                  std::array<uint64_t, 5>* skipped = nullptr, VllmGroupState* groups = nullptr);
+
+std::string_view to_string(VllmSkip s);
 
 }  // namespace kvroute

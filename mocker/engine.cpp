@@ -31,14 +31,37 @@ void Engine::emit(KvEvent ev) {
   if (on_event_) on_event_(ev);
 }
 
-bool Engine::add_request(uint64_t id, std::span<const TokenId> prompt, uint32_t max_tokens, double now_ms) {
+bool Engine::add_request(uint64_t id, std::span<const TokenId> prompt, uint32_t max_tokens, double now_ms,
+                         const HashNamespace& ns) {
   if (prompt.empty() || prompt.size() > UINT32_MAX) return false;
-  const auto locals = hash_blocks(prompt, cfg_.block_size);
-  return add_request_hashed(id, static_cast<uint32_t>(prompt.size()), locals, max_tokens, now_ms);
+  std::vector<LocalBlockHash> locals;
+  hash_blocks(prompt, cfg_.block_size, ns, locals);
+  std::vector<std::shared_ptr<BlockInfo>> infos;
+  if (cfg_.keep_tokens) {
+    infos.reserve(locals.size());
+    for (size_t i = 0; i < locals.size(); ++i) {
+      auto info = std::make_shared<BlockInfo>();
+      info->tokens.assign(prompt.begin() + i * cfg_.block_size, prompt.begin() + (i + 1) * cfg_.block_size);
+      info->lora_name = ns.lora_name;
+      if (i == 0) info->cache_salt = ns.cache_salt;
+      infos.push_back(std::move(info));
+    }
+  }
+  return add_request_impl(id, static_cast<uint32_t>(prompt.size()), locals, max_tokens, now_ms, std::move(infos));
+}
+
+const Engine::BlockInfo* Engine::block_info(SequenceHash block) const {
+  auto it = blocks_.find(block);
+  return it == blocks_.end() ? nullptr : it->second.info.get();
 }
 
 bool Engine::add_request_hashed(uint64_t id, uint32_t prompt_tokens, std::span<const LocalBlockHash> blocks,
                                 uint32_t max_tokens, double now_ms) {
+  return add_request_impl(id, prompt_tokens, blocks, max_tokens, now_ms, {});
+}
+
+bool Engine::add_request_impl(uint64_t id, uint32_t prompt_tokens, std::span<const LocalBlockHash> blocks,
+                              uint32_t max_tokens, double now_ms, std::vector<std::shared_ptr<BlockInfo>> infos) {
   if (prompt_tokens == 0 || max_tokens == 0 || requests_.count(id)) return false;
   if (static_cast<uint64_t>(blocks.size()) * cfg_.block_size > prompt_tokens) return false;
   if (blocks_needed(prompt_tokens, max_tokens) > cfg_.kv_blocks) return false;
@@ -47,6 +70,7 @@ bool Engine::add_request_hashed(uint64_t id, uint32_t prompt_tokens, std::span<c
   r.prompt_tokens = prompt_tokens;
   r.max_tokens = max_tokens;
   r.locals.assign(blocks.begin(), blocks.end());
+  r.infos = std::move(infos);
   r.blocks.reserve(blocks.size());
   SequenceHash parent{0};
   for (LocalBlockHash h : blocks) r.blocks.push_back(parent = sequence_hash(parent, h));
@@ -84,6 +108,8 @@ bool Engine::try_admit(Request& r) {
   if (need > free + evictable) return false;
 
   r.cached_tokens = cached_prefix_blocks(r) * cfg_.block_size;
+  prefix_queries_ += r.prompt_tokens;
+  prefix_hits_ += r.cached_tokens;
   for (SequenceHash h : r.blocks) {
     auto it = blocks_.find(h);
     if (it != blocks_.end() && it->second.refs++ == 0) lru_.erase(it->second.lru);
@@ -111,6 +137,7 @@ bool Engine::try_admit(Request& r) {
     if (i > 0) b.parent = r.blocks[i - 1];
     b.depth = static_cast<uint32_t>(i);
     b.refs = 1;
+    if (i < r.infos.size()) b.info = r.infos[i];
   }
   private_blocks_ += private_blocks;
   r.private_blocks = private_blocks;

@@ -35,12 +35,15 @@
 #include <deque>
 #include <functional>
 #include <list>
+#include <memory>
+#include <string>
 #include <optional>
 #include <span>
 #include <unordered_map>
 #include <vector>
 
 #include "common/types.h"
+#include "indexer/block_hash.h"
 #include "indexer/kv_event.h"
 
 namespace kvroute::mocker {
@@ -58,6 +61,9 @@ struct EngineConfig {
   double decode_kv_ms = 12.0;          // extra decode time at a full cache
   CacheOwner owner;                    // stamped on every event
   StorageTier tier = StorageTier::Device;
+  // Keep each cached block's token ids and namespace (block_info()): the
+  // vLLM mode sends them in BlockStored. Off = hashes only (NATS, simulator).
+  bool keep_tokens = false;
 };
 
 struct EngineOutput {
@@ -91,7 +97,10 @@ class Engine {
   // Queues a request (prompt token ids, tokens to generate >= 1). Returns
   // false (and queues nothing) if the prompt is empty, max_tokens is 0, the
   // id is in use, or it could never fit in the KV cache.
-  bool add_request(uint64_t id, std::span<const TokenId> prompt, uint32_t max_tokens, double now_ms);
+  // `ns` (LoRA adapter, cache_salt) enters the block hashes as vLLM keys its
+  // prefix cache (indexer/block_hash.h): two namespaces share no block.
+  bool add_request(uint64_t id, std::span<const TokenId> prompt, uint32_t max_tokens, double now_ms,
+                   const HashNamespace& ns = {});
   // The same with the prompt given as its complete blocks' local hashes (as a
   // trace replay has them) and its length in tokens (>= blocks·block_size).
   bool add_request_hashed(uint64_t id, uint32_t prompt_tokens, std::span<const LocalBlockHash> blocks,
@@ -109,6 +118,17 @@ class Engine {
   std::vector<EngineOutput> advance_to(double now_ms);
 
   EngineLoad load() const;
+  // A cached block's tokens and namespace (keep_tokens only; nullptr for an
+  // unknown block or without keep_tokens). Valid until the next engine call.
+  struct BlockInfo {
+    std::vector<TokenId> tokens;
+    std::string lora_name;
+    std::string cache_salt;  // set on a request's first block only
+  };
+  const BlockInfo* block_info(SequenceHash block) const;
+  // Prefix cache lookups, as vLLM counts them: prompt tokens queried and hit.
+  uint64_t prefix_queries_tokens() const { return prefix_queries_; }
+  uint64_t prefix_hits_tokens() const { return prefix_hits_; }
   // Blocks in the cache that were announced as stored and not removed: what
   // an index fed with this engine's events holds for it.
   uint64_t cached_blocks() const { return stored_blocks_; }
@@ -130,6 +150,7 @@ class Engine {
     uint32_t depth = 0;                     // position in its prompt
     uint32_t refs = 0;                      // running requests using it
     std::list<SequenceHash>::iterator lru;  // valid when refs == 0
+    std::shared_ptr<BlockInfo> info;        // keep_tokens only
   };
   struct Request {
     uint64_t id = 0;
@@ -142,8 +163,11 @@ class Engine {
     uint32_t cached_tokens = 0;
     bool running = false;
     bool prefilled = false;
+    std::vector<std::shared_ptr<BlockInfo>> infos;  // keep_tokens only: per complete block
   };
 
+  bool add_request_impl(uint64_t id, uint32_t prompt_tokens, std::span<const LocalBlockHash> blocks,
+                        uint32_t max_tokens, double now_ms, std::vector<std::shared_ptr<BlockInfo>> infos);
   bool enqueue(Request r, double now_ms);
   uint32_t cached_prefix_blocks(const Request& r) const;
   bool try_admit(Request& r);  // allocates blocks; false if they do not fit now
@@ -163,6 +187,7 @@ class Engine {
   std::vector<uint64_t> running_;                   // admission order
   std::optional<double> step_end_;
   uint64_t event_id_ = 0;
+  uint64_t prefix_queries_ = 0, prefix_hits_ = 0;
 };
 
 }  // namespace kvroute::mocker

@@ -11,6 +11,7 @@
 #include "common/types.h"
 #include "events/nats_bus.h"
 #include "mocker/server.h"
+#include "mocker/vllm_publisher.h"
 
 using namespace kvroute;
 
@@ -47,7 +48,29 @@ int main(int argc, char** argv) {
   app.add_option("--tokenizer", tokenizer_dir,
                  "Directory with the model's tokenizer.json (+ chat template), tokenized as kvroute does; "
                  "empty = the placeholder tokenizer");
+  mocker::VllmPublisherOptions zo;
+  std::string zmq_encoding = "positional", lora_modules;
+  app.add_option("--zmq-endpoint", zo.endpoint,
+                 "vLLM mode: publish KV events as vLLM does on a ZMQ PUB socket bound here "
+                 "(tcp://HOST:PORT, PORT 0 = a free one); empty = NATS mode");
+  app.add_option("--zmq-replay-endpoint", zo.replay_endpoint,
+                 "vLLM mode: ROUTER socket answering replay requests from the last --zmq-buffer-steps batches "
+                 "(tcp://HOST:PORT, 0 = a free port); empty = no replay");
+  app.add_option("--zmq-encoding", zmq_encoding, "vLLM mode: msgpack layout: positional (array_like) or map (tagged maps)")
+      ->capture_default_str()->check(CLI::IsMember({"positional", "map"}));
+  app.add_option("--zmq-topic", zo.topic, "vLLM mode: topic frame of every message")->capture_default_str();
+  app.add_option("--zmq-buffer-steps", zo.buffer_steps, "vLLM mode: batches kept for replay (vLLM's buffer_steps)")
+      ->capture_default_str()->check(CLI::Range(size_t{0}, size_t{10000000}));
+  app.add_option("--lora-modules", lora_modules,
+                 "LoRA adapter names served besides --model, comma-separated (their blocks are hashed under the name)");
   CLI11_PARSE(app, argc, argv);
+  zo.encoding = zmq_encoding == "map" ? VllmEncoding::TaggedMap : VllmEncoding::Positional;
+  for (size_t b = 0; !lora_modules.empty() && b <= lora_modules.size();) {
+    size_t e = lora_modules.find(',', b);
+    if (e == std::string::npos) e = lora_modules.size();
+    if (e > b) o.lora_modules.push_back(lora_modules.substr(b, e - b));
+    b = e + 1;
+  }
   o.port = port;
   if (!parse_storage_tier(tier, o.engine.tier)) {
     std::fprintf(stderr, "kvroute-mocker: --storage-tier: '%s' is not one of device, host_pinned, disk, external\n",
@@ -83,12 +106,27 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  mocker::MockerServer server(o, bus.get());
+  std::unique_ptr<mocker::VllmPublisher> vllm;
+  if (!zo.endpoint.empty()) {
+    vllm = std::make_unique<mocker::VllmPublisher>(zo);
+    if (!vllm->bind(&err)) {
+      std::fprintf(stderr, "kvroute-mocker: %s\n", err.c_str());
+      return 1;
+    }
+    vllm->start();
+  }
+  mocker::MockerServer server(o, bus.get(), vllm.get());
   if (!server.listen(&err) || !server.start_nats(&err)) {
     std::fprintf(stderr, "kvroute-mocker: %s\n", err.c_str());
     return 1;
   }
-  std::printf("kvroute-mocker listening on http://%s:%u\n", o.host.c_str(), server.port());
+  // vLLM mode: one line with everything (a harness reads one line), the URL last.
+  if (vllm)
+    std::printf("kvroute-mocker zmq kv_events %s replay %s listening on http://%s:%u\n", vllm->endpoint().c_str(),
+                vllm->replay_endpoint().empty() ? "-" : vllm->replay_endpoint().c_str(), o.host.c_str(),
+                server.port());
+  else
+    std::printf("kvroute-mocker listening on http://%s:%u\n", o.host.c_str(), server.port());
   std::fflush(stdout);
   std::thread io([&] { server.run(); });
   int sig = 0;
@@ -96,6 +134,7 @@ int main(int argc, char** argv) {
   spdlog::info("kvroute-mocker: signal {}, shutting down", sig);
   server.stop();
   io.join();
+  if (vllm) vllm->stop();
   // Close NATS before the server goes: a resync request arriving now must
   // not reach a destroyed server.
   if (bus) {

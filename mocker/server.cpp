@@ -15,6 +15,7 @@
 #include <simdjson.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <deque>
@@ -22,7 +23,9 @@
 
 #include "common/json_escape.h"
 #include "events/nats_bus.h"
+#include "events/vllm_wire.h"
 #include "events/wire.h"
+#include "mocker/vllm_publisher.h"
 #include "router/openai_request.h"
 #include "router/routing.h"
 
@@ -54,6 +57,7 @@ struct Pending {
 struct GenParams {
   uint32_t max_tokens = 16;
   bool include_usage = false;
+  std::string cache_salt;  // vLLM's per-tenant prefix cache isolation
 };
 
 bool parse_gen_params(std::string_view body, GenParams& p, std::string& err) {
@@ -72,6 +76,15 @@ bool parse_gen_params(std::string_view body, GenParams& p, std::string& err) {
     }
     p.max_tokens = static_cast<uint32_t>(n);
   }
+  auto salt = o.at_key("cache_salt");
+  if (!salt.error() && !salt.value_unsafe().is_null()) {
+    std::string_view sv;
+    if (salt.value_unsafe().get_string().get(sv) || sv.empty()) {
+      err = "'cache_salt' must be a non-empty string";
+      return false;
+    }
+    p.cache_salt.assign(sv);
+  }
   auto so = o.at_key("stream_options");
   if (!so.error() && so.value_unsafe().is_object()) {
     auto iu = so.value_unsafe().at_key("include_usage");
@@ -83,23 +96,28 @@ bool parse_gen_params(std::string_view body, GenParams& p, std::string& err) {
 }  // namespace
 
 struct MockerServer::Impl {
-  Impl(MockerOptions o, NatsBus* b)
+  Impl(MockerOptions o, NatsBus* b, VllmPublisher* v)
       : opts(std::move(o)),
         bus(b),
+        vllm(v),
         acceptor(ioc),
         tick(ioc),
         heartbeat(ioc),
         start(std::chrono::steady_clock::now()),
-        engine(make_engine_config(opts), [this](const KvEvent& ev) { publish_event(ev); }) {}
+        engine(make_engine_config(opts, v != nullptr), [this](const KvEvent& ev) { publish_event(ev); }) {}
 
-  static EngineConfig make_engine_config(const MockerOptions& o) {
+  static EngineConfig make_engine_config(const MockerOptions& o, bool vllm_mode) {
     EngineConfig c = o.engine;
     c.owner = CacheOwner{WorkerId{o.worker_id}, 0};
+    c.keep_tokens = vllm_mode;  // BlockStored carries token ids
     return c;
   }
 
   MockerOptions opts;
   NatsBus* bus;
+  VllmPublisher* vllm;
+  VllmEventBatch vllm_batch;  // this engine step's events (vLLM mode)
+  bool vllm_flush_posted = false;
   asio::io_context ioc;
   tcp::acceptor acceptor;
   asio::steady_timer tick;
@@ -127,7 +145,59 @@ struct MockerServer::Impl {
            opts.speedup;
   }
 
+  static const char* medium_of(StorageTier t) {
+    switch (t) {
+      case StorageTier::Device: return "GPU";
+      case StorageTier::HostPinned: return "CPU";
+      case StorageTier::Disk: return "DISK";
+      case StorageTier::External: return "EXTERNAL";
+    }
+    return "GPU";
+  }
+
+  // vLLM mode: the event joins this step's batch, sent when the io thread
+  // finishes the current handler (vLLM publishes one batch per step).
+  void queue_vllm_event(const KvEvent& ev) {
+    if (auto* st = std::get_if<KvStored>(&ev.data)) {
+      VllmBlockStored s;
+      s.parent_block_hash = st->parent;
+      s.block_size = opts.engine.block_size;
+      s.medium = medium_of(ev.tier);
+      s.group_idx = 0;
+      s.kv_cache_spec_kind = "full_attention";
+      s.token_ids.reserve(st->blocks.size() * opts.engine.block_size);
+      for (size_t i = 0; i < st->blocks.size(); ++i) {
+        const Engine::BlockInfo* info = engine.block_info(st->blocks[i].block_hash);
+        if (!info) return;  // cannot happen with keep_tokens: every announced block is cached
+        s.block_hashes.push_back(st->blocks[i].block_hash);
+        s.token_ids.insert(s.token_ids.end(), info->tokens.begin(), info->tokens.end());
+        if (i == 0) {
+          s.lora_name = info->lora_name;
+          if (!st->parent) s.cache_salt = info->cache_salt;
+        }
+      }
+      vllm_batch.events.push_back(std::move(s));
+    } else if (auto* rm = std::get_if<KvRemoved>(&ev.data)) {
+      vllm_batch.events.push_back(VllmBlockRemoved{rm->block_hashes, medium_of(ev.tier), 0});
+    } else {
+      vllm_batch.events.push_back(VllmAllBlocksCleared{});
+    }
+    ++events_published;
+    if (vllm_flush_posted) return;
+    vllm_flush_posted = true;
+    asio::post(ioc, [this] {
+      vllm_flush_posted = false;
+      vllm_batch.ts = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+      vllm->publish(std::move(vllm_batch));
+      vllm_batch = VllmEventBatch{};
+    });
+  }
+
   void publish_event(const KvEvent& ev) {
+    if (vllm) {
+      queue_vllm_event(ev);
+      return;
+    }
     if (drop_remaining > 0) {
       --drop_remaining;
       ++events_dropped;
@@ -194,13 +264,48 @@ struct MockerServer::Impl {
 
   std::string stats_json() const {
     const auto l = engine.load();
-    return fmt::format(
+    std::string out = fmt::format(
         R"({{"worker_id":{},"requests_total":{},"rejected_total":{},"cancels_total":{},"active":{},"waiting":{},)"
         R"("kv_cached_blocks":{},"kv_active_blocks":{},"kv_total_blocks":{},"events_published":{},"events_dropped":{},)"
         R"("events_publish_failed":{},"drop_pending":{},"last_event_id":{},"hang":{}}})",
         opts.worker_id, requests_total, rejected_total, cancels_total, l.request_active_slots, l.num_requests_waiting,
         engine.cached_blocks(), l.kv_active_blocks, l.kv_total_blocks, events_published, events_dropped,
         events_publish_failed, drop_remaining, engine.last_event_id(), hang);
+    if (vllm)  // vLLM mode: ZMQ batches numbered (next seq), not sent live (test hook), replays served
+      out.insert(out.size() - 1, fmt::format(R"(,"zmq_batches":{},"zmq_dropped_live":{},"zmq_replays":{})",
+                                             vllm->published(), vllm->dropped_live(), vllm->replays_served()));
+    return out;
+  }
+
+  // Prometheus text with vLLM's metric names, types and labels (vLLM
+  // v1/metrics/loggers.py: model_name and engine on every series; the cache
+  // config as an info gauge whose labels carry block_size and num_gpu_blocks).
+  std::string metrics_text() const {
+    const auto l = engine.load();
+    const std::string lbl = fmt::format(R"(engine="0",model_name="{}")", opts.model);
+    const double usage = l.kv_total_blocks ? static_cast<double>(l.kv_active_blocks) / l.kv_total_blocks : 0.0;
+    return fmt::format(
+        "# HELP vllm:num_requests_running Number of requests in model execution batches.\n"
+        "# TYPE vllm:num_requests_running gauge\n"
+        "vllm:num_requests_running{{{0}}} {1}\n"
+        "# HELP vllm:num_requests_waiting Number of requests waiting to be processed.\n"
+        "# TYPE vllm:num_requests_waiting gauge\n"
+        "vllm:num_requests_waiting{{{0}}} {2}\n"
+        "# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.\n"
+        "# TYPE vllm:kv_cache_usage_perc gauge\n"
+        "vllm:kv_cache_usage_perc{{{0}}} {3}\n"
+        "# HELP vllm:prefix_cache_queries_total Prefix cache queries, in terms of number of queried tokens.\n"
+        "# TYPE vllm:prefix_cache_queries_total counter\n"
+        "vllm:prefix_cache_queries_total{{{0}}} {4}\n"
+        "# HELP vllm:prefix_cache_hits_total Prefix cache hits, in terms of number of cached tokens.\n"
+        "# TYPE vllm:prefix_cache_hits_total counter\n"
+        "vllm:prefix_cache_hits_total{{{0}}} {5}\n"
+        "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n"
+        "# TYPE vllm:cache_config_info gauge\n"
+        "vllm:cache_config_info{{block_size=\"{6}\",cache_dtype=\"auto\",enable_prefix_caching=\"True\","
+        "engine=\"0\",num_cpu_blocks=\"None\",num_gpu_blocks=\"{7}\",prefix_caching_hash_algo=\"sha256\"}} 1.0\n",
+        lbl, l.request_active_slots, l.num_requests_waiting, usage, static_cast<double>(engine.prefix_queries_tokens()),
+        static_cast<double>(engine.prefix_hits_tokens()), opts.engine.block_size, opts.engine.kv_blocks);
   }
 
   awaitable<void> accept_loop();
@@ -261,6 +366,8 @@ awaitable<void> MockerServer::Impl::session(tcp::socket socket) {
           stream, v, keep, http::status::ok,
           fmt::format(R"({{"object":"list","data":[{{"id":"{}","object":"model","created":0,"owned_by":"kvroute-mocker"}}]}})",
                       json_escape(opts.model)));
+    } else if (target == "/metrics") {
+      again = co_await respond(stream, v, keep, http::status::ok, metrics_text(), "text/plain; version=0.0.4");
     } else if (target == "/mocker/stats") {
       again = co_await respond(stream, v, keep, http::status::ok, stats_json());
     } else if (target == "/mocker/drop_events" && req.method() == http::verb::post) {
@@ -268,7 +375,8 @@ awaitable<void> MockerServer::Impl::session(tcp::socket socket) {
       uint64_t n = 0;
       auto doc = p.parse(req.body());
       if (!doc.error() && !doc.value_unsafe()["count"].get_uint64().get(n)) {
-        drop_remaining += n;
+        if (vllm) vllm->drop_next_live(n);  // vLLM mode: n batches skip the PUB socket (replay has them)
+        else drop_remaining += n;
         again = co_await respond(stream, v, keep, http::status::ok, fmt::format(R"({{"dropping":{}}})", drop_remaining));
       } else {
         again = co_await respond(stream, v, keep, http::status::bad_request,
@@ -316,7 +424,9 @@ awaitable<bool> MockerServer::Impl::generate(beast::tcp_stream& s, const http::r
     std::string body = error_body(ApiError{400, gerr, "invalid_request_error", "max_tokens", ""});
     co_return co_await respond(s, v, keep, http::status::bad_request, std::move(body));
   }
-  if (parsed.model != opts.model) {
+  const bool lora = std::find(opts.lora_modules.begin(), opts.lora_modules.end(), parsed.model) !=
+                    opts.lora_modules.end();
+  if (parsed.model != opts.model && !lora) {
     ++rejected_total;
     std::string body = error_body(ApiError{404, fmt::format("The model `{}` does not exist.", parsed.model),
                                            "invalid_request_error", "model", "model_not_found"});
@@ -350,7 +460,8 @@ awaitable<bool> MockerServer::Impl::generate(beast::tcp_stream& s, const http::r
     std::string body = error_body(ApiError{400, "The prompt is empty.", "invalid_request_error", "prompt", ""});
     co_return co_await respond(s, v, keep, http::status::bad_request, std::move(body));
   }
-  if (!engine.add_request(id, tokens, gen.max_tokens, now_ms())) {
+  const HashNamespace ns{lora ? std::string_view(parsed.model) : std::string_view{}, gen.cache_salt};
+  if (!engine.add_request(id, tokens, gen.max_tokens, now_ms(), ns)) {
     ++rejected_total;
     std::string body = error_body(ApiError{
         400, fmt::format("This request needs more KV blocks than the worker has ({}).", opts.engine.kv_blocks),
@@ -387,7 +498,7 @@ awaitable<bool> MockerServer::Impl::generate(beast::tcp_stream& s, const http::r
   const int64_t created = std::chrono::duration_cast<std::chrono::seconds>(
                               std::chrono::system_clock::now().time_since_epoch())
                               .count();
-  const std::string model = json_escape(opts.model);
+  const std::string model = json_escape(parsed.model);  // the base model or the LoRA adapter asked for
   uint32_t generated = 0, cached = 0;
   std::string text;
   bool header_sent = false;
@@ -488,7 +599,8 @@ awaitable<bool> MockerServer::Impl::generate(beast::tcp_stream& s, const http::r
   co_return !ec && keep;
 }
 
-MockerServer::MockerServer(MockerOptions opts, NatsBus* bus) : impl_(std::make_unique<Impl>(std::move(opts), bus)) {}
+MockerServer::MockerServer(MockerOptions opts, NatsBus* bus, VllmPublisher* vllm)
+    : impl_(std::make_unique<Impl>(std::move(opts), bus, vllm)) {}
 MockerServer::~MockerServer() = default;
 
 bool MockerServer::listen(std::string* error) {

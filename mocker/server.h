@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "mocker/engine.h"
 #include "tokenizer/model_tokenizer.h"
@@ -21,6 +22,8 @@ class NatsBus;
 }
 
 namespace kvroute::mocker {
+
+class VllmPublisher;
 
 struct MockerOptions {
   std::string host = "127.0.0.1";
@@ -35,12 +38,17 @@ struct MockerOptions {
   // The served model's tokenizer (--tokenizer DIR), the same library and rules
   // as the router's; null = the placeholder tokenizer.
   std::shared_ptr<const TokenizerSet> tokenizers;
+  // LoRA adapters served besides `model` (vLLM's --lora-modules names): a
+  // request naming one is served, its blocks hashed under that LoRA name.
+  std::vector<std::string> lora_modules;
 };
 
 class MockerServer {
  public:
-  // `bus` may be null (no NATS: no events, no heartbeats).
-  MockerServer(MockerOptions opts, NatsBus* bus);
+  // `bus` may be null (no NATS: no events, no heartbeats). `vllm` (may be
+  // null) receives the KV events as vLLM batches, one per engine step; it
+  // must outlive run().
+  MockerServer(MockerOptions opts, NatsBus* bus, VllmPublisher* vllm = nullptr);
   ~MockerServer();
   bool listen(std::string* error);
   uint16_t port() const;

@@ -39,10 +39,14 @@ std::string load_json(const WorkerLoad& l) {
 
 std::string worker_json(const WorkerView& w) {
   return fmt::format(
-      R"({{"worker_id":{},"url":"{}","model":"{}","block_size":{},"dp_size":{},"approximate":{},"draining":{},"reported_load":{},"predicted_load":{},"inflight_requests":{},"inflight_blocks":{},"pending_prefill_tokens":{}}})",
+      R"({{"worker_id":{},"url":"{}","model":"{}","block_size":{},"dp_size":{},"approximate":{},"draining":{},"reported_load":{},"predicted_load":{},"inflight_requests":{},"inflight_blocks":{},"pending_prefill_tokens":{},)"
+      R"("source":"{}","health":"{}","consecutive_failures":{},"failures_total":{},"load_age_ms":{},"kv_events":"{}"}})",
       w.info->id.value, json_escape(w.info->url), json_escape(w.info->model), w.info->block_size, w.info->dp_size,
       w.info->approximate, w.draining, load_json(w.info->load), load_json(w.predicted), w.inflight_requests,
-      w.inflight_blocks, w.pending_prefill_tokens);
+      w.inflight_blocks, w.pending_prefill_tokens, to_string(w.info->source), to_string(w.health),
+      w.consecutive_failures, w.failures_total,
+      w.load_age.count() < 0 ? -1 : std::chrono::duration_cast<std::chrono::milliseconds>(w.load_age).count(),
+      json_escape(w.info->kv_events));
 }
 
 }  // namespace
@@ -146,6 +150,10 @@ AdminResponse AdminApi::handle(std::string_view method, std::string_view path, s
   } else if (path == "/admin/index" && method == "GET") {
     const auto s = index_.stats();
     return AdminResponse{200, fmt::format(R"({{"blocks":{},"entries":{},"bytes":{}}})", s.blocks, s.entries, s.bytes)};
+  } else if (path == "/admin/workers" && method == "POST") {
+    return add_worker(body);
+  } else if (path.substr(0, 15) == "/admin/workers/" && method == "DELETE") {
+    return remove_worker(path.substr(15));
   } else if (path.substr(0, 15) == "/admin/workers/" && method == "POST") {
     // /admin/workers/{id}/drain or /admin/workers/{id}/undrain
     std::string_view rest = path.substr(15);
@@ -161,6 +169,31 @@ AdminResponse AdminApi::handle(std::string_view method, std::string_view path, s
     return AdminResponse{200, fmt::format(R"({{"worker_id":{},"draining":{}}})", id, action == "drain")};
   }
   return json_error(404, fmt::format("No admin endpoint {} {}.", method, path), "invalid_request_error", "not_found");
+}
+
+AdminResponse AdminApi::add_worker(std::string_view body) {
+  if (!fleet_.add_worker)
+    return json_error(501, "This router has no fleet manager.", "invalid_request_error", "unsupported");
+  std::string entry;
+  if (auto e = worker_entry_text(body, entry)) return json_error(400, *e, "invalid_request_error", "invalid_worker");
+  if (auto e = fleet_.add_worker(entry)) return json_error(400, *e, "invalid_request_error", "invalid_worker");
+  std::vector<WorkerEntry> parsed;
+  parse_worker_entries(entry, parsed);  // valid: add_worker accepted it
+  return AdminResponse{201, fmt::format(R"({{"worker_id":{},"url":"{}"}})", parsed.at(0).id,
+                                        json_escape(parsed.at(0).url))};
+}
+
+AdminResponse AdminApi::remove_worker(std::string_view idtext) {
+  uint64_t id = 0;
+  auto [p, ec] = std::from_chars(idtext.data(), idtext.data() + idtext.size(), id);
+  if (ec != std::errc() || p != idtext.data() + idtext.size())
+    return json_error(404, "Use DELETE /admin/workers/{id}.", "invalid_request_error", "not_found");
+  if (!fleet_.remove_worker)
+    return json_error(501, "This router has no fleet manager.", "invalid_request_error", "unsupported");
+  if (!fleet_.remove_worker(WorkerId{id}))
+    return json_error(404, fmt::format("Worker {} is not a router-known worker.", id), "invalid_request_error",
+                      "unknown_worker");
+  return AdminResponse{200, fmt::format(R"({{"worker_id":{},"removed":true}})", id)};
 }
 
 }  // namespace kvroute

@@ -30,6 +30,12 @@ struct AdminStats {
   std::atomic<uint64_t> auth_failures{0};
 };
 
+// The fleet manager's admin entry points (fleet/fleet.h), wired by main.
+struct AdminFleetHooks {
+  std::function<std::optional<std::string>(std::string_view entry)> add_worker;  // workers.static text form
+  std::function<bool(WorkerId)> remove_worker;
+};
+
 class AdminApi {
  public:
   AdminApi(ConfigStore& config, RoutingService& routing, WorkerRegistry& registry, const Indexer& index)
@@ -49,18 +55,24 @@ class AdminApi {
   void count_rejected_reload() { stats_.reloads_rejected.fetch_add(1, std::memory_order_relaxed); }
 
   const AdminStats& stats() const { return stats_; }
+  // POST /admin/workers ({"url":..,"model":..,...} or the text form) and
+  // DELETE /admin/workers/{id}: 501 until set.
+  void set_fleet_hooks(AdminFleetHooks hooks) { fleet_ = std::move(hooks); }
 
   // Explain of one request body (the data plane's routing, no request sent).
   AdminResponse explain(ApiKind kind, std::string_view body) const;
 
  private:
   bool authorized(std::string_view authorization) const;
+  AdminResponse add_worker(std::string_view body);
+  AdminResponse remove_worker(std::string_view idtext);
 
   ConfigStore& config_;
   RoutingService& routing_;
   WorkerRegistry& registry_;
   const Indexer& index_;
   AdminStats stats_;
+  AdminFleetHooks fleet_;
 };
 
 // JSON of one routing decision (also used by tests and the simulator).

@@ -21,6 +21,7 @@
 #include "config/config_store.h"
 #include "events/event_pipeline.h"
 #include "events/nats_bus.h"
+#include "fleet/fleet.h"
 #include "indexer/approx_indexer.h"
 #include "indexer/event_sequencer.h"
 #include "indexer/radix_indexer.h"
@@ -56,7 +57,7 @@ struct ConfigSources {
 // admin): rendered at scrape time in the exposition format.
 void render_module_metrics(std::string& out, const EventPipelineStats& st, const EventSequencer& seq,
                            const Indexer& index, const ApproxIndexer& approx, const AdminStats& admin,
-                           const NatsBus& bus) {
+                           const NatsBus* bus) {
   auto head = [&](std::string_view name, std::string_view type, std::string_view help) {
     out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
   };
@@ -80,9 +81,9 @@ void render_module_metrics(std::string& out, const EventPipelineStats& st, const
   head("kvroute_events_workers_expired_total", "counter", "workers removed after missing heartbeats");
   line("kvroute_events_workers_expired_total", "", st.workers_expired_total.load());
   head("kvroute_events_nats_reconnects_total", "counter", "NATS reconnections");
-  line("kvroute_events_nats_reconnects_total", "", bus.reconnects());
-  head("kvroute_events_nats_connected", "gauge", "1 when the NATS connection is up");
-  line("kvroute_events_nats_connected", "", bus.connected() ? 1 : 0);
+  line("kvroute_events_nats_reconnects_total", "", bus ? bus->reconnects() : 0);
+  head("kvroute_events_nats_connected", "gauge", "1 when the NATS connection is up (0 without NATS)");
+  line("kvroute_events_nats_connected", "", bus && bus->connected() ? 1 : 0);
   // indexer: counters, then gauges
   head("kvroute_indexer_events_total", "counter", "index events applied, by type and result");
   static constexpr std::string_view kTypes[] = {"stored", "removed", "cleared"};
@@ -121,6 +122,37 @@ void render_module_metrics(std::string& out, const EventPipelineStats& st, const
   line("kvroute_config_reloads_total", "{result=\"rejected\"}", admin.reloads_rejected.load());
   head("kvroute_admin_auth_failures_total", "counter", "admin requests refused for a missing or wrong token");
   line("kvroute_admin_auth_failures_total", "", admin.auth_failures.load());
+}
+
+// Fleet metrics: workers by source and health, scrapes, DNS, health signals.
+void render_fleet_metrics(std::string& out, const Fleet& fleet, const WorkerRegistry& registry) {
+  auto head = [&](std::string_view name, std::string_view type, std::string_view help) {
+    out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+  };
+  const auto& sc = fleet.scrape_stats();
+  const auto& st = fleet.stats();
+  head("kvroute_fleet_scrapes_total", "counter", "worker /metrics scrapes by result");
+  out += fmt::format("kvroute_fleet_scrapes_total{{result=\"ok\"}} {}\n", sc.scrapes_ok.load());
+  out += fmt::format("kvroute_fleet_scrapes_total{{result=\"failed\"}} {}\n", sc.scrapes_failed.load());
+  head("kvroute_fleet_dns_lookups_total", "counter", "discovery.dns lookups by result");
+  out += fmt::format("kvroute_fleet_dns_lookups_total{{result=\"ok\"}} {}\n", st.dns_lookups_ok.load());
+  out += fmt::format("kvroute_fleet_dns_lookups_total{{result=\"not_found\"}} {}\n", st.dns_lookups_not_found.load());
+  out += fmt::format("kvroute_fleet_dns_lookups_total{{result=\"failed\"}} {}\n", st.dns_lookups_failed.load());
+  head("kvroute_fleet_worker_changes_total", "counter", "router-known workers added and removed");
+  out += fmt::format("kvroute_fleet_worker_changes_total{{change=\"added\"}} {}\n", st.workers_added.load());
+  out += fmt::format("kvroute_fleet_worker_changes_total{{change=\"removed\"}} {}\n", st.workers_removed.load());
+  head("kvroute_fleet_health_failures_total", "counter", "failures observed talking to workers, by signal");
+  const auto failures = registry.failure_counts();
+  for (size_t i = 0; i < failures.size(); ++i)
+    out += fmt::format("kvroute_fleet_health_failures_total{{signal=\"{}\"}} {}\n",
+                       to_string(static_cast<HealthSignal>(i)), failures[i]);
+  std::map<std::pair<std::string_view, std::string_view>, int> by;
+  for (const auto& w : registry.all()) by[{to_string(w.info->source), to_string(w.health)}] += 1;
+  head("kvroute_fleet_workers", "gauge", "workers known, by source and health");
+  for (auto src : {WorkerSource::Heartbeat, WorkerSource::Static, WorkerSource::Dns, WorkerSource::Admin})
+    for (auto h : {HealthState::Ok, HealthState::Down, HealthState::Ejected})
+      out += fmt::format("kvroute_fleet_workers{{source=\"{}\",health=\"{}\"}} {}\n", to_string(src), to_string(h),
+                         by[{to_string(src), to_string(h)}]);
 }
 
 }  // namespace
@@ -192,23 +224,42 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (tokenizers.size() > 0) spdlog::info("tokenizers loaded for {} model(s)", tokenizers.size());
-  auto bus = NatsBus::connect(cfg.events.nats_url, "kvroute", std::chrono::milliseconds(cfg.events.connect_timeout_ms),
-                              &err);
-  if (!bus) {
-    std::fprintf(stderr, "kvroute: events.nats_url: %s\n", err.c_str());
-    return 1;
+  // NATS is optional: without it, workers come from workers.static /
+  // discovery.dns and their KV events over ZMQ.
+  std::unique_ptr<NatsBus> bus;
+  if (!cfg.events.nats_url.empty()) {
+    bus = NatsBus::connect(cfg.events.nats_url, "kvroute", std::chrono::milliseconds(cfg.events.connect_timeout_ms),
+                           &err);
+    if (!bus) {
+      std::fprintf(stderr, "kvroute: events.nats_url: %s\n", err.c_str());
+      return 1;
+    }
   }
   EventPipeline pipeline(cfg.events, cfg.indexer.block_size, index, registry, clock);
   sequencer.set_resync_callback([&](CacheOwner owner) { pipeline.request_resync(owner); });
   pipeline.set_resync_applier(
       [&](const ResyncDump& d) { sequencer.apply_resync(d.owner, d.last_event_id, d.events); });
-  if (!pipeline.start(*bus, &err)) {
-    std::fprintf(stderr, "kvroute: %s\n", err.c_str());
-    return 1;
+  if (bus) {
+    if (!pipeline.start(*bus, &err)) {
+      std::fprintf(stderr, "kvroute: %s\n", err.c_str());
+      return 1;
+    }
+  } else {
+    pipeline.start_writer();
   }
+
+  // Router-known workers (workers.static, discovery.dns, admin API): judged
+  // by their own /metrics and connections.
+  FleetHooks fleet_hooks;
+  fleet_hooks.removed = [&](WorkerId id) { pipeline.enqueue_remove_worker(id); };
+  Fleet fleet(registry, cfg.indexer.block_size, std::move(fleet_hooks));
+  fleet.start(cfg);
+  config.on_change([&](const Config& c) { fleet.apply_config(c); });
 
   RoutingService routing(index, registry, config, random, &tokenizers);
   AdminApi admin(config, routing, registry, index);
+  admin.set_fleet_hooks(AdminFleetHooks{[&](std::string_view entry) { return fleet.add_worker(entry); },
+                                        [&](WorkerId id) { return fleet.remove_worker(id); }});
   registry_metrics.on_scrape([&] {
     // Per-worker load as reported and as predicted (bounded by the fleet).
     static std::mutex mu;
@@ -252,10 +303,13 @@ int main(int argc, char** argv) {
   hooks.config = &config;
   hooks.admin = &admin;
   hooks.metrics = &router_metrics;
-  hooks.ready = [&] { return bus->connected() && !registry.candidates("").empty(); };
+  // Ready while some worker can take requests; a NATS outage does not make
+  // the router unready (workers are judged by the router, not by the bus).
+  hooks.ready = [&] { return !registry.candidates("").empty(); };
   hooks.render_metrics = [&] {
     std::string out = registry_metrics.render();
-    render_module_metrics(out, pipeline.stats(), sequencer, radix, approx, admin.stats(), *bus);
+    render_module_metrics(out, pipeline.stats(), sequencer, radix, approx, admin.stats(), bus.get());
+    render_fleet_metrics(out, fleet, registry);
     return out;
   };
   hooks.on_routed = [&](const ParsedRequest&, const RouteResult& r) {
@@ -276,8 +330,9 @@ int main(int argc, char** argv) {
   std::printf("kvroute listening on http://%s:%u admin http://%s:%u\n", cfg.router.host.c_str(), server.port(),
               cfg.admin.host.c_str(), server.admin_port());
   std::fflush(stdout);
-  spdlog::info("nats {} prefix '{}', block_size {}, worker_ttl {} ms", cfg.events.nats_url,
-               cfg.events.subject_prefix, cfg.indexer.block_size, cfg.events.worker_ttl_ms);
+  spdlog::info("nats {} prefix '{}', block_size {}, worker_ttl {} ms",
+               cfg.events.nats_url.empty() ? "(none)" : cfg.events.nats_url, cfg.events.subject_prefix,
+               cfg.indexer.block_size, cfg.events.worker_ttl_ms);
 
   for (;;) {
     int sig = 0;
@@ -296,6 +351,7 @@ int main(int argc, char** argv) {
     server.shutdown(grace);
     break;
   }
+  fleet.stop();
   pipeline.stop();
   return 0;
 }

@@ -123,8 +123,18 @@ def flatten(d, prefix=""):
     return out
 
 
+def list_text(v):
+    """A YAML list of mappings (workers.static, discovery.dns) in the daemon's text form."""
+    if not isinstance(v, list):
+        return v
+    def field(x):
+        return ":".join(map(str, x)) if isinstance(x, list) else str(x)
+    return ";".join(",".join(f"{k}={field(x)}" for k, x in e.items()) for e in v)
+
+
 def same_value(a, b):
     """Equal as the daemon would read them (it parses every scalar from its text)."""
+    a, b = list_text(a), list_text(b)
     if isinstance(a, bool) or isinstance(b, bool):
         return str(a).lower() == str(b).lower()
     try:

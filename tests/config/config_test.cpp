@@ -94,3 +94,84 @@ TEST_CASE("config/README.md documents every key") {
   for (const auto& k : config_keys())
     CHECK_MESSAGE(doc.find("| `" + std::string(k.path) + "` |") != std::string::npos, k.path, " is not documented");
 }
+
+TEST_CASE("workers.static: a YAML list of workers, or the compact text form; errors name entry and field") {
+  Config c;
+  REQUIRE_FALSE(apply_yaml(c, R"(
+workers:
+  scrape_interval_ms: 100
+  static:
+    - url: http://127.0.0.1:8001
+      model: qwen3
+      kv_events: tcp://127.0.0.1:5557
+      replay: tcp://127.0.0.1:5558
+      dp_size: 2
+      lora: [sql-lora, chat-lora]
+    - {url: "http://[::1]:8002", model: qwen3, metrics: none, id: 42}
+)"));
+  CHECK(c.workers.scrape_interval_ms == 100);
+  std::vector<WorkerEntry> w;
+  REQUIRE_FALSE(parse_worker_entries(c.workers.static_list, w));
+  REQUIRE(w.size() == 2);
+  CHECK(w[0].url == "http://127.0.0.1:8001");
+  CHECK(w[0].metrics == "http://127.0.0.1:8001/metrics");
+  CHECK(w[0].kv_events == "tcp://127.0.0.1:5557");
+  CHECK(w[0].replay == "tcp://127.0.0.1:5558");
+  CHECK(w[0].dp_size == 2);
+  CHECK(w[0].lora == std::vector<std::string>{"sql-lora", "chat-lora"});
+  CHECK(w[0].id == worker_id_for_url("http://127.0.0.1:8001"));
+  CHECK(w[1].id == 42);
+  CHECK(w[1].metrics == "none");
+
+  // `workers:` given directly as the list.
+  Config d;
+  REQUIRE_FALSE(apply_yaml(d, "workers:\n  - {url: http://a:1, model: m}\n"));
+  REQUIRE_FALSE(parse_worker_entries(d.workers.static_list, w));
+  CHECK(w.size() == 1);
+
+  // The text form (flags, environment) is the same key.
+  Config e;
+  REQUIRE_FALSE(set_key(e, "workers.static", "url=http://a:1,model=m; url=http://b:2,model=m,dp_size=4"));
+  REQUIRE_FALSE(validate(e));
+  REQUIRE_FALSE(parse_worker_entries(e.workers.static_list, w));
+  CHECK(w.size() == 2);
+  CHECK(w[1].dp_size == 4);
+
+  auto err = [](std::string_view text) {
+    Config x;
+    REQUIRE_FALSE(set_key(x, "workers.static", text));
+    auto e = validate(x);
+    return e ? *e : std::string();
+  };
+  CHECK(err("url=http://a:1") == "workers.static: entry 1: model is required");
+  CHECK(err("url=http://a:1,model=m;url=ftp://b,model=m") ==
+        "workers.static: entry 2: url 'ftp://b' must start with http:// or https://");
+  CHECK(err("url=http://a:1,model=m,dp_size=0") ==
+        "workers.static: entry 1: dp_size='0' is not a whole number in [1, 1024]");
+  CHECK(err("url=http://a:1,model=m,colour=red").find("unknown field 'colour'") != std::string::npos);
+  CHECK(err("url=http://a:1,model=m;url=http://a:1,model=m").find("duplicate worker") != std::string::npos);
+  CHECK(err("url=http://a:1,model=m,kv_events=http://x").find("tcp://") != std::string::npos);
+  CHECK(err("nonsense").find("not key=value") != std::string::npos);
+}
+
+TEST_CASE("discovery.dns entries and an empty nats_url (no NATS) validate") {
+  Config c;
+  REQUIRE_FALSE(apply_yaml(c, R"(
+events: {nats_url: ""}
+discovery:
+  dns_interval_ms: 500
+  dns_servers: "127.0.0.1:5353"
+  dns:
+    - {host: vllm.default.svc, port: 8000, model: qwen3, kv_events_port: 5557, replay_port: 5558}
+)"));
+  std::vector<DnsEntry> d;
+  REQUIRE_FALSE(parse_dns_entries(c.discovery.dns, d));
+  REQUIRE(d.size() == 1);
+  CHECK(d[0].host == "vllm.default.svc");
+  CHECK(d[0].kv_events_port == 5557);
+  CHECK(d[0].metrics_path == "/metrics");
+  Config bad;
+  CHECK(apply_yaml(bad, "discovery: {dns: [{port: 8000, model: m}]}").value() ==
+        "discovery.dns: entry 1: host is required");
+  CHECK(apply_yaml(bad, "workers: {eject_base_ms: 5000, eject_max_ms: 1000}").has_value());
+}

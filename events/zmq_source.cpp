@@ -1,0 +1,566 @@
+#include "events/zmq_source.h"
+
+#include <spdlog/spdlog.h>
+
+#include <zmq.hpp>
+#include <zmq_addon.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <optional>
+#include <unordered_map>
+
+#include <pthread.h>
+
+#include "common/log.h"
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+namespace kvroute {
+
+std::string offset_endpoint_port(const std::string& endpoint, uint32_t rank) {
+  if (endpoint.empty() || rank == 0) return endpoint;
+  if (endpoint.find("inproc") != std::string::npos) return endpoint + "_dp" + std::to_string(rank);
+  if (endpoint.rfind("tcp://", 0) == 0) {
+    const size_t colon = endpoint.rfind(':');
+    if (colon == std::string::npos || colon < 6 || colon + 1 >= endpoint.size()) return endpoint;
+    uint32_t port = 0;
+    for (size_t i = colon + 1; i < endpoint.size(); ++i) {
+      if (endpoint[i] < '0' || endpoint[i] > '9' || port > 100000) return endpoint;
+      port = port * 10 + static_cast<uint32_t>(endpoint[i] - '0');
+    }
+    return endpoint.substr(0, colon + 1) + std::to_string(port + rank);
+  }
+  return endpoint;
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr uint64_t kEndSeq = ~uint64_t{0};  // -1 as 8 big-endian bytes
+constexpr auto kTick = std::chrono::milliseconds(20);
+constexpr size_t kMaxFramesPerWake = 256;  // per socket per poll: fairness between publishers
+
+uint64_t read_be64(const zmq::message_t& m) {
+  const auto* p = static_cast<const uint8_t*>(m.data());
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v = (v << 8) | p[i];
+  return v;
+}
+
+bool valid_endpoint(const std::string& ep) {
+  if (ep.rfind("tcp://", 0) == 0) {
+    const size_t colon = ep.rfind(':');
+    return colon != std::string::npos && colon > 6 && colon + 1 < ep.size() &&
+           ep.find_first_not_of("0123456789", colon + 1) == std::string::npos;
+  }
+  return ep.rfind("ipc://", 0) == 0 || ep.rfind("inproc://", 0) == 0;
+}
+
+}  // namespace
+
+struct ZmqEventSource::Impl {
+  struct Publisher {
+    CacheOwner owner;
+    zmq::socket_t sub;
+    std::optional<zmq::socket_t> dealer;
+    std::optional<uint64_t> next;       // next seq to apply; nullopt: not known yet
+    std::optional<uint64_t> last_live;  // last live seq seen (live frames arrive in order)
+    bool syncing = false;               // the first-sight replay has not ended
+    std::map<uint64_t, std::string> held;  // frames not yet applied, by seq
+    bool inflight = false;              // a replay request is out
+    bool got_reply = false;             // ... and has brought at least one batch
+    uint64_t first_reply = 0;
+    Clock::time_point replay_deadline{};
+    Clock::time_point next_replay_at{};  // rate limit
+    uint32_t backoff_ms = 0;
+    uint32_t failures = 0;              // failed replays of the current gap
+    bool gap_counted = false;
+    bool partial = false;
+    VllmGroupState groups;
+    // The last applied batch: a gap's replay starts one before it, and a
+    // different payload there means a new engine incarnation whose seq
+    // overtook ours while we were disconnected.
+    std::optional<uint64_t> last_applied_seq;
+    uint64_t last_applied_hash = 0;
+    bool restart_seen = false;  // set by a replay, acted upon at its end
+  };
+  struct Worker {
+    ZmqWorkerEndpoints ep;
+    std::vector<std::unique_ptr<Publisher>> pubs;
+  };
+  struct Command {
+    WorkerId worker;
+    std::optional<ZmqWorkerEndpoints> ep;  // nullopt = remove
+  };
+
+  Impl(ZmqEventSource& self, const ZmqConfig& cfg, uint32_t block_size, Sink sink, DecodeLimits limits)
+      : self(self), cfg(cfg), block_size(block_size), sink(std::move(sink)), limits(limits) {}
+
+  ZmqEventSource& self;
+  const ZmqConfig cfg;
+  const uint32_t block_size;
+  Sink sink;
+  DecodeLimits limits;
+  zmq::context_t ctx{1};
+
+  std::mutex mu;  // guards commands, stop, partial
+  std::condition_variable cv;
+  std::vector<Command> commands;
+  bool stop = false;
+  std::unordered_set<CacheOwner> partial;
+  std::thread thread;
+
+  // kvroute-zmq thread only.
+  std::unordered_map<WorkerId, Worker> workers;
+  VllmEventBatch batch;  // reused
+  std::vector<KvEvent> events;
+  std::array<uint64_t, 5> skipped{};
+
+  ZmqSourceStats& stats() { return self.stats_; }
+
+  // ---- membership ----
+
+  void open(WorkerId id, const ZmqWorkerEndpoints& ep) {
+    Worker w{ep, {}};
+    for (uint32_t r = 0; r < std::max<uint32_t>(1, ep.dp_size); ++r) {
+      auto p = std::make_unique<Publisher>();
+      p->owner = CacheOwner{id, r};
+      try {
+        p->sub = zmq::socket_t(ctx, zmq::socket_type::sub);
+        p->sub.set(zmq::sockopt::linger, 0);
+        p->sub.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(limits.max_message_bytes + 64));
+        p->sub.set(zmq::sockopt::rcvhwm, 100000);
+        p->sub.set(zmq::sockopt::subscribe, cfg.topic);
+        p->sub.connect(offset_endpoint_port(ep.kv_events, r));
+        if (!ep.replay.empty()) {
+          p->dealer.emplace(ctx, zmq::socket_type::dealer);
+          p->dealer->set(zmq::sockopt::linger, 0);
+          p->dealer->set(zmq::sockopt::immediate, 1);  // never queue a request for a peer not connected
+          p->dealer->set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(limits.max_message_bytes + 64));
+          p->dealer->connect(offset_endpoint_port(ep.replay, r));
+          p->syncing = true;  // first sight: replay from 0 before trusting live frames
+        }
+      } catch (const zmq::error_t& e) {
+        static RateLimiter rl;
+        if (rl.allow()) spdlog::warn("zmq: worker {} rank {}: cannot connect: {}", id.value, r, e.what());
+        continue;
+      }
+      stats().publishers.fetch_add(1, std::memory_order_relaxed);
+      w.pubs.push_back(std::move(p));
+    }
+    workers[id] = std::move(w);
+  }
+
+  void close(WorkerId id) {
+    auto it = workers.find(id);
+    if (it == workers.end()) return;
+    for (auto& p : it->second.pubs) {
+      set_partial(*p, false);
+      std::vector<KvEvent> clear{KvEvent{p->owner, std::nullopt, StorageTier::Device, KvCleared{}}};
+      sink(std::move(clear));
+      stats().publishers.fetch_sub(1, std::memory_order_relaxed);
+    }
+    workers.erase(it);
+  }
+
+  void apply_commands() {
+    std::vector<Command> cmds;
+    {
+      std::lock_guard lk(mu);
+      cmds.swap(commands);
+    }
+    for (auto& c : cmds) {
+      auto it = workers.find(c.worker);
+      if (c.ep && it != workers.end() && it->second.ep == *c.ep) continue;
+      close(c.worker);
+      if (c.ep) open(c.worker, *c.ep);
+    }
+  }
+
+  // ---- per publisher ----
+
+  void set_partial(Publisher& p, bool on) {
+    if (p.partial == on) return;
+    p.partial = on;
+    std::lock_guard lk(mu);
+    if (on) partial.insert(p.owner);
+    else partial.erase(p.owner);
+    stats().partial_owners.store(partial.size(), std::memory_order_relaxed);
+  }
+
+  void give_up_gap(Publisher& p, const char* why) {
+    stats().unrecoverable_total.fetch_add(1, std::memory_order_relaxed);
+    set_partial(p, true);
+    static RateLimiter rl;
+    if (rl.allow())
+      spdlog::warn("zmq: worker {} rank {}: KV events {}..{} lost ({}); its index is partial", p.owner.worker.value,
+                   p.owner.dp_rank, p.next.value_or(0), p.held.empty() ? 0 : p.held.begin()->first - 1, why);
+    p.next = p.held.empty() ? p.next : std::optional<uint64_t>(p.held.begin()->first);
+    p.failures = 0;
+    p.gap_counted = false;
+  }
+
+  void apply(Publisher& p, uint64_t seq, const std::string& payload) {
+    p.last_applied_seq = seq;
+    p.last_applied_hash = XXH3_64bits(payload.data(), payload.size());
+    std::string detail;
+    const auto bytes = std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(payload.data()), payload.size());
+    const DecodeError e = decode_vllm_batch(bytes, limits, batch, &detail);
+    if (e != DecodeError::None) {
+      stats().rejected_total[static_cast<size_t>(e)].fetch_add(1, std::memory_order_relaxed);
+      set_partial(p, true);
+      static RateLimiter rl;
+      if (rl.allow())
+        spdlog::warn("zmq: worker {} rank {}: KV event batch rejected ({}: {}); its index is partial",
+                     p.owner.worker.value, p.owner.dp_rank, to_string(e), detail);
+      return;
+    }
+    batch.data_parallel_rank.reset();  // the endpoint says which rank this is
+    events.clear();
+    skipped.fill(0);
+    to_kv_events(batch, p.owner, block_size, events, &skipped, &p.groups);
+    for (size_t i = 1; i < skipped.size(); ++i)
+      if (skipped[i]) stats().skipped_total[i].fetch_add(skipped[i], std::memory_order_relaxed);
+    if (events.empty()) return;
+    uint64_t blocks = 0;
+    for (const auto& ev : events)
+      if (auto* s = std::get_if<KvStored>(&ev.data)) blocks += s->blocks.size();
+    const size_t n = events.size();
+    if (!sink(std::move(events))) {
+      stats().sink_refused_total.fetch_add(1, std::memory_order_relaxed);
+      set_partial(p, true);
+    } else {
+      stats().batches_applied_total.fetch_add(1, std::memory_order_relaxed);
+      stats().events_total.fetch_add(n, std::memory_order_relaxed);
+      stats().blocks_stored_total.fetch_add(blocks, std::memory_order_relaxed);
+    }
+    events = {};
+  }
+
+  bool can_replay(const Publisher& p) const { return p.dealer.has_value() && p.failures < cfg.replay_attempts; }
+
+  void request_replay(Publisher& p, uint64_t from, Clock::time_point now) {
+    if (p.inflight || now < p.next_replay_at) return;
+    uint8_t be[8];
+    for (int i = 0; i < 8; ++i) be[i] = static_cast<uint8_t>(from >> (56 - 8 * i));
+    bool sent = false;
+    try {
+      sent = p.dealer->send(zmq::message_t(), zmq::send_flags::sndmore | zmq::send_flags::dontwait).has_value() &&
+             p.dealer->send(zmq::buffer(be, 8), zmq::send_flags::dontwait).has_value();
+    } catch (const zmq::error_t&) {
+      sent = false;
+    }
+    p.next_replay_at = now + std::chrono::milliseconds(std::max(cfg.replay_min_interval_ms, p.backoff_ms));
+    if (!sent) {  // not connected (yet): counts as a failed attempt
+      replay_failed(p, now);
+      return;
+    }
+    stats().replay_requests_total.fetch_add(1, std::memory_order_relaxed);
+    p.inflight = true;
+    p.got_reply = false;
+    p.replay_deadline = now + std::chrono::milliseconds(cfg.replay_timeout_ms);
+  }
+
+  void replay_failed(Publisher& p, Clock::time_point now) {
+    p.inflight = false;
+    ++p.failures;
+    p.backoff_ms = std::min(cfg.replay_max_backoff_ms, std::max(cfg.replay_min_interval_ms, p.backoff_ms * 2));
+    p.next_replay_at = now + std::chrono::milliseconds(p.backoff_ms);
+    if (p.syncing && p.failures >= cfg.replay_attempts) {
+      // The engine does not answer replays: go live with what arrives, and
+      // say that what came before is unknown.
+      p.syncing = false;
+      stats().unrecoverable_total.fetch_add(1, std::memory_order_relaxed);
+      set_partial(p, true);
+      p.failures = 0;
+    }
+  }
+
+  // Applies held frames in order; asks for a replay at a gap, or gives it up.
+  void process(Publisher& p, Clock::time_point now) {
+    if (p.syncing) {
+      if (!p.inflight) request_replay(p, 0, now);
+      if (p.syncing && p.held.size() <= cfg.max_pending_frames) return;
+      if (p.syncing) {  // held too much while waiting: give the start up
+        p.syncing = false;
+        p.inflight = false;
+        stats().unrecoverable_total.fetch_add(1, std::memory_order_relaxed);
+        set_partial(p, true);
+      }
+    }
+    while (!p.held.empty()) {
+      auto it = p.held.begin();
+      if (!p.next) {
+        // Joined without a replay: what came before the first frame is unknown.
+        if (it->first > 0) set_partial(p, true);
+        p.next = it->first;
+      }
+      if (it->first < *p.next) {
+        stats().duplicates_total.fetch_add(1, std::memory_order_relaxed);
+        p.held.erase(it);
+        continue;
+      }
+      if (it->first == *p.next) {
+        apply(p, it->first, it->second);
+        p.held.erase(it);
+        p.next = *p.next + 1;
+        p.failures = 0;
+        p.gap_counted = false;
+        continue;
+      }
+      // A gap before the held frames.
+      if (!p.gap_counted) {
+        stats().gaps_total.fetch_add(1, std::memory_order_relaxed);
+        p.gap_counted = true;
+      }
+      if (can_replay(p) && p.held.size() <= cfg.max_pending_frames) {
+        const bool verify = p.last_applied_seq && *p.last_applied_seq + 1 == *p.next;
+        request_replay(p, verify ? *p.next - 1 : *p.next, now);
+        return;  // wait for the replay (or its timeout)
+      }
+      give_up_gap(p, p.dealer ? "replay failed or too many frames held" : "no replay endpoint");
+    }
+  }
+
+  // A new engine incarnation: its blocks start empty and its seq at 0.
+  void restart(Publisher& p) {
+    std::vector<KvEvent> clear{KvEvent{p.owner, std::nullopt, StorageTier::Device, KvCleared{}}};
+    sink(std::move(clear));
+    p.groups = {};
+    p.next = 0;
+    p.last_applied_seq.reset();
+    p.restart_seen = false;
+    p.inflight = false;
+    p.failures = 0;
+    p.backoff_ms = 0;
+    p.next_replay_at = {};
+    p.gap_counted = false;
+    set_partial(p, false);
+  }
+
+  void on_live(Publisher& p, uint64_t seq, std::string&& payload, Clock::time_point now) {
+    stats().frames_total.fetch_add(1, std::memory_order_relaxed);
+    stats().bytes_total.fetch_add(payload.size(), std::memory_order_relaxed);
+    if (p.last_live && seq <= *p.last_live) {
+      // Live frames of one publisher arrive in order: a smaller seq is a new
+      // engine incarnation. Its blocks are gone; its history starts at 0.
+      stats().restarts_total.fetch_add(1, std::memory_order_relaxed);
+      static RateLimiter rl;
+      if (rl.allow())
+        spdlog::warn("zmq: worker {} rank {}: seq went back from {} to {}: engine restarted, its blocks dropped",
+                     p.owner.worker.value, p.owner.dp_rank, *p.last_live, seq);
+      p.held.clear();
+      restart(p);
+    }
+    p.last_live = seq;
+    if (p.next && seq < *p.next) {  // already applied through a replay
+      stats().duplicates_total.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    p.held.emplace(seq, std::move(payload));
+    process(p, now);
+  }
+
+  void on_replay_frame(Publisher& p, std::vector<zmq::message_t>& f, Clock::time_point now) {
+    size_t i = 0;
+    if (!f.empty() && f[0].size() == 0) ++i;  // the DEALER's empty delimiter
+    const size_t n = f.size() - i;
+    if (n != 2 && n != 3) {  // [seq, payload] or [topic, seq, payload]
+      stats().bad_frames_total.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    const zmq::message_t& seqf = f[i + n - 2];
+    if (seqf.size() != 8) {
+      stats().bad_frames_total.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    const uint64_t seq = read_be64(seqf);
+    if (seq == kEndSeq) {
+      if (p.inflight) end_replay(p, now);
+      return;
+    }
+    stats().replay_frames_total.fetch_add(1, std::memory_order_relaxed);
+    if (p.inflight && !p.got_reply) p.first_reply = seq;
+    p.got_reply = p.got_reply || p.inflight;
+    const zmq::message_t& payload = f[i + n - 1];
+    if (p.last_applied_seq && seq == *p.last_applied_seq &&
+        XXH3_64bits(payload.data(), payload.size()) != p.last_applied_hash)
+      p.restart_seen = true;  // the engine's batch at our last seq is another one
+    if (p.next && seq < *p.next) {
+      stats().duplicates_total.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    p.held.emplace(seq, payload.to_string());
+  }
+
+  void end_replay(Publisher& p, Clock::time_point now) {
+    p.inflight = false;
+    p.failures = 0;
+    p.backoff_ms = 0;
+    if (p.restart_seen) {
+      // Seq overtook ours during a disconnect: a new incarnation. Its frames
+      // held so far are valid; what is missing from 0 is replayed next.
+      stats().restarts_total.fetch_add(1, std::memory_order_relaxed);
+      static RateLimiter rl;
+      if (rl.allow())
+        spdlog::warn("zmq: worker {} rank {}: the engine's batch {} differs from the one applied: engine restarted, "
+                     "its blocks dropped",
+                     p.owner.worker.value, p.owner.dp_rank, p.last_applied_seq.value_or(0));
+      restart(p);
+    } else if (p.syncing) {
+      p.syncing = false;
+      if (!p.got_reply) {
+        // Nothing buffered: the engine has published nothing yet (or only
+        // what arrives live from now on). Start at the first held frame;
+        // one after 0 is a gap that the next replay fills.
+        p.next = 0;
+      } else {
+        if (p.first_reply > 0) {
+          // The engine's buffer no longer starts at 0: older blocks unknown.
+          stats().unrecoverable_total.fetch_add(1, std::memory_order_relaxed);
+          set_partial(p, true);
+        }
+        p.next = p.first_reply;
+      }
+    } else if (p.next && !p.held.empty() && p.held.begin()->first > *p.next) {
+      give_up_gap(p, "the engine's replay buffer no longer has them");
+    }
+    process(p, now);
+  }
+
+  void tick(Clock::time_point now) {
+    for (auto& [id, w] : workers)
+      for (auto& p : w.pubs) {
+        if (p->inflight && now >= p->replay_deadline) {
+          stats().replay_timeouts_total.fetch_add(1, std::memory_order_relaxed);
+          replay_failed(*p, now);
+        }
+        if (!p->inflight && (p->syncing || !p->held.empty())) process(*p, now);
+      }
+  }
+
+  // ---- the loop ----
+
+  void drain_sub(Publisher& p, Clock::time_point now) {
+    std::vector<zmq::message_t> f;
+    for (size_t k = 0; k < kMaxFramesPerWake; ++k) {
+      f.clear();
+      if (!zmq::recv_multipart(p.sub, std::back_inserter(f), zmq::recv_flags::dontwait)) return;
+      if (f.size() != 3 || f[1].size() != 8) {
+        stats().bad_frames_total.fetch_add(1, std::memory_order_relaxed);
+        continue;
+      }
+      on_live(p, read_be64(f[1]), f[2].to_string(), now);
+    }
+  }
+
+  void drain_dealer(Publisher& p, Clock::time_point now) {
+    std::vector<zmq::message_t> f;
+    for (size_t k = 0; k < 4 * kMaxFramesPerWake; ++k) {
+      f.clear();
+      if (!zmq::recv_multipart(*p.dealer, std::back_inserter(f), zmq::recv_flags::dontwait)) return;
+      on_replay_frame(p, f, now);
+    }
+  }
+
+  void loop() {
+    pthread_setname_np(pthread_self(), "kvroute-zmq");
+    std::vector<zmq::pollitem_t> items;
+    std::vector<std::pair<Publisher*, bool>> owners;  // per item: publisher, is_dealer
+    while (true) {
+      {
+        std::unique_lock lk(mu);
+        if (workers.empty()) cv.wait_for(lk, kTick, [&] { return stop || !commands.empty(); });
+        if (stop) break;
+      }
+      apply_commands();
+      items.clear();
+      owners.clear();
+      for (auto& [id, w] : workers)
+        for (auto& p : w.pubs) {
+          items.push_back({p->sub.handle(), 0, ZMQ_POLLIN, 0});
+          owners.emplace_back(p.get(), false);
+          if (p->dealer) {
+            items.push_back({p->dealer->handle(), 0, ZMQ_POLLIN, 0});
+            owners.emplace_back(p.get(), true);
+          }
+        }
+      if (items.empty()) continue;
+      try {
+        zmq::poll(items.data(), items.size(), kTick);
+        const auto now = Clock::now();
+        for (size_t i = 0; i < items.size(); ++i) {
+          if (!(items[i].revents & ZMQ_POLLIN)) continue;
+          if (owners[i].second) drain_dealer(*owners[i].first, now);
+          else drain_sub(*owners[i].first, now);
+        }
+        tick(Clock::now());
+      } catch (const zmq::error_t& e) {
+        if (e.num() == ETERM) break;
+        static RateLimiter rl;
+        if (rl.allow()) spdlog::warn("zmq: {}", e.what());
+      }
+    }
+    for (auto& [id, w] : workers)
+      for (auto& p : w.pubs) stats().publishers.fetch_sub(1, std::memory_order_relaxed);
+    workers.clear();  // closes the sockets on this thread
+  }
+};
+
+ZmqEventSource::ZmqEventSource(const ZmqConfig& cfg, uint32_t block_size, Sink sink, DecodeLimits limits)
+    : impl_(std::make_unique<Impl>(*this, cfg, block_size, std::move(sink), limits)) {}
+
+ZmqEventSource::~ZmqEventSource() { stop(); }
+
+void ZmqEventSource::start() {
+  if (!impl_->thread.joinable()) impl_->thread = std::thread([this] { impl_->loop(); });
+}
+
+void ZmqEventSource::stop() {
+  {
+    std::lock_guard lk(impl_->mu);
+    impl_->stop = true;
+  }
+  impl_->cv.notify_all();
+  if (impl_->thread.joinable()) impl_->thread.join();
+}
+
+bool ZmqEventSource::add_worker(WorkerId worker, const ZmqWorkerEndpoints& ep, std::string* error) {
+  if (!valid_endpoint(ep.kv_events) || (!ep.replay.empty() && !valid_endpoint(ep.replay)) || ep.dp_size == 0 ||
+      ep.dp_size > 1024) {
+    if (error)
+      *error = "kv_events / replay must be tcp://HOST:PORT, ipc://PATH or inproc://NAME, dp_size 1-1024 (got '" +
+               ep.kv_events + "', '" + ep.replay + "', " + std::to_string(ep.dp_size) + ")";
+    return false;
+  }
+  {
+    std::lock_guard lk(impl_->mu);
+    impl_->commands.push_back({worker, ep});
+  }
+  impl_->cv.notify_all();
+  return true;
+}
+
+void ZmqEventSource::remove_worker(WorkerId worker) {
+  {
+    std::lock_guard lk(impl_->mu);
+    impl_->commands.push_back({worker, std::nullopt});
+  }
+  impl_->cv.notify_all();
+}
+
+bool ZmqEventSource::is_partial(CacheOwner owner) const {
+  std::lock_guard lk(impl_->mu);
+  return impl_->partial.count(owner) > 0;
+}
+
+std::vector<CacheOwner> ZmqEventSource::partial_owners() const {
+  std::lock_guard lk(impl_->mu);
+  return {impl_->partial.begin(), impl_->partial.end()};
+}
+
+}  // namespace kvroute

@@ -1,0 +1,233 @@
+#!/usr/bin/env python3
+"""An independent vLLM KV event publisher, written from the message definitions
+of vLLM's vllm/distributed/kv_events.py (KVEventBatch, BlockStored,
+BlockRemoved, AllBlocksCleared; msgspec structs with omit_defaults, tag=True;
+array_like in the positional layout) and its ZmqEventPublisher wire protocol.
+It does not use kvroute's encoder: msgpack (python3-msgpack) and ZMQ
+(python3-zmq) only.
+
+Protocol with the test driving it (tests/events/zmq_reference_test.cpp):
+  stdout  "ENDPOINTS <pub> <replay>"   after binding (port 0 = free ports)
+          phase 1 is then published at once (before any subscriber: a late
+          router must get it by replay from seq 0)
+  stdin   "go"                         publish phase 2 (with one frame dropped:
+                                       numbered and buffered, never sent live)
+  stdout  "EXPECT <json>"              what the router's index must hold
+  stdin   "quit" or EOF                exit
+Replay requests are served all the time, as vLLM does: ROUTER receives
+[identity, b"", start_seq (8 bytes BE)] and answers [identity, b"", seq,
+payload] per buffered batch with seq >= start_seq, then [identity, b"",
+(-1 as 8 bytes), b""].
+"""
+import hashlib
+import json
+import os
+import select
+import sys
+import time
+
+import msgpack
+import zmq
+
+BLOCK = 4
+# Positional field order of BlockStored after the tag (vLLM's declaration order).
+STORED_FIELDS = ["block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium",
+                 "lora_name", "extra_keys", "group_idx", "kv_cache_spec_kind", "kv_cache_spec_sliding_window"]
+STORED_DEFAULTED = {"extra_keys", "group_idx", "kv_cache_spec_kind", "kv_cache_spec_sliding_window"}
+REMOVED_FIELDS = ["block_hashes", "medium", "group_idx"]
+REMOVED_DEFAULTED = {"group_idx"}
+
+
+def encode_event(ev, positional):
+    """ev: dict with "type" and fields. Fields with defaults are omitted when None
+    (omit_defaults); positional drops only trailing ones (array_like)."""
+    kind = ev["type"]
+    order = STORED_FIELDS if kind == "BlockStored" else REMOVED_FIELDS if kind == "BlockRemoved" else []
+    defaulted = STORED_DEFAULTED if kind == "BlockStored" else REMOVED_DEFAULTED
+    if positional:
+        values = [ev.get(f) for f in order]
+        extra = [ev[k] for k in ev if k.startswith("x_")]  # fields unknown to the reader, after all known ones
+        while not extra and values and order[len(values) - 1] in defaulted and values[-1] is None:
+            values.pop()
+        return [kind] + values + extra
+    out = {"type": kind}
+    for f in order:
+        if f in defaulted and ev.get(f) is None:
+            continue
+        out[f] = ev.get(f)
+    for k in ev:
+        if k not in out and k != "type":
+            out[k[2:] if k.startswith("x_") else k] = ev[k]
+    return out
+
+
+def encode_batch(events, positional, rank=0):
+    ts = time.time()
+    evs = [encode_event(e, positional) for e in events]
+    obj = [ts, evs, rank] if positional else {"ts": ts, "events": evs, "data_parallel_rank": rank}
+    return msgpack.packb(obj, use_bin_type=True)
+
+
+def sha_hash(*parts):
+    """A bytes block hash, as vLLM's sha256 hashing gives."""
+    return hashlib.sha256(repr(parts).encode()).digest()
+
+
+def tokens(seed, blocks):
+    return [(seed * 7919 + i * 31) % 50000 + 1000 for i in range(blocks * BLOCK)]
+
+
+class Model:
+    """What the engine caches: engine hash -> block (parent, tokens, namespace, medium)."""
+
+    def __init__(self):
+        self.blocks = {}
+
+    def stored(self, hashes, parent, toks, lora=None, salt=None, medium="GPU"):
+        for i, h in enumerate(hashes):
+            p = parent if i == 0 else hashes[i - 1]
+            root_ns = (lora, salt if p is None else None)
+            self.blocks[self.key(h)] = {"parent": None if p is None else self.key(p),
+                                        "tokens": toks[i * BLOCK:(i + 1) * BLOCK], "lora": lora,
+                                        "salt": root_ns[1], "tier": "host_pinned" if medium == "CPU" else "device"}
+
+    def removed(self, hashes):
+        for h in hashes:
+            self.blocks.pop(self.key(h), None)
+
+    def cleared(self):
+        self.blocks.clear()
+
+    @staticmethod
+    def key(h):
+        return h.hex() if isinstance(h, bytes) else str(h)
+
+    def expect(self):
+        out = []
+        for k in self.blocks:
+            path, tiers, cur = [], [], k
+            while cur is not None:
+                b = self.blocks[cur]
+                path = b["tokens"] + path
+                tiers = [b["tier"]] + tiers
+                root = b
+                cur = b["parent"]
+            out.append({"tokens": path, "lora": root["lora"] or "", "salt": root["salt"] or "", "tiers": tiers})
+        return out
+
+
+def stored_ev(model, hashes, parent, toks, lora=None, salt=None, medium="GPU", group=0, kind="full_attention",
+              extra=None, index=True, **unknown):
+    if index:
+        model.stored(hashes, parent, toks, lora, salt, medium)
+    extra_keys = None
+    if lora or salt:
+        extra_keys = []
+        for i in range(len(hashes)):
+            keys = ([lora] if lora else []) + ([salt] if salt and i == 0 and parent is None else [])
+            extra_keys.append(keys or None)
+    ev = {"type": "BlockStored", "block_hashes": hashes, "parent_block_hash": parent, "token_ids": toks,
+          "block_size": BLOCK, "lora_id": 1 if lora else None, "medium": medium, "lora_name": lora,
+          "extra_keys": extra_keys if extra is None else extra, "group_idx": group, "kv_cache_spec_kind": kind}
+    ev.update({"x_" + k: v for k, v in unknown.items()})
+    return ev
+
+
+def phase1(model):
+    """(events, positional) per batch: both encodings, int and bytes hashes,
+    LoRA + cache_salt, CPU medium, AllBlocksCleared, unknown fields and types,
+    a sliding-window group that must not be indexed."""
+    z = [901, 902]
+    a = [1001, 1002]
+    b = [sha_hash("b", i) for i in range(3)]
+    c = [(1 << 63) + 5, (1 << 63) + 6]  # above int64: msgpack uint64
+    d = [-77]                            # negative int hash
+    batches = []
+    batches.append(([stored_ev(model, z, None, tokens(9, 2))], True))
+    model.cleared()
+    batches.append(([{"type": "AllBlocksCleared"}, stored_ev(model, a, None, tokens(1, 2))], False))
+    batches.append(([stored_ev(model, b, None, tokens(2, 3), lora="sql-lora", salt="tenant-x")], False))
+    batches.append(([stored_ev(model, c, None, tokens(3, 2), medium="CPU", future_field={"nested": [1, [2]]}),
+                     {"type": "BlockPinned", "block_hashes": [1]}], False))
+    batches.append(([stored_ev(model, d, a[-1], tokens(4, 1), salt="ignored-not-first", extra=[None]),
+                     # hybrid model: the sliding-window group has the same hashes; never indexed, and its
+                     # removal must not remove the full-attention blocks
+                     stored_ev(model, a, None, tokens(1, 2), group=1, kind="sliding_window", index=False),
+                     {"type": "BlockRemoved", "block_hashes": a, "medium": "GPU", "group_idx": 1}], True))
+    return batches
+
+
+def phase2(model):
+    f = [2001, 2002]
+    g = [2003]
+    model_removed = [(1 << 63) + 6]
+    batches = []
+    batches.append(([stored_ev(model, f, None, tokens(5, 2))], True))     # dropped live: replay must bring it
+    batches.append(([stored_ev(model, g, f[-1], tokens(6, 1))], False))   # its parent is in the dropped frame
+    model.removed(model_removed)
+    batches.append(([{"type": "BlockRemoved", "block_hashes": model_removed, "medium": "CPU"}], True))
+    return batches
+
+
+def main():
+    ctx = zmq.Context.instance()
+    pub = ctx.socket(zmq.PUB)
+    pub.setsockopt(zmq.LINGER, 0)
+    pub.bind("tcp://127.0.0.1:*")
+    router = ctx.socket(zmq.ROUTER)
+    router.setsockopt(zmq.LINGER, 0)
+    router.bind("tcp://127.0.0.1:*")
+    topic = os.environ.get("KV_TOPIC", "kv").encode()
+    buffer = []  # (seq, payload), as vLLM's replay deque
+    seq = [0]
+    model = Model()
+
+    def publish(payload, send_live=True):
+        s = seq[0]
+        seq[0] += 1
+        if send_live:
+            pub.send_multipart([topic, s.to_bytes(8, "big"), payload])
+        buffer.append((s, payload))
+
+    def serve_replays():
+        while router.poll(0):
+            frames = router.recv_multipart()
+            if len(frames) != 3:
+                continue
+            ident, _, start = frames
+            start = int.from_bytes(start, "big")
+            for s, payload in buffer:
+                if s >= start:
+                    router.send_multipart([ident, b"", s.to_bytes(8, "big"), payload])
+            router.send_multipart([ident, b"", (-1).to_bytes(8, "big", signed=True), b""])
+
+    print("ENDPOINTS", pub.getsockopt(zmq.LAST_ENDPOINT).decode(), router.getsockopt(zmq.LAST_ENDPOINT).decode(),
+          flush=True)
+    for events, positional in phase1(model):
+        publish(encode_batch(events, positional))
+    phase = 1
+    stdin = sys.stdin.fileno()
+    pending = b""
+    while True:
+        serve_replays()
+        r, _, _ = select.select([stdin], [], [], 0.005)
+        if not r:
+            continue
+        chunk = os.read(stdin, 4096)
+        if not chunk:
+            return
+        pending += chunk
+        while b"\n" in pending:
+            line, pending = pending.split(b"\n", 1)
+            cmd = line.strip().decode()
+            if cmd == "quit":
+                return
+            if cmd == "go" and phase == 1:
+                phase = 2
+                for i, (events, positional) in enumerate(phase2(model)):
+                    publish(encode_batch(events, positional), send_live=(i != 0))
+                print("EXPECT", json.dumps({"blocks": len(model.blocks), "chains": model.expect()}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 namespace kvroute {
 
@@ -19,18 +20,27 @@ struct Offer {
   bool operator<(const Offer& o) const { return cost != o.cost ? cost < o.cost : tie < o.tie; }
 };
 
-// One distinct cached depth among the request's eligible owners.
+// One distinct cached depth among the request's eligible owners. The first
+// kSmallGroup members are remembered (a group with no more is scored member
+// by member).
 struct Group {
   double cached;
   uint32_t count;
+  std::array<uint32_t, RankedFleet::kSmallGroup> members;
 };
+
+bool same_overlap(const OwnerOverlap& a, uint32_t blocks, const uint64_t tiers[2]) {
+  uint64_t t[2];
+  std::memcpy(t, a.by_tier.data(), sizeof t);
+  return a.blocks == blocks && t[0] == tiers[0] && t[1] == tiers[1];
+}
 
 // Per-thread scratch of decide(): slot-indexed marks, valid when stamp == epoch
 // (no clearing per decision), and the decision's small lists.
 struct Scratch {
   std::vector<uint32_t> stamp, owner_at;
   std::vector<uint16_t> group;
-  std::vector<uint32_t> touched;
+  std::vector<uint32_t> touched, overflow;
   std::vector<Group> groups;
   std::vector<Offer> top;
   uint32_t epoch = 0;
@@ -249,52 +259,67 @@ void RankedFleet::decide(std::span<const OwnerOverlap> owners, uint32_t isl_toke
   auto cached_of = [&](const OwnerOverlap& o) {
     return std::min<double>(tier_weighted_blocks(o.blocks, o.by_tier, cfg) * block_size, isl_tokens);
   };
-  // 1a. Owners -> eligible slots; several dp ranks of one worker keep the best.
+  // One pass: owners -> eligible slots (several dp ranks of one worker keep
+  // the best), each joined to its group. Owners come in runs of equal
+  // overlap, so the previous owner's group is tried first.
   sc.touched.resize(owners.size());
-  uint32_t* touched = sc.touched.data();
+  uint32_t* const touched = sc.touched.data();
   size_t ntouched = 0;
   uint32_t* const stamp = sc.stamp.data();
   uint32_t* const owner_at = sc.owner_at.data();
+  uint16_t* const group = sc.group.data();
   const uint8_t* const eligible = eligible_flag_.data();
   const uint32_t epoch = sc.epoch;
+  static_assert(sizeof(OwnerOverlap::by_tier) == 2 * sizeof(uint64_t));
+  uint32_t last_blocks = ~0u;
+  uint64_t last_tiers[2] = {0, 0};
+  uint16_t last_group = kOverflowGroup;
+  auto group_of = [&](const OwnerOverlap& o) {
+    if (same_overlap(o, last_blocks, last_tiers)) return last_group;
+    last_blocks = o.blocks;
+    std::memcpy(last_tiers, o.by_tier.data(), sizeof last_tiers);
+    const double cached = cached_of(o);
+    for (size_t k = sc.groups.size(); k-- > 0;)
+      if (sc.groups[k].cached == cached) return last_group = static_cast<uint16_t>(k);
+    if (sc.groups.size() == kMaxGroups) return last_group = kOverflowGroup;
+    sc.groups.push_back(Group{cached, 0, {}});
+    return last_group = static_cast<uint16_t>(sc.groups.size() - 1);
+  };
+  std::vector<uint32_t>& overflow = sc.overflow;  // members of no group: scored one by one
+  overflow.clear();
+  auto join = [&](uint32_t s, uint32_t i, bool moving) {
+    owner_at[s] = i;
+    const uint16_t old = group[s];
+    const uint16_t g = group[s] = group_of(owners[i]);
+    out.best_overlap_blocks = std::max(out.best_overlap_blocks, owners[i].blocks);
+    if (moving && g == old) return;  // already a member (overflow: scored by owner_at)
+    if (g == kOverflowGroup) {
+      overflow.push_back(s);
+    } else {
+      Group& gr = sc.groups[g];
+      if (gr.count < kSmallGroup) gr.members[gr.count] = s;
+      ++gr.count;
+    }
+  };
   for (uint32_t i = 0; i < owners.size(); ++i) {
     const uint32_t* at = index_.find(owners[i].owner.worker.value);
     if (!at || !eligible[*at]) continue;
     const uint32_t s = *at;
     if (stamp[s] != epoch) {
       stamp[s] = epoch;
-      owner_at[s] = i;
       touched[ntouched++] = s;
+      join(s, i, false);
       continue;
     }
     const OwnerOverlap& cur = owners[owner_at[s]];
-    if (owners[i].blocks > cur.blocks || (owners[i].blocks == cur.blocks && owners[i].owner.dp_rank < cur.owner.dp_rank))
-      owner_at[s] = i;
+    if (owners[i].blocks > cur.blocks || (owners[i].blocks == cur.blocks && owners[i].owner.dp_rank < cur.owner.dp_rank)) {
+      // Another rank is better: the worker moves to that rank's group. Its
+      // old group keeps a stale member entry (skipped below: group[s] says
+      // where it is) and its count (an upper bound; only decides small/large).
+      join(s, i, true);
+    }
   }
   sc.touched.resize(ntouched);
-  // 1b. Groups by cached tokens. Owners come in runs of equal overlap, so the
-  //     previous owner's group is tried first.
-  uint32_t last_blocks = ~0u;
-  std::array<uint32_t, kNumStorageTiers> last_tiers{};
-  uint16_t g = kOverflowGroup;
-  for (uint32_t s : sc.touched) {
-    const OwnerOverlap& o = owners[owner_at[s]];
-    out.best_overlap_blocks = std::max(out.best_overlap_blocks, o.blocks);
-    if (o.blocks != last_blocks || o.by_tier != last_tiers) {
-      last_blocks = o.blocks;
-      last_tiers = o.by_tier;
-      const double cached = cached_of(o);
-      g = kOverflowGroup;
-      for (size_t k = sc.groups.size(); k-- > 0;)
-        if (sc.groups[k].cached == cached) { g = static_cast<uint16_t>(k); break; }
-      if (g == kOverflowGroup && sc.groups.size() < kMaxGroups) {
-        g = static_cast<uint16_t>(sc.groups.size());
-        sc.groups.push_back(Group{cached, 0});
-      }
-    }
-    sc.group[s] = g;
-    if (g != kOverflowGroup) ++sc.groups[g].count;
-  }
   out.groups = static_cast<uint32_t>(sc.groups.size());
 
   // The exact cost of one worker at `cached` tokens (schedule()'s doubles).
@@ -311,9 +336,14 @@ void RankedFleet::decide(std::span<const OwnerOverlap> owners, uint32_t isl_toke
   };
   auto small = [&](uint16_t g) { return g == kOverflowGroup || sc.groups[g].count <= kSmallGroup; };
   // 2. Small groups: every member.
-  for (uint32_t s : sc.touched)
-    if (const uint16_t g = sc.group[s]; small(g))
-      score(s, sc.owner_at[s], g == kOverflowGroup ? cached_of(owners[sc.owner_at[s]]) : sc.groups[g].cached);
+  for (size_t g = 0; g < sc.groups.size(); ++g) {
+    const Group& gr = sc.groups[g];
+    if (gr.count > kSmallGroup) continue;
+    for (uint32_t k = 0; k < gr.count; ++k)
+      if (const uint32_t s = gr.members[k]; sc.group[s] == g) score(s, sc.owner_at[s], gr.cached);
+  }
+  for (uint32_t s : overflow)
+    if (sc.group[s] == kOverflowGroup) score(s, sc.owner_at[s], cached_of(owners[sc.owner_at[s]]));
   // 3. Large groups and the workers holding none of the prompt: in key order,
   //    until no worker further on can enter the ranking.
   const uint32_t none = eligible_ - static_cast<uint32_t>(sc.touched.size());

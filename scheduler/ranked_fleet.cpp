@@ -40,7 +40,7 @@ bool same_overlap(const OwnerOverlap& a, uint32_t blocks, const uint64_t tiers[2
 struct Scratch {
   std::vector<uint32_t> stamp, owner_at;
   std::vector<uint16_t> group;
-  std::vector<uint32_t> touched, overflow;
+  std::vector<uint32_t> overflow;
   std::vector<Group> groups;
   std::vector<Offer> top;
   uint32_t epoch = 0;
@@ -55,7 +55,6 @@ struct Scratch {
       std::fill(stamp.begin(), stamp.end(), 0);
       epoch = 1;
     }
-    touched.clear();
     groups.clear();
     top.clear();
   }
@@ -262,9 +261,8 @@ void RankedFleet::decide(std::span<const OwnerOverlap> owners, uint32_t isl_toke
   // One pass: owners -> eligible slots (several dp ranks of one worker keep
   // the best), each joined to its group. Owners come in runs of equal
   // overlap, so the previous owner's group is tried first.
-  sc.touched.resize(owners.size());
-  uint32_t* const touched = sc.touched.data();
-  size_t ntouched = 0;
+  uint32_t ntouched = 0;  // distinct eligible workers among the owners
+  uint32_t best_blocks = 0;
   uint32_t* const stamp = sc.stamp.data();
   uint32_t* const owner_at = sc.owner_at.data();
   uint16_t* const group = sc.group.data();
@@ -291,7 +289,7 @@ void RankedFleet::decide(std::span<const OwnerOverlap> owners, uint32_t isl_toke
     owner_at[s] = i;
     const uint16_t old = group[s];
     const uint16_t g = group[s] = group_of(owners[i]);
-    out.best_overlap_blocks = std::max(out.best_overlap_blocks, owners[i].blocks);
+    best_blocks = std::max(best_blocks, owners[i].blocks);
     if (moving && g == old) return;  // already a member (overflow: scored by owner_at)
     if (g == kOverflowGroup) {
       overflow.push_back(s);
@@ -301,25 +299,38 @@ void RankedFleet::decide(std::span<const OwnerOverlap> owners, uint32_t isl_toke
       ++gr.count;
     }
   };
-  for (uint32_t i = 0; i < owners.size(); ++i) {
-    const uint32_t* at = index_.find(owners[i].owner.worker.value);
-    if (!at || !eligible[*at]) continue;
+  // The hot loop (every owner): plain code, the group of the previous owner
+  // in registers; group_of() / join() only on a change of overlap or a
+  // second dp rank.
+  const OwnerOverlap* const ow = owners.data();
+  const uint32_t n_owners = static_cast<uint32_t>(owners.size());
+  for (uint32_t i = 0; i < n_owners; ++i) {
+    const OwnerOverlap& o = ow[i];
+    const uint32_t* at = index_.find(o.owner.worker.value);
+    if (!at) continue;
     const uint32_t s = *at;
-    if (stamp[s] != epoch) {
-      stamp[s] = epoch;
-      touched[ntouched++] = s;
-      join(s, i, false);
-      continue;
-    }
-    const OwnerOverlap& cur = owners[owner_at[s]];
-    if (owners[i].blocks > cur.blocks || (owners[i].blocks == cur.blocks && owners[i].owner.dp_rank < cur.owner.dp_rank)) {
+    if (!eligible[s]) continue;
+    if (stamp[s] == epoch) {
+      const OwnerOverlap& cur = ow[owner_at[s]];
       // Another rank is better: the worker moves to that rank's group. Its
       // old group keeps a stale member entry (skipped below: group[s] says
       // where it is) and its count (an upper bound; only decides small/large).
-      join(s, i, true);
+      if (o.blocks > cur.blocks || (o.blocks == cur.blocks && o.owner.dp_rank < cur.owner.dp_rank)) join(s, i, true);
+      continue;
     }
+    stamp[s] = epoch;
+    ++ntouched;
+    if (!same_overlap(o, last_blocks, last_tiers) || last_group == kOverflowGroup) {
+      join(s, i, false);
+      continue;
+    }
+    owner_at[s] = i;
+    group[s] = last_group;
+    Group& gr = sc.groups[last_group];
+    if (gr.count < kSmallGroup) gr.members[gr.count] = s;
+    ++gr.count;
   }
-  sc.touched.resize(ntouched);
+  out.best_overlap_blocks = best_blocks;
   out.groups = static_cast<uint32_t>(sc.groups.size());
 
   // The exact cost of one worker at `cached` tokens (schedule()'s doubles).
@@ -346,7 +357,7 @@ void RankedFleet::decide(std::span<const OwnerOverlap> owners, uint32_t isl_toke
     if (sc.group[s] == kOverflowGroup) score(s, sc.owner_at[s], cached_of(owners[sc.owner_at[s]]));
   // 3. Large groups and the workers holding none of the prompt: in key order,
   //    until no worker further on can enter the ranking.
-  const uint32_t none = eligible_ - static_cast<uint32_t>(sc.touched.size());
+  const uint32_t none = eligible_ - ntouched;
   double min_cached = -1;  // largest cached among the walked groups (smallest depth term)
   if (none > 0) min_cached = 0;
   for (const auto& g : sc.groups)

@@ -29,6 +29,10 @@ struct RouterConfig {
   uint32_t max_attempts = 3;            // workers tried before the first response byte
   uint32_t upstream_pool_size = 64;     // idle keep-alive connections kept per worker
   uint32_t shutdown_grace_ms = 30000;   // SIGTERM: how long in-flight requests may finish
+  uint32_t max_header_bytes = 8192;     // request line + fields; beyond: 431 (what a worker accepts)
+  uint32_t first_byte_timeout_min_ms = 10000;  // floor of the adaptive first-byte timeout
+  double first_byte_timeout_factor = 4.0;      // adaptive first-byte timeout = factor x predicted TTFT
+  double ttft_prefill_tokens_per_s = 1000;     // conservative prefill rate for the predicted TTFT
 };
 
 struct AdminConfig {
@@ -247,6 +251,17 @@ void for_each_key(C& c, F&& f) {
     c.router.upstream_pool_size);
   f(KeyInfo{"router.shutdown_grace_ms", "On SIGTERM, how long in-flight requests may finish.", 0, 3600000, !S, R},
     c.router.shutdown_grace_ms);
+  f(KeyInfo{"router.max_header_bytes", "Largest request header (request line and fields); larger gets 431.", 1024,
+            65536, !S, R},
+    c.router.max_header_bytes);
+  f(KeyInfo{"router.first_byte_timeout_min_ms", "Floor of the adaptive first-byte timeout.", 1, 3600000, !S, R},
+    c.router.first_byte_timeout_min_ms);
+  f(KeyInfo{"router.first_byte_timeout_factor", "Adaptive first-byte timeout as a multiple of the predicted TTFT.",
+            1, 1000, !S, R},
+    c.router.first_byte_timeout_factor);
+  f(KeyInfo{"router.ttft_prefill_tokens_per_s", "Conservative prefill rate for the predicted TTFT (tokens/s).", 1,
+            1e9, !S, R},
+    c.router.ttft_prefill_tokens_per_s);
   // admin
   f(KeyInfo{"admin.host", "Address the admin listener binds.", 0, 0, S}, c.admin.host);
   f(KeyInfo{"admin.port", "Port of the admin listener (0 = ephemeral).", 0, 65535}, c.admin.port);

@@ -11,6 +11,10 @@
 
 #include <cstdint>
 #include <cstring>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 #include <span>
 #include <string_view>
 
@@ -99,6 +103,62 @@ class Reader {
     out = static_cast<uint32_t>(v);
     return true;
   }
+
+  // `n` non-negative integers that fit 32 bits (a token id array's body).
+  // Runs of uint16 (0xcd, the usual token id with a 32k-64k vocabulary) go 4
+  // at a time through SSSE3 where the CPU has it; the other common encodings
+  // (positive fixint, uint8/32) take a tight scalar loop.
+  bool u32_run(uint32_t n, uint32_t* out) {
+    const uint8_t* p = p_;
+    for (uint32_t i = 0; i < n; ++i) {
+#if defined(__x86_64__)
+      if (has_ssse3() && n - i >= 4) {
+        const uint32_t k = u16_quads_ssse3(p, end_, out + i, n - i);
+        i += k;
+        if (i == n) break;
+      }
+#endif
+      if (end_ - p >= 5) {
+        const uint8_t b = *p;
+        if (b <= 0x7f) { out[i] = b; p += 1; continue; }
+        if (b == 0xcd) { out[i] = (uint32_t{p[1]} << 8) | p[2]; p += 3; continue; }
+        if (b == 0xce) {
+          out[i] = (uint32_t{p[1]} << 24) | (uint32_t{p[2]} << 16) | (uint32_t{p[3]} << 8) | p[4];
+          p += 5;
+          continue;
+        }
+        if (b == 0xcc) { out[i] = p[1]; p += 2; continue; }
+      }
+      p_ = p;  // the rare encodings and the payload's last bytes: the checked path
+      if (!u32(out[i])) return false;
+      p = p_;
+    }
+    p_ = p;
+    return true;
+  }
+
+#if defined(__x86_64__)
+  static bool has_ssse3() {
+    static const bool yes = __builtin_cpu_supports("ssse3");
+    return yes;
+  }
+  // Decodes groups of 4 uint16 values (0xcd hi lo, 12 bytes) while at least
+  // 16 bytes remain and all 4 tags are 0xcd; returns how many were decoded.
+  __attribute__((target("ssse3"))) static uint32_t u16_quads_ssse3(const uint8_t*& p, const uint8_t* end,
+                                                                    uint32_t* out, uint32_t max) {
+    const __m128i tags = _mm_setr_epi8(0, 3, 6, 9, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
+    const __m128i vals = _mm_setr_epi8(2, 1, -1, -1, 5, 4, -1, -1, 8, 7, -1, -1, 11, 10, -1, -1);
+    uint32_t k = 0;
+    while (max - k >= 4 && end - p >= 16) {
+      const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+      if (static_cast<uint32_t>(_mm_cvtsi128_si32(_mm_shuffle_epi8(v, tags))) != 0xcdcdcdcdu) break;
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + k), _mm_shuffle_epi8(v, vals));
+      p += 12;
+      k += 4;
+    }
+    return k;
+  }
+#endif
 
   // A number (float or integer) as a double.
   bool number(double& out) {

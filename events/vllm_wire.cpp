@@ -56,6 +56,7 @@ struct Fields {
   std::string_view type;
   VllmBlockStored s;
   bool has_token_ids = false;
+  bool has_block_hashes = false;
 };
 
 // An engine block hash: an int (any sign, as its 64-bit pattern) or bytes
@@ -93,9 +94,8 @@ bool read_tokens(Dec& d, std::vector<TokenId>& out) {
   if (d.r.nil()) { out.clear(); return true; }
   if (!d.r.array(n)) return d.fail(DecodeError::WrongType, "token_ids");
   out.resize(n);  // n <= bytes left (checked by the reader)
-  TokenId* t = out.data();
-  for (uint32_t i = 0; i < n; ++i)
-    if (!d.r.u32(t[i])) return d.fail(DecodeError::WrongType, "token_ids[]");
+  static_assert(sizeof(TokenId) == sizeof(uint32_t));
+  if (!d.r.u32_run(n, out.data())) return d.fail(DecodeError::WrongType, "token_ids[]");
   return true;
 }
 
@@ -184,7 +184,7 @@ F field_by_name(std::string_view k) {
 bool read_field(Dec& d, F f, Fields& x) {
   VllmBlockStored& s = x.s;
   switch (f) {
-    case F::BlockHashes: return read_hashes(d, s.block_hashes);
+    case F::BlockHashes: x.has_block_hashes = true; return read_hashes(d, s.block_hashes);
     case F::Parent: return read_opt_hash(d, s.parent_block_hash);
     case F::TokenIds: x.has_token_ids = true; return read_tokens(d, s.token_ids);
     case F::BlockSize: {
@@ -265,6 +265,13 @@ bool decode_map_event(Dec& d, uint32_t n, Fields& x) {
 
 bool decode_event(Dec& d, VllmEvent& out) {
   Fields x;
+  if (auto* prev = std::get_if<VllmBlockStored>(&out)) {
+    // Reuse the capacity of the batch object's previous event (a caller
+    // decoding into the same batch allocates nothing in the steady state).
+    // Sizes are kept too: read_tokens' resize() then zero-fills only growth.
+    x.s.token_ids.swap(prev->token_ids);
+    x.s.block_hashes.swap(prev->block_hashes);
+  }
   uint32_t n;
   if (d.r.array(n)) {
     if (!decode_positional_event(d, n, x)) return false;
@@ -273,6 +280,9 @@ bool decode_event(Dec& d, VllmEvent& out) {
   } else {
     return d.fail(DecodeError::WrongType, "event");
   }
+  // Vectors reused from the previous event keep stale values unless read.
+  if (!x.has_block_hashes) x.s.block_hashes.clear();
+  if (!x.has_token_ids) x.s.token_ids.clear();
   if (x.type == "BlockStored" && !x.has_token_ids && !x.s.block_hashes.empty())
     return d.fail(DecodeError::MissingField, "token_ids");
   out = finish_event(x);
@@ -281,10 +291,10 @@ bool decode_event(Dec& d, VllmEvent& out) {
 
 bool decode_events(Dec& d, VllmEventBatch& out) {
   uint32_t n;
-  if (d.r.nil()) return true;
+  if (d.r.nil()) { out.events.clear(); return true; }
   if (!d.r.array(n)) return d.fail(DecodeError::WrongType, "events");
   if (n > d.limits.max_events_per_message) return d.fail(DecodeError::TooLarge, "events");
-  out.events.resize(n);
+  out.events.resize(n);  // earlier events of `out` are reused by decode_event
   for (uint32_t i = 0; i < n; ++i)
     if (!decode_event(d, out.events[i])) return false;
   return true;
@@ -321,6 +331,7 @@ bool decode_batch(Dec& d, VllmEventBatch& out) {
       return d.fail(DecodeError::Json, "batch field");
     }
   }
+  if (!has_events) out.events.clear();
   return has_events || d.fail(DecodeError::MissingField, "events");
 }
 
@@ -466,8 +477,7 @@ VllmSkip convert_stored(const VllmBlockStored& s, CacheOwner owner, uint32_t blo
 DecodeError decode_vllm_batch(std::span<const uint8_t> payload, const DecodeLimits& limits, VllmEventBatch& out,
                               std::string* detail) {
   out.ts = 0;
-  out.events.clear();
-  out.data_parallel_rank.reset();
+  out.data_parallel_rank.reset();  // out.events is kept for its capacity (decode_events)
   if (payload.size() > limits.max_message_bytes) {
     if (detail) *detail = "message";
     return DecodeError::TooLarge;

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <condition_variable>
 #include <map>
 #include <optional>
@@ -67,6 +68,7 @@ struct ZmqEventSource::Impl {
     CacheOwner owner;
     zmq::socket_t sub;
     std::optional<zmq::socket_t> dealer;
+    std::optional<zmq::socket_t> monitor;  // PAIR: the SUB socket's connect events
     std::optional<uint64_t> next;       // next seq to apply; nullopt: not known yet
     std::optional<uint64_t> last_live;  // last live seq seen (live frames arrive in order)
     bool syncing = false;               // the first-sight replay has not ended
@@ -87,6 +89,12 @@ struct ZmqEventSource::Impl {
     std::optional<uint64_t> last_applied_seq;
     uint64_t last_applied_hash = 0;
     bool restart_seen = false;  // set by a replay, acted upon at its end
+    // The SUB socket reconnected (engine restarted, or a network blip): ask
+    // for the last applied batch again; missing or different = a restart.
+    bool ever_connected = false;
+    bool verify_pending = false;  // a verification replay is to be sent
+    bool verifying = false;       // the replay in flight is one
+    bool verify_seen = false;     // ... and brought the last applied seq
   };
   struct Worker {
     ZmqWorkerEndpoints ep;
@@ -116,6 +124,7 @@ struct ZmqEventSource::Impl {
 
   // kvroute-zmq thread only.
   std::unordered_map<WorkerId, Worker> workers;
+  uint64_t monitors = 0;  // names of the monitor endpoints
   VllmEventBatch batch;  // reused
   std::vector<KvEvent> events;
   std::array<uint64_t, 5> skipped{};
@@ -135,6 +144,12 @@ struct ZmqEventSource::Impl {
         p->sub.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(limits.max_message_bytes + 64));
         p->sub.set(zmq::sockopt::rcvhwm, 100000);
         p->sub.set(zmq::sockopt::subscribe, cfg.topic);
+        const std::string mon = "inproc://kvroute-zmq-monitor-" + std::to_string(++monitors);
+        if (zmq_socket_monitor(p->sub.handle(), mon.c_str(), ZMQ_EVENT_CONNECTED) == 0) {
+          p->monitor.emplace(ctx, zmq::socket_type::pair);
+          p->monitor->set(zmq::sockopt::linger, 0);
+          p->monitor->connect(mon);
+        }
         p->sub.connect(offset_endpoint_port(ep.kv_events, r));
         if (!ep.replay.empty()) {
           p->dealer.emplace(ctx, zmq::socket_type::dealer);
@@ -255,8 +270,11 @@ struct ZmqEventSource::Impl {
       sent = false;
     }
     p.next_replay_at = now + std::chrono::milliseconds(std::max(cfg.replay_min_interval_ms, p.backoff_ms));
-    if (!sent) {  // not connected (yet): counts as a failed attempt
-      replay_failed(p, now);
+    if (!sent) {
+      // Not connected (ZMQ_IMMEDIATE). An engine that is down has nothing to
+      // say either: retry at the rate limit. Only with frames waiting (its
+      // PUB answers, its replay socket does not) is this a failed attempt.
+      if (!p.held.empty()) replay_failed(p, now);
       return;
     }
     stats().replay_requests_total.fetch_add(1, std::memory_order_relaxed);
@@ -333,7 +351,10 @@ struct ZmqEventSource::Impl {
     p.groups = {};
     p.next = 0;
     p.last_applied_seq.reset();
+    p.last_live.reset();  // the new incarnation's seqs are below the old ones
     p.restart_seen = false;
+    p.verifying = false;
+    p.verify_pending = false;
     p.inflight = false;
     p.failures = 0;
     p.backoff_ms = 0;
@@ -387,9 +408,11 @@ struct ZmqEventSource::Impl {
     if (p.inflight && !p.got_reply) p.first_reply = seq;
     p.got_reply = p.got_reply || p.inflight;
     const zmq::message_t& payload = f[i + n - 1];
-    if (p.last_applied_seq && seq == *p.last_applied_seq &&
-        XXH3_64bits(payload.data(), payload.size()) != p.last_applied_hash)
-      p.restart_seen = true;  // the engine's batch at our last seq is another one
+    if (p.last_applied_seq && seq == *p.last_applied_seq) {
+      p.verify_seen = true;
+      if (XXH3_64bits(payload.data(), payload.size()) != p.last_applied_hash)
+        p.restart_seen = true;  // the engine's batch at our last seq is another one
+    }
     if (p.next && seq < *p.next) {
       stats().duplicates_total.fetch_add(1, std::memory_order_relaxed);
       return;
@@ -401,6 +424,12 @@ struct ZmqEventSource::Impl {
     p.inflight = false;
     p.failures = 0;
     p.backoff_ms = 0;
+    if (p.verifying) {
+      // The engine no longer has the newest batch we applied (it had it when
+      // it sent it, and it is the last to be forgotten): a new incarnation.
+      p.verifying = false;
+      if (!p.verify_seen) p.restart_seen = true;
+    }
     if (p.restart_seen) {
       // Seq overtook ours during a disconnect: a new incarnation. Its frames
       // held so far are valid; what is missing from 0 is replayed next.
@@ -440,6 +469,18 @@ struct ZmqEventSource::Impl {
           replay_failed(*p, now);
         }
         if (!p->inflight && (p->syncing || !p->held.empty())) process(*p, now);
+        if (p->verify_pending && !p->inflight && !p->syncing) {
+          if (!p->dealer || !p->last_applied_seq) {
+            p->verify_pending = false;  // nothing to compare (restarts then show as seq going back)
+          } else {
+            request_replay(*p, *p->last_applied_seq, now);
+            if (p->inflight) {
+              p->verify_pending = false;
+              p->verifying = true;
+              p->verify_seen = false;
+            }
+          }
+        }
       }
   }
 
@@ -458,6 +499,21 @@ struct ZmqEventSource::Impl {
     }
   }
 
+  // ZMQ monitor events: [u16 event, u32 value][endpoint].
+  void drain_monitor(Publisher& p) {
+    std::vector<zmq::message_t> f;
+    for (size_t k = 0; k < 64; ++k) {
+      f.clear();
+      if (!zmq::recv_multipart(*p.monitor, std::back_inserter(f), zmq::recv_flags::dontwait)) return;
+      if (f.empty() || f[0].size() < 2) continue;
+      uint16_t event;
+      std::memcpy(&event, f[0].data(), 2);  // host order, as libzmq writes it
+      if (event != ZMQ_EVENT_CONNECTED) continue;
+      if (p.ever_connected) p.verify_pending = true;
+      p.ever_connected = true;
+    }
+  }
+
   void drain_dealer(Publisher& p, Clock::time_point now) {
     std::vector<zmq::message_t> f;
     for (size_t k = 0; k < 4 * kMaxFramesPerWake; ++k) {
@@ -470,7 +526,7 @@ struct ZmqEventSource::Impl {
   void loop() {
     pthread_setname_np(pthread_self(), "kvroute-zmq");
     std::vector<zmq::pollitem_t> items;
-    std::vector<std::pair<Publisher*, bool>> owners;  // per item: publisher, is_dealer
+    std::vector<std::pair<Publisher*, int>> owners;  // per item: publisher, 0 sub / 1 dealer / 2 monitor
     while (true) {
       {
         std::unique_lock lk(mu);
@@ -483,10 +539,14 @@ struct ZmqEventSource::Impl {
       for (auto& [id, w] : workers)
         for (auto& p : w.pubs) {
           items.push_back({p->sub.handle(), 0, ZMQ_POLLIN, 0});
-          owners.emplace_back(p.get(), false);
+          owners.emplace_back(p.get(), 0);
           if (p->dealer) {
             items.push_back({p->dealer->handle(), 0, ZMQ_POLLIN, 0});
-            owners.emplace_back(p.get(), true);
+            owners.emplace_back(p.get(), 1);
+          }
+          if (p->monitor) {
+            items.push_back({p->monitor->handle(), 0, ZMQ_POLLIN, 0});
+            owners.emplace_back(p.get(), 2);
           }
         }
       if (items.empty()) continue;
@@ -495,7 +555,8 @@ struct ZmqEventSource::Impl {
         const auto now = Clock::now();
         for (size_t i = 0; i < items.size(); ++i) {
           if (!(items[i].revents & ZMQ_POLLIN)) continue;
-          if (owners[i].second) drain_dealer(*owners[i].first, now);
+          if (owners[i].second == 1) drain_dealer(*owners[i].first, now);
+          else if (owners[i].second == 2) drain_monitor(*owners[i].first);
           else drain_sub(*owners[i].first, now);
         }
         tick(Clock::now());

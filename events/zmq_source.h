@@ -27,8 +27,14 @@
 //                              -> skip to the held frames; the owner is
 //                                 partial (is_partial, metric), routing goes on
 //                                 with what is known
-//   live seq <  next           -> the engine restarted: KvCleared for the
-//                                 owner, then next = 0 (partial is reset)
+//   live seq <= the last live seq -> the engine restarted: KvCleared for
+//                                 the owner, then its history from 0 (partial
+//                                 is reset)
+//   the SUB reconnects (ZMQ monitor) or a gap is replayed -> the replay asks
+//                                 for the last applied seq too: a different
+//                                 batch there, or none at all after a
+//                                 reconnect, is a restart as well (an idle
+//                                 restarted engine is noticed without traffic)
 //   a payload that does not decode, or a sink that refuses a batch
 //                              -> counted; the owner is partial.
 // KV events feed cache knowledge only: nothing here touches liveness.

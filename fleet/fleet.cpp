@@ -81,7 +81,7 @@ bool same_endpoints(const WorkerAnnouncement& a, const WorkerAnnouncement& b) {
 struct Fleet::Impl {
   Impl(WorkerRegistry& r, uint32_t bs, FleetHooks h, FleetStats& st)
       : registry(r), block_size(bs), hooks(std::move(h)), stats(st), work(asio::make_work_guard(ioc)),
-        scraper(ioc, r) {}
+        scraper(ioc, r, [this](WorkerId id) { on_recovered(id); }) {}
 
   WorkerRegistry& registry;
   const uint32_t block_size;
@@ -111,6 +111,10 @@ struct Fleet::Impl {
   bool stopping = false;
 
   void reconcile();
+  void on_recovered(WorkerId id) {
+    auto it = current.find(id.value);
+    if (it != current.end() && hooks.recovered) hooks.recovered(it->second.info);
+  }
   void on_dns_answer(uint64_t generation, size_t index, std::vector<std::string> addrs);
   void dns_loop();
   void apply(const Config& cfg);

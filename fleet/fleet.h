@@ -37,6 +37,9 @@ struct FleetHooks {
   std::function<void(const WorkerAnnouncement&)> added;
   // A router-known worker left the set: unsubscribe and drop its blocks.
   std::function<void(WorkerId)> removed;
+  // A worker that was down (refused / failed scrapes) answers again: it may
+  // have restarted with an empty cache; re-sync its KV events.
+  std::function<void(const WorkerAnnouncement&)> recovered;
 };
 
 struct FleetStats {

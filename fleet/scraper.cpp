@@ -33,6 +33,7 @@ enum class Outcome { Ok, Refused, ConnectTimeout, Failed };
 struct Shared {
   WorkerRegistry* registry;
   ScraperStats* stats;
+  const std::function<void(WorkerId)>* recovered;
 };
 
 }  // namespace
@@ -138,7 +139,10 @@ void report(Scraper::Loop& L, Outcome o, const Shared& sh) {
   const WorkerId id = L.target.id;
   if (o == Outcome::Ok) {
     sh.stats->scrapes_ok.fetch_add(1, std::memory_order_relaxed);
-    sh.registry->on_load_report(id, L.load);
+    if (sh.registry->on_load_report(id, L.load) && *sh.recovered) {
+      spdlog::info("worker {} answers again: re-syncing its KV events", id.value);
+      (*sh.recovered)(id);
+    }
     return;
   }
   sh.stats->scrapes_failed.fetch_add(1, std::memory_order_relaxed);
@@ -162,7 +166,8 @@ asio::awaitable<void> scrape_loop(std::shared_ptr<Scraper::Loop> L, Shared sh) {
 
 }  // namespace
 
-Scraper::Scraper(asio::io_context& ioc, WorkerRegistry& registry) : ioc_(ioc), registry_(registry) {}
+Scraper::Scraper(asio::io_context& ioc, WorkerRegistry& registry, std::function<void(WorkerId)> recovered)
+    : ioc_(ioc), registry_(registry), recovered_(std::move(recovered)) {}
 
 Scraper::~Scraper() {
   for (auto& [id, loop] : loops_) loop->stop();
@@ -184,7 +189,7 @@ void Scraper::set_targets(const std::vector<ScrapeTarget>& targets) {
     }
     loop->interval = interval_;
     loop->timeout = timeout_;
-    asio::co_spawn(ioc_, scrape_loop(loop, Shared{&registry_, &stats_}), asio::detached);
+    asio::co_spawn(ioc_, scrape_loop(loop, Shared{&registry_, &stats_, &recovered_}), asio::detached);
     next.emplace(t.id.value, std::move(loop));
   }
   for (auto& [id, loop] : loops_) loop->stop();  // gone or changed

@@ -16,6 +16,7 @@
 #include <boost/asio/io_context.hpp>
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -44,7 +45,9 @@ struct ScraperStats {
 
 class Scraper {
  public:
-  Scraper(boost::asio::io_context& ioc, WorkerRegistry& registry);
+  // `recovered` (may be empty) runs on the fleet thread when a worker that
+  // was down answers again.
+  Scraper(boost::asio::io_context& ioc, WorkerRegistry& registry, std::function<void(WorkerId)> recovered = {});
   ~Scraper();
   // Replaces the set of targets: new ones start at once, removed ones stop
   // (their connection closes), changed ones restart.
@@ -57,6 +60,7 @@ class Scraper {
  private:
   boost::asio::io_context& ioc_;
   WorkerRegistry& registry_;
+  std::function<void(WorkerId)> recovered_;
   std::chrono::milliseconds interval_{250}, timeout_{1000};
   std::map<uint64_t, std::shared_ptr<Loop>> loops_;  // by worker id
   ScraperStats stats_;

@@ -359,6 +359,25 @@ awaitable<void> MockerServer::Impl::session(tcp::socket socket) {
       again = co_await generate(stream, req, ApiKind::Completions);
     } else if (req.method() == http::verb::post && target == "/v1/chat/completions") {
       again = co_await generate(stream, req, ApiKind::ChatCompletions);
+    } else if (req.method() == http::verb::post && target == "/v1/embeddings") {
+      // Added by helper proxy (kvroute's /v1/embeddings tests): one small
+      // deterministic vector per input, from its first prompt's tokens.
+      ParsedRequest parsed;
+      ApiError err;
+      std::string body;
+      if (!parse_openai_request(ApiKind::Embeddings, req.body(), parsed, err)) {
+        body = error_body(err);
+      } else {
+        const auto tokens = RoutingService::tokens_of(parsed, opts.tokenizers.get());
+        std::string data;
+        for (uint32_t i = 0; i < parsed.prompts; ++i)
+          data += fmt::format(R"({}{{"object":"embedding","index":{},"embedding":[{},0.5,-0.25,0.125]}})", i ? "," : "",
+                              i, static_cast<double>(tokens.size() % 97) / 97.0);
+        body = fmt::format(R"({{"object":"list","data":[{}],"model":"{}","usage":{{"prompt_tokens":{},"total_tokens":{}}}}})",
+                           data, json_escape(opts.model), tokens.size(), tokens.size());
+      }
+      again = co_await respond(stream, v, keep, err.message.empty() ? http::status::ok : http::status::bad_request,
+                               std::move(body));
     } else if (target == "/health") {
       again = co_await respond(stream, v, keep, http::status::ok, R"({"status":"ok"})");
     } else if (target == "/v1/models") {
@@ -579,10 +598,16 @@ awaitable<bool> MockerServer::Impl::generate(beast::tcp_stream& s, const http::r
     co_return false;
   }
   if (!parsed.stream) {
-    const std::string choice =
-        chat ? fmt::format(R"({{"index":0,"message":{{"role":"assistant","content":"{}"}},"logprobs":null,"finish_reason":"length"}})",
-                           json_escape(text))
-             : fmt::format(R"({{"index":0,"text":"{}","logprobs":null,"finish_reason":"length"}})", json_escape(text));
+    // One choice per prompt of a batch and per `n` (the same text), index
+    // ordered as vLLM's (prompt-major). Added by helper proxy for kvroute's
+    // n > 1 and batch tests; streams still carry one choice.
+    std::string choice;
+    for (uint32_t i = 0; i < parsed.n * parsed.prompts; ++i)
+      choice += (i ? "," : "") +
+                (chat ? fmt::format(R"({{"index":{},"message":{{"role":"assistant","content":"{}"}},"logprobs":null,"finish_reason":"length"}})",
+                                    i, json_escape(text))
+                      : fmt::format(R"({{"index":{},"text":"{}","logprobs":null,"finish_reason":"length"}})", i,
+                                    json_escape(text)));
     co_return co_await respond(s, v, keep, http::status::ok,
                                fmt::format(R"({{"id":"{}","object":"{}","created":{},"model":"{}","choices":[{}],"usage":{}}})",
                                            rid, chat ? "chat.completion" : "text_completion", created, model, choice,

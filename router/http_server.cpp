@@ -47,6 +47,8 @@
 #include "common/log.h"
 #include "router/io_watch.h"
 #include "router/openai_request.h"
+#include "router/proxy_policy.h"
+#include "router/upstream_url.h"
 
 // GCC 12 destroys some temporaries of a co_await expression twice: never pass
 // a temporary object (e.g. ApiError{...}) into a co_await'ed call; name it first.
@@ -70,9 +72,106 @@ using Resolver = asio::ip::basic_resolver<tcp, Executor>;
 using std::chrono::milliseconds;
 using Steady = std::chrono::steady_clock;
 
+// Coroutine frames from a per-thread free list per size class. Asio recycles
+// one frame per thread, so every coroutine nested below another (each phase
+// of proxy(), each use_awaitable operation inside it) was a malloc and a free
+// per request; here a frame of a size the thread used before is reused. Runs
+// on the thread that allocates or frees (a frame freed on another thread goes
+// to that thread's list); the lists are freed at thread exit.
+class FramePool {
+ public:
+  static void* allocate(size_t size) {
+    const size_t c = size_class(size);
+    if (c >= kClasses) return ::operator new(size);
+    Lists& l = lists();
+    if (Block* b = l.head[c]) {
+      l.head[c] = b->next;
+      --l.count[c];
+      return b;
+    }
+    return ::operator new((c + 1) * kGranule);
+  }
+  static void deallocate(void* p, size_t size) noexcept {
+    const size_t c = size_class(size);
+    Lists& l = lists();
+    if (c >= kClasses || l.count[c] >= kKeep) {
+      ::operator delete(p);
+      return;
+    }
+    Block* b = static_cast<Block*>(p);
+    b->next = l.head[c];
+    l.head[c] = b;
+    ++l.count[c];
+  }
+
+ private:
+  static constexpr size_t kGranule = 64;
+  static constexpr size_t kClasses = 64;  // frames up to 4 KiB
+  static constexpr uint32_t kKeep = 256;  // per class and thread
+  struct Block {
+    Block* next;
+  };
+  struct Lists {
+    std::array<Block*, kClasses> head{};
+    std::array<uint32_t, kClasses> count{};
+    ~Lists() {
+      for (Block* b : head)
+        while (b) {
+          Block* next = b->next;
+          ::operator delete(b);
+          b = next;
+        }
+    }
+  };
+  static size_t size_class(size_t size) { return (size + kGranule - 1) / kGranule - 1; }
+  static Lists& lists() {
+    thread_local Lists l;
+    return l;
+  }
+};
+
+// Asio's promise type for this executor's coroutines, with frames from the
+// FramePool (the std::coroutine_traits specialization below picks it).
+template <class T>
+class PooledFrame final : public asio::detail::awaitable_frame<T, Executor> {
+  using Base = asio::detail::awaitable_frame<T, Executor>;
+
+ public:
+  static void* operator new(std::size_t size) { return FramePool::allocate(size); }
+  static void operator delete(void* p, std::size_t size) noexcept { FramePool::deallocate(p, size); }
+
+  // Asio's awaitable takes its caller's handle typed on asio's promise: this
+  // hands it over as one (the promise is that base at the same address).
+  template <class U>
+  struct Awaiter {
+    asio::awaitable<U, Executor> a;
+    bool await_ready() const noexcept { return a.await_ready(); }
+    void await_suspend(std::coroutine_handle<PooledFrame> h) {
+      a.await_suspend(std::coroutine_handle<Base>::from_promise(static_cast<Base&>(h.promise())));
+    }
+    U await_resume() { return a.await_resume(); }
+  };
+  using Base::await_transform;
+  template <class U>
+  Awaiter<U> await_transform(asio::awaitable<U, Executor> a) const {
+    return Awaiter<U>{std::move(a)};
+  }
+};
+
+}  // namespace kvroute
+
+// Every coroutine of this translation unit typed on kvroute::Executor (the
+// only one that instantiates them) uses PooledFrame; asio's own
+// specialization, for any executor, is less specialized.
+template <class T, class... Args>
+struct std::coroutine_traits<boost::asio::awaitable<T, kvroute::Executor>, Args...> {
+  using promise_type = kvroute::PooledFrame<T>;
+};
+
+namespace kvroute {
+
 namespace {
 
-constexpr uint32_t kHeaderLimit = 16 * 1024;  // request header bytes; beyond: 431
 constexpr size_t kRelayBufferBytes = 16 * 1024;
 constexpr size_t kKeptCapacity = 64 * 1024;  // bytes a buffer of an idle connection may keep
 constexpr auto kQueuePoll = milliseconds(5);
@@ -80,31 +179,6 @@ constexpr auto kQueuePoll = milliseconds(5);
 auto nothrow(beast::error_code& ec) { return asio::redirect_error(use_awaitable, ec); }
 
 double seconds_since(Steady::time_point t) { return std::chrono::duration<double>(Steady::now() - t).count(); }
-
-// "http://host:port[/base]" -> parts, as views into the url (a worker's
-// announcement, which outlives the request). Returns false for anything else.
-struct UpstreamUrl {
-  std::string_view host;
-  std::string_view port = "80";
-  std::string_view base;  // path prefix without trailing '/'
-};
-bool parse_url(std::string_view url, UpstreamUrl& out) {
-  constexpr std::string_view scheme = "http://";
-  if (!url.starts_with(scheme)) return false;
-  url.remove_prefix(scheme.size());
-  const auto slash = url.find('/');
-  const std::string_view hostport = url.substr(0, slash);
-  out.base = slash == std::string_view::npos ? std::string_view() : url.substr(slash);
-  while (!out.base.empty() && out.base.back() == '/') out.base.remove_suffix(1);
-  const auto colon = hostport.rfind(':');
-  if (colon != std::string_view::npos && hostport.find(']') == std::string_view::npos) {
-    out.host = hostport.substr(0, colon);
-    out.port = hostport.substr(colon + 1);
-  } else {
-    out.host = hostport;
-  }
-  return !out.host.empty();
-}
 
 bool is_hop_by_hop(http::field f) {
   switch (f) {
@@ -118,6 +192,7 @@ bool is_hop_by_hop(http::field f) {
     case http::field::upgrade:
     case http::field::host:
     case http::field::content_length:
+    case http::field::expect:  // answered by kvroute (100 Continue); the worker gets the whole body
       return true;
     default:
       return false;
@@ -140,9 +215,13 @@ enum class ReadUntil : uint8_t { Header, Message, Some };
 // over the socket's own async_read_some: the same parser calls, buffer sizing
 // and end-of-stream handling, without Beast's two layers of composed
 // operations (and their executor work tracking) on every read.
+// For a client's request: `between` (if set) turns false once a byte of it
+// arrived (until then shutdown may close the connection); `expect_continue`
+// (if set and true once the header is parsed) sends the interim
+// "100 Continue" a client waits for before sending its body.
 template <bool isRequest>
 awaitable<void> read_http(Socket& s, beast::flat_buffer& b, http::basic_parser<isRequest>& p, ReadUntil until,
-                          beast::error_code& ec) {
+                          beast::error_code& ec, bool* between = nullptr, const bool* expect_continue = nullptr) {
   if (until == ReadUntil::Header) p.eager(false);
   if (until == ReadUntil::Message) p.eager(true);
   ec = {};
@@ -156,9 +235,15 @@ awaitable<void> read_http(Socket& s, beast::flat_buffer& b, http::basic_parser<i
       }
       ec = {};
     }
+    if (expect_continue && *expect_continue && p.is_header_done()) {  // the body is still to come
+      expect_continue = nullptr;                                      // once
+      co_await asio::async_write(s, asio::buffer("HTTP/1.1 100 Continue\r\n\r\n"sv), nothrow(ec));
+      if (ec) co_return;
+    }
     const size_t size = std::min<size_t>(std::max<size_t>(512, b.capacity() - b.size()), 65536);
     const size_t n = co_await s.async_read_some(b.prepare(size), nothrow(ec));
     b.commit(n);
+    if (between && n > 0) *between = false;
     if (ec == asio::error::eof) {
       ec = {};
       if (p.got_some()) p.put_eof(ec);  // a message that ends with the connection (e.g. no length)
@@ -191,6 +276,8 @@ struct ClientRequest {
   std::string fields;  // "Name: value\r\n" for each end-to-end field, in order
   std::string authorization;
   std::string body;
+  bool has_host = false;
+  bool expect_continue = false;  // "Expect: 100-continue"
 };
 
 // Reads one request into a ClientRequest with Beast's basic_parser (all of its
@@ -205,6 +292,8 @@ class ClientRequestParser final : public http::basic_parser<true> {
     r.fields.clear();
     r.authorization.clear();
     r.body.clear();
+    r.has_host = false;
+    r.expect_continue = false;
   }
 
  private:
@@ -219,6 +308,10 @@ class ClientRequestParser final : public http::basic_parser<true> {
   void on_field_impl(http::field f, beast::string_view name, beast::string_view value,
                      beast::error_code&) override {
     if (f == http::field::authorization) r_.authorization.assign(value.data(), value.size());
+    if (f == http::field::host) r_.has_host = true;
+    // RFC 9110 10.1.1: never a 100 (Continue) to an HTTP/1.0 client.
+    if (f == http::field::expect && r_.version >= 11 && beast::iequals(value, "100-continue"))
+      r_.expect_continue = true;
     if (!is_hop_by_hop(f)) append_field(r_.fields, name, value);
   }
   void on_header_impl(beast::error_code&) override {}
@@ -282,7 +375,8 @@ void upstream_request_head(std::string& h, const ClientRequest& req, const Upstr
   HeadWriter w(h, 128 + req.method_string.size() + url.base.size() + req.target.size() + req.fields.size() +
                       url.host.size() + url.port.size());
   w.text(req.method_string).text(" "sv).text(url.base).text(req.target).text(" HTTP/1.1\r\n"sv);
-  w.text(req.fields).text("Host: "sv).text(url.host).text(":"sv).text(url.port);
+  w.text(req.fields).text(url.ipv6 ? "Host: ["sv : "Host: "sv).text(url.host).text(url.ipv6 ? "]:"sv : ":"sv);
+  w.text(url.port);
   w.text(keep_alive ? "\r\n"sv : "\r\nConnection: close\r\n"sv);
   w.text("Content-Length: "sv).number(req.body.size()).text("\r\n\r\n"sv);
   w.finish();
@@ -326,7 +420,7 @@ class UpstreamResponseParser final : public http::basic_parser<false> {
   void on_field_impl(http::field f, beast::string_view name, beast::string_view value,
                      beast::error_code&) override {
     if (f == http::field::content_type && value.starts_with("text/event-stream")) r_.event_stream = true;
-    if (is_hop_by_hop(f)) return;
+    if (is_hop_by_hop(f) || f == http::field::server) return;  // kvroute names itself
     // kvroute sets its own x-kvroute-* fields (a worker behind another kvroute,
     // or the mocker, may send them too).
     if (f == http::field::unknown &&
@@ -356,20 +450,24 @@ class UpstreamResponseParser final : public http::basic_parser<false> {
 };
 
 // The head kvroute sends the client for a worker's response: its status and
-// end-to-end fields, kvroute's x-kvroute-* fields, then Content-Length (a
-// sized body) or Transfer-Encoding: chunked, and Connection: close when the
-// client connection will not be kept.
-void client_response_head(std::string& h, const UpstreamResponse& p, WorkerId worker, uint32_t cached_tokens,
-                          std::optional<uint64_t> content_length, bool keep_alive) {
+// end-to-end fields, Server and kvroute's x-kvroute-* fields, then
+// Content-Length (a sized body) or, for an HTTP/1.1 client,
+// Transfer-Encoding: chunked (an HTTP/1.0 client gets the body up to the
+// connection's close), and Connection: close when the client connection will
+// not be kept (keep-alive for an HTTP/1.0 client that keeps it).
+void client_response_head(std::string& h, const UpstreamResponse& p, unsigned version, WorkerId worker,
+                          uint32_t cached_tokens, std::optional<uint64_t> content_length, bool keep_alive) {
   const beast::string_view obsolete = http::obsolete_reason(static_cast<http::status>(p.status));
   const std::string_view reason = p.reason.empty() ? std::string_view(obsolete.data(), obsolete.size()) : p.reason;
+  const bool http10 = version < 11;
   HeadWriter w(h, 256 + reason.size() + p.fields.size());
-  w.text("HTTP/1.1 "sv).number(p.status).text(" "sv).text(reason).text("\r\n"sv).text(p.fields);
-  w.text("x-kvroute-worker: "sv).number(worker.value);
+  w.text(http10 ? "HTTP/1.0 "sv : "HTTP/1.1 "sv).number(p.status).text(" "sv).text(reason).text("\r\n"sv);
+  w.text(p.fields).text("Server: kvroute\r\nx-kvroute-worker: "sv).number(worker.value);
   w.text("\r\nx-kvroute-cached-tokens: "sv).number(cached_tokens);
   if (content_length) w.text("\r\nContent-Length: "sv).number(*content_length);
-  else w.text("\r\nTransfer-Encoding: chunked"sv);
-  w.text(keep_alive ? "\r\n\r\n"sv : "\r\nConnection: close\r\n\r\n"sv);
+  else if (!http10) w.text("\r\nTransfer-Encoding: chunked"sv);
+  if (!keep_alive) w.text("\r\nConnection: close\r\n\r\n"sv);
+  else w.text(http10 ? "\r\nConnection: keep-alive\r\n\r\n"sv : "\r\n\r\n"sv);
   w.finish();
 }
 
@@ -387,13 +485,31 @@ std::optional<ApiKind> proxied_api(const ClientRequest& req) {
   const std::string_view target = std::string_view(req.target).substr(0, req.target.find('?'));
   if (target == "/v1/chat/completions") return ApiKind::ChatCompletions;
   if (target == "/v1/completions") return ApiKind::Completions;
+  if (target == "/v1/embeddings") return ApiKind::Embeddings;
   return std::nullopt;
+}
+
+std::string_view api_path(ApiKind kind) {
+  switch (kind) {
+    case ApiKind::ChatCompletions: return "/v1/chat/completions";
+    case ApiKind::Embeddings: return "/v1/embeddings";
+    default: return "/v1/completions";
+  }
+}
+
+std::string_view api_label(ApiKind kind) {
+  switch (kind) {
+    case ApiKind::ChatCompletions: return "chat_completions";
+    case ApiKind::Embeddings: return "embeddings";
+    default: return "completions";
+  }
 }
 
 std::string_view route_label(std::string_view target) {
   if (target == "/v1/chat/completions") return "chat_completions";
   if (target == "/v1/completions") return "completions";
-  if (target == "/v1/models") return "models";
+  if (target == "/v1/embeddings") return "embeddings";
+  if (target == "/v1/models" || target.starts_with("/v1/models/")) return "models";
   if (target == "/health") return "health";
   if (target == "/ready") return "ready";
   if (target == "/metrics") return "metrics";
@@ -432,6 +548,22 @@ class UpstreamPool {
     v.push_back(Idle{std::move(s), Steady::now()});
   }
   void clear() { idle_.clear(); }
+  bool empty() const { return idle_.empty(); }
+  // Closes the idle connections of every url `gone(url)` is true for (a
+  // worker that left the registry).
+  template <class Gone>
+  size_t evict_if(Gone&& gone) {
+    size_t closed = 0;
+    for (auto it = idle_.begin(); it != idle_.end();) {
+      if (!gone(std::string_view(it->first))) {
+        ++it;
+        continue;
+      }
+      closed += it->second.size();
+      it = idle_.erase(it);
+    }
+    return closed;
+  }
 
  private:
   struct Idle {
@@ -491,7 +623,14 @@ class RelayBuffers {
 struct IoThread {
   // First: these outlive the coroutines the io_context destroys.
   Sweeper sweeper;
+  Sweeper connections;  // every client connection; walked when draining (never ticked)
+  Sweeper exchanges;    // every proxied request; walked when the shutdown grace is over
   RelayBuffers buffers;
+  // Workers this thread reported a failure of (passive health) and has not
+  // seen answer since: a success is reported only for them (no registry
+  // update per request otherwise).
+  std::vector<WorkerId> suspects;
+  Steady::time_point next_pool_check{};
   // One thread runs it and only that thread starts operations on its sockets:
   // the reactor's per-socket locks are not needed (registration and posting
   // from other threads stay locked).
@@ -502,11 +641,14 @@ struct IoThread {
 };
 
 // A client connection: its socket, the deadline of its current operation, and
-// the state its requests need.
-struct ClientConn {
-  ClientConn(Socket s, Sweeper& sweeper) : socket(std::move(s)), deadline(sweeper) {}
+// the state its requests need. On its io thread's `connections` list: when
+// the server drains, a connection waiting for its next request is closed.
+struct ClientConn final : Swept {
+  ClientConn(Socket s, IoThread& io) : Swept(io.connections), socket(std::move(s)), deadline(io.sweeper) {}
   Socket socket;
   Deadline deadline;
+  bool between = false;  // waiting for the next request, no byte of it received
+  uint64_t served = 0;   // requests read on this connection
   // The current request's state, kept from request to request for its
   // capacity (no allocation per request once it has grown).
   std::string upstream_head;
@@ -529,6 +671,59 @@ struct ClientConn {
       parsed.reset();
     if (route.block_hashes.capacity() * sizeof(LocalBlockHash) > kKeptCapacity) route = RouteResult();
     else route.reset();
+  }
+
+ private:
+  // Draining: closes a kept-alive connection waiting for its next request (a
+  // new connection gets its first request served, with Connection: close).
+  void on_sweep(Steady::time_point) override {
+    if (!between || served == 0) return;
+    beast::error_code ignored;
+    socket.cancel(ignored);
+  }
+};
+
+// What a phase of proxy() tells it to do next.
+enum class Next : uint8_t { Go, NextWorker, Done };
+
+// One proxied request, in proxy()'s coroutine frame; its phases read and
+// update it. On its io thread's `exchanges` list: when the shutdown grace is
+// over, a walk of that list cuts it (its upstream operation is cancelled; a
+// stream ends with an error event and [DONE]). Runs on its io thread only.
+struct Exchange final : Swept {
+  Exchange(ClientConn& c, ClientRequest& r, ApiKind k, IoThread& t, std::shared_ptr<const Config> config)
+      : Swept(t.exchanges), client(c), req(r), kind(k), io(t), cfg_holder(std::move(config)), cfg(*cfg_holder),
+        up_deadline(t.sweeper), watch(t.sweeper, c.socket) {}
+
+  ClientConn& client;
+  ClientRequest& req;
+  const ApiKind kind;
+  IoThread& io;
+  const std::shared_ptr<const Config> cfg_holder;
+  const Config& cfg;
+  const Steady::time_point started = Steady::now();
+  AccessRecord rec;                      // the access log's record, written on every exit
+  std::string_view model_label = "unknown";
+  bool keep_result = false;              // what proxy() returns when a phase says Done
+  bool cut = false;                      // the shutdown grace is over
+
+  // The attempt in progress: one worker of the ranking.
+  const RouteTarget* target = nullptr;
+  UpstreamUrl url;
+  std::optional<InflightGuard> guard;
+  std::optional<Socket> upstream;
+  bool pooled = false;
+  Deadline up_deadline;  // after `upstream`: destroyed first
+  std::optional<UpstreamResponseParser> parser;
+  beast::error_code ec;
+  Steady::time_point sent_at{};
+  ClientWatch watch;  // last: stops first
+
+ private:
+  void on_sweep(Steady::time_point) override {
+    cut = true;
+    beast::error_code ignored;
+    if (upstream) upstream->cancel(ignored);
   }
 };
 
@@ -556,9 +751,34 @@ struct HttpServer::Impl {
   awaitable<void> sweep_loop(IoThread& io);
   awaitable<void> session(Socket socket, bool admin, IoThread& io);
   awaitable<bool> handle(ClientConn& client, ClientRequest& req);
+  awaitable<void> answer_read_error(ClientConn& client, beast::error_code ec, const Config& cfg);
   awaitable<bool> handle_admin(ClientConn& client, ClientRequest& req);
-  awaitable<bool> proxy(ClientConn& client, ClientRequest& req, ApiKind kind,
-                        IoThread& io);
+  // proxy() and its phases, in order (see proxy()).
+  awaitable<bool> proxy(ClientConn& client, ClientRequest& req, ApiKind kind, IoThread& io);
+  bool route_request(Exchange& x);
+  awaitable<void> wait_in_queue(Exchange& x);
+  bool accept_route(Exchange& x);
+  bool begin_attempt(Exchange& x, size_t attempt);
+  bool take_pooled(Exchange& x);
+  awaitable<Next> connect_upstream(Exchange& x);
+  awaitable<Next> send_and_read_head(Exchange& x);
+  milliseconds first_byte_timeout(const Exchange& x) const;
+  Next check_status(Exchange& x, bool another_left);
+  void record_first_byte(Exchange& x);
+  awaitable<bool> relay(Exchange& x);
+  awaitable<bool> relay_small(Exchange& x, char* buf, uint64_t length, bool client_keep);
+  awaitable<bool> relay_stream(Exchange& x, char* buf, std::optional<uint64_t> length, bool client_keep);
+  awaitable<bool> end_stream_with_error(Exchange& x, bool chunked, bool sized);
+  // Outcomes.
+  void finish(Exchange& x, unsigned status, std::string_view outcome);
+  awaitable<bool> reject(Exchange& x, const ApiError& e, std::string_view outcome);
+  void client_cancelled(Exchange& x, unsigned status);
+  void upstream_failed(Exchange& x, const char* phase, HealthSignal signal);
+  void report_failure(Exchange& x, HealthSignal signal);
+  void report_success(Exchange& x);
+  // Closes pooled connections to workers that left the registry (sweep_loop).
+  void evict_departed(IoThread& io);
+  awaitable<bool> models(ClientConn& client, ClientRequest& req, std::string_view id);
   awaitable<bool> respond(ClientConn& client, unsigned version, bool keep_alive, http::status status,
                           std::string body, std::string_view content_type = "application/json",
                           std::optional<unsigned> retry_after = std::nullopt);
@@ -596,51 +816,63 @@ awaitable<void> HttpServer::Impl::sweep_loop(IoThread& io) {
   beast::error_code ec;
   while (!stopping.load()) {
     const auto& r = hooks.config->get()->router;
-    const uint32_t shortest = std::min({r.connect_timeout_ms, r.first_byte_timeout_ms, r.idle_timeout_ms,
-                                        r.client_read_timeout_ms});
+    const uint32_t shortest = std::min({r.connect_timeout_ms, r.first_byte_timeout_ms, r.first_byte_timeout_min_ms,
+                                        r.idle_timeout_ms, r.client_read_timeout_ms});
     timer.expires_after(milliseconds(std::clamp<uint32_t>(shortest / 10, 5, 50)));
     co_await timer.async_wait(nothrow(ec));
     io.sweeper.sweep(Steady::now());
+    evict_departed(io);
   }
 }
 
+// Once a second: pooled connections to a worker that left the registry close
+// (its url is no longer any worker's).
+void HttpServer::Impl::evict_departed(IoThread& io) {
+  const auto now = Steady::now();
+  if (now < io.next_pool_check) return;
+  io.next_pool_check = now + std::chrono::seconds(1);
+  if (io.pool.empty() || !hooks.registry) return;
+  const auto workers = hooks.registry->all();
+  const size_t closed = io.pool.evict_if([&](std::string_view url) {
+    return std::none_of(workers.begin(), workers.end(), [&](const WorkerView& w) { return w.info && w.info->url == url; });
+  });
+  if (closed) spdlog::debug("closed {} pooled connections to departed workers", closed);
+}
+
 awaitable<void> HttpServer::Impl::session(Socket socket, bool admin, IoThread& io) {
-  ClientConn stream(std::move(socket), io.sweeper);
+  ClientConn stream(std::move(socket), io);
   beast::flat_buffer buffer;
   ClientRequest req;
   try {
     for (;;) {
+      // Draining: a kept-alive connection closes instead of waiting for the
+      // next request (its last response said Connection: close).
+      if (stream.served > 0 && draining.load() && buffer.size() == 0) break;
       const auto cfg = hooks.config->get();
       ClientRequestParser parser(req);
-      parser.header_limit(kHeaderLimit);
+      parser.header_limit(cfg->router.max_header_bytes);
       parser.body_limit(cfg->router.max_body_bytes);
       stream.expires_after(milliseconds(cfg->router.client_read_timeout_ms));
       beast::error_code ec;
-      co_await read_http(stream.socket, buffer, parser, ReadUntil::Message, ec);
+      stream.between = buffer.size() == 0;
+      co_await read_http(stream.socket, buffer, parser, ReadUntil::Message, ec, &stream.between,
+                         &req.expect_continue);
+      stream.between = false;
       stream.deadline.settle(ec);
       if (ec) {
-        // Answer what a client can act on; a closed or timed-out connection gets nothing.
-        if (ec == http::error::body_limit) {
-          count("other", 413, "");
-          const ApiError e{413, fmt::format("Request body exceeds {} bytes.", cfg->router.max_body_bytes),
-                           "invalid_request_error", "", "request_too_large"};
-          co_await respond_error(stream, 11, false, e);
-        } else if (ec == http::error::header_limit) {
-          count("other", 431, "");
-          const ApiError e{431, "Request headers too large.", "invalid_request_error", "", ""};
-          co_await respond_error(stream, 11, false, e);
-        } else if (ec.category() == http::make_error_code(http::error::body_limit).category() &&
-                   ec != http::error::end_of_stream && ec != http::error::partial_message) {
-          count("other", 400, "");
-          const ApiError e{400, fmt::format("Malformed HTTP request: {}.", ec.message()), "invalid_request_error", "",
-                           ""};
-          co_await respond_error(stream, 11, false, e);
-        }
+        co_await answer_read_error(stream, ec, *cfg);
         break;
       }
       req.keep_alive = parser.keep_alive();
+      ++stream.served;
       // The OpenAI routes go straight to proxy() (one coroutine frame fewer per request).
       bool keep;
+      if (req.version >= 11 && !req.has_host) {  // RFC 9112 3.2: 400 for an HTTP/1.1 request without Host
+        count("other", 400, "");
+        const ApiError e{400, "An HTTP/1.1 request needs a Host header.", "invalid_request_error", "", ""};
+        co_await respond_error(stream, req.version, false, e);
+        break;
+      }
       if (admin) keep = co_await handle_admin(stream, req);
       else if (const auto api = proxied_api(req)) keep = co_await proxy(stream, req, *api, io);
       else keep = co_await handle(stream, req);
@@ -653,6 +885,38 @@ awaitable<void> HttpServer::Impl::session(Socket socket, bool admin, IoThread& i
   }
   beast::error_code ignored;
   stream.socket.shutdown(Socket::shutdown_send, ignored);
+}
+
+// A request that could not be read: answers what a client can act on (413,
+// 431, 400; a closed or timed-out connection gets nothing), then closes
+// lingering: what the client still sends is read and dropped for a moment, so
+// that closing with unread data (a reset) does not destroy the answer.
+awaitable<void> HttpServer::Impl::answer_read_error(ClientConn& client, beast::error_code ec, const Config& cfg) {
+  std::optional<ApiError> e;
+  if (ec == http::error::body_limit) {
+    e = ApiError{413, fmt::format("Request body exceeds {} bytes.", cfg.router.max_body_bytes),
+                 "invalid_request_error", "", "request_too_large"};
+  } else if (ec == http::error::header_limit) {
+    e = ApiError{431, fmt::format("Request headers exceed {} bytes.", cfg.router.max_header_bytes),
+                 "invalid_request_error", "", "request_header_too_large"};
+  } else if (ec.category() == http::make_error_code(http::error::body_limit).category() &&
+             ec != http::error::end_of_stream && ec != http::error::partial_message) {
+    e = ApiError{400, fmt::format("Malformed HTTP request: {}.", ec.message()), "invalid_request_error", "", ""};
+  }
+  if (!e) co_return;
+  count("other", e->status, "");
+  co_await respond_error(client, 11, false, *e);
+  beast::error_code ignored;
+  client.socket.shutdown(Socket::shutdown_send, ignored);
+  std::array<char, 4096> sink;
+  size_t drained = 0;
+  client.expires_after(milliseconds(500));
+  while (drained < (4u << 20)) {
+    const size_t n = co_await client.socket.async_read_some(asio::buffer(sink), nothrow(ec));
+    if (ec) break;
+    drained += n;
+  }
+  client.deadline.settle(ec);
 }
 
 awaitable<bool> HttpServer::Impl::respond(ClientConn& client, unsigned version, bool keep_alive,
@@ -679,6 +943,41 @@ awaitable<bool> HttpServer::Impl::respond_error(ClientConn& client, unsigned ver
   std::string body = error_body(e);
   co_return co_await respond(client, version, keep_alive, static_cast<http::status>(e.status), std::move(body),
                              "application/json", retry_after);
+}
+
+namespace {
+// "%2F" -> "/" (a model id such as "Qwen/Qwen3-8B" may come either way).
+std::string percent_decode(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size(); ++i) {
+    unsigned v = 0;
+    if (s[i] == '%' && i + 2 < s.size() &&
+        std::from_chars(s.data() + i + 1, s.data() + i + 3, v, 16).ptr == s.data() + i + 3) {
+      out += static_cast<char>(v);
+      i += 2;
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
+}
+}  // namespace
+
+// GET /v1/models/{id}: the OpenAI model object of a model some worker serves.
+awaitable<bool> HttpServer::Impl::models(ClientConn& client, ClientRequest& req, std::string_view id) {
+  const std::string model = percent_decode(id);
+  const auto known = hooks.registry->models();
+  if (std::find(known.begin(), known.end(), model) == known.end()) {
+    count("models", 404, "");
+    const ApiError e{404, fmt::format("The model '{}' does not exist.", model), "invalid_request_error", "model",
+                     "model_not_found"};
+    co_return co_await respond_error(client, req.version, req.keep_alive, e);
+  }
+  std::string body =
+      fmt::format(R"({{"id":"{}","object":"model","created":0,"owned_by":"kvroute"}})", json_escape(model));
+  count("models", 200, "");
+  co_return co_await respond(client, req.version, req.keep_alive, http::status::ok, std::move(body));
 }
 
 awaitable<bool> HttpServer::Impl::handle_admin(ClientConn& client, ClientRequest& req) {
@@ -715,6 +1014,7 @@ awaitable<bool> HttpServer::Impl::handle(ClientConn& client, ClientRequest& req)
     co_return co_await respond(client, v, keep, http::status::ok, hooks.render_metrics(),
                                "text/plain; version=0.0.4; charset=utf-8");
   }
+  if (target.starts_with("/v1/models/") && get) co_return co_await models(client, req, target.substr(11));
   if (target == "/v1/models" && get) {
     std::string body = R"({"object":"list","data":[)";
     bool first = true;
@@ -738,40 +1038,452 @@ awaitable<bool> HttpServer::Impl::handle(ClientConn& client, ClientRequest& req)
   co_return co_await respond_error(client, v, keep, e);
 }
 
-awaitable<bool> HttpServer::Impl::proxy(ClientConn& client, ClientRequest& req,
-                                        ApiKind kind, IoThread& io) {
-  const auto started = Steady::now();
-  const bool keep = req.keep_alive;
-  const unsigned v = req.version;
-  const auto cfg = hooks.config->get();
-  const std::string_view route_name = kind == ApiKind::ChatCompletions ? "chat_completions" : "completions";
-  const std::string_view path = kind == ApiKind::ChatCompletions ? "/v1/chat/completions" : "/v1/completions";
+// Passive health: a worker's failure as the proxy saw it; a success is
+// reported only after this thread reported a failure of the same worker.
+void HttpServer::Impl::report_failure(Exchange& x, HealthSignal signal) {
+  const WorkerId id = x.target->worker;
+  hooks.registry->report_failure(id, signal);
+  auto& s = x.io.suspects;
+  if (std::find(s.begin(), s.end(), id) == s.end()) s.push_back(id);
+}
+
+void HttpServer::Impl::report_success(Exchange& x) {
+  auto& s = x.io.suspects;
+  if (s.empty()) return;
+  const auto it = std::find(s.begin(), s.end(), x.target->worker);
+  if (it == s.end()) return;
+  s.erase(it);
+  hooks.registry->report_success(x.target->worker);
+}
+
+// The access record and the request metrics, on every exit of proxy().
+void HttpServer::Impl::finish(Exchange& x, unsigned status, std::string_view outcome) {
+  x.rec.status = status;
+  x.rec.outcome = outcome;
+  const double seconds = seconds_since(x.started);
+  x.rec.duration_ms = seconds * 1e3;
+  count(api_label(x.kind), status, x.model_label);
+  if (RouterMetrics* m = hooks.metrics) {
+    if (x.kind == ApiKind::ChatCompletions) m->duration_chat.observe(seconds);
+    else if (x.kind == ApiKind::Completions) m->duration_completions.observe(seconds);
+    else m->request_duration_seconds.with({api_label(x.kind)}).observe(seconds);
+  }
+  if (x.cfg.log.access_log) log_access(x.rec);
+}
+
+awaitable<bool> HttpServer::Impl::reject(Exchange& x, const ApiError& e, std::string_view outcome) {
+  finish(x, e.status, outcome);
+  co_return co_await respond_error(x.client, x.req.version, x.req.keep_alive, e);
+}
+
+// The client went away: count it and log `status` (499 if it never got one).
+void HttpServer::Impl::client_cancelled(Exchange& x, unsigned status) {
+  if (hooks.metrics) hooks.metrics->cancels_total.get().inc();
+  finish(x, status, "client_cancel");
+}
+
+// Routes the parsed request into client.route. True: every worker is busy
+// and the request may wait in the queue (wait_in_queue()).
+bool HttpServer::Impl::route_request(Exchange& x) {
+  hooks.routing->route(x.client.parsed, x.client.route);
+  const RouteResult& route = x.client.route;
+  return !route.ok && route.error.code == "workers_busy" && x.cfg.scheduler.queue_size > 0;
+}
+
+// No eligible worker (all busy): waits in the bounded queue, re-routing as
+// load changes, until a worker is free, the queue timeout, or shutdown.
+awaitable<void> HttpServer::Impl::wait_in_queue(Exchange& x) {
   RouterMetrics* m = hooks.metrics;
+  RouteResult& route = x.client.route;
+  const auto& sc = x.cfg.scheduler;
+  if (queued.fetch_add(1) >= static_cast<int64_t>(sc.queue_size)) {
+    queued.fetch_sub(1);
+    if (m) m->rejected_total.with({"queue_full"}).inc();
+    route.error.message = "Every worker is busy and the wait queue is full; retry later.";
+    co_return;
+  }
+  if (m) m->queued_requests.get().add(1);
+  const auto deadline = Steady::now() + milliseconds(sc.queue_timeout_ms);
+  Timer timer(x.io.ioc);
+  beast::error_code ec;
+  while (!route.ok && route.error.code == "workers_busy" && Steady::now() < deadline && !stopping.load() &&
+         !x.cut) {
+    timer.expires_after(kQueuePoll);
+    co_await timer.async_wait(nothrow(ec));
+    hooks.routing->route(x.client.parsed, route);
+  }
+  queued.fetch_sub(1);
+  if (m) m->queued_requests.get().add(-1);
+  if (!route.ok && route.error.code == "workers_busy") {
+    if (m) m->rejected_total.with({"queue_timeout"}).inc();
+    route.error.message = fmt::format("No worker became free within {} ms; retry later.", sc.queue_timeout_ms);
+  }
+}
 
-  // Per-request record for the access log and metrics, written on every exit.
-  AccessRecord rec;
-  rec.method = "POST";
-  rec.path = path;
-  std::string_view model_label = "unknown";
-  auto finish = [&](unsigned status, std::string_view outcome) {
-    rec.status = status;
-    rec.outcome = outcome;
-    const double seconds = seconds_since(started);
-    rec.duration_ms = seconds * 1e3;
-    count(route_name, status, model_label);
-    if (m) (kind == ApiKind::ChatCompletions ? m->duration_chat : m->duration_completions).observe(seconds);
-    if (cfg->log.access_log) log_access(rec);
-  };
-  auto reject = [&](const ApiError& e, std::string_view outcome) -> awaitable<bool> {
-    finish(e.status, outcome);
-    co_return co_await respond_error(client, v, keep, e);
-  };
-  // The client went away: count it and log `status` (499 if it never got one).
-  auto client_cancelled = [&](unsigned status) {
-    if (m) m->cancels_total.get().inc();
-    finish(status, "client_cancel");
-  };
+// The decision's metrics; false if there is no worker to send the request to.
+bool HttpServer::Impl::accept_route(Exchange& x) {
+  const RouteResult& route = x.client.route;
+  if (RouterMetrics* m = hooks.metrics) {
+    for (int i = 0; i < 4; ++i) m->stage_seconds[i]->observe(route.stage_seconds[i]);
+    (!route.ok ? m->decided_no_worker : route.chose_best_overlap ? m->decided_best_overlap : m->decided_balance).inc();
+    if (route.ok && route.tokenizer_fallback != TokenizerFallback::None)
+      m->tokenizer_fallbacks_total.with({x.client.parsed.model, to_string(route.tokenizer_fallback)}).inc();
+  }
+  x.rec.prompt_tokens = route.isl_tokens;
+  if (!route.ok) return false;
+  x.model_label = x.client.parsed.model;  // bounded: a model some worker announced
+  if (hooks.on_routed) hooks.on_routed(x.client.parsed, route);
+  return true;
+}
 
+// Starts the attempt on the ranking's `attempt`-th worker: in-flight
+// accounting and the request head to send it. False if its url is unusable.
+bool HttpServer::Impl::begin_attempt(Exchange& x, size_t attempt) {
+  x.watch.client_gone();
+  x.up_deadline.disarm();
+  x.parser.reset();
+  x.upstream.reset();
+  x.guard.reset();
+  const RouteTarget& target = x.client.route.ranked[attempt];
+  x.target = &target;
+  x.rec.attempts = static_cast<uint32_t>(attempt + 1);
+  x.rec.worker = static_cast<int64_t>(target.worker.value);
+  x.rec.cached_tokens = target.cached_tokens;
+  if (attempt > 0 && hooks.metrics) hooks.metrics->retries_total.get().inc();
+  if (!parse_url(target.url, x.url)) {
+    static RateLimiter rl;
+    if (rl.allow()) spdlog::warn("worker {} has an unusable url '{}'", target.worker.value, target.url);
+    return false;
+  }
+  // A batch is routed on its first prompt; its load is counted as that many
+  // prompts like the first (n > 1 shares the prompt's prefill and blocks).
+  const uint64_t prompts = x.client.parsed.prompts;
+  x.guard.emplace(*hooks.registry, target.worker, x.client.route.request_blocks * prompts,
+                  target.prefill_tokens * prompts);
+  // The request to forward: unchanged but for hop-by-hop headers. Its head is
+  // written out here (fields as Beast parsed and validated them) and sent with
+  // the body in one gather write: no serializer on the hot path.
+  upstream_request_head(x.client.upstream_head, x.req, x.url, x.cfg.router.upstream_pool_size > 0);
+  return true;
+}
+
+// A pooled connection to the attempt's worker, if one is idle.
+bool HttpServer::Impl::take_pooled(Exchange& x) {
+  auto s = x.io.pool.take(x.target->url);
+  if (!s) return false;
+  x.upstream.emplace(std::move(*s));
+  return true;
+}
+
+// A connection to a worker failed before its response head: counted, logged,
+// reported to passive health.
+void HttpServer::Impl::upstream_failed(Exchange& x, const char* phase, HealthSignal signal) {
+  if (hooks.metrics) hooks.metrics->upstream_errors_total.with({phase}).inc();
+  report_failure(x, signal);
+  static RateLimiter rl;
+  if (rl.allow())
+    spdlog::warn("worker {} ({}): {} failed: {}; trying the next worker", x.target->worker.value, x.target->url,
+                 phase, x.ec.message());
+}
+
+// A fresh connection to the attempt's worker, within router.connect_timeout_ms.
+awaitable<Next> HttpServer::Impl::connect_upstream(Exchange& x) {
+  x.up_deadline.disarm();
+  x.upstream.emplace(x.io.ioc.get_executor());
+  Socket& up = *x.upstream;
+  x.ec = {};
+  x.up_deadline.arm(up, milliseconds(x.cfg.router.connect_timeout_ms));
+  beast::error_code addr_ec;
+  const auto addr = asio::ip::make_address(x.url.host, addr_ec);
+  if (!addr_ec) {
+    uint16_t port = 0;
+    std::from_chars(x.url.port.data(), x.url.port.data() + x.url.port.size(), port);
+    const tcp::endpoint endpoint(addr, port);
+    co_await up.async_connect(endpoint, nothrow(x.ec));
+  } else {
+    Resolver resolver(x.io.ioc.get_executor());
+    auto results = co_await resolver.async_resolve(x.url.host, x.url.port, nothrow(x.ec));
+    if (!x.ec) co_await asio::async_connect(up, results, nothrow(x.ec));
+  }
+  x.up_deadline.settle(x.ec);
+  if (x.ec) {
+    if (!x.cut)
+      upstream_failed(x, "connect",
+                      x.ec == asio::error::timed_out ? HealthSignal::ConnectTimeout : HealthSignal::ConnectRefused);
+    co_return Next::NextWorker;
+  }
+  beast::error_code ignored;
+  up.set_option(tcp::no_delay(true), ignored);
+  co_return Next::Go;
+}
+
+// The first-byte timeout of this attempt: a multiple of the request's
+// predicted time to first token on its worker (its uncached prefill plus the
+// prefill the router already has in flight there), within the floor and
+// ceiling (router/proxy_policy.h).
+milliseconds HttpServer::Impl::first_byte_timeout(const Exchange& x) const {
+  uint64_t prefill = x.target->prefill_tokens;
+  for (const WorkerView& w : x.client.route.workers)
+    if (w.info && w.info->id == x.target->worker) prefill += w.pending_prefill_tokens;
+  return adaptive_first_byte_timeout(x.cfg.router, estimated_ttft_seconds(x.cfg.router, prefill));
+}
+
+// Sends the request and reads the worker's response head (the first byte),
+// watching for the client going away meanwhile. A pooled connection that
+// fails (the worker closed it while idle) is not the worker's fault: the
+// caller retries on a fresh one.
+awaitable<Next> HttpServer::Impl::send_and_read_head(Exchange& x) {
+  Socket& up = *x.upstream;
+  x.ec = {};
+  x.up_deadline.arm(up, first_byte_timeout(x));
+  x.sent_at = Steady::now();
+  // One send nearly always takes the whole request; asio::async_write (a
+  // composed operation) only for what it leaves.
+  std::array<asio::const_buffer, 2> wire{asio::buffer(x.client.upstream_head), asio::buffer(x.req.body)};
+  std::span<asio::const_buffer> rest(wire);
+  const size_t sent = co_await up.async_write_some(rest, nothrow(x.ec));
+  if (!x.ec && consume(rest, sent)) co_await asio::async_write(up, rest, nothrow(x.ec));
+  x.parser.emplace(x.client.response);
+  x.parser->body_limit(std::numeric_limits<std::uint64_t>::max());
+  x.client.upstream_buffer.clear();
+  if (!x.ec) {
+    x.watch.watch(up, false);  // while the worker prefills
+    co_await read_http(up, x.client.upstream_buffer, *x.parser, ReadUntil::Header, x.ec);
+    if (x.ec && x.watch.client_gone()) {
+      client_cancelled(x, 499);
+      x.keep_result = false;
+      co_return Next::Done;
+    }
+  }
+  x.up_deadline.settle(x.ec);
+  if (!x.ec) co_return Next::Go;
+  x.watch.client_gone();
+  const bool timed_out = x.ec == asio::error::timed_out;
+  if (x.cut || (x.pooled && !timed_out)) co_return Next::NextWorker;
+  // The worker is at fault (a timeout, or a fresh connection it closed): the
+  // next worker, not a fresh connection to this one.
+  x.pooled = false;
+  upstream_failed(x, "first_byte", timed_out ? HealthSignal::FirstByteTimeout : HealthSignal::ServerError);
+  co_return Next::NextWorker;
+}
+
+// The worker answered: a 5xx counts against it and 502/503/504 move on to
+// the next worker while one is left; anything else (a 4xx is the client's
+// own error) is relayed as it is, never retried.
+Next HttpServer::Impl::check_status(Exchange& x, bool another_left) {
+  const unsigned status = x.client.response.status;
+  if (status < 500) {
+    report_success(x);
+    return Next::Go;
+  }
+  if (hooks.metrics) hooks.metrics->upstream_errors_total.with({"status_5xx"}).inc();
+  report_failure(x, HealthSignal::ServerError);
+  if ((status == 502 || status == 503 || status == 504) && another_left) {
+    if (x.watch.client_gone()) {
+      client_cancelled(x, 499);
+      x.keep_result = false;
+      return Next::Done;
+    }
+    return Next::NextWorker;  // the connection (and any body) is dropped
+  }
+  return Next::Go;
+}
+
+// Committed to the worker: the first byte's metrics.
+void HttpServer::Impl::record_first_byte(Exchange& x) {
+  const double ttfb = seconds_since(x.sent_at);
+  x.rec.ttfb_ms = ttfb * 1e3;
+  RouterMetrics* m = hooks.metrics;
+  if (!m) return;
+  const RouteResult& route = x.client.route;
+  const RouteTarget& target = *x.target;
+  m->ttfb_seconds.get().observe(ttfb);
+  m->prompt_tokens_total.get().inc(route.isl_tokens);
+  m->cached_tokens_total.get().inc(target.cached_tokens);
+  const auto worker = m->worker_tokens(target.worker.value);
+  worker.prompt.inc(route.isl_tokens);
+  worker.cached.inc(target.cached_tokens);
+  m->overlap_ratio.get().observe(route.isl_tokens ? double(target.cached_tokens) / route.isl_tokens : 0.0);
+}
+
+// Relays the worker's response to the client: a small sized body whole, with
+// its head in one write; anything else piece by piece as it arrives.
+awaitable<bool> HttpServer::Impl::relay(Exchange& x) {
+  record_first_byte(x);
+  UpstreamResponseParser& parser = *x.parser;
+  // A body without a length (chunked, or up to the connection's end) goes to
+  // the client chunked (an HTTP/1.0 client: up to the connection's close); a
+  // sized one keeps its length.
+  std::optional<uint64_t> length;
+  if (!parser.chunked()) {
+    if (const auto declared = parser.content_length()) length = *declared;
+    else if (parser.is_done()) length = 0;  // no body at all (e.g. 204)
+  }
+  const bool client_keep = x.req.keep_alive && !draining.load() && (length || x.req.version >= 11);
+  RelayBuffers::Lease lease = x.io.buffers.take();
+  bool relayed;
+  if (length && *length <= kRelayBufferBytes) relayed = co_await relay_small(x, lease.data(), *length, client_keep);
+  else relayed = co_await relay_stream(x, lease.data(), length, client_keep);
+  if (!relayed) co_return false;  // the outcome is recorded
+  x.watch.client_gone();
+  x.up_deadline.disarm();
+  if (parser.keep_alive() && x.cfg.router.upstream_pool_size > 0)
+    x.io.pool.give(x.target->url, std::move(*x.upstream), x.cfg.router.upstream_pool_size);
+  const unsigned status = x.client.response.status;
+  finish(x, status, status < 400 ? "ok" : "worker_error");
+  co_return client_keep;
+}
+
+// A small sized body (a non-streaming answer) is read whole first, so the
+// client gets head and body in one write: one send on the hot path.
+awaitable<bool> HttpServer::Impl::relay_small(Exchange& x, char* buf, uint64_t length, bool client_keep) {
+  UpstreamResponseParser& parser = *x.parser;
+  const unsigned status = x.client.response.status;
+  const milliseconds idle(x.cfg.router.idle_timeout_ms);
+  beast::error_code& ec = x.ec;
+  parser.body_into(buf, static_cast<size_t>(length));
+  if (!parser.is_done()) {
+    x.up_deadline.arm(*x.upstream, idle);
+    co_await read_http(*x.upstream, x.client.upstream_buffer, parser, ReadUntil::Message, ec);
+    x.up_deadline.settle(ec);
+  }
+  if (x.watch.client_gone()) {
+    client_cancelled(x, status);
+    co_return false;
+  }
+  if (ec == http::error::need_buffer) ec = {};
+  if (ec && x.cut) {
+    static const ApiError shutting_down{503, "The router is shutting down.", "service_unavailable", "",
+                                        "shutting_down"};
+    co_await reject(x, shutting_down, "shutdown");
+    co_return false;
+  }
+  if (ec) {
+    if (hooks.metrics) hooks.metrics->upstream_errors_total.with({"mid_stream"}).inc();
+    finish(x, status, "upstream_error");
+    co_return false;  // nothing sent yet, but the worker is committed: close
+  }
+  const size_t body_size = static_cast<size_t>(length) - parser.room();
+  client_response_head(x.client.response_head, x.client.response, x.req.version, x.target->worker,
+                       x.target->cached_tokens, body_size, client_keep);
+  std::array<asio::const_buffer, 2> wire{asio::buffer(x.client.response_head), asio::buffer(buf, body_size)};
+  std::span<asio::const_buffer> rest(wire);
+  x.client.expires_after(idle);
+  const size_t sent = co_await x.client.socket.async_write_some(rest, nothrow(ec));  // as for the request
+  if (!ec && consume(rest, sent)) co_await asio::async_write(x.client.socket, rest, nothrow(ec));
+  x.client.deadline.settle(ec);
+  if (ec) {
+    client_cancelled(x, status);
+    co_return false;
+  }
+  co_return true;
+}
+
+// A stream, or a large body: head first, then each piece as it arrives (a
+// chunk each when chunked), with one watch on the client to the end.
+awaitable<bool> HttpServer::Impl::relay_stream(Exchange& x, char* buf, std::optional<uint64_t> length,
+                                               bool client_keep) {
+  static constexpr std::string_view kCrlf = "\r\n";
+  static constexpr std::string_view kLastChunk = "0\r\n\r\n";
+  UpstreamResponseParser& parser = *x.parser;
+  const unsigned status = x.client.response.status;
+  const milliseconds idle(x.cfg.router.idle_timeout_ms);
+  beast::error_code& ec = x.ec;
+  x.guard->first_byte();  // the worker's prefill is over
+  if (x.watch.client_gone()) {
+    client_cancelled(x, 499);
+    co_return false;
+  }
+  const bool chunked = !length && x.req.version >= 11;
+  client_response_head(x.client.response_head, x.client.response, x.req.version, x.target->worker,
+                       x.target->cached_tokens, length, client_keep);
+  x.client.expires_after(idle);
+  co_await asio::async_write(x.client.socket, asio::buffer(x.client.response_head), nothrow(ec));
+  x.client.deadline.settle(ec);
+  if (ec) {
+    client_cancelled(x, 499);
+    co_return false;
+  }
+  x.watch.watch(*x.upstream, true);
+  bool last = parser.is_done();  // an empty body: just the last chunk
+  while (!last || chunked) {
+    size_t n = 0;
+    if (!last) {
+      parser.body_into(buf, kRelayBufferBytes);
+      x.up_deadline.arm(*x.upstream, idle);
+      co_await read_http(*x.upstream, x.client.upstream_buffer, parser, ReadUntil::Some, ec);
+      x.up_deadline.settle(ec);
+      if (ec && x.watch.client_gone()) {
+        client_cancelled(x, status);
+        co_return false;
+      }
+      if (ec == http::error::need_buffer) ec = {};
+      if (ec) co_return co_await end_stream_with_error(x, chunked, length.has_value());
+      n = kRelayBufferBytes - parser.room();
+      last = parser.is_done();
+      if (n == 0 && !(last && chunked)) continue;  // only framing arrived: nothing to pass on yet
+    }
+    char line[24];
+    std::array<asio::const_buffer, 4> piece{};
+    size_t parts = 0;
+    if (chunked && n) piece[parts++] = asio::buffer(chunk_size_line(n, line));
+    if (n) piece[parts++] = asio::buffer(buf, n);
+    if (chunked && n) piece[parts++] = asio::buffer(kCrlf);
+    if (chunked && last) piece[parts++] = asio::buffer(kLastChunk);
+    x.client.expires_after(idle);
+    co_await asio::async_write(x.client.socket, std::span(piece.data(), parts), nothrow(ec));
+    x.client.deadline.settle(ec);
+    if (ec) {  // client gone: the upstream connection closes with this exchange
+      client_cancelled(x, status);
+      co_return false;
+    }
+    if (last) break;
+  }
+  co_return true;
+}
+
+// The worker failed mid-response, or the shutdown grace cut it. A stream
+// without a declared length ends with an OpenAI-style error event and
+// [DONE]; a sized body cannot signal it: the connection closes.
+awaitable<bool> HttpServer::Impl::end_stream_with_error(Exchange& x, bool chunked, bool sized) {
+  const unsigned status = x.client.response.status;
+  if (x.cut) {
+    finish(x, status, "shutdown");
+  } else {
+    if (hooks.metrics) hooks.metrics->upstream_errors_total.with({"mid_stream"}).inc();
+    static RateLimiter rl;
+    if (rl.allow())
+      spdlog::warn("worker {} ({}): failed mid-response: {}", x.target->worker.value, x.target->url, x.ec.message());
+    finish(x, status, "upstream_error");
+  }
+  if (!x.client.response.event_stream || sized) co_return false;
+  const ApiError e = x.cut ? ApiError{503, "The router is shutting down; the response was cut.",
+                                      "service_unavailable", "", "shutting_down"}
+                           : ApiError{502, "The worker failed while streaming the response.", "upstream_error", "",
+                                      "upstream_failed"};
+  const std::string tail = fmt::format("data: {}\n\ndata: [DONE]\n\n", error_body(e));
+  char line[24];
+  static constexpr std::string_view kCrlf = "\r\n";
+  static constexpr std::string_view kLastChunk = "0\r\n\r\n";
+  const std::array<asio::const_buffer, 4> framed{asio::buffer(chunk_size_line(tail.size(), line)),
+                                                 asio::buffer(tail), asio::buffer(kCrlf), asio::buffer(kLastChunk)};
+  const std::array<asio::const_buffer, 1> raw{asio::buffer(tail)};  // close-delimited (HTTP/1.0)
+  x.watch.client_gone();
+  x.client.expires_after(milliseconds(x.cfg.router.idle_timeout_ms));
+  beast::error_code ec;
+  if (chunked) co_await asio::async_write(x.client.socket, framed, nothrow(ec));
+  else co_await asio::async_write(x.client.socket, raw, nothrow(ec));
+  x.client.deadline.settle(ec);
+  co_return false;
+}
+
+// One proxied OpenAI request, as its phases: limit, parse, route (maybe
+// queue), then for each worker of the ranking until one answers: connect
+// (or a pooled connection), send and read the response head; then relay.
+awaitable<bool> HttpServer::Impl::proxy(ClientConn& client, ClientRequest& req, ApiKind kind, IoThread& io) {
+  Exchange x(client, req, kind, io, hooks.config->get());
+  x.rec.method = "POST";
+  x.rec.path = api_path(kind);
   // Concurrency limit: counted for the whole request, released on every exit
   // (the in-flight gauge reads the count at scrape time).
   struct Slot {
@@ -779,329 +1491,48 @@ awaitable<bool> HttpServer::Impl::proxy(ClientConn& client, ClientRequest& req,
     explicit Slot(std::atomic<int64_t>& c) : n(c) { n.fetch_add(1); }
     ~Slot() { n.fetch_sub(1); }
   } slot(inflight);
-  if (inflight.load() > static_cast<int64_t>(cfg->router.max_concurrent_requests)) {
-    if (m) m->rejected_total.with({"limit"}).inc();
-    const ApiError e{503, "Too many concurrent requests; retry later.", "service_unavailable", "", "too_many_requests"};
-    co_return co_await reject(e, "rejected_limit");
+  if (inflight.load() > static_cast<int64_t>(x.cfg.router.max_concurrent_requests)) {
+    if (hooks.metrics) hooks.metrics->rejected_total.with({"limit"}).inc();
+    static const ApiError e{503, "Too many concurrent requests; retry later.", "service_unavailable", "",
+                            "too_many_requests"};
+    co_return co_await reject(x, e, "rejected_limit");
   }
-
-  ParsedRequest& parsed = client.parsed;
   ApiError err;
-  if (!parse_openai_request(kind, req.body, parsed, err)) co_return co_await reject(err, "bad_request");
-  rec.model = parsed.model;
-  rec.stream = parsed.stream;
+  if (!parse_openai_request(kind, req.body, client.parsed, err)) co_return co_await reject(x, err, "bad_request");
+  x.rec.model = client.parsed.model;
+  x.rec.stream = client.parsed.stream;
+  if (route_request(x)) co_await wait_in_queue(x);
+  if (!accept_route(x)) co_return co_await reject(x, client.route.error, "no_worker");
 
-  RouteResult& route = client.route;
-  hooks.routing->route(parsed, route);
-  // No eligible worker (all busy): wait in the bounded queue, re-routing as load changes.
-  if (!route.ok && route.error.code == "workers_busy" && cfg->scheduler.queue_size > 0) {
-    if (queued.fetch_add(1) >= static_cast<int64_t>(cfg->scheduler.queue_size)) {
-      queued.fetch_sub(1);
-      if (m) m->rejected_total.with({"queue_full"}).inc();
-      route.error.message = "Every worker is busy and the wait queue is full; retry later.";
-    } else {
-      if (m) m->queued_requests.get().add(1);
-      const auto deadline = Steady::now() + milliseconds(cfg->scheduler.queue_timeout_ms);
-      Timer timer(co_await asio::this_coro::executor);
-      beast::error_code ec;
-      while (!route.ok && route.error.code == "workers_busy" && Steady::now() < deadline && !stopping.load()) {
-        timer.expires_after(kQueuePoll);
-        co_await timer.async_wait(nothrow(ec));
-        hooks.routing->route(parsed, route);
-      }
-      queued.fetch_sub(1);
-      if (m) m->queued_requests.get().add(-1);
-      if (!route.ok && route.error.code == "workers_busy") {
-        if (m) m->rejected_total.with({"queue_timeout"}).inc();
-        route.error.message = fmt::format("No worker became free within {} ms; retry later.",
-                                          cfg->scheduler.queue_timeout_ms);
-      }
+  const size_t attempts = std::min<size_t>(x.cfg.router.max_attempts, client.route.ranked.size());
+  for (size_t attempt = 0; attempt < attempts && !x.cut; ++attempt) {
+    if (!begin_attempt(x, attempt)) continue;
+    // The head kvroute forwards must fit what a worker accepts: over it, the
+    // worker would refuse it and be blamed.
+    if (client.upstream_head.size() > x.cfg.router.max_header_bytes) {
+      static const ApiError e{431, "Request headers too large.", "invalid_request_error", "", ""};
+      co_return co_await reject(x, e, "header_too_large");
     }
+    // A pooled connection the worker closed meanwhile fails before the first
+    // response byte: retried once on a fresh connection to the same worker.
+    Next next = Next::NextWorker;
+    for (int fresh = 0; fresh < 2 && !x.cut; ++fresh) {
+      x.pooled = fresh == 0 && take_pooled(x);
+      if (!x.pooled && (next = co_await connect_upstream(x)) != Next::Go) break;
+      next = co_await send_and_read_head(x);
+      if (next != Next::NextWorker || !x.pooled) break;
+    }
+    if (next == Next::Go) next = check_status(x, attempt + 1 < attempts);
+    if (next == Next::Done) co_return x.keep_result;
+    if (next == Next::Go) co_return co_await relay(x);
   }
-  if (m) {
-    for (int i = 0; i < 4; ++i) m->stage_seconds[i]->observe(route.stage_seconds[i]);
-    (!route.ok ? m->decided_no_worker : route.chose_best_overlap ? m->decided_best_overlap : m->decided_balance).inc();
+  if (x.cut) {
+    static const ApiError e{503, "The router is shutting down.", "service_unavailable", "", "shutting_down"};
+    co_return co_await reject(x, e, "shutdown");
   }
-  rec.prompt_tokens = route.isl_tokens;
-  if (!route.ok) {
-    if (route.error.status == 404) model_label = "unknown";
-    co_return co_await reject(route.error, "no_worker");
-  }
-  model_label = parsed.model;  // bounded: a model some worker announced
-  if (m && route.tokenizer_fallback != TokenizerFallback::None)
-    m->tokenizer_fallbacks_total.with({model_label, to_string(route.tokenizer_fallback)}).inc();
-  if (hooks.on_routed) hooks.on_routed(parsed, route);
-
-  const size_t attempts = std::min<size_t>(cfg->router.max_attempts, route.ranked.size());
-  auto ex = co_await asio::this_coro::executor;
-
-  for (size_t attempt = 0; attempt < attempts; ++attempt) {
-    const RouteTarget& target = route.ranked[attempt];
-    rec.attempts = static_cast<uint32_t>(attempt + 1);
-    rec.worker = static_cast<int64_t>(target.worker.value);
-    rec.cached_tokens = target.cached_tokens;
-    if (attempt > 0 && m) m->retries_total.get().inc();
-    UpstreamUrl url;
-    if (!parse_url(target.url, url)) {
-      static RateLimiter rl;
-      if (rl.allow()) spdlog::warn("worker {} has an unusable url '{}'", target.worker.value, target.url);
-      continue;
-    }
-    InflightGuard inflight_guard(*hooks.registry, target.worker, route.request_blocks, target.prefill_tokens);
-
-    // The request to forward: unchanged but for hop-by-hop headers. Its head
-    // is written out here (fields as Beast parsed and validated them) and sent
-    // with the body in one gather write: no serializer on the hot path.
-    upstream_request_head(client.upstream_head, req, url, cfg->router.upstream_pool_size > 0);
-    const std::array<asio::const_buffer, 2> up_wire{asio::buffer(client.upstream_head), asio::buffer(req.body)};
-    std::array<asio::const_buffer, 2> up_left{};
-
-    // A pooled connection may have been closed by the worker in the meantime:
-    // such a failure retries on a fresh connection to the same worker.
-    const milliseconds idle(cfg->router.idle_timeout_ms);
-    std::optional<Socket> upstream;
-    Deadline up_deadline(io.sweeper);  // after `upstream`: goes first
-    beast::flat_buffer& up_buf = client.upstream_buffer;
-    std::optional<UpstreamResponseParser> parser;
-    // Watches the client from the request's send until the answer is committed
-    // to it (a stream: until its end). Declared last: stops first.
-    ClientWatch watch(io.sweeper, client.socket);
-    beast::error_code ec;
-    const char* failed_phase = nullptr;
-    const auto sent_at = Steady::now();
-    for (int fresh = 0; fresh < 2; ++fresh) {
-      ec = {};
-      up_deadline.disarm();
-      upstream.reset();
-      bool pooled = false;
-      if (fresh == 0) {
-        if (auto s = io.pool.take(target.url)) {
-          upstream.emplace(std::move(*s));
-          pooled = true;
-        }
-      }
-      if (!upstream) {
-        upstream.emplace(ex);
-        up_deadline.arm(*upstream, milliseconds(cfg->router.connect_timeout_ms));
-        beast::error_code addr_ec;
-        const auto addr = asio::ip::make_address(url.host, addr_ec);
-        uint16_t port = 0;
-        std::from_chars(url.port.data(), url.port.data() + url.port.size(), port);
-        if (!addr_ec) {
-          const tcp::endpoint endpoint(addr, port);
-          co_await upstream->async_connect(endpoint, nothrow(ec));
-        } else {
-          Resolver resolver(ex);
-          auto results = co_await resolver.async_resolve(url.host, url.port, nothrow(ec));
-          if (!ec) co_await asio::async_connect(*upstream, results, nothrow(ec));
-        }
-        up_deadline.settle(ec);
-        if (ec) {
-          failed_phase = "connect";
-          break;
-        }
-        upstream->set_option(tcp::no_delay(true), ec);
-        ec = {};
-      }
-      up_deadline.arm(*upstream, milliseconds(cfg->router.first_byte_timeout_ms));
-      // One send nearly always takes the whole request; asio::async_write
-      // (a composed operation) only for what it leaves.
-      up_left = up_wire;
-      std::span<asio::const_buffer> up_rest(up_left);
-      const size_t sent = co_await upstream->async_write_some(up_rest, nothrow(ec));
-      if (!ec && consume(up_rest, sent)) co_await asio::async_write(*upstream, up_rest, nothrow(ec));
-      parser.emplace(client.response);
-      parser->body_limit(std::numeric_limits<std::uint64_t>::max());
-      up_buf.clear();
-      if (!ec) {
-        // While the worker prefills, watch for the client going away.
-        watch.watch(*upstream, false);
-        co_await read_http(*upstream, up_buf, *parser, ReadUntil::Header, ec);
-        if (ec && watch.client_gone()) {
-          client_cancelled(499);
-          co_return false;
-        }
-      }
-      up_deadline.settle(ec);
-      if (!ec) break;
-      watch.client_gone();
-      failed_phase = "first_byte";
-      if (!pooled) break;  // a fresh connection failed: the worker is at fault
-    }
-    if (ec) {
-      if (m) m->upstream_errors_total.with({failed_phase}).inc();
-      static RateLimiter rl;
-      if (rl.allow())
-        spdlog::warn("worker {} ({}): {} failed: {}; trying the next worker", target.worker.value, target.url,
-                     failed_phase, ec.message());
-      continue;
-    }
-    const double ttfb = seconds_since(sent_at);
-    const unsigned status = client.response.status;
-    // An overloaded or unavailable worker is retried while nothing reached the client.
-    if ((status == 502 || status == 503 || status == 504) && attempt + 1 < attempts) {
-      if (watch.client_gone()) {
-        client_cancelled(499);
-        co_return false;
-      }
-      if (m) m->upstream_errors_total.with({"status_5xx"}).inc();
-      continue;  // the connection (and any body) is dropped
-    }
-    if (status >= 500 && m) m->upstream_errors_total.with({"status_5xx"}).inc();
-    rec.ttfb_ms = ttfb * 1e3;
-    if (m) {
-      m->ttfb_seconds.get().observe(ttfb);
-      m->prompt_tokens_total.get().inc(route.isl_tokens);
-      m->cached_tokens_total.get().inc(target.cached_tokens);
-      const auto worker = m->worker_tokens(target.worker.value);
-      worker.prompt.inc(route.isl_tokens);
-      worker.cached.inc(target.cached_tokens);
-      m->overlap_ratio.get().observe(route.isl_tokens ? double(target.cached_tokens) / route.isl_tokens : 0.0);
-    }
-
-    // Committed to this worker: relay the response as it arrives.
-    const bool upstream_keep = parser->keep_alive();
-    const bool client_keep = keep && !draining.load();
-    // A body without a length (chunked, or up to the connection's end) goes
-    // to the client chunked; a sized one keeps its length.
-    std::optional<uint64_t> length;
-    if (!parser->chunked()) {
-      if (const auto declared = parser->content_length()) length = *declared;
-      else if (parser->is_done()) length = 0;  // no body at all (e.g. 204)
-    }
-    RelayBuffers::Lease lease = io.buffers.take();
-    char* const buf = lease.data();
-
-    // A small sized body (a non-streaming answer) is read whole first, so the
-    // client gets header and body in one write: one send on the hot path.
-    if (length && *length <= kRelayBufferBytes) {
-      parser->body_into(buf, static_cast<size_t>(*length));
-      if (!parser->is_done()) {
-        up_deadline.arm(*upstream, idle);
-        co_await read_http(*upstream, up_buf, *parser, ReadUntil::Message, ec);
-        up_deadline.settle(ec);
-      }
-      if (watch.client_gone()) {
-        client_cancelled(status);
-        co_return false;
-      }
-      if (ec == http::error::need_buffer) ec = {};
-      if (ec) {
-        if (m) m->upstream_errors_total.with({"mid_stream"}).inc();
-        finish(status, "upstream_error");
-        co_return false;  // nothing sent yet, but the worker is committed: close
-      }
-      const size_t body_size = static_cast<size_t>(*length) - parser->room();
-      client_response_head(client.response_head, client.response, target.worker, target.cached_tokens, body_size,
-                           client_keep);
-      std::array<asio::const_buffer, 2> wire{asio::buffer(client.response_head), asio::buffer(buf, body_size)};
-      std::span<asio::const_buffer> rest(wire);
-      client.expires_after(idle);
-      const size_t sent = co_await client.socket.async_write_some(rest, nothrow(ec));  // as for the request
-      if (!ec && consume(rest, sent)) co_await asio::async_write(client.socket, rest, nothrow(ec));
-      client.deadline.settle(ec);
-      if (ec) {
-        client_cancelled(status);
-        co_return false;
-      }
-    } else {
-      // A stream, or a large body: head first, then each piece as it arrives
-      // (a chunk each when chunked), with one watch on the client to the end.
-      // The worker's prefill is over (a small body's is released with the
-      // request, microseconds from now: one registry update, not two).
-      inflight_guard.first_byte();
-      if (watch.client_gone()) {
-        client_cancelled(499);
-        co_return false;
-      }
-      const bool chunked = !length;
-      client_response_head(client.response_head, client.response, target.worker, target.cached_tokens, length,
-                           client_keep);
-      client.expires_after(idle);
-      co_await asio::async_write(client.socket, asio::buffer(client.response_head), nothrow(ec));
-      client.deadline.settle(ec);
-      if (ec) {
-        client_cancelled(499);
-        co_return false;
-      }
-      watch.watch(*upstream, true);
-      static constexpr std::string_view kCrlf = "\r\n";
-      static constexpr std::string_view kLastChunk = "0\r\n\r\n";
-      if (chunked && parser->is_done()) {  // an empty body: just the last chunk
-        client.expires_after(idle);
-        co_await asio::async_write(client.socket, asio::buffer(kLastChunk), nothrow(ec));
-        client.deadline.settle(ec);
-        if (ec) {
-          client_cancelled(status);
-          co_return false;
-        }
-      }
-      while (!parser->is_done()) {
-        parser->body_into(buf, kRelayBufferBytes);
-        up_deadline.arm(*upstream, idle);
-        co_await read_http(*upstream, up_buf, *parser, ReadUntil::Some, ec);
-        up_deadline.settle(ec);
-        if (ec && watch.client_gone()) {
-          client_cancelled(status);
-          co_return false;
-        }
-        if (ec == http::error::need_buffer) ec = {};
-        if (ec) {
-          if (m) m->upstream_errors_total.with({"mid_stream"}).inc();
-          static RateLimiter rl;
-          if (rl.allow())
-            spdlog::warn("worker {} ({}): failed mid-response: {}", target.worker.value, target.url, ec.message());
-          finish(status, "upstream_error");
-          if (!client.response.event_stream || !chunked) co_return false;  // cannot signal inside a sized body: close
-          // An SSE stream ends with an OpenAI-style error event and [DONE].
-          const std::string tail = fmt::format(
-              "data: {}\n\ndata: [DONE]\n\n",
-              error_body(ApiError{502, "The worker failed while streaming the response.", "upstream_error", "",
-                                  "upstream_failed"}));
-          char line[24];
-          const std::array<asio::const_buffer, 4> end{asio::buffer(chunk_size_line(tail.size(), line)),
-                                                      asio::buffer(tail), asio::buffer(kCrlf),
-                                                      asio::buffer(kLastChunk)};
-          watch.client_gone();
-          client.expires_after(idle);
-          co_await asio::async_write(client.socket, end, nothrow(ec));
-          client.deadline.settle(ec);
-          co_return false;
-        }
-        const size_t n = kRelayBufferBytes - parser->room();
-        const bool last = parser->is_done();
-        if (n == 0 && !(last && chunked)) continue;  // only framing arrived: nothing to pass on yet
-        char line[24];
-        std::array<asio::const_buffer, 4> piece{};
-        size_t parts = 0;
-        if (chunked && n) {
-          piece[parts++] = asio::buffer(chunk_size_line(n, line));
-          piece[parts++] = asio::buffer(buf, n);
-          piece[parts++] = asio::buffer(kCrlf);
-        } else if (n) {
-          piece[parts++] = asio::buffer(buf, n);
-        }
-        if (chunked && last) piece[parts++] = asio::buffer(kLastChunk);
-        client.expires_after(idle);
-        co_await asio::async_write(client.socket, std::span(piece.data(), parts), nothrow(ec));
-        client.deadline.settle(ec);
-        if (ec) {  // client gone: the upstream connection closes with this frame
-          client_cancelled(status);
-          co_return false;
-        }
-      }
-    }
-
-    watch.client_gone();
-    up_deadline.disarm();
-    if (upstream_keep && cfg->router.upstream_pool_size > 0)
-      io.pool.give(target.url, std::move(*upstream), cfg->router.upstream_pool_size);
-    finish(status, status < 400 ? "ok" : "worker_error");
-    co_return client_keep;
-  }
-  const ApiError unreachable{503, "No worker could be reached for this request.", "service_unavailable", "",
-                             "upstream_unavailable"};
-  co_return co_await reject(unreachable, "upstream_unavailable");
+  static const ApiError unreachable{503, "No worker could be reached for this request.", "service_unavailable", "",
+                                    "upstream_unavailable"};
+  co_return co_await reject(x, unreachable, "upstream_unavailable");
 }
 
 HttpServer::HttpServer(HttpServerHooks hooks) : impl_(std::make_unique<Impl>(std::move(hooks))) {}
@@ -1164,12 +1595,28 @@ void HttpServer::start(unsigned threads) {
 }
 
 void HttpServer::shutdown(std::chrono::milliseconds grace) {
-  impl_->draining.store(true);
-  const auto deadline = Steady::now() + grace;
-  while (Steady::now() < deadline && impl_->inflight.load() > 0) std::this_thread::sleep_for(milliseconds(20));
-  if (impl_->inflight.load() > 0)
-    spdlog::warn("shutdown grace of {} ms over with {} requests in flight; closing them", grace.count(),
-                 impl_->inflight.load());
+  Impl& im = *impl_;
+  im.draining.store(true);
+  // Stop accepting (the listeners live on thread 0); close connections that
+  // wait for their next request (each io thread walks its own).
+  asio::post(im.io0().ioc, [&im] {
+    beast::error_code ec;
+    im.acceptor.close(ec);
+    im.admin_acceptor.close(ec);
+  });
+  for (auto& t : im.io) asio::post(t->ioc, [&io = *t] { io.connections.sweep(Steady::now()); });
+  auto wait_idle = [&im](Steady::time_point until) {
+    while (im.inflight.load() > 0 && Steady::now() < until) std::this_thread::sleep_for(milliseconds(2));
+    return im.inflight.load() == 0;
+  };
+  if (!wait_idle(Steady::now() + grace)) {
+    spdlog::warn("shutdown grace of {} ms over with {} requests in flight; cutting them", grace.count(),
+                 im.inflight.load());
+    // Each cut request ends as its client can tell: a stream with an error
+    // event and [DONE], a request without an answer yet with a 503.
+    for (auto& t : im.io) asio::post(t->ioc, [&io = *t] { io.exchanges.sweep(Steady::now()); });
+    wait_idle(Steady::now() + milliseconds(1000));
+  }
   stop();
 }
 

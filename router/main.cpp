@@ -21,6 +21,7 @@
 #include "config/config_store.h"
 #include "events/event_pipeline.h"
 #include "events/nats_bus.h"
+#include "events/zmq_source.h"
 #include "fleet/fleet.h"
 #include "indexer/approx_indexer.h"
 #include "indexer/event_sequencer.h"
@@ -155,6 +156,40 @@ void render_fleet_metrics(std::string& out, const Fleet& fleet, const WorkerRegi
                          by[{to_string(src), to_string(h)}]);
 }
 
+// ZMQ KV event metrics (events/zmq_source.h).
+void render_zmq_metrics(std::string& out, const ZmqSourceStats& z) {
+  auto counter = [&](std::string_view name, std::string_view help, uint64_t v) {
+    out += fmt::format("# HELP {0} {1}\n# TYPE {0} counter\n{0} {2}\n", name, help, v);
+  };
+  counter("kvroute_events_zmq_frames_total", "ZMQ KV event frames received", z.frames_total.load());
+  counter("kvroute_events_zmq_bad_frames_total", "ZMQ frames with a wrong shape", z.bad_frames_total.load());
+  out += "# HELP kvroute_events_zmq_rejected_total ZMQ payloads that did not decode, by reason\n"
+         "# TYPE kvroute_events_zmq_rejected_total counter\n";
+  for (size_t i = 1; i < z.rejected_total.size(); ++i)
+    out += fmt::format("kvroute_events_zmq_rejected_total{{reason=\"{}\"}} {}\n",
+                       to_string(static_cast<DecodeError>(i)), z.rejected_total[i].load());
+  static constexpr std::string_view kSkips[] = {"none", "unknown_type", "block_size_mismatch", "token_count",
+                                                "not_full_attention"};
+  out += "# HELP kvroute_events_zmq_skipped_total ZMQ events not indexed, by reason\n"
+         "# TYPE kvroute_events_zmq_skipped_total counter\n";
+  for (size_t i = 1; i < z.skipped_total.size(); ++i)
+    out += fmt::format("kvroute_events_zmq_skipped_total{{reason=\"{}\"}} {}\n", kSkips[i], z.skipped_total[i].load());
+  counter("kvroute_events_zmq_blocks_stored_total", "blocks stored by ZMQ events", z.blocks_stored_total.load());
+  counter("kvroute_events_zmq_gaps_total", "ZMQ sequence gaps seen", z.gaps_total.load());
+  counter("kvroute_events_zmq_replay_requests_total", "replay requests sent", z.replay_requests_total.load());
+  counter("kvroute_events_zmq_replay_timeouts_total", "replay requests that timed out", z.replay_timeouts_total.load());
+  counter("kvroute_events_zmq_unrecoverable_total", "gaps replay could not cover (owner partial)",
+          z.unrecoverable_total.load());
+  counter("kvroute_events_zmq_restarts_total", "engine restarts seen (sequence went backwards)", z.restarts_total.load());
+  counter("kvroute_events_zmq_sink_refused_total", "batches dropped on a full writer queue", z.sink_refused_total.load());
+  out += fmt::format("# HELP kvroute_events_zmq_publishers ZMQ publishers subscribed\n"
+                     "# TYPE kvroute_events_zmq_publishers gauge\nkvroute_events_zmq_publishers {}\n",
+                     z.publishers.load());
+  out += fmt::format("# HELP kvroute_indexer_partial_owners cache owners whose index is known incomplete\n"
+                     "# TYPE kvroute_indexer_partial_owners gauge\nkvroute_indexer_partial_owners {}\n",
+                     z.partial_owners.load());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -248,10 +283,31 @@ int main(int argc, char** argv) {
     pipeline.start_writer();
   }
 
+  // KV events of vLLM / SGLang workers over their own ZMQ sockets.
+  ZmqEventSource zmq(cfg.zmq, cfg.indexer.block_size,
+                     [&](std::vector<KvEvent>&& events) { return pipeline.enqueue_events(std::move(events)); });
+  zmq.start();
+
   // Router-known workers (workers.static, discovery.dns, admin API): judged
-  // by their own /metrics and connections.
+  // by their own /metrics and connections; their KV events over ZMQ.
   FleetHooks fleet_hooks;
-  fleet_hooks.removed = [&](WorkerId id) { pipeline.enqueue_remove_worker(id); };
+  fleet_hooks.added = [&](const WorkerAnnouncement& w) {
+    if (w.kv_events.empty()) return;
+    std::string e;
+    if (!zmq.add_worker(w.id, ZmqWorkerEndpoints{w.kv_events, w.replay, w.dp_size}, &e))
+      spdlog::error("worker {}: KV events endpoint not usable ({}); routing without its cache", w.id.value, e);
+  };
+  fleet_hooks.removed = [&](WorkerId id) {
+    zmq.remove_worker(id);
+    pipeline.enqueue_remove_worker(id);
+  };
+  // Back from down: the engine may have restarted with an empty cache and a
+  // new event history. Clear its owners and sync again from its replay buffer.
+  fleet_hooks.recovered = [&](const WorkerAnnouncement& w) {
+    if (w.kv_events.empty()) return;
+    zmq.remove_worker(w.id);
+    zmq.add_worker(w.id, ZmqWorkerEndpoints{w.kv_events, w.replay, w.dp_size});
+  };
   Fleet fleet(registry, cfg.indexer.block_size, std::move(fleet_hooks));
   fleet.start(cfg);
   config.on_change([&](const Config& c) { fleet.apply_config(c); });
@@ -310,6 +366,7 @@ int main(int argc, char** argv) {
     std::string out = registry_metrics.render();
     render_module_metrics(out, pipeline.stats(), sequencer, radix, approx, admin.stats(), bus.get());
     render_fleet_metrics(out, fleet, registry);
+    render_zmq_metrics(out, zmq.stats());
     return out;
   };
   hooks.on_routed = [&](const ParsedRequest&, const RouteResult& r) {
@@ -352,6 +409,7 @@ int main(int argc, char** argv) {
     break;
   }
   fleet.stop();
+  zmq.stop();
   pipeline.stop();
   return 0;
 }

@@ -1,9 +1,12 @@
 #include "router/openai_request.h"
 
 #include <fmt/format.h>
+#include <algorithm>
+#include <cstdint>
 #include <simdjson.h>
 
 #include "common/json_escape.h"
+#include "common/json_numbers.h"
 
 namespace kvroute {
 
@@ -54,6 +57,51 @@ bool flatten_content(dom::element content, std::string& out, ApiError& err, size
   return true;
 }
 
+constexpr uint64_t kMaxChoices = 128;
+
+// Token ids of one prompt into out.prompt_tokens.
+bool parse_tokens(dom::array arr, const char* name, ParsedRequest& out, ApiError& err) {
+  out.has_prompt_tokens = true;
+  out.prompt_tokens.reserve(arr.size());
+  for (dom::element t : arr) {
+    if (!t.is_uint64() || t.get_uint64().value_unsafe() > 0xffffffffull)
+      return fail(err, fmt::format("token ids in '{}' must be integers in [0, 2^32)", name), name);
+    out.prompt_tokens.push_back(static_cast<TokenId>(t.get_uint64().value_unsafe()));
+  }
+  return true;
+}
+
+// A completion's `prompt` or an embedding's `input`: a string, token ids, or a
+// batch (an array of strings or of token-id arrays, all of one kind). A batch
+// is routed on its first prompt; the others are checked and counted.
+bool parse_prompt(dom::element p, const char* name, ParsedRequest& out, ApiError& err) {
+  if (p.is_string()) {
+    out.prompt_text.assign(p.get_string().value_unsafe());
+    return true;
+  }
+  const auto what = fmt::format("'{}' must be a string, an array of strings, token ids, or arrays of token ids", name);
+  if (!p.is_array()) return fail(err, what, name);
+  dom::array arr = p.get_array().value_unsafe();
+  if (arr.size() == 0) return fail(err, fmt::format("'{}' must not be empty", name), name);
+  dom::element first = arr.at(0).value_unsafe();
+  if (!first.is_string() && !first.is_array()) return parse_tokens(arr, name, out, err);  // one prompt of ids
+  for (dom::element e : arr) {
+    if (e.is_string() != first.is_string() || e.is_array() != first.is_array()) return fail(err, what, name);
+    if (!e.is_array()) continue;
+    const dom::array ids = e.get_array().value_unsafe();
+    if (ids.size() == 0) return fail(err, fmt::format("a prompt in '{}' must not be empty", name), name);
+    for (dom::element t : ids)
+      if (!t.is_uint64() || t.get_uint64().value_unsafe() > 0xffffffffull)
+        return fail(err, fmt::format("token ids in '{}' must be integers in [0, 2^32)", name), name);
+  }
+  out.prompts = static_cast<uint32_t>(std::min<size_t>(arr.size(), UINT32_MAX));
+  if (first.is_string()) {
+    out.prompt_text.assign(first.get_string().value_unsafe());
+    return true;
+  }
+  return parse_tokens(first.get_array().value_unsafe(), name, out, err);
+}
+
 }  // namespace
 
 bool parse_openai_request(ApiKind kind, std::string_view body, ParsedRequest& out, ApiError& err) {
@@ -61,6 +109,12 @@ bool parse_openai_request(ApiKind kind, std::string_view body, ParsedRequest& ou
   out.kind = kind;
   out.body = body;
   auto doc = thread_parser().parse(body.data(), body.size(), true);
+  // Numbers beyond 64 bits / the double range are valid for Python's json (vLLM, SGLang):
+  // the routing fields are read from a copy with them replaced; out.body keeps the original.
+  thread_local std::string in_range;
+  if ((doc.error() == simdjson::NUMBER_ERROR) &&
+      replace_out_of_range_numbers(body, &in_range))
+    doc = thread_parser().parse(in_range.data(), in_range.size(), true);
   if (doc.error())
     return fail(err, fmt::format("We could not parse the JSON body of your request ({}).",
                                  simdjson::error_message(doc.error())),
@@ -84,35 +138,26 @@ bool parse_openai_request(ApiKind kind, std::string_view body, ParsedRequest& ou
       return fail(err, "'add_special_tokens' must be a boolean", "add_special_tokens");
     out.add_special_tokens = ast.value_unsafe().get_bool().value_unsafe();
   }
+  // vLLM's per-tenant prefix cache isolation: enters the first block's hash.
+  if (auto salt = o.at_key("cache_salt"); !salt.error() && !salt.value_unsafe().is_null()) {
+    if (!salt.value_unsafe().is_string() || salt.value_unsafe().get_string().value_unsafe().empty())
+      return fail(err, "Parameter 'cache_salt' must be a non-empty string if provided.", "cache_salt");
+    out.cache_salt.assign(salt.value_unsafe().get_string().value_unsafe());
+  }
 
-  if (kind == ApiKind::Completions) {
-    auto prompt = o.at_key("prompt");
-    if (prompt.error() || prompt.value_unsafe().is_null()) return fail(err, "'prompt' is required", "prompt");
-    dom::element p = prompt.value_unsafe();
-    if (p.is_string()) {
-      out.prompt_text.assign(p.get_string().value_unsafe());
-      return true;
-    }
-    if (!p.is_array()) return fail(err, "'prompt' must be a string, an array of strings, or token ids", "prompt");
-    dom::array arr = p.get_array().value_unsafe();
-    if (arr.size() == 0) return fail(err, "'prompt' must not be empty", "prompt");
-    dom::element first = arr.at(0).value_unsafe();
-    if (first.is_string() || first.is_array()) {
-      // A batch of prompts: route on the first one (they go to one worker).
-      if (first.is_string()) {
-        out.prompt_text.assign(first.get_string().value_unsafe());
-        return true;
-      }
-      arr = first.get_array().value_unsafe();
-    }
-    out.has_prompt_tokens = true;
-    out.prompt_tokens.reserve(arr.size());
-    for (dom::element t : arr) {
-      if (!t.is_uint64() || t.get_uint64().value_unsafe() > 0xffffffffull)
-        return fail(err, "token ids in 'prompt' must be integers in [0, 2^32)", "prompt");
-      out.prompt_tokens.push_back(static_cast<TokenId>(t.get_uint64().value_unsafe()));
-    }
-    return true;
+  if (auto n = o.at_key("n"); !n.error() && !n.value_unsafe().is_null()) {
+    if (!n.value_unsafe().is_uint64() || n.value_unsafe().get_uint64().value_unsafe() < 1 ||
+        n.value_unsafe().get_uint64().value_unsafe() > kMaxChoices)
+      return fail(err, fmt::format("'n' must be an integer from 1 to {}", kMaxChoices), "n");
+    out.n = static_cast<uint32_t>(n.value_unsafe().get_uint64().value_unsafe());
+  }
+
+  if (kind == ApiKind::Completions || kind == ApiKind::Embeddings) {
+    out.kind = ApiKind::Completions;  // tokenized and routed as a completion prompt
+    const char* name = kind == ApiKind::Embeddings ? "input" : "prompt";
+    auto prompt = o.at_key(name);
+    if (prompt.error() || prompt.value_unsafe().is_null()) return fail(err, fmt::format("'{}' is required", name), name);
+    return parse_prompt(prompt.value_unsafe(), name, out, err);
   }
 
   auto messages = o.at_key("messages");

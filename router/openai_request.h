@@ -13,7 +13,9 @@
 
 namespace kvroute {
 
-enum class ApiKind : uint8_t { Completions, ChatCompletions };
+// Embeddings are tokenized and routed as completions are (ParsedRequest::kind
+// is Completions for them): their `input` is parsed like a completion prompt.
+enum class ApiKind : uint8_t { Completions, ChatCompletions, Embeddings };
 
 // A request error as the client sees it: HTTP status and OpenAI error fields.
 struct ApiError {
@@ -40,6 +42,14 @@ struct ParsedRequest {
   // vLLM's `add_special_tokens`; unset = its default (true for completions,
   // false for chat, whose template already holds the special tokens).
   std::optional<bool> add_special_tokens;
+  // Choices asked per prompt (`n`, default 1) and prompts in the request (a
+  // batched completion or embedding: an array of strings or of token arrays).
+  // The request is routed on its first prompt; the whole batch goes to that
+  // worker (router/README.md, "Batches and n").
+  uint32_t n = 1;
+  uint32_t prompts = 1;
+  // vLLM's `cache_salt` (per-tenant cache isolation); empty = none.
+  std::string cache_salt;
 
   // Back to a default-constructed request, keeping the strings' and vectors'
   // capacity (the server reuses one per connection).
@@ -53,11 +63,15 @@ struct ParsedRequest {
     messages.clear();
     body = {};
     add_special_tokens.reset();
+    n = 1;
+    prompts = 1;
+    cache_salt.clear();
   }
 };
 
-// Parses a /v1/completions or /v1/chat/completions body. Returns false and
-// fills `err` (status 400) when the body is malformed or lacks a field.
+// Parses a /v1/completions, /v1/chat/completions or /v1/embeddings body.
+// Returns false and fills `err` (status 400) when the body is malformed or
+// lacks a field.
 bool parse_openai_request(ApiKind kind, std::string_view body, ParsedRequest& out, ApiError& err);
 
 // {"error":{"message":...,"type":...,"param":...,"code":...}}

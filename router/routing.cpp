@@ -97,7 +97,11 @@ void RoutingService::route(const ParsedRequest& request, RouteResult& out, bool 
                    request.model, to_string(out.tokenizer_fallback), detail.empty() ? "" : ": ", detail);
   }
   const auto t1 = StageClock::now();
-  hash_blocks(tokens, cfg->indexer.block_size, out.block_hashes);
+  // The engine's cache namespace: a LoRA adapter named as the model, and the
+  // request's cache_salt (indexer/block_hash.h), exactly as ZMQ events are hashed.
+  const HashNamespace ns{registry_.is_lora_adapter(request.model) ? std::string_view(request.model) : std::string_view{},
+                         request.cache_salt};
+  hash_blocks(tokens, cfg->indexer.block_size, ns, out.block_hashes);
   out.stage_seconds[0] = seconds_between(t0, t1);
   out.stage_seconds[1] = seconds_between(t1, StageClock::now());
   decide(*cfg, request.model, static_cast<uint32_t>(tokens.size()), rank_all, out);

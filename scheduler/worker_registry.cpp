@@ -66,6 +66,7 @@ bool WorkerRegistry::upsert(const WorkerAnnouncement& a) {
   e.info = std::move(info);
   e.last_seen = clock_.now();
   sync(a.id, e, e.last_seen);
+  rebuild_lora_names();
   return inserted;
 }
 
@@ -83,6 +84,7 @@ std::vector<WorkerId> WorkerRegistry::expire(Nanos ttl) {
       ++it;
     }
   }
+  if (!dead.empty()) rebuild_lora_names();
   return dead;
 }
 
@@ -92,13 +94,14 @@ bool WorkerRegistry::remove(WorkerId id) {
   if (it == workers_.end()) return false;
   unsync(id, it->second);
   workers_.erase(it);
+  rebuild_lora_names();
   return true;
 }
 
-void WorkerRegistry::on_load_report(WorkerId id, const WorkerLoad& load) {
+bool WorkerRegistry::on_load_report(WorkerId id, const WorkerLoad& load) {
   std::lock_guard lk(mu_);
   auto it = workers_.find(id);
-  if (it == workers_.end()) return;
+  if (it == workers_.end()) return false;
   Entry& e = it->second;
   auto info = std::make_shared<WorkerAnnouncement>(*e.info);
   info->load = load;
@@ -107,8 +110,10 @@ void WorkerRegistry::on_load_report(WorkerId id, const WorkerLoad& load) {
   e.has_load = true;
   // An answered scrape ends "down"; an outlier ejection runs its course.
   e.consecutive_failures = 0;
-  if (e.health == HealthState::Down) e.health = HealthState::Ok;
+  const bool was_down = e.health == HealthState::Down;
+  if (was_down) e.health = HealthState::Ok;
   sync(id, e, e.last_load);
+  return was_down;
 }
 
 void WorkerRegistry::report_failure(WorkerId id, HealthSignal signal) {
@@ -288,6 +293,19 @@ std::vector<std::string> WorkerRegistry::models() const {
     for (const auto& l : e.info->lora_adapters) m.insert(l);
   }
   return {m.begin(), m.end()};
+}
+
+void WorkerRegistry::rebuild_lora_names() {
+  std::set<std::string> names;
+  for (const auto& [id, e] : workers_)
+    for (const auto& l : e.info->lora_adapters) names.insert(l);
+  std::atomic_store(&lora_names_, std::make_shared<const std::vector<std::string>>(names.begin(), names.end()));
+}
+
+bool WorkerRegistry::is_lora_adapter(std::string_view model) const {
+  const auto names = std::atomic_load(&lora_names_);
+  if (names->empty()) return false;
+  return std::binary_search(names->begin(), names->end(), model, std::less<>());
 }
 
 bool WorkerRegistry::known(WorkerId id) const {

@@ -121,8 +121,9 @@ class WorkerRegistry {
   bool remove(WorkerId id);
 
   // Load scraped from the worker's /metrics: replaces the reported load and
-  // counts as a success (a down worker returns).
-  void on_load_report(WorkerId id, const WorkerLoad& load);
+  // counts as a success (a down worker returns). True when the worker was
+  // down: it may have restarted (its KV event stream is then re-synced).
+  bool on_load_report(WorkerId id, const WorkerLoad& load);
   // Passive and active health (any thread).
   void report_failure(WorkerId id, HealthSignal signal);
   void report_success(WorkerId id);
@@ -149,6 +150,9 @@ class WorkerRegistry {
               uint32_t block_size, const SchedulerConfig& cfg, Random& random, size_t rank_limit,
               FleetDecision& out, std::vector<WorkerView>& views);
   bool known(WorkerId id) const;
+  // True when some worker serves `model` as a LoRA adapter (its blocks hash
+  // with the adapter's name). Lock-free read of a snapshot.
+  bool is_lora_adapter(std::string_view model) const;
   std::vector<std::string> models() const;
   size_t size() const;
 
@@ -200,6 +204,9 @@ class WorkerRegistry {
   std::set<std::pair<TimePoint, WorkerId>> ejections_;     // ejected workers by end of ejection
   HealthPolicy policy_;
   std::array<uint64_t, kNumHealthSignals> failures_by_signal_{};
+  // LoRA adapter names of every worker, rebuilt on membership changes.
+  std::shared_ptr<const std::vector<std::string>> lora_names_ = std::make_shared<const std::vector<std::string>>();
+  void rebuild_lora_names();  // mu_ held
 };
 
 // RAII in-flight accounting for one dispatched request. Not thread-safe

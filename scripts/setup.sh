@@ -21,6 +21,8 @@ PACKAGES=(
   libpcre2-dev
   # tokenizer tests: corpus sources (tests/tokenizer/make_corpus.py) and Unicode data
   unicode-data wamerican fortunes fortunes-de fortunes-es fortunes-ru fortunes-it fortunes-cs fortunes-zh
+  # tokenizer tests: the Python Jinja2 reference (tests/tokenizer/jinja_python_reference.sh)
+  python3-jinja2
 )
 PACKAGES+=(${KVROUTE_EXTRA_PACKAGES:-})
 

@@ -1,6 +1,6 @@
 // Chat templates: OpenAI chat request -> prompt text, the way vLLM renders it with a
-// model's Jinja `chat_template` (tokenizer_config.json or chat_template.jinja). The
-// template language is tokenizer/jinja.h (byte-for-byte @huggingface/jinja).
+// model's Jinja `chat_template` (tokenizer_config.json or chat_template.jinja), after vLLM's
+// request preprocessing. The template language is tokenizer/jinja.h (Python Jinja2 semantics).
 // Thread-safety: a ChatTemplate is immutable after load(); render*() may be called
 // concurrently from any thread (the parsed template is shared read-only).
 #pragma once
@@ -9,6 +9,8 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 namespace kvroute {
 
@@ -26,12 +28,11 @@ class ChatTemplate {
   static std::unique_ptr<ChatTemplate> load(const std::string& dir, std::string* error);
   ~ChatTemplate();
 
-  // Renders an OpenAI /v1/chat/completions body (untrusted JSON): messages, tools,
-  // add_generation_prompt (default true, as vLLM), continue_final_message,
-  // chat_template_kwargs (object merged into the template context, e.g. enable_thinking),
-  // documents if present. Messages are preprocessed as vLLM does: content given as an
-  // array of parts -> its text parts joined with "\n"; null/missing content -> "";
-  // tool_calls[].function.arguments given as a JSON string -> parsed into an object.
+  // Renders an OpenAI /v1/chat/completions body (untrusted JSON) as vLLM does: messages
+  // rebuilt by vLLM's chat_utils (content in the template's detected format, "string" or
+  // "openai"; tool-call arguments parsed; reasoning), tools as the protocol model dumps
+  // them, documents, add_generation_prompt (default true), continue_final_message,
+  // chat_template_kwargs over them. See tokenizer/README.md "The request".
   // Returns false and a client-facing message in *error (bad JSON, template raise_exception, limits).
   bool render_request(std::string_view body_json, std::string* out, std::string* error) const;
   // Lower level: renders with an explicit context object (JSON text), no preprocessing.
@@ -40,7 +41,8 @@ class ChatTemplate {
  private:
   ChatTemplate();
   std::unique_ptr<jinja::Template> template_;
-  std::optional<std::string> bos_token_, eos_token_;
+  std::vector<std::pair<std::string, std::string>> special_tokens_;  // bos_token, eos_token, ... as configured
+  bool openai_content_ = false;  // vLLM's content format: "openai" (true) or "string"
 };
 
 }  // namespace kvroute

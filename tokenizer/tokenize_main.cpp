@@ -17,7 +17,9 @@
 #include <string>
 
 #include "common/json_escape.h"
+#include "common/json_numbers.h"
 #include "indexer/block_hash.h"
+#include "common/json_numbers.h"
 #include "tokenizer/model_tokenizer.h"
 #include "tokenizer/placeholder.h"
 
@@ -39,7 +41,11 @@ bool process(const ModelTokenizer* mt, std::string_view line, uint32_t block_siz
     return false;
   };
   simdjson::dom::element doc;
-  if (auto e = parser.parse(line.data(), line.size()).get(doc); e)
+  std::string in_range;  // numbers Python's json reads but simdjson does not (the template reads `line`)
+  auto e = parser.parse(line.data(), line.size()).get(doc);
+  if ((e == simdjson::NUMBER_ERROR) && replace_out_of_range_numbers(line, &in_range))
+    e = parser.parse(in_range.data(), in_range.size()).get(doc);
+  if (e)
     return fail(std::string("not JSON: ") + simdjson::error_message(e));
   if (!doc.is_object()) return fail("each line must be a JSON object");
   std::optional<bool> add_special;

@@ -653,6 +653,32 @@ def main():
     aff = find(opt, "Deployment")[0]["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]
     R.check("requiredDuringSchedulingIgnoredDuringExecution" in aff, "optional: hard pod anti-affinity")
 
+    # 5b. No NATS at all: workers from the config (vLLM/SGLang over ZMQ).
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as vf:
+        yaml.safe_dump({"nats": {"enabled": False}, "config": {"workers": {"static": [
+            {"url": "http://vllm-0:8000", "model": "qwen", "kv_events": "tcp://vllm-0:5557"}]}}}, vf)
+    try:
+        nonats = docs_of(render(rb, "-f", vf.name))
+    finally:
+        os.unlink(vf.name)
+    R.check(not find(nonats, "StatefulSet"), "no NATS: no NATS StatefulSet")
+    R.check(kvroute_yaml(nonats)["events"]["nats_url"] in ("", None), "no NATS: events.nats_url empty",
+            str(kvroute_yaml(nonats)["events"]))
+    R.check(kvroute_yaml(nonats)["workers"]["static"][0]["kv_events"] == "tcp://vllm-0:5557",
+            "no NATS: workers.static rendered")
+    if a.kvroute_bin:
+        with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+            yaml.safe_dump(kvroute_yaml(nonats), f)
+            path = f.name
+        try:
+            eff = flatten(daemon_print_config(a.kvroute_bin, path))
+            R.check("url=http://vllm-0:8000" in str(eff.get("workers.static")), "no NATS: the daemon loads the list",
+                    str(eff.get("workers.static")))
+        except RuntimeError as e:
+            R.check(False, "no NATS: kvroute accepts the rendered kvroute.yaml", str(e))
+        finally:
+            os.unlink(path)
+
     # 6. Misconfigurations fail with a message naming the key.
     for sets, key in (("config.admin.token=x", "config.admin.token"),
                       ("nats.enabled=false", "config.events.nats_url"),

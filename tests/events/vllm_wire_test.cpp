@@ -303,3 +303,29 @@ TEST_CASE("offset_endpoint_port follows vLLM") {
   CHECK(offset_endpoint_port("inproc://cache", 2) == "inproc://cache_dp2");
   CHECK(offset_endpoint_port("", 2).empty());
 }
+
+TEST_CASE("decoding into a reused batch never leaks the previous batch's values") {
+  VllmEventBatch out;
+  const std::string first = encode_vllm_batch(sample_batch(), VllmEncoding::Positional);
+  REQUIRE(decode_vllm_batch(bytes(first), {}, out) == DecodeError::None);
+  // A map BlockStored without block_hashes and token_ids, then a shorter one.
+  msgpack::sbuffer buf;
+  Packer pk(buf);
+  pk.pack_map(2);
+  pk.pack(std::string("ts")); pk.pack(3);
+  pk.pack(std::string("events")); pk.pack_array(2);
+  pk.pack_map(2); pk.pack(std::string("type")); pk.pack(std::string("BlockStored"));
+  pk.pack(std::string("block_size")); pk.pack(4);
+  pk.pack_array(5); pk.pack(std::string("BlockStored")); pk.pack_array(1); pk.pack(99); pk.pack_nil();
+  pk.pack_array(4); for (int i = 0; i < 4; ++i) pk.pack(i);
+  pk.pack(4);  // block_size
+  REQUIRE(decode_vllm_batch(bytes(buf), {}, out) == DecodeError::None);
+  REQUIRE(out.events.size() == 2);
+  CHECK(std::get<VllmBlockStored>(out.events[0]).block_hashes.empty());
+  CHECK(std::get<VllmBlockStored>(out.events[0]).token_ids.empty());
+  CHECK(std::get<VllmBlockStored>(out.events[0]).lora_name.empty());
+  CHECK(std::get<VllmBlockStored>(out.events[1]).block_hashes == std::vector<SequenceHash>{SequenceHash{99}});
+  CHECK(std::get<VllmBlockStored>(out.events[1]).token_ids == std::vector<TokenId>{0, 1, 2, 3});
+  CHECK(std::get<VllmBlockStored>(out.events[1]).medium.empty());
+  CHECK(!out.data_parallel_rank);
+}

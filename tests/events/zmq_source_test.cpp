@@ -73,6 +73,7 @@ TEST_CASE("a late subscriber replays from 0 before trusting live frames, then fo
     CHECK(eventually([&] { return rig.matches(ref, 9); }));
     CHECK_FALSE(rig.src.is_partial(kOwner));
     CHECK(rig.src.stats().replay_requests_total >= 1);
+    CHECK(rig.src.stats().restarts_total == 0);
     CHECK(rig.src.stats().rejected_total[static_cast<size_t>(DecodeError::Json)] == 0);
   }
 }
@@ -99,6 +100,7 @@ TEST_CASE("a frame lost on the PUB socket is filled by a replay; the owner stays
   CHECK(pub->dropped_live() == 2);
   CHECK(rig.src.stats().gaps_total > gaps);
   CHECK_FALSE(rig.src.is_partial(kOwner));
+  CHECK(rig.src.stats().restarts_total == 0);  // a gap's replay compares the last applied batch: the same
 }
 
 TEST_CASE("without a replay socket a late join is partial; what arrives is applied") {
@@ -205,4 +207,44 @@ TEST_CASE("add_worker refuses endpoints ZMQ cannot use") {
   CHECK(err.find("tcp://") != std::string::npos);
   CHECK_FALSE(rig.src.add_worker(WorkerId{1}, {"tcp://127.0.0.1:5557", "tcp://h", 1}, &err));
   CHECK_FALSE(rig.src.add_worker(WorkerId{1}, {"tcp://127.0.0.1:5557", "", 0}, &err));
+}
+
+TEST_CASE("a worker added before its engine is up is complete once the engine starts") {
+  std::string ep, rep;
+  {
+    auto probe = publisher(VllmEncoding::Positional, true);  // two free ports, released at once
+    ep = probe->endpoint();
+    rep = probe->replay_endpoint();
+  }
+  Rig rig;
+  REQUIRE(rig.src.add_worker(kOwner.worker, {ep, rep, 1}));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // replay attempts find nobody (not a race: any wait works)
+  auto pub = publisher(VllmEncoding::Positional, true, 10000, ep, rep);
+  publish(*pub, 0, 4);
+  RadixIndexer ref;
+  apply_reference(ref, kOwner, 0, 4, kBs);
+  CHECK(eventually([&] { return rig.matches(ref, 4); }));
+  CHECK_FALSE(rig.src.is_partial(kOwner));
+}
+
+TEST_CASE("an engine restarted while idle is noticed on reconnect: its old blocks are dropped with no new traffic") {
+  Rig rig;
+  auto a = publisher(VllmEncoding::Positional, true);
+  const std::string ep = a->endpoint(), rep = a->replay_endpoint();
+  REQUIRE(rig.src.add_worker(kOwner.worker, {ep, rep, 1}));
+  publish(*a, 0, 3);
+  RadixIndexer ref_a;
+  apply_reference(ref_a, kOwner, 0, 3, kBs);
+  REQUIRE(eventually([&] { return rig.matches(ref_a, 3); }));
+  a.reset();
+  auto b = publisher(VllmEncoding::Positional, true, 10000, ep, rep);  // back, idle: publishes nothing
+  CHECK(eventually([&] { return rig.sink.entries() == 0; }));
+  CHECK(rig.src.stats().restarts_total == 1);
+  CHECK_FALSE(rig.src.is_partial(kOwner));
+  // Its first batches are then applied as usual.
+  publish(*b, 0, 2, /*generation=*/1);
+  RadixIndexer ref_b;
+  apply_reference(ref_b, kOwner, 0, 2, kBs, 1);
+  CHECK(eventually([&] { return rig.matches(ref_b, 2, 1); }));
+  CHECK(rig.src.stats().restarts_total == 1);
 }

@@ -161,6 +161,34 @@ class Fleet:
     def mocker(self, worker_id, method, path, body=None):
         return self.request(method, path, body, port=self.mocker_port(worker_id))
 
+    def start_vllm_mocker(self, worker_id, host="127.0.0.1", port=0, zmq_port=0, replay_port=0, extra=()):
+        """A mocker in vLLM mode (ZMQ KV events + replay, vLLM /metrics, no NATS).
+        Returns (url, kv_events endpoint, replay endpoint)."""
+        args = [os.path.join(self.build_dir, "mocker", "kvroute-mocker"), "--worker-id", str(worker_id),
+                "--host", host, "--port", str(port), "--block-size", str(self.block_size),
+                "--speedup", str(self.speedup),
+                "--zmq-endpoint", f"tcp://{host}:{zmq_port}", "--zmq-replay-endpoint", f"tcp://{host}:{replay_port}",
+                *extra]
+        proc = self._spawn(f"mocker-{worker_id}", args)
+        line = read_line_matching(proc, "listening on", 20)
+        m = re.search(r"kv_events (\S+) replay (\S+) listening on (\S+)", line)
+        self.mocker_urls[worker_id] = m.group(3)
+        return m.group(3), m.group(1), m.group(2)
+
+    def start_router_config(self, yaml_text, extra=()):
+        """kvroute with a YAML config file and no NATS (events.nats_url empty)."""
+        path = os.path.join(self.workdir, "kvroute.yaml")
+        with open(path, "w") as f:
+            f.write(yaml_text)
+        args = [os.path.join(self.build_dir, "router", "kvroute"), "--config", path, "--router.host", "127.0.0.1",
+                "--router.port", "0", "--events.nats_url", "", "--indexer.block_size", str(self.block_size),
+                "--admin.host", "127.0.0.1", "--admin.port", "0", "--admin.token", self.admin_token, *extra]
+        proc = self._spawn("kvroute", args)
+        line = read_line_matching(proc, "listening on", 20)
+        m = re.search(r"listening on http://[^:]+:(\d+) admin http://[^:]+:(\d+)", line)
+        self.router_port, self.admin_port = int(m.group(1)), int(m.group(2))
+        return path
+
     def start_router(self):
         args = [os.path.join(self.build_dir, "router", "kvroute"), "--router.host", "127.0.0.1",
                 "--router.port", "0", "--events.nats_url", self.nats_url,

@@ -1,6 +1,8 @@
 """Runs the official OpenAI Node SDK tests (node/openai_client.test.mjs)
-against kvroute in front of three mockers (real NATS, loopback HTTP).
-scripts/test.sh installs the SDK (npm install in tests/integration/node).
+against kvroute in front of three mockers, twice: with NATS heartbeats and
+Dynamo JSON events, and with no NATS at all (workers.static, mockers in vLLM
+mode: ZMQ KV events, vLLM /metrics). scripts/test.sh installs the SDK (npm
+install in tests/integration/node).
 
 Run: python3 tests/integration/test_openai_client.py --build-dir build
 """
@@ -16,6 +18,36 @@ from fleet import Fleet  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
+def run_sdk_tests(f, label):
+    env = dict(os.environ, KVROUTE_URL=f"http://127.0.0.1:{f.router_port}",
+               MOCKER_URLS=",".join(f.mocker_urls[i] for i in (1, 2, 3)))
+    print(f"== OpenAI SDK against kvroute: {label}", flush=True)
+    r = subprocess.run(["node", "--test", "--test-reporter=spec", "openai_client.test.mjs"],
+                       cwd=os.path.join(HERE, "node"), env=env, timeout=240)
+    return r.returncode
+
+
+def nats_fleet(build_dir, tmp):
+    f = Fleet(build_dir, tmp, speedup=5.0)
+    f.start_nats()
+    for i in (1, 2, 3):
+        f.start_mocker(i)
+    f.start_router()
+    f.wait_ready(3)
+    return f
+
+
+def static_vllm_fleet(build_dir, tmp):
+    f = Fleet(build_dir, tmp, speedup=5.0)
+    entries = []
+    for i in (1, 2, 3):
+        url, kv, replay = f.start_vllm_mocker(i)
+        entries.append(f'    - {{id: {i}, url: "{url}", model: mock-model, kv_events: "{kv}", replay: "{replay}"}}')
+    f.start_router_config("workers:\n  scrape_interval_ms: 100\n  static:\n" + "\n".join(entries) + "\n")
+    f.wait_ready(3)
+    return f
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build-dir", default="build")
@@ -23,18 +55,16 @@ def main():
     if not os.path.isdir(os.path.join(HERE, "node", "node_modules", "openai")):
         print("the openai npm package is missing: run scripts/test.sh (npm install in tests/integration/node)")
         return 1
-    with tempfile.TemporaryDirectory(prefix="kvroute-openai-") as tmp:
-        with Fleet(os.path.abspath(args.build_dir), tmp, speedup=5.0) as f:
-            f.start_nats()
-            for i in (1, 2, 3):
-                f.start_mocker(i)
-            f.start_router()
-            f.wait_ready(3)
-            env = dict(os.environ, KVROUTE_URL=f"http://127.0.0.1:{f.router_port}",
-                       MOCKER_URLS=",".join(f.mocker_urls[i] for i in (1, 2, 3)))
-            r = subprocess.run(["node", "--test", "--test-reporter=spec", "openai_client.test.mjs"],
-                               cwd=os.path.join(HERE, "node"), env=env, timeout=240)
-            return r.returncode
+    build = os.path.abspath(args.build_dir)
+    rc = 0
+    for label, make in (("NATS fleet", nats_fleet), ("vLLM-mode fleet, no NATS", static_vllm_fleet)):
+        with tempfile.TemporaryDirectory(prefix="kvroute-openai-") as tmp:
+            f = make(build, tmp)
+            try:
+                rc |= run_sdk_tests(f, label)
+            finally:
+                f.close()
+    return rc
 
 
 if __name__ == "__main__":

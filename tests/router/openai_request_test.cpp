@@ -66,3 +66,60 @@ TEST_CASE("error body has OpenAI's shape") {
   ApiError f{400, "m", "invalid_request_error", "", ""};
   CHECK(error_body(f) == R"({"error":{"message":"m","type":"invalid_request_error","param":null,"code":null}})");
 }
+
+TEST_CASE("batches: routed on the first prompt, every prompt checked and counted; n") {
+  ParsedRequest r;
+  ApiError e;
+  REQUIRE(parse_openai_request(ApiKind::Completions, R"({"model":"m","prompt":["a","b","c"],"n":2})", r, e));
+  CHECK(r.prompt_text == "a");
+  CHECK(r.prompts == 3);
+  CHECK(r.n == 2);
+  REQUIRE(parse_openai_request(ApiKind::Completions, R"({"model":"m","prompt":[[5,6],[7]]})", r, e));
+  CHECK(r.prompts == 2);
+  CHECK(r.n == 1);
+  REQUIRE(parse_openai_request(ApiKind::Completions, R"({"model":"m","prompt":"one"})", r, e));
+  CHECK(r.prompts == 1);
+  // A mixed batch, a bad id in a later prompt, an empty later prompt, a bad n.
+  CHECK_FALSE(parse_openai_request(ApiKind::Completions, R"({"model":"m","prompt":["a",[1]]})", r, e));
+  CHECK(e.param == "prompt");
+  CHECK_FALSE(parse_openai_request(ApiKind::Completions, R"({"model":"m","prompt":[[1],[2,-3]]})", r, e));
+  CHECK(e.param == "prompt");
+  CHECK_FALSE(parse_openai_request(ApiKind::Completions, R"({"model":"m","prompt":[[1],[]]})", r, e));
+  CHECK_FALSE(parse_openai_request(ApiKind::Completions, R"({"model":"m","prompt":"x","n":0})", r, e));
+  CHECK(e.param == "n");
+  CHECK_FALSE(parse_openai_request(ApiKind::ChatCompletions,
+                                   R"({"model":"m","messages":[{"role":"user","content":"x"}],"n":1.5})", r, e));
+  CHECK(e.param == "n");
+  REQUIRE(parse_openai_request(ApiKind::ChatCompletions,
+                               R"({"model":"m","messages":[{"role":"user","content":"x"}],"n":4})", r, e));
+  CHECK(r.n == 4);
+}
+
+TEST_CASE("embeddings: input parsed and tokenized like a completion prompt") {
+  ParsedRequest r;
+  ApiError e;
+  REQUIRE(parse_openai_request(ApiKind::Embeddings, R"({"model":"m","input":"hello"})", r, e));
+  CHECK(r.kind == ApiKind::Completions);
+  CHECK(r.prompt_text == "hello");
+  REQUIRE(parse_openai_request(ApiKind::Embeddings, R"({"model":"m","input":["x","y"]})", r, e));
+  CHECK(r.prompt_text == "x");
+  CHECK(r.prompts == 2);
+  REQUIRE(parse_openai_request(ApiKind::Embeddings, R"({"model":"m","input":[3,4]})", r, e));
+  CHECK(r.prompt_tokens == std::vector<TokenId>{3, 4});
+  CHECK_FALSE(parse_openai_request(ApiKind::Embeddings, R"({"model":"m","prompt":"x"})", r, e));
+  CHECK(e.param == "input");
+}
+
+TEST_CASE("JSON numbers beyond 64 bits or the double range never reject a request (Python's json reads them)") {
+  ParsedRequest r;
+  ApiError e;
+  const std::string body =
+      R"({"model":"m","messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"f",)"
+      R"("parameters":{"maximum":1e400,"minimum":-1e400,"id":18446744073709551616,"n":-123456789012345678901234567890}}}]})";
+  REQUIRE(parse_openai_request(ApiKind::ChatCompletions, body, r, e));
+  CHECK(r.model == "m");
+  CHECK(r.body == body);  // the template renders from the original text, numbers intact
+  // Token ids out of range stay an error.
+  CHECK_FALSE(parse_openai_request(ApiKind::Completions, R"({"model":"m","prompt":[18446744073709551616]})", r, e));
+  CHECK(e.param == "prompt");
+}

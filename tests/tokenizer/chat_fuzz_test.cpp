@@ -38,7 +38,7 @@ constexpr const char* kTemplate = R"JINJA({%- macro render_args(a) -%}{{ a | toj
 
 const std::vector<std::string> kSeeds = {
     R"({"messages":[{"role":"user","content":"hello"}]})",
-    R"({"messages":[{"role":"system","content":"be brief"},{"role":"user","content":[{"type":"text","text":"a"},{"type":"image_url","image_url":{"url":"x"}},{"type":"text","text":"b"}]}],"chat_template_kwargs":{"enable_thinking":false}})",
+    R"({"messages":[{"role":"system","content":"be brief"},{"role":"user","content":[{"type":"text","text":"a"},{"type":"refusal","refusal":"r"},{"type":"text","text":"b"}]}],"chat_template_kwargs":{"enable_thinking":false}})",
     R"({"messages":[{"role":"user","content":"weather?"},{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"get","arguments":"{\"city\":\"Paris\",\"n\":[1,2.5,null]}"}}]},{"role":"tool","tool_call_id":"c1","content":"sunny"}],"tools":[{"type":"function","function":{"name":"get","parameters":{"type":"object","properties":{"city":{"type":"string"}}}}}]})",
 };
 

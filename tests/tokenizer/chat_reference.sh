@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Compares kvroute's ChatTemplate (tokenizer/jinja.*) with @huggingface/jinja byte for byte on
-# tests/tokenizer/chat_conversations.jsonl, for every reference model that has a chat template.
+# Compares kvroute's ChatTemplate (tokenizer/jinja*, chat_template.*) byte for byte with Python
+# Jinja2 as transformers configures it after vLLM's preprocessing (py_reference.py) on the
+# hand-written tests/tokenizer/chat_conversations.jsonl, for every reference model with a template.
 # Usage: tests/tokenizer/chat_reference.sh BUILD_DIR   (after building kvroute-chat-compare)
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"; BUILD="${1:-$ROOT/build-jinja}"
@@ -11,7 +12,7 @@ rc=0; compared=0
 for m in qwen3 llama3_1 deepseek_v3 gemma3 gpt4o gptoss llama2; do
   ref="$WORK/chat_ref_$m.jsonl"; rm -f "$ref"
   set +e
-  NODE_PATH="$DATA/node/node_modules" node "$ROOT/tests/tokenizer/gen_chat_reference.js" "$DATA/models/$m" "$CONV" "$ref"
+  /usr/bin/python3 "$ROOT/tests/tokenizer/py_reference.py" chat "$DATA/models/$m" "$CONV" "$ref" >/dev/null
   gen=$?
   set -e
   if [[ $gen -eq 3 ]]; then echo "$m: skipped (no chat_template in tokenizer_config.json)"; continue; fi

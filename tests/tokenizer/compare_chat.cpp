@@ -1,6 +1,7 @@
-// Compares ChatTemplate::render_request with @huggingface/jinja (gen_chat_reference.js).
+// Compares ChatTemplate::render_request with a reference renderer (py_reference.py: Python
+// Jinja2 as transformers configures it, after vLLM's preprocessing).
 // Usage: kvroute-chat-compare MODEL_DIR CONVERSATIONS.jsonl REF.jsonl
-//   CONVERSATIONS: per line {"name": ..., "request": <OpenAI chat body>}
+//   CONVERSATIONS: per line {"name": ..., "request": <OpenAI chat body>} or {"name", "body": "<JSON text>"}
 //   REF: per line {"ok": true, "text": ...} or {"ok": false, "error": ...}, same order.
 // A case is equal when both render the same bytes, or both fail (e.g. raise_exception).
 // Prints one line per failure with a diff excerpt, then "N/M equal"; exit 1 on any difference.
@@ -41,7 +42,10 @@ int main(int argc, char** argv) {
     if (!std::getline(r, rl)) { std::printf("reference file is short\n"); return 2; }
     simdjson::dom::element conv = p1.parse(cl);
     std::string name(std::string_view(conv["name"].get_string().value()));
-    std::string request = simdjson::minify(conv["request"]);
+    // "body": the request's JSON text as sent (may hold numbers no 64-bit reader keeps).
+    std::string request;
+    if (auto body = conv["body"]; !body.error()) request = std::string(std::string_view(body.get_string().value()));
+    else request = simdjson::minify(conv["request"]);
     simdjson::dom::element ref = p2.parse(rl);
     bool ref_ok = ref["ok"].get_bool().value();
     std::string out, error;
@@ -51,17 +55,17 @@ int main(int argc, char** argv) {
       std::string ref_err(std::string_view(ref["error"].get_string().value()));
       if (!ok) {
         ++equal;
-        if (ref_err != error) std::printf("  note %s: both raise; node: \"%s\" kvroute: \"%s\"\n", name.c_str(), ref_err.c_str(), error.c_str());
+        if (ref_err != error) std::printf("  note %s: both raise; ref: \"%s\" kvroute: \"%s\"\n", name.c_str(), ref_err.c_str(), error.c_str());
       } else {
-        std::printf("DIFF %s: node raised \"%s\", kvroute rendered %zu bytes\n", name.c_str(), ref_err.c_str(), out.size());
+        std::printf("DIFF %s: ref raised \"%s\", kvroute rendered %zu bytes\n", name.c_str(), ref_err.c_str(), out.size());
       }
       continue;
     }
     std::string want(std::string_view(ref["text"].get_string().value()));
-    if (!ok) { std::printf("DIFF %s: kvroute raised \"%s\", node rendered %zu bytes\n", name.c_str(), error.c_str(), want.size()); continue; }
+    if (!ok) { std::printf("DIFF %s: kvroute raised \"%s\", ref rendered %zu bytes\n", name.c_str(), error.c_str(), want.size()); continue; }
     if (out == want) { ++equal; continue; }
     size_t at = std::mismatch(out.begin(), out.begin() + std::min(out.size(), want.size()), want.begin()).first - out.begin();
-    std::printf("DIFF %s at byte %zu (kvroute %zu bytes, node %zu bytes)\n  node:    %s\n  kvroute: %s\n", name.c_str(), at,
+    std::printf("DIFF %s at byte %zu (kvroute %zu bytes, ref %zu bytes)\n  ref:    %s\n  kvroute: %s\n", name.c_str(), at,
                 out.size(), want.size(), excerpt(want, at).c_str(), excerpt(out, at).c_str());
   }
   std::printf("%zu/%zu equal\n", equal, total);

@@ -1,5 +1,5 @@
-// Ground truth for whole chat requests: the prompt @huggingface/jinja rendered
-// (gen_chat_reference.js output) encoded by Hugging Face `tokenizers` without
+// Ground truth for whole chat requests: the prompt Python Jinja2 rendered
+// (py_reference.py output) encoded by Hugging Face `tokenizers` without
 // added special tokens, as vLLM does for chat.
 // Usage: NODE_PATH=... node gen_chat_ids_reference.js MODEL_DIR CHAT_REF.jsonl OUT.jsonl
 // OUT: per line {"ids": [...]} or {"error": true} (the template raised), in order.

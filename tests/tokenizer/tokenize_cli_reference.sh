@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # End to end for chat: `kvroute-tokenize` (kvroute's chat template + tokenizer, the code the
-# router and the mocker run) against @huggingface/jinja + Hugging Face `tokenizers` on every
+# router and the mocker run) against Python Jinja2 after vLLM's preprocessing (py_reference.py)
+# + Hugging Face `tokenizers` on every
 # conversation of chat_conversations.jsonl, for every reference model with a chat template.
 # Token ids must be identical; a conversation the template rejects must be rejected by both.
 # Usage: tests/tokenizer/tokenize_cli_reference.sh BUILD_DIR
@@ -16,7 +17,7 @@ export NODE_PATH="$DATA/node/node_modules"
 rc=0; compared=0
 for m in qwen3 llama3_1 deepseek_v3 gemma3 gpt4o gptoss llama2; do
   set +e
-  node "$ROOT/tests/tokenizer/gen_chat_reference.js" "$DATA/models/$m" "$CONV" "$WORK/cli_chat_$m.jsonl"; gen=$?
+  /usr/bin/python3 "$ROOT/tests/tokenizer/py_reference.py" chat "$DATA/models/$m" "$CONV" "$WORK/cli_chat_$m.jsonl" >/dev/null; gen=$?
   set -e
   [[ $gen -eq 3 ]] && { echo "$m: skipped (no chat template)"; continue; }
   [[ $gen -ne 0 ]] && { echo "$m: reference rendering failed"; rc=1; continue; }

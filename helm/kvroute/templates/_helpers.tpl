@@ -92,8 +92,10 @@ app.kubernetes.io/component: nats
 {{- .Values.config.events.nats_url }}
 {{- else if .Values.nats.enabled }}
 {{- printf "nats://%s:%d" (include "kvroute.nats.fullname" .) (int .Values.nats.port) }}
+{{- else if or .Values.config.workers.static .Values.config.discovery.dns }}
+{{- /* No NATS: workers from the config or DNS, KV events over ZMQ. */}}
 {{- else }}
-{{- fail "config.events.nats_url is empty and nats.enabled is false: set config.events.nats_url to your NATS server" }}
+{{- fail "config.events.nats_url is empty and nats.enabled is false: set config.events.nats_url to your NATS server, or list workers in config.workers.static / config.discovery.dns (vLLM/SGLang over ZMQ, no NATS)" }}
 {{- end }}
 {{- end }}
 

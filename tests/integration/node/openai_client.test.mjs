@@ -101,3 +101,22 @@ test("models list", async () => {
   const list = await client.models.list();
   assert.deepEqual(list.data.map((m) => m.id), [model]);
 });
+
+test("models.retrieve: a served model, and 404 for another", async () => {
+  const m = await client.models.retrieve(model);
+  assert.equal(m.id, model);
+  assert.equal(m.object, "model");
+  await assert.rejects(client.models.retrieve("no-such-model"), (e) => e instanceof OpenAI.NotFoundError);
+});
+
+test("embeddings: one vector per input", async () => {
+  const r = await client.embeddings.create({ model, input: ["first text", "second text"], encoding_format: "float" });
+  assert.equal(r.object, "list");
+  assert.deepEqual(r.data.map((d) => d.index), [0, 1]);
+  assert.ok(r.data.every((d) => Array.isArray(d.embedding) && d.embedding.length > 0));
+});
+
+test("n > 1 and a batch of prompts: every choice", async () => {
+  const r = await client.completions.create({ model, prompt: ["one", "two"], n: 2, max_tokens: 2 });
+  assert.deepEqual(r.choices.map((c) => c.index).sort(), [0, 1, 2, 3]);
+});

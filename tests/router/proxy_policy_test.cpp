@@ -1,0 +1,56 @@
+// router/upstream_url.h and router/proxy_policy.h: worker URLs (IPv6
+// included) and the adaptive first-byte timeout.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "router/proxy_policy.h"
+#include "router/upstream_url.h"
+
+using namespace kvroute;
+using std::chrono::milliseconds;
+
+TEST_CASE("worker urls: names, IPv4, bracketed IPv6, base paths; the rest refused") {
+  UpstreamUrl u;
+  REQUIRE(parse_url("http://127.0.0.1:8000", u));
+  CHECK(u.host == "127.0.0.1");
+  CHECK(u.port == "8000");
+  CHECK(u.base.empty());
+  CHECK_FALSE(u.ipv6);
+  REQUIRE(parse_url("http://worker-3.svc/v1base/", u));
+  CHECK(u.host == "worker-3.svc");
+  CHECK(u.port == "80");
+  CHECK(u.base == "/v1base");
+  REQUIRE(parse_url("http://[::1]:8000", u));
+  CHECK(u.host == "::1");
+  CHECK(u.port == "8000");
+  CHECK(u.ipv6);
+  REQUIRE(parse_url("http://[fd00::12:3]/x", u));
+  CHECK(u.host == "fd00::12:3");
+  CHECK(u.port == "80");
+  CHECK(u.base == "/x");
+  CHECK_FALSE(parse_url("https://a:1", u));
+  CHECK_FALSE(parse_url("http://[::1:8000", u));
+  CHECK_FALSE(parse_url("http://[::1]x:80", u));
+  CHECK_FALSE(parse_url("http://:80", u));
+  CHECK_FALSE(parse_url("http://a:", u));
+  CHECK_FALSE(parse_url("http://a:0", u));
+  CHECK_FALSE(parse_url("http://a:65536", u));
+  CHECK_FALSE(parse_url("http://a:8x", u));
+}
+
+TEST_CASE("first-byte timeout: a multiple of the predicted TTFT within floor and ceiling") {
+  RouterConfig r;
+  r.first_byte_timeout_ms = 60000;
+  r.first_byte_timeout_min_ms = 2000;
+  r.first_byte_timeout_factor = 4;
+  r.ttft_prefill_tokens_per_s = 1000;
+  CHECK(estimated_ttft_seconds(r, 3000) == doctest::Approx(3.0));
+  CHECK(adaptive_first_byte_timeout(r, estimated_ttft_seconds(r, 3000)) == milliseconds(12000));
+  CHECK(adaptive_first_byte_timeout(r, estimated_ttft_seconds(r, 10)) == milliseconds(2000));        // floor
+  CHECK(adaptive_first_byte_timeout(r, estimated_ttft_seconds(r, 1000000)) == milliseconds(60000));  // ceiling
+  CHECK(adaptive_first_byte_timeout(r, std::numeric_limits<double>::quiet_NaN()) == milliseconds(2000));
+  r.first_byte_timeout_min_ms = 90000;  // a floor above the ceiling: the ceiling wins
+  CHECK(adaptive_first_byte_timeout(r, 0) == milliseconds(60000));
+}

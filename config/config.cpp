@@ -3,6 +3,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <cctype>
+#include <cmath>
 #include <charconv>
 #include <fstream>
 #include <set>
@@ -36,6 +37,8 @@ std::optional<std::string> parse_into(const KeyInfo& k, std::string_view text, T
     auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
     if (ec != std::errc() || p != text.data() + text.size())
       return fmt::format("{}: '{}' is not a number (allowed range {})", k.path, text, range_text(k));
+    if (!std::isfinite(v))  // nan passes every comparison; inf is no setting either
+      return fmt::format("{}: '{}' is not a finite number (allowed range {})", k.path, text, range_text(k));
     if (v < k.min || v > k.max)
       return fmt::format("{}: {} is out of range (allowed range {})", k.path, text, range_text(k));
     if constexpr (std::is_integral_v<T>) {
@@ -356,18 +359,27 @@ std::optional<std::string> validate(const Config& c) {
                        c.workers.eject_base_ms);
   if (c.events.subject_prefix.empty() || c.events.subject_prefix.find_first_of(" *>") != std::string::npos)
     return "events.subject_prefix: must be a non-empty NATS subject without spaces or wildcards";
-  if (c.admin.host.empty()) return "admin.host: must not be empty";
-  if (c.admin.port != 0 && c.admin.port == c.router.port && c.admin.host == c.router.host)
+  if (c.admin.port != 0 && c.admin.port == c.router.port && (c.admin.host.empty() || c.admin.host == c.router.host))
     return fmt::format("admin.port: {} is also router.port; the admin API needs its own listener", c.admin.port);
   static const std::set<std::string> levels = {"trace", "debug", "info", "warn", "error"};
   if (!levels.count(c.log.level))
     return fmt::format("log.level: '{}' is not one of trace, debug, info, warn, error", c.log.level);
+  if (c.scheduler.cost != "weighted" && c.scheduler.cost != "predicted_ttft")
+    return fmt::format("scheduler.cost: '{}' is not one of weighted, predicted_ttft", c.scheduler.cost);
   if (c.log.format != "human" && c.log.format != "json")
     return fmt::format("log.format: '{}' is not one of human, json", c.log.format);
   if (!c.events.nats_url.empty() && c.events.nats_url.rfind("nats://", 0) != 0 &&
       c.events.nats_url.rfind("tls://", 0) != 0)
     return fmt::format("events.nats_url: '{}' must start with nats:// or tls:// (or be empty: no NATS)",
                        c.events.nats_url);
+  if (c.events.resync_backoff_max_ms < c.events.resync_backoff_ms)
+    return fmt::format("events.resync_backoff_max_ms: {} must be >= events.resync_backoff_ms ({})",
+                       c.events.resync_backoff_max_ms, c.events.resync_backoff_ms);
+  if (!c.events.nats_creds_file.empty() + !c.events.nats_nkey_seed_file.empty() + !c.events.nats_token.empty() +
+          !c.events.nats_user.empty() > 1)
+    return "events.nats_user / nats_token / nats_creds_file / nats_nkey_seed_file: set at most one way to authenticate";
+  if (c.events.nats_tls_cert_file.empty() != c.events.nats_tls_key_file.empty())
+    return "events.nats_tls_cert_file and events.nats_tls_key_file: set both (mutual TLS) or neither";
   if (c.scheduler.alpha_imbalanced < c.scheduler.alpha_balanced)
     return fmt::format("scheduler.alpha_imbalanced: {} must be >= scheduler.alpha_balanced ({})",
                        c.scheduler.alpha_imbalanced, c.scheduler.alpha_balanced);

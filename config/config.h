@@ -36,7 +36,7 @@ struct RouterConfig {
 };
 
 struct AdminConfig {
-  std::string host = "0.0.0.0";
+  std::string host;                     // empty = router.host (the admin listener binds where the router binds)
   uint32_t port = 8081;                 // 0 = ephemeral (tests)
   std::string token;                    // bearer token; empty = admin API refuses every request
 };
@@ -48,6 +48,23 @@ struct EventsConfig {
   uint32_t connect_timeout_ms = 10000;  // initial NATS connect retries
   uint32_t queue_capacity = 65536;      // decoded messages waiting for the index writer
   uint32_t resync_timeout_ms = 2000;    // wait for a worker's full dump after a gap
+  // --- issue 15 (bus): resync, ingest memory, NATS authentication and TLS ---
+  uint32_t resync_concurrency = 4;      // dumps fetched at once (router start, reconnect)
+  uint32_t resync_backoff_ms = 500;     // least time between two dumps of one worker; doubles per dump
+  uint32_t resync_backoff_max_ms = 30000;  // ceiling of that backoff
+  uint64_t queue_capacity_bytes = 256ull << 20;  // decoded events waiting for the writer, by bytes
+  std::string nats_user;                // user/password authentication
+  std::string nats_password;
+  std::string nats_token;               // token authentication
+  std::string nats_creds_file;          // JWT + nkey seed (.creds) file
+  std::string nats_nkey_seed_file;      // nkey seed file (nkey authentication)
+  bool nats_tls = false;                // require TLS (also implied by a tls:// URL)
+  std::string nats_tls_ca_file;         // CA that signed the server's certificate
+  std::string nats_tls_cert_file;       // client certificate (mutual TLS), with nats_tls_key_file
+  std::string nats_tls_key_file;
+  bool replica_sync = true;             // share in-flight load with other router replicas
+  uint32_t replica_sync_interval_ms = 5;   // at most one in-flight snapshot per interval (when changed)
+  uint32_t replica_ttl_ms = 1000;       // a replica silent this long stops counting
 };
 
 // Workers the router knows itself and how it judges them (fleet/).
@@ -94,7 +111,7 @@ struct SchedulerConfig {
   // Weight of prefill tokens the router has in flight on a worker (not yet
   // answered with a first byte), added to this request's new tokens. 0 = the
   // DESIGN.md baseline.
-  double pending_prefill_weight = 0.2;
+  double pending_prefill_weight = 0.5;
   // Busy thresholds: a worker at or over any of them is skipped.
   double busy_kv_usage = 1.0;           // kv_active / kv_total
   double busy_slot_usage = 1.0;         // active / total request slots
@@ -102,6 +119,12 @@ struct SchedulerConfig {
   uint32_t queue_size = 0;              // requests that may wait for a free worker; 0 = 503 at once
   uint32_t queue_timeout_ms = 5000;     // longest wait in that queue
   double temperature = 0;               // 0 = lowest cost; > 0 = softmax sampling over -cost/T
+  // "weighted" (the alpha/gamma/delta formula) or "predicted_ttft" (each
+  // candidate's expected time to first token from an online model).
+  std::string cost = "weighted";
+  // Keep a conversation (x-session-id header, else the OpenAI `user` field) on
+  // its worker while that worker is not overloaded (router/session_affinity.h).
+  bool session_affinity = false;
 };
 
 struct TokenizerConfig {
@@ -263,7 +286,7 @@ void for_each_key(C& c, F&& f) {
             1e9, !S, R},
     c.router.ttft_prefill_tokens_per_s);
   // admin
-  f(KeyInfo{"admin.host", "Address the admin listener binds.", 0, 0, S}, c.admin.host);
+  f(KeyInfo{"admin.host", "Address the admin listener binds; empty = router.host.", 0, 0, S}, c.admin.host);
   f(KeyInfo{"admin.port", "Port of the admin listener (0 = ephemeral).", 0, 65535}, c.admin.port);
   f(KeyInfo{"admin.token", "Bearer token of the admin API; empty refuses every admin request.", 0, 0, S, R},
     c.admin.token);
@@ -283,6 +306,36 @@ void for_each_key(C& c, F&& f) {
     c.events.queue_capacity);
   f(KeyInfo{"events.resync_timeout_ms", "How long to wait for a worker's full dump after lost events.", 10, 600000},
     c.events.resync_timeout_ms);
+  f(KeyInfo{"events.resync_concurrency", "Workers' dumps fetched at once (router start, NATS reconnect).", 1, 256},
+    c.events.resync_concurrency);
+  f(KeyInfo{"events.resync_backoff_ms", "Least time between two dumps asked of one worker; doubles per dump.", 10,
+            600000},
+    c.events.resync_backoff_ms);
+  f(KeyInfo{"events.resync_backoff_max_ms", "Ceiling of the per-worker resync backoff.", 10, 3600000},
+    c.events.resync_backoff_max_ms);
+  f(KeyInfo{"events.queue_capacity_bytes", "Bytes of decoded events queued for the index writer; beyond, dropped.",
+            1 << 20, 1ull << 40},
+    c.events.queue_capacity_bytes);
+  f(KeyInfo{"events.nats_user", "NATS user (with events.nats_password).", 0, 0, S}, c.events.nats_user);
+  f(KeyInfo{"events.nats_password", "NATS password.", 0, 0, S}, c.events.nats_password);
+  f(KeyInfo{"events.nats_token", "NATS authentication token.", 0, 0, S}, c.events.nats_token);
+  f(KeyInfo{"events.nats_creds_file", "NATS credentials file (JWT and nkey seed).", 0, 0, S},
+    c.events.nats_creds_file);
+  f(KeyInfo{"events.nats_nkey_seed_file", "File holding the NATS nkey seed (nkey authentication).", 0, 0, S},
+    c.events.nats_nkey_seed_file);
+  f(KeyInfo{"events.nats_tls", "Require TLS to NATS (also implied by a tls:// URL).", 0, 1}, c.events.nats_tls);
+  f(KeyInfo{"events.nats_tls_ca_file", "CA certificate(s) that signed the NATS server's certificate.", 0, 0, S},
+    c.events.nats_tls_ca_file);
+  f(KeyInfo{"events.nats_tls_cert_file", "Client certificate for mutual TLS to NATS.", 0, 0, S},
+    c.events.nats_tls_cert_file);
+  f(KeyInfo{"events.nats_tls_key_file", "Private key of events.nats_tls_cert_file.", 0, 0, S},
+    c.events.nats_tls_key_file);
+  f(KeyInfo{"events.replica_sync", "Share in-flight load with other router replicas over NATS.", 0, 1},
+    c.events.replica_sync);
+  f(KeyInfo{"events.replica_sync_interval_ms", "At most one in-flight snapshot per interval, when changed.", 1, 60000},
+    c.events.replica_sync_interval_ms);
+  f(KeyInfo{"events.replica_ttl_ms", "A replica silent this long stops counting in predicted load.", 10, 3600000},
+    c.events.replica_ttl_ms);
   // workers
   f(KeyInfo{"workers.static",
             "Workers the router knows itself: entries 'url=...,model=...[,kv_events=tcp://...,replay=tcp://...,"
@@ -357,6 +410,13 @@ void for_each_key(C& c, F&& f) {
   f(KeyInfo{"scheduler.temperature", "0 = lowest cost wins; > 0 = softmax sampling over -cost/temperature.", 0,
             100, !S, R},
     c.scheduler.temperature);
+  f(KeyInfo{"scheduler.cost", "weighted or predicted_ttft (expected time to first token per worker, online model).",
+            0, 0, S, R},
+    c.scheduler.cost);
+  f(KeyInfo{"scheduler.session_affinity",
+            "Keep a session (x-session-id header, else the user field) on its worker while not overloaded.", 0, 1,
+            !S, R},
+    c.scheduler.session_affinity);
   // tokenizer
   f(KeyInfo{"tokenizer.models",
             "MODEL=DIR list, comma-separated: each DIR holds tokenizer.json (+ chat template); "

@@ -8,9 +8,11 @@
 //   "kvroute-indexw" (the writer thread) - the only thread that mutates the
 //       index: applies queued events in arrival order (so one worker's events
 //       stay in order), applies resync dumps, removes expired workers.
-//   "kvroute-resync" - asks workers for a full dump over NATS request/reply
-//       (`{prefix}.kv_resync.{worker_id}`) when the index lost their events,
-//       and queues the dump for the writer thread.
+//   "kvroute-resync" (events.resync_concurrency threads) - ask workers for a
+//       full dump over NATS request/reply (`{prefix}.kv_resync.{worker_id}`),
+//       chunk by chunk under the server's max payload, when the index may have
+//       lost their events (a gap, first sight of a worker, a NATS reconnect),
+//       rate-limited per worker with backoff; queue the dump for the writer.
 // All public member functions are thread-safe.
 #pragma once
 
@@ -18,6 +20,10 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <map>
+#include <optional>
+#include <set>
+#include <unordered_map>
 #include <functional>
 #include <variant>
 #include <memory>
@@ -46,10 +52,23 @@ struct EventPipelineStats {
   std::atomic<uint64_t> heartbeats_rejected_total{0};
   std::atomic<uint64_t> block_size_mismatch_total{0};  // heartbeats announcing another block size
   std::atomic<uint64_t> workers_expired_total{0};
+  std::atomic<uint64_t> expiry_held_ticks_total{0};  // expiry ticks skipped while NATS was down
   std::atomic<uint64_t> resync_requests_total{0};   // NATS requests sent
   std::atomic<uint64_t> resync_failures_total{0};   // no answer in time, or a bad dump
   std::atomic<uint64_t> resync_applied_total{0};    // dumps applied
+  // --- issue 15 (bus) ---
+  std::atomic<uint64_t> resync_chunks_total{0};          // chunk requests sent (a dump is one or more)
+  std::atomic<uint64_t> resync_chunk_retries_total{0};   // chunk requests repeated (lost or bad reply)
+  std::atomic<uint64_t> unknown_worker_events_total{0};  // events dropped: the worker is not known
+  std::atomic<uint64_t> queued_bytes{0};                 // gauge: bytes of decoded events queued
+  std::atomic<uint64_t> queue_dropped_bytes_total{0};    // of the dropped messages
+  // Heartbeat rejections by reason: DecodeError values 1..6, then kHeartbeatMissingUrl.
+  static constexpr size_t kHeartbeatMissingUrl = 7;
+  std::array<std::atomic<uint64_t>, 8> heartbeats_rejected_by_reason{};
+  static std::string_view heartbeat_reason(size_t i);
 };
+
+class EventSequencer;
 
 // What the writer thread does with a resync dump (the index's sequencer
 // clears the owner, applies the dump, resumes after its last event id).
@@ -81,6 +100,16 @@ class EventPipeline {
   // worker expires. Duplicate requests for an owner already pending are merged.
   void request_resync(CacheOwner owner);
   void set_resync_applier(ResyncApplier f) { apply_resync_ = std::move(f); }
+  // The sequencer in front of the index: dumps, begin_resync marks and worker
+  // instance changes go to it on the writer thread. Set before start().
+  void set_sequencer(EventSequencer* seq) { sequencer_ = seq; }
+  // Asks every known event-publishing worker (each dp rank) for a dump: after
+  // a NATS reconnect, its events may have been lost. Any thread.
+  void resync_all();
+  // Time since the index last heard from `worker` (an event or a dump);
+  // nullopt if never. Any thread.
+  std::optional<Nanos> index_age(WorkerId worker) const;
+  std::vector<std::pair<WorkerId, Nanos>> index_ages() const;
 
   // Any thread: drops every block of `worker` on the writer thread, in order
   // with the events queued before (a router-known worker left the fleet).
@@ -94,10 +123,22 @@ class EventPipeline {
  private:
   void writer_loop();
   void resync_loop();
+  struct ResyncBegin { CacheOwner owner; };
+  struct InstanceSeen { WorkerId worker; uint64_t instance; };
   struct RemoveWorker {
     WorkerId worker;
   };
-  using QueueItem = std::variant<std::vector<KvEvent>, ResyncDump, RemoveWorker>;
+  using QueueItem = std::variant<std::vector<KvEvent>, ResyncDump, RemoveWorker, ResyncBegin, InstanceSeen>;
+  // --- issue 15 (bus) ---
+  bool push_item(QueueItem item);   // false: queue full (counted by the caller)
+  void apply_control(QueueItem& item);            // writer: dumps, resync marks, instances
+  bool fetch_dump(CacheOwner owner, ResyncDump& out, std::string& why);  // resync thread
+  bool take_resync(std::unique_lock<std::mutex>& lk, CacheOwner& owner);  // resync thread, mu_ held
+  void finish_resync(CacheOwner owner, bool ok);
+  void note_heard(WorkerId worker);
+  bool drop_unknown_workers(std::vector<KvEvent>& events);
+  void note_instance(WorkerId worker, uint64_t instance, bool joined, uint32_t dp_size, bool publishes);
+  static size_t item_bytes(const QueueItem& item);
 
   const EventsConfig cfg_;
   const uint32_t block_size_;
@@ -119,7 +160,20 @@ class EventPipeline {
   ResyncApplier apply_resync_;
   std::condition_variable resync_cv_;
   std::vector<CacheOwner> resync_pending_;  // guarded by mu_
-  std::thread resync_;
+  // --- issue 15 (bus) ---
+  EventSequencer* sequencer_ = nullptr;
+  uint64_t queued_bytes_ = 0;  // guarded by mu_
+  struct ResyncPace {
+    TimePoint next_allowed{};
+    Nanos backoff{};
+  };
+  std::map<CacheOwner, ResyncPace> resync_pace_;  // guarded by mu_
+  std::set<CacheOwner> resync_active_;            // guarded by mu_
+  std::vector<std::thread> resync_threads_;
+  mutable std::mutex heard_mu_;
+  std::unordered_map<WorkerId, TimePoint> heard_;  // last event or dump, guarded by heard_mu_
+  std::mutex instance_mu_;
+  std::unordered_map<WorkerId, uint64_t> instances_;  // last announced by heartbeats, guarded by instance_mu_
 };
 
 }  // namespace kvroute

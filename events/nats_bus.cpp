@@ -18,6 +18,7 @@ struct NatsBus::Impl {
   std::mutex mu;
   std::vector<std::unique_ptr<Sub>> subs;  // stable addresses: closures point into them
   NatsBus* owner = nullptr;
+  std::function<void()> reconnected;  // set before traffic (on_reconnected)
 
   static void on_msg(natsConnection*, natsSubscription*, natsMsg* msg, void* closure) {
     auto* sub = static_cast<Sub*>(closure);
@@ -29,7 +30,9 @@ struct NatsBus::Impl {
     natsMsg_Destroy(msg);
   }
   static void on_reconnected(natsConnection*, void* closure) {
-    static_cast<Impl*>(closure)->owner->reconnects_.fetch_add(1, std::memory_order_relaxed);
+    auto* impl = static_cast<Impl*>(closure);
+    impl->owner->reconnects_.fetch_add(1, std::memory_order_relaxed);
+    if (impl->reconnected) impl->reconnected();
   }
 };
 
@@ -52,6 +55,44 @@ NatsBus::~NatsBus() {
 
 std::unique_ptr<NatsBus> NatsBus::connect(const std::string& url, const std::string& client_name,
                                           std::chrono::milliseconds connect_timeout, std::string* error) {
+  return connect(url, client_name, connect_timeout, NatsSecurity{}, error);
+}
+
+namespace {
+
+// Applies authentication and TLS options; the first failure is returned.
+natsStatus apply_security(natsOptions* o, const std::string& url, const NatsSecurity& sec, const char** what) {
+  natsStatus s = NATS_OK;
+  auto step = [&](natsStatus r, const char* name) {
+    if (s == NATS_OK && r != NATS_OK) s = r, *what = name;
+  };
+  if (!sec.user.empty()) step(natsOptions_SetUserInfo(o, sec.user.c_str(), sec.password.c_str()), "events.nats_user");
+  if (!sec.token.empty()) step(natsOptions_SetToken(o, sec.token.c_str()), "events.nats_token");
+  if (!sec.creds_file.empty())
+    step(natsOptions_SetUserCredentialsFromFiles(o, sec.creds_file.c_str(), nullptr), "events.nats_creds_file");
+  if (!sec.nkey_seed_file.empty())
+    step(natsOptions_SetNKeyFromSeed(o, nullptr, sec.nkey_seed_file.c_str()), "events.nats_nkey_seed_file");
+  const bool tls = sec.tls || url.rfind("tls://", 0) == 0 || !sec.tls_ca_file.empty();
+  if (tls) step(natsOptions_SetSecure(o, true), "events.nats_tls");
+  if (!sec.tls_ca_file.empty())
+    step(natsOptions_LoadCATrustedCertificates(o, sec.tls_ca_file.c_str()), "events.nats_tls_ca_file");
+  if (!sec.tls_cert_file.empty())
+    step(natsOptions_LoadCertificatesChain(o, sec.tls_cert_file.c_str(), sec.tls_key_file.c_str()),
+         "events.nats_tls_cert_file");
+  return s;
+}
+
+// Refusals that retrying cannot cure.
+bool permanent(natsStatus s) {
+  return s == NATS_NOT_PERMITTED || s == NATS_CONNECTION_AUTH_FAILED || s == NATS_SSL_ERROR || s == NATS_SECURE_CONNECTION_REQUIRED ||
+         s == NATS_SECURE_CONNECTION_WANTED;
+}
+
+}  // namespace
+
+std::unique_ptr<NatsBus> NatsBus::connect(const std::string& url, const std::string& client_name,
+                                          std::chrono::milliseconds connect_timeout, const NatsSecurity& security,
+                                          std::string* error) {
   auto impl = std::make_unique<Impl>();
   auto fail = [&](natsStatus s, const char* what) {
     if (error) *error = std::string(what) + ": " + natsStatus_GetText(s);
@@ -68,13 +109,19 @@ std::unique_ptr<NatsBus> NatsBus::connect(const std::string& url, const std::str
   natsOptions_SetReconnectBufSize(impl->opts, 64 << 20);
   natsOptions_SetTimeout(impl->opts, 1000);
   natsOptions_SetReconnectedCB(impl->opts, &Impl::on_reconnected, impl.get());
+  const char* what = "";
+  if (s = apply_security(impl->opts, url, security, &what); s != NATS_OK) return fail(s, what);
 
   const auto deadline = std::chrono::steady_clock::now() + connect_timeout;
   for (;;) {
     s = natsConnection_Connect(&impl->conn, impl->opts);
     if (s == NATS_OK) break;
     impl->conn = nullptr;
-    if (std::chrono::steady_clock::now() >= deadline) return fail(s, ("cannot connect to " + url).c_str());
+    if (permanent(s) || std::chrono::steady_clock::now() >= deadline) {
+      std::string why = "cannot connect to " + url;
+      if (const char* last = nats_GetLastError(nullptr); last && *last) why += std::string(" (") + last + ")";
+      return fail(s, why.c_str());
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   return std::unique_ptr<NatsBus>(new NatsBus(std::move(impl)));
@@ -116,6 +163,13 @@ std::optional<std::string> NatsBus::request(std::string_view subject, std::strin
 bool NatsBus::flush(std::chrono::milliseconds timeout) {
   return natsConnection_FlushTimeout(impl_->conn, timeout.count()) == NATS_OK;
 }
+
+size_t NatsBus::max_payload() const {
+  const int64_t n = natsConnection_GetMaxPayload(impl_->conn);
+  return n > 0 ? static_cast<size_t>(n) : size_t{1} << 20;
+}
+
+void NatsBus::on_reconnected(std::function<void()> f) { impl_->reconnected = std::move(f); }
 
 bool NatsBus::connected() const { return natsConnection_Status(impl_->conn) == NATS_CONN_STATUS_CONNECTED; }
 

@@ -22,6 +22,18 @@ struct NatsMessage {
   std::string_view reply;  // empty unless the sender expects an answer
 };
 
+// Authentication and TLS (config keys events.nats_*; at most one way to
+// authenticate). Empty strings are unset.
+struct NatsSecurity {
+  std::string user, password;  // user/password
+  std::string token;           // token
+  std::string creds_file;      // JWT + seed (.creds)
+  std::string nkey_seed_file;  // nkey seed; the public key is derived from it
+  bool tls = false;            // require TLS (a tls:// URL implies it)
+  std::string tls_ca_file;     // trusted CA(s) for the server's certificate
+  std::string tls_cert_file, tls_key_file;  // client certificate (mutual TLS)
+};
+
 class NatsBus {
  public:
   using Handler = std::function<void(const NatsMessage&)>;
@@ -31,6 +43,11 @@ class NatsBus {
   // the server cannot be reached by then.
   static std::unique_ptr<NatsBus> connect(const std::string& url, const std::string& client_name,
                                           std::chrono::milliseconds connect_timeout,
+                                          std::string* error);
+  // The same with authentication and TLS. An authentication or TLS refusal is
+  // reported at once (no retries: it would not change).
+  static std::unique_ptr<NatsBus> connect(const std::string& url, const std::string& client_name,
+                                          std::chrono::milliseconds connect_timeout, const NatsSecurity& security,
                                           std::string* error);
   ~NatsBus();
   NatsBus(const NatsBus&) = delete;
@@ -48,6 +65,13 @@ class NatsBus {
 
   bool connected() const;
   uint64_t reconnects() const { return reconnects_.load(std::memory_order_relaxed); }
+  // The largest message the server accepts (its max_payload), read from the
+  // connection; 1 MiB (the server default) while disconnected.
+  size_t max_payload() const;
+  // Runs `f` on a libnats thread after each reconnection (events published
+  // while disconnected may be lost). Set before traffic starts; `f` must stay
+  // valid until the bus is destroyed and must not block.
+  void on_reconnected(std::function<void()> f);
 
  private:
   struct Impl;

@@ -142,6 +142,11 @@ bool decode_router_event(Ctx& c, dom::element root, KvEvent& ev, bool require_wo
   } else if (c.err != DecodeError::None) {
     return false;
   }
+  if (field(c, o, "instance_id", v, false)) {
+    if (!get_uint(v, ev.instance)) return c.fail(DecodeError::WrongType, "instance_id");
+  } else if (c.err != DecodeError::None) {
+    return false;
+  }
   if (field(c, o, "storage_tier", v, false)) {
     if (!v.is_string()) return c.fail(DecodeError::WrongType, "storage_tier");
     if (!parse_storage_tier(v.get_string().value_unsafe(), ev.tier)) return c.fail(DecodeError::UnknownTier, "storage_tier");
@@ -253,6 +258,9 @@ DecodeError decode_heartbeat(std::string_view json, WorkerHeartbeat& out, std::s
       return c.fail(DecodeError::WrongType, "dp_size"), c.err;
   }
   if (c.err != DecodeError::None) return c.err;
+  if (field(c, o, "instance_id", v, false) && !get_uint(v, hb.instance_id))
+    return c.fail(DecodeError::WrongType, "instance_id"), c.err;
+  if (c.err != DecodeError::None) return c.err;
   if (field(c, o, "kv_events", v, false)) {
     if (!v.is_bool()) return c.fail(DecodeError::WrongType, "kv_events"), c.err;
     hb.kv_events = v.get_bool().value_unsafe();
@@ -291,6 +299,8 @@ DecodeError decode_resync_dump(std::string_view json, const DecodeLimits& limits
     return c.fail(DecodeError::WrongType, "dp_rank"), c.err;
   if (!field(c, o, "last_event_id", v, true)) return c.err;
   if (!get_uint(v, d.last_event_id)) return c.fail(DecodeError::WrongType, "last_event_id"), c.err;
+  if (field(c, o, "instance_id", v, false) && !get_uint(v, d.instance))
+    return c.fail(DecodeError::WrongType, "instance_id"), c.err;
   if (!field(c, o, "events", v, true)) return c.err;
   if (!v.is_array()) return c.fail(DecodeError::WrongType, "events"), c.err;
   dom::array events = v.get_array().value_unsafe();
@@ -300,6 +310,7 @@ DecodeError decode_resync_dump(std::string_view json, const DecodeLimits& limits
     if (!decode_router_event(c, e, ev, false)) return c.err;
     ev.owner = d.owner;
     ev.event_id.reset();
+    ev.instance = d.instance;
     d.events.push_back(std::move(ev));
   }
   out = std::move(d);
@@ -309,8 +320,9 @@ DecodeError decode_resync_dump(std::string_view json, const DecodeLimits& limits
 namespace {
 
 void append_event_body(std::string& s, const KvEvent& ev) {
-  fmt::format_to(std::back_inserter(s), R"({{"worker_id":{},"storage_tier":"{}","event":{{)",
-                 ev.owner.worker.value, to_string(ev.tier));
+  fmt::format_to(std::back_inserter(s), R"({{"worker_id":{},)", ev.owner.worker.value);
+  if (ev.instance) fmt::format_to(std::back_inserter(s), R"("instance_id":{},)", ev.instance);
+  fmt::format_to(std::back_inserter(s), R"("storage_tier":"{}","event":{{)", to_string(ev.tier));
   if (ev.event_id) fmt::format_to(std::back_inserter(s), R"("event_id":{},)", *ev.event_id);
   fmt::format_to(std::back_inserter(s), R"("dp_rank":{},"data":)", ev.owner.dp_rank);
   if (const auto* st = std::get_if<KvStored>(&ev.data)) {
@@ -343,22 +355,248 @@ std::string encode_kv_event(const KvEvent& event) {
 }
 
 std::string encode_heartbeat(const WorkerHeartbeat& hb) {
-  return fmt::format(
-      R"({{"worker_id":{},"url":"{}","model":"{}","block_size":{},"dp_size":{},"kv_events":{},"load":{{"request_active_slots":{},"request_total_slots":{},"num_requests_waiting":{},"kv_active_blocks":{},"kv_total_blocks":{}}}}})",
+  std::string s = fmt::format(
+      R"({{"worker_id":{},"url":"{}","model":"{}","block_size":{},"dp_size":{},"kv_events":{},"load":{{"request_active_slots":{},"request_total_slots":{},"num_requests_waiting":{},"kv_active_blocks":{},"kv_total_blocks":{}}})",
       hb.worker_id.value, json_escape(hb.url), json_escape(hb.model), hb.block_size, hb.dp_size, hb.kv_events,
       hb.load.request_active_slots, hb.load.request_total_slots, hb.load.num_requests_waiting,
       hb.load.kv_active_blocks, hb.load.kv_total_blocks);
+  if (hb.instance_id) fmt::format_to(std::back_inserter(s), R"(,"instance_id":{})", hb.instance_id);
+  s += '}';
+  return s;
 }
 
 std::string encode_resync_dump(const ResyncDump& dump) {
-  std::string s = fmt::format(R"({{"worker_id":{},"dp_rank":{},"last_event_id":{},"events":[)",
-                              dump.owner.worker.value, dump.owner.dp_rank, dump.last_event_id);
+  std::string s = fmt::format(R"({{"worker_id":{},"dp_rank":{},"last_event_id":{},)", dump.owner.worker.value,
+                              dump.owner.dp_rank, dump.last_event_id);
+  if (dump.instance) fmt::format_to(std::back_inserter(s), R"("instance_id":{},)", dump.instance);
+  s += R"("events":[)";
   for (size_t i = 0; i < dump.events.size(); ++i) {
     if (i) s += ',';
     append_event_body(s, dump.events[i]);
   }
   s += "]}";
   return s;
+}
+
+}  // namespace kvroute
+
+// ---- Chunked resync ---------------------------------------------------------
+namespace kvroute {
+
+namespace {
+
+constexpr char kB64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+void base64_append(std::string& out, std::string_view in) {
+  size_t i = 0;
+  for (; i + 3 <= in.size(); i += 3) {
+    const uint32_t v = (uint8_t(in[i]) << 16) | (uint8_t(in[i + 1]) << 8) | uint8_t(in[i + 2]);
+    out += kB64[v >> 18], out += kB64[(v >> 12) & 63], out += kB64[(v >> 6) & 63], out += kB64[v & 63];
+  }
+  if (const size_t rest = in.size() - i; rest > 0) {
+    uint32_t v = uint8_t(in[i]) << 16;
+    if (rest == 2) v |= uint8_t(in[i + 1]) << 8;
+    out += kB64[v >> 18], out += kB64[(v >> 12) & 63];
+    out += rest == 2 ? kB64[(v >> 6) & 63] : '=';
+    out += '=';
+  }
+}
+
+bool base64_decode(std::string_view in, std::string& out) {
+  static const auto table = [] {
+    std::array<int8_t, 256> t{};
+    t.fill(-1);
+    for (int i = 0; i < 64; ++i) t[static_cast<uint8_t>(kB64[i])] = static_cast<int8_t>(i);
+    return t;
+  }();
+  if (in.size() % 4 != 0) return false;
+  out.clear();
+  out.reserve(in.size() / 4 * 3);
+  for (size_t i = 0; i < in.size(); i += 4) {
+    int v[4];
+    int pad = 0;
+    for (int k = 0; k < 4; ++k) {
+      const char ch = in[i + k];
+      if (ch == '=' && i + 4 == in.size() && k >= 2) { v[k] = 0; ++pad; continue; }
+      if (pad) return false;  // data after padding
+      v[k] = table[static_cast<uint8_t>(ch)];
+      if (v[k] < 0) return false;
+    }
+    const uint32_t x = (v[0] << 18) | (v[1] << 12) | (v[2] << 6) | v[3];
+    out += static_cast<char>(x >> 16);
+    if (pad < 2) out += static_cast<char>((x >> 8) & 0xff);
+    if (pad < 1) out += static_cast<char>(x & 0xff);
+  }
+  return true;
+}
+
+void put_u64(std::string& s, uint64_t v) {
+  for (int i = 0; i < 8; ++i) s += static_cast<char>((v >> (8 * i)) & 0xff);
+}
+void put_u32(std::string& s, uint32_t v) {
+  for (int i = 0; i < 4; ++i) s += static_cast<char>((v >> (8 * i)) & 0xff);
+}
+uint64_t get_le(const char* p, int n) {
+  uint64_t v = 0;
+  for (int i = 0; i < n; ++i) v |= uint64_t(uint8_t(p[i])) << (8 * i);
+  return v;
+}
+
+// The compact records of `bytes` (see wire.h) appended to `out` as stored events.
+bool decode_compact(Ctx& c, std::string_view bytes, const ResyncDump& head, std::vector<KvEvent>& out) {
+  size_t pos = 0;
+  size_t blocks_total = 0;
+  while (pos < bytes.size()) {
+    if (bytes.size() - pos < 6) return c.fail(DecodeError::WrongType, "blocks (truncated record)");
+    const uint8_t tier = static_cast<uint8_t>(bytes[pos]);
+    const uint8_t flags = static_cast<uint8_t>(bytes[pos + 1]);
+    const uint64_t count = get_le(bytes.data() + pos + 2, 4);
+    pos += 6;
+    if (tier >= kNumStorageTiers) return c.fail(DecodeError::UnknownTier, "blocks (tier)");
+    if (flags > 1) return c.fail(DecodeError::WrongType, "blocks (flags)");
+    if (count == 0 || count > c.limits->max_blocks_per_event) return c.fail(DecodeError::TooLarge, "blocks (count)");
+    const size_t need = (flags ? 8 : 0) + count * 16;
+    if (bytes.size() - pos < need) return c.fail(DecodeError::WrongType, "blocks (truncated record)");
+    blocks_total += count;
+    if (blocks_total > c.limits->max_blocks_per_event * 64) return c.fail(DecodeError::TooLarge, "blocks");
+    KvEvent ev;
+    ev.owner = head.owner;
+    ev.instance = head.instance;
+    ev.tier = static_cast<StorageTier>(tier);
+    KvStored st;
+    if (flags) st.parent = SequenceHash{get_le(bytes.data() + pos, 8)}, pos += 8;
+    st.blocks.resize(count);
+    for (auto& b : st.blocks) {
+      b.block_hash = SequenceHash{get_le(bytes.data() + pos, 8)};
+      b.tokens_hash = LocalBlockHash{get_le(bytes.data() + pos + 8, 8)};
+      pos += 16;
+    }
+    ev.data = std::move(st);
+    out.push_back(std::move(ev));
+  }
+  return true;
+}
+
+// A chunk's header (everything but the blocks), `"blocks":"` included.
+std::string chunk_head(const ResyncDump& d, uint64_t snapshot, size_t chunk, size_t chunks) {
+  return fmt::format(
+      R"({{"worker_id":{},"dp_rank":{},"instance_id":{},"last_event_id":{},"snapshot":{},"chunk":{},"chunks":{},"blocks":")",
+      d.owner.worker.value, d.owner.dp_rank, d.instance, d.last_event_id, snapshot, chunk, chunks);
+}
+
+// Splits the dump's stored events into binary chunk bodies of at most `budget` bytes.
+std::vector<std::string> pack_records(const ResyncDump& dump, size_t budget) {
+  std::vector<std::string> bodies(1);
+  for (const auto& ev : dump.events) {
+    const auto* st = std::get_if<KvStored>(&ev.data);
+    if (!st || st->blocks.empty()) continue;
+    std::optional<SequenceHash> parent = st->parent;
+    size_t i = 0;
+    while (i < st->blocks.size()) {
+      std::string& body = bodies.back();
+      const size_t head = 6 + (parent ? 8 : 0);
+      const size_t room = body.size() + head + 16 <= budget ? (budget - body.size() - head) / 16 : 0;
+      if (room == 0) {
+        bodies.emplace_back();
+        continue;
+      }
+      const size_t n = std::min(room, st->blocks.size() - i);
+      body += static_cast<char>(ev.tier);
+      body += static_cast<char>(parent ? 1 : 0);
+      put_u32(body, static_cast<uint32_t>(n));
+      if (parent) put_u64(body, parent->value);
+      for (size_t k = i; k < i + n; ++k) {
+        put_u64(body, st->blocks[k].block_hash.value);
+        put_u64(body, st->blocks[k].tokens_hash.value);
+      }
+      i += n;
+      parent = st->blocks[i - 1].block_hash;
+    }
+  }
+  return bodies;
+}
+
+}  // namespace
+
+std::string encode_resync_request(const ResyncRequest& r) {
+  return fmt::format(R"({{"dp_rank":{},"snapshot":{},"chunk":{},"max_bytes":{}}})", r.dp_rank, r.snapshot, r.chunk,
+                     r.max_bytes);
+}
+
+DecodeError decode_resync_request(std::string_view json, ResyncRequest& out) {
+  out = ResyncRequest{};
+  if (json.empty()) return DecodeError::None;
+  DecodeLimits limits;
+  limits.max_message_bytes = 4096;
+  Ctx c{DecodeError::None, nullptr, &limits};
+  dom::element root, v;
+  if (!parse(c, json, root)) return c.err;
+  if (!root.is_object()) return DecodeError::WrongType;
+  dom::object o = root.get_object().value_unsafe();
+  ResyncRequest r;
+  if (field(c, o, "dp_rank", v, false) && !get_uint(v, r.dp_rank)) return DecodeError::WrongType;
+  if (field(c, o, "snapshot", v, false) && !get_uint(v, r.snapshot)) return DecodeError::WrongType;
+  if (field(c, o, "chunk", v, false) && !get_uint(v, r.chunk)) return DecodeError::WrongType;
+  if (field(c, o, "max_bytes", v, false) && !get_uint(v, r.max_bytes)) return DecodeError::WrongType;
+  out = r;
+  return DecodeError::None;
+}
+
+std::vector<std::string> encode_resync_chunks(const ResyncDump& dump, uint64_t snapshot, size_t max_bytes) {
+  max_bytes = std::max<size_t>(max_bytes, 1024);
+  // Header at most ~230 bytes (7 numbers of <= 20 digits); base64 is 4/3.
+  const size_t budget = (max_bytes - 256) / 4 * 3;
+  const auto bodies = pack_records(dump, budget);
+  std::vector<std::string> out;
+  out.reserve(bodies.size());
+  for (size_t i = 0; i < bodies.size(); ++i) {
+    std::string s = chunk_head(dump, snapshot, i, bodies.size());
+    base64_append(s, bodies[i]);
+    s += "\"}";
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+std::string encode_resync_gone() { return R"({"error":"snapshot_gone"})"; }
+
+DecodeError decode_resync_chunk(std::string_view json, const DecodeLimits& limits, ResyncChunk& out,
+                                std::string* detail) {
+  Ctx c{DecodeError::None, detail, &limits};
+  dom::element root, v;
+  if (!parse(c, json, root)) return c.err;
+  if (!root.is_object()) return c.fail(DecodeError::WrongType, "chunk"), c.err;
+  dom::object o = root.get_object().value_unsafe();
+  ResyncChunk r;
+  if (field(c, o, "error", v, false)) {
+    if (!v.is_string() || v.get_string().value_unsafe() != "snapshot_gone")
+      return c.fail(DecodeError::BadEvent, "error"), c.err;
+    r.snapshot_gone = true;
+    out = std::move(r);
+    return DecodeError::None;
+  }
+  if (o.at_key("chunks").error()) {  // a legacy whole dump
+    DecodeError e = decode_resync_dump(json, limits, r.dump, detail);
+    if (e == DecodeError::None) out = std::move(r);
+    return e;
+  }
+  auto num = [&](std::string_view key, auto& dst) {
+    if (!field(c, o, key, v, true)) return false;
+    if (!get_uint(v, dst)) return c.fail(DecodeError::WrongType, key);
+    return true;
+  };
+  if (!num("worker_id", r.dump.owner.worker.value) || !num("dp_rank", r.dump.owner.dp_rank) ||
+      !num("instance_id", r.dump.instance) || !num("last_event_id", r.dump.last_event_id) ||
+      !num("snapshot", r.snapshot) || !num("chunk", r.chunk) || !num("chunks", r.chunks))
+    return c.err;
+  if (r.chunks == 0 || r.chunk >= r.chunks) return c.fail(DecodeError::WrongType, "chunk"), c.err;
+  if (!field(c, o, "blocks", v, true)) return c.err;
+  if (!v.is_string()) return c.fail(DecodeError::WrongType, "blocks"), c.err;
+  std::string bytes;
+  if (!base64_decode(v.get_string().value_unsafe(), bytes)) return c.fail(DecodeError::WrongType, "blocks (base64)"), c.err;
+  if (!decode_compact(c, bytes, r.dump, r.dump.events)) return c.err;
+  out = std::move(r);
+  return DecodeError::None;
 }
 
 }  // namespace kvroute

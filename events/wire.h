@@ -47,6 +47,9 @@ struct WorkerHeartbeat {
   uint32_t dp_size = 1;
   bool kv_events = true;  // false: the worker publishes no KV events (approximate mode)
   WorkerLoadReport load;
+  // Changes each time the worker process starts (random or start time); 0 =
+  // not announced (older workers). Also carried by its KV events.
+  uint64_t instance_id = 0;
 };
 
 struct DecodeLimits {
@@ -79,10 +82,46 @@ struct ResyncDump {
   CacheOwner owner;
   uint64_t last_event_id = 0;
   std::vector<KvEvent> events;
+  uint64_t instance = 0;  // the worker's instance id when the dump was taken (0 = not announced)
 };
 
 DecodeError decode_resync_dump(std::string_view json, const DecodeLimits& limits, ResyncDump& out,
                                std::string* detail = nullptr);
 std::string encode_resync_dump(const ResyncDump& dump);
+
+// ---- Chunked resync (events/README.md "Resync") --------------------------
+// The router pulls a dump chunk by chunk over request/reply, each reply under
+// the server's max payload. Chunk 0 with snapshot 0 asks the worker to take a
+// new snapshot; later chunks name it, so a lost reply is asked for again
+// (resumable) without a new snapshot.
+struct ResyncRequest {
+  uint32_t dp_rank = 0;
+  uint64_t snapshot = 0;   // 0 = take a new snapshot
+  uint32_t chunk = 0;      // which chunk of the snapshot
+  uint64_t max_bytes = 0;  // largest reply the router's connection accepts (0 = one legacy dump)
+};
+std::string encode_resync_request(const ResyncRequest& r);
+// An empty or legacy body (`{"dp_rank":N}`) decodes with max_bytes 0.
+DecodeError decode_resync_request(std::string_view json, ResyncRequest& out);
+
+// One reply: {"worker_id","dp_rank","instance_id","last_event_id","snapshot",
+// "chunk","chunks","blocks":"<base64>"}; `blocks` is the compact encoding of
+// stored events: per event u8 tier, u8 flags (1 = has parent), u32 count,
+// [u64 parent], count x (u64 block_hash, u64 tokens_hash), little-endian.
+// {"error":"snapshot_gone"} when the worker no longer holds the snapshot.
+// A legacy reply (a whole dump with "events") decodes as chunk 0 of 1.
+struct ResyncChunk {
+  ResyncDump dump;          // owner, instance, last_event_id, this chunk's events
+  uint64_t snapshot = 0;
+  uint32_t chunk = 0, chunks = 1;
+  bool snapshot_gone = false;
+};
+DecodeError decode_resync_chunk(std::string_view json, const DecodeLimits& limits, ResyncChunk& out,
+                                std::string* detail = nullptr);
+// Worker side: the dump's stored events (others are skipped: a dump is state)
+// as replies each at most `max_bytes` long (at least 1,024); a long event is
+// split into several, each continuing from the previous one's last block.
+std::vector<std::string> encode_resync_chunks(const ResyncDump& dump, uint64_t snapshot, size_t max_bytes);
+std::string encode_resync_gone();
 
 }  // namespace kvroute

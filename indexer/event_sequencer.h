@@ -11,6 +11,19 @@
 //                             meanwhile are buffered (bounded)
 //   first event of an owner with id > 1 -> treated as a gap (we joined late)
 //   no event_id            -> applied without tracking
+// Instance ids (events and heartbeats carry the worker process's instance id,
+// new at each start): another instance than the owner's is a restart, whatever
+// the event ids say (drop the owner's blocks, start its sequence afresh); with
+// instance ids known, an id below the last one is a late duplicate, not a
+// restart. Owners without instance ids keep the event-id rule above.
+// Hostile or absurd ids: after a dump at N, buffered events are replayed from
+// N+1 while contiguous; beyond a hole, events more than kMaxBufferedEvents
+// past N (an id the worker cannot have reached) are dropped and counted, and a
+// plausible hole asks for one more dump at most once in a row (then its events
+// are dropped too): one bad id costs one gap and one resync, never a loop.
+// begin_resync(owner) (a dump asked for while the owner is trusted, e.g. after
+// a NATS reconnect or at first sight of a worker): events keep applying and are
+// also remembered, so the dump can be applied without losing what came after it.
 // apply_resync(owner, N, dump) clears the owner, applies the dump, then the
 // buffered events with id > N in order; the owner is trusted again unless
 // the buffer itself has a gap (then another resync is requested). Until the
@@ -47,6 +60,7 @@ struct SequencerCounters {
   std::atomic<uint64_t> resyncs_completed{0};
   std::atomic<uint64_t> buffer_overflows{0};  // events dropped while waiting for a dump
   std::atomic<uint64_t> stale_owners{0};      // gauge
+  std::atomic<uint64_t> discarded{0};         // buffered events dropped beyond a hole after a dump (absurd ids)
 };
 
 class EventSequencer final : public Indexer {
@@ -66,7 +80,16 @@ class EventSequencer final : public Indexer {
 
   // Writer thread. Replaces the owner's state with a full dump taken after
   // event `last_event_id`.
-  void apply_resync(CacheOwner owner, uint64_t last_event_id, const std::vector<KvEvent>& dump);
+  // `instance` is the worker's instance when the dump was taken (0 = unknown).
+  void apply_resync(CacheOwner owner, uint64_t last_event_id, const std::vector<KvEvent>& dump,
+                    uint64_t instance = 0);
+  // Writer thread. A dump was asked for while the owner may be trusted: keep
+  // applying its events but remember them for replay after the dump.
+  void begin_resync(CacheOwner owner);
+  // Writer thread. The worker announced `instance` (heartbeat): if it differs
+  // from the one its events carried, the worker restarted: its blocks are dropped.
+  // Returns true when that happened.
+  bool on_instance(WorkerId worker, uint64_t instance);
 
   bool is_stale(CacheOwner owner) const;
   const SequencerCounters& counters() const { return counters_; }
@@ -74,17 +97,25 @@ class EventSequencer final : public Indexer {
  private:
   struct OwnerSeq {
     uint64_t last = 0;
+    uint64_t instance = 0;      // 0 = not announced
+    bool seen = false;          // an event id was seen
     bool stale = false;
+    bool resyncing = false;     // trusted, but a dump is awaited: applied events are remembered
     bool after_resync = false;  // ids <= last are old news, not a restart
-    std::vector<KvEvent> buffer;  // events received while stale, in arrival order
+    bool retried = false;       // the last dump left a hole and asked again
+    std::vector<KvEvent> buffer;  // events received while stale or resyncing, in arrival order
   };
   void mark_stale(CacheOwner owner, OwnerSeq& s);
+  void restart(CacheOwner owner, OwnerSeq& s, uint64_t instance);
+  void remember(OwnerSeq& s, const KvEvent& event);
+  void replay_after_dump(CacheOwner owner, OwnerSeq& s, std::vector<KvEvent> buffered);
   ApplyResult forward(const KvEvent& event);  // inner_.apply, counted
   void set_trusted(CacheOwner owner);
 
   Indexer& inner_;
   std::function<void(CacheOwner)> resync_cb_;
   std::unordered_map<CacheOwner, OwnerSeq> seq_;  // writer thread only
+  std::unordered_map<WorkerId, uint64_t> instances_;  // announced by heartbeats; writer thread only
   mutable std::shared_mutex stale_mu_;
   std::unordered_set<CacheOwner> stale_;          // read by find_matches
   SequencerCounters counters_;

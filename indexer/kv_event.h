@@ -36,6 +36,9 @@ struct KvEvent {
   std::optional<uint64_t> event_id;
   StorageTier tier = StorageTier::Device;
   std::variant<KvStored, KvRemoved, KvCleared> data;
+  // The publishing process's instance id (changes when the worker restarts);
+  // 0 = not announced (older publishers). The sequencer detects restarts by it.
+  uint64_t instance = 0;
 };
 
 }  // namespace kvroute

@@ -1,5 +1,7 @@
 #include "indexer/radix_indexer.h"
 
+#include <map>
+
 #include <algorithm>
 #include <cassert>
 #include <cstring>
@@ -494,6 +496,15 @@ OverlapScores RadixIndexer::find_matches(std::span<const LocalBlockHash> blocks)
   if (!live.empty()) credit();
   // Owners of the first node always matched >= 1 block; none has 0.
   return out;
+}
+
+std::vector<std::pair<WorkerId, uint64_t>> RadixIndexer::entries_by_worker() const {
+  lock_for_read();
+  std::shared_lock lk(mu_, std::adopt_lock);
+  std::map<WorkerId, uint64_t> by;
+  for (const auto& o : owners_)
+    if (o) by[o->owner.worker] += o->blocks.size();
+  return {by.begin(), by.end()};
 }
 
 IndexStats RadixIndexer::stats() const {

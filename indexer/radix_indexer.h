@@ -60,6 +60,9 @@ class RadixIndexer final : public Indexer {
   void clear_owner(CacheOwner owner) override;
   OverlapScores find_matches(std::span<const LocalBlockHash> blocks) const override;
   IndexStats stats() const override;
+  // Any thread. Index entries held by each worker (all dp ranks summed),
+  // sorted by worker id; O(owners). For the status page (router/status.h).
+  std::vector<std::pair<WorkerId, uint64_t>> entries_by_worker() const;
 
  private:
   using NodeId = uint32_t;

@@ -12,6 +12,7 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <fmt/format.h>
+#include <random>
 #include <simdjson.h>
 #include <spdlog/spdlog.h>
 
@@ -134,6 +135,19 @@ struct MockerServer::Impl {
   uint64_t events_published = 0, events_dropped = 0, events_publish_failed = 0;
   uint64_t drop_remaining = 0;
   bool hang = false;
+  // Issue 15: this process's instance id (new at each start) and the resync
+  // snapshot being served in chunks (one at a time; a newer one replaces it).
+  const uint64_t instance_id = std::random_device{}() | (uint64_t{std::random_device{}()} << 32) | 1;
+  uint64_t resync_snapshot = 0;  // id of the newest snapshot
+  // The last few snapshots' chunks (several routers may pull at once).
+  std::deque<std::pair<uint64_t, std::vector<std::string>>> resync_snapshots;
+  uint64_t resync_publish_failed = 0;
+  void answer_resync(const std::string& reply, const std::string& body) {
+    if (bus->publish(reply, body)) return;  // checked: the router asks for the chunk again
+    ++resync_publish_failed;
+    spdlog::warn("kvroute-mocker: resync reply of {} bytes not published ({} so far)", body.size(),
+                 resync_publish_failed);
+  }
 
   std::string advertised_url() const {
     return opts.advertise_url.empty() ? fmt::format("http://{}:{}", opts.host, acceptor.local_endpoint().port())
@@ -204,7 +218,9 @@ struct MockerServer::Impl {
       return;
     }
     if (!bus) return;
-    if (bus->publish(opts.subject_prefix + ".kv_events", encode_kv_event(ev))) {
+    KvEvent stamped = ev;
+    stamped.instance = instance_id;  // issue 15: restarts are told by instance, not by event ids
+    if (bus->publish(opts.subject_prefix + ".kv_events", encode_kv_event(stamped))) {
       ++events_published;
     } else {
       ++events_publish_failed;
@@ -219,6 +235,7 @@ struct MockerServer::Impl {
     hb.url = advertised_url();
     hb.model = opts.model;
     hb.block_size = opts.engine.block_size;
+    hb.instance_id = instance_id;
     const auto l = engine.load();
     hb.load = WorkerLoadReport{l.request_active_slots, l.request_total_slots, l.num_requests_waiting,
                                l.kv_active_blocks, l.kv_total_blocks};
@@ -657,13 +674,37 @@ bool MockerServer::start_nats(std::string* error) {
       subject,
       [impl = impl_.get()](const NatsMessage& m) {
         if (m.reply.empty()) return;
-        // The engine lives on the io thread: take the dump there.
-        asio::post(impl->ioc, [impl, reply = std::string(m.reply)] {
-          ResyncDump d;
-          d.owner = CacheOwner{WorkerId{impl->opts.worker_id}, 0};
-          d.last_event_id = impl->engine.last_event_id();
-          d.events = impl->engine.dump();
-          impl->bus->publish(reply, encode_resync_dump(d));
+        // The engine lives on the io thread: take the dump there. Chunked
+        // (events/wire.h): chunk 0 of snapshot 0 takes a new snapshot.
+        ResyncRequest rq;
+        if (decode_resync_request(m.data, rq) != DecodeError::None) return;
+        asio::post(impl->ioc, [impl, rq, reply = std::string(m.reply)] {
+          const std::vector<std::string>* chunks = nullptr;
+          for (const auto& [id, c] : impl->resync_snapshots)
+            if (id == rq.snapshot) chunks = &c;
+          if (!chunks) {
+            if (rq.snapshot != 0 || rq.chunk != 0) {
+              impl->answer_resync(reply, encode_resync_gone());
+              return;
+            }
+            ResyncDump d;
+            d.owner = CacheOwner{WorkerId{impl->opts.worker_id}, 0};
+            d.last_event_id = impl->engine.last_event_id();
+            d.instance = impl->instance_id;
+            d.events = impl->engine.dump();
+            if (rq.max_bytes == 0) {  // a router of the legacy protocol: one message
+              impl->answer_resync(reply, encode_resync_dump(d));
+              return;
+            }
+            const size_t cap = std::min<size_t>(rq.max_bytes, impl->bus->max_payload());
+            ++impl->resync_snapshot;
+            impl->resync_snapshots.emplace_back(impl->resync_snapshot,
+                                                encode_resync_chunks(d, impl->resync_snapshot, cap));
+            if (impl->resync_snapshots.size() > 4) impl->resync_snapshots.pop_front();
+            chunks = &impl->resync_snapshots.back().second;
+          }
+          if (rq.chunk >= chunks->size()) return;  // nonsense: no answer
+          impl->answer_resync(reply, (*chunks)[rq.chunk]);
         });
       },
       error);

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <charconv>
+#include <chrono>
 #include <cmath>
 
 #include "common/json_escape.h"
@@ -29,8 +30,6 @@ bool constant_time_equal(std::string_view a, std::string_view b) {
   return diff == 0;
 }
 
-std::string num(double v) { return std::isfinite(v) ? fmt::format("{}", v) : "null"; }
-
 std::string load_json(const WorkerLoad& l) {
   return fmt::format(
       R"({{"request_active_slots":{},"request_total_slots":{},"num_requests_waiting":{},"kv_active_blocks":{},"kv_total_blocks":{}}})",
@@ -51,42 +50,6 @@ std::string worker_json(const WorkerView& w) {
 
 }  // namespace
 
-std::string explain_json(const RouteResult& r, std::string_view model, uint32_t block_size) {
-  const auto& d = r.decision;
-  std::string out = fmt::format(R"({{"model":"{}","isl_tokens":{},"block_size":{},"alpha":{},"load_mean":{},"load_std":{},)",
-                                json_escape(model), r.isl_tokens, block_size, num(d.alpha), num(d.load_mean),
-                                num(d.load_std));
-  if (d.chosen) out += fmt::format(R"("chosen":{},"sampled":{},)", r.candidates[*d.chosen].owner.worker.value, d.sampled);
-  else out += R"("chosen":null,"sampled":false,)";
-  if (!r.ok) out += fmt::format(R"("error":{},)", error_body(r.error));
-  out += fmt::format(R"("tokenizer_fallback":"{}","stage_us":{{"tokenize":{},"hash":{},"find_matches":{},"score":{}}},)",
-                     to_string(r.tokenizer_fallback), num(r.stage_seconds[0] * 1e6), num(r.stage_seconds[1] * 1e6),
-                     num(r.stage_seconds[2] * 1e6), num(r.stage_seconds[3] * 1e6));
-  std::vector<int> rank(r.candidates.size(), -1);
-  for (size_t k = 0; k < d.ranking.size(); ++k) rank[d.ranking[k]] = static_cast<int>(k);
-  out += R"("workers":[)";
-  for (size_t i = 0; i < r.candidates.size(); ++i) {
-    const auto& c = r.candidates[i];
-    const auto& s = d.scores.empty() ? WorkerScore{} : d.scores[i];
-    const auto& t = c.overlap_by_tier;
-    if (i) out += ',';
-    out += fmt::format(
-        R"({{"worker_id":{},"url":"{}","dp_rank":{},"overlap_blocks":{},"overlap_by_tier":{{"device":{},"host_pinned":{},"disk":{},"external":{}}},)"
-        R"("cached_tokens":{},"reported_load":{},"predicted_load":{},"pending_prefill_tokens":{},"excluded":{},"rank":{},)"
-        R"("terms":{{"load_ratio":{},"load_deviation":{},"prefill_ratio":{},"slot_ratio":{},"queue_ratio":{}}},"cost":{}}})",
-        c.owner.worker.value, i < r.workers.size() ? json_escape(r.workers[i].info->url) : "", c.owner.dp_rank,
-        c.overlap_blocks, t[0], t[1], t[2], t[3], num(s.cached_tokens),
-        i < r.workers.size() ? load_json(r.workers[i].info->load) : "null", load_json(c.load),
-        c.pending_prefill_tokens,
-        s.excluded == Exclusion::None ? std::string("null") : fmt::format("\"{}\"", to_string(s.excluded)),
-        rank[i] < 0 ? std::string("null") : std::to_string(rank[i]), num(s.load_ratio), num(s.load_deviation),
-        num(s.prefill_ratio), num(s.slot_ratio), num(s.queue_ratio),
-        s.excluded == Exclusion::None ? num(s.cost) : "null");
-  }
-  out += "]}";
-  return out;
-}
-
 bool AdminApi::authorized(std::string_view authorization) const {
   const auto cfg = config_.get();
   if (cfg->admin.token.empty()) return false;
@@ -96,7 +59,15 @@ bool AdminApi::authorized(std::string_view authorization) const {
 }
 
 std::optional<std::string> AdminApi::apply_update(std::string_view yaml_overlay) {
-  auto e = config_.update([&](Config& c) { return apply_yaml(c, yaml_overlay); });
+  auto e = config_.update([&](Config& c) {
+    const std::string token = c.admin.token, password = c.events.nats_password, nats_token = c.events.nats_token;
+    auto err = apply_yaml(c, yaml_overlay);
+    // GET's output PUT back: the secrets stay.
+    if (c.admin.token == kRedacted) c.admin.token = token;
+    if (c.events.nats_password == kRedacted) c.events.nats_password = password;
+    if (c.events.nats_token == kRedacted) c.events.nats_token = nats_token;
+    return err;
+  });
   (e ? stats_.reloads_rejected : stats_.reloads_ok).fetch_add(1, std::memory_order_relaxed);
   return e;
 }
@@ -115,11 +86,58 @@ AdminResponse AdminApi::explain(ApiKind kind, std::string_view body) const {
   ApiError err;
   if (!parse_openai_request(kind, body, parsed, err)) return AdminResponse{err.status, error_body(err)};
   RouteResult r = routing_.route(parsed, /*rank_all=*/true);
-  return AdminResponse{200, explain_json(r, parsed.model, config_.get()->indexer.block_size)};
+  const auto cfg = config_.get();
+  std::string out = explain_json(r, parsed.model, cfg->indexer.block_size, cfg->scheduler);
+  if (index_age_) {  // issue 15: the last-known index age of each candidate worker
+    out.pop_back();  // the closing brace
+    out += R"(,"index_age_ms":{)";
+    for (size_t i = 0; i < r.candidates.size(); ++i) {
+      const auto age = index_age_(r.candidates[i].owner.worker);
+      out += fmt::format(R"({}"{}":{})", i ? "," : "", r.candidates[i].owner.worker.value,
+                         age ? std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(*age).count())
+                             : std::string("null"));
+    }
+    out += "}}";
+  }
+  return AdminResponse{200, out};
+}
+
+AdminResponse AdminApi::config_yaml() const {
+  Config shown = *config_.get();
+  if (!shown.admin.token.empty()) shown.admin.token = kRedacted;  // no API returns a secret
+  if (!shown.events.nats_password.empty()) shown.events.nats_password = kRedacted;
+  if (!shown.events.nats_token.empty()) shown.events.nats_token = kRedacted;
+  return AdminResponse{200, to_yaml(shown), "application/yaml"};
+}
+
+std::optional<AdminResponse> AdminApi::status_endpoint(std::string_view method, std::string_view path) const {
+  if (method != "GET" || !status_) return std::nullopt;
+  if (path == "/admin/status") {
+    const double now =
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    return AdminResponse{200, status_->status_json(now)};
+  }
+  if (path == "/admin/status/history") return AdminResponse{200, status_->history_json()};
+  if (path == "/admin/decisions") return AdminResponse{200, status_->decisions().list_json()};
+  constexpr std::string_view prefix = "/admin/decisions/";
+  if (path.substr(0, prefix.size()) != prefix) return std::nullopt;
+  const auto idtext = path.substr(prefix.size());
+  uint64_t id = 0;
+  auto [p, ec] = std::from_chars(idtext.data(), idtext.data() + idtext.size(), id);
+  if (ec != std::errc() || p != idtext.data() + idtext.size())
+    return json_error(404, "Use GET /admin/decisions/{id}.", "invalid_request_error", "not_found");
+  if (auto e = status_->decisions().explain(id)) return AdminResponse{200, std::move(*e)};
+  return json_error(404, fmt::format("Decision {} is no longer kept (only the latest are).", id),
+                    "invalid_request_error", "unknown_decision");
 }
 
 AdminResponse AdminApi::handle(std::string_view method, std::string_view path, std::string_view authorization,
                                std::string_view body) {
+  // The status page's files hold no data and no secret: a browser loads them
+  // without a token (it cannot send a bearer header on navigation); the page
+  // then asks for the token and calls the JSON endpoints below with it.
+  if (method == "GET")
+    if (const AdminResponse* asset = status_page_asset(path)) return *asset;
   if (!authorized(authorization)) {
     stats_.auth_failures.fetch_add(1, std::memory_order_relaxed);
     const bool configured = !config_.get()->admin.token.empty();
@@ -129,10 +147,10 @@ AdminResponse AdminApi::handle(std::string_view method, std::string_view path, s
                       "authentication_error", "invalid_token");
   }
   if (path == "/admin/config") {
-    if (method == "GET") return AdminResponse{200, to_yaml(*config_.get()), "application/yaml"};
+    if (method == "GET") return config_yaml();
     if (method == "PUT") {
       if (auto e = apply_update(body)) return json_error(400, *e, "invalid_request_error", "invalid_config");
-      return AdminResponse{200, to_yaml(*config_.get()), "application/yaml"};
+      return config_yaml();
     }
   } else if (path == "/admin/route/explain" && method == "POST") {
     // A chat body has "messages"; anything else is explained as a completion.
@@ -150,6 +168,8 @@ AdminResponse AdminApi::handle(std::string_view method, std::string_view path, s
   } else if (path == "/admin/index" && method == "GET") {
     const auto s = index_.stats();
     return AdminResponse{200, fmt::format(R"({{"blocks":{},"entries":{},"bytes":{}}})", s.blocks, s.entries, s.bytes)};
+  } else if (auto r = status_endpoint(method, path)) {
+    return std::move(*r);
   } else if (path == "/admin/workers" && method == "POST") {
     return add_worker(body);
   } else if (path.substr(0, 15) == "/admin/workers/" && method == "DELETE") {

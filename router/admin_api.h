@@ -1,5 +1,8 @@
 // The admin API (its own listener, behind a bearer token): effective config
-// read and update, worker list and drain, index stats, route explain. Plain
+// read and update (the token redacted), worker list and drain, index stats,
+// route explain, the status page's JSON (fleet, history, latest decisions) and
+// the status page itself (/ui: static files, no data, served without the
+// token; the page asks for the token and sends it as a bearer header). Plain
 // request -> response functions with no Beast types, so they are unit-tested
 // without sockets; router/http_server.cpp serves them.
 //
@@ -13,7 +16,9 @@
 
 #include "config/config_store.h"
 #include "indexer/indexer.h"
+#include "router/explain.h"
 #include "router/routing.h"
+#include "router/status.h"
 #include "scheduler/worker_registry.h"
 
 namespace kvroute {
@@ -23,6 +28,10 @@ struct AdminResponse {
   std::string body;
   std::string content_type = "application/json";
 };
+
+// What GET /admin/config shows instead of a non-empty admin.token; a PUT
+// carrying it back leaves the token unchanged.
+inline constexpr std::string_view kRedacted = "<redacted>";
 
 struct AdminStats {
   std::atomic<uint64_t> reloads_ok{0};
@@ -55,15 +64,24 @@ class AdminApi {
   void count_rejected_reload() { stats_.reloads_rejected.fetch_add(1, std::memory_order_relaxed); }
 
   const AdminStats& stats() const { return stats_; }
+  // The status page's data (GET /admin/status, /admin/status/history,
+  // /admin/decisions[/{id}]); without it those answer 404. Set before serving.
+  void set_status(const FleetStatus* status) { status_ = status; }
   // POST /admin/workers ({"url":..,"model":..,...} or the text form) and
   // DELETE /admin/workers/{id}: 501 until set.
   void set_fleet_hooks(AdminFleetHooks hooks) { fleet_ = std::move(hooks); }
 
   // Explain of one request body (the data plane's routing, no request sent).
   AdminResponse explain(ApiKind kind, std::string_view body) const;
+  // Issue 15: how old each worker's part of the index is (time since its last
+  // event or dump; nullopt = never heard), shown by explain as
+  // "index_age_ms":{"<worker_id>":ms|null,...}. Unset: the field is omitted.
+  void set_index_age(std::function<std::optional<Nanos>(WorkerId)> f) { index_age_ = std::move(f); }
 
  private:
   bool authorized(std::string_view authorization) const;
+  std::optional<AdminResponse> status_endpoint(std::string_view method, std::string_view path) const;
+  AdminResponse config_yaml() const;
   AdminResponse add_worker(std::string_view body);
   AdminResponse remove_worker(std::string_view idtext);
 
@@ -71,11 +89,14 @@ class AdminApi {
   RoutingService& routing_;
   WorkerRegistry& registry_;
   const Indexer& index_;
+  const FleetStatus* status_ = nullptr;
   AdminStats stats_;
   AdminFleetHooks fleet_;
+  std::function<std::optional<Nanos>(WorkerId)> index_age_;  // issue 15
 };
 
-// JSON of one routing decision (also used by tests and the simulator).
-std::string explain_json(const RouteResult& r, std::string_view model, uint32_t block_size);
+// The status page's files (router/status/), compiled in: nullptr if `path`
+// is none of them. `/`, `/ui` and `/ui/` are the page.
+const AdminResponse* status_page_asset(std::string_view path);
 
 }  // namespace kvroute

@@ -275,6 +275,7 @@ struct ClientRequest {
   bool keep_alive = true;
   std::string fields;  // "Name: value\r\n" for each end-to-end field, in order
   std::string authorization;
+  std::string session;  // x-session-id (session affinity)
   std::string body;
   bool has_host = false;
   bool expect_continue = false;  // "Expect: 100-continue"
@@ -291,6 +292,7 @@ class ClientRequestParser final : public http::basic_parser<true> {
     r.target.clear();
     r.fields.clear();
     r.authorization.clear();
+    r.session.clear();
     r.body.clear();
     r.has_host = false;
     r.expect_continue = false;
@@ -309,6 +311,7 @@ class ClientRequestParser final : public http::basic_parser<true> {
                      beast::error_code&) override {
     if (f == http::field::authorization) r_.authorization.assign(value.data(), value.size());
     if (f == http::field::host) r_.has_host = true;
+    if (f == http::field::unknown && beast::iequals(name, "x-session-id")) r_.session.assign(value.data(), value.size());
     // RFC 9110 10.1.1: never a 100 (Continue) to an HTTP/1.0 client.
     if (f == http::field::expect && r_.version >= 11 && beast::iequals(value, "100-continue"))
       r_.expect_continue = true;
@@ -755,6 +758,7 @@ struct HttpServer::Impl {
   awaitable<bool> handle_admin(ClientConn& client, ClientRequest& req);
   // proxy() and its phases, in order (see proxy()).
   awaitable<bool> proxy(ClientConn& client, ClientRequest& req, ApiKind kind, IoThread& io);
+  bool sticky_session(const Exchange& x) const;
   bool route_request(Exchange& x);
   awaitable<void> wait_in_queue(Exchange& x);
   bool accept_route(Exchange& x);
@@ -1082,10 +1086,22 @@ void HttpServer::Impl::client_cancelled(Exchange& x, unsigned status) {
   finish(x, status, "client_cancel");
 }
 
+// The request's session (x-session-id, else the OpenAI `user` field).
+static std::string_view session_key(const Exchange& x) {
+  return x.req.session.empty() ? std::string_view(x.client.parsed.user) : std::string_view(x.req.session);
+}
+
+// Session affinity applies (router/session_affinity.h): the decision scores
+// every eligible worker (not the fast path's few), so the session's worker is
+// compared with the choice wherever it ranks.
+bool HttpServer::Impl::sticky_session(const Exchange& x) const {
+  return hooks.sessions && x.cfg.scheduler.session_affinity && !session_key(x).empty();
+}
+
 // Routes the parsed request into client.route. True: every worker is busy
 // and the request may wait in the queue (wait_in_queue()).
 bool HttpServer::Impl::route_request(Exchange& x) {
-  hooks.routing->route(x.client.parsed, x.client.route);
+  hooks.routing->route(x.client.parsed, x.client.route, /*rank_all=*/false, sticky_session(x));
   const RouteResult& route = x.client.route;
   return !route.ok && route.error.code == "workers_busy" && x.cfg.scheduler.queue_size > 0;
 }
@@ -1110,7 +1126,7 @@ awaitable<void> HttpServer::Impl::wait_in_queue(Exchange& x) {
          !x.cut) {
     timer.expires_after(kQueuePoll);
     co_await timer.async_wait(nothrow(ec));
-    hooks.routing->route(x.client.parsed, route);
+    hooks.routing->reroute(x.client.parsed.model, route, sticky_session(x));  // keeps the request's tokens and hashes
   }
   queued.fetch_sub(1);
   if (m) m->queued_requests.get().add(-1);
@@ -1132,6 +1148,7 @@ bool HttpServer::Impl::accept_route(Exchange& x) {
   x.rec.prompt_tokens = route.isl_tokens;
   if (!route.ok) return false;
   x.model_label = x.client.parsed.model;  // bounded: a model some worker announced
+  if (sticky_session(x)) hooks.sessions->apply(session_key(x), x.cfg.indexer.block_size, x.client.route);
   if (hooks.on_routed) hooks.on_routed(x.client.parsed, route);
   return true;
 }
@@ -1300,6 +1317,7 @@ void HttpServer::Impl::record_first_byte(Exchange& x) {
   m->ttfb_seconds.get().observe(ttfb);
   m->prompt_tokens_total.get().inc(route.isl_tokens);
   m->cached_tokens_total.get().inc(target.cached_tokens);
+  m->best_cached_tokens_total.get().inc(route.best_cached_tokens);  // decision-quality gap
   const auto worker = m->worker_tokens(target.worker.value);
   worker.prompt.inc(route.isl_tokens);
   worker.cached.inc(target.cached_tokens);

@@ -18,6 +18,7 @@
 #include "router/admin_api.h"
 #include "router/router_metrics.h"
 #include "router/routing.h"
+#include "router/session_affinity.h"
 #include "scheduler/worker_registry.h"
 
 namespace kvroute {
@@ -28,6 +29,7 @@ struct HttpServerHooks {
   const ConfigStore* config = nullptr;
   AdminApi* admin = nullptr;          // admin listener only
   RouterMetrics* metrics = nullptr;
+  SessionAffinity* sessions = nullptr;  // scheduler.session_affinity (null = off)
   // GET /ready answers 200 only when this returns true (and not shutting down).
   std::function<bool()> ready;
   // GET /metrics body (Prometheus text format).

@@ -22,6 +22,7 @@
 #include "events/event_pipeline.h"
 #include "events/nats_bus.h"
 #include "events/zmq_source.h"
+#include "events/replica_sync.h"
 #include "fleet/fleet.h"
 #include "indexer/approx_indexer.h"
 #include "indexer/event_sequencer.h"
@@ -31,6 +32,7 @@
 #include "router/merged_index.h"
 #include "router/router_metrics.h"
 #include "router/routing.h"
+#include "router/status.h"
 #include "scheduler/worker_registry.h"
 
 extern char** environ;
@@ -81,6 +83,9 @@ void render_module_metrics(std::string& out, const EventPipelineStats& st, const
   line("kvroute_events_block_size_mismatch_total", "", st.block_size_mismatch_total.load());
   head("kvroute_events_workers_expired_total", "counter", "workers removed after missing heartbeats");
   line("kvroute_events_workers_expired_total", "", st.workers_expired_total.load());
+  head("kvroute_events_expiry_held_total", "counter",
+       "heartbeat expiry ticks skipped because NATS was down (heartbeat-only workers kept)");
+  line("kvroute_events_expiry_held_total", "", st.expiry_held_ticks_total.load());
   head("kvroute_events_nats_reconnects_total", "counter", "NATS reconnections");
   line("kvroute_events_nats_reconnects_total", "", bus ? bus->reconnects() : 0);
   head("kvroute_events_nats_connected", "gauge", "1 when the NATS connection is up (0 without NATS)");
@@ -123,6 +128,37 @@ void render_module_metrics(std::string& out, const EventPipelineStats& st, const
   line("kvroute_config_reloads_total", "{result=\"rejected\"}", admin.reloads_rejected.load());
   head("kvroute_admin_auth_failures_total", "counter", "admin requests refused for a missing or wrong token");
   line("kvroute_admin_auth_failures_total", "", admin.auth_failures.load());
+}
+
+// Issue 15 (bus): resync, unknown workers, heartbeat rejections by reason,
+// ingest queue bytes, and how old each worker's part of the index is.
+void render_bus_metrics(std::string& out, const EventPipeline& pipeline, const EventSequencer& seq) {
+  const auto& st = pipeline.stats();
+  auto head = [&](std::string_view name, std::string_view type, std::string_view help) {
+    out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+  };
+  head("kvroute_events_unknown_worker_events_total", "counter", "kv events dropped: their worker is not known");
+  out += fmt::format("kvroute_events_unknown_worker_events_total {}\n", st.unknown_worker_events_total.load());
+  head("kvroute_events_heartbeats_rejected_total", "counter", "heartbeats rejected, by reason");
+  for (size_t i = 1; i < st.heartbeats_rejected_by_reason.size(); ++i)
+    out += fmt::format("kvroute_events_heartbeats_rejected_total{{reason=\"{}\"}} {}\n",
+                       EventPipelineStats::heartbeat_reason(i), st.heartbeats_rejected_by_reason[i].load());
+  head("kvroute_events_resync_chunks_total", "counter", "resync chunk requests sent, and repeated");
+  out += fmt::format("kvroute_events_resync_chunks_total{{result=\"sent\"}} {}\n", st.resync_chunks_total.load());
+  out += fmt::format("kvroute_events_resync_chunks_total{{result=\"retried\"}} {}\n",
+                     st.resync_chunk_retries_total.load());
+  head("kvroute_events_queue_dropped_bytes_total", "counter", "bytes of kv_events messages dropped on a full queue");
+  out += fmt::format("kvroute_events_queue_dropped_bytes_total {}\n", st.queue_dropped_bytes_total.load());
+  head("kvroute_events_queue_bytes", "gauge", "bytes of decoded events waiting for the index writer");
+  out += fmt::format("kvroute_events_queue_bytes {}\n", st.queued_bytes.load());
+  head("kvroute_indexer_events_discarded_total", "counter",
+       "buffered events dropped after a dump: ids the worker cannot have reached (absurd or hostile)");
+  out += fmt::format("kvroute_indexer_events_discarded_total {}\n", seq.counters().discarded.load());
+  head("kvroute_indexer_worker_index_age_seconds", "gauge",
+       "time since the index last heard from a worker (an event or a dump)");
+  for (const auto& [w, age] : pipeline.index_ages())
+    out += fmt::format("kvroute_indexer_worker_index_age_seconds{{worker=\"{}\"}} {:.3f}\n", w.value,
+                       std::chrono::duration<double>(age).count());
 }
 
 // Fleet metrics: workers by source and health, scrapes, DNS, health signals.
@@ -263,8 +299,11 @@ int main(int argc, char** argv) {
   // discovery.dns and their KV events over ZMQ.
   std::unique_ptr<NatsBus> bus;
   if (!cfg.events.nats_url.empty()) {
+    NatsSecurity sec{cfg.events.nats_user,        cfg.events.nats_password,       cfg.events.nats_token,
+                     cfg.events.nats_creds_file,  cfg.events.nats_nkey_seed_file, cfg.events.nats_tls,
+                     cfg.events.nats_tls_ca_file, cfg.events.nats_tls_cert_file, cfg.events.nats_tls_key_file};
     bus = NatsBus::connect(cfg.events.nats_url, "kvroute", std::chrono::milliseconds(cfg.events.connect_timeout_ms),
-                           &err);
+                           sec, &err);
     if (!bus) {
       std::fprintf(stderr, "kvroute: events.nats_url: %s\n", err.c_str());
       return 1;
@@ -272,8 +311,7 @@ int main(int argc, char** argv) {
   }
   EventPipeline pipeline(cfg.events, cfg.indexer.block_size, index, registry, clock);
   sequencer.set_resync_callback([&](CacheOwner owner) { pipeline.request_resync(owner); });
-  pipeline.set_resync_applier(
-      [&](const ResyncDump& d) { sequencer.apply_resync(d.owner, d.last_event_id, d.events); });
+  pipeline.set_sequencer(&sequencer);  // dumps, resync marks, worker instances (issue 15)
   if (bus) {
     if (!pipeline.start(*bus, &err)) {
       std::fprintf(stderr, "kvroute: %s\n", err.c_str());
@@ -312,8 +350,21 @@ int main(int argc, char** argv) {
   fleet.start(cfg);
   config.on_change([&](const Config& c) { fleet.apply_config(c); });
 
+  // Issue 15: other replicas' in-flight requests count in predicted load.
+  std::unique_ptr<ReplicaSync> replicas;
+  if (cfg.events.replica_sync && bus) {
+    replicas = std::make_unique<ReplicaSync>(*bus, registry, clock, cfg.events.subject_prefix,
+                                             std::chrono::milliseconds(cfg.events.replica_sync_interval_ms),
+                                             std::chrono::milliseconds(cfg.events.replica_ttl_ms));
+    if (!replicas->start(&err)) {
+      std::fprintf(stderr, "kvroute: %s\n", err.c_str());
+      return 1;
+    }
+  }
+
   RoutingService routing(index, registry, config, random, &tokenizers);
   AdminApi admin(config, routing, registry, index);
+  admin.set_index_age([&](WorkerId w) { return pipeline.index_age(w); });  // issue 15
   admin.set_fleet_hooks(AdminFleetHooks{[&](std::string_view entry) { return fleet.add_worker(entry); },
                                         [&](WorkerId id) { return fleet.remove_worker(id); }});
   registry_metrics.on_scrape([&] {
@@ -356,6 +407,8 @@ int main(int argc, char** argv) {
   HttpServerHooks hooks;
   hooks.routing = &routing;
   hooks.registry = &registry;
+  SessionAffinity sessions;  // scheduler.session_affinity
+  hooks.sessions = &sessions;
   hooks.config = &config;
   hooks.admin = &admin;
   hooks.metrics = &router_metrics;
@@ -367,25 +420,89 @@ int main(int argc, char** argv) {
     render_module_metrics(out, pipeline.stats(), sequencer, radix, approx, admin.stats(), bus.get());
     render_fleet_metrics(out, fleet, registry);
     render_zmq_metrics(out, zmq.stats());
+    render_bus_metrics(out, pipeline, sequencer);
+    if (replicas) {
+      const auto& rs = replicas->stats();
+      out += "# HELP kvroute_events_replica_peers other router replicas whose in-flight requests count\n"
+             "# TYPE kvroute_events_replica_peers gauge\n";
+      out += fmt::format("kvroute_events_replica_peers {}\n", rs.peers.load());
+      out += "# HELP kvroute_events_replica_snapshots_total in-flight snapshots by direction\n"
+             "# TYPE kvroute_events_replica_snapshots_total counter\n";
+      out += fmt::format("kvroute_events_replica_snapshots_total{{direction=\"published\"}} {}\n",
+                         rs.published_total.load());
+      out += fmt::format("kvroute_events_replica_snapshots_total{{direction=\"received\"}} {}\n",
+                         rs.received_total.load());
+      out += fmt::format("kvroute_events_replica_snapshots_total{{direction=\"rejected\"}} {}\n",
+                         rs.rejected_total.load());
+    }
     return out;
   };
-  hooks.on_routed = [&](const ParsedRequest&, const RouteResult& r) {
+  // ---- the status page's data (router/status.h): latest decisions, fleet
+  // totals once a second for 15 minutes, the per-worker table.
+  DecisionLog decisions;
+  const HttpServer* live_server = nullptr;  // set before history.start()
+  StatusHistory history([&] {
+    FleetCounters c;
+    c.routed = decisions.routed();
+    c.prompt_tokens = router_metrics.prompt_tokens_total.get().value();
+    c.cached_tokens = router_metrics.cached_tokens_total.get().value();
+    c.events = pipeline.stats().messages_total.load() + zmq.stats().frames_total.load();  // NATS messages, ZMQ frames
+    c.decision_buckets = decisions.decision_buckets();
+    const auto is = radix.stats();
+    c.index_blocks = is.blocks;
+    c.index_entries = is.entries;
+    c.workers = registry.size();
+    c.inflight = live_server ? live_server->inflight() : 0;
+    return c;
+  });
+  FleetSources fleet_sources;
+  fleet_sources.index_entries = [&] { return radix.entries_by_worker(); };
+  // Partial index: NATS events lost (the sequencer awaits a resync) or a ZMQ gap replay could not cover.
+  fleet_sources.partial_index = [&](CacheOwner o) { return sequencer.is_stale(o) || zmq.is_partial(o); };
+  fleet_sources.worker_tokens = [&](WorkerId w) {
+    auto t = router_metrics.worker_tokens(w.value);
+    return std::pair<uint64_t, uint64_t>{t.prompt.value(), t.cached.value()};
+  };
+  // Stale: no load report for half the heartbeat TTL (several missed heartbeats or scrapes).
+  fleet_sources.stale_after = [&] {
+    return std::chrono::duration_cast<Nanos>(std::chrono::milliseconds(config.get()->events.worker_ttl_ms) / 2);
+  };
+  FleetStatus fleet_status(registry, std::move(fleet_sources), history, decisions);
+  admin.set_status(&fleet_status);
+
+  hooks.on_routed = [&](const ParsedRequest& request, const RouteResult& r) {
     // Approximate mode: the chosen worker will cache the request's blocks.
     const auto& w = r.workers[*r.decision.chosen];
-    if (config.get()->indexer.approximate || w.info->approximate)
+    const auto cfg = config.get();
+    if (cfg->indexer.approximate || w.info->approximate)
       approx.record(r.candidates[*r.decision.chosen].owner, r.block_hashes, clock.now());
+    decisions.on_routed(request, r, cfg->scheduler, cfg->indexer.block_size);
   };
   HttpServer server(hooks);
+  live_server = &server;
   registry_metrics.on_scrape(
-      [&] { router_metrics.inflight_requests.get().set(static_cast<double>(server.inflight())); });
-  if (!server.listen(cfg.router.host, static_cast<uint16_t>(cfg.router.port), &err) ||
-      !server.listen_admin(cfg.admin.host, static_cast<uint16_t>(cfg.admin.port), &err)) {
-    std::fprintf(stderr, "kvroute: %s\n", err.c_str());
+      [&] {
+        router_metrics.inflight_requests.get().set(static_cast<double>(server.inflight()));
+        router_metrics.ttft_mape_ratio.get().set(registry.ttft_stats().mape());  // scheduler/ttft_model.h
+      });
+  // The admin listener binds where the router binds unless admin.host says otherwise.
+  const std::string admin_host = cfg.admin.host.empty() ? cfg.router.host : cfg.admin.host;
+  if (!server.listen(cfg.router.host, static_cast<uint16_t>(cfg.router.port), &err)) {
+    std::fprintf(stderr, "kvroute: router.port: %s\n", err.c_str());
+    return 1;
+  }
+  if (!server.listen_admin(admin_host, static_cast<uint16_t>(cfg.admin.port), &err)) {
+    // A second kvroute on one machine: say which key to change (documented in config/README.md).
+    std::fprintf(stderr,
+                 "kvroute: admin.port: cannot open the admin listener on %s:%u (%s); another process (a second "
+                 "kvroute?) holds it: set admin.port (--admin.port, KVROUTE_ADMIN_PORT; 0 = any free port)\n",
+                 admin_host.c_str(), cfg.admin.port, err.c_str());
     return 1;
   }
   server.start(cfg.router.threads);
+  history.start();
   std::printf("kvroute listening on http://%s:%u admin http://%s:%u\n", cfg.router.host.c_str(), server.port(),
-              cfg.admin.host.c_str(), server.admin_port());
+              admin_host.c_str(), server.admin_port());
   std::fflush(stdout);
   spdlog::info("nats {} prefix '{}', block_size {}, worker_ttl {} ms",
                cfg.events.nats_url.empty() ? "(none)" : cfg.events.nats_url, cfg.events.subject_prefix,
@@ -408,8 +525,13 @@ int main(int argc, char** argv) {
     server.shutdown(grace);
     break;
   }
+  // The bus's callbacks point into the pipeline: stop the pipeline's threads
+  // (they use the bus), then close the bus while the pipeline still exists.
+  history.stop();
+  if (replicas) replicas->stop();
   fleet.stop();
   zmq.stop();
   pipeline.stop();
+  bus.reset();
   return 0;
 }

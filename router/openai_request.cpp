@@ -144,6 +144,11 @@ bool parse_openai_request(ApiKind kind, std::string_view body, ParsedRequest& ou
       return fail(err, "Parameter 'cache_salt' must be a non-empty string if provided.", "cache_salt");
     out.cache_salt.assign(salt.value_unsafe().get_string().value_unsafe());
   }
+  // OpenAI's end-user id: the session key when no x-session-id header is given.
+  if (auto user = o.at_key("user"); !user.error() && !user.value_unsafe().is_null()) {
+    if (!user.value_unsafe().is_string()) return fail(err, "'user' must be a string", "user");
+    out.user.assign(user.value_unsafe().get_string().value_unsafe());
+  }
 
   if (auto n = o.at_key("n"); !n.error() && !n.value_unsafe().is_null()) {
     if (!n.value_unsafe().is_uint64() || n.value_unsafe().get_uint64().value_unsafe() < 1 ||

@@ -50,6 +50,8 @@ struct ParsedRequest {
   uint32_t prompts = 1;
   // vLLM's `cache_salt` (per-tenant cache isolation); empty = none.
   std::string cache_salt;
+  // The OpenAI `user` field (end-user id): a session key for session affinity.
+  std::string user;
 
   // Back to a default-constructed request, keeping the strings' and vectors'
   // capacity (the server reuses one per connection).
@@ -66,6 +68,7 @@ struct ParsedRequest {
     n = 1;
     prompts = 1;
     cache_salt.clear();
+    user.clear();
   }
 };
 

@@ -33,6 +33,10 @@ struct RouterMetrics {
                                              "Prompt tokens routed to each worker", {"worker"})),
         worker_cached_tokens_total(r.counter("kvroute_router_worker_cached_tokens_total",
                                              "Cached prompt tokens on each worker at routing time", {"worker"})),
+        best_cached_tokens_total(r.counter(
+            "kvroute_router_best_cached_tokens_total",
+            "Longest cached prefix among eligible workers at routing time (tokens); the decision-quality gap is "
+            "1 - cached_tokens_total / this")),
         decisions_total(r.counter("kvroute_scheduler_decisions_total",
                                   "Routing decisions by outcome (best_overlap, balance, no_worker)", {"outcome"})),
         tokenizer_fallbacks_total(r.counter(
@@ -43,6 +47,8 @@ struct RouterMetrics {
         // gauges
         inflight_requests(r.gauge("kvroute_router_inflight_requests", "Requests being handled")),
         queued_requests(r.gauge("kvroute_router_queued_requests", "Requests waiting for a free worker")),
+        ttft_mape_ratio(r.gauge("kvroute_scheduler_ttft_mape_ratio",
+                                "Mean absolute percentage error of the predicted TTFT (per-worker online model)")),
         // histograms
         request_duration_seconds(r.histogram("kvroute_router_request_duration_seconds",
                                              "Request duration from parsed request to end of response",
@@ -73,10 +79,12 @@ struct RouterMetrics {
   metrics::CounterFamily& cached_tokens_total;
   metrics::CounterFamily& worker_prompt_tokens_total;
   metrics::CounterFamily& worker_cached_tokens_total;
+  metrics::CounterFamily& best_cached_tokens_total;
   metrics::CounterFamily& decisions_total;
   metrics::CounterFamily& tokenizer_fallbacks_total;
   metrics::GaugeFamily& inflight_requests;
   metrics::GaugeFamily& queued_requests;
+  metrics::GaugeFamily& ttft_mape_ratio;
   metrics::HistogramFamily& request_duration_seconds;
   metrics::HistogramFamily& ttfb_seconds;
   metrics::HistogramFamily& decision_seconds;

@@ -22,6 +22,7 @@ void RouteResult::reset() {
   block_hashes.clear();
   stage_seconds = {};
   chose_best_overlap = false;
+  best_cached_tokens = 0;
   workers.clear();
   candidates.clear();
   decision.reset();
@@ -81,7 +82,7 @@ RouteResult RoutingService::route(const ParsedRequest& request, bool rank_all) c
   return out;
 }
 
-void RoutingService::route(const ParsedRequest& request, RouteResult& out, bool rank_all) const {
+void RoutingService::route(const ParsedRequest& request, RouteResult& out, bool rank_all, bool score_all) const {
   out.reset();
   const auto cfg = config_.get();
   const auto t0 = StageClock::now();
@@ -104,23 +105,37 @@ void RoutingService::route(const ParsedRequest& request, RouteResult& out, bool 
   hash_blocks(tokens, cfg->indexer.block_size, ns, out.block_hashes);
   out.stage_seconds[0] = seconds_between(t0, t1);
   out.stage_seconds[1] = seconds_between(t1, StageClock::now());
-  decide(*cfg, request.model, static_cast<uint32_t>(tokens.size()), rank_all, out);
+  decide(*cfg, request.model, static_cast<uint32_t>(tokens.size()), rank_all, score_all, out);
 }
 
 void RoutingService::route_blocks(std::string_view model, uint32_t isl_tokens, std::vector<LocalBlockHash> hashes,
                                   bool rank_all, RouteResult& out) const {
   out.reset();
   out.block_hashes = std::move(hashes);
-  decide(*config_.get(), model, isl_tokens, rank_all, out);
+  decide(*config_.get(), model, isl_tokens, rank_all, /*score_all=*/false, out);
+}
+
+void RoutingService::reroute(std::string_view model, RouteResult& out, bool score_all) const {
+  std::vector<LocalBlockHash> hashes = std::move(out.block_hashes);
+  const uint32_t isl = out.isl_tokens;
+  const TokenizerFallback fallback = out.tokenizer_fallback;
+  const double stage0 = out.stage_seconds[0], stage1 = out.stage_seconds[1];
+  out.reset();
+  out.block_hashes = std::move(hashes);
+  out.tokenizer_fallback = fallback;
+  out.stage_seconds[0] = stage0;
+  out.stage_seconds[1] = stage1;
+  decide(*config_.get(), model, isl, /*rank_all=*/false, score_all, out);
 }
 
 void RoutingService::decide(const Config& cfg, std::string_view model, uint32_t isl_tokens, bool rank_all,
-                            RouteResult& out) const {
+                            bool score_all, RouteResult& out) const {
   const uint32_t block_size = cfg.indexer.block_size;
   out.isl_tokens = isl_tokens;
   out.request_blocks = (uint64_t{isl_tokens} + block_size - 1) / block_size;
   const size_t limit = rank_all ? 0 : cfg.router.max_attempts;
-  if (fast_path_ && !model.empty() && RankedFleet::supports(cfg.scheduler, limit) && decide_ranked(cfg, model, limit, out))
+  if (fast_path_ && !score_all && !model.empty() && RankedFleet::supports(cfg.scheduler, limit) &&
+      decide_ranked(cfg, model, limit, out))
     return;
   decide_all(cfg, model, rank_all, out);
 }
@@ -150,7 +165,10 @@ bool RoutingService::decide_ranked(const Config& cfg, std::string_view model, si
     c.overlap_by_tier = p.overlap_by_tier;
     c.pending_prefill_tokens = p.state.pending_prefill_tokens;
     c.draining = p.state.draining;
-    d.scores.push_back(p.score);
+    c.pending_prefill_requests = out.workers[i].pending_prefill_requests;  // as decide_all()
+    c.ttft = out.workers[i].ttft;
+    WorkerScore& s = d.scores.emplace_back(p.score);
+    s.predicted_ttft_ms = predicted_ttft_ms(c, out.isl_tokens - s.cached_tokens);  // explain, affinity
     d.ranking.push_back(i);
     const auto cached = static_cast<uint32_t>(std::min<uint64_t>(uint64_t{p.overlap_blocks} * block_size, out.isl_tokens));
     out.ranked.push_back(RouteTarget{p.worker, out.workers[i].info->url, cached, out.isl_tokens - cached});
@@ -162,6 +180,8 @@ bool RoutingService::decide_ranked(const Config& cfg, std::string_view model, si
   }
   d.chosen = 0;
   out.chose_best_overlap = fd.ranked.front().overlap_blocks == fd.best_overlap_blocks;
+  out.best_cached_tokens =
+      static_cast<uint32_t>(std::min<uint64_t>(uint64_t{fd.best_overlap_blocks} * block_size, out.isl_tokens));
   out.ok = true;
   return true;
 }
@@ -206,6 +226,8 @@ void RoutingService::decide_all(const Config& cfg, std::string_view model, bool 
     c.load = w.predicted;
     c.pending_prefill_tokens = w.pending_prefill_tokens;
     c.draining = w.draining;
+    c.pending_prefill_requests = w.pending_prefill_requests;  // scheduler.cost = predicted_ttft
+    c.ttft = w.ttft;
     while (k < owners.size() && owners[k].owner.worker < w.info->id) ++k;
     if (k < owners.size() && owners[k].owner.worker == w.info->id) {  // first = best rank
       c.owner.dp_rank = owners[k].owner.dp_rank;
@@ -233,6 +255,7 @@ void RoutingService::decide_all(const Config& cfg, std::string_view model, bool 
     if (out.decision.scores[i].excluded == Exclusion::None)
       best_overlap = std::max(best_overlap, out.candidates[i].overlap_blocks);
   out.chose_best_overlap = out.candidates[*out.decision.chosen].overlap_blocks == best_overlap;
+  out.best_cached_tokens = static_cast<uint32_t>(std::min<uint64_t>(uint64_t{best_overlap} * block_size, isl_tokens));
   out.ok = true;
 }
 

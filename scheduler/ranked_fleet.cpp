@@ -82,7 +82,9 @@ void FleetDecision::reset() {
 }
 
 bool RankedFleet::supports(const SchedulerConfig& cfg, size_t rank_limit) {
-  return cfg.temperature <= 0 && rank_limit > 0 && cfg.pending_prefill_weight >= 0;
+  // scheduler.cost = predicted_ttft prices each worker by its own TTFT model
+  // (schedule()): not the weighted terms the fleet is ranked by.
+  return cfg.temperature <= 0 && rank_limit > 0 && cfg.pending_prefill_weight >= 0 && cfg.cost != "predicted_ttft";
 }
 
 RankedFleet::Params RankedFleet::params_of(const SchedulerConfig& cfg) {

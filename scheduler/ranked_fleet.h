@@ -28,8 +28,9 @@
 // it can differ from the reference only when std is within rounding of the
 // threshold.
 //
-// Supported: temperature 0 (argmin ranking) with rank_limit > 0 and
-// pending_prefill_weight >= 0 (supports()); otherwise callers use schedule().
+// Supported: scheduler.cost = weighted, temperature 0 (argmin ranking) with
+// rank_limit > 0 and pending_prefill_weight >= 0 (supports()); otherwise
+// (predicted_ttft: per-worker TTFT models) callers use schedule().
 //
 // Threading: not thread-safe; the owner (WorkerRegistry) serialises every call
 // under its mutex. decide() uses per-thread scratch, so concurrent owners on

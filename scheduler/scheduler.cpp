@@ -54,6 +54,16 @@ double tier_weighted_blocks(uint32_t overlap_blocks, const std::array<uint32_t, 
          t[3] * cfg.tier_weight_external;
 }
 
+// scheduler.cost = predicted_ttft: the expected time to first token on this
+// candidate (ms): waiting behind its in-flight prefill, then the prefill of the
+// uncached suffix (a host or disk hit counts as the fraction of a recompute
+// its tier weight leaves), from the worker's online model (ttft_model.h).
+double predicted_ttft_ms(const Candidate& c, double new_tokens) {
+  return c.ttft.predict_ms(TtftFeatures{new_tokens, static_cast<double>(c.pending_prefill_tokens),
+                                        static_cast<double>(c.pending_prefill_requests),
+                                        static_cast<double>(c.load.request_active_slots)});
+}
+
 void Decision::reset() {
   chosen.reset();
   ranking.clear();
@@ -105,6 +115,7 @@ void schedule(const std::vector<Candidate>& candidates, uint32_t isl_tokens, uin
   // the ranking).
   const uint64_t draw = random.below(~0ull);
   const double isl = std::max<uint32_t>(isl_tokens, 1);
+  const bool predicted_cost = cfg.cost == "predicted_ttft";
   for (auto& r : order) {
     const auto& c = candidates[r.index];
     auto& s = d.scores[r.index];
@@ -115,8 +126,18 @@ void schedule(const std::vector<Candidate>& candidates, uint32_t isl_tokens, uin
     s.prefill_ratio = (new_tokens + cfg.pending_prefill_weight * static_cast<double>(c.pending_prefill_tokens)) / isl;
     s.slot_ratio = ratio(c.load.request_active_slots, c.load.request_total_slots);
     s.queue_ratio = max_waiting > 0 ? static_cast<double>(c.load.num_requests_waiting) / max_waiting : 0.0;
-    r.cost = ranking_cost(d.alpha, s.load_ratio, s.prefill_ratio, s.slot_ratio, s.queue_ratio, cfg);
-    s.cost = r.cost - d.alpha * d.load_mean;
+    s.predicted_ttft_ms = predicted_ttft_ms(c, new_tokens);
+    if (predicted_cost) {
+      // Both costs keep the load terms (KV, slots, queue): TTFT alone fills a
+      // worker's KV and slots with the requests that hit its cache. (Never on
+      // the fast path: RankedFleet::supports() refuses this cost.)
+      const double load = d.alpha * s.load_deviation + cfg.gamma * s.slot_ratio + cfg.delta * s.queue_ratio;
+      s.cost = load + s.predicted_ttft_ms / 1000.0;
+      r.cost = s.cost;
+    } else {
+      r.cost = ranking_cost(d.alpha, s.load_ratio, s.prefill_ratio, s.slot_ratio, s.queue_ratio, cfg);
+      s.cost = r.cost - d.alpha * d.load_mean;
+    }
     r.tie = tie_key(draw, c.owner.worker);
   }
   auto better = [](const Ranked& a, const Ranked& b) { return a.cost != b.cost ? a.cost < b.cost : a.tie < b.tie; };

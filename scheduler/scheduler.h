@@ -12,6 +12,7 @@
 #include "common/clock.h"
 #include "common/types.h"
 #include "config/config.h"
+#include "scheduler/ttft_model.h"
 
 namespace kvroute {
 
@@ -34,6 +35,9 @@ struct Candidate {
   std::array<uint32_t, kNumStorageTiers> overlap_by_tier{};
   uint64_t pending_prefill_tokens = 0;  // router's in-flight prefill on this worker
   bool draining = false;                // an operator asked for no new requests
+  // For scheduler.cost = predicted_ttft (scheduler/ttft_model.h):
+  uint32_t pending_prefill_requests = 0;  // router's in-flight requests not yet answered
+  TtftCoefficients ttft;                  // the worker's fitted TTFT model
 };
 
 // Why a candidate was not eligible. Maps one-to-one to a metric label.
@@ -55,6 +59,7 @@ struct WorkerScore {
   double prefill_ratio = 0;   // (new_tokens + pending_prefill_weight * pending) / isl_tokens
   double slot_ratio = 0;      // active / total slots
   double queue_ratio = 0;     // waiting / max waiting
+  double predicted_ttft_ms = 0;  // the worker's TTFT model for this request (both costs)
   double cost = 0;
 };
 
@@ -91,6 +96,10 @@ inline uint64_t tie_key(uint64_t draw, WorkerId worker) {
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   return z ^ (z >> 31);
 }
+// The worker's TTFT model's prediction (ms) for a request with `new_tokens`
+// uncached tokens on candidate `c` (WorkerScore::predicted_ttft_ms; the cost
+// under scheduler.cost = predicted_ttft).
+double predicted_ttft_ms(const Candidate& c, double new_tokens);
 // The cost a ranking orders by: DESIGN.md's cost without its -alpha·mean
 // term, which is the same for every candidate of one decision (so the order
 // is the same, and it does not depend on how the mean was summed).

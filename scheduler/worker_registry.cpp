@@ -1,6 +1,7 @@
 #include "scheduler/worker_registry.h"
 
 #include <algorithm>
+#include <chrono>
 #include <set>
 
 namespace kvroute {
@@ -86,6 +87,13 @@ std::vector<WorkerId> WorkerRegistry::expire(Nanos ttl) {
   }
   if (!dead.empty()) rebuild_lora_names();
   return dead;
+}
+
+void WorkerRegistry::hold_heartbeats() {
+  std::lock_guard lk(mu_);
+  const auto now = clock_.now();
+  for (auto& [id, e] : workers_)
+    if (e.info->source == WorkerSource::Heartbeat) e.last_seen = now;
 }
 
 bool WorkerRegistry::remove(WorkerId id) {
@@ -182,24 +190,34 @@ bool WorkerRegistry::serves(const WorkerAnnouncement& a, std::string_view model)
 
 void WorkerRegistry::view(const Entry& e, WorkerView& v, TimePoint now) const {
   v.info = e.info;
-  v.inflight_requests = e.inflight_requests;
-  v.inflight_blocks = e.inflight_blocks;
-  v.pending_prefill_tokens = e.pending_prefill_tokens;
+  v.inflight_requests = e.inflight_requests + e.remote_requests;  // remote_*: issue 15 (other replicas)
+  v.inflight_blocks = e.inflight_blocks + e.remote_blocks;
+  v.pending_prefill_tokens = e.pending_prefill_tokens + e.remote_prefill_tokens;
+  v.remote_requests = e.remote_requests;
+  v.remote_blocks = e.remote_blocks;
+  v.remote_prefill_tokens = e.remote_prefill_tokens;
   v.draining = e.draining;
   v.health = state(e, now);
   v.consecutive_failures = e.consecutive_failures;
   v.failures_total = e.failures_total;
   v.load_age = e.has_load ? Nanos(now - e.last_load) : Nanos(-1);
+  v.pending_prefill_requests = e.pending_prefill_requests;  // TTFT model (ttft_model.h)
+  v.ttft = e.ttft.coefficients();
   v.predicted = predicted(e);
 }
 
 WorkerLoad WorkerRegistry::predicted(const Entry& e) {
-  // Reports lag by up to a scrape or heartbeat interval; what the router
-  // itself has in flight on the worker is a lower bound of its load right now.
+  // Reports lag by up to a scrape or heartbeat interval; what the routers
+  // (this one and, issue 15, the other replicas) have in flight on the worker
+  // is a lower bound of its load right now.
   WorkerLoad l = e.info->load;
-  l.request_active_slots = std::max(l.request_active_slots, e.inflight_requests);
-  l.kv_active_blocks = std::max(l.kv_active_blocks, e.inflight_blocks);
+  l.request_active_slots = std::max(l.request_active_slots, e.inflight_requests + e.remote_requests);
+  l.kv_active_blocks = std::max(l.kv_active_blocks, e.inflight_blocks + e.remote_blocks);
   return l;
+}
+
+uint64_t WorkerRegistry::pending_prefill(const Entry& e) {
+  return e.pending_prefill_tokens + e.remote_prefill_tokens;  // as view() reports it
 }
 
 void WorkerRegistry::sync(WorkerId id, Entry& e, TimePoint now) {
@@ -218,7 +236,7 @@ void WorkerRegistry::sync(WorkerId id, Entry& e, TimePoint now) {
   }
   if (h == HealthState::Ejected) ejections_.emplace(e.ejected_until, id);
   if (!in) return;
-  const FleetWorkerState st{predicted(e), e.pending_prefill_tokens, e.draining};
+  const FleetWorkerState st{predicted(e), pending_prefill(e), e.draining};
   auto put = [&](const std::string& name) {
     if (name.empty()) return;
     auto f = fleets_.find(name);
@@ -327,32 +345,72 @@ bool WorkerRegistry::set_draining(WorkerId id, bool draining) {
   return true;
 }
 
-void WorkerRegistry::begin_request(WorkerId id, uint64_t blocks, uint64_t prefill_tokens) {
+TtftSample WorkerRegistry::begin_request(WorkerId id, uint64_t blocks, uint64_t prefill_tokens) {
+  inflight_generation_.fetch_add(1, std::memory_order_relaxed);  // issue 15: replica sync
   std::lock_guard lk(mu_);
   auto it = workers_.find(id);
-  if (it == workers_.end()) return;
+  if (it == workers_.end()) return {};
+  // The TTFT model's features as the scheduler saw them (view()'s predicted load).
+  const auto& e = it->second;
+  const uint32_t running = std::max(e.info ? e.info->load.request_active_slots : 0u, e.inflight_requests);
+  TtftSample sample{TtftFeatures{static_cast<double>(prefill_tokens), static_cast<double>(e.pending_prefill_tokens),
+                                 static_cast<double>(e.pending_prefill_requests), static_cast<double>(running)},
+                    clock_.now()};
+  it->second.pending_prefill_requests += 1;
   it->second.inflight_requests += 1;
   it->second.inflight_blocks += blocks;
   it->second.pending_prefill_tokens += prefill_tokens;
   sync(id, it->second, clock_.now());
+  return sample;
 }
 
-void WorkerRegistry::first_byte(WorkerId id, uint64_t prefill_tokens) {
+void WorkerRegistry::first_byte(WorkerId id, uint64_t prefill_tokens, const TtftSample* sample) {
+  inflight_generation_.fetch_add(1, std::memory_order_relaxed);  // issue 15: replica sync
   std::lock_guard lk(mu_);
   auto it = workers_.find(id);
   if (it == workers_.end()) return;
   it->second.pending_prefill_tokens -= std::min(it->second.pending_prefill_tokens, prefill_tokens);
+  it->second.pending_prefill_requests -= std::min<uint32_t>(it->second.pending_prefill_requests, 1);
+  if (sample) {
+    const double ms = std::chrono::duration<double, std::milli>(clock_.now() - sample->start).count();
+    if (ms > 0) {
+      ttft_stats_.sum_abs_pct_error += it->second.ttft.observe(sample->features, ms);
+      ++ttft_stats_.samples;
+    }
+  }
   sync(id, it->second, clock_.now());
 }
 
-void WorkerRegistry::end_request(WorkerId id, uint64_t blocks, uint64_t prefill_tokens) {
+TtftStats WorkerRegistry::ttft_stats() const {
+  std::lock_guard lk(mu_);
+  return ttft_stats_;
+}
+
+void WorkerRegistry::end_request(WorkerId id, uint64_t blocks, uint64_t prefill_tokens, bool prefilling) {
+  inflight_generation_.fetch_add(1, std::memory_order_relaxed);  // issue 15: replica sync
   std::lock_guard lk(mu_);
   auto it = workers_.find(id);
   if (it == workers_.end()) return;  // expired meanwhile: nothing to release
   it->second.inflight_requests -= std::min<uint32_t>(it->second.inflight_requests, 1);
   it->second.inflight_blocks -= std::min(it->second.inflight_blocks, blocks);
   it->second.pending_prefill_tokens -= std::min(it->second.pending_prefill_tokens, prefill_tokens);
+  if (prefilling) it->second.pending_prefill_requests -= std::min<uint32_t>(it->second.pending_prefill_requests, 1);
   sync(id, it->second, clock_.now());
+}
+
+}  // namespace kvroute
+
+namespace kvroute {
+
+// --- issue 15 (bus): other router replicas' in-flight work -------------------
+void WorkerRegistry::set_remote_inflight(WorkerId id, uint32_t requests, uint64_t blocks, uint64_t prefill_tokens) {
+  std::lock_guard lk(mu_);
+  auto it = workers_.find(id);
+  if (it == workers_.end()) return;
+  it->second.remote_requests = requests;
+  it->second.remote_blocks = blocks;
+  it->second.remote_prefill_tokens = prefill_tokens;
+  sync(id, it->second, clock_.now());  // remote counts are in the fleets' predicted load too
 }
 
 }  // namespace kvroute

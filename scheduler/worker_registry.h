@@ -27,6 +27,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -41,6 +42,7 @@
 #include "common/types.h"
 #include "scheduler/ranked_fleet.h"
 #include "scheduler/scheduler.h"
+#include "scheduler/ttft_model.h"
 
 namespace kvroute {
 
@@ -101,6 +103,21 @@ struct WorkerView {
   uint32_t consecutive_failures = 0;
   uint64_t failures_total = 0;     // every HealthSignal, since the worker was added
   Nanos load_age{-1};              // since the last load report; -1 = never
+  // Issue 15: the part of inflight_* / pending_prefill_tokens other router
+  // replicas have in flight (the rest is this router's own).
+  uint32_t remote_requests = 0;
+  uint64_t remote_blocks = 0;
+  uint64_t remote_prefill_tokens = 0;
+  // TTFT model (scheduler/ttft_model.h): requests not yet answered, and the
+  // worker's fitted coefficients.
+  uint32_t pending_prefill_requests = 0;
+  TtftCoefficients ttft;
+};
+
+// What begin_request() saw, for learning the TTFT when the first byte comes.
+struct TtftSample {
+  TtftFeatures features;
+  TimePoint start{};
 };
 
 class WorkerRegistry {
@@ -119,6 +136,9 @@ class WorkerRegistry {
   std::vector<WorkerId> expire(Nanos ttl);
   // Removes one worker now.
   bool remove(WorkerId id);
+  // Counts every heartbeat-only worker as heard from now (the bus is down:
+  // their silence is the bus's, not theirs).
+  void hold_heartbeats();
 
   // Load scraped from the worker's /metrics: replaces the reported load and
   // counts as a success (a down worker returns). True when the worker was
@@ -162,9 +182,24 @@ class WorkerRegistry {
   // is over); end_request() when the response completes or fails.
   // end_request() also releases prefill tokens whose first_byte() was not
   // reported (a failed request, or one answered all at once).
-  void begin_request(WorkerId id, uint64_t blocks, uint64_t prefill_tokens);
-  void first_byte(WorkerId id, uint64_t prefill_tokens);
-  void end_request(WorkerId id, uint64_t blocks, uint64_t prefill_tokens = 0);
+  // begin_request() returns the TTFT model's features as the request found
+  // the worker; first_byte() with that sample teaches the worker's model the
+  // observed time; `prefilling` in end_request(): first_byte() never came.
+  TtftSample begin_request(WorkerId id, uint64_t blocks, uint64_t prefill_tokens);
+  void first_byte(WorkerId id, uint64_t prefill_tokens, const TtftSample* sample = nullptr);
+  void end_request(WorkerId id, uint64_t blocks, uint64_t prefill_tokens = 0, bool prefilling = false);
+  // Prediction error of every worker's TTFT model so far (MAPE metric).
+  TtftStats ttft_stats() const;
+
+  // --- issue 15 (bus): other router replicas' in-flight work ---------------
+  // Replaces what the other replicas (summed, events/replica_sync.h) have in
+  // flight on `id`. It adds to the router's own counts in every view
+  // (inflight_*, predicted) and in the fast path's ranked fleets, and is
+  // reported apart in WorkerView::remote_*.
+  void set_remote_inflight(WorkerId id, uint32_t requests, uint64_t blocks, uint64_t prefill_tokens);
+  // Changes each time this router's own in-flight counts change (begin_request,
+  // first_byte, end_request): replica sync publishes as soon as it moves.
+  uint64_t inflight_generation() const { return inflight_generation_.load(std::memory_order_relaxed); }
 
  private:
   struct Entry {
@@ -181,10 +216,17 @@ class WorkerRegistry {
     uint32_t inflight_requests = 0;
     uint64_t inflight_blocks = 0;
     uint64_t pending_prefill_tokens = 0;
+    uint32_t remote_requests = 0;  // issue 15: other replicas' (set_remote_inflight)
+    uint64_t remote_blocks = 0;
+    uint64_t remote_prefill_tokens = 0;
+    uint32_t pending_prefill_requests = 0;
+    TtftModel ttft;
     std::vector<std::string> fleets;  // the fleets_ this worker is in (its model, its LoRA names)
   };
-  // Reported load raised by the router's own in-flight work.
+  // Reported load raised by the routers' in-flight work (this router's and,
+  // issue 15, other replicas'; as view() reports it).
   static WorkerLoad predicted(const Entry& e);
+  static uint64_t pending_prefill(const Entry& e);  // this router's + other replicas' (view())
   // Puts the worker into (or takes it out of) the fleets of the names it
   // serves, with its current state; call after every change of `e`.
   void sync(WorkerId id, Entry& e, TimePoint now);
@@ -198,6 +240,7 @@ class WorkerRegistry {
   static bool serves(const WorkerAnnouncement& a, std::string_view model);
 
   const Clock& clock_;
+  std::atomic<uint64_t> inflight_generation_{0};  // issue 15 (see inflight_generation())
   mutable std::mutex mu_;
   std::map<WorkerId, Entry> workers_;
   std::map<std::string, RankedFleet, std::less<>> fleets_;  // by served model / LoRA name
@@ -207,6 +250,7 @@ class WorkerRegistry {
   // LoRA adapter names of every worker, rebuilt on membership changes.
   std::shared_ptr<const std::vector<std::string>> lora_names_ = std::make_shared<const std::vector<std::string>>();
   void rebuild_lora_names();  // mu_ held
+  TtftStats ttft_stats_;
 };
 
 // RAII in-flight accounting for one dispatched request. Not thread-safe
@@ -216,19 +260,21 @@ class InflightGuard {
   InflightGuard() = default;
   InflightGuard(WorkerRegistry& r, WorkerId id, uint64_t blocks, uint64_t prefill_tokens)
       : r_(&r), id_(id), blocks_(blocks), prefill_(prefill_tokens) {
-    r.begin_request(id, blocks, prefill_tokens);
+    sample_ = r.begin_request(id, blocks, prefill_tokens);
   }
   InflightGuard(const InflightGuard&) = delete;
   InflightGuard& operator=(const InflightGuard&) = delete;
   ~InflightGuard() { release(); }
   // The worker answered: its prefill for this request is over.
   void first_byte() {
-    if (r_ && prefill_) r_->first_byte(id_, prefill_);
+    if (r_ && prefilling_) r_->first_byte(id_, prefill_, &sample_);
     prefill_ = 0;
+    prefilling_ = false;
   }
   void release() {
-    if (r_) r_->end_request(id_, blocks_, prefill_);  // one update for both
+    if (r_) r_->end_request(id_, blocks_, prefill_, prefilling_);  // one update for both
     prefill_ = 0;
+    prefilling_ = false;
     r_ = nullptr;
   }
 
@@ -237,6 +283,8 @@ class InflightGuard {
   WorkerId id_;
   uint64_t blocks_ = 0;
   uint64_t prefill_ = 0;
+  bool prefilling_ = true;
+  TtftSample sample_;
 };
 
 }  // namespace kvroute

@@ -2,13 +2,15 @@
 # The README's first command: installs what is missing, builds, then runs the
 # embedded default — a local nats-server, three kvroute-mocker workers and
 # kvroute — and prints a request to paste. Ctrl-C stops everything.
-#   KVROUTE_PORT  router port (default 8080, or a free one if taken)
+#   KVROUTE_PORT        router port (default 8080, or a free one if taken)
+#   KVROUTE_ADMIN_PORT  admin port: API and status page (default 8081, or a free one if taken)
+#   KVROUTE_ADMIN_TOKEN admin token (default: a random one, printed)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+[ "${KVROUTE_SKIP_SETUP:-0}" = 1 ] || bash scripts/setup.sh   # tests/integration/test_demo.py skips it
 export PATH="$PATH:/usr/sbin:/sbin"
 BIN=${BUILD_DIR:-build}
-RUN=.run
+RUN=${KVROUTE_RUN_DIR:-.run}
 mkdir -p "$RUN"
 
 free_port() {  # prints $1 if it is free, else a free ephemeral port
@@ -36,6 +38,11 @@ trap cleanup EXIT INT TERM
 
 NATS_PORT=$(free_port 4222)
 ROUTER_PORT=$(free_port "${KVROUTE_PORT:-8080}")
+# ---- admin listener and status page (issue 18): a token, a free port ----
+ADMIN_PORT=$(free_port "${KVROUTE_ADMIN_PORT:-8081}")
+[ "$ADMIN_PORT" = "$ROUTER_PORT" ] && ADMIN_PORT=$(free_port 0)
+export KVROUTE_ADMIN_TOKEN=${KVROUTE_ADMIN_TOKEN:-$(head -c 18 /dev/urandom | base64 | tr '+/' '-_')}
+# ---- end admin
 nats-server -a 127.0.0.1 -p "$NATS_PORT" >"$RUN/nats.log" 2>&1 &
 pids+=($!)
 for i in 1 2 3; do
@@ -43,10 +50,12 @@ for i in 1 2 3; do
     >"$RUN/mocker-$i.log" 2>&1 &
   pids+=($!)
 done
-"$BIN/router/kvroute" --router.host 127.0.0.1 --router.port "$ROUTER_PORT" \
+# The token reaches kvroute through KVROUTE_ADMIN_TOKEN (not argv: ps would show it).
+"$BIN/router/kvroute" --router.host 127.0.0.1 --router.port "$ROUTER_PORT" --admin.port "$ADMIN_PORT" \
   --events.nats_url "nats://127.0.0.1:$NATS_PORT" >"$RUN/kvroute.log" 2>&1 &
 pids+=($!)
 wait_for "http://127.0.0.1:$ROUTER_PORT/ready" 30
+wait_for "http://127.0.0.1:$ADMIN_PORT/ui" 10
 
 cat <<MSG
 
@@ -55,6 +64,11 @@ Try it (run twice: the second answer shows cached tokens):
 
 curl -si http://127.0.0.1:$ROUTER_PORT/v1/chat/completions -H 'content-type: application/json' \\
   -d '{"model":"mock-model","messages":[{"role":"system","content":"You are a helpful assistant that answers in one short paragraph about distributed systems and caching."},{"role":"user","content":"Why does prefix caching make LLM serving faster?"}],"max_tokens":32}'
+
+Status page: http://127.0.0.1:$ADMIN_PORT/ui
+Admin token: $KVROUTE_ADMIN_TOKEN
+(the page asks for the token once and keeps it in that browser tab; the admin API takes it as
+ curl -s http://127.0.0.1:$ADMIN_PORT/admin/workers -H "authorization: Bearer $KVROUTE_ADMIN_TOKEN")
 
 Press Ctrl-C to stop.
 MSG

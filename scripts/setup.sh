@@ -19,11 +19,19 @@ PACKAGES=(
   libc-ares-dev python3-dnslib
   # tokenizer/ (PCRE2 with JIT for the pre-tokenizer regexes)
   libpcre2-dev
+  # tests/faults: certificates for the NATS TLS test, made at test time
+  openssl
   # tokenizer tests: corpus sources (tests/tokenizer/make_corpus.py) and Unicode data
   unicode-data wamerican fortunes fortunes-de fortunes-es fortunes-ru fortunes-it fortunes-cs fortunes-zh
   # tokenizer tests: the Python Jinja2 reference (tests/tokenizer/jinja_python_reference.sh)
   python3-jinja2
 )
+# Test-only (scripts/test.sh sets KVROUTE_TEST_PACKAGES=1): the status page in
+# headless chromium, a real Prometheus scraping kvroute, the offline OCI image
+# build (mmdebstrap + umoci).
+if [ "${KVROUTE_TEST_PACKAGES:-0}" = 1 ]; then
+  PACKAGES+=(chromium prometheus mmdebstrap umoci)
+fi
 PACKAGES+=(${KVROUTE_EXTRA_PACKAGES:-})
 
 missing=()

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# Regenerates docs/sim/: the results table and plots of kvroute-sim on the
-# Mooncake trace (8 workers x 8,000 blocks of 512 tokens), at rate x1, x2, x3.
+# Regenerates docs/sim/: kvroute-sim's target table (kvroute vs dynamo, llmd,
+# round_robin on the Mooncake trace's test slice and the generated agentic,
+# api and bursts workloads, at rate x1, x2, x3), the tuning run (train slice
+# -> held-out results), per-rate tables on the trace, plots, and the reduced
+# table that the sim_targets test pins (docs/sim/targets_small.jsonl).
 #   bash sim/report.sh        (after scripts/setup.sh; installs gnuplot-nox)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,29 +12,46 @@ command -v gnuplot >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install 
 OUT=docs/sim
 mkdir -p "$OUT"
 ARGS=(--workers 8 --kv-blocks 8000 --seed 1)
+POLICIES=round_robin,random,least_loaded,dynamo_v01,dynamo,llmd,kvroute
+NAMES="round_robin random least_loaded dynamo_v01 dynamo llmd kvroute"
+"$BIN" targets "${ARGS[@]}" --rates 1,2,3 2>/dev/null >"$OUT/targets.txt"
+# The reduced table the test suite holds (tests: sim_targets); keep its arguments in sync with sim/CMakeLists.txt.
+"$BIN" targets --workers 4 --kv-blocks 2000 --requests 2000 --rates 1,3 --seed 1 2>/dev/null | grep '^{' >"$OUT/targets_small.jsonl"
+"$BIN" tune "${ARGS[@]}" --rates 1,2,3 2>/dev/null >"$OUT/tune.txt"
+# Session affinity, with and without, on the one workload that has sessions (agentic).
+: >"$OUT/affinity.txt"
+for rate in 1 2 3; do
+  for on in false true; do
+    "$BIN" "${ARGS[@]}" --workload agentic --policies kvroute --rate "$rate" --set scheduler.session_affinity=$on \
+      2>/dev/null | tail -1 | python3 -c "
+import json, sys
+k = json.load(sys.stdin)['kvroute']
+print('| x$rate | $on | %.3f | %.1f | %.1f | %.1f |' % (k['hit_rate'], k['ttft_p50_ms'], k['ttft_p99_ms'], k['e2e_p50_ms']))" >>"$OUT/affinity.txt"
+  done
+done
 : >"$OUT/rates.dat"
 for rate in 1 2 3; do
-  "$BIN" "${ARGS[@]}" --rate "$rate" --cdf-out "$OUT/ttft_cdf_x$rate.dat" 2>/dev/null >"$OUT/run_x$rate.txt"
+  "$BIN" "${ARGS[@]}" --slice test --policies "$POLICIES" --rate "$rate" --cdf-out "$OUT/ttft_cdf_x$rate.dat" 2>/dev/null >"$OUT/run_x$rate.txt"
   tail -1 "$OUT/run_x$rate.txt" | python3 -c "
 import json, sys
 r = json.load(sys.stdin)
-for p in ['round_robin', 'random', 'least_loaded', 'dynamo_baseline', 'kvroute']:
+for p in '$NAMES'.split():
     print($rate, p, r[p]['hit_rate'], r[p]['ttft_p50_ms'], r[p]['ttft_p99_ms'])" >>"$OUT/rates.dat"
 done
 gnuplot <<GP
 set terminal pngcairo size 900,560 noenhanced
 set output "$OUT/ttft_cdf_x1.png"
-set title "TTFT CDF, Mooncake trace, 8 workers, rate x1 (kvroute-sim)"
+set title "TTFT CDF, Mooncake trace test slice, 8 workers, rate x1 (kvroute-sim)"
 set xlabel "time to first token (ms)"; set ylabel "fraction of requests"
 set logscale x; set key bottom right; set grid
-names = "round_robin random least_loaded dynamo_baseline kvroute"
-plot for [i=0:4] "$OUT/ttft_cdf_x1.dat" index i using 1:2 with lines lw 2 title word(names, i+1)
+names = "$NAMES"
+plot for [i=0:6] "$OUT/ttft_cdf_x1.dat" index i using 1:2 with lines lw 2 title word(names, i+1)
 GP
 gnuplot <<GP
 set terminal pngcairo size 1200,480 noenhanced
 set output "$OUT/rate_sweep.png"
 set multiplot layout 1,2
-names = "round_robin random least_loaded dynamo_baseline kvroute"
+names = "$NAMES"
 set key top left; set grid; set xlabel "request rate (x trace)"; set xtics 1
 set title "prefix hit rate"; set ylabel "hit rate"; set key right center
 plot for [n in names] "< grep ' ".n." ' $OUT/rates.dat" using 1:3 with linespoints lw 2 title n
@@ -42,31 +62,72 @@ GP
 {
   echo "# kvroute-sim results"
   echo
-  echo "Regenerate with \`bash sim/report.sh\`. Mooncake conversation trace (12,031 requests), 8 simulated"
-  echo "engines (mocker/engine.h) with 8,000 KV blocks of 512 tokens each, 64 sequences, load reports every"
-  echo "100 ms, seed 1. Rate x1 replays the trace's timing; x2 and x3 compress it."
-  python3 - "$OUT/run_x3.txt" <<'PY'
-import json, sys
-r = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
-k, b, rr, ideal = r["kvroute"], r["dynamo_baseline"], r["round_robin"], r["ideal"]["hit_rate"]
-print()
-print("Targets at rate x3 (round-robin visibly stressed: TTFT p99 %.1f s):" % (rr["ttft_p99_ms"] / 1000))
-print()
-print("| kvroute vs | TTFT p50 | TTFT p99 | target |")
-print("|---|---|---|---|")
-print("| dynamo_baseline | %.2fx | %.2fx | <= 0.8x |" % (k["ttft_p50_ms"] / b["ttft_p50_ms"], k["ttft_p99_ms"] / b["ttft_p99_ms"]))
-print("| round_robin | %.2fx | %.2fx | <= 0.5x |" % (k["ttft_p50_ms"] / rr["ttft_p50_ms"], k["ttft_p99_ms"] / rr["ttft_p99_ms"]))
-print()
-print("Hit rate: kvroute %.3f = %.2f of the infinite-cache ideal %.3f (target >= 0.90)." % (k["hit_rate"], k["hit_rate"] / ideal, ideal))
+  echo "Regenerate with \`bash sim/report.sh\` (about 5 minutes). 8 simulated engines (mocker/engine.h) with"
+  echo "8,000 KV blocks of 512 tokens each, 64 sequences, load reports every 100 ms, seed 1. Rate x1 replays"
+  echo "each workload's own timing; x2 and x3 compress it. The Mooncake conversation trace is split in time:"
+  echo "\`kvroute-sim tune\` chose the defaults on its first half (train); every figure below is on its"
+  echo "second half (test) or on a generated workload (sim/workload.h) that tuning never saw."
+  echo
+  echo "## Targets"
+  echo
+  echo "kvroute (defaults) vs the peers (sim/policies.h cites the source each follows). Targets: TTFT p50"
+  echo "and p99 <= 0.8x dynamo and llmd, <= 0.5x round_robin at the stressed level (x3), hit rate >= 0.9"
+  echo "of the infinite-cache ideal, never worse than dynamo. **MISS** marks a target not met; where the"
+  echo "peer is already within 1.25x of the engine floor (each request's TTFT with one infinite cache and"
+  echo "nothing queued: its uncached prefill plus one decode step) the cell says so: no router can be"
+  echo "0.8x there."
+  echo
+  grep '^|' "$OUT/targets.txt"
+  echo
+  python3 - "$OUT/targets.txt" <<'PY'
+import sys
+rows = [l for l in open(sys.argv[1]) if l.startswith('|') and 'MISS' in l or l.startswith('|') and '| NO |' in l]
+cells = [l for l in open(sys.argv[1]) if l.startswith('| ') and not l.startswith('| workload')]
+miss = sum(l.count('MISS') for l in cells) + sum(l.count('| NO |') for l in cells)
+print("Missed targets: %d (of %d cells' targets). Every miss is listed in the table above." % (miss, len(cells) * 6))
 PY
+  echo
+  echo "Why the other misses (read with the ms columns):"
+  echo
+  echo "- trace p99: the longest prompts' own prefill (not chunked, quadratic) is the p99; dynamo is"
+  echo "  already at the floor, which no routing shortens."
+  echo "- api p50: every policy is within 1.5x of the floor (a short uncached suffix after a cached system"
+  echo "  prompt); what is left to win is the tail, where kvroute is 0.71-0.77x dynamo."
+  echo "- bursts: 16-96 requests sharing an 8k-24k-token document arrive within 0.5 s; before the first"
+  echo "  one's prefill ends, no worker has announced the document, so every cache-aware policy spreads"
+  echo "  the burst and several workers compute it (hit rate 0.89 of ideal). All policies, round_robin"
+  echo "  included, land within 10 % of each other: the burst saturates the fleet whatever the routing."
+  echo "  Counting prefixes routed but not yet announced as cached (an in-flight prediction, tried in the"
+  echo "  simulator) moved the hit rate by 0.002 and was not kept."
+  echo "- round_robin is stressed (p99 many times the others') only on agentic at x3, where kvroute is"
+  echo "  0.03x / 0.01x of it; on the trace it is 0.53x at p50."
+  echo
+  echo "## Session affinity (agentic sessions, kvroute defaults with and without)"
+  echo
+  echo "| rate | session_affinity | hit rate | TTFT p50 ms | TTFT p99 ms | e2e p50 ms |"
+  echo "|---|---|---|---|---|---|"
+  cat "$OUT/affinity.txt"
+  echo
+  echo "Off by default (scheduler.session_affinity): with the tuned defaults the scheduler already keeps"
+  echo "sessions on their cache; affinity moves TTFT p99 by a few percent either way and e2e p50 up a little."
+  echo "(With pending_prefill_weight 1.0, which spreads more, it cut agentic p99 at x3 by 15 %.)"
+  echo
+  echo "## Tuning (train slice) and held-out results"
+  echo
+  echo '```'
+  cat "$OUT/tune.txt"
+  echo '```'
   for rate in 1 2 3; do
-    echo; echo "## rate x$rate"; echo; echo '```'
-    sed -n '2,8p' "$OUT/run_x$rate.txt"
+    echo; echo "## Trace test slice, rate x$rate, every policy"; echo; echo '```'
+    sed -n '2,11p' "$OUT/run_x$rate.txt"
     echo '```'
   done
+  echo
+  echo "gap: 1 - cached blocks achieved / the longest cached prefix among eligible workers (index view);"
+  echo "mape: the TTFT model's mean absolute percentage error over the run (scheduler/ttft_model.h)."
   echo
   echo "![TTFT CDF](ttft_cdf_x1.png)"
   echo
   echo "![hit rate and TTFT vs rate](rate_sweep.png)"
 } >"$OUT/README.md"
-echo "wrote $OUT/README.md, $OUT/ttft_cdf_x1.png, $OUT/rate_sweep.png"
+echo "wrote $OUT/README.md, $OUT/targets.txt, $OUT/targets_small.jsonl, $OUT/tune.txt, plots"

@@ -175,3 +175,18 @@ discovery:
         "discovery.dns: entry 1: host is required");
   CHECK(apply_yaml(bad, "workers: {eject_base_ms: 5000, eject_max_ms: 1000}").has_value());
 }
+
+TEST_CASE("nan and inf are refused for floating-point keys, naming the key (issue 15)") {
+  for (const char* bad : {"nan", "NaN", "-nan", "inf", "-inf", "infinity"}) {
+    Config c;
+    auto e = set_key(c, "scheduler.gamma", bad);
+    REQUIRE_MESSAGE(e.has_value(), bad);
+    CHECK(e->find("scheduler.gamma") != std::string::npos);
+    CHECK(c.scheduler.gamma == Config{}.scheduler.gamma);  // nothing changed
+    Config y;
+    CHECK(apply_yaml(y, std::string("scheduler:\n  temperature: ") + bad + "\n").has_value());
+  }
+  Config c;
+  CHECK_FALSE(set_key(c, "scheduler.gamma", "0.25").has_value());
+  CHECK(c.scheduler.gamma == 0.25);
+}

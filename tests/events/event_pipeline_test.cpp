@@ -32,6 +32,7 @@ struct Harness {
 
 TEST_CASE("decoded events reach the index writer in order; bad ones are counted, never applied") {
   Harness h;
+  h.pipeline->on_heartbeat_message(R"({"worker_id":3,"url":"http://127.0.0.1:9"})");
   for (int i = 1; i <= 5; ++i)
     h.pipeline->on_kv_message(
         R"({"worker_id":3,"event":{"event_id":)" + std::to_string(i) + R"(,"data":"cleared"}})");
@@ -108,7 +109,61 @@ TEST_CASE("a full queue drops messages and counts them instead of blocking") {
   testing::RecordingIndexer index;
   WorkerRegistry registry(SteadyClock::instance());
   EventPipeline p(cfg, 16, index, registry, SteadyClock::instance());  // writer not started
+  p.on_heartbeat_message(R"({"worker_id":1,"url":"http://127.0.0.1:9"})");
   for (int i = 0; i < 20; ++i) p.on_kv_message(R"({"worker_id":1,"event":{"data":"cleared"}})");
   CHECK(p.stats().queue_dropped_total == 4);
   CHECK(p.stats().events_queued_total == 16);
+}
+
+// ---- issue 15 (bus) ----
+
+TEST_CASE("events of workers the router does not know are dropped and counted, never indexed") {
+  Harness h;
+  h.pipeline->on_heartbeat_message(R"({"worker_id":3,"url":"http://127.0.0.1:9"})");
+  h.pipeline->on_kv_message(
+      R"({"events":[{"worker_id":3,"event":{"event_id":1,"data":"cleared"}},)"
+      R"({"worker_id":66,"event":{"event_id":1,"data":"cleared"}},{"worker_id":66,"event":{"event_id":2,"data":"cleared"}}]})");
+  h.pipeline->on_kv_message(R"({"worker_id":67,"event":{"event_id":1,"data":"cleared"}})");
+  h.pipeline->drain();
+  std::lock_guard lk(h.index.mu);
+  REQUIRE(h.index.applied.size() == 1);
+  CHECK(h.index.applied[0].owner.worker == WorkerId{3});
+  CHECK(h.pipeline->stats().unknown_worker_events_total == 3);
+  CHECK(h.pipeline->index_age(WorkerId{3}).has_value());
+  CHECK_FALSE(h.pipeline->index_age(WorkerId{66}).has_value());
+}
+
+TEST_CASE("heartbeat rejections are counted by reason") {
+  Harness h;
+  h.pipeline->on_heartbeat_message("{");
+  h.pipeline->on_heartbeat_message(R"({"url":"http://x:1"})");
+  h.pipeline->on_heartbeat_message(R"({"worker_id":"x","url":"http://x:1"})");
+  h.pipeline->on_heartbeat_message(R"({"worker_id":1,"url":""})");
+  const auto& r = h.pipeline->stats().heartbeats_rejected_by_reason;
+  CHECK(r[static_cast<size_t>(DecodeError::Json)] == 1);
+  CHECK(r[static_cast<size_t>(DecodeError::MissingField)] == 1);
+  CHECK(r[static_cast<size_t>(DecodeError::WrongType)] == 1);
+  CHECK(r[EventPipelineStats::kHeartbeatMissingUrl] == 1);
+  CHECK(EventPipelineStats::heartbeat_reason(EventPipelineStats::kHeartbeatMissingUrl) == "missing_url");
+  CHECK(h.pipeline->stats().heartbeats_rejected_total == 4);
+}
+
+TEST_CASE("the ingest queue is bounded by bytes, not only by message count") {
+  EventsConfig cfg;
+  cfg.queue_capacity = 1000000;
+  cfg.queue_capacity_bytes = 1 << 20;
+  testing::RecordingIndexer index;
+  WorkerRegistry registry(SteadyClock::instance());
+  EventPipeline p(cfg, 16, index, registry, SteadyClock::instance());  // writer not started
+  p.on_heartbeat_message(R"({"worker_id":1,"url":"http://127.0.0.1:9"})");
+  // One message of 5,000 stored blocks is ~100 KB decoded: at most ~10 fit in 1 MiB.
+  std::string msg = R"({"worker_id":1,"event":{"data":{"stored":{"blocks":[)";
+  for (int i = 0; i < 5000; ++i) msg += (i ? "," : "") + std::string(R"({"block_hash":1,"tokens_hash":2})");
+  msg += "]}}}}";
+  for (int i = 0; i < 40; ++i) p.on_kv_message(msg);
+  const auto& st = p.stats();
+  CHECK(st.queue_dropped_total > 25);
+  CHECK(st.queue_dropped_total < 40);
+  CHECK(st.queued_bytes <= cfg.queue_capacity_bytes);
+  CHECK(st.queue_dropped_bytes_total == st.queue_dropped_total * msg.size());
 }

@@ -123,3 +123,16 @@ TEST_CASE("JSON numbers beyond 64 bits or the double range never reject a reques
   CHECK_FALSE(parse_openai_request(ApiKind::Completions, R"({"model":"m","prompt":[18446744073709551616]})", r, e));
   CHECK(e.param == "prompt");
 }
+
+TEST_CASE("the user field is the session key; a non-string user is a 400") {
+  ParsedRequest r;
+  ApiError e;
+  REQUIRE(parse_openai_request(ApiKind::ChatCompletions,
+                               R"({"model":"m","messages":[{"role":"user","content":"hi"}],"user":"alice-7"})", r, e));
+  CHECK(r.user == "alice-7");
+  r.reset();
+  CHECK(r.user.empty());
+  CHECK_FALSE(parse_openai_request(ApiKind::Completions, R"({"model":"m","prompt":"x","user":42})", r, e));
+  CHECK(e.status == 400);
+  CHECK(e.param == "user");
+}

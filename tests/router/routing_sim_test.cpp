@@ -330,3 +330,32 @@ TEST_CASE("a RouteResult routed into again reads exactly as a fresh one, failure
   check_same(out, fresh);
   CHECK(out.error.code == "model_not_found");
 }
+
+TEST_CASE("reroute: a queued request decides again from its kept hashes, as a fresh route would (issue 15)") {
+  Sim sim;
+  sim.add_worker(1);
+  sim.add_worker(2);
+  const auto p = prompt(7, 160);
+  sim.cache(2, p);
+  sim.registry.set_draining(WorkerId{1}, true);
+  sim.registry.set_draining(WorkerId{2}, true);
+  RouteResult r;
+  sim.routing.route(sim.request(with_suffix(p, 1, 20)), r);
+  REQUIRE_FALSE(r.ok);
+  CHECK(r.error.code == "workers_busy");
+  const auto hashes = r.block_hashes;
+  const auto isl = r.isl_tokens;
+  REQUIRE(hashes.size() == 11);
+  // A worker frees up: the decision is redone from the same hashes.
+  sim.registry.set_draining(WorkerId{2}, false);
+  sim.routing.reroute("m", r);
+  REQUIRE(r.ok);
+  CHECK(r.block_hashes == hashes);
+  CHECK(r.isl_tokens == isl);
+  CHECK(r.ranked.front().worker == WorkerId{2});
+  RouteResult fresh;
+  sim.routing.route(sim.request(with_suffix(p, 1, 20)), fresh);
+  CHECK(fresh.ranked.front().worker == r.ranked.front().worker);
+  CHECK(fresh.ranked.front().cached_tokens == r.ranked.front().cached_tokens);
+  CHECK(r.ranked.front().cached_tokens == 160);
+}

@@ -136,11 +136,12 @@ TEST_CASE("busy thresholds exclude, each with its reason") {
 
 TEST_CASE("pending prefill on a worker counts like its own new tokens, weighted; weight 0 is the baseline") {
   SchedulerConfig cfg;
+  cfg.pending_prefill_weight = 0.2;
   SeededRandom rnd(1);
   Candidate holder = cand(1, 9, 100), other = cand(2, 0, 100);
   holder.pending_prefill_tokens = 150;  // busy prefilling for earlier requests
   std::vector<Candidate> cs = {holder, other};
-  // Default weight 0.2: (10 new + 0.2 * 150 pending) / 100; still cheaper than a full recompute.
+  // Weight 0.2: (10 new + 0.2 * 150 pending) / 100; still cheaper than a full recompute.
   Decision d = schedule(cs, 100, 10, cfg, rnd);
   CHECK(d.scores[0].prefill_ratio == doctest::Approx((10 + 0.2 * 150) / 100.0));
   CHECK(cs[*d.chosen].owner.worker == WorkerId{1});

@@ -216,3 +216,16 @@ TEST_CASE("candidates into a reused vector replace its contents") {
   r.candidates("none", out);
   CHECK(out.empty());
 }
+
+TEST_CASE("hold_heartbeats: a bus outage does not expire heartbeat-only workers") {
+  ManualClock clock;
+  WorkerRegistry r(clock);
+  r.on_heartbeat(ann(1));
+  for (int i = 0; i < 10; ++i) {  // 10 s without heartbeats, the bus down
+    clock.advance(1s);
+    r.hold_heartbeats();
+    CHECK(r.expire(2s).empty());
+  }
+  clock.advance(3s);  // the bus is back, the worker stays silent: it goes
+  CHECK(r.expire(2s) == std::vector<WorkerId>{WorkerId{1}});
+}

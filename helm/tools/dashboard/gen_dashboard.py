@@ -84,8 +84,12 @@ row("Requests")
 panel("Requests by status", [(rate("kvroute_router_requests_total", "status"), "{{status}}")], "reqps",
       desc="kvroute_router_requests_total by HTTP status.", stack=True)
 _5xx = rate("kvroute_router_requests_total", extra='status=~"5.."')
-panel("Error ratio (5xx)", [(_5xx + " / " + rate("kvroute_router_requests_total"), "5xx / all")], "percentunit",
-      desc="Share of requests answered with a 5xx.", minv=0)
+# `or vector(0)`: a fleet without any 5xx has no 5xx series; the ratio is 0, not "No data".
+# Ratios divide by `(... > 0)`: a window without traffic (a fleet, or a worker,
+# that got no request) drops out instead of plotting 0/0 = NaN.
+panel("Error ratio (5xx)", [("(" + _5xx + " or vector(0)) / (" + rate("kvroute_router_requests_total") + " > 0)",
+                             "5xx / all")],
+      "percentunit", desc="Share of requests answered with a 5xx.", minv=0)
 panel("In-flight requests", [(f"sum(kvroute_router_inflight_requests{{{SEL}}})", "all pods"),
                              (f"sum by (pod) (kvroute_router_inflight_requests{{{SEL}}})", "{{pod}}")],
       desc="Requests being handled now (streams included).")
@@ -108,11 +112,12 @@ panel("Requests by route", [(rate("kvroute_router_requests_total", "route"), "{{
 # ---- Routing decision and cache hits ----
 row("Routing decision and KV cache hits")
 panel("Prefix cache hit rate", [(f'{rate("kvroute_router_cached_tokens_total")} / '
-                                 f'{rate("kvroute_router_prompt_tokens_total")}', "cached / prompt tokens")],
+                                 f'({rate("kvroute_router_prompt_tokens_total")} > 0)', "cached / prompt tokens")],
       "percentunit", desc="Prompt tokens the chosen worker already held, over all prompt tokens.",
       minv=0, maxv=1)
 panel("Hit rate per worker", [(f'{rate("kvroute_router_worker_cached_tokens_total", "worker")} / '
-                               f'{rate("kvroute_router_worker_prompt_tokens_total", "worker")}', "worker {{worker}}")],
+                               f'({rate("kvroute_router_worker_prompt_tokens_total", "worker")} > 0)',
+                               "worker {{worker}}")],
       "percentunit", minv=0, maxv=1, desc="Cached over prompt tokens of requests routed to each worker.")
 panel("Prompt tokens per worker", [(rate("kvroute_router_worker_prompt_tokens_total", "worker"), "worker {{worker}}")],
       "short", stack=True, desc="Prompt tokens/s sent to each worker: shows routing skew.")

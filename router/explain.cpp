@@ -1,0 +1,283 @@
+#include "router/explain.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "common/json_escape.h"
+
+namespace kvroute {
+
+namespace {
+
+std::string num(double v) { return std::isfinite(v) ? fmt::format("{}", v) : "null"; }
+
+// A percentage a person reads: 97, 4.5, 0.017.
+std::string pct(double ratio) {
+  const double v = ratio * 100;
+  if (v == 0) return "0";
+  if (v >= 10) return fmt::format("{:.0f}", v);
+  if (v >= 1) return fmt::format("{:.1f}", v);
+  return fmt::format("{:.2g}", v);
+}
+
+std::string cost_text(double c) { return fmt::format("{:.3f}", c); }
+
+double kv_usage(const WorkerLoad& l) {
+  return l.kv_total_blocks ? static_cast<double>(l.kv_active_blocks) / static_cast<double>(l.kv_total_blocks) : 0;
+}
+
+std::string who(const Candidate& c) {
+  return c.owner.dp_rank ? fmt::format("worker {} (dp rank {})", c.owner.worker.value, c.owner.dp_rank)
+                         : fmt::format("worker {}", c.owner.worker.value);
+}
+
+std::string holds(const Candidate& c, size_t blocks) {
+  if (blocks == 0) return "the prompt fills no complete block, so no worker can hold any of it";
+  return fmt::format("holds {} of {} blocks", c.overlap_blocks, blocks);
+}
+
+std::string excluded_because(const Candidate& c, Exclusion e, const SchedulerConfig& cfg) {
+  const auto& l = c.load;
+  switch (e) {
+    case Exclusion::Draining: return "is drained by an operator";
+    case Exclusion::NoFreeSlot:
+      return fmt::format("has no free request slot ({} of {} busy; scheduler.busy_slot_usage {})",
+                         l.request_active_slots, l.request_total_slots, cfg.busy_slot_usage);
+    case Exclusion::NoFreeBlock:
+      return fmt::format("is at {} % KV usage (limit scheduler.busy_kv_usage {} %)", pct(kv_usage(l)),
+                         pct(cfg.busy_kv_usage));
+    case Exclusion::TooManyWaiting:
+      return fmt::format("has {} requests waiting (limit scheduler.busy_waiting_requests {})",
+                         l.num_requests_waiting, cfg.busy_waiting_requests);
+    case Exclusion::None: break;
+  }
+  return "is eligible";
+}
+
+// The cost term that most separates candidate i from the chosen one, in words.
+std::string costlier_because(const RouteResult& r, size_t i, size_t chosen, const SchedulerConfig& cfg) {
+  const auto& d = r.decision;
+  const auto& s = d.scores[i];
+  const auto& s0 = d.scores[chosen];
+  const auto& c = r.candidates[i];
+  const auto& c0 = r.candidates[chosen];
+  const double parts[4] = {d.alpha * (s.load_deviation - s0.load_deviation),
+                           (1 - d.alpha) * (s.prefill_ratio - s0.prefill_ratio),
+                           cfg.gamma * (s.slot_ratio - s0.slot_ratio), cfg.delta * (s.queue_ratio - s0.queue_ratio)};
+  const size_t k = static_cast<size_t>(std::max_element(parts, parts + 4) - parts);
+  if (parts[k] <= 0) return "no single term";
+  switch (k) {
+    case 0: return fmt::format("higher KV usage ({} % against {} %)", pct(s.load_ratio), pct(s0.load_ratio));
+    case 1:
+      if (s.cached_tokens != s0.cached_tokens)
+        return fmt::format("more to prefill ({:.0f} prompt tokens cached against {:.0f})", s.cached_tokens,
+                           s0.cached_tokens);
+      return fmt::format("more prefill already in flight ({} pending tokens against {})", c.pending_prefill_tokens,
+                         c0.pending_prefill_tokens);
+    case 2:
+      return fmt::format("more busy request slots ({} of {} against {} of {})", c.load.request_active_slots,
+                         c.load.request_total_slots, c0.load.request_active_slots, c0.load.request_total_slots);
+    default:
+      return fmt::format("more waiting requests ({} against {})", c.load.num_requests_waiting,
+                         c0.load.num_requests_waiting);
+  }
+}
+
+std::string worker_list(const std::vector<std::string>& names) {
+  std::string out;
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (i) out += i + 1 == names.size() ? " and " : ", ";
+    out += names[i];
+  }
+  return out;
+}
+
+// Ranked candidates whose cost equals the chosen one's (the chosen included).
+std::vector<size_t> tied_with_choice(const RouteResult& r) {
+  const auto& d = r.decision;
+  std::vector<size_t> tied;
+  const double c = d.scores[*d.chosen].cost;
+  for (size_t k : d.ranking)
+    if (d.scores[k].cost == c) tied.push_back(k);
+  if (tied.size() < 2) return {};
+  std::sort(tied.begin(), tied.end(), [&](size_t a, size_t b) { return r.candidates[a].owner < r.candidates[b].owner; });
+  return tied;
+}
+
+// Rounding noise (a spread of 1e-17 over equal loads) printed as 0.
+double denoise(double v) { return std::abs(v) < 1e-12 ? 0.0 : v; }
+
+std::string alpha_sentence(const Decision& d, const SchedulerConfig& cfg) {
+  const double limit = cfg.balance_threshold * d.load_mean;
+  if (d.alpha == cfg.alpha_balanced && d.load_std <= limit)
+    return fmt::format(
+        "Alpha {} (the cache weighs more than load): the eligible workers' KV usage is balanced (spread load_std "
+        "{:.3g} <= scheduler.balance_threshold {} x mean {:.3g}).",
+        d.alpha, denoise(d.load_std), cfg.balance_threshold, denoise(d.load_mean));
+  std::string s = fmt::format(
+      "Alpha {} (load weighs more than the cache): the eligible workers' KV usage is imbalanced (spread load_std "
+      "{:.3g} > scheduler.balance_threshold {} x mean {:.3g}).",
+      d.alpha, denoise(d.load_std), cfg.balance_threshold, denoise(d.load_mean));
+  if (d.load_std < 0.01)
+    s += fmt::format(
+        " That spread is {} percentage points, tiny in absolute terms: the threshold is relative to the mean, so a "
+        "nearly idle fleet switches to the load-weighted alpha on noise.",
+        pct(d.load_std));
+  return s;
+}
+
+std::string nobody_sentence(const RouteResult& r, const SchedulerConfig& cfg) {
+  if (r.candidates.empty()) return r.ok ? "No worker serves this model." : r.error.message;
+  std::vector<std::string> why;
+  for (size_t i = 0; i < r.candidates.size(); ++i) {
+    const auto e = r.decision.scores.empty() ? Exclusion::None : r.decision.scores[i].excluded;
+    why.push_back(who(r.candidates[i]) + " " + excluded_because(r.candidates[i], e, cfg));
+  }
+  return "No worker can take the request now: " + worker_list(why) + ".";
+}
+
+// The whole decision in words: the choice, better-cached workers passed over,
+// ties, sampling, alpha.
+std::string choice_sentence(const RouteResult& r, const SchedulerConfig& cfg, size_t blocks) {
+  const auto& d = r.decision;
+  if (!d.chosen) return nobody_sentence(r, cfg);
+  const size_t ch = *d.chosen;
+  const auto& c0 = r.candidates[ch];
+  const auto& s0 = d.scores[ch];
+  std::string out = fmt::format("{} {}: {} ({:.0f} of {} prompt tokens cached) at {} % KV usage; cost {}",
+                                d.sampled ? "Drew" : "Chose", who(c0), holds(c0, blocks), s0.cached_tokens,
+                                r.isl_tokens, pct(s0.load_ratio), cost_text(s0.cost));
+  for (size_t i = 0; i < r.candidates.size(); ++i) {
+    const auto& c = r.candidates[i];
+    if (i == ch || c.overlap_blocks <= c0.overlap_blocks) continue;
+    const auto& s = d.scores[i];
+    if (s.excluded != Exclusion::None)
+      out += fmt::format("; {} holds {} but {}", who(c), c.overlap_blocks, excluded_because(c, s.excluded, cfg));
+    else
+      out += fmt::format("; {} holds {} but costs more ({}: {})", who(c), c.overlap_blocks, cost_text(s.cost),
+                         costlier_because(r, i, ch, cfg));
+  }
+  out += ".";
+  if (const auto tied = tied_with_choice(r); !tied.empty()) {
+    std::vector<std::string> names;
+    for (size_t k : tied) names.push_back(who(r.candidates[k]));
+    out += fmt::format(" Tie: {} have the same cost ({}); equal costs are ordered at random, so {} was picked by "
+                       "chance among them.",
+                       worker_list(names), cost_text(s0.cost), who(c0));
+  }
+  if (d.sampled) {
+    size_t best = d.ranking.front();
+    for (size_t k : d.ranking)
+      if (d.scores[k].cost < d.scores[best].cost) best = k;
+    out += fmt::format(
+        " Sampled: scheduler.temperature {} > 0 draws a worker with probability proportional to exp(-cost / "
+        "temperature); the lowest cost was {} ({}).",
+        cfg.temperature, who(r.candidates[best]), cost_text(d.scores[best].cost));
+  }
+  return out + " " + alpha_sentence(d, cfg);
+}
+
+std::string worker_sentence(const RouteResult& r, size_t i, int rank, const SchedulerConfig& cfg, size_t blocks) {
+  const auto& d = r.decision;
+  const auto& c = r.candidates[i];
+  const auto& s = d.scores[i];
+  if (s.excluded != Exclusion::None)
+    return fmt::format("excluded: {}; it {}", excluded_because(c, s.excluded, cfg), holds(c, blocks));
+  const std::string facts = fmt::format("{} at {} % KV usage; cost {}", holds(c, blocks), pct(s.load_ratio),
+                                        cost_text(s.cost));
+  if (rank < 0) return fmt::format("eligible, not ranked (routing ranks only router.max_attempts workers): {}", facts);
+  if (rank == 0) return fmt::format("{}: {}", d.sampled ? "chosen by softmax sampling" : "chosen, lowest cost", facts);
+  const size_t ch = *d.chosen;
+  const double diff = s.cost - d.scores[ch].cost;
+  if (diff == 0) return fmt::format("rank {}: {}, the same as the choice (a tie, ordered at random)", rank + 1, facts);
+  if (diff < 0)
+    return fmt::format("rank {}: {}, lower than the choice's: softmax sampling drew {}", rank + 1, facts,
+                       who(r.candidates[ch]));
+  return fmt::format("rank {}: {}, {} more than the choice, mostly for {}", rank + 1, facts, cost_text(diff),
+                     costlier_because(r, i, ch, cfg));
+}
+
+std::string load_json(const WorkerLoad& l) {
+  return fmt::format(
+      R"({{"request_active_slots":{},"request_total_slots":{},"num_requests_waiting":{},"kv_active_blocks":{},"kv_total_blocks":{},"kv_usage":{}}})",
+      l.request_active_slots, l.request_total_slots, l.num_requests_waiting, l.kv_active_blocks, l.kv_total_blocks,
+      num(kv_usage(l)));
+}
+
+std::string candidate_json(const RouteResult& r, size_t i, int rank, const std::string& reason) {
+  const auto& d = r.decision;
+  const auto& c = r.candidates[i];
+  const auto& s = d.scores.empty() ? WorkerScore{} : d.scores[i];
+  const auto& t = c.overlap_by_tier;
+  return fmt::format(
+      R"({{"worker_id":{},"url":"{}","dp_rank":{},"overlap_blocks":{},"overlap_by_tier":{{"device":{},"host_pinned":{},"disk":{},"external":{}}},)"
+      R"("cached_tokens":{},"reported_load":{},"predicted_load":{},"pending_prefill_tokens":{},"excluded":{},"rank":{},)"
+      R"("terms":{{"load_ratio":{},"load_deviation":{},"prefill_ratio":{},"slot_ratio":{},"queue_ratio":{}}},"cost":{},"reason":"{}",)"
+      R"("predicted_ttft_ms":{}}})",
+      c.owner.worker.value, i < r.workers.size() ? json_escape(r.workers[i].info->url) : "", c.owner.dp_rank,
+      c.overlap_blocks, t[0], t[1], t[2], t[3], num(s.cached_tokens),
+      i < r.workers.size() ? load_json(r.workers[i].info->load) : "null", load_json(c.load),
+      c.pending_prefill_tokens,
+      s.excluded == Exclusion::None ? std::string("null") : fmt::format("\"{}\"", to_string(s.excluded)),
+      rank < 0 ? std::string("null") : std::to_string(rank + 1), num(s.load_ratio), num(s.load_deviation),
+      num(s.prefill_ratio), num(s.slot_ratio), num(s.queue_ratio),
+      s.excluded == Exclusion::None && rank >= 0 ? num(s.cost) : "null", json_escape(reason),
+      s.excluded == Exclusion::None ? num(s.predicted_ttft_ms) : "null");  // scheduler/ttft_model.h
+}
+
+}  // namespace
+
+ExplainText explain_text(const RouteResult& r, const SchedulerConfig& cfg, uint32_t /*block_size*/) {
+  const size_t blocks = r.block_hashes.size();
+  ExplainText out;
+  out.choice = choice_sentence(r, cfg, blocks);
+  if (r.decision.scores.size() != r.candidates.size()) {
+    out.per_worker.assign(r.candidates.size(), "not scored");
+    return out;
+  }
+  std::vector<int> rank(r.candidates.size(), -1);
+  for (size_t k = 0; k < r.decision.ranking.size(); ++k) rank[r.decision.ranking[k]] = static_cast<int>(k);
+  for (size_t i = 0; i < r.candidates.size(); ++i) out.per_worker.push_back(worker_sentence(r, i, rank[i], cfg, blocks));
+  return out;
+}
+
+std::string explain_json(const RouteResult& r, std::string_view model, uint32_t block_size,
+                         const SchedulerConfig& cfg, const ExplainText* given) {
+  const auto& d = r.decision;
+  const ExplainText text = given ? *given : explain_text(r, cfg, block_size);
+  std::string out = fmt::format(
+      R"({{"model":"{}","isl_tokens":{},"request_blocks":{},"block_size":{},"alpha":{},"load_mean":{},"load_std":{},"reason":"{}",)",
+      json_escape(model), r.isl_tokens, r.block_hashes.size(), block_size, num(d.alpha), num(d.load_mean),
+      num(d.load_std), json_escape(text.choice));
+  if (d.chosen) out += fmt::format(R"("chosen":{},"sampled":{},)", r.candidates[*d.chosen].owner.worker.value, d.sampled);
+  else out += R"("chosen":null,"sampled":false,)";
+  out += R"("tie":[)";
+  if (d.chosen) {
+    const auto tied = tied_with_choice(r);
+    for (size_t k = 0; k < tied.size(); ++k)
+      out += fmt::format("{}{}", k ? "," : "", r.candidates[tied[k]].owner.worker.value);
+  }
+  out += "],";
+  if (!r.ok) out += fmt::format(R"("error":{},)", error_body(r.error));
+  out += fmt::format(R"("tokenizer_fallback":"{}","stage_us":{{"tokenize":{},"hash":{},"find_matches":{},"score":{}}},)",
+                     to_string(r.tokenizer_fallback), num(r.stage_seconds[0] * 1e6), num(r.stage_seconds[1] * 1e6),
+                     num(r.stage_seconds[2] * 1e6), num(r.stage_seconds[3] * 1e6));
+  // Ranked first (rank 1 = chosen), then the rest in candidate order.
+  std::vector<int> rank(r.candidates.size(), -1);
+  for (size_t k = 0; k < d.ranking.size(); ++k) rank[d.ranking[k]] = static_cast<int>(k);
+  std::vector<size_t> order(d.ranking.begin(), d.ranking.end());
+  for (size_t i = 0; i < r.candidates.size(); ++i)
+    if (rank[i] < 0) order.push_back(i);
+  out += R"("workers":[)";
+  for (size_t k = 0; k < order.size(); ++k) {
+    if (k) out += ',';
+    const size_t i = order[k];
+    out += candidate_json(r, i, rank[i], i < text.per_worker.size() ? text.per_worker[i] : "");
+  }
+  out += "]}";
+  return out;
+}
+
+}  // namespace kvroute

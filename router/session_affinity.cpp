@@ -1,0 +1,71 @@
+#include "router/session_affinity.h"
+
+#include <algorithm>
+
+namespace kvroute {
+
+namespace {
+
+// Index into r.candidates of `worker`, if it is an eligible candidate.
+long eligible_index(const RouteResult& r, WorkerId worker) {
+  for (size_t i = 0; i < r.candidates.size(); ++i)
+    if (r.candidates[i].owner.worker == worker)
+      return i < r.decision.scores.size() && r.decision.scores[i].excluded == Exclusion::None ? static_cast<long>(i)
+                                                                                              : -1;
+  return -1;
+}
+
+// Moves candidate i to the front of r.ranked (adding its target if the
+// ranking was cut short) and makes it the decision.
+void promote(RouteResult& r, size_t i, uint32_t block_size) {
+  const auto& c = r.candidates[i];
+  auto it = std::find_if(r.ranked.begin(), r.ranked.end(), [&](const RouteTarget& t) { return t.worker == c.owner.worker; });
+  RouteTarget t;
+  if (it != r.ranked.end()) {
+    t = *it;
+    r.ranked.erase(it);
+  } else {
+    const auto cached = static_cast<uint32_t>(std::min<uint64_t>(uint64_t{c.overlap_blocks} * block_size, r.isl_tokens));
+    t = RouteTarget{c.owner.worker, r.workers[i].info->url, cached, r.isl_tokens - cached};
+  }
+  r.ranked.insert(r.ranked.begin(), t);
+  r.decision.chosen = i;
+}
+
+}  // namespace
+
+bool SessionAffinity::apply(std::string_view session, uint32_t block_size, RouteResult& r) {
+  if (session.empty() || !r.ok || r.ranked.empty() || !r.decision.chosen) return false;
+  std::lock_guard lk(mu_);
+  auto found = sessions_.find(std::string(session));
+  bool overrode = false;
+  if (found != sessions_.end() && found->second.worker != r.ranked.front().worker) {
+    const long i = eligible_index(r, found->second.worker);
+    const auto& best = r.decision.scores[*r.decision.chosen];
+    if (i >= 0 && r.decision.scores[static_cast<size_t>(i)].predicted_ttft_ms <=
+                      kOverloadFactor * best.predicted_ttft_ms + kOverloadSlackMs) {
+      promote(r, static_cast<size_t>(i), block_size);
+      overrode = true;
+    }
+  }
+  const WorkerId now = r.ranked.front().worker;
+  if (found != sessions_.end()) {
+    found->second.worker = now;
+    lru_.splice(lru_.begin(), lru_, found->second.lru);
+    return overrode;
+  }
+  lru_.emplace_front(session);
+  sessions_.emplace(lru_.front(), Entry{now, lru_.begin()});
+  while (sessions_.size() > max_) {
+    sessions_.erase(lru_.back());
+    lru_.pop_back();
+  }
+  return overrode;
+}
+
+size_t SessionAffinity::size() const {
+  std::lock_guard lk(mu_);
+  return sessions_.size();
+}
+
+}  // namespace kvroute

@@ -1,0 +1,46 @@
+// kvroute-sim's command line, tables and checks: the run table and JSON, the
+// target table (kvroute vs the peers at several rates and workloads, with
+// the reason next to every target it misses), `tune`, and the invariants
+// that --check asserts.
+//
+// Threading: single-threaded (the command's main thread).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "sim/simulate.h"
+#include "sim/workload.h"
+
+namespace kvroute::sim {
+
+struct Args {
+  SimOptions sim;
+  std::string trace = KVROUTE_DEFAULT_TRACE;
+  std::string workload = "trace";
+  std::string slice = "all";
+  std::vector<std::string> workloads = {"trace", "agentic", "api", "bursts"};
+  std::vector<double> rates = {1, 2, 3};
+  size_t requests = SIZE_MAX;
+  std::vector<std::string> policies = {"round_robin", "random", "least_loaded", "dynamo_v01",
+                                       "dynamo",      "llmd",   "kvroute"};
+  std::string cdf_out, expect;
+  bool check = false;
+  double tolerance = 0.05;
+};
+
+// The workload's requests; for the trace, `slice` all, train or test (time split at 50%).
+std::vector<SimRequest> load_slice(const Args& a, const std::string& workload, const std::string& slice);
+
+void print_table(const std::vector<PolicyResult>& results, double ideal);
+std::string results_json(const std::vector<PolicyResult>& results, double ideal);
+void write_cdf(const std::string& path, std::vector<PolicyResult>& results);
+// --check: every request answered or rejected, hit rates within the ideal,
+// kvroute ahead of round_robin on hit rate, the TTFT model's MAPE finite.
+int check_run(const std::vector<SimRequest>& w, const Args& a, const std::vector<PolicyResult>& results, double ideal);
+
+int tune(const Args& a);
+int targets(const Args& a);
+
+}  // namespace kvroute::sim

@@ -1,0 +1,278 @@
+#include "sim/simulate.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <unordered_map>
+
+#include "indexer/radix_indexer.h"
+#include "mocker/engine.h"
+#include "router/routing.h"
+#include "router/session_affinity.h"
+#include "sim/policies.h"
+
+namespace kvroute::sim {
+
+const std::vector<std::string>& known_policies() {
+  static const std::vector<std::string> p = {"round_robin", "random", "least_loaded", "dynamo_v01",
+                                             "dynamo",      "llmd",   "kvroute",      "kvroute_weighted"};
+  return p;
+}
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())))];
+}
+
+namespace {
+
+TimePoint at(double ms) {
+  return TimePoint{} + std::chrono::duration_cast<Nanos>(std::chrono::duration<double, std::milli>(ms));
+}
+
+Config policy_config(const SimOptions& o, const std::string& policy, const SchedulerConfig* scheduler) {
+  Config cfg;
+  cfg.indexer.block_size = kBlock;
+  if (policy == "kvroute" || policy == "kvroute_weighted")
+    for (const auto& [k, v] : o.sets)
+      if (auto e = set_key(cfg, k, v)) {
+        std::fprintf(stderr, "kvroute-sim: --set %s\n", e->c_str());
+        std::exit(2);
+      }
+  if (scheduler) cfg.scheduler = *scheduler;
+  if (policy == "kvroute_weighted") cfg.scheduler.cost = "weighted";
+  if (policy == "dynamo_v01") {  // DESIGN.md's formula with its default weights (Dynamo v0.1)
+    cfg.scheduler = SchedulerConfig{};
+    cfg.scheduler.cost = "weighted";
+    cfg.scheduler.pending_prefill_weight = 0;
+  }
+  // Peers decide with their own formulas; the scheduler only collects
+  // candidates for them, so nobody is excluded as busy there.
+  if (policy == "dynamo" || policy == "llmd") cfg.scheduler.busy_slot_usage = cfg.scheduler.busy_kv_usage = 1.0;
+  return cfg;
+}
+
+// One simulated request in flight.
+struct Live {
+  double arrival = 0, first = -1;
+  uint32_t worker = 0, blocks = 0, cached = 0;
+  std::unique_ptr<InflightGuard> guard;
+};
+
+class Simulation {
+ public:
+  Simulation(const std::vector<SimRequest>& w, const SimOptions& o, const std::string& policy,
+             const SchedulerConfig* scheduler)
+      : w_(w), o_(o), policy_(policy), random_(o.seed), rng_(o.seed), registry_(clock_),
+        config_(policy_config(o, policy, scheduler)), routing_(index_, registry_, config_, random_),
+        dynamo_(o.workers), live_(w.size()), per_worker_(o.workers, 0) {
+    for (uint32_t i = 0; i < o.workers; ++i) {
+      mocker::EngineConfig ec;
+      ec.block_size = kBlock;
+      ec.kv_blocks = o.kv_blocks;
+      ec.max_seqs = o.max_seqs;
+      ec.owner = CacheOwner{WorkerId{i}, 0};
+      engines_.push_back(std::make_unique<mocker::Engine>(ec, [this](const KvEvent& e) { index_.apply(e); }));
+    }
+  }
+
+  PolicyResult run(bool progress);
+
+ private:
+  void report(double now);
+  void on_engine(uint32_t which, double now);
+  void dispatch(size_t id, double now);
+  // The policy's worker for request `r` (an index into the workers), or -1 to reject.
+  long choose(const SimRequest& r, const std::vector<LocalBlockHash>& hashes);
+  long affinity(const SimRequest& r, long chosen);
+  PolicyResult results() const;
+
+  const std::vector<SimRequest>& w_;
+  const SimOptions& o_;
+  const std::string policy_;
+  ManualClock clock_;
+  SeededRandom random_;
+  std::mt19937_64 rng_;
+  RadixIndexer index_;
+  WorkerRegistry registry_;
+  ConfigStore config_;
+  RoutingService routing_;
+  DynamoActive dynamo_;
+  std::vector<std::unique_ptr<mocker::Engine>> engines_;
+  std::vector<Live> live_;
+  std::vector<std::vector<LocalBlockHash>> hashes_;  // per request, while in flight (dynamo's active blocks)
+  SessionAffinity sessions_;  // scheduler.session_affinity, as the daemon applies it
+  RouteResult route_;
+  std::vector<double> ttft_, e2e_;
+  std::vector<uint64_t> per_worker_;
+  uint64_t out_tokens_ = 0, best_cached_ = 0, chosen_cached_ = 0;
+  size_t rejected_ = 0, rr_ = 0;
+  double end_time_ = 0;
+};
+
+void Simulation::report(double now) {
+  clock_.set(at(now));
+  for (uint32_t i = 0; i < o_.workers; ++i) {
+    const auto l = engines_[i]->load();
+    WorkerAnnouncement a;
+    a.id = WorkerId{i};
+    a.url = "sim://" + std::to_string(i);
+    a.model = "m";
+    a.block_size = kBlock;
+    a.load = WorkerLoad{l.request_active_slots, l.request_total_slots, l.num_requests_waiting, l.kv_active_blocks,
+                        l.kv_total_blocks};
+    registry_.on_heartbeat(a);
+  }
+}
+
+void Simulation::on_engine(uint32_t which, double now) {
+  clock_.set(at(now));  // first_byte() times the TTFT model's observation
+  for (const auto& out : engines_[which]->advance_to(now)) {
+    Live& l = live_[out.request];
+    const auto& r = w_[out.request];
+    if (out.kind == mocker::EngineOutput::Kind::FirstToken) {
+      l.first = now;
+      l.cached = out.cached_tokens;
+      ttft_.push_back(now - l.arrival);
+      if (l.guard) l.guard->first_byte();
+    } else if (out.kind == mocker::EngineOutput::Kind::Finished) {
+      e2e_.push_back(now - l.arrival);
+      out_tokens_ += r.output_tokens;
+      end_time_ = std::max(end_time_, now);
+      l.guard.reset();
+      dynamo_.remove(l.worker, hashes_[out.request], r.input_tokens % kBlock != 0);
+      hashes_[out.request] = {};
+    }
+  }
+}
+
+long Simulation::choose(const SimRequest& r, const std::vector<LocalBlockHash>& hashes) {
+  if (policy_ == "round_robin") return static_cast<long>(rr_++ % o_.workers);
+  if (policy_ == "random") return static_cast<long>(rng_() % o_.workers);
+  routing_.route_blocks("m", r.input_tokens, hashes, true, route_);
+  if (route_.candidates.empty()) return -1;
+  // Decision quality: the longest cached prefix among eligible workers.
+  uint64_t best = 0;
+  for (size_t i = 0; i < route_.candidates.size(); ++i)
+    if (route_.decision.scores[i].excluded == Exclusion::None)
+      best = std::max<uint64_t>(best, route_.candidates[i].overlap_blocks);
+  best_cached_ += best;
+  long pick = -1;
+  if (policy_ == "least_loaded") pick = static_cast<long>(pick_least_loaded(route_.workers, rng_));
+  else if (policy_ == "dynamo")
+    pick = static_cast<long>(
+        pick_dynamo(route_, dynamo_, hashes, r.input_tokens % kBlock != 0, r.input_tokens, kBlock, rng_));
+  else if (policy_ == "llmd") pick = static_cast<long>(pick_llmd(route_, hashes.size(), rng_));
+  else if (route_.ok) pick = affinity(r, static_cast<long>(*route_.decision.chosen));
+  if (pick >= 0) chosen_cached_ += std::min<uint64_t>(best, route_.candidates[pick].overlap_blocks);
+  return pick;
+}
+
+// Session affinity (scheduler.session_affinity): router/session_affinity.h,
+// the daemon's own code, keyed by the request's session id.
+long Simulation::affinity(const SimRequest& r, long chosen) {
+  if (r.session == 0 || !config_.get()->scheduler.session_affinity) return chosen;
+  sessions_.apply(std::to_string(r.session), kBlock, route_);
+  return static_cast<long>(*route_.decision.chosen);
+}
+
+void Simulation::dispatch(size_t id, double now) {
+  const auto& r = w_[id];
+  std::vector<LocalBlockHash> hashes;
+  const uint32_t full = std::min<uint32_t>(static_cast<uint32_t>(r.ids.size()), r.input_tokens / kBlock);
+  for (uint32_t i = 0; i < full; ++i) hashes.push_back(LocalBlockHash{mix(r.ids[i])});
+  clock_.set(at(now));
+  const long pick = choose(r, hashes);
+  if (pick < 0) {
+    ++rejected_;
+    return;
+  }
+  const uint32_t w = static_cast<uint32_t>(pick);
+  Live& l = live_[id];
+  l.arrival = now;
+  l.worker = w;
+  l.blocks = full;
+  // The router's in-flight accounting, with the index's view of the chosen worker's overlap.
+  const uint32_t cached_pred = route_.candidates.size() > w
+                                   ? std::min<uint32_t>(route_.candidates[w].overlap_blocks * kBlock, r.input_tokens)
+                                   : 0;
+  l.guard = std::make_unique<InflightGuard>(registry_, WorkerId{w}, (uint64_t{r.input_tokens} + kBlock - 1) / kBlock,
+                                            r.input_tokens - cached_pred);
+  if (!engines_[w]->add_request_hashed(id, r.input_tokens, hashes, r.output_tokens, now)) {
+    ++rejected_;  // larger than a worker's whole cache
+    l.guard.reset();
+    return;
+  }
+  dynamo_.add(w, hashes, r.input_tokens % kBlock != 0);
+  hashes_[id] = std::move(hashes);
+  per_worker_[w]++;
+}
+
+PolicyResult Simulation::run(bool progress) {
+  hashes_.resize(w_.size());
+  report(0);
+  size_t next = 0;
+  double last_report = 0;
+  const size_t step = std::max<size_t>(1, w_.size() / 10);
+  while (true) {
+    // Next event: an arrival, an engine step end, or a load report.
+    const double t_arrival = next < w_.size() ? w_[next].t_ms / o_.rate : 1e300;
+    double t_engine = 1e300;
+    uint32_t which = 0;
+    for (uint32_t i = 0; i < o_.workers; ++i)
+      if (auto t = engines_[i]->next_event_time(); t && *t < t_engine) t_engine = *t, which = i;
+    if (t_arrival == 1e300 && t_engine == 1e300) break;
+    const double t_report = last_report + o_.report_ms;
+    if (t_report < t_arrival && t_report < t_engine) {
+      report(last_report = t_report);
+    } else if (t_engine <= t_arrival) {
+      on_engine(which, t_engine);
+    } else {
+      if (progress && next % step == 0) std::fprintf(stderr, "\r  %-16s %3zu%%", policy_.c_str(), next * 100 / w_.size());
+      dispatch(next++, t_arrival);
+    }
+  }
+  if (progress) std::fprintf(stderr, "\r  %-16s 100%%\n", policy_.c_str());
+  return results();
+}
+
+PolicyResult Simulation::results() const {
+  uint64_t prompt_blocks = 0, hit_blocks = 0;
+  for (const auto& l : live_) {
+    if (l.first < 0) continue;
+    prompt_blocks += l.blocks;
+    hit_blocks += std::min<uint64_t>(l.cached / kBlock, l.blocks);
+  }
+  PolicyResult res;
+  res.policy = policy_;
+  res.completed = e2e_.size();
+  res.rejected = rejected_;
+  res.hit_rate = prompt_blocks ? double(hit_blocks) / double(prompt_blocks) : 0;
+  res.ttft_p50 = percentile(ttft_, 0.5);
+  res.ttft_p90 = percentile(ttft_, 0.9);
+  res.ttft_p99 = percentile(ttft_, 0.99);
+  res.e2e_p50 = percentile(e2e_, 0.5);
+  res.e2e_p99 = percentile(e2e_, 0.99);
+  res.ttft_ms = ttft_;
+  res.ttft_mape = registry_.ttft_stats().mape();
+  res.cache_gap = best_cached_ ? 1.0 - double(chosen_cached_) / double(best_cached_) : 0;
+  res.throughput_tok_s = end_time_ > 0 ? double(out_tokens_) / (end_time_ / 1000.0) : 0;
+  const double mean = double(std::accumulate(per_worker_.begin(), per_worker_.end(), uint64_t{0})) / o_.workers;
+  res.imbalance = mean > 0 ? double(*std::max_element(per_worker_.begin(), per_worker_.end())) / mean : 0;
+  return res;
+}
+
+}  // namespace
+
+PolicyResult simulate(const std::vector<SimRequest>& w, const SimOptions& o, const std::string& policy,
+                      const SchedulerConfig* scheduler, bool progress) {
+  Simulation s(w, o, policy, scheduler);
+  return s.run(progress);
+}
+
+}  // namespace kvroute::sim

@@ -1,0 +1,53 @@
+// kvroute-sim's event loop: one workload, one policy, N simulated engines
+// (mocker/engine.h) in virtual time, routed with the production code (the
+// RadixIndexer fed by the engines' KV events, the WorkerRegistry with load
+// reports every report_ms and the router's in-flight accounting, and
+// RoutingService::route_blocks).
+//
+// Threading: simulate() is self-contained (no shared state); callers may run
+// several at once on different threads.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "config/config.h"
+#include "sim/workload.h"
+
+namespace kvroute::sim {
+
+struct SimOptions {
+  uint32_t workers = 8;
+  uint64_t kv_blocks = 8000;  // per worker, 512-token blocks
+  uint32_t max_seqs = 64;
+  double rate = 1.0;          // arrival rate multiplier
+  double report_ms = 100;
+  uint64_t seed = 1;
+  std::vector<std::pair<std::string, std::string>> sets;  // --set key=value for the kvroute policy
+};
+
+// Policies: round_robin, random, least_loaded, dynamo_v01 (DESIGN.md's
+// weighted cost without the in-flight prefill term), dynamo, llmd
+// (sim/policies.h), kvroute (the scheduler's defaults, plus --set keys),
+// kvroute_weighted (kvroute with scheduler.cost = weighted).
+const std::vector<std::string>& known_policies();
+
+struct PolicyResult {
+  std::string policy;
+  double hit_rate = 0, ttft_p50 = 0, ttft_p90 = 0, ttft_p99 = 0, e2e_p50 = 0, e2e_p99 = 0;
+  double throughput_tok_s = 0, imbalance = 0;
+  double ttft_mape = 0;   // the registry's TTFT model: mean |predicted - observed| / observed
+  double cache_gap = 0;   // 1 - cached tokens achieved / best reachable among eligible workers (index view)
+  size_t completed = 0, rejected = 0;
+  std::vector<double> ttft_ms;  // every request's TTFT, for the CDF plot
+};
+
+// `scheduler` (optional) replaces the kvroute policy's scheduler block.
+PolicyResult simulate(const std::vector<SimRequest>& w, const SimOptions& o, const std::string& policy,
+                      const SchedulerConfig* scheduler = nullptr, bool progress = false);
+
+double percentile(std::vector<double> v, double p);
+
+}  // namespace kvroute::sim

@@ -1,0 +1,145 @@
+// Replicas share in-flight load (issue 15): two ReplicaSync instances over a
+// real nats-server (started here on a free port), each with its own registry.
+#include "events/replica_sync.h"
+
+#include <doctest/doctest.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <thread>
+
+using namespace kvroute;
+using namespace std::chrono_literals;
+
+namespace {
+
+uint16_t free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+struct NatsServer {
+  pid_t pid = -1;
+  uint16_t port = free_port();
+  NatsServer() {
+    const char* bin = nullptr;
+    for (const char* c : {"/usr/sbin/nats-server", "/usr/bin/nats-server", "/usr/local/bin/nats-server"})
+      if (::access(c, X_OK) == 0) bin = c;
+    REQUIRE_MESSAGE(bin != nullptr, "nats-server not found (scripts/setup.sh installs it)");
+    const std::string p = std::to_string(port);
+    pid = ::fork();
+    if (pid == 0) {
+      const int null_fd = ::open("/dev/null", O_WRONLY);
+      ::dup2(null_fd, 1);
+      ::dup2(null_fd, 2);
+      ::execl(bin, bin, "-a", "127.0.0.1", "-p", p.c_str(), static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+  }
+  ~NatsServer() {
+    if (pid > 0) {
+      ::kill(pid, SIGTERM);
+      ::waitpid(pid, nullptr, 0);
+    }
+  }
+  std::string url() const { return "nats://127.0.0.1:" + std::to_string(port); }
+};
+
+template <class F>
+bool wait_until(F f, std::chrono::milliseconds limit = 5000ms) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < end) {
+    if (f()) return true;
+    std::this_thread::sleep_for(5ms);
+  }
+  return f();
+}
+
+WorkerView view_of(const WorkerRegistry& r, uint64_t id) {
+  for (const auto& v : r.all())
+    if (v.info->id == WorkerId{id}) return v;
+  FAIL("worker not known");
+  return {};
+}
+
+void announce(WorkerRegistry& r) {
+  for (uint64_t id : {1, 2}) {
+    WorkerAnnouncement a;
+    a.id = WorkerId{id};
+    a.url = "http://127.0.0.1:9";
+    a.model = "m";
+    r.on_heartbeat(a);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("replica snapshots: round trip and malformed input") {
+  ReplicaSnapshot s{0xfeedull, 7, 1000, {{WorkerId{3}, 2, 40, 500}, {WorkerId{9}, 1, 0, 0}}};
+  ReplicaSnapshot back;
+  REQUIRE(decode_replica_snapshot(encode_replica_snapshot(s), back));
+  CHECK(back.replica == 0xfeedull);
+  CHECK(back.seq == 7u);
+  CHECK(back.workers == s.workers);
+  CHECK_FALSE(decode_replica_snapshot("{", back));
+  CHECK_FALSE(decode_replica_snapshot(R"({"replica":1,"seq":1,"ttl_ms":0,"w":[]})", back));
+  CHECK_FALSE(decode_replica_snapshot(R"({"replica":1,"seq":1,"ttl_ms":10,"w":[[1,2,3]]})", back));
+  CHECK_FALSE(decode_replica_snapshot(R"({"replica":1,"seq":1,"ttl_ms":10,"w":[[1,-2,3,4]]})", back));
+}
+
+TEST_CASE("two replicas count each other's in-flight requests; a silent one stops counting after its ttl") {
+  NatsServer server;
+  std::string err;
+  auto bus_a = NatsBus::connect(server.url(), "a", 5s, &err);
+  auto bus_b = NatsBus::connect(server.url(), "b", 5s, &err);
+  REQUIRE_MESSAGE(bus_a, err);
+  REQUIRE_MESSAGE(bus_b, err);
+  SteadyClock& clock = SteadyClock::instance();
+  WorkerRegistry ra(clock), rb(clock);
+  announce(ra);
+  announce(rb);
+  ReplicaSync a(*bus_a, ra, clock, "t", 5ms, 300ms), b(*bus_b, rb, clock, "t", 5ms, 300ms);
+  REQUIRE(a.start(&err));
+  REQUIRE(b.start(&err));
+
+  for (int i = 0; i < 3; ++i) rb.begin_request(WorkerId{1}, 10, 100);  // routed on b
+  REQUIRE(wait_until([&] { return view_of(ra, 1).inflight_requests == 3; }));
+  auto v = view_of(ra, 1);
+  CHECK(v.remote_requests == 3);
+  CHECK(v.inflight_blocks == 30);
+  CHECK(v.pending_prefill_tokens == 300);
+  CHECK(v.predicted.request_active_slots >= 3);
+  rb.first_byte(WorkerId{1}, 100);  // first byte on b: its prefill is over
+  REQUIRE(wait_until([&] { return view_of(ra, 1).pending_prefill_tokens == 200; }));
+
+  ra.begin_request(WorkerId{2}, 5, 50);  // routed on a
+  REQUIRE(wait_until([&] { return view_of(rb, 2).remote_requests == 1; }));
+  // Nobody counts twice: b's own view of worker 1 is its 3 requests, no echo from a.
+  std::this_thread::sleep_for(50ms);
+  CHECK(view_of(rb, 1).inflight_requests == 3);
+  CHECK(view_of(rb, 1).remote_requests == 0);
+  CHECK(view_of(ra, 2).inflight_requests == 1);
+
+  rb.end_request(WorkerId{1}, 10, 0);  // finished on b
+  REQUIRE(wait_until([&] { return view_of(ra, 1).inflight_requests == 2; }));
+
+  b.stop();  // b vanishes (its requests still "in flight" from a's view)
+  const auto t0 = std::chrono::steady_clock::now();
+  REQUIRE(wait_until([&] { return view_of(ra, 1).inflight_requests == 0; }, 3000ms));
+  const auto took = std::chrono::steady_clock::now() - t0;
+  CHECK(took >= 250ms);  // not before its ttl (300 ms, minus the last keep-alive's age)
+  CHECK(a.stats().replicas_expired_total == 1);
+  CHECK(a.stats().peers == 0);
+  a.stop();
+}

@@ -1,0 +1,102 @@
+"""Replicas share in-flight load: a 50-request burst for a prefix cached on
+one worker, split over 2 router replicas, spreads over the workers within +-2
+requests per worker of the spread one replica gives the same burst alone.
+A replica that vanishes stops counting after events.replica_ttl_ms."""
+import collections
+import os
+import tempfile
+import threading
+import time
+import unittest
+import uuid
+
+from busfleet import Fleet, PREFIX, completion, start_extra_router, wait_until, run_unittest_main
+
+BUILD_DIR = "build"
+BURST = 50
+
+
+def burst(fleet, ports, prefix, pace=0.02):
+    """BURST concurrent long requests for `prefix`, alternating over `ports`; returns worker -> count."""
+    out, lock, threads = collections.Counter(), threading.Lock(), []
+
+    def one(i):
+        try:
+            r = fleet.post("/v1/completions", completion(prefix + f" q{i} " + uuid.uuid4().hex[:6], max_tokens=300),
+                           port=ports[i % len(ports)], timeout=60)
+            key = r.header("x-kvroute-worker") if r.status == 200 else f"status {r.status}"
+        except OSError as e:  # the replica was killed (last part of the test)
+            key = f"error {type(e).__name__}"
+        with lock:
+            out[key] += 1
+
+    for i in range(BURST):
+        t = threading.Thread(target=one, args=(i,))
+        t.start()
+        threads.append(t)
+        time.sleep(pace)
+    for t in threads:
+        t.join(timeout=120)
+    return out
+
+
+class Replicas(unittest.TestCase):
+    def test_two_replicas_spread_a_burst_like_one(self):
+        # Engine time at 2x: a 300-token answer takes ~1.5 s, longer than the burst (1 s).
+        with tempfile.TemporaryDirectory() as d, Fleet(BUILD_DIR, d, speedup=2.0) as f:
+            f.start_nats()
+            # 4 workers x 13 request slots (52): a 50-request burst fills nearly all of them,
+            # so one replica's spread is determined (13 on the holder, 12-13 elsewhere).
+            for w in (1, 2, 3, 4):
+                f.start_mocker(w, ("--max-seqs", "13"))
+            # KVROUTE_FAULTS_NO_SYNC=1 shows what this test catches: replicas blind to each other.
+            if os.environ.get("KVROUTE_FAULTS_NO_SYNC"):
+                f.router_args = ["--events.replica_sync", "false"]
+            f.start_router()
+            port_b = start_extra_router(f, "kvroute-b")
+            f.wait_ready(4)
+            self.assertTrue(wait_until(lambda: f.get("/ready", port=port_b).status == 200, 10))
+            if not os.environ.get("KVROUTE_FAULTS_NO_SYNC"):
+                self.assertTrue(wait_until(lambda: f.metric("kvroute_events_replica_peers") == 1, 5))
+
+            def warmed(tag):
+                p = f"{tag} " + PREFIX + uuid.uuid4().hex
+                r = f.post("/v1/completions", completion(p + " warm"))
+                self.assertEqual(r.status, 200, r.body)
+                holder = r.header("x-kvroute-worker")
+                # Both replicas' indexes know it (events reach both).
+                for port in (f.router_port, port_b):
+                    self.assertTrue(wait_until(lambda: f.post("/v1/completions", completion(p + " probe"), port=port)
+                                               .header("x-kvroute-worker") == holder, 5))
+                time.sleep(1.0)  # the probes finish
+                return p
+
+            one = burst(f, [f.router_port], warmed("alone"))
+            two = burst(f, [f.router_port, port_b], warmed("split"))
+            print(f"\n{BURST}-request burst: one replica {dict(one)}; two replicas {dict(two)}")
+            self.assertEqual(sum(one.values()), BURST)
+            self.assertEqual(sum(two.values()), BURST)
+            self.assertGreater(len(one), 1, "the single replica should spread a burst this size")
+            for w in set(one) | set(two):
+                self.assertLessEqual(abs(one[w] - two[w]), 2, f"worker {w}: {one[w]} alone vs {two[w]} split")
+
+            # A replica that vanishes with requests in flight stops counting after its ttl.
+            held = threading.Thread(target=lambda: burst(f, [port_b], "vanish " + uuid.uuid4().hex, pace=0.0))
+            held.start()
+            self.assertTrue(wait_until(
+                lambda: sum(v for k, v in f.metrics().items()
+                            if k.startswith('kvroute_scheduler_worker_active_requests{') and 'predicted' in k) >= 10, 10))
+            f.kill("kvroute-b")
+            t0 = time.time()
+            ok = wait_until(lambda: f.metric("kvroute_events_replica_peers") == 0 and sum(
+                v for k, v in f.metrics().items()
+                if k.startswith('kvroute_scheduler_worker_active_requests{') and 'predicted' in k) == 0, 5)
+            took = time.time() - t0
+            print(f"vanished replica stopped counting after {took:.2f} s (replica_ttl_ms 1000)")
+            self.assertTrue(ok)
+            self.assertGreaterEqual(took, 0.5)
+            held.join(timeout=60)
+
+
+if __name__ == "__main__":
+    run_unittest_main(globals())

@@ -1,0 +1,124 @@
+#include "scheduler/ttft_model.h"
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <random>
+
+#include "scheduler/scheduler.h"
+#include "scheduler/worker_registry.h"
+
+using namespace kvroute;
+
+namespace {
+
+// A worker whose TTFT is linear in the model's features, with 3 % noise.
+double truth(const TtftFeatures& f, std::mt19937_64& rng) {
+  const double k = f.new_tokens / 1000, p = f.pending_tokens / 1000;
+  const double y = 30 + 40 * k + 35 * p + 12 * f.pending_requests + 0.8 * f.running + 2 * k * k;
+  return y * (1 + std::normal_distribution<double>(0, 0.03)(rng));
+}
+
+TtftFeatures random_features(std::mt19937_64& rng) {
+  std::uniform_real_distribution<double> u(0, 1);
+  return TtftFeatures{u(rng) * 8000, u(rng) * 20000, std::floor(u(rng) * 6), std::floor(u(rng) * 64)};
+}
+
+}  // namespace
+
+TEST_CASE("the prior predicts a sensible TTFT before any observation") {
+  TtftModel m;
+  CHECK(m.coefficients().samples == 0);
+  // 2,000 new tokens on an idle worker: 20 + 2 x 15 ms (+ the small quadratic term).
+  CHECK(m.predict_ms(TtftFeatures{2000, 0, 0, 0}) == doctest::Approx(52).epsilon(0.05));
+  // Waiting behind 10,000 queued tokens in 2 requests costs more than an idle worker.
+  CHECK(m.predict_ms(TtftFeatures{2000, 10000, 2, 10}) > m.predict_ms(TtftFeatures{2000, 0, 0, 10}) + 100);
+}
+
+TEST_CASE("recursive least squares learns a worker's TTFT to within a few percent") {
+  std::mt19937_64 rng(7);
+  TtftModel m;
+  for (int i = 0; i < 400; ++i) {
+    const auto f = random_features(rng);
+    m.observe(f, truth(f, rng));
+  }
+  CHECK(m.coefficients().samples == 400);
+  // Held-out requests: mean absolute percentage error against the noiseless truth.
+  double ape = 0;
+  const int n = 300;
+  for (int i = 0; i < n; ++i) {
+    const auto f = random_features(rng);
+    std::mt19937_64 quiet(0);
+    const double k = f.new_tokens / 1000, p = f.pending_tokens / 1000;
+    const double y = 30 + 40 * k + 35 * p + 12 * f.pending_requests + 0.8 * f.running + 2 * k * k;
+    ape += std::abs(m.predict_ms(f) - y) / y;
+  }
+  CHECK(ape / n < 0.03);
+  CHECK(m.coefficients().w[1] == doctest::Approx(40).epsilon(0.15));
+}
+
+TEST_CASE("a bad observation is ignored") {
+  TtftModel m;
+  const auto before = m.coefficients();
+  CHECK(m.observe(TtftFeatures{1000, 0, 0, 0}, 0) == 0);
+  CHECK(m.observe(TtftFeatures{1000, 0, 0, 0}, std::nan("")) == 0);
+  CHECK(m.observe(TtftFeatures{1000, 0, 0, 0}, -5) == 0);
+  CHECK(m.coefficients().samples == 0);
+  CHECK(m.coefficients().w == before.w);
+}
+
+TEST_CASE("the registry learns from first bytes and reports its MAPE") {
+  ManualClock clock;
+  WorkerRegistry reg(clock);
+  WorkerAnnouncement a;
+  a.id = WorkerId{1};
+  a.url = "http://w1";
+  a.model = "m";
+  a.load = WorkerLoad{0, 64, 0, 0, 1000};
+  reg.on_heartbeat(a);
+  for (int i = 0; i < 50; ++i) {
+    InflightGuard g(reg, WorkerId{1}, 10, 4000);  // 4,000 new tokens on an idle worker
+    CHECK(reg.candidates("m")[0].pending_prefill_requests == 1);
+    clock.advance(std::chrono::milliseconds(200));  // this worker is slower than the prior: 200 ms
+    g.first_byte();
+    CHECK(reg.candidates("m")[0].pending_prefill_requests == 0);
+  }
+  const auto stats = reg.ttft_stats();
+  CHECK(stats.samples == 50);
+  CHECK(stats.mape() > 0);
+  const auto view = reg.candidates("m")[0];
+  CHECK(view.ttft.samples == 50);
+  CHECK(view.ttft.predict_ms(TtftFeatures{4000, 0, 0, 0}) == doctest::Approx(200).epsilon(0.05));
+  // A request that never answered releases its pending count at the end.
+  { InflightGuard g(reg, WorkerId{1}, 10, 100); }
+  CHECK(reg.candidates("m")[0].pending_prefill_requests == 0);
+  CHECK(reg.ttft_stats().samples == 50);
+}
+
+TEST_CASE("scheduler.cost predicted_ttft: a long queue on the cache holder loses to recomputing elsewhere") {
+  SchedulerConfig cfg;
+  cfg.cost = "predicted_ttft";
+  SeededRandom rnd(1);
+  Candidate holder, idle;
+  holder.owner.worker = WorkerId{1};
+  holder.overlap_blocks = 50;  // 800 of 1,000 tokens cached (block 16)
+  holder.load = WorkerLoad{4, 64, 0, 100, 1000};
+  idle = holder;
+  idle.owner.worker = WorkerId{2};
+  idle.overlap_blocks = 0;
+  // Nothing queued on the holder: the cache wins.
+  Decision d = schedule({holder, idle}, 1000, 16, cfg, rnd);
+  REQUIRE(d.chosen);
+  CHECK(*d.chosen == 0);
+  CHECK(d.scores[0].predicted_ttft_ms < d.scores[1].predicted_ttft_ms);
+  // 60,000 tokens queued on it in 6 requests: waiting costs more than recomputing 800 tokens.
+  holder.pending_prefill_tokens = 60000;
+  holder.pending_prefill_requests = 6;
+  d = schedule({holder, idle}, 1000, 16, cfg, rnd);
+  CHECK(*d.chosen == 1);
+  CHECK(d.scores[0].cost - d.scores[1].cost ==
+        doctest::Approx((d.scores[0].predicted_ttft_ms - d.scores[1].predicted_ttft_ms) / 1000 +
+                        cfg.gamma * (d.scores[0].slot_ratio - d.scores[1].slot_ratio) +
+                        d.alpha * (d.scores[0].load_deviation - d.scores[1].load_deviation) +
+                        cfg.delta * (d.scores[0].queue_ratio - d.scores[1].queue_ratio)));
+}

@@ -83,8 +83,10 @@ std::optional<std::string> list_to_text(const std::string& path, const YAML::Nod
 
 bool is_list_key(const std::string& path) { return path == "workers.static" || path == "discovery.dns"; }
 
+// `sections` holds every key's prefixes ("scheduler"): a mapping anywhere
+// else is an unknown key, so YAML aliases cannot make the walk exponential.
 std::optional<std::string> walk_yaml(Config& c, const YAML::Node& node, const std::string& prefix,
-                                     std::set<std::string>& known) {
+                                     const std::set<std::string>& known, const std::set<std::string>& sections) {
   if (!node.IsMap()) return fmt::format("{}: expected a mapping", prefix.empty() ? "<root>" : prefix);
   for (const auto& kv : node) {
     std::string key = kv.first.as<std::string>();
@@ -97,7 +99,10 @@ std::optional<std::string> walk_yaml(Config& c, const YAML::Node& node, const st
       continue;
     }
     if (kv.second.IsMap()) {
-      if (auto e = walk_yaml(c, kv.second, path, known)) return e;
+      if (!sections.count(path))
+        return known.count(path) ? fmt::format("{}: expected a scalar value", path)
+                                 : fmt::format("{}: unknown key", path);
+      if (auto e = walk_yaml(c, kv.second, path, known, sections)) return e;
       continue;
     }
     if (!known.count(path)) return fmt::format("{}: unknown key", path);
@@ -129,8 +134,16 @@ std::optional<std::string> set_key(Config& c, std::string_view path, std::string
 }
 
 std::optional<std::string> apply_yaml(Config& c, std::string_view yaml_text) {
-  std::set<std::string> known;
-  for (const auto& k : config_keys()) known.insert(std::string(k.path));
+  // The schema's key paths and their section prefixes, built once (thread-safe static init).
+  static const auto [known, sections] = [] {
+    std::set<std::string> keys, prefixes;
+    for (const auto& k : config_keys()) {
+      keys.insert(std::string(k.path));
+      for (size_t dot = k.path.find('.'); dot != std::string_view::npos; dot = k.path.find('.', dot + 1))
+        prefixes.insert(std::string(k.path.substr(0, dot)));
+    }
+    return std::pair{keys, prefixes};
+  }();
   YAML::Node root;
   try {
     root = YAML::Load(std::string(yaml_text));
@@ -140,7 +153,7 @@ std::optional<std::string> apply_yaml(Config& c, std::string_view yaml_text) {
   if (root.IsNull()) return std::nullopt;  // empty file: defaults
   Config next = c;
   try {
-    if (auto e = walk_yaml(next, root, "", known)) return e;
+    if (auto e = walk_yaml(next, root, "", known, sections)) return e;
   } catch (const YAML::Exception& e) {
     return fmt::format("config: {}", e.msg);
   }

@@ -2,6 +2,8 @@
 
 #include <msgpack.hpp>
 
+#include <bit>
+
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
@@ -339,6 +341,16 @@ bool decode_batch(Dec& d, VllmEventBatch& out) {
 
 using Packer = msgpack::packer<msgpack::sbuffer>;
 
+// A float64 as is (vLLM's ts). msgpack-c's pack_double packs integral values
+// as ints and converts 2^64 to uint64_t, which is undefined (UBSan, found by
+// scripts/fuzz.sh re-encoding a decoded ts of 2^64).
+void pack_float64(msgpack::sbuffer& buf, double d) {
+  const uint64_t bits = std::bit_cast<uint64_t>(d);
+  char b[9] = {static_cast<char>(0xcb)};
+  for (int i = 0; i < 8; ++i) b[1 + i] = static_cast<char>(bits >> (56 - 8 * i));
+  buf.write(b, sizeof b);
+}
+
 void pack_str_or_nil(Packer& pk, const std::string& s) {
   if (s.empty()) pk.pack_nil();
   else pk.pack(s);
@@ -495,7 +507,7 @@ std::string encode_vllm_batch(const VllmEventBatch& batch, VllmEncoding encoding
   if (pos) pk.pack_array(n);
   else pk.pack_map(n);
   if (!pos) pk.pack(std::string_view("ts"));
-  pk.pack_double(batch.ts);
+  pack_float64(buf, batch.ts);
   if (!pos) pk.pack(std::string_view("events"));
   pk.pack_array(static_cast<uint32_t>(batch.events.size()));
   for (const VllmEvent& e : batch.events) {

@@ -2,11 +2,20 @@
 # The README's first command: installs what is missing, builds, then runs the
 # embedded default — a local nats-server, three kvroute-mocker workers and
 # kvroute — and prints a request to paste. Ctrl-C stops everything.
+#   --vllm              no NATS at all: the three mockers act as vLLM servers (ZMQ KV
+#                       events + replay, vLLM /metrics) listed in kvroute's config
+#                       (workers.static), as a real vLLM fleet is connected
 #   KVROUTE_PORT        router port (default 8080, or a free one if taken)
 #   KVROUTE_ADMIN_PORT  admin port: API and status page (default 8081, or a free one if taken)
 #   KVROUTE_ADMIN_TOKEN admin token (default: a random one, printed)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+MODE=nats
+case "${1:-}" in
+  --vllm) MODE=vllm ;;
+  "") ;;
+  *) echo "usage: scripts/demo.sh [--vllm]" >&2; exit 2 ;;
+esac
 [ "${KVROUTE_SKIP_SETUP:-0}" = 1 ] || bash scripts/setup.sh   # tests/integration/test_demo.py skips it
 export PATH="$PATH:/usr/sbin:/sbin"
 BIN=${BUILD_DIR:-build}
@@ -43,23 +52,42 @@ ADMIN_PORT=$(free_port "${KVROUTE_ADMIN_PORT:-8081}")
 [ "$ADMIN_PORT" = "$ROUTER_PORT" ] && ADMIN_PORT=$(free_port 0)
 export KVROUTE_ADMIN_TOKEN=${KVROUTE_ADMIN_TOKEN:-$(head -c 18 /dev/urandom | base64 | tr '+/' '-_')}
 # ---- end admin
-nats-server -a 127.0.0.1 -p "$NATS_PORT" >"$RUN/nats.log" 2>&1 &
-pids+=($!)
-for i in 1 2 3; do
-  "$BIN/mocker/kvroute-mocker" --worker-id "$i" --port 0 --nats-url "nats://127.0.0.1:$NATS_PORT" \
-    >"$RUN/mocker-$i.log" 2>&1 &
+if [ "$MODE" = nats ]; then
+  nats-server -a 127.0.0.1 -p "$NATS_PORT" >"$RUN/nats.log" 2>&1 &
   pids+=($!)
-done
+  for i in 1 2 3; do
+    "$BIN/mocker/kvroute-mocker" --worker-id "$i" --port 0 --nats-url "nats://127.0.0.1:$NATS_PORT" \
+      >"$RUN/mocker-$i.log" 2>&1 &
+    pids+=($!)
+  done
+  NATS_URL="nats://127.0.0.1:$NATS_PORT"
+  WHAT="nats on $NATS_PORT, 3 simulated workers"
+else
+  # vLLM mode: each mocker prints "kvroute-mocker zmq kv_events E replay R listening on URL".
+  CONFIG="$RUN/kvroute-vllm.yaml"
+  printf 'workers:\n  static:\n' >"$CONFIG"
+  for i in 1 2 3; do
+    "$BIN/mocker/kvroute-mocker" --worker-id "$i" --port 0 --zmq-endpoint tcp://127.0.0.1:0 \
+      --zmq-replay-endpoint tcp://127.0.0.1:0 >"$RUN/mocker-$i.out" 2>"$RUN/mocker-$i.log" &
+    pids+=($!)
+    for _ in $(seq 1 100); do grep -q "listening on" "$RUN/mocker-$i.out" 2>/dev/null && break; sleep 0.1; done
+    read -r _ _ _ kv _ replay _ _ url < "$RUN/mocker-$i.out"
+    printf '    - {id: %s, url: "%s", model: mock-model, kv_events: "%s", replay: "%s"}\n' \
+      "$i" "$url" "$kv" "$replay" >>"$CONFIG"
+  done
+  NATS_URL=""
+  WHAT="no NATS: 3 simulated vLLM workers from $CONFIG"
+fi
 # The token reaches kvroute through KVROUTE_ADMIN_TOKEN (not argv: ps would show it).
-"$BIN/router/kvroute" --router.host 127.0.0.1 --router.port "$ROUTER_PORT" --admin.port "$ADMIN_PORT" \
-  --events.nats_url "nats://127.0.0.1:$NATS_PORT" >"$RUN/kvroute.log" 2>&1 &
+"$BIN/router/kvroute" ${CONFIG:+--config "$CONFIG"} --router.host 127.0.0.1 --router.port "$ROUTER_PORT" \
+  --admin.port "$ADMIN_PORT" --events.nats_url "$NATS_URL" >"$RUN/kvroute.log" 2>&1 &
 pids+=($!)
 wait_for "http://127.0.0.1:$ROUTER_PORT/ready" 30
 wait_for "http://127.0.0.1:$ADMIN_PORT/ui" 10
 
 cat <<MSG
 
-kvroute is up on http://127.0.0.1:$ROUTER_PORT (nats on $NATS_PORT, 3 simulated workers; logs in $RUN/).
+kvroute is up on http://127.0.0.1:$ROUTER_PORT ($WHAT; logs in $RUN/).
 Try it (run twice: the second answer shows cached tokens):
 
 curl -si http://127.0.0.1:$ROUTER_PORT/v1/chat/completions -H 'content-type: application/json' \\

@@ -23,6 +23,8 @@ PACKAGES=(
   openssl
   # tokenizer tests: corpus sources (tests/tokenizer/make_corpus.py) and Unicode data
   unicode-data wamerican fortunes fortunes-de fortunes-es fortunes-ru fortunes-it fortunes-cs fortunes-zh
+  # tests/fuzz/ (scripts/fuzz.sh): clang 14 with libFuzzer and the ASan/UBSan runtimes
+  clang-14 libclang-rt-14-dev
   # tokenizer tests: the Python Jinja2 reference (tests/tokenizer/jinja_python_reference.sh)
   python3-jinja2
 )

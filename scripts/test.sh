@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The README's second command: installs what is missing, builds, and runs
-# every test (ctest: unit, integration, bench-smoke). .ci/run calls exactly this.
+# every test (ctest -j2: unit, integration, faults, fuzz, image, bench-smoke). .ci/run calls exactly this.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 KVROUTE_TEST_PACKAGES=1 bash scripts/setup.sh
@@ -16,4 +16,4 @@ if [ ! -d tests/integration/browser/node_modules/playwright-core ]; then
 fi
 export PATH="$PATH:/usr/sbin:/sbin"   # nats-server lives in /usr/sbin
 cd "${BUILD_DIR:-build}"
-ctest --output-on-failure --timeout 600 -j1 "$@"
+ctest --output-on-failure --timeout 600 -j2 "$@"   # the suite passes under -j1 too

@@ -95,6 +95,38 @@ TEST_CASE("config/README.md documents every key") {
     CHECK_MESSAGE(doc.find("| `" + std::string(k.path) + "` |") != std::string::npos, k.path, " is not documented");
 }
 
+// Found by tests/fuzz/config.cpp (inputs in tests/fuzz/regressions/config/).
+TEST_CASE("NaN is refused for every numeric key, integer keys too (no undefined conversion)") {
+  Config c;
+  for (const char* key : {"scheduler.gamma", "scheduler.temperature", "router.port", "indexer.approx_max_entries"}) {
+    auto e = set_key(c, key, "nan");
+    REQUIRE_MESSAGE(e.has_value(), key);
+    CHECK(e->find("is not a finite number") != std::string::npos);
+  }
+  auto e = apply_yaml(c, "scheduler:\n  gamma: nan\n");
+  REQUIRE(e.has_value());
+  CHECK(e->find("scheduler.gamma") != std::string::npos);
+  CHECK(c.scheduler.gamma == Config{}.scheduler.gamma);
+}
+
+TEST_CASE("a mapping outside the known sections is an unknown key (no exponential alias walk)") {
+  // 2^40 paths through aliases if the walk followed mappings it does not know.
+  std::string yaml = "a0: &a0 {}\n";
+  for (int i = 1; i < 40; ++i)
+    yaml += "a" + std::to_string(i) + ": &a" + std::to_string(i) + " {x: *a" + std::to_string(i - 1) + ", y: *a" +
+            std::to_string(i - 1) + "}\n";
+  Config c;
+  auto e = apply_yaml(c, yaml);
+  REQUIRE(e.has_value());
+  CHECK(*e == "a0: unknown key");
+  e = apply_yaml(c, "scheduler:\n  gamma:\n    deeper: 1\n");
+  REQUIRE(e.has_value());
+  CHECK(*e == "scheduler.gamma: expected a scalar value");
+  // Sections still take mappings, also through an alias.
+  REQUIRE_FALSE(apply_yaml(c, "router: &r {threads: 3}\n").has_value());
+  CHECK(c.router.threads == 3);
+}
+
 TEST_CASE("workers.static: a YAML list of workers, or the compact text form; errors name entry and field") {
   Config c;
   REQUIRE_FALSE(apply_yaml(c, R"(

@@ -304,6 +304,24 @@ TEST_CASE("offset_endpoint_port follows vLLM") {
   CHECK(offset_endpoint_port("", 2).empty());
 }
 
+// Found by scripts/fuzz.sh (tests/fuzz/regressions/vllm_wire/ts-2pow64-reencode):
+// msgpack-c's pack_double converted ts = 2^64 to uint64_t (undefined).
+TEST_CASE("ts is encoded as a float64 whatever its value, and decodes back unchanged") {
+  for (double ts : {0.0, 1.5, 1e9, 18446744073709551616.0, -1.0, 1e300}) {
+    VllmEventBatch b;
+    b.ts = ts;
+    b.events.push_back(VllmAllBlocksCleared{});
+    for (auto enc : {VllmEncoding::Positional, VllmEncoding::TaggedMap}) {
+      const std::string bytes = encode_vllm_batch(b, enc);
+      VllmEventBatch back;
+      REQUIRE(decode_vllm_batch({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()}, DecodeLimits{}, back) ==
+              DecodeError::None);
+      CHECK(back.ts == ts);
+      CHECK(bytes.find('\xcb') != std::string::npos);  // float64 marker, never an int
+    }
+  }
+}
+
 TEST_CASE("decoding into a reused batch never leaks the previous batch's values") {
   VllmEventBatch out;
   const std::string first = encode_vllm_batch(sample_batch(), VllmEncoding::Positional);

@@ -48,11 +48,20 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build-dir", default="build")
     args = ap.parse_args()
+    for mode in ([], ["--vllm"]):
+        run_demo(args, mode)
+    print("2 passed, 0 failed")
+    return 0
+
+
+def run_demo(args, mode):
+    """scripts/demo.sh [mode]: the embedded default (NATS) or --vllm (no NATS)."""
+    print(f"# scripts/demo.sh {' '.join(mode)}")
     with tempfile.TemporaryDirectory(prefix="kvroute-demo-") as tmp:
         env = dict(os.environ, BUILD_DIR=os.path.abspath(args.build_dir), KVROUTE_SKIP_SETUP="1",
                    KVROUTE_RUN_DIR=tmp, KVROUTE_PORT="0", KVROUTE_ADMIN_PORT="0")
         env.pop("KVROUTE_ADMIN_TOKEN", None)
-        proc = subprocess.Popen(["bash", os.path.join(ROOT, "scripts", "demo.sh")], cwd=ROOT, env=env,
+        proc = subprocess.Popen(["bash", os.path.join(ROOT, "scripts", "demo.sh"), *mode], cwd=ROOT, env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
         try:
             text = read_until(proc, "Press Ctrl-C", 60)
@@ -72,6 +81,25 @@ def main():
             status, _, cfg = get(base + "/admin/config", token)
             assert status == 200 and token not in cfg and "<redacted>" in cfg, cfg
             print("ok - GET /admin/config does not return the token")
+            if mode == ["--vllm"]:
+                assert "no NATS" in text, text
+                ws = json.loads(get(base + "/admin/workers", token)[2])
+                assert sorted(w["source"] for w in ws) == ["static"] * 3, ws
+                router = re.search(r"kvroute is up on (http://127\.0\.0\.1:\d+)", text).group(1)
+                body = json.dumps({"model": "mock-model", "prompt": "demo " * 80, "max_tokens": 2}).encode()
+                cached = []
+
+                def send():
+                    req = urllib.request.Request(router + "/v1/completions", data=body,
+                                                 headers={"content-type": "application/json"})
+                    with urllib.request.urlopen(req, timeout=10) as r:
+                        cached.append(int(r.headers["x-kvroute-cached-tokens"]))
+                    return cached[-1]
+
+                send()
+                # Polls until the first answer's KV events have reached the index.
+                assert cached[0] == 0 and wait_until(lambda: send() > 0, 10), cached
+                print("ok - --vllm: no NATS, 3 static vLLM-mode workers, the second request is cached")
         finally:
             os.killpg(proc.pid, signal.SIGINT)
             try:
@@ -79,8 +107,6 @@ def main():
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
-    print("1 passed, 0 failed")
-    return 0
 
 
 if __name__ == "__main__":

@@ -5,23 +5,27 @@
 #   (a) wrk -> one mocker directly,
 #   (b) wrk -> kvroute -> 3 mockers,
 #   (c) wrk -> nginx (Debian, plain round-robin reverse proxy, keepalive) -> the same 3 mockers,
-#   and, in the throughput rounds, the floor of kvroute's design: bench/proxy/floor_proxy.cpp
-#   (Asio + Beast, round-robin, nothing of kvroute's own),
+#   (d) the floor of kvroute's design: bench/proxy/floor_proxy.cpp (Asio + Beast, round-robin,
+#       nothing of kvroute's own; the same socket calls per request as kvroute; allocates
+#       nothing per request once warm, which it counts and reports),
 # with the same small non-streaming completion (1 prompt token block, max_tokens 1):
-#   - latency: one connection, one request at a time, 8 s each; added latency = p50/p99
-#     of (b) - (a). At one connection the latency is the proxy's own cost, not queueing
-#     (under saturation p50 is just connections / throughput);
+#   - latency: one connection, one request at a time, ROUNDS rounds (default 5) of
+#     LAT_SECONDS (default 4) per target, the order rotating each round; p50/p99 are
+#     medians over the rounds; added latency = kvroute (or nginx, floor) - direct.
+#     At one connection the latency is the proxy's own cost, not queueing;
 #   - throughput: 16 connections (2 wrk threads), saturating the machine, ROUNDS
-#     rounds (default 5) of (b), (c) and the floor, 5 s each; throughput ratio =
-#     median over the rounds of req/s (b) / req/s (c). Everything shares the 2
+#     rounds of kvroute, nginx and the floor, 5 s each, the order rotating each
+#     round; throughput ratio = median over the rounds of req/s kvroute / req/s nginx.
+#     Everything shares the 2
 #     cores, so this is CPU per request of the whole path: wrk + proxy + mockers.
 #     Like for like: kvroute and the floor proxy run THREADS io threads (default 1)
 #     and nginx THREADS worker processes, and each proxy runs in a session of its
 #     own, as a service would. (nginx daemonizes into its own session; with the
 #     kernel's autogroup scheduling a proxy left in the benchmark's session would
 #     share one CPU share with wrk and the mockers and be preempted by them.)
-# Then a streaming run: N concurrent SSE
-# streams through kvroute (default 10,000), counting errors and kvroute's peak RSS.
+# Then a streaming run: N concurrent SSE streams through kvroute (default
+# 10,000); a stream counts once established (200 and its first event arrived,
+# bench/proxy/streams.py), with errors and kvroute's peak RSS.
 # Mockers run with --speedup 1000 (the engine's time is nearly free) for the latency runs.
 #
 # Run: bash bench/proxy.sh [STREAMS]    (after scripts/setup.sh; installs wrk and nginx-light)
@@ -114,14 +118,29 @@ errs = re.search(r"Non-2xx or 3xx responses: (\d+)", t)
 print(rps, p50, p99, errs.group(1) if errs else 0)
 PY
 }
-# Interleaved (direct, kvroute, nginx) so that a change in the machine's load hits all three.
-read -r _ D_P50 D_P99 D_ERR < <(run_wrk direct-1 "${MPORTS[0]}" 1 1 8)
-read -r _ K_P50 K_P99 K_ERR < <(run_wrk kvroute-1 "$RPORT" 1 1 8)
-read -r _ N_P50 N_P99 N_ERR < <(run_wrk nginx-1 "$NPORT" 1 1 8)
+# Rounds rotate the order of the targets (round r starts at target r mod n), so
+# no target always runs first or last, right after another one's burst.
+rotate() {  # round items... -> the items rotated left by round mod count
+  local r=$1; shift; local a=("$@"); local n=${#a[@]} i
+  for ((i = 0; i < n; i++)); do printf '%s ' "${a[$(((i + r) % n))]}"; done
+}
+# Latency at one connection, ROUNDS rounds of LAT_SECONDS each per target; the
+# figures are the medians over rounds (one run is at the mercy of one burst
+# of a neighbour on this shared machine).
+LAT_SECONDS=${LAT_SECONDS:-4}
+declare -A PORT_OF=([direct]="${MPORTS[0]}" [kvroute]="$RPORT" [nginx]="$NPORT" [floor]="$FPORT")
+declare -A L50 L99 LERR
+for round in $(seq "$ROUNDS"); do
+  for t in $(rotate "$round" direct kvroute nginx floor); do
+    read -r _ p50 p99 e < <(run_wrk "$t-1" "${PORT_OF[$t]}" 1 1 "$LAT_SECONDS")
+    L50[$t]="${L50[$t]:-} $p50"; L99[$t]="${L99[$t]:-} $p99"; LERR[$t]=$(( ${LERR[$t]:-0} + e ))
+  done
+  echo "latency round $round: p50 us direct ${L50[direct]##* } kvroute ${L50[kvroute]##* } nginx ${L50[nginx]##* } floor ${L50[floor]##* }"
+done
 read -r D_RPS D_L50 D_L99 D_ERR2 < <(run_wrk direct "${MPORTS[0]}" 2 16 5)
-# Throughput: ROUNDS rounds of (kvroute, nginx, floor), 5 s each, back to back;
-# the ratio is the median of the per-round ratios (this machine is shared: a
-# neighbour's burst then spoils one round, not the figure).
+# Throughput: ROUNDS rounds of (kvroute, nginx, floor) in rotated order, 5 s
+# each; the ratio is the median of the per-round ratios (this machine is
+# shared: a neighbour's burst then spoils one round, not the figure).
 # Each proxy's CPU per request (user + system, all its threads or workers,
 # from /proc/PID/stat around the round) is printed too: on a shared machine it
 # is steadier than req/s, and it is what the ratio comes from.
@@ -129,38 +148,54 @@ cpu_ticks() { local t=0 p; for p in "$@"; do t=$((t + $(awk '{print $14 + $15}' 
 NGINX_WORKER_PIDS=$(pgrep -P "$(cat "$W/nginx.pid")" | tr '\n' ' ')
 TICK_US=$((1000000 / $(getconf CLK_TCK)))
 RATIOS=(); K_ALL=(); N_ALL=(); K_CPU=(); N_CPU=(); F_ALL=(); F_CPU=(); K_ERR2=0; N_ERR2=0
+declare -A PIDS_OF=([kvroute]="$KVPID" [nginx]="$NGINX_WORKER_PIDS" [floor]="$FLOORPID")
+declare -A RPS CPU ERRS
 for round in $(seq "$ROUNDS"); do
-  c0=$(cpu_ticks "$KVPID")
-  read -r K_RPS K_L50 K_L99 e < <(run_wrk kvroute "$RPORT" 2 16 5); K_ERR2=$((K_ERR2 + e))
-  c1=$(cpu_ticks "$KVPID")
-  # shellcheck disable=SC2086
-  n0=$(cpu_ticks $NGINX_WORKER_PIDS)
-  read -r N_RPS N_L50 N_L99 e < <(run_wrk nginx "$NPORT" 2 16 5); N_ERR2=$((N_ERR2 + e))
-  # shellcheck disable=SC2086
-  n1=$(cpu_ticks $NGINX_WORKER_PIDS)
-  f0=$(cpu_ticks "$FLOORPID")
-  read -r F_RPS _ _ _ < <(run_wrk floor "$FPORT" 2 16 5)
-  f1=$(cpu_ticks "$FLOORPID")
-  F_ALL+=("$F_RPS"); F_CPU+=("$(python3 -c "print(round(($f1 - $f0) * $TICK_US / ($F_RPS * 5), 1))")")
+  for t in $(rotate "$round" kvroute nginx floor); do
+    # shellcheck disable=SC2086
+    c0=$(cpu_ticks ${PIDS_OF[$t]})
+    read -r rps l50 l99 e < <(run_wrk "$t" "${PORT_OF[$t]}" 2 16 5)
+    # shellcheck disable=SC2086
+    c1=$(cpu_ticks ${PIDS_OF[$t]})
+    RPS[$t]=$rps; ERRS[$t]=$(( ${ERRS[$t]:-0} + e ))
+    CPU[$t]=$(python3 -c "print(round(($c1 - $c0) * $TICK_US / ($rps * 5), 1))")
+    [ "$t" = kvroute ] && { K_L50=$l50; K_L99=$l99; }
+    [ "$t" = nginx ] && { N_L50=$l50; N_L99=$l99; }
+  done
+  K_RPS=${RPS[kvroute]}; N_RPS=${RPS[nginx]}; F_RPS=${RPS[floor]}
   RATIOS+=("$(python3 -c "print(round($K_RPS / $N_RPS, 3))")")
-  K_CPU+=("$(python3 -c "print(round(($c1 - $c0) * $TICK_US / ($K_RPS * 5), 1))")")
-  N_CPU+=("$(python3 -c "print(round(($n1 - $n0) * $TICK_US / ($N_RPS * 5), 1))")")
-  echo "throughput round $round: kvroute $K_RPS req/s (${K_CPU[-1]} us CPU/request)," \
+  K_CPU+=("${CPU[kvroute]}"); N_CPU+=("${CPU[nginx]}"); F_CPU+=("${CPU[floor]}")
+  echo "throughput round $round (order: $(rotate "$round" kvroute nginx floor)): kvroute $K_RPS req/s (${K_CPU[-1]} us CPU/request)," \
        "nginx $N_RPS req/s (${N_CPU[-1]} us CPU/request), ratio ${RATIOS[-1]};" \
        "floor $F_RPS req/s (${F_CPU[-1]} us CPU/request)"
-  K_ALL+=("$K_RPS"); N_ALL+=("$N_RPS")
+  K_ALL+=("$K_RPS"); N_ALL+=("$N_RPS"); F_ALL+=("$F_RPS")
 done
+K_ERR2=${ERRS[kvroute]}; N_ERR2=${ERRS[nginx]}
 median() { printf '%s\n' "$@" | sort -g | awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
+# shellcheck disable=SC2086
+D_P50=$(median ${L50[direct]}); D_P99=$(median ${L99[direct]}); D_ERR=${LERR[direct]}
+# shellcheck disable=SC2086
+K_P50=$(median ${L50[kvroute]}); K_P99=$(median ${L99[kvroute]}); K_ERR=${LERR[kvroute]}
+# shellcheck disable=SC2086
+N_P50=$(median ${L50[nginx]}); N_P99=$(median ${L99[nginx]}); N_ERR=${LERR[nginx]}
+# shellcheck disable=SC2086
+FL_P50=$(median ${L50[floor]}); FL_P99=$(median ${L99[floor]})
 K_CPU_MED=$(median "${K_CPU[@]}"); N_CPU_MED=$(median "${N_CPU[@]}")
 F_RPS=$(median "${F_ALL[@]}"); F_CPU_MED=$(median "${F_CPU[@]}")
 RATIO=$(median "${RATIOS[@]}")
 K_RPS=$(median "${K_ALL[@]}"); N_RPS=$(median "${N_ALL[@]}")
-# c16 columns: req/s is the median round, latencies are the last round's.
+# c1 columns: medians over the latency rounds; c16: req/s is the median round,
+# latencies are the last round's.
 printf '%-8s %14s %14s %12s %16s %16s %8s\n' target c1_p50_us c1_p99_us c16_req/s c16_p50_us c16_p99_us non2xx
 printf '%-8s %14.0f %14.0f %12.0f %16.0f %16.0f %8s\n' \
   direct "$D_P50" "$D_P99" "$D_RPS" "$D_L50" "$D_L99" "$((D_ERR + D_ERR2))" \
   kvroute "$K_P50" "$K_P99" "$K_RPS" "$K_L50" "$K_L99" "$((K_ERR + K_ERR2))" \
   nginx "$N_P50" "$N_P99" "$N_RPS" "$N_L50" "$N_L99" "$((N_ERR + N_ERR2))"
+# The floor allocates nothing per request once warm: it counts its heap
+# allocations (replaced operator new) and prints them when stopped.
+kill -TERM "$FLOORPID"; wait "$FLOORPID" 2>/dev/null || true
+FLOOR_ALLOCS=$(sed -n 's/.*per request: \([-0-9.]*\).*/\1/p' "$W/floor.log")
+echo "floor proxy: $(cat "$W/floor.log")"
 
 # Streaming: slow decode so every stream stays open while all are established.
 kill "${pids[@]:1}" 2>/dev/null || true; wait "${pids[@]:1}" 2>/dev/null || true; pids=("${pids[0]}"); MPORTS=()
@@ -178,7 +213,8 @@ STREAM_JSON=$(python3 bench/proxy/streams.py "$RPORT" "$STREAMS" 20)
 echo "streams: $STREAM_JSON"
 RSS_MB=$(( $(cat "$PEAK_FILE") / 1024 ))
 python3 - "$D_P50" "$D_P99" "$K_P50" "$K_P99" "$K_RPS" "$N_RPS" "$STREAM_JSON" "$RSS_MB" "$N_P50" "$N_P99" "$RATIO" \
-  "${RATIOS[*]}" "$K_CPU_MED" "$N_CPU_MED" "$F_RPS" "$F_CPU_MED" "$THREADS" <<'PY'
+  "${RATIOS[*]}" "$K_CPU_MED" "$N_CPU_MED" "$F_RPS" "$F_CPU_MED" "$THREADS" "$FL_P50" "$FL_P99" "${FLOOR_ALLOCS:--1}" \
+  "$ROUNDS" <<'PY'
 import json, sys
 d50, d99, k50, k99, krps, nrps = map(float, sys.argv[1:7])
 s = json.loads(sys.argv[7])
@@ -187,13 +223,16 @@ ratio, rounds = float(sys.argv[11]), [float(x) for x in sys.argv[12].split()]
 kcpu, ncpu = float(sys.argv[13]), float(sys.argv[14])
 frps, fcpu = float(sys.argv[15]), float(sys.argv[16])
 threads = int(sys.argv[17])
+fl50, fl99, floor_allocs, rounds_n = float(sys.argv[18]), float(sys.argv[19]), float(sys.argv[20]), int(sys.argv[21])
 print(json.dumps({"added_latency_p50_us": round(k50 - d50, 1), "added_latency_p99_us": round(k99 - d99, 1),
                   "nginx_added_latency_p50_us": round(n50 - d50, 1), "nginx_added_latency_p99_us": round(n99 - d99, 1),
                   "throughput_ratio_vs_nginx": ratio, "throughput_ratio_rounds": rounds, "proxy_threads": threads,
                   "kvroute_rps_median": krps, "nginx_rps_median": nrps,
                   "kvroute_cpu_us_per_request": kcpu, "nginx_cpu_us_per_request": ncpu,
                   "floor_rps_median": frps, "floor_cpu_us_per_request": fcpu,
-                  "streams_requested": s["concurrent_streams"], "concurrent_streams": s["peak_open"],
+                  "floor_added_latency_p50_us": round(fl50 - d50, 1), "floor_added_latency_p99_us": round(fl99 - d99, 1),
+                  "floor_allocations_per_request": floor_allocs, "rounds": rounds_n, "latency": "median over rounds",
+                  "streams_requested": s["streams_requested"], "concurrent_streams": s["peak_established"],
                   "streams_completed": s["completed"],
                   "stream_errors": s["stream_errors"], "router_rss_mb": int(sys.argv[8])}))
 PY

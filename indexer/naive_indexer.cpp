@@ -107,30 +107,39 @@ void NaiveIndexer::remove_worker(WorkerId worker) {
   for (const auto& o : owners) clear_locked(o);
 }
 
+// Dynamo v1's lookup (ai-dynamo/dynamo lib/kv-router/src/radix_tree.rs,
+// RadixTree::find_matches): one score map for the whole walk, updated in
+// place level by level, no map rebuilt per block. An owner's entry advances
+// while it holds every block so far (its score equals the depth); the walk
+// stops at the first level where nobody advanced.
 OverlapScores NaiveIndexer::find_matches(std::span<const LocalBlockHash> blocks) const {
   std::lock_guard lk(mu_);
   OverlapScores out;
-  std::unordered_map<CacheOwner, OwnerOverlap> live;
+  std::unordered_map<CacheOwner, OwnerOverlap> scores;
   const Node* n = &root_;
   for (size_t i = 0; i < blocks.size(); ++i) {
     auto it = n->children.find(blocks[i]);
     if (it == n->children.end()) break;
     n = it->second.get();
-    std::unordered_map<CacheOwner, OwnerOverlap> next;
+    size_t advanced = 0;
     for (const auto& [o, held] : n->owners) {
-      const StorageTier tier = held.first;
-      if (i > 0 && !live.count(o)) continue;
-      OwnerOverlap ov = i > 0 ? live[o] : OwnerOverlap{o, 0, {}};
-      ov.blocks += 1;
-      ov.by_tier[static_cast<size_t>(tier)] += 1;
-      next[o] = ov;
+      OwnerOverlap* ov;
+      if (i == 0) {
+        ov = &scores[o];
+        ov->owner = o;
+      } else {
+        auto s = scores.find(o);
+        if (s == scores.end() || s->second.blocks != i) continue;  // dropped out earlier
+        ov = &s->second;
+      }
+      ov->blocks += 1;
+      ov->by_tier[static_cast<size_t>(held.first)] += 1;
+      ++advanced;
     }
-    for (auto& [o, ov] : live)
-      if (!next.count(o)) out.owners.push_back(ov);
-    live = std::move(next);
-    if (live.empty()) break;
+    if (advanced == 0) break;
   }
-  for (auto& [o, ov] : live) out.owners.push_back(ov);
+  out.owners.reserve(scores.size());
+  for (auto& [o, ov] : scores) out.owners.push_back(ov);
   return out;
 }
 

@@ -1,6 +1,8 @@
 // The reference index: the design Dynamo started from. Each node is a hash
-// map of children plus a hash set of owners; one mutex. Obviously correct,
-// slow and large: the conformance suite and the benchmark compare against it.
+// map of children plus a hash map of owners; one mutex. find_matches is
+// Dynamo v1's (lib/kv-router/src/radix_tree.rs): one score map updated in
+// place while walking. Obviously correct, simple, large: the conformance
+// suite and the benchmark compare against it.
 // Thread-safe (one mutex for everything).
 #pragma once
 

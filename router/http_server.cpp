@@ -758,6 +758,7 @@ struct HttpServer::Impl {
   awaitable<bool> handle_admin(ClientConn& client, ClientRequest& req);
   // proxy() and its phases, in order (see proxy()).
   awaitable<bool> proxy(ClientConn& client, ClientRequest& req, ApiKind kind, IoThread& io);
+  bool sticky_session(const Exchange& x) const;
   bool route_request(Exchange& x);
   awaitable<void> wait_in_queue(Exchange& x);
   bool accept_route(Exchange& x);
@@ -1085,10 +1086,22 @@ void HttpServer::Impl::client_cancelled(Exchange& x, unsigned status) {
   finish(x, status, "client_cancel");
 }
 
+// The request's session (x-session-id, else the OpenAI `user` field).
+static std::string_view session_key(const Exchange& x) {
+  return x.req.session.empty() ? std::string_view(x.client.parsed.user) : std::string_view(x.req.session);
+}
+
+// Session affinity applies (router/session_affinity.h): the decision scores
+// every eligible worker (not the fast path's few), so the session's worker is
+// compared with the choice wherever it ranks.
+bool HttpServer::Impl::sticky_session(const Exchange& x) const {
+  return hooks.sessions && x.cfg.scheduler.session_affinity && !session_key(x).empty();
+}
+
 // Routes the parsed request into client.route. True: every worker is busy
 // and the request may wait in the queue (wait_in_queue()).
 bool HttpServer::Impl::route_request(Exchange& x) {
-  hooks.routing->route(x.client.parsed, x.client.route);
+  hooks.routing->route(x.client.parsed, x.client.route, /*rank_all=*/false, sticky_session(x));
   const RouteResult& route = x.client.route;
   return !route.ok && route.error.code == "workers_busy" && x.cfg.scheduler.queue_size > 0;
 }
@@ -1113,7 +1126,7 @@ awaitable<void> HttpServer::Impl::wait_in_queue(Exchange& x) {
          !x.cut) {
     timer.expires_after(kQueuePoll);
     co_await timer.async_wait(nothrow(ec));
-    hooks.routing->reroute(x.client.parsed.model, route);  // keeps the request's tokens and hashes
+    hooks.routing->reroute(x.client.parsed.model, route, sticky_session(x));  // keeps the request's tokens and hashes
   }
   queued.fetch_sub(1);
   if (m) m->queued_requests.get().add(-1);
@@ -1135,9 +1148,7 @@ bool HttpServer::Impl::accept_route(Exchange& x) {
   x.rec.prompt_tokens = route.isl_tokens;
   if (!route.ok) return false;
   x.model_label = x.client.parsed.model;  // bounded: a model some worker announced
-  if (hooks.sessions && x.cfg.scheduler.session_affinity)  // router/session_affinity.h
-    hooks.sessions->apply(x.req.session.empty() ? std::string_view(x.client.parsed.user) : std::string_view(x.req.session),
-                          x.cfg.indexer.block_size, x.client.route);
+  if (sticky_session(x)) hooks.sessions->apply(session_key(x), x.cfg.indexer.block_size, x.client.route);
   if (hooks.on_routed) hooks.on_routed(x.client.parsed, route);
   return true;
 }

@@ -82,7 +82,7 @@ RouteResult RoutingService::route(const ParsedRequest& request, bool rank_all) c
   return out;
 }
 
-void RoutingService::route(const ParsedRequest& request, RouteResult& out, bool rank_all) const {
+void RoutingService::route(const ParsedRequest& request, RouteResult& out, bool rank_all, bool score_all) const {
   out.reset();
   const auto cfg = config_.get();
   const auto t0 = StageClock::now();
@@ -105,17 +105,17 @@ void RoutingService::route(const ParsedRequest& request, RouteResult& out, bool 
   hash_blocks(tokens, cfg->indexer.block_size, ns, out.block_hashes);
   out.stage_seconds[0] = seconds_between(t0, t1);
   out.stage_seconds[1] = seconds_between(t1, StageClock::now());
-  decide(*cfg, request.model, static_cast<uint32_t>(tokens.size()), rank_all, out);
+  decide(*cfg, request.model, static_cast<uint32_t>(tokens.size()), rank_all, score_all, out);
 }
 
 void RoutingService::route_blocks(std::string_view model, uint32_t isl_tokens, std::vector<LocalBlockHash> hashes,
                                   bool rank_all, RouteResult& out) const {
   out.reset();
   out.block_hashes = std::move(hashes);
-  decide(*config_.get(), model, isl_tokens, rank_all, out);
+  decide(*config_.get(), model, isl_tokens, rank_all, /*score_all=*/false, out);
 }
 
-void RoutingService::reroute(std::string_view model, RouteResult& out) const {
+void RoutingService::reroute(std::string_view model, RouteResult& out, bool score_all) const {
   std::vector<LocalBlockHash> hashes = std::move(out.block_hashes);
   const uint32_t isl = out.isl_tokens;
   const TokenizerFallback fallback = out.tokenizer_fallback;
@@ -125,15 +125,70 @@ void RoutingService::reroute(std::string_view model, RouteResult& out) const {
   out.tokenizer_fallback = fallback;
   out.stage_seconds[0] = stage0;
   out.stage_seconds[1] = stage1;
-  decide(*config_.get(), model, isl, /*rank_all=*/false, out);
+  decide(*config_.get(), model, isl, /*rank_all=*/false, score_all, out);
 }
 
 void RoutingService::decide(const Config& cfg, std::string_view model, uint32_t isl_tokens, bool rank_all,
-                            RouteResult& out) const {
+                            bool score_all, RouteResult& out) const {
   const uint32_t block_size = cfg.indexer.block_size;
   out.isl_tokens = isl_tokens;
   out.request_blocks = (uint64_t{isl_tokens} + block_size - 1) / block_size;
+  const size_t limit = rank_all ? 0 : cfg.router.max_attempts;
+  if (fast_path_ && !score_all && !model.empty() && RankedFleet::supports(cfg.scheduler, limit) &&
+      decide_ranked(cfg, model, limit, out))
+    return;
+  decide_all(cfg, model, rank_all, out);
+}
 
+bool RoutingService::decide_ranked(const Config& cfg, std::string_view model, size_t limit, RouteResult& out) const {
+  const uint32_t block_size = cfg.indexer.block_size;
+  auto t0 = StageClock::now();
+  const auto scores = index_.find_matches(out.block_hashes);
+  auto t1 = StageClock::now();
+  out.stage_seconds[2] = seconds_between(t0, t1);
+  thread_local FleetDecision fd;  // per-thread scratch: no allocation per decision
+  if (!registry_.decide(model, scores.owners, out.isl_tokens, block_size, cfg.scheduler, random_, limit, fd,
+                        out.workers))
+    return false;  // nobody serves the model: decide_all() tells 404 from 503
+  Decision& d = out.decision;
+  d.alpha = fd.alpha;
+  d.load_mean = fd.load_mean;
+  d.load_std = fd.load_std;
+  out.candidates.reserve(fd.ranked.size());
+  out.ranked.reserve(fd.ranked.size());
+  for (size_t i = 0; i < fd.ranked.size(); ++i) {
+    const FleetPick& p = fd.ranked[i];
+    Candidate& c = out.candidates.emplace_back();
+    c.owner = CacheOwner{p.worker, p.dp_rank};
+    c.load = p.state.load;
+    c.overlap_blocks = p.overlap_blocks;
+    c.overlap_by_tier = p.overlap_by_tier;
+    c.pending_prefill_tokens = p.state.pending_prefill_tokens;
+    c.draining = p.state.draining;
+    c.pending_prefill_requests = out.workers[i].pending_prefill_requests;  // as decide_all()
+    c.ttft = out.workers[i].ttft;
+    WorkerScore& s = d.scores.emplace_back(p.score);
+    s.predicted_ttft_ms = predicted_ttft_ms(c, out.isl_tokens - s.cached_tokens);  // explain, affinity
+    d.ranking.push_back(i);
+    const auto cached = static_cast<uint32_t>(std::min<uint64_t>(uint64_t{p.overlap_blocks} * block_size, out.isl_tokens));
+    out.ranked.push_back(RouteTarget{p.worker, out.workers[i].info->url, cached, out.isl_tokens - cached});
+  }
+  out.stage_seconds[3] = seconds_between(t1, StageClock::now());
+  if (fd.ranked.empty()) {
+    out.error = ApiError{503, "Every worker is at capacity; retry later.", "service_unavailable", "", "workers_busy"};
+    return true;
+  }
+  d.chosen = 0;
+  out.chose_best_overlap = fd.ranked.front().overlap_blocks == fd.best_overlap_blocks;
+  out.best_cached_tokens =
+      static_cast<uint32_t>(std::min<uint64_t>(uint64_t{fd.best_overlap_blocks} * block_size, out.isl_tokens));
+  out.ok = true;
+  return true;
+}
+
+void RoutingService::decide_all(const Config& cfg, std::string_view model, bool rank_all, RouteResult& out) const {
+  const uint32_t block_size = cfg.indexer.block_size;
+  const uint32_t isl_tokens = out.isl_tokens;
   registry_.candidates(model, out.workers);
   if (out.workers.empty()) {
     if (!registry_.candidates("").empty()) {
@@ -154,12 +209,14 @@ void RoutingService::decide(const Config& cfg, std::string_view model, uint32_t 
   auto scores = index_.find_matches(out.block_hashes);
   lap(2);
 
-  // A worker with several dp ranks is scored by its best rank's overlap.
+  // A worker with several dp ranks is scored by its best rank's overlap
+  // (most blocks, then the lowest rank: RankedFleet's rule too).
   // Both lists are sorted by worker id (the registry's order), so one merge
   // pass pairs them: O(workers + owners log owners), no hashing.
   auto& owners = scores.owners;
   std::sort(owners.begin(), owners.end(), [](const OwnerOverlap& a, const OwnerOverlap& b) {
-    return a.owner.worker != b.owner.worker ? a.owner.worker < b.owner.worker : a.blocks > b.blocks;
+    if (a.owner.worker != b.owner.worker) return a.owner.worker < b.owner.worker;
+    return a.blocks != b.blocks ? a.blocks > b.blocks : a.owner.dp_rank < b.owner.dp_rank;
   });
   out.candidates.reserve(out.workers.size());
   size_t k = 0;

@@ -45,7 +45,9 @@ struct RouteResult {
   // The longest cached prefix among eligible workers (tokens): with the chosen
   // worker's cached tokens, the decision-quality gap metric.
   uint32_t best_cached_tokens = 0;
-  // For explain and metrics (parallel vectors):
+  // For explain and metrics (parallel vectors): every candidate for explain
+  // and the reference path; only the ranked workers on the fast path
+  // (decision.chosen and decision.ranking index them either way).
   std::vector<WorkerView> workers;
   std::vector<Candidate> candidates;
   Decision decision;
@@ -69,7 +71,10 @@ class RoutingService {
   // keeping its vectors' capacity: a caller that keeps one RouteResult per
   // client connection allocates nothing per request once they have grown.
   // The previous result's RouteTarget::url views are invalid afterwards.
-  void route(const ParsedRequest& request, RouteResult& out, bool rank_all = false) const;
+  // `score_all` scores every eligible worker (decide_all) even when the fast
+  // path could decide: session affinity (router/session_affinity.h) compares
+  // the session's worker, wherever it ranks, with the choice.
+  void route(const ParsedRequest& request, RouteResult& out, bool rank_all = false, bool score_all = false) const;
   // The same decision from a request's block hashes (already tokenized and
   // hashed; the simulator uses it). Resets and fills `out` (stages 2 and 3 timed).
   void route_blocks(std::string_view model, uint32_t isl_tokens, std::vector<LocalBlockHash> hashes, bool rank_all,
@@ -78,7 +83,12 @@ class RoutingService {
   // waiting for a free worker): keeps its block hashes, token count and
   // tokenizer fallback, redoes only the decision (no template, tokenization
   // or hashing per retry). Issue 15.
-  void reroute(std::string_view model, RouteResult& out) const;
+  void reroute(std::string_view model, RouteResult& out, bool score_all = false) const;
+
+  // Off: every decision scores every candidate (schedule(), the O(workers)
+  // reference) instead of the registry's pre-ranked fleet. For benchmarks and
+  // differential tests; set before the service is used (not synchronised).
+  void set_fast_path(bool on) { fast_path_ = on; }
 
   // Token ids of a request as its engine computes them: the client's ids; else
   // the model's tokenizer from `tokenizers` (chat: template, then no special
@@ -96,13 +106,23 @@ class RoutingService {
  private:
   // Stages 2 and 3 for the request's out.block_hashes: candidates, overlaps,
   // schedule, ranking. `out` holds only what route()/route_blocks() set.
-  void decide(const Config& cfg, std::string_view model, uint32_t isl_tokens, bool rank_all, RouteResult& out) const;
+  // Explain (rank_all), score_all, softmax sampling, scheduler.cost =
+  // predicted_ttft and a request without a model take decide_all(); the rest
+  // decide_ranked().
+  void decide(const Config& cfg, std::string_view model, uint32_t isl_tokens, bool rank_all, bool score_all,
+              RouteResult& out) const;
+  // The registry's pre-ranked fleet (scheduler/ranked_fleet.h): the candidates
+  // are only the ranked workers. False when nobody serves the model.
+  bool decide_ranked(const Config& cfg, std::string_view model, size_t limit, RouteResult& out) const;
+  // Every candidate scored (schedule()): explain's full ranking, and the reference.
+  void decide_all(const Config& cfg, std::string_view model, bool rank_all, RouteResult& out) const;
 
   const Indexer& index_;
   WorkerRegistry& registry_;
   const ConfigStore& config_;
   Random& random_;
   const TokenizerSet* tokenizers_;
+  bool fast_path_ = true;
 };
 
 }  // namespace kvroute

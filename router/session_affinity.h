@@ -3,11 +3,14 @@
 // worker is eligible and not overloaded: its predicted time to first token
 // (scheduler/ttft_model.h, computed for every eligible worker under either
 // scheduler.cost) is at most 1.5x the scheduler's choice plus 50 ms.
-// A request without a session is routed as before. Config:
+// A request without a session is routed as before; one with a session is
+// decided with every eligible worker scored (RoutingService::route's
+// score_all, not the fast path), so the session's worker is found wherever
+// it ranks. Config:
 // scheduler.session_affinity, off by default: kvroute-sim (docs/sim/README.md)
 // on agentic sessions found it cut TTFT p99 by 15 % at rate x3 with
 // pending_prefill_weight 1.0, but with the tuned 0.5 it changes p99 by -1 % to
-// +3 % and e2e p50 by up to +2 %: the scheduler already keeps sessions on
+// +2 % and e2e p50 by up to +3 %: the scheduler already keeps sessions on
 // their cache.
 //
 // Threading: thread-safe (one mutex; apply() is O(1) plus a scan of the

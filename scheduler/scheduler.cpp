@@ -21,9 +21,17 @@ namespace {
 
 double ratio(double num, double den) { return den > 0 ? num / den : 0.0; }
 
-Exclusion exclusion(const Candidate& c, const SchedulerConfig& cfg) {
-  const auto& l = c.load;
-  if (c.draining) return Exclusion::Draining;
+// One eligible candidate in the ranking: by cost, then by random tie-break key.
+struct Ranked {
+  double cost;
+  uint64_t tie;
+  size_t index;
+};
+
+}  // namespace
+
+Exclusion exclusion_of(const WorkerLoad& l, bool draining, const SchedulerConfig& cfg) {
+  if (draining) return Exclusion::Draining;
   // A worker that reports a total of 0 does not report that dimension.
   if (l.request_total_slots > 0 &&
       (l.request_active_slots >= l.request_total_slots ||
@@ -38,10 +46,10 @@ Exclusion exclusion(const Candidate& c, const SchedulerConfig& cfg) {
   return Exclusion::None;
 }
 
-double tier_weighted_blocks(const Candidate& c, const SchedulerConfig& cfg) {
-  const auto& t = c.overlap_by_tier;
+double tier_weighted_blocks(uint32_t overlap_blocks, const std::array<uint32_t, kNumStorageTiers>& t,
+                            const SchedulerConfig& cfg) {
   const uint32_t sum = t[0] + t[1] + t[2] + t[3];
-  if (sum == 0) return c.overlap_blocks * cfg.tier_weight_device;
+  if (sum == 0) return overlap_blocks * cfg.tier_weight_device;
   return t[0] * cfg.tier_weight_device + t[1] * cfg.tier_weight_host_pinned + t[2] * cfg.tier_weight_disk +
          t[3] * cfg.tier_weight_external;
 }
@@ -55,15 +63,6 @@ double predicted_ttft_ms(const Candidate& c, double new_tokens) {
                                         static_cast<double>(c.pending_prefill_requests),
                                         static_cast<double>(c.load.request_active_slots)});
 }
-
-// One eligible candidate in the ranking: by cost, then by random tie-break key.
-struct Ranked {
-  double cost;
-  uint64_t tie;
-  size_t index;
-};
-
-}  // namespace
 
 void Decision::reset() {
   chosen.reset();
@@ -92,7 +91,7 @@ void schedule(const std::vector<Candidate>& candidates, uint32_t isl_tokens, uin
   for (size_t i = 0; i < candidates.size(); ++i) {
     const auto& l = candidates[i].load;
     auto& s = d.scores[i];
-    s.excluded = exclusion(candidates[i], cfg);
+    s.excluded = exclusion_of(l, candidates[i].draining, cfg);
     if (s.excluded != Exclusion::None) continue;
     order.push_back({0, 0, i});
     s.load_ratio = ratio(static_cast<double>(l.kv_active_blocks), static_cast<double>(l.kv_total_blocks));
@@ -111,39 +110,41 @@ void schedule(const std::vector<Candidate>& candidates, uint32_t isl_tokens, uin
   d.load_std = std::sqrt(var / static_cast<double>(order.size()));
   d.alpha = d.load_std > cfg.balance_threshold * d.load_mean ? cfg.alpha_imbalanced : cfg.alpha_balanced;
 
-  // Order by cost; equal costs in random order (a random tie-break key from
-  // one draw of the injected randomness, so a seed reproduces the ranking).
-  uint64_t state = random.below(~0ull);
-  auto next_key = [&state] {  // splitmix64
-    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  };
+  // Order by cost; equal costs in random order (a random tie-break key per
+  // worker id from one draw of the injected randomness, so a seed reproduces
+  // the ranking).
+  const uint64_t draw = random.below(~0ull);
   const double isl = std::max<uint32_t>(isl_tokens, 1);
   const bool predicted_cost = cfg.cost == "predicted_ttft";
   for (auto& r : order) {
     const auto& c = candidates[r.index];
     auto& s = d.scores[r.index];
-    s.cached_tokens = std::min<double>(tier_weighted_blocks(c, cfg) * block_size, isl_tokens);
+    s.cached_tokens = std::min<double>(tier_weighted_blocks(c.overlap_blocks, c.overlap_by_tier, cfg) * block_size,
+                                       isl_tokens);
     const double new_tokens = isl_tokens - s.cached_tokens;
     s.load_deviation = s.load_ratio - d.load_mean;
     s.prefill_ratio = (new_tokens + cfg.pending_prefill_weight * static_cast<double>(c.pending_prefill_tokens)) / isl;
     s.slot_ratio = ratio(c.load.request_active_slots, c.load.request_total_slots);
     s.queue_ratio = max_waiting > 0 ? static_cast<double>(c.load.num_requests_waiting) / max_waiting : 0.0;
     s.predicted_ttft_ms = predicted_ttft_ms(c, new_tokens);
-    // Both costs keep the load terms (KV, slots, queue): TTFT alone fills a
-    // worker's KV and slots with the requests that hit its cache.
-    const double load = d.alpha * s.load_deviation + cfg.gamma * s.slot_ratio + cfg.delta * s.queue_ratio;
-    s.cost = load + (predicted_cost ? s.predicted_ttft_ms / 1000.0 : (1 - d.alpha) * s.prefill_ratio);
-    r.cost = s.cost;
-    r.tie = next_key();
+    if (predicted_cost) {
+      // Both costs keep the load terms (KV, slots, queue): TTFT alone fills a
+      // worker's KV and slots with the requests that hit its cache. (Never on
+      // the fast path: RankedFleet::supports() refuses this cost.)
+      const double load = d.alpha * s.load_deviation + cfg.gamma * s.slot_ratio + cfg.delta * s.queue_ratio;
+      s.cost = load + s.predicted_ttft_ms / 1000.0;
+      r.cost = s.cost;
+    } else {
+      r.cost = ranking_cost(d.alpha, s.load_ratio, s.prefill_ratio, s.slot_ratio, s.queue_ratio, cfg);
+      s.cost = r.cost - d.alpha * d.load_mean;
+    }
+    r.tie = tie_key(draw, c.owner.worker);
   }
   auto better = [](const Ranked& a, const Ranked& b) { return a.cost != b.cost ? a.cost < b.cost : a.tie < b.tie; };
   // With softmax sampling every eligible worker may be drawn: rank them all.
   const size_t limit = rank_limit && cfg.temperature <= 0 ? std::min(rank_limit, order.size()) : order.size();
-  // The tie keys are distinct (splitmix64 is a bijection), so both sorts give
-  // the one order; a full sort is cheaper when all are ranked.
+  // Tie keys of distinct workers collide with probability 2^-64, so both
+  // sorts give the one order; a full sort is cheaper when all are ranked.
   if (limit < order.size())
     std::partial_sort(order.begin(), order.begin() + static_cast<long>(limit), order.end(), better);
   else
@@ -153,11 +154,10 @@ void schedule(const std::vector<Candidate>& candidates, uint32_t isl_tokens, uin
 
   if (cfg.temperature > 0 && d.ranking.size() > 1) {
     // Softmax over -cost/T, shifted by the best cost for numerical stability.
-    const double best = d.scores[d.ranking.front()].cost;
+    const double best = order.front().cost;
     std::vector<double> w(d.ranking.size());
     double total = 0;
-    for (size_t k = 0; k < d.ranking.size(); ++k)
-      total += w[k] = std::exp(-(d.scores[d.ranking[k]].cost - best) / cfg.temperature);
+    for (size_t k = 0; k < d.ranking.size(); ++k) total += w[k] = std::exp(-(order[k].cost - best) / cfg.temperature);
     double x = random.unit() * total;
     size_t pick = d.ranking.size() - 1;
     for (size_t k = 0; k < w.size(); ++k) {

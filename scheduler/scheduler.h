@@ -77,7 +77,42 @@ struct Decision {
   void reset();
 };
 
-// Scores `candidates` for a request of `isl_tokens` prompt tokens.
+// The pieces of the cost shared by schedule() (every candidate) and
+// RankedFleet::decide() (the fast path, scheduler/ranked_fleet.h), so both
+// compute bit-identical costs and the same ranking.
+
+// Why `c` may not take a request (None = eligible).
+Exclusion exclusion_of(const WorkerLoad& load, bool draining, const SchedulerConfig& cfg);
+// Σ_tier overlap_by_tier · tier_weight (all device when by_tier is all zero).
+double tier_weighted_blocks(uint32_t overlap_blocks, const std::array<uint32_t, kNumStorageTiers>& by_tier,
+                            const SchedulerConfig& cfg);
+// The random tie-break key of a worker in one decision: `draw` is the
+// decision's one draw from the injected Random. Keyed by worker id (not by a
+// candidate's position), so a scorer that reads only some workers gives every
+// worker the key the full scorer gives it. splitmix64 finalizer.
+inline uint64_t tie_key(uint64_t draw, WorkerId worker) {
+  uint64_t z = draw ^ (worker.value * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+// The worker's TTFT model's prediction (ms) for a request with `new_tokens`
+// uncached tokens on candidate `c` (WorkerScore::predicted_ttft_ms; the cost
+// under scheduler.cost = predicted_ttft).
+double predicted_ttft_ms(const Candidate& c, double new_tokens);
+// The cost a ranking orders by: DESIGN.md's cost without its -alpha·mean
+// term, which is the same for every candidate of one decision (so the order
+// is the same, and it does not depend on how the mean was summed).
+// WorkerScore::cost = ranking_cost - alpha·mean.
+inline double ranking_cost(double alpha, double load_ratio, double prefill_ratio, double slot_ratio,
+                           double queue_ratio, const SchedulerConfig& cfg) {
+  return alpha * load_ratio + (1 - alpha) * prefill_ratio + cfg.gamma * slot_ratio + cfg.delta * queue_ratio;
+}
+
+// Scores `candidates` for a request of `isl_tokens` prompt tokens. O(candidates):
+// the reference scorer, used for explain (rank all), softmax sampling, and
+// wherever no RankedFleet exists; the fast path must agree with it
+// (tests/scheduler/ranked_fleet_test.cpp).
 // `block_size` converts overlap blocks to tokens. `rank_limit` > 0 ranks only
 // that many (a partial sort: routing needs the failover order of a few
 // workers, explain wants all); every candidate is scored either way.

@@ -54,6 +54,7 @@ bool WorkerRegistry::on_heartbeat(const WorkerAnnouncement& a) {
   e.last_seen = now;
   e.last_load = now;
   e.has_load = true;
+  sync(a.id, e, now);
   return inserted;
 }
 
@@ -65,6 +66,7 @@ bool WorkerRegistry::upsert(const WorkerAnnouncement& a) {
   if (!inserted && e.info) info->load = e.info->load;  // keep the last report until the next scrape
   e.info = std::move(info);
   e.last_seen = clock_.now();
+  sync(a.id, e, e.last_seen);
   rebuild_lora_names();
   return inserted;
 }
@@ -77,6 +79,7 @@ std::vector<WorkerId> WorkerRegistry::expire(Nanos ttl) {
     const bool heartbeat_only = it->second.info->source == WorkerSource::Heartbeat;
     if (heartbeat_only && now - it->second.last_seen > ttl) {
       dead.push_back(it->first);
+      unsync(it->first, it->second);
       it = workers_.erase(it);
     } else {
       ++it;
@@ -95,9 +98,12 @@ void WorkerRegistry::hold_heartbeats() {
 
 bool WorkerRegistry::remove(WorkerId id) {
   std::lock_guard lk(mu_);
-  const bool erased = workers_.erase(id) > 0;
-  if (erased) rebuild_lora_names();
-  return erased;
+  auto it = workers_.find(id);
+  if (it == workers_.end()) return false;
+  unsync(id, it->second);
+  workers_.erase(it);
+  rebuild_lora_names();
+  return true;
 }
 
 bool WorkerRegistry::on_load_report(WorkerId id, const WorkerLoad& load) {
@@ -112,9 +118,10 @@ bool WorkerRegistry::on_load_report(WorkerId id, const WorkerLoad& load) {
   e.has_load = true;
   // An answered scrape ends "down"; an outlier ejection runs its course.
   e.consecutive_failures = 0;
-  if (e.health != HealthState::Down) return false;
-  e.health = HealthState::Ok;
-  return true;
+  const bool was_down = e.health == HealthState::Down;
+  if (was_down) e.health = HealthState::Ok;
+  sync(id, e, e.last_load);
+  return was_down;
 }
 
 void WorkerRegistry::report_failure(WorkerId id, HealthSignal signal) {
@@ -129,11 +136,13 @@ void WorkerRegistry::report_failure(WorkerId id, HealthSignal signal) {
   const bool outlier = signal == HealthSignal::FirstByteTimeout || signal == HealthSignal::ServerError;
   if (signal == HealthSignal::ConnectRefused) {
     e.health = HealthState::Down;  // nothing listens: out at once
+    sync(id, e, now);
     return;
   }
   if (e.consecutive_failures < policy_.eject_after_failures) return;
   if (!outlier) {
     if (state(e, now) != HealthState::Ejected) e.health = HealthState::Down;
+    sync(id, e, now);
     return;
   }
   if (state(e, now) == HealthState::Ejected) return;  // already out: one ejection per run
@@ -143,6 +152,7 @@ void WorkerRegistry::report_failure(WorkerId id, HealthSignal signal) {
   e.health = HealthState::Ejected;
   e.ejected_until = now + std::chrono::milliseconds(ms);
   e.consecutive_failures = 0;
+  sync(id, e, now);
 }
 
 void WorkerRegistry::report_success(WorkerId id) {
@@ -153,7 +163,9 @@ void WorkerRegistry::report_success(WorkerId id) {
   e.consecutive_failures = 0;
   if (e.health == HealthState::Down) e.health = HealthState::Ok;
   // A request answered after an ejection ended: the run of ejections is over.
-  if (state(e, clock_.now()) == HealthState::Ok) e.ejections_in_a_row = 0;
+  const auto now = clock_.now();
+  if (state(e, now) == HealthState::Ok) e.ejections_in_a_row = 0;
+  sync(id, e, now);
 }
 
 void WorkerRegistry::set_health_policy(const HealthPolicy& p) {
@@ -191,11 +203,78 @@ void WorkerRegistry::view(const Entry& e, WorkerView& v, TimePoint now) const {
   v.load_age = e.has_load ? Nanos(now - e.last_load) : Nanos(-1);
   v.pending_prefill_requests = e.pending_prefill_requests;  // TTFT model (ttft_model.h)
   v.ttft = e.ttft.coefficients();
-  // Reports lag by up to a scrape or heartbeat interval; what the router
-  // itself has in flight on the worker is a lower bound of its load right now.
-  v.predicted = e.info->load;
-  v.predicted.request_active_slots = std::max(v.predicted.request_active_slots, v.inflight_requests);
-  v.predicted.kv_active_blocks = std::max(v.predicted.kv_active_blocks, v.inflight_blocks);
+  v.predicted = predicted(e);
+}
+
+WorkerLoad WorkerRegistry::predicted(const Entry& e) {
+  // Reports lag by up to a scrape or heartbeat interval; what the routers
+  // (this one and, issue 15, the other replicas) have in flight on the worker
+  // is a lower bound of its load right now.
+  WorkerLoad l = e.info->load;
+  l.request_active_slots = std::max(l.request_active_slots, e.inflight_requests + e.remote_requests);
+  l.kv_active_blocks = std::max(l.kv_active_blocks, e.inflight_blocks + e.remote_blocks);
+  return l;
+}
+
+uint64_t WorkerRegistry::pending_prefill(const Entry& e) {
+  return e.pending_prefill_tokens + e.remote_prefill_tokens;  // as view() reports it
+}
+
+void WorkerRegistry::sync(WorkerId id, Entry& e, TimePoint now) {
+  const WorkerAnnouncement& a = *e.info;
+  const HealthState h = state(e, now);
+  const bool in = !a.url.empty() && h == HealthState::Ok;
+  auto wanted = [&](std::string_view name) {
+    return in && !name.empty() &&
+           (name == a.model || std::find(a.lora_adapters.begin(), a.lora_adapters.end(), name) != a.lora_adapters.end());
+  };
+  for (size_t k = 0; k < e.fleets.size();) {
+    if (wanted(e.fleets[k])) { ++k; continue; }
+    if (auto f = fleets_.find(e.fleets[k]); f != fleets_.end()) f->second.erase(id);
+    e.fleets[k] = std::move(e.fleets.back());
+    e.fleets.pop_back();
+  }
+  if (h == HealthState::Ejected) ejections_.emplace(e.ejected_until, id);
+  if (!in) return;
+  const FleetWorkerState st{predicted(e), pending_prefill(e), e.draining};
+  auto put = [&](const std::string& name) {
+    if (name.empty()) return;
+    auto f = fleets_.find(name);
+    if (f == fleets_.end()) f = fleets_.emplace(name, RankedFleet{}).first;
+    f->second.upsert(id, st);
+    if (std::find(e.fleets.begin(), e.fleets.end(), name) == e.fleets.end()) e.fleets.push_back(name);
+  };
+  put(a.model);
+  for (const auto& l : a.lora_adapters) put(l);
+}
+
+void WorkerRegistry::unsync(WorkerId id, Entry& e) {
+  for (const auto& name : e.fleets)
+    if (auto f = fleets_.find(name); f != fleets_.end()) f->second.erase(id);
+  e.fleets.clear();
+}
+
+void WorkerRegistry::end_ejections(TimePoint now) {
+  while (!ejections_.empty() && ejections_.begin()->first <= now) {
+    const WorkerId id = ejections_.begin()->second;
+    ejections_.erase(ejections_.begin());
+    if (auto it = workers_.find(id); it != workers_.end()) sync(id, it->second, now);
+  }
+}
+
+bool WorkerRegistry::decide(std::string_view model, std::span<const OwnerOverlap> owners, uint32_t isl_tokens,
+                            uint32_t block_size, const SchedulerConfig& cfg, Random& random, size_t rank_limit,
+                            FleetDecision& out, std::vector<WorkerView>& views) {
+  out.reset();
+  views.clear();
+  std::lock_guard lk(mu_);
+  const auto now = clock_.now();
+  end_ejections(now);
+  auto f = fleets_.find(model);
+  if (f == fleets_.end() || f->second.size() == 0) return false;
+  f->second.decide(owners, isl_tokens, block_size, cfg, random, rank_limit, out);
+  for (const auto& p : out.ranked) view(workers_.find(p.worker)->second, views.emplace_back(), now);
+  return true;
 }
 
 std::vector<WorkerView> WorkerRegistry::candidates(std::string_view model) const {
@@ -262,6 +341,7 @@ bool WorkerRegistry::set_draining(WorkerId id, bool draining) {
   auto it = workers_.find(id);
   if (it == workers_.end()) return false;
   it->second.draining = draining;
+  sync(id, it->second, clock_.now());
   return true;
 }
 
@@ -280,6 +360,7 @@ TtftSample WorkerRegistry::begin_request(WorkerId id, uint64_t blocks, uint64_t 
   it->second.inflight_requests += 1;
   it->second.inflight_blocks += blocks;
   it->second.pending_prefill_tokens += prefill_tokens;
+  sync(id, it->second, clock_.now());
   return sample;
 }
 
@@ -297,6 +378,7 @@ void WorkerRegistry::first_byte(WorkerId id, uint64_t prefill_tokens, const Ttft
       ++ttft_stats_.samples;
     }
   }
+  sync(id, it->second, clock_.now());
 }
 
 TtftStats WorkerRegistry::ttft_stats() const {
@@ -313,6 +395,7 @@ void WorkerRegistry::end_request(WorkerId id, uint64_t blocks, uint64_t prefill_
   it->second.inflight_blocks -= std::min(it->second.inflight_blocks, blocks);
   it->second.pending_prefill_tokens -= std::min(it->second.pending_prefill_tokens, prefill_tokens);
   if (prefilling) it->second.pending_prefill_requests -= std::min<uint32_t>(it->second.pending_prefill_requests, 1);
+  sync(id, it->second, clock_.now());
 }
 
 }  // namespace kvroute
@@ -327,6 +410,7 @@ void WorkerRegistry::set_remote_inflight(WorkerId id, uint32_t requests, uint64_
   it->second.remote_requests = requests;
   it->second.remote_blocks = blocks;
   it->second.remote_prefill_tokens = prefill_tokens;
+  sync(id, it->second, clock_.now());  // remote counts are in the fleets' predicted load too
 }
 
 }  // namespace kvroute

@@ -32,12 +32,15 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "common/clock.h"
 #include "common/types.h"
+#include "scheduler/ranked_fleet.h"
 #include "scheduler/scheduler.h"
 #include "scheduler/ttft_model.h"
 
@@ -156,6 +159,16 @@ class WorkerRegistry {
   // The same into `out` (replaced; its capacity is reused: no allocation per request).
   void candidates(std::string_view model, std::vector<WorkerView>& out) const;
   std::vector<WorkerView> all() const;
+  // The routing decision's fast read path: the healthy workers serving
+  // `model` are kept pre-ranked (one RankedFleet per model and LoRA name,
+  // updated by every change below), and the decision is taken under the lock
+  // without copying every worker (scheduler/ranked_fleet.h; requires
+  // RankedFleet::supports(cfg, rank_limit)). `views` gets the WorkerView of
+  // each ranked worker, parallel to out.ranked. Returns false when no healthy
+  // worker with a URL serves `model` (the caller tells 404 from 503).
+  bool decide(std::string_view model, std::span<const OwnerOverlap> owners, uint32_t isl_tokens,
+              uint32_t block_size, const SchedulerConfig& cfg, Random& random, size_t rank_limit,
+              FleetDecision& out, std::vector<WorkerView>& views);
   bool known(WorkerId id) const;
   // True when some worker serves `model` as a LoRA adapter (its blocks hash
   // with the adapter's name). Lock-free read of a snapshot.
@@ -181,7 +194,8 @@ class WorkerRegistry {
   // --- issue 15 (bus): other router replicas' in-flight work ---------------
   // Replaces what the other replicas (summed, events/replica_sync.h) have in
   // flight on `id`. It adds to the router's own counts in every view
-  // (inflight_*, predicted), and is reported apart in WorkerView::remote_*.
+  // (inflight_*, predicted) and in the fast path's ranked fleets, and is
+  // reported apart in WorkerView::remote_*.
   void set_remote_inflight(WorkerId id, uint32_t requests, uint64_t blocks, uint64_t prefill_tokens);
   // Changes each time this router's own in-flight counts change (begin_request,
   // first_byte, end_request): replica sync publishes as soon as it moves.
@@ -207,7 +221,18 @@ class WorkerRegistry {
     uint64_t remote_prefill_tokens = 0;
     uint32_t pending_prefill_requests = 0;
     TtftModel ttft;
+    std::vector<std::string> fleets;  // the fleets_ this worker is in (its model, its LoRA names)
   };
+  // Reported load raised by the routers' in-flight work (this router's and,
+  // issue 15, other replicas'; as view() reports it).
+  static WorkerLoad predicted(const Entry& e);
+  static uint64_t pending_prefill(const Entry& e);  // this router's + other replicas' (view())
+  // Puts the worker into (or takes it out of) the fleets of the names it
+  // serves, with its current state; call after every change of `e`.
+  void sync(WorkerId id, Entry& e, TimePoint now);
+  void unsync(WorkerId id, Entry& e);  // out of every fleet (before erasing)
+  // Re-syncs workers whose ejection has ended (health is read lazily).
+  void end_ejections(TimePoint now);
   // Fills `v` (default-constructed, in place in the caller's vector).
   void view(const Entry& e, WorkerView& v, TimePoint now) const;
   // Current state; an ejection whose time has passed reads as ok (lazily).
@@ -218,6 +243,8 @@ class WorkerRegistry {
   std::atomic<uint64_t> inflight_generation_{0};  // issue 15 (see inflight_generation())
   mutable std::mutex mu_;
   std::map<WorkerId, Entry> workers_;
+  std::map<std::string, RankedFleet, std::less<>> fleets_;  // by served model / LoRA name
+  std::set<std::pair<TimePoint, WorkerId>> ejections_;     // ejected workers by end of ejection
   HealthPolicy policy_;
   std::array<uint64_t, kNumHealthSignals> failures_by_signal_{};
   // LoRA adapter names of every worker, rebuilt on membership changes.

@@ -92,7 +92,7 @@ PY
   echo "- trace p99: the longest prompts' own prefill (not chunked, quadratic) is the p99; dynamo is"
   echo "  already at the floor, which no routing shortens."
   echo "- api p50: every policy is within 1.5x of the floor (a short uncached suffix after a cached system"
-  echo "  prompt); what is left to win is the tail, where kvroute is 0.72-0.78x dynamo."
+  echo "  prompt); what is left to win is the tail, where kvroute is 0.71-0.77x dynamo."
   echo "- bursts: 16-96 requests sharing an 8k-24k-token document arrive within 0.5 s; before the first"
   echo "  one's prefill ends, no worker has announced the document, so every cache-aware policy spreads"
   echo "  the burst and several workers compute it (hit rate 0.89 of ideal). All policies, round_robin"
@@ -100,7 +100,7 @@ PY
   echo "  Counting prefixes routed but not yet announced as cached (an in-flight prediction, tried in the"
   echo "  simulator) moved the hit rate by 0.002 and was not kept."
   echo "- round_robin is stressed (p99 many times the others') only on agentic at x3, where kvroute is"
-  echo "  0.03x / 0.01x of it; on the trace it is 0.52x at p50."
+  echo "  0.03x / 0.01x of it; on the trace it is 0.53x at p50."
   echo
   echo "## Session affinity (agentic sessions, kvroute defaults with and without)"
   echo

@@ -1,24 +1,46 @@
-// bench/scheduler: routing decisions per second and decision latency at
-// 1,024 workers — the production RoutingService (block hashing of the
-// request's token ids, find_matches on a populated RadixIndexer, candidate
-// load from the WorkerRegistry, cost scoring and ranking), with and without
-// the predicted-load bookkeeping a real request adds (in-flight begin, first
-// byte, end), in the same run.
+// bench/scheduler: routing decision latency and decisions per second of the
+// production RoutingService (block hashing of the request's token ids,
+// find_matches on a populated RadixIndexer, the decision over the
+// WorkerRegistry), with the registry's pre-ranked fast path against the
+// O(workers) reference scorer (every candidate copied out of the registry and
+// scored by schedule(), as before the fast path) in the same run, on the same
+// requests, from the same seed. Both make the same choices (checked: the run
+// fails otherwise).
 //
-// Parameters: 1,024 workers, block size 16; the index holds 256 prefixes of
-// 128 blocks, each on 8 workers (262k entries) plus a 32-block system prompt
-// on every worker; requests are 2,048-token prompts (128 blocks) on one of
-// the prefixes with a random suffix. 200,000 decisions per variant, one
-// thread, seed 7.
+// Load accumulates as in a live router: every decision begins an in-flight
+// request on the chosen worker (InflightGuard), which ends W decisions later
+// (W = workers; its first byte comes after W/4), so predicted load changes on
+// every decision and at steady state W requests are in flight. The
+// bookkeeping is part of decisions_per_s; the latency is the decision alone
+// (hash + find_matches + score; token ids are given, as with the placeholder).
+//
+// Scenarios (block size 16, requests of 128 blocks = 2,048 tokens: a cached
+// prefix of 124 blocks + 64 random tokens):
+//   default - the issue's: a 32-block system prompt on every worker, and 256
+//             prefixes of 128 blocks each on 8 workers
+//   by1 / by10 / byall - no system prompt; the request's prefix is held by
+//             1 / 10 / every worker (256 prefixes; 1 prefix for byall)
+// at 8, 128, 1,024 and 8,192 workers. Rounds alternate which scorer runs
+// first; figures are medians over rounds. Seed 7.
 //
 // Run: build/bench/scheduler/bench_scheduler [--quick]
-// The last line is one JSON object.
+//   --quick: 1 round, fewer decisions, no byall at 8,192 workers (CTest).
+//   --only SCENARIO:WORKERS: that row only; --fast-only: no reference runs
+//   (both for profiling; the reference figures then repeat the fast ones);
+//   --decisions N: N decisions per run.
+// The last line is one JSON object (the default scenario at 1,024 workers,
+// plus the p99 at 8,192).
 #include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <optional>
 #include <random>
+#include <ctime>
+#include <string>
 
 #include "indexer/block_hash.h"
 #include "indexer/radix_indexer.h"
@@ -29,106 +51,262 @@ using Steady = std::chrono::steady_clock;
 
 namespace {
 
-constexpr uint32_t kWorkers = 1024, kBlock = 16, kPrefixes = 256, kPrefixBlocks = 128;
+constexpr uint32_t kBlock = 16, kPrefixBlocks = 128, kSystemBlocks = 32;
 
-std::vector<TokenId> prefix_tokens(uint32_t p, size_t n) {
+struct Scenario {
+  const char* name;
+  bool system_prompt;
+  uint32_t holders;   // workers holding each prefix; 0 = every worker
+  uint32_t prefixes;
+};
+
+std::vector<TokenId> prefix_tokens(uint32_t p, size_t n, bool system_prompt) {
   std::vector<TokenId> t(n);
-  for (size_t i = 0; i < n; ++i) t[i] = (i < 32 * kBlock) ? static_cast<TokenId>(i) : p * 1000003u + static_cast<TokenId>(i);
+  for (size_t i = 0; i < n; ++i)
+    t[i] = (system_prompt && i < kSystemBlocks * kBlock) ? static_cast<TokenId>(i)
+                                                         : p * 1000003u + static_cast<TokenId>(i) + 7;
   return t;
 }
 
-struct Result {
-  double per_s = 0, p50 = 0, p99 = 0;
+struct Fleet {
+  uint32_t workers = 0;
+  ManualClock clock;
+  RadixIndexer index;
+  WorkerRegistry registry{clock};
+  std::unique_ptr<ConfigStore> config;
+  std::vector<ParsedRequest> reqs;
 };
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  const bool quick = argc > 1 && !std::strcmp(argv[1], "--quick");
-  const size_t decisions = quick ? 20000 : 200000;
-  ManualClock clock;
-  SeededRandom random(7);
-  RadixIndexer index;
-  WorkerRegistry registry(clock);
+std::unique_ptr<Fleet> build(uint32_t workers, const Scenario& sc) {
+  auto f = std::make_unique<Fleet>();
+  f->workers = workers;
   Config cfg;
   cfg.indexer.block_size = kBlock;
-  ConfigStore config(cfg);
-  RoutingService routing(index, registry, config, random);
-
-  for (uint32_t w = 0; w < kWorkers; ++w) {
+  f->config = std::make_unique<ConfigStore>(cfg);
+  for (uint32_t w = 0; w < workers; ++w) {
     WorkerAnnouncement a;
     a.id = WorkerId{w};
     a.url = "http://10.0.0.1:" + std::to_string(8000 + w);
     a.model = "m";
     a.block_size = kBlock;
-    a.load = WorkerLoad{w % 50, 256, w % 3, 1000 + 7 * w, 16384};
-    registry.on_heartbeat(a);
+    a.load = WorkerLoad{w % 50, 256, w % 3, 1000 + 7 * (w % 2048), 16384};
+    f->registry.on_heartbeat(a);
   }
-  for (uint32_t p = 0; p < kPrefixes; ++p) {
-    const auto hashes = hash_blocks(prefix_tokens(p, kPrefixBlocks * kBlock), kBlock);
-    for (uint32_t r = 0; r < 8; ++r) {
-      KvEvent ev;
-      ev.owner = CacheOwner{WorkerId{(p * 8 + r) % kWorkers}, 0};
-      KvStored st;
-      SequenceHash parent{0};
-      for (auto h : hashes) st.blocks.push_back({parent = sequence_hash(parent, h), h});
-      ev.data = st;
-      index.apply(ev);
-    }
+  auto store = [&](WorkerId w, const std::vector<LocalBlockHash>& hashes) {
+    KvEvent ev;
+    ev.owner = CacheOwner{w, 0};
+    KvStored st;
+    SequenceHash parent{0};
+    for (auto h : hashes) st.blocks.push_back({parent = sequence_hash(parent, h), h});
+    ev.data = st;
+    f->index.apply(ev);
+  };
+  const uint32_t holders = sc.holders ? std::min(sc.holders, workers) : workers;
+  for (uint32_t p = 0; p < sc.prefixes; ++p) {
+    const auto hashes = hash_blocks(prefix_tokens(p, kPrefixBlocks * kBlock, sc.system_prompt), kBlock);
+    for (uint32_t r = 0; r < holders; ++r) store(WorkerId{(p * holders + r) % workers}, hashes);
   }
-  std::printf("index: %llu entries, %llu blocks; %u workers\n", (unsigned long long)index.stats().entries,
-              (unsigned long long)index.stats().blocks, kWorkers);
-
+  if (sc.system_prompt) {  // every worker (those above hold it already)
+    const auto sys = hash_blocks(prefix_tokens(0, kSystemBlocks * kBlock, true), kBlock);
+    for (uint32_t w = 0; w < workers; ++w) store(WorkerId{w}, sys);
+  }
   std::mt19937_64 rng(7);
-  std::vector<ParsedRequest> reqs(1024);
-  for (auto& r : reqs) {
+  f->reqs.resize(1024);
+  for (auto& r : f->reqs) {
     r.model = "m";
     r.has_prompt_tokens = true;
-    r.prompt_tokens = prefix_tokens(static_cast<uint32_t>(rng() % kPrefixes), kPrefixBlocks * kBlock - 64);
+    r.prompt_tokens =
+        prefix_tokens(static_cast<uint32_t>(rng() % sc.prefixes), kPrefixBlocks * kBlock - 64, sc.system_prompt);
     for (int i = 0; i < 64; ++i) r.prompt_tokens.push_back(static_cast<TokenId>(rng()));
   }
+  return f;
+}
 
-  std::array<double, 4> stage_total{};
-  auto run = [&](bool bookkeeping) {
-    stage_total = {};
-    std::vector<double> us;
-    us.reserve(decisions);
-    const auto t0 = Steady::now();
-    for (size_t i = 0; i < decisions; ++i) {
+struct Run {
+  double per_s = 0, p50 = 0, p99 = 0;  // per thread-CPU second; thread CPU time per decision
+  double wall_p50 = 0, wall_p99 = 0;   // wall clock per decision (includes preemption)
+  std::array<double, 4> stage_us{};    // mean per stage (wall)
+  uint64_t choices = 0;  // hash of the chosen workers, in order
+};
+
+// Thread CPU time: what this thread ran, whatever else the (shared) machine
+// runs. One read costs a system call (~0.3-0.7 us here); clock_overhead()
+// measures it and latencies are net of it.
+double cpu_us() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
+}
+
+double clock_overhead() {
+  std::vector<double> d(2001);
+  for (auto& x : d) {
+    const double a = cpu_us();
+    x = cpu_us() - a;
+  }
+  std::sort(d.begin(), d.end());
+  return d[d.size() / 2];
+}
+
+// `decisions` decisions with in-flight load accumulating; every guard is
+// released at the end, so the next run starts from the same registry state.
+// `timed`: per-decision clocks (latency); otherwise only the whole loop's
+// thread CPU time (throughput, no clock calls inside).
+Run run(Fleet& f, bool fast, size_t decisions, bool timed) {
+  SeededRandom random(7);
+  RoutingService routing(f.index, f.registry, *f.config, random);
+  routing.set_fast_path(fast);
+  const size_t end_after = f.workers, first_byte_after = f.workers / 4;
+  std::vector<std::optional<InflightGuard>> inflight(end_after);
+  RouteResult r;  // reused, as a connection does
+  std::vector<double> cpu, wall;
+  cpu.reserve(decisions);
+  wall.reserve(decisions);
+  Run out;
+  static const double overhead = clock_overhead();
+  const double c0 = cpu_us();
+  for (size_t i = 0; i < decisions; ++i) {
+    if (timed) {
       const auto s = Steady::now();
-      RouteResult r = routing.route(reqs[i % reqs.size()]);
-      if (bookkeeping) {
-        const auto& t = r.ranked.front();
-        InflightGuard g(registry, t.worker, r.request_blocks, t.prefill_tokens);
-        g.first_byte();
-      }
-      us.push_back(std::chrono::duration<double, std::micro>(Steady::now() - s).count());
-      for (int k = 0; k < 4; ++k) stage_total[k] += r.stage_seconds[k];
-      if (!r.ok) {
-        std::fprintf(stderr, "routing failed: %s\n", r.error.message.c_str());
-        std::exit(1);
-      }
+      const double c = cpu_us();
+      routing.route(f.reqs[i % f.reqs.size()], r);
+      cpu.push_back(cpu_us() - c - overhead);
+      wall.push_back(std::chrono::duration<double, std::micro>(Steady::now() - s).count());
+    } else {
+      routing.route(f.reqs[i % f.reqs.size()], r);
     }
-    Result res;
-    res.per_s = static_cast<double>(decisions) / std::chrono::duration<double>(Steady::now() - t0).count();
-    std::sort(us.begin(), us.end());
-    res.p50 = us[us.size() / 2];
-    res.p99 = us[us.size() * 99 / 100];
-    return res;
+    if (!r.ok) {
+      std::fprintf(stderr, "routing failed: %s\n", r.error.message.c_str());
+      std::exit(1);
+    }
+    for (int k = 0; k < 4; ++k) out.stage_us[k] += r.stage_seconds[k] * 1e6;
+    const auto& t = r.ranked.front();
+    out.choices = (out.choices ^ t.worker.value) * 0x100000001B3ull;
+    auto& slot = inflight[i % end_after];
+    slot.reset();  // the request dispatched end_after decisions ago ends
+    slot.emplace(f.registry, t.worker, r.request_blocks, t.prefill_tokens);
+    if (i >= first_byte_after)
+      if (auto& old = inflight[(i - first_byte_after) % end_after]) old->first_byte();
+  }
+  out.per_s = static_cast<double>(decisions) / ((cpu_us() - c0) / 1e6);
+  for (auto& g : inflight) g.reset();
+  auto pct = [](std::vector<double>& v, double q) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0.0 : v[static_cast<size_t>(static_cast<double>(v.size() - 1) * q)];
   };
-  run(false);  // warm-up
-  const Result plain = run(false);
-  const Result full = run(true);
-  std::printf("mean per stage (us): tokenize %.2f, hash %.2f, find_matches %.2f, score %.2f (candidates + cost + ranking)\n",
-              stage_total[0] / decisions * 1e6, stage_total[1] / decisions * 1e6, stage_total[2] / decisions * 1e6,
-              stage_total[3] / decisions * 1e6);
-  std::printf("decision without bookkeeping: %10.0f /s  p50 %7.2f us  p99 %7.2f us\n", plain.per_s, plain.p50, plain.p99);
-  std::printf("decision with bookkeeping:    %10.0f /s  p50 %7.2f us  p99 %7.2f us  (throughput ratio %.3f)\n",
-              full.per_s, full.p50, full.p99, full.per_s / plain.per_s);
-  std::printf("{\"decisions_per_s\":%.0f,\"decision_p50_us\":%.3f,\"decision_p99_us\":%.3f,"
-              "\"baseline_decisions_per_s\":%.0f,\"baseline_p99_us\":%.3f,\"ratio_vs_baseline\":%.3f,\"workers\":%u,"
-              "\"quick\":%s}\n",
-              full.per_s, full.p50, full.p99, plain.per_s, plain.p99, full.per_s / plain.per_s, kWorkers,
-              quick ? "true" : "false");
+  out.p50 = pct(cpu, 0.5);
+  out.p99 = pct(cpu, 0.99);
+  out.wall_p50 = pct(wall, 0.5);
+  out.wall_p99 = pct(wall, 0.99);
+  for (auto& s : out.stage_us) s /= static_cast<double>(decisions);
+  return out;
+}
+
+// One latency run and one throughput run of the same scorer.
+Run both(Fleet& f, bool fast, size_t decisions) {
+  Run r = run(f, fast, decisions, true);
+  r.per_s = run(f, fast, decisions, false).per_s;
+  return r;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+struct Row {
+  Run fast, ref;  // medians over rounds (stage means of the last round)
+};
+
+bool fast_only = false;  // --fast-only: no reference runs (profiling)
+
+Row measure(Fleet& f, size_t decisions, int rounds) {
+  if (fast_only) {
+    Run r = both(f, true, decisions);
+    return Row{r, r};
+  }
+  std::vector<Run> fast, ref;
+  for (int k = 0; k < rounds; ++k) {  // alternate which scorer goes first
+    if (k % 2 == 0) {
+      fast.push_back(both(f, true, decisions));
+      ref.push_back(both(f, false, decisions));
+    } else {
+      ref.push_back(both(f, false, decisions));
+      fast.push_back(both(f, true, decisions));
+    }
+    if (fast.back().choices != ref.back().choices) {
+      std::fprintf(stderr, "the fast path and the reference chose differently\n");
+      std::exit(1);
+    }
+  }
+  auto med = [](const std::vector<Run>& rs) {
+    Run m = rs.back();
+    std::vector<double> a, b, c, d, e;
+    for (const auto& r : rs) {
+      a.push_back(r.per_s);
+      b.push_back(r.p50);
+      c.push_back(r.p99);
+      d.push_back(r.wall_p50);
+      e.push_back(r.wall_p99);
+    }
+    m.per_s = median(a);
+    m.p50 = median(b);
+    m.p99 = median(c);
+    m.wall_p50 = median(d);
+    m.wall_p99 = median(e);
+    return m;
+  };
+  return Row{med(fast), med(ref)};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool quick = false;
+  std::string only;  // "--only default:1024": one row (for profiling)
+  size_t forced = 0;  // --decisions N
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--quick")) quick = true;
+    else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
+    else if (!std::strcmp(argv[i], "--fast-only")) fast_only = true;
+    else if (!std::strcmp(argv[i], "--decisions") && i + 1 < argc) forced = std::strtoul(argv[++i], nullptr, 10);
+  }
+  const int rounds = quick ? 1 : 3;
+  const Scenario scenarios[] = {{"default", true, 8, 256}, {"by1", false, 1, 256}, {"by10", false, 10, 256},
+                                {"byall", false, 0, 1}};
+  const uint32_t sizes[] = {8, 128, 1024, 8192};
+  std::printf("decisions per thread-CPU second; p50/p99: thread CPU time per decision (us), [wall p99]\n");
+  std::printf("%-8s %7s | %9s %7s %7s %8s | %9s %7s %8s %9s | %7s %6s | %s\n", "scenario", "workers", "fast/s", "p50",
+              "p99", "[wall]", "ref/s", "p50", "p99", "[wall]", "x p99", "x /s", "fast mean us: hash find score");
+  Row headline{}, at8192{};
+  for (const auto& sc : scenarios) {
+    for (uint32_t w : sizes) {
+      if (quick && w == 8192 && sc.holders == 0) continue;
+      if (!only.empty() && only != std::string(sc.name) + ":" + std::to_string(w)) continue;
+      const bool head = !std::strcmp(sc.name, "default") && w == 1024;
+      size_t decisions = head ? (quick ? 20000 : 50000) : (quick ? 4000 : 10000);
+      if (w == 8192) decisions /= 2;  // the reference takes ~0.5 ms per decision there
+      if (forced) decisions = forced;
+      const auto t0 = Steady::now();
+      auto f = build(w, sc);
+      const double build_s = std::chrono::duration<double>(Steady::now() - t0).count();
+      const Row row = measure(*f, decisions, rounds);
+      std::printf("%-8s %7u | %9.0f %7.2f %7.2f %8.1f | %9.0f %7.2f %8.2f %9.1f | %7.1f %6.1f | %.2f %.2f %.2f (built in %.1f s)\n",
+                  sc.name, w, row.fast.per_s, row.fast.p50, row.fast.p99, row.fast.wall_p99, row.ref.per_s, row.ref.p50,
+                  row.ref.p99, row.ref.wall_p99, row.ref.p99 / row.fast.p99, row.fast.per_s / row.ref.per_s,
+                  row.fast.stage_us[1], row.fast.stage_us[2], row.fast.stage_us[3], build_s);
+      std::fflush(stdout);
+      if (head) headline = row;
+      if (!std::strcmp(sc.name, "default") && w == 8192) at8192 = row;
+    }
+  }
+  std::printf("{\"workers\":1024,\"scenario\":\"default\",\"decisions_per_s\":%.0f,\"decision_p50_us\":%.3f,"
+              "\"decision_p99_us\":%.3f,\"decision_wall_p99_us\":%.3f,\"baseline\":\"O(workers) schedule()\",\"baseline_decisions_per_s\":%.0f,"
+              "\"baseline_p50_us\":%.3f,\"baseline_p99_us\":%.3f,\"p99_ratio_vs_baseline\":%.2f,"
+              "\"throughput_ratio_vs_baseline\":%.2f,\"decision_p99_us_8192\":%.3f,\"baseline_p99_us_8192\":%.3f,"
+              "\"same_choices\":true,\"rounds\":%d,\"quick\":%s}\n",
+              headline.fast.per_s, headline.fast.p50, headline.fast.p99, headline.fast.wall_p99, headline.ref.per_s, headline.ref.p50,
+              headline.ref.p99, headline.ref.p99 / headline.fast.p99, headline.fast.per_s / headline.ref.per_s,
+              at8192.fast.p99, at8192.ref.p99, rounds, quick ? "true" : "false");
   return 0;
 }

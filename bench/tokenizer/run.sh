@@ -5,8 +5,11 @@
 #   2. HF throughput: bench_hf.js (RAYON_NUM_THREADS=1, TOKENIZERS_PARALLELISM=false)
 #   3. kvroute throughput + 8k-token chat prompt latency: bench_tokenizer
 # The last line is one JSON object (exact_match_ratio, explained_mismatches,
-# speed_ratio_vs_hf = geometric mean over the tokenizers of the big-text
-# MB/s ratio; see bench_tokenizer.cpp).
+# speed_ratio_vs_hf_node = geometric mean over the tokenizers of the big-text
+# MB/s ratio against HF `tokenizers` through its Node binding; see
+# bench_tokenizer.cpp). An exactness failure (an unexplained mismatch, or
+# run_reference.sh failing for any other reason) fails the run: exit 1, after
+# the figures are printed.
 # Usage: bench/tokenizer/run.sh [--quick] [BUILD_DIR]
 #   --quick: small corpus, qwen3 + llama2, short runs, no exactness step (~20 s)
 # Needs: a build with bench_tokenizer and kvroute-tokenizer-compare
@@ -29,10 +32,17 @@ else
   MODELS=(qwen3 llama3_1 deepseek_v3 gemma3 gpt4o gptoss llama2); MIN=1.0; EXTRA=()
   python3 "$ROOT/tests/tokenizer/make_corpus.py" > "$WORK/corpus.jsonl"
   echo "== exactness (tests/tokenizer/run_reference.sh)"
-  "$ROOT/tests/tokenizer/run_reference.sh" "$BUILD" | grep -v ': EXPLAINED' | tee "$WORK/exact.txt" || true
+  EXACT_RC=0
+  "$ROOT/tests/tokenizer/run_reference.sh" "$BUILD" > "$WORK/exact_full.txt" || EXACT_RC=$?
+  grep -v ': EXPLAINED' "$WORK/exact_full.txt" | tee "$WORK/exact.txt" || true
 fi
 echo "== HF tokenizers (node, one thread)"
 NODE_PATH="$DATA/node/node_modules" node "$ROOT/bench/tokenizer/bench_hf.js" "$DATA/models" "$WORK/corpus.jsonl" "$MIN" "${MODELS[@]}" | tee "$WORK/hf.jsonl"
 echo "== kvroute"
+BENCH_RC=0
 "$BUILD/bench/tokenizer/bench_tokenizer" --models "$DATA/models" --corpus "$WORK/corpus.jsonl" --hf "$WORK/hf.jsonl" \
-  --exact "$WORK/exact.txt" --min-seconds "$MIN" "${EXTRA[@]}" "${MODELS[@]}"
+  --exact "$WORK/exact.txt" --min-seconds "$MIN" "${EXTRA[@]}" "${MODELS[@]}" || BENCH_RC=$?
+if (( ${EXACT_RC:-0} != 0 || BENCH_RC != 0 )); then
+  echo "exactness failed (run_reference.sh exit ${EXACT_RC:-0}, bench_tokenizer exit $BENCH_RC)" >&2
+  exit 1
+fi

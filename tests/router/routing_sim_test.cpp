@@ -175,6 +175,11 @@ TEST_CASE("busy thresholds exclude workers; none left is a 503 'workers_busy'") 
   REQUIRE(r.ok);
   CHECK(r.ranked.size() == 1);
   CHECK(r.ranked.front().worker == WorkerId{3});
+  // Why each worker was left out: explain's full scoring (routing itself
+  // reads only the ranked workers: scheduler/README.md, the fast path).
+  r = sim.routing.route(sim.request(prompt(1, 100)), /*rank_all=*/true);
+  REQUIRE(r.ok);
+  CHECK(r.ranked.size() == 1);
   CHECK(r.decision.scores[0].excluded == Exclusion::TooManyWaiting);
   CHECK(r.decision.scores[1].excluded == Exclusion::NoFreeBlock);
 

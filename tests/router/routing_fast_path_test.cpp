@@ -1,0 +1,255 @@
+// The routing decision's fast path (the registry's pre-ranked fleets) against
+// the O(workers) reference (every candidate scored by schedule()), through the
+// real RoutingService, RadixIndexer and WorkerRegistry: random fleets with
+// several models and LoRA names, workers without URL, drained, down and
+// ejected ones, in-flight load (this router's and other replicas'), KV caches
+// of random depths, seeded ties; queued re-decisions (reroute); and
+// scheduler.cost = predicted_ttft, which never takes the fast path.
+#include "router/routing.h"
+
+#include <doctest/doctest.h>
+
+#include <random>
+
+#include "indexer/block_hash.h"
+#include "indexer/radix_indexer.h"
+
+using namespace kvroute;
+
+namespace {
+
+std::vector<TokenId> prompt(uint32_t family, size_t n) {
+  std::vector<TokenId> t(n);
+  for (size_t i = 0; i < n; ++i) t[i] = family * 100003u + static_cast<TokenId>(i);
+  return t;
+}
+
+struct World {
+  ManualClock clock;
+  RadixIndexer index;
+  WorkerRegistry registry{clock};
+  std::unique_ptr<ConfigStore> config;
+  std::vector<WorkerId> ids;
+};
+
+void build(World& w, std::mt19937_64& rng, Config cfg) {
+  auto pick = [&](uint64_t n) { return rng() % n; };
+  w.config = std::make_unique<ConfigStore>(cfg);
+  const size_t n = 1 + pick(pick(4) == 0 ? 400 : 40);
+  HealthPolicy policy;
+  w.registry.set_health_policy(policy);
+  const bool ties = pick(2) == 0;
+  for (size_t i = 0; i < n; ++i) {
+    WorkerAnnouncement a;
+    a.id = WorkerId{pick(2) ? i + 1 : rng()};
+    a.url = pick(15) == 0 ? "" : "http://127.0.0.1:" + std::to_string(9000 + i);
+    a.model = pick(5) == 0 ? "other" : "m";
+    if (pick(6) == 0) a.lora_adapters = {"m-lora"};
+    a.block_size = 16;
+    a.load = ties ? WorkerLoad{8 * static_cast<uint32_t>(pick(2)), 64, 0, 100 * pick(3), 1000}
+                  : WorkerLoad{static_cast<uint32_t>(pick(70)), 64, static_cast<uint32_t>(pick(3)), pick(1100), 1000};
+    if (pick(2)) w.registry.on_heartbeat(a);
+    else w.registry.upsert(a);
+    w.ids.push_back(a.id);
+    if (pick(20) == 0) w.registry.set_draining(a.id, true);
+    if (pick(20) == 0) w.registry.report_failure(a.id, HealthSignal::ConnectRefused);  // down
+    if (pick(12) == 0)  // ejected (outlier) for eject_base_ms
+      for (uint32_t k = 0; k < policy.eject_after_failures; ++k) w.registry.report_failure(a.id, HealthSignal::ServerError);
+    // KV cache: a prefix of one of 4 prompt families, random depth and tier.
+    KvEvent ev;
+    ev.owner = CacheOwner{a.id, static_cast<uint32_t>(pick(3) == 0)};
+    ev.tier = pick(5) == 0 ? StorageTier::HostPinned : StorageTier::Device;
+    KvStored st;
+    SequenceHash parent{0};
+    const auto hashes = hash_blocks(prompt(static_cast<uint32_t>(pick(4)), 16 * (1 + pick(40))), 16);
+    for (auto h : hashes) st.blocks.push_back({parent = sequence_hash(parent, h), h});
+    ev.data = st;
+    if (pick(4)) w.index.apply(ev);
+    // In-flight work the router has on it.
+    for (uint64_t k = pick(3); k-- > 0;) w.registry.begin_request(a.id, 1 + pick(64), pick(2) ? pick(2000) : 0);
+    // Other router replicas' in-flight work on it (issue 15).
+    if (pick(4) == 0) w.registry.set_remote_inflight(a.id, static_cast<uint32_t>(pick(40)), pick(900), pick(3000));
+  }
+}
+
+// Teaches some workers' TTFT models observed times (begin_request's sample,
+// then first_byte after `ms`), so workers' predictions differ.
+void teach_ttft(World& w, std::mt19937_64& rng) {
+  for (WorkerId id : w.ids) {
+    if (rng() % 2) continue;
+    for (int k = 0; k < 4; ++k) {
+      const uint64_t prefill = rng() % 4000;
+      const TtftSample sample = w.registry.begin_request(id, 1, prefill);
+      w.clock.advance(std::chrono::microseconds(100 + rng() % 5000));
+      w.registry.first_byte(id, prefill, &sample);
+      w.registry.end_request(id, 1, 0, false);
+    }
+  }
+}
+
+void same(const RouteResult& fast, const RouteResult& ref) {
+  REQUIRE(fast.ok == ref.ok);
+  CHECK(fast.error.status == ref.error.status);
+  REQUIRE(fast.ranked.size() == ref.ranked.size());
+  for (size_t k = 0; k < ref.ranked.size(); ++k) {
+    CHECK(fast.ranked[k].worker == ref.ranked[k].worker);
+    CHECK(fast.ranked[k].url == ref.ranked[k].url);
+    CHECK(fast.ranked[k].cached_tokens == ref.ranked[k].cached_tokens);
+    CHECK(fast.ranked[k].prefill_tokens == ref.ranked[k].prefill_tokens);
+  }
+  CHECK(fast.chose_best_overlap == ref.chose_best_overlap);
+  CHECK(fast.best_cached_tokens == ref.best_cached_tokens);
+  if (ref.ok) {
+    CHECK(fast.candidates[*fast.decision.chosen].owner == ref.candidates[*ref.decision.chosen].owner);
+    CHECK(fast.decision.scores[*fast.decision.chosen].cost ==
+          doctest::Approx(ref.decision.scores[*ref.decision.chosen].cost));
+    CHECK(fast.decision.scores[*fast.decision.chosen].predicted_ttft_ms ==
+          doctest::Approx(ref.decision.scores[*ref.decision.chosen].predicted_ttft_ms));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("routing: the pre-ranked fast path chooses as the O(workers) reference") {
+  std::mt19937_64 rng(17);
+  int compared = 0, routed = 0, rerouted = 0;
+  for (int trial = 0; trial < 150; ++trial) {
+    Config cfg;
+    cfg.indexer.block_size = 16;
+    cfg.router.max_attempts = 1 + static_cast<uint32_t>(rng() % 4);
+    cfg.scheduler.pending_prefill_weight = (rng() % 3) * 0.2;
+    cfg.scheduler.busy_kv_usage = rng() % 3 == 0 ? 0.8 : 1.0;
+    World w;
+    build(w, rng, cfg);
+    for (int q = 0; q < 12; ++q) {
+      if (q == 6) w.clock.advance(std::chrono::seconds(5));  // ejections end (lazily)
+      ParsedRequest r;
+      const int m = static_cast<int>(rng() % 10);
+      r.model = m < 7 ? "m" : m < 9 ? "m-lora" : "missing";
+      r.has_prompt_tokens = true;
+      r.prompt_tokens = prompt(static_cast<uint32_t>(rng() % 5), 1 + rng() % 900);
+      const uint64_t seed = rng();
+      SeededRandom r1(seed), r2(seed);
+      RoutingService fast(w.index, w.registry, *w.config, r1);
+      RoutingService ref(w.index, w.registry, *w.config, r2);
+      ref.set_fast_path(false);
+      RouteResult a, b;
+      fast.route(r, a);
+      ref.route(r, b);
+      INFO("trial " << trial << " request " << q << " model " << r.model);
+      same(a, b);
+      ++compared;
+      routed += a.ok;
+      // The chosen worker takes the request: load changes between decisions.
+      if (a.ok && rng() % 2) w.registry.begin_request(a.ranked[0].worker, a.request_blocks, a.ranked[0].prefill_tokens);
+      // Another replica's in-flight counts on some worker change (issue 15).
+      if (rng() % 3 == 0)
+        w.registry.set_remote_inflight(w.ids[rng() % w.ids.size()], static_cast<uint32_t>(rng() % 40), rng() % 900,
+                                       rng() % 3000);
+      // A queued request decides again on the new load (reroute): the same.
+      if (rng() % 3 == 0) {
+        fast.reroute(r.model, a);
+        ref.reroute(r.model, b);
+        INFO("reroute");
+        same(a, b);
+        ++rerouted;
+      }
+    }
+  }
+  CHECK(compared == 150 * 12);
+  CHECK(routed > compared / 2);
+  CHECK(rerouted > 150 * 12 / 5);
+}
+
+TEST_CASE("routing: with cost=predicted_ttft the fast path is not used and results equal decide_all") {
+  std::mt19937_64 rng(23);
+  int compared = 0, routed = 0, partial = 0;
+  for (int trial = 0; trial < 60; ++trial) {
+    Config cfg;
+    cfg.indexer.block_size = 16;
+    cfg.router.max_attempts = 1 + static_cast<uint32_t>(rng() % 4);
+    cfg.scheduler.pending_prefill_weight = (rng() % 3) * 0.2;
+    cfg.scheduler.cost = "predicted_ttft";
+    CHECK_FALSE(RankedFleet::supports(cfg.scheduler, cfg.router.max_attempts));
+    World w;
+    build(w, rng, cfg);
+    teach_ttft(w, rng);
+    for (int q = 0; q < 8; ++q) {
+      ParsedRequest r;
+      r.model = rng() % 4 ? "m" : "m-lora";
+      r.has_prompt_tokens = true;
+      r.prompt_tokens = prompt(static_cast<uint32_t>(rng() % 5), 1 + rng() % 900);
+      const uint64_t seed = rng();
+      SeededRandom r1(seed), r2(seed);
+      RoutingService fast(w.index, w.registry, *w.config, r1);  // fast path on, but refused
+      RoutingService ref(w.index, w.registry, *w.config, r2);
+      ref.set_fast_path(false);
+      RouteResult a, b;
+      fast.route(r, a);
+      ref.route(r, b);
+      INFO("trial " << trial << " request " << q << " model " << r.model);
+      same(a, b);
+      // decide_all(): every candidate scored (the fast path has only the ranked).
+      REQUIRE(a.candidates.size() == b.candidates.size());
+      REQUIRE(a.decision.scores.size() == b.decision.scores.size());
+      for (size_t i = 0; i < b.candidates.size(); ++i) {
+        CHECK(a.candidates[i].owner == b.candidates[i].owner);
+        CHECK(a.decision.scores[i].excluded == b.decision.scores[i].excluded);
+        CHECK(a.decision.scores[i].cost == b.decision.scores[i].cost);
+        CHECK(a.decision.scores[i].predicted_ttft_ms == b.decision.scores[i].predicted_ttft_ms);
+      }
+      CHECK(a.decision.ranking == b.decision.ranking);
+      ++compared;
+      routed += a.ok;
+      if (a.ok && a.ranked.size() < a.candidates.size()) ++partial;
+    }
+  }
+  CHECK(compared == 60 * 8);
+  CHECK(routed > compared / 2);
+  CHECK(partial > 0);  // some rankings were cut at max_attempts: the fast path would have read fewer
+}
+
+TEST_CASE("routing: an ejected worker is never a candidate on the fast path, and returns when the ejection ends") {
+  World w;
+  Config cfg;
+  cfg.indexer.block_size = 16;
+  w.config = std::make_unique<ConfigStore>(cfg);
+  for (uint64_t id : {1, 2}) {
+    WorkerAnnouncement a;
+    a.id = WorkerId{id};
+    a.url = "http://127.0.0.1:900" + std::to_string(id);
+    a.model = "m";
+    a.load = WorkerLoad{0, 64, 0, id == 1 ? 0u : 500u, 1000};  // worker 1 is the cheaper
+    w.registry.upsert(a);
+  }
+  HealthPolicy policy;
+  w.registry.set_health_policy(policy);
+  for (uint32_t k = 0; k < policy.eject_after_failures; ++k) w.registry.report_failure(WorkerId{1}, HealthSignal::ServerError);
+  SeededRandom rnd(1);
+  RoutingService routing(w.index, w.registry, *w.config, rnd);
+  ParsedRequest r;
+  r.model = "m";
+  r.has_prompt_tokens = true;
+  r.prompt_tokens = prompt(1, 64);
+  RouteResult out;
+  routing.route(r, out);
+  REQUIRE(out.ok);
+  REQUIRE(out.ranked.size() == 1);
+  CHECK(out.ranked[0].worker == WorkerId{2});
+  w.clock.advance(std::chrono::milliseconds(policy.eject_base_ms));
+  routing.route(r, out);
+  REQUIRE(out.ok);
+  CHECK(out.ranked[0].worker == WorkerId{1});
+  CHECK(out.ranked.size() == 2);
+  // Down (refused): out at once, back with the next answered scrape.
+  w.registry.report_failure(WorkerId{1}, HealthSignal::ConnectRefused);
+  routing.route(r, out);
+  CHECK(out.ranked[0].worker == WorkerId{2});
+  w.registry.on_load_report(WorkerId{1}, WorkerLoad{0, 64, 0, 0, 1000});
+  routing.route(r, out);
+  CHECK(out.ranked[0].worker == WorkerId{1});
+  // Removed: gone from the fleet too.
+  CHECK(w.registry.remove(WorkerId{1}));
+  routing.route(r, out);
+  CHECK(out.ranked[0].worker == WorkerId{2});
+}

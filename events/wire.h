@@ -1,5 +1,4 @@
-// NATS wire formats (../shared/DESIGN.md, "KV events on NATS" and "Worker
-// registration and load"): decoding of untrusted bytes into in-memory structs,
+// NATS wire formats (events/README.md): decoding of untrusted bytes into in-memory structs,
 // and encoding for publishers (kvroute-mocker). Pure; thread-safe.
 //
 // Decoding reads fields by name, ignores unknown fields, and accepts both

@@ -1,4 +1,4 @@
-// Block hashing, compatible with NVIDIA Dynamo (see ../shared/DESIGN.md).
+// Block hashing, compatible with NVIDIA Dynamo (rules in indexer/README.md).
 // Pure functions; thread-safe.
 #pragma once
 

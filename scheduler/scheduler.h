@@ -1,4 +1,4 @@
-// Worker selection: the cost function of ../shared/DESIGN.md ("Scheduling").
+// Worker selection: the cost function (scheduler/README.md).
 // Pure code with no I/O: "a router only decides which worker you should use;
 // it doesn't send you there". Thread-safe (no shared state; randomness injected).
 #pragma once

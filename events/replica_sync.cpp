@@ -64,7 +64,15 @@ ReplicaSync::ReplicaSync(NatsBus& bus, WorkerRegistry& registry, const Clock& cl
 ReplicaSync::~ReplicaSync() { stop(); }
 
 bool ReplicaSync::start(std::string* error) {
-  if (!bus_.subscribe(subject_, [this](const NatsMessage& m) { on_message(m.data); }, error)) return false;
+  {
+    std::lock_guard g(gate_->mu);
+    gate_->self = this;
+  }
+  auto handler = [gate = gate_](const NatsMessage& m) {
+    std::lock_guard g(gate->mu);
+    if (gate->self) gate->self->on_message(m.data);
+  };
+  if (!bus_.subscribe(subject_, std::move(handler), error)) return false;
   thread_ = std::thread([this] {
     pthread_setname_np(pthread_self(), "kvroute-replica");
     // Watches the registry's in-flight generation every millisecond (one
@@ -91,6 +99,10 @@ bool ReplicaSync::start(std::string* error) {
 }
 
 void ReplicaSync::stop() {
+  {
+    std::lock_guard g(gate_->mu);  // waits for a handler still running
+    gate_->self = nullptr;
+  }
   {
     std::lock_guard lk(mu_);
     stop_ = true;

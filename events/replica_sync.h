@@ -25,6 +25,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -108,6 +109,14 @@ class ReplicaSync {
   TimePoint last_publish_{};
   uint64_t seq_ = 0;
   std::thread thread_;
+  // The NATS subscription outlives this object (the bus has no unsubscribe):
+  // its handler reaches us only through this, cleared by stop() while no
+  // handler runs.
+  struct HandlerGate {
+    std::mutex mu;
+    ReplicaSync* self = nullptr;
+  };
+  std::shared_ptr<HandlerGate> gate_ = std::make_shared<HandlerGate>();
 };
 
 }  // namespace kvroute

@@ -7,7 +7,7 @@
 #  2. one-line templates exercising each filter, test, operator and printing rule (jinja_cases.py);
 #  3. token ids: kvroute-tokenize on the requests == HF `tokenizers` on the Python-rendered text.
 # Usage: tests/tokenizer/jinja_python_reference.sh BUILD_DIR   (reference data: setup_reference.sh)
-#   JINJA_REF_COUNT (default 320) requests per model, JINJA_REF_SEED (default 0) offsets the seeds:
+#   JINJA_REF_COUNT (default 460: at least 300 rendered per model, checked) requests per model, JINJA_REF_SEED (default 0) offsets the seeds:
 #   a longer run on other data, e.g. JINJA_REF_COUNT=1000 JINJA_REF_SEED=1000 ... BUILD_DIR
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"; BUILD="${1:-$ROOT/build}"
@@ -17,7 +17,7 @@ T="$ROOT/tests/tokenizer"
 DATA="$ROOT/tests/reference/data"; mkdir -p "$DATA/work"
 WORK="$(mktemp -d "$DATA/work/jinja_py.XXXXXX")"; trap 'rm -rf "$WORK"' EXIT
 export NODE_PATH="$DATA/node/node_modules"
-rc=0; compared=0; seed=${JINJA_REF_SEED:-0}; count=${JINJA_REF_COUNT:-320}
+rc=0; compared=0; seed=${JINJA_REF_SEED:-0}; count=${JINJA_REF_COUNT:-460}; min_rendered=${JINJA_REF_COUNT:+0}; min_rendered=${min_rendered:-300}
 for m in qwen3 llama3_1 deepseek_v3 gemma3 gpt4o gptoss llama2; do
   seed=$((seed + 101))
   conv="$WORK/conv_$m.jsonl"
@@ -31,6 +31,7 @@ for m in qwen3 llama3_1 deepseek_v3 gemma3 gpt4o gptoss llama2; do
   grep '^DIFF\|^  ref\|^  kvroute' <<<"$out" | sed "s/^/  [$m] /" | cut -c1-400 || true
   rendered=$(grep -c '"ok": true' "$WORK/ref_$m.jsonl" || true)
   echo "$m ($(cat "$WORK/fmt_$m.txt")): $(tail -1 <<<"$out") prompts ($rendered rendered, the rest rejected by both)"
+  if (( rendered < min_rendered )); then echo "$m: only $rendered prompts rendered (< $min_rendered)"; rc=1; fi
   # 3. token ids, end to end
   node "$T/gen_chat_ids_reference.js" "$DATA/models/$m" "$WORK/ref_$m.jsonl" "$WORK/ids_$m.jsonl"
   python3 -c 'import json,sys

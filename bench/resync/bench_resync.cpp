@@ -28,6 +28,7 @@
 #include "events/event_pipeline.h"
 #include "events/nats_bus.h"
 #include "events/wire.h"
+#include "tests/support/nats_server.h"
 #include "indexer/event_sequencer.h"
 #include "indexer/radix_indexer.h"
 
@@ -35,35 +36,6 @@ using namespace kvroute;
 using Clock_ = std::chrono::steady_clock;
 
 namespace {
-
-uint16_t free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
-
-pid_t start_nats(uint16_t port) {
-  const char* bin = nullptr;
-  for (const char* c : {"/usr/sbin/nats-server", "/usr/bin/nats-server", "/usr/local/bin/nats-server"})
-    if (::access(c, X_OK) == 0) bin = c;
-  if (!bin) return -1;
-  const std::string p = std::to_string(port);
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    const int null_fd = ::open("/dev/null", O_WRONLY);
-    ::dup2(null_fd, 1);
-    ::dup2(null_fd, 2);
-    ::execl(bin, bin, "-a", "127.0.0.1", "-p", p.c_str(), static_cast<char*>(nullptr));
-    ::_exit(127);
-  }
-  return pid;
-}
 
 // A worker's cache: chains of 32 blocks (a prompt each), distinct per worker.
 ResyncDump make_dump(uint64_t worker, size_t blocks) {
@@ -122,13 +94,12 @@ double decode_apply(const std::vector<std::string>& messages, bool compact) {
 int main(int argc, char** argv) {
   const size_t blocks = argc > 1 ? std::stoull(argv[1]) : 1000000;
   const uint64_t workers = argc > 2 ? std::stoull(argv[2]) : 4;
-  const uint16_t port = free_port();
-  const pid_t nats = start_nats(port);
-  if (nats < 0) {
+  kvroute::testing::NatsServer nats;
+  if (!nats.ok()) {
     std::fprintf(stderr, "nats-server not found\n");
     return 1;
   }
-  const std::string url = fmt::format("nats://127.0.0.1:{}", port);
+  const std::string url = nats.url();
   std::string err;
   std::vector<std::unique_ptr<FakeWorker>> fleet;
   for (uint64_t w = 1; w <= workers; ++w) {
@@ -176,8 +147,6 @@ int main(int argc, char** argv) {
   pipeline.stop();
   bus.reset();
   fleet.clear();
-  ::kill(nats, SIGTERM);
-  ::waitpid(nats, nullptr, 0);
 
   // Baseline: legacy JSON dumps vs compact chunks, decode + apply, no network.
   std::vector<std::string> json, compact;

@@ -12,49 +12,13 @@
 
 #include <thread>
 
+#include "tests/support/nats_server.h"
+
 using namespace kvroute;
+using kvroute::testing::NatsServer;
 using namespace std::chrono_literals;
 
 namespace {
-
-uint16_t free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
-
-struct NatsServer {
-  pid_t pid = -1;
-  uint16_t port = free_port();
-  NatsServer() {
-    const char* bin = nullptr;
-    for (const char* c : {"/usr/sbin/nats-server", "/usr/bin/nats-server", "/usr/local/bin/nats-server"})
-      if (::access(c, X_OK) == 0) bin = c;
-    REQUIRE_MESSAGE(bin != nullptr, "nats-server not found (scripts/setup.sh installs it)");
-    const std::string p = std::to_string(port);
-    pid = ::fork();
-    if (pid == 0) {
-      const int null_fd = ::open("/dev/null", O_WRONLY);
-      ::dup2(null_fd, 1);
-      ::dup2(null_fd, 2);
-      ::execl(bin, bin, "-a", "127.0.0.1", "-p", p.c_str(), static_cast<char*>(nullptr));
-      ::_exit(127);
-    }
-  }
-  ~NatsServer() {
-    if (pid > 0) {
-      ::kill(pid, SIGTERM);
-      ::waitpid(pid, nullptr, 0);
-    }
-  }
-  std::string url() const { return "nats://127.0.0.1:" + std::to_string(port); }
-};
 
 template <class F>
 bool wait_until(F f, std::chrono::milliseconds limit = 5000ms) {
@@ -100,6 +64,7 @@ TEST_CASE("replica snapshots: round trip and malformed input") {
 
 TEST_CASE("two replicas count each other's in-flight requests; a silent one stops counting after its ttl") {
   NatsServer server;
+  REQUIRE_MESSAGE(server.ok(), "nats-server not found (scripts/setup.sh installs it)");
   std::string err;
   auto bus_a = NatsBus::connect(server.url(), "a", 5s, &err);
   auto bus_b = NatsBus::connect(server.url(), "b", 5s, &err);

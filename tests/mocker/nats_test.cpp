@@ -19,49 +19,13 @@
 #include "indexer/radix_indexer.h"
 #include "tests/mocker/http_client.h"
 
+#include "tests/support/nats_server.h"
+
 using namespace kvroute;
+using kvroute::testing::NatsServer;
 using namespace kvroute::mocker;
 
 namespace {
-
-uint16_t free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
-
-struct NatsServer {
-  pid_t pid = -1;
-  uint16_t port = free_port();
-  NatsServer() {
-    const char* bin = nullptr;
-    for (const char* c : {"/usr/sbin/nats-server", "/usr/bin/nats-server", "/usr/local/bin/nats-server"})
-      if (::access(c, X_OK) == 0) bin = c;
-    REQUIRE_MESSAGE(bin != nullptr, "nats-server not found (scripts/setup.sh installs it)");
-    const std::string p = std::to_string(port);
-    pid = ::fork();
-    if (pid == 0) {
-      const int null_fd = ::open("/dev/null", O_WRONLY);
-      ::dup2(null_fd, 1);
-      ::dup2(null_fd, 2);
-      ::execl(bin, bin, "-a", "127.0.0.1", "-p", p.c_str(), static_cast<char*>(nullptr));
-      ::_exit(127);
-    }
-  }
-  ~NatsServer() {
-    if (pid > 0) {
-      ::kill(pid, SIGTERM);
-      ::waitpid(pid, nullptr, 0);
-    }
-  }
-  std::string url() const { return "nats://127.0.0.1:" + std::to_string(port); }
-};
 
 template <class F>
 bool wait_until(F f, int ms = 5000) {
@@ -86,6 +50,7 @@ struct Inbox {
 
 TEST_CASE("NATS: KV events (with a dropped one), heartbeats, and a resync dump consistent with the events") {
   NatsServer nats;
+  REQUIRE_MESSAGE(nats.ok(), "nats-server not found (scripts/setup.sh installs it)");
   std::string err;
   std::unique_ptr<NatsBus> worker_bus, observer;
   REQUIRE(wait_until([&] { return (worker_bus = NatsBus::connect(nats.url(), "mocker-test", std::chrono::milliseconds(200), &err)) != nullptr; }));

@@ -224,8 +224,8 @@ void Fleet::Impl::dns_loop() {
         stats.dns_lookups_failed.fetch_add(1, std::memory_order_relaxed);
         static RateLimiter rl;
         if (rl.allow())
-          spdlog::warn("discovery.dns: resolving '{}' failed ({}); keeping its last {} worker(s)", entries[i].host,
-                       detail, i < dns_addrs.size() ? "known" : "");
+          spdlog::warn("discovery.dns: resolving '{}' failed ({}); keeping its last known workers", entries[i].host,
+                       detail);
         continue;
       }
       (r == DnsResolver::Result::Ok ? stats.dns_lookups_ok : stats.dns_lookups_not_found)

@@ -43,7 +43,8 @@
 // state (ZMQ sockets are not thread-safe). add_worker / remove_worker /
 // is_partial / partial_owners / stats are thread-safe and callable from any
 // thread; membership changes take effect within one poll tick (<= 20 ms).
-// The sink runs on the kvroute-zmq thread and must not block.
+// The sink runs on the kvroute-zmq thread and must not block; it must stay
+// callable until stop() returns (remove_worker and restarts call it too).
 #pragma once
 
 #include <array>

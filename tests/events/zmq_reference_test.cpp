@@ -141,9 +141,8 @@ TEST_CASE("the index equals what an independent vLLM publisher sent; replay fill
   REQUIRE(sp != std::string::npos);
 
   EventsConfig ecfg;
-  // On this tree the writer registers a worker on its first event and expires
-  // it (index included) after worker_ttl_ms without one; a ZMQ worker's
-  // liveness belongs to the /metrics scrape (wired in router/main.cpp).
+  // Heartbeat expiry (NATS workers) has no say here: a ZMQ worker's liveness
+  // is its /metrics scrape (fleet/), not part of this test.
   ecfg.worker_ttl_ms = 3600000;
   RadixIndexer index;
   WorkerRegistry registry{SteadyClock::instance()};

@@ -197,6 +197,18 @@ OverlapScores EventSequencer::find_matches(std::span<const LocalBlockHash> block
   return out;
 }
 
+void EventSequencer::find_match_layers(std::span<const LocalBlockHash> blocks, MatchLayers& out) const {
+  inner_.find_match_layers(blocks, out);
+  if (counters_.stale_owners.load(std::memory_order_relaxed) == 0) return;
+  std::shared_lock lk(stale_mu_);
+  if (stale_.empty()) return;
+  // A shared layer cannot leave members out: list the owners one by one.
+  OverlapScores all = out.expand();
+  out.clear();
+  for (const auto& o : all.owners)
+    if (stale_.count(o.owner) == 0) out.extra.push_back(o);
+}
+
 bool EventSequencer::is_stale(CacheOwner owner) const {
   std::shared_lock lk(stale_mu_);
   return stale_.count(owner) > 0;

@@ -76,6 +76,7 @@ class EventSequencer final : public Indexer {
   void remove_worker(WorkerId worker) override;
   void clear_owner(CacheOwner owner) override;
   OverlapScores find_matches(std::span<const LocalBlockHash> blocks) const override;
+  void find_match_layers(std::span<const LocalBlockHash> blocks, MatchLayers& out) const override;
   IndexStats stats() const override { return inner_.stats(); }
 
   // Writer thread. Replaces the owner's state with a full dump taken after

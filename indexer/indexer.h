@@ -8,6 +8,7 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -47,6 +48,37 @@ struct OverlapScores {
   std::vector<OwnerOverlap> owners;  // only owners with blocks > 0, any order
 };
 
+// A set of cache owners the index shares between every node held by exactly
+// these owners in this tier (interned). Immutable once published; `serial`
+// is unique in the process and never reused, so a reader may cache what it
+// derives from a set (the scheduler's slot bitmaps) under its serial.
+struct OwnerSet {
+  uint64_t serial = 0;
+  StorageTier tier = StorageTier::Device;  // every member's tier
+  std::vector<CacheOwner> owners;           // each once, in no particular order
+};
+
+// find_matches' answer as nested owner sets, for callers whose cost must not
+// grow with the number of owners sharing a prefix (the scheduler's fast
+// path). Each layer's set is a subset of the previous layer's; an owner's
+// overlap is that of the deepest layer holding it, or its entry in `extra`
+// when that is longer. An index without layers lists every owner in `extra`.
+struct MatchLayers {
+  struct Layer {
+    uint32_t blocks = 0;                                // every member matched this many blocks...
+    std::array<uint32_t, kNumStorageTiers> by_tier{};  // ...in these tiers (all members alike)
+    std::shared_ptr<const OwnerSet> set;
+  };
+  std::vector<Layer> layers;
+  std::vector<OwnerOverlap> extra;  // blocks > 0, any order
+  void clear() {
+    layers.clear();
+    extra.clear();
+  }
+  // Every owner with its overlap, one entry each (what find_matches returns).
+  OverlapScores expand() const;
+};
+
 struct IndexStats {
   uint64_t blocks = 0;   // distinct nodes (block under a given prefix)
   uint64_t entries = 0;  // (block, owner) pairs
@@ -68,6 +100,12 @@ class Indexer {
   // Any thread. Walks `blocks` (a request's local block hashes, in order) from
   // the root and reports, per owner, the length of its cached prefix.
   virtual OverlapScores find_matches(std::span<const LocalBlockHash> blocks) const = 0;
+  // Any thread. The same answer as find_matches, in layers where the index
+  // can (`out` is overwritten). Default: every owner in `extra`.
+  virtual void find_match_layers(std::span<const LocalBlockHash> blocks, MatchLayers& out) const {
+    out.layers.clear();
+    out.extra = find_matches(blocks).owners;
+  }
   // Any thread.
   virtual IndexStats stats() const = 0;
 };

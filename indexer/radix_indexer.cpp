@@ -125,7 +125,7 @@ void RadixIndexer::unlink_child(NodeId parent, NodeId c) {
 
 std::span<const RadixIndexer::Entry> RadixIndexer::owners_of(const Node& n) const {
   if (n.owners == kNoOwner) return {};
-  if (n.owners & kListBit) return lists_[n.owners & ~kListBit].entries;
+  if (n.owners & kListBit) return lists_[n.owners & ~kListBit].body->entries;
   return {&n.owners, 1};
 }
 
@@ -153,18 +153,29 @@ void RadixIndexer::release_owner_id(uint32_t id) {
   free_ids_.push_back(id);
 }
 
+RadixIndexer::Entry RadixIndexer::entry_of(const Node& n, uint32_t owner) const {
+  const auto os = owners_of(n);
+  const auto it = std::lower_bound(os.begin(), os.end(), owner << 8);
+  return it != os.end() && entry_owner(*it) == owner ? *it : kNoOwner;
+}
+
 bool RadixIndexer::holds(const Node& n, uint32_t owner) const {
   const auto os = owners_of(n);
   const auto it = std::lower_bound(os.begin(), os.end(), owner << 8);
   return it != os.end() && entry_owner(*it) == owner;
 }
 
+namespace {
+// Sets are never reused under a serial (OwnerSet), across every index.
+std::atomic<uint64_t> next_set_serial{1};
+}  // namespace
+
 uint32_t RadixIndexer::owner_word_for(const std::vector<Entry>& v) {
   if (v.empty()) return kNoOwner;
   if (v.size() == 1) return v[0];
   const uint64_t h = XXH3_64bits(v.data(), v.size() * sizeof(Entry));
   const uint32_t* found = list_index_.find(h);
-  if (found && lists_[*found].entries == v) {
+  if (found && lists_[*found].body->entries == v) {
     ++lists_[*found].refs;
     return kListBit | *found;
   }
@@ -176,13 +187,22 @@ uint32_t RadixIndexer::owner_word_for(const std::vector<Entry>& v) {
     l = static_cast<uint32_t>(lists_.size());
     lists_.emplace_back();
   }
+  auto body = std::make_shared<ListBody>();
+  body->serial = next_set_serial.fetch_add(1, std::memory_order_relaxed);
+  body->tier = entry_tier(v[0]);
+  body->entries.assign(v.begin(), v.end());  // exact capacity
+  body->owners.reserve(v.size());
+  for (Entry e : v) {
+    body->owners.push_back(owners_[entry_owner(e)]->owner);
+    body->one_tier &= entry_tier(e) == body->tier;
+  }
   OwnerList& ol = lists_[l];
-  ol.entries.assign(v.begin(), v.end());  // exact capacity
+  ol.body = std::move(body);
   ol.hash = h;
   ol.refs = 1;
   ol.interned = !found;  // a different list owns this hash: stay private
   if (ol.interned) list_index_.put(h, l);
-  list_heap_bytes_ += ol.entries.capacity() * sizeof(Entry);
+  list_heap_bytes_ += list_bytes(v.size());
   return kListBit | l;
 }
 
@@ -192,8 +212,8 @@ void RadixIndexer::release_word(uint32_t word) {
   OwnerList& ol = lists_[l];
   if (--ol.refs > 0) return;
   if (ol.interned) list_index_.erase(ol.hash);
-  list_heap_bytes_ -= ol.entries.capacity() * sizeof(Entry);
-  std::vector<Entry>().swap(ol.entries);
+  list_heap_bytes_ -= list_bytes(ol.body->entries.size());
+  ol.body.reset();  // readers holding it keep it alive
   ol.interned = false;
   free_lists_.push_back(l);
 }
@@ -496,6 +516,104 @@ OverlapScores RadixIndexer::find_matches(std::span<const LocalBlockHash> blocks)
   if (!live.empty()) credit();
   // Owners of the first node always matched >= 1 block; none has 0.
   return out;
+}
+
+namespace {
+
+// How many owners of `sub` are in `set` (both sorted by owner id, entries
+// owner << 8 | tier): a merge when the sizes are alike, else a binary search
+// per element of the smaller.
+size_t count_in(std::span<const uint32_t> sub, std::span<const uint32_t> set) {
+  size_t n = 0;
+  if (sub.size() * 16 < set.size()) {
+    for (uint32_t e : sub) {
+      const auto it = std::lower_bound(set.begin(), set.end(), e & ~0xffu);
+      n += it != set.end() && (*it >> 8) == (e >> 8);
+    }
+    return n;
+  }
+  auto it = set.begin();
+  for (uint32_t e : sub) {
+    while (it != set.end() && (*it >> 8) < (e >> 8)) ++it;
+    if (it == set.end()) break;
+    n += (*it >> 8) == (e >> 8);
+  }
+  return n;
+}
+
+}  // namespace
+
+void RadixIndexer::find_match_layers(std::span<const LocalBlockHash> blocks, MatchLayers& out) const {
+  out.clear();
+  if (blocks.empty()) return;
+  {
+    lock_for_read();
+    std::shared_lock lk(mu_, std::adopt_lock);
+    if (walk_layers(blocks, out)) return;
+  }
+  out.clear();
+  out.extra = find_matches(blocks).owners;
+}
+
+bool RadixIndexer::walk_layers(std::span<const LocalBlockHash> blocks, MatchLayers& out) const {
+  NodeId n = child(kRoot, blocks[0].value);
+  if (n == kNone) return true;
+  std::array<uint32_t, kNumStorageTiers> tiers{};  // blocks per tier of the layers so far
+  size_t level = 0;                                // levels before node n
+  uint32_t word = node(n).owners;                  // the live owners: this node's
+  for (;;) {
+    if (word == kNoOwner) return true;
+    if (!(word & kListBit)) {
+      walk_single(blocks, level, n, entry_owner(word), tiers, out);
+      return true;
+    }
+    const auto& body = lists_[word & ~kListBit].body;
+    if (!body->one_tier) return false;
+    // The levels with this very word (interned: same owners, same tiers).
+    size_t end = level + 1;
+    NodeId next = kNone;
+    for (; end < blocks.size(); ++end) {
+      next = child(n, blocks[end].value);
+      if (next == kNone || node(next).owners != word) break;
+      n = next;
+    }
+    tiers[static_cast<size_t>(body->tier)] += static_cast<uint32_t>(end - level);
+    out.layers.push_back(MatchLayers::Layer{static_cast<uint32_t>(end), tiers, body});
+    if (end == blocks.size() || next == kNone) return true;
+    // The next level's owners: the deeper layer if they are a subset of this one.
+    const uint32_t w = node(next).owners;
+    if (w == kNoOwner) return true;
+    if (!(w & kListBit)) {
+      if (entry_of(node(n), entry_owner(w)) == kNoOwner) return true;  // nobody goes on
+      walk_single(blocks, end, next, entry_owner(w), tiers, out);
+      return true;
+    }
+    const auto& sub = lists_[w & ~kListBit].body->entries;
+    const size_t in = count_in(sub, body->entries);
+    if (in == 0) return true;
+    if (in != sub.size()) return false;  // not nested
+    n = next;
+    word = w;
+    level = end;
+  }
+}
+
+void RadixIndexer::walk_single(std::span<const LocalBlockHash> blocks, size_t from, NodeId n, uint32_t owner,
+                               std::array<uint32_t, kNumStorageTiers> tiers, MatchLayers& out) const {
+  size_t level = from;
+  for (;;) {
+    const Entry e = entry_of(node(n), owner);
+    if (e == kNoOwner) break;
+    ++tiers[static_cast<size_t>(entry_tier(e))];
+    if (++level == blocks.size()) break;
+    n = child(n, blocks[level].value);
+    if (n == kNone) break;
+  }
+  if (level == from) return;
+  OwnerOverlap& o = out.extra.emplace_back();
+  o.owner = owners_[owner]->owner;
+  o.blocks = static_cast<uint32_t>(level);
+  o.by_tier = tiers;
 }
 
 std::vector<std::pair<WorkerId, uint64_t>> RadixIndexer::entries_by_worker() const {

@@ -59,6 +59,12 @@ class RadixIndexer final : public Indexer {
   void remove_worker(WorkerId worker) override;
   void clear_owner(CacheOwner owner) override;
   OverlapScores find_matches(std::span<const LocalBlockHash> blocks) const override;
+  // Layers while the owner sets along the path are nested interned lists in
+  // one tier each (the common case: O(blocks) plus O(|smaller set| log) per
+  // change of set, whatever the number of owners); once one owner is left it
+  // is followed alone into `extra`. Sets that are not nested, or lists with
+  // mixed tiers, fall back to find_matches (all owners in `extra`).
+  void find_match_layers(std::span<const LocalBlockHash> blocks, MatchLayers& out) const override;
   IndexStats stats() const override;
   // Any thread. Index entries held by each worker (all dp ranks summed),
   // sorted by worker id; O(owners). For the status page (router/status.h).
@@ -104,6 +110,14 @@ class RadixIndexer final : public Indexer {
   Node& node(NodeId id) { return chunks_[id >> kChunkBits][id & ((1u << kChunkBits) - 1)]; }
   const Node& node(NodeId id) const { return chunks_[id >> kChunkBits][id & ((1u << kChunkBits) - 1)]; }
   std::span<const Entry> owners_of(const Node& n) const;
+  // The entry of `owner` on node n, or kNoOwner.
+  Entry entry_of(const Node& n, uint32_t owner) const;
+  // find_match_layers under the read lock; false = fall back to find_matches.
+  bool walk_layers(std::span<const LocalBlockHash> blocks, MatchLayers& out) const;
+  // One owner followed from level `from` (node n) on; `tiers`: its blocks per
+  // tier before `from`. Appends its overlap to out.extra.
+  void walk_single(std::span<const LocalBlockHash> blocks, size_t from, NodeId n, uint32_t owner,
+                   std::array<uint32_t, kNumStorageTiers> tiers, MatchLayers& out) const;
 
   NodeId alloc_node();
   void free_node(NodeId id);
@@ -147,11 +161,17 @@ class RadixIndexer final : public Indexer {
   std::vector<std::unique_ptr<Node[]>> chunks_;
   uint32_t fresh_ = 0;        // next never-used node id
   NodeId free_head_ = kNone;  // free list through next_sibling
+  // A list's content, shared with readers of find_match_layers (who may keep
+  // it past the lock): never modified once made.
+  struct ListBody : OwnerSet {
+    std::vector<Entry> entries;  // sorted by owner id; `owners` in the same order
+    bool one_tier = true;        // every entry in OwnerSet::tier
+  };
   struct OwnerList {
-    std::vector<Entry> entries;  // sorted by owner id; never modified while shared
-    uint64_t hash = 0;           // XXH3 of `entries`
-    uint32_t refs = 0;           // nodes pointing here; 0 = free slot
-    bool interned = false;       // reachable from list_index_ (false only on a hash collision)
+    std::shared_ptr<const ListBody> body;  // null = free slot
+    uint64_t hash = 0;                     // XXH3 of the entries
+    uint32_t refs = 0;                     // nodes pointing here
+    bool interned = false;                 // reachable from list_index_ (false only on a hash collision)
   };
   // Owner word for `v` (sorted): nobody, one inline entry, or an interned list
   // (one reference taken).
@@ -160,7 +180,9 @@ class RadixIndexer final : public Indexer {
   std::vector<OwnerList> lists_;
   std::vector<uint32_t> free_lists_;
   FlatMap64<uint32_t> list_index_;  // content hash -> list id
-  uint64_t list_heap_bytes_ = 0;    // sum of the lists' capacities, in bytes
+  uint64_t list_heap_bytes_ = 0;    // the lists' bodies, in bytes (list_bytes)
+  // Heap bytes of one list body of n entries (make_shared: one allocation).
+  static uint64_t list_bytes(size_t n) { return sizeof(ListBody) + 16 + n * (sizeof(Entry) + sizeof(CacheOwner)); }
   std::vector<Entry> scratch_;      // writer's buffer for a node's next owner set
   std::vector<std::unique_ptr<FlatMap64<NodeId>>> child_maps_;  // big fan-out nodes
   std::vector<uint32_t> free_child_maps_;

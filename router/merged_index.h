@@ -41,6 +41,13 @@ class MergedIndex final : public Indexer {
     }
     return out;
   }
+  // The exact index's layers; the predicted owners join `extra` (an owner in
+  // both counts with its longer overlap, as above).
+  void find_match_layers(std::span<const LocalBlockHash> blocks, MatchLayers& out) const override {
+    exact_.find_match_layers(blocks, out);
+    const OverlapScores predicted = approx_.find_matches(blocks);
+    out.extra.insert(out.extra.end(), predicted.owners.begin(), predicted.owners.end());
+  }
   IndexStats stats() const override { return exact_.stats(); }
 
  private:

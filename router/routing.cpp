@@ -143,11 +143,12 @@ void RoutingService::decide(const Config& cfg, std::string_view model, uint32_t 
 bool RoutingService::decide_ranked(const Config& cfg, std::string_view model, size_t limit, RouteResult& out) const {
   const uint32_t block_size = cfg.indexer.block_size;
   auto t0 = StageClock::now();
-  const auto scores = index_.find_matches(out.block_hashes);
+  thread_local MatchLayers match;  // per-thread scratch, as fd
+  index_.find_match_layers(out.block_hashes, match);
   auto t1 = StageClock::now();
   out.stage_seconds[2] = seconds_between(t0, t1);
   thread_local FleetDecision fd;  // per-thread scratch: no allocation per decision
-  if (!registry_.decide(model, scores.owners, out.isl_tokens, block_size, cfg.scheduler, random_, limit, fd,
+  if (!registry_.decide(model, match, out.isl_tokens, block_size, cfg.scheduler, random_, limit, fd,
                         out.workers))
     return false;  // nobody serves the model: decide_all() tells 404 from 503
   Decision& d = out.decision;

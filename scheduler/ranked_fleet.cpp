@@ -1,6 +1,7 @@
 #include "scheduler/ranked_fleet.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 
@@ -10,17 +11,23 @@ namespace {
 
 double ratio(double num, double den) { return den > 0 ? num / den : 0.0; }
 
+// Where a marked worker's overlap comes from: an index into the listed
+// owners (MatchLayers::extra), or kFromLayer | layer index.
+constexpr uint32_t kFromLayer = 1u << 31;
+constexpr uint32_t kNoSource = ~0u;  // holds none of the prompt
+
 // A worker offered to the ranking, with what its score needs.
 struct Offer {
   double cost;
   uint64_t tie;
   uint32_t slot;
-  uint32_t owner;  // index into the owners span; ~0u = holds none of the prompt
+  uint32_t source;  // kNoSource, a listed owner or kFromLayer | layer
+  uint32_t dp_rank;
   double cached;
   bool operator<(const Offer& o) const { return cost != o.cost ? cost < o.cost : tie < o.tie; }
 };
 
-// One distinct cached depth among the request's eligible owners. The first
+// One distinct cached depth among the request's marked owners. The first
 // kSmallGroup members are remembered (a group with no more is scored member
 // by member).
 struct Group {
@@ -29,33 +36,43 @@ struct Group {
   std::array<uint32_t, RankedFleet::kSmallGroup> members;
 };
 
-bool same_overlap(const OwnerOverlap& a, uint32_t blocks, const uint64_t tiers[2]) {
-  uint64_t t[2];
-  std::memcpy(t, a.by_tier.data(), sizeof t);
-  return a.blocks == blocks && t[0] == tiers[0] && t[1] == tiers[1];
+// A large layer of the request: its members' slots (RankedFleet::SetSlots).
+struct Large {
+  uint32_t layer;
+  const std::vector<uint64_t>* bits;
+  const FlatMap64<uint32_t>* rank;  // slot -> lowest dp rank, where not 0
+  double cached;
+};
+
+bool test_bit(const std::vector<uint64_t>& bits, uint32_t s) {
+  return (s >> 6) < bits.size() && (bits[s >> 6] >> (s & 63)) & 1;
 }
 
 // Per-thread scratch of decide(): slot-indexed marks, valid when stamp == epoch
 // (no clearing per decision), and the decision's small lists.
 struct Scratch {
-  std::vector<uint32_t> stamp, owner_at;
+  std::vector<uint32_t> stamp, source, rank;
   std::vector<uint16_t> group;
   std::vector<uint32_t> overflow;
   std::vector<Group> groups;
+  std::vector<Large> large;  // deep to shallow
   std::vector<Offer> top;
   uint32_t epoch = 0;
 
   void begin(size_t slots) {
     if (stamp.size() < slots) {
       stamp.resize(slots, 0);
-      owner_at.resize(slots);
+      source.resize(slots);
+      rank.resize(slots);
       group.resize(slots);
     }
     if (++epoch == 0) {  // wrapped: forget every mark
       std::fill(stamp.begin(), stamp.end(), 0);
       epoch = 1;
     }
+    overflow.clear();
     groups.clear();
+    large.clear();
     top.clear();
   }
 };
@@ -130,6 +147,7 @@ void RankedFleet::add_eligible(uint32_t slot) {
   Slot& s = slots_[slot];
   s.eligible = true;
   eligible_flag_[slot] = 1;
+  eligible_bits_[slot >> 6] |= uint64_t{1} << (slot & 63);
   ++eligible_;
   sum_lr_ += s.load_ratio;
   sum_lr2_ += s.load_ratio * s.load_ratio;
@@ -142,6 +160,7 @@ void RankedFleet::remove_eligible(uint32_t slot) {
   Slot& s = slots_[slot];
   s.eligible = false;
   eligible_flag_[slot] = 0;
+  eligible_bits_[slot >> 6] &= ~(uint64_t{1} << (slot & 63));
   --eligible_;
   sum_lr_ -= s.load_ratio;
   sum_lr2_ -= s.load_ratio * s.load_ratio;
@@ -165,10 +184,12 @@ void RankedFleet::rebuild() {
   eligible_ = 0;
   pending_max_ = 0;
   eligible_flag_.assign(slots_.size(), 0);
+  eligible_bits_.assign((slots_.size() + 63) / 64, 0);
   for (size_t i = 0; i < slots_.size(); ++i) {
     Slot& s = slots_[i];
     s.eligible = s.live && exclusion_of(s.st.load, s.st.draining, cfg_) == Exclusion::None;
     eligible_flag_[i] = s.eligible;
+    if (s.eligible) eligible_bits_[i >> 6] |= uint64_t{1} << (i & 63);
     if (!s.eligible) continue;
     ++eligible_;
     ++waiting_[s.st.load.num_requests_waiting];
@@ -194,11 +215,13 @@ void RankedFleet::upsert(WorkerId id, const FleetWorkerState& st) {
       slot = static_cast<uint32_t>(slots_.size());
       slots_.emplace_back();
       eligible_flag_.push_back(0);
+      if (eligible_bits_.size() * 64 < slots_.size()) eligible_bits_.push_back(0);
     } else {
       slot = free_.back();
       free_.pop_back();
     }
     index_.put(id.value, slot);
+    forget_sets();  // a cached set may list this worker (or the slot's last one)
     ++live_;
   }
   Slot& s = slots_[slot];
@@ -218,15 +241,326 @@ bool RankedFleet::erase(WorkerId id) {
   const uint32_t slot = *at;
   if (slots_[slot].eligible) remove_eligible(slot);
   slots_[slot] = Slot{};
-  index_.erase(id.value);
+  index_.erase(id.value);  // its bits in cached sets are never read: the slot is not eligible until reused
   free_.push_back(slot);
   --live_;
   if (keys_stale_) rebuild();
   return true;
 }
 
+void RankedFleet::forget_sets() {
+  sets_.clear();
+  set_at_.clear();
+}
+
+const RankedFleet::SetSlots& RankedFleet::slots_of(const OwnerSet& set) {
+  if (const uint32_t* at = set_at_.find(set.serial)) return sets_[*at];
+  SetSlots& ss = sets_.emplace_back();
+  set_at_.put(set.serial, static_cast<uint32_t>(sets_.size() - 1));
+  ss.bits.assign((slots_.size() + 63) / 64, 0);
+  for (const CacheOwner& o : set.owners) {
+    const uint32_t* at = index_.find(o.worker.value);
+    if (!at) continue;  // not a worker of this fleet
+    const uint32_t s = *at;
+    uint64_t& word = ss.bits[s >> 6];
+    const uint64_t bit = uint64_t{1} << (s & 63);
+    if (!(word & bit)) {
+      word |= bit;
+      if (o.dp_rank != 0) ss.rank.put(s, o.dp_rank);
+      continue;
+    }
+    // Another dp rank of a worker already in: the lowest counts.
+    const uint32_t* r = ss.rank.find(s);
+    if (r && o.dp_rank < *r) {
+      if (o.dp_rank == 0) ss.rank.erase(s);
+      else ss.rank.put(s, o.dp_rank);
+    }
+  }
+  return ss;
+}
+
+// One decision, phase by phase: mark the owners (layers, then listed ones),
+// count who holds the prompt, score the small groups, walk the ranked order
+// for the rest, emit the picks.
+class RankedFleet::Pass {
+ public:
+  Pass(RankedFleet& fleet, std::span<const MatchLayers::Layer> layers, std::span<const OwnerOverlap> extra,
+       uint32_t isl_tokens, uint32_t block_size, const SchedulerConfig& cfg, size_t limit, int a, uint64_t draw,
+       FleetDecision& out)
+      : f_(fleet), layers_(layers), extra_(extra), isl_tokens_(isl_tokens), block_size_(block_size), cfg_(cfg),
+        limit_(limit), a_(a), alpha_(fleet.params_.alpha[a]), draw_(draw), out_(out), sc_(scratch) {
+    sc_.begin(f_.slots_.size());
+    if (!layers_.empty() && layers_[0].set->owners.size() > kSmallGroup) l0_ = &f_.slots_of(*layers_[0].set).bits;
+  }
+
+  // 1a. Layers, deep to shallow (a worker counts at its deepest): a small
+  //     layer marks its members; a large one is kept as a bitmap.
+  void mark_layers() {
+    for (size_t k = layers_.size(); k-- > 0;) {
+      const MatchLayers::Layer& l = layers_[k];
+      const double cached = cached_of(l.blocks, l.by_tier);
+      const uint32_t source = kFromLayer | static_cast<uint32_t>(k);
+      if (l.set->owners.size() > kSmallGroup) {
+        const SetSlots& ss = f_.slots_of(*l.set);
+        sc_.large.push_back(Large{static_cast<uint32_t>(k), &ss.bits, &ss.rank, cached});
+        continue;
+      }
+      uint16_t g = 0;
+      bool have_group = false;
+      for (const CacheOwner& o : l.set->owners) {
+        const uint32_t* at = f_.index_.find(o.worker.value);
+        if (!at || !f_.eligible_flag_[*at]) continue;
+        const uint32_t s = *at;
+        if (sc_.stamp[s] == sc_.epoch) {
+          // Marked by a deeper layer (kept), or by this one through another
+          // dp rank (the lowest counts).
+          if (sc_.source[s] == source && o.dp_rank < sc_.rank[s]) sc_.rank[s] = o.dp_rank;
+          continue;
+        }
+        if (!have_group) {
+          g = group_for(cached);
+          have_group = true;
+        }
+        mark(s, source, o.dp_rank, g);
+        best_blocks_ = std::max(best_blocks_, l.blocks);
+      }
+    }
+  }
+
+  // 1b. Listed owners: a worker takes its best overlap (most blocks, then the
+  //     lowest dp rank), against its layer's too.
+  void mark_listed() {
+    for (uint32_t i = 0; i < extra_.size(); ++i) {
+      const OwnerOverlap& o = extra_[i];
+      const uint32_t* at = f_.index_.find(o.owner.worker.value);
+      if (!at || !f_.eligible_flag_[*at]) continue;
+      const uint32_t s = *at;
+      const bool marked = sc_.stamp[s] == sc_.epoch;
+      uint32_t blocks = 0, rank = 0;
+      bool held = marked;
+      if (marked) {
+        blocks = blocks_of(sc_.source[s]);
+        rank = sc_.rank[s];
+      } else if (const Large* l = large_of(s)) {
+        held = true;
+        blocks = layers_[l->layer].blocks;
+        rank = rank_in(*l, s);
+      }
+      if (held && !(o.blocks > blocks || (o.blocks == blocks && o.owner.dp_rank < rank))) continue;
+      best_blocks_ = std::max(best_blocks_, o.blocks);
+      const uint16_t g = group_of_listed(o);
+      if (!marked) {
+        mark(s, i, o.owner.dp_rank, g);
+        continue;
+      }
+      // It moves to this owner's group; its old group keeps a stale member
+      // entry (skipped: group[s] says where it is) and its count (an upper
+      // bound; only decides small or large).
+      sc_.source[s] = i;
+      sc_.rank[s] = o.owner.dp_rank;
+      const uint16_t old = sc_.group[s];
+      sc_.group[s] = g;
+      if (g != old) join(s, g);
+    }
+  }
+
+  // 1c. Eligible workers holding some of the prompt, and the longest overlap.
+  void count_holders() {
+    uint32_t holders = marked_;
+    if (l0_) {
+      const size_t n = std::min(l0_->size(), f_.eligible_bits_.size());
+      uint32_t in = 0;
+      for (size_t w = 0; w < n; ++w) in += static_cast<uint32_t>(std::popcount((*l0_)[w] & f_.eligible_bits_[w]));
+      holders += in - marked_in_l0_;
+    }
+    none_ = f_.eligible_ - holders;
+    for (const Large& l : sc_.large) {  // deepest first
+      if (layers_[l.layer].blocks <= best_blocks_) break;
+      const size_t n = std::min(l.bits->size(), f_.eligible_bits_.size());
+      bool any = false;
+      for (size_t w = 0; w < n && !any; ++w) any = ((*l.bits)[w] & f_.eligible_bits_[w]) != 0;
+      if (any) {
+        best_blocks_ = layers_[l.layer].blocks;
+        break;
+      }
+    }
+    out_.best_overlap_blocks = best_blocks_;
+    out_.groups = static_cast<uint32_t>(sc_.groups.size() + sc_.large.size());
+  }
+
+  // 2. Small groups: every member.
+  void score_small() {
+    for (size_t g = 0; g < sc_.groups.size(); ++g) {
+      const Group& gr = sc_.groups[g];
+      if (gr.count > kSmallGroup) continue;
+      for (uint32_t k = 0; k < gr.count; ++k)
+        if (const uint32_t s = gr.members[k]; sc_.group[s] == g) score(s, sc_.source[s], sc_.rank[s], gr.cached);
+    }
+    for (uint32_t s : sc_.overflow)
+      if (sc_.group[s] == kOverflowGroup)
+        score(s, sc_.source[s], sc_.rank[s], cached_of(blocks_of(sc_.source[s]), tiers_of(sc_.source[s])));
+  }
+
+  // 3. Large groups, large layers and the workers holding none of the prompt:
+  //    in key order, until no worker further on can enter the ranking.
+  void walk() {
+    double min_cached = none_ > 0 ? 0 : -1;  // largest cached walked (smallest depth term)
+    for (const Group& g : sc_.groups)
+      if (g.count > kSmallGroup) min_cached = std::max(min_cached, g.cached);
+    for (const Large& l : sc_.large) min_cached = std::max(min_cached, l.cached);
+    if (min_cached < 0) return;
+    // cost = key + min_term + (c - c_ref)·pending at least, where the order
+    // prices pending at c_ref: when this request's c is lower, subtract the
+    // most it can take off (any eligible worker's pending <= pending_max_).
+    const double isl = std::max<uint32_t>(isl_tokens_, 1);
+    const double min_term = (1 - alpha_) * ((isl_tokens_ - min_cached) / isl);
+    const double c = (1 - alpha_) * cfg_.pending_prefill_weight / isl;
+    const double c_ref = (1 - alpha_) * cfg_.pending_prefill_weight / f_.isl_ref_;
+    const double slack = c < c_ref ? (c_ref - c) * static_cast<double>(f_.pending_max_) : 0.0;
+    for (const Key& k : f_.order_[a_]) {
+      if (sc_.top.size() == limit_) {
+        const double kth = sc_.top.back().cost;
+        if (k.key + min_term - slack > kth + 1e-9 * (1 + std::abs(kth))) break;
+      }
+      const uint32_t s = k.slot;
+      if (sc_.stamp[s] == sc_.epoch) {
+        const uint16_t g = sc_.group[s];
+        if (g == kOverflowGroup || sc_.groups[g].count <= kSmallGroup) continue;  // scored in step 2
+        score(s, sc_.source[s], sc_.rank[s], sc_.groups[g].cached);
+      } else if (const Large* l = large_of(s)) {
+        score(s, kFromLayer | l->layer, rank_in(*l, s), l->cached);
+      } else {
+        score(s, kNoSource, 0, 0.0);
+      }
+    }
+  }
+
+  // 4. The picks, with every term for explain and metrics.
+  void emit() {
+    const double isl = std::max<uint32_t>(isl_tokens_, 1);
+    out_.ranked.reserve(sc_.top.size());
+    for (const Offer& o : sc_.top) {
+      const Slot& w = f_.slots_[o.slot];
+      FleetPick& p = out_.ranked.emplace_back();
+      p.worker = w.id;
+      p.state = w.st;
+      if (o.source != kNoSource) {
+        p.dp_rank = o.dp_rank;
+        p.overlap_blocks = blocks_of(o.source);
+        p.overlap_by_tier = tiers_of(o.source);
+      }
+      WorkerScore& ws = p.score;
+      ws.cached_tokens = o.cached;
+      ws.load_ratio = w.load_ratio;
+      ws.load_deviation = w.load_ratio - out_.load_mean;
+      ws.prefill_ratio =
+          (isl_tokens_ - o.cached + cfg_.pending_prefill_weight * static_cast<double>(w.st.pending_prefill_tokens)) /
+          isl;
+      ws.slot_ratio = w.slot_ratio;
+      ws.queue_ratio = queue_ratio(w);
+      ws.cost = o.cost - alpha_ * out_.load_mean;
+    }
+  }
+
+ private:
+  double cached_of(uint32_t blocks, const std::array<uint32_t, kNumStorageTiers>& by_tier) const {
+    return std::min<double>(tier_weighted_blocks(blocks, by_tier, cfg_) * block_size_, isl_tokens_);
+  }
+  uint32_t blocks_of(uint32_t source) const {
+    return source & kFromLayer ? layers_[source & ~kFromLayer].blocks : extra_[source].blocks;
+  }
+  const std::array<uint32_t, kNumStorageTiers>& tiers_of(uint32_t source) const {
+    return source & kFromLayer ? layers_[source & ~kFromLayer].by_tier : extra_[source].by_tier;
+  }
+  // The deepest large layer holding slot s, or null.
+  const Large* large_of(uint32_t s) const {
+    for (const Large& l : sc_.large)
+      if (test_bit(*l.bits, s)) return &l;
+    return nullptr;
+  }
+  static uint32_t rank_in(const Large& l, uint32_t s) {
+    const uint32_t* r = l.rank->find(s);
+    return r ? *r : 0;
+  }
+  double queue_ratio(const Slot& w) const {
+    return f_.max_waiting_ > 0 ? static_cast<double>(w.st.load.num_requests_waiting) / f_.max_waiting_ : 0.0;
+  }
+
+  uint16_t group_for(double cached) {
+    for (size_t k = sc_.groups.size(); k-- > 0;)
+      if (sc_.groups[k].cached == cached) return static_cast<uint16_t>(k);
+    if (sc_.groups.size() == kMaxGroups) return kOverflowGroup;
+    sc_.groups.push_back(Group{cached, 0, {}});
+    return static_cast<uint16_t>(sc_.groups.size() - 1);
+  }
+  // Listed owners come in runs of equal overlap: the last one's group first.
+  uint16_t group_of_listed(const OwnerOverlap& o) {
+    if (o.blocks == last_blocks_ && o.by_tier == last_tiers_) return last_group_;
+    last_blocks_ = o.blocks;
+    last_tiers_ = o.by_tier;
+    return last_group_ = group_for(cached_of(o.blocks, o.by_tier));
+  }
+  void join(uint32_t s, uint16_t g) {
+    if (g == kOverflowGroup) {
+      sc_.overflow.push_back(s);
+      return;
+    }
+    Group& gr = sc_.groups[g];
+    if (gr.count < kSmallGroup) gr.members[gr.count] = s;
+    ++gr.count;
+  }
+  void mark(uint32_t s, uint32_t source, uint32_t dp_rank, uint16_t g) {
+    sc_.stamp[s] = sc_.epoch;
+    sc_.source[s] = source;
+    sc_.rank[s] = dp_rank;
+    sc_.group[s] = g;
+    ++marked_;
+    if (l0_ && test_bit(*l0_, s)) ++marked_in_l0_;
+    join(s, g);
+  }
+  // The exact cost of one worker at `cached` tokens (schedule()'s doubles).
+  void score(uint32_t s, uint32_t source, uint32_t dp_rank, double cached) {
+    const Slot& w = f_.slots_[s];
+    const double isl = std::max<uint32_t>(isl_tokens_, 1);
+    const double prefill =
+        (isl_tokens_ - cached + cfg_.pending_prefill_weight * static_cast<double>(w.st.pending_prefill_tokens)) / isl;
+    ++out_.scored;
+    offer(sc_.top, limit_,
+          Offer{ranking_cost(alpha_, w.load_ratio, prefill, w.slot_ratio, queue_ratio(w), cfg_), tie_key(draw_, w.id),
+                s, source, dp_rank, cached});
+  }
+
+  RankedFleet& f_;
+  std::span<const MatchLayers::Layer> layers_;
+  std::span<const OwnerOverlap> extra_;
+  uint32_t isl_tokens_, block_size_;
+  const SchedulerConfig& cfg_;
+  size_t limit_;
+  int a_;
+  double alpha_;
+  uint64_t draw_;
+  FleetDecision& out_;
+  Scratch& sc_;
+  const std::vector<uint64_t>* l0_ = nullptr;  // the shallowest layer's bitmap, when large
+  uint32_t marked_ = 0, marked_in_l0_ = 0, none_ = 0, best_blocks_ = 0;
+  uint32_t last_blocks_ = ~0u;
+  std::array<uint32_t, kNumStorageTiers> last_tiers_{};
+  uint16_t last_group_ = kOverflowGroup;
+};
+
+void RankedFleet::decide(const MatchLayers& match, uint32_t isl_tokens, uint32_t block_size,
+                         const SchedulerConfig& cfg, Random& random, size_t rank_limit, FleetDecision& out) {
+  decide_impl(match.layers, match.extra, isl_tokens, block_size, cfg, random, rank_limit, out);
+}
+
 void RankedFleet::decide(std::span<const OwnerOverlap> owners, uint32_t isl_tokens, uint32_t block_size,
                          const SchedulerConfig& cfg, Random& random, size_t rank_limit, FleetDecision& out) {
+  decide_impl({}, owners, isl_tokens, block_size, cfg, random, rank_limit, out);
+}
+
+void RankedFleet::decide_impl(std::span<const MatchLayers::Layer> layers, std::span<const OwnerOverlap> extra,
+                              uint32_t isl_tokens, uint32_t block_size, const SchedulerConfig& cfg, Random& random,
+                              size_t rank_limit, FleetDecision& out) {
   out.reset();
   if (const Params p = params_of(cfg); !(p == params_)) {
     params_ = p;
@@ -249,165 +583,15 @@ void RankedFleet::decide(std::span<const OwnerOverlap> owners, uint32_t isl_toke
   out.load_std = std::sqrt(std::max(0.0, sum_lr2_ / n - out.load_mean * out.load_mean));
   const int a = out.load_std > cfg.balance_threshold * out.load_mean ? 1 : 0;
   out.alpha = params_.alpha[a];
-  const double alpha = out.alpha;
-  const double isl = std::max<uint32_t>(isl_tokens, 1);
-  const size_t limit = std::min<size_t>(rank_limit, eligible_);
-
-  Scratch& sc = scratch;
-  sc.begin(slots_.size());
-  // 1. Owners -> slots, the best dp rank per worker (most blocks, then the
-  //    lowest rank: the reference's rule), grouped by cached tokens.
-  auto cached_of = [&](const OwnerOverlap& o) {
-    return std::min<double>(tier_weighted_blocks(o.blocks, o.by_tier, cfg) * block_size, isl_tokens);
-  };
-  // One pass: owners -> eligible slots (several dp ranks of one worker keep
-  // the best), each joined to its group. Owners come in runs of equal
-  // overlap, so the previous owner's group is tried first.
-  uint32_t ntouched = 0;  // distinct eligible workers among the owners
-  uint32_t best_blocks = 0;
-  uint32_t* const stamp = sc.stamp.data();
-  uint32_t* const owner_at = sc.owner_at.data();
-  uint16_t* const group = sc.group.data();
-  const uint8_t* const eligible = eligible_flag_.data();
-  const uint32_t epoch = sc.epoch;
-  static_assert(sizeof(OwnerOverlap::by_tier) == 2 * sizeof(uint64_t));
-  uint32_t last_blocks = ~0u;
-  uint64_t last_tiers[2] = {0, 0};
-  uint16_t last_group = kOverflowGroup;
-  auto group_of = [&](const OwnerOverlap& o) {
-    if (same_overlap(o, last_blocks, last_tiers)) return last_group;
-    last_blocks = o.blocks;
-    std::memcpy(last_tiers, o.by_tier.data(), sizeof last_tiers);
-    const double cached = cached_of(o);
-    for (size_t k = sc.groups.size(); k-- > 0;)
-      if (sc.groups[k].cached == cached) return last_group = static_cast<uint16_t>(k);
-    if (sc.groups.size() == kMaxGroups) return last_group = kOverflowGroup;
-    sc.groups.push_back(Group{cached, 0, {}});
-    return last_group = static_cast<uint16_t>(sc.groups.size() - 1);
-  };
-  std::vector<uint32_t>& overflow = sc.overflow;  // members of no group: scored one by one
-  overflow.clear();
-  auto join = [&](uint32_t s, uint32_t i, bool moving) {
-    owner_at[s] = i;
-    const uint16_t old = group[s];
-    const uint16_t g = group[s] = group_of(owners[i]);
-    best_blocks = std::max(best_blocks, owners[i].blocks);
-    if (moving && g == old) return;  // already a member (overflow: scored by owner_at)
-    if (g == kOverflowGroup) {
-      overflow.push_back(s);
-    } else {
-      Group& gr = sc.groups[g];
-      if (gr.count < kSmallGroup) gr.members[gr.count] = s;
-      ++gr.count;
-    }
-  };
-  // The hot loop (every owner): plain code, the group of the previous owner
-  // in registers; group_of() / join() only on a change of overlap or a
-  // second dp rank.
-  const OwnerOverlap* const ow = owners.data();
-  const uint32_t n_owners = static_cast<uint32_t>(owners.size());
-  for (uint32_t i = 0; i < n_owners; ++i) {
-    const OwnerOverlap& o = ow[i];
-    const uint32_t* at = index_.find(o.owner.worker.value);
-    if (!at) continue;
-    const uint32_t s = *at;
-    if (!eligible[s]) continue;
-    if (stamp[s] == epoch) {
-      const OwnerOverlap& cur = ow[owner_at[s]];
-      // Another rank is better: the worker moves to that rank's group. Its
-      // old group keeps a stale member entry (skipped below: group[s] says
-      // where it is) and its count (an upper bound; only decides small/large).
-      if (o.blocks > cur.blocks || (o.blocks == cur.blocks && o.owner.dp_rank < cur.owner.dp_rank)) join(s, i, true);
-      continue;
-    }
-    stamp[s] = epoch;
-    ++ntouched;
-    if (!same_overlap(o, last_blocks, last_tiers) || last_group == kOverflowGroup) {
-      join(s, i, false);
-      continue;
-    }
-    owner_at[s] = i;
-    group[s] = last_group;
-    Group& gr = sc.groups[last_group];
-    if (gr.count < kSmallGroup) gr.members[gr.count] = s;
-    ++gr.count;
-  }
-  out.best_overlap_blocks = best_blocks;
-  out.groups = static_cast<uint32_t>(sc.groups.size());
-
-  // The exact cost of one worker at `cached` tokens (schedule()'s doubles).
-  const double max_waiting = max_waiting_;
-  auto score = [&](uint32_t s, uint32_t owner, double cached) {
-    const Slot& w = slots_[s];
-    const double new_tokens = isl_tokens - cached;
-    const double prefill =
-        (new_tokens + cfg.pending_prefill_weight * static_cast<double>(w.st.pending_prefill_tokens)) / isl;
-    const double queue = max_waiting > 0 ? static_cast<double>(w.st.load.num_requests_waiting) / max_waiting : 0.0;
-    ++out.scored;
-    offer(sc.top, limit, Offer{ranking_cost(alpha, w.load_ratio, prefill, w.slot_ratio, queue, cfg),
-                               tie_key(draw, w.id), s, owner, cached});
-  };
-  auto small = [&](uint16_t g) { return g == kOverflowGroup || sc.groups[g].count <= kSmallGroup; };
-  // 2. Small groups: every member.
-  for (size_t g = 0; g < sc.groups.size(); ++g) {
-    const Group& gr = sc.groups[g];
-    if (gr.count > kSmallGroup) continue;
-    for (uint32_t k = 0; k < gr.count; ++k)
-      if (const uint32_t s = gr.members[k]; sc.group[s] == g) score(s, sc.owner_at[s], gr.cached);
-  }
-  for (uint32_t s : overflow)
-    if (sc.group[s] == kOverflowGroup) score(s, sc.owner_at[s], cached_of(owners[sc.owner_at[s]]));
-  // 3. Large groups and the workers holding none of the prompt: in key order,
-  //    until no worker further on can enter the ranking.
-  const uint32_t none = eligible_ - ntouched;
-  double min_cached = -1;  // largest cached among the walked groups (smallest depth term)
-  if (none > 0) min_cached = 0;
-  for (const auto& g : sc.groups)
-    if (g.count > kSmallGroup) min_cached = std::max(min_cached, g.cached);
-  if (min_cached >= 0) {
-    // cost = key + min_term + (c - c_ref)·pending at least, where the order
-    // prices pending at c_ref: when this request's c is lower, subtract the
-    // most it can take off (any eligible worker's pending <= pending_max_).
-    const double min_term = (1 - alpha) * ((isl_tokens - min_cached) / isl);
-    const double c = (1 - alpha) * cfg.pending_prefill_weight / isl;
-    const double c_ref = (1 - alpha) * cfg.pending_prefill_weight / isl_ref_;
-    const double slack = c < c_ref ? (c_ref - c) * static_cast<double>(pending_max_) : 0.0;
-    for (const Key& k : order_[a]) {
-      if (sc.top.size() == limit) {
-        const double kth = sc.top.back().cost;
-        if (k.key + min_term - slack > kth + 1e-9 * (1 + std::abs(kth))) break;
-      }
-      if (sc.stamp[k.slot] == sc.epoch) {
-        const uint16_t g = sc.group[k.slot];
-        if (small(g)) continue;  // scored in step 2
-        score(k.slot, sc.owner_at[k.slot], sc.groups[g].cached);
-      } else {
-        score(k.slot, ~0u, 0.0);
-      }
-    }
-  }
-  // 4. The picks, with every term for explain and metrics.
-  out.ranked.reserve(sc.top.size());
-  for (const Offer& o : sc.top) {
-    const Slot& w = slots_[o.slot];
-    FleetPick& p = out.ranked.emplace_back();
-    p.worker = w.id;
-    p.state = w.st;
-    if (o.owner != ~0u) {
-      p.dp_rank = owners[o.owner].owner.dp_rank;
-      p.overlap_blocks = owners[o.owner].blocks;
-      p.overlap_by_tier = owners[o.owner].by_tier;
-    }
-    WorkerScore& sc2 = p.score;
-    sc2.cached_tokens = o.cached;
-    sc2.load_ratio = w.load_ratio;
-    sc2.load_deviation = w.load_ratio - out.load_mean;
-    sc2.prefill_ratio =
-        (isl_tokens - o.cached + cfg.pending_prefill_weight * static_cast<double>(w.st.pending_prefill_tokens)) / isl;
-    sc2.slot_ratio = w.slot_ratio;
-    sc2.queue_ratio = max_waiting > 0 ? static_cast<double>(w.st.load.num_requests_waiting) / max_waiting : 0.0;
-    sc2.cost = o.cost - alpha * out.load_mean;
-  }
+  // Bitmaps are cached up to kMaxCachedSets, never dropped within a decision.
+  if (sets_.size() + layers.size() > kMaxCachedSets) forget_sets();
+  Pass pass(*this, layers, extra, isl_tokens, block_size, cfg, std::min<size_t>(rank_limit, eligible_), a, draw, out);
+  pass.mark_layers();
+  pass.mark_listed();
+  pass.count_holders();
+  pass.score_small();
+  pass.walk();
+  pass.emit();
 }
 
 }  // namespace kvroute

@@ -12,13 +12,18 @@
 // The fleet keeps one ordered set per alpha (balanced, imbalanced) by key,
 // updated in O(log W) when a worker's load changes (heartbeat, in-flight
 // begin / first byte / end, drain). A decision groups the request's owners
-// (find_matches) by cached tokens (the depth, weighted by tier): a small group
-// is scored member by member; a large group, and the workers that hold none of
-// the prompt, are read from the ranked set in key order, and the walk stops
-// when key + the smallest depth term still to be read exceeds the
+// (find_match_layers) by cached tokens (the depth, weighted by tier): a
+// small group is scored member by member; a large group, and the workers that
+// hold none of the prompt, are read from the ranked set in key order, and the
+// walk stops when key + the smallest depth term still to be read exceeds the
 // rank_limit-th best cost found: no worker past that point can enter the
-// ranking. A decision costs O(owners) cheap marks + O(small-group members) +
-// O(workers walked) exact costs, not O(workers) exact costs.
+// ranking. Owners come as the index's nested layers (one shared set per
+// depth) plus owners listed one by one: a small layer or a listed owner is
+// marked per member; a large layer is read through a bitmap of its members'
+// slots, made once per set (cached by the set's serial, dropped when a worker
+// joins) and tested only for the workers the walk reads. A decision
+// costs O(small-layer members + listed owners) marks + O(W/64) words per
+// large layer + O(workers walked) exact costs: not O(owners), not O(workers).
 //
 // The result is exactly schedule()'s (reference) ranking prefix: the same cost
 // doubles (ranking_cost), the same tie keys (tie_key by worker id from one
@@ -39,6 +44,7 @@
 
 #include <array>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <set>
 #include <span>
@@ -98,13 +104,32 @@ class RankedFleet {
   bool contains(WorkerId id) const { return index_.find(id.value) != nullptr; }
 
   // The rank_limit best workers for a request of `isl_tokens` whose overlaps
-  // are `owners` (any order, several dp ranks per worker allowed; owners not
-  // in the fleet are ignored). Requires supports(cfg, rank_limit). Rebuilds
-  // first if cfg's weights or thresholds changed since the last call.
+  // are `match` (MatchLayers' rule; several dp ranks per worker allowed, the
+  // best counts; owners not in the fleet are ignored). Requires
+  // supports(cfg, rank_limit). Rebuilds first if cfg's weights or thresholds
+  // changed since the last call.
+  void decide(const MatchLayers& match, uint32_t isl_tokens, uint32_t block_size, const SchedulerConfig& cfg,
+              Random& random, size_t rank_limit, FleetDecision& out);
+  // The same with every owner listed (find_matches' answer).
   void decide(std::span<const OwnerOverlap> owners, uint32_t isl_tokens, uint32_t block_size,
               const SchedulerConfig& cfg, Random& random, size_t rank_limit, FleetDecision& out);
+  // Sets whose slot bitmaps are kept (each W/8 bytes).
+  static constexpr size_t kMaxCachedSets = 64;
 
  private:
+  class Pass;  // one decision's phases (ranked_fleet.cpp)
+  // The slots of one large layer's set: a bitmap, and the lowest dp rank per
+  // slot where it is not 0.
+  struct SetSlots {
+    std::vector<uint64_t> bits;
+    FlatMap64<uint32_t> rank;
+  };
+  const SetSlots& slots_of(const OwnerSet& set);
+  void forget_sets();  // a worker joined: every cached bitmap is void
+  void decide_impl(std::span<const MatchLayers::Layer> layers, std::span<const OwnerOverlap> extra,
+                   uint32_t isl_tokens, uint32_t block_size, const SchedulerConfig& cfg, Random& random,
+                   size_t rank_limit, FleetDecision& out);
+
   struct Key {
     double key;
     uint32_t slot;
@@ -138,6 +163,9 @@ class RankedFleet {
 
   std::vector<Slot> slots_;
   std::vector<uint8_t> eligible_flag_;  // slots_[i].eligible, packed (read per owner)
+  std::vector<uint64_t> eligible_bits_; // the same as a bitmap (counted per large layer)
+  std::deque<SetSlots> sets_;           // cached bitmaps (a deque: references stay valid)
+  FlatMap64<uint32_t> set_at_;          // OwnerSet serial -> index in sets_
   std::vector<uint32_t> free_;
   FlatMap64<uint32_t> index_;  // worker id -> slot
   uint32_t live_ = 0;

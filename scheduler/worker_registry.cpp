@@ -262,7 +262,7 @@ void WorkerRegistry::end_ejections(TimePoint now) {
   }
 }
 
-bool WorkerRegistry::decide(std::string_view model, std::span<const OwnerOverlap> owners, uint32_t isl_tokens,
+bool WorkerRegistry::decide(std::string_view model, const MatchLayers& match, uint32_t isl_tokens,
                             uint32_t block_size, const SchedulerConfig& cfg, Random& random, size_t rank_limit,
                             FleetDecision& out, std::vector<WorkerView>& views) {
   out.reset();
@@ -272,7 +272,7 @@ bool WorkerRegistry::decide(std::string_view model, std::span<const OwnerOverlap
   end_ejections(now);
   auto f = fleets_.find(model);
   if (f == fleets_.end() || f->second.size() == 0) return false;
-  f->second.decide(owners, isl_tokens, block_size, cfg, random, rank_limit, out);
+  f->second.decide(match, isl_tokens, block_size, cfg, random, rank_limit, out);
   for (const auto& p : out.ranked) view(workers_.find(p.worker)->second, views.emplace_back(), now);
   return true;
 }

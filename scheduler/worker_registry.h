@@ -166,7 +166,7 @@ class WorkerRegistry {
   // RankedFleet::supports(cfg, rank_limit)). `views` gets the WorkerView of
   // each ranked worker, parallel to out.ranked. Returns false when no healthy
   // worker with a URL serves `model` (the caller tells 404 from 503).
-  bool decide(std::string_view model, std::span<const OwnerOverlap> owners, uint32_t isl_tokens,
+  bool decide(std::string_view model, const MatchLayers& match, uint32_t isl_tokens,
               uint32_t block_size, const SchedulerConfig& cfg, Random& random, size_t rank_limit,
               FleetDecision& out, std::vector<WorkerView>& views);
   bool known(WorkerId id) const;

@@ -248,3 +248,28 @@ TEST_CASE("approximate mode: concurrent record, lookups with expiry, and worker 
   reader.join();
   CHECK(approx.stats().entries <= 5000);
 }
+
+TEST_CASE("find_match_layers leaves stale owners out, as find_matches does") {
+  RadixIndexer radix;
+  EventSequencer seq(radix);
+  seq.set_resync_callback([](CacheOwner) {});
+  for (uint64_t w = 1; w <= 20; ++w) {
+    seq.apply(st(1, {}, 10, 1, w));
+    seq.apply(st(2, 10, 11, 2, w));
+  }
+  const std::vector<LocalBlockHash> q{LocalBlockHash{1}, LocalBlockHash{2}};
+  MatchLayers m;
+  seq.find_match_layers(q, m);
+  REQUIRE(m.layers.size() == 1);  // one shared set of 20 owners
+  CHECK(m.layers[0].set->owners.size() == 20);
+  seq.apply(st(5, 11, 14, 5, 3));  // worker 3 misses events 3-4: stale
+  REQUIRE(seq.is_stale(ow(3)));
+  seq.find_match_layers(q, m);
+  const auto all = m.expand().owners;
+  CHECK(all.size() == 19);
+  for (const auto& o : all) {
+    CHECK(o.owner != ow(3));
+    CHECK(o.blocks == 2);
+  }
+  CHECK(seq.find_matches(q).owners.size() == 19);
+}

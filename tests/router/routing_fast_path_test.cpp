@@ -11,8 +11,12 @@
 
 #include <random>
 
+#include <algorithm>
+
+#include "indexer/approx_indexer.h"
 #include "indexer/block_hash.h"
 #include "indexer/radix_indexer.h"
+#include "router/merged_index.h"
 
 using namespace kvroute;
 
@@ -252,4 +256,39 @@ TEST_CASE("routing: an ejected worker is never a candidate on the fast path, and
   CHECK(w.registry.remove(WorkerId{1}));
   routing.route(r, out);
   CHECK(out.ranked[0].worker == WorkerId{2});
+}
+
+TEST_CASE("merged index: predicted owners join the exact index's layers with their longer overlap") {
+  ManualClock clock;
+  RadixIndexer exact;
+  ApproxIndexer approx(clock, std::chrono::seconds(60));
+  MergedIndex merged(exact, approx);
+  // 30 owners hold 4 blocks in the exact index (one large layer); worker 7
+  // is predicted to hold 6 and worker 40 (no events) 3.
+  std::vector<LocalBlockHash> q;
+  for (uint64_t i = 1; i <= 8; ++i) q.push_back(LocalBlockHash{i});
+  for (uint64_t w = 0; w < 30; ++w) {
+    KvEvent ev;
+    ev.owner = CacheOwner{WorkerId{w}, 0};
+    KvStored st;
+    for (uint64_t i = 0; i < 4; ++i) st.blocks.push_back({SequenceHash{w * 100 + i + 1}, q[i]});
+    ev.data = st;
+    exact.apply(ev);
+  }
+  approx.record(CacheOwner{WorkerId{7}, 0}, std::span(q).first(6), clock.now());
+  approx.record(CacheOwner{WorkerId{40}, 0}, std::span(q).first(3), clock.now());
+  MatchLayers m;
+  merged.find_match_layers(q, m);
+  REQUIRE(m.layers.size() == 1);
+  CHECK(m.layers[0].set->owners.size() == 30);
+  auto got = m.expand().owners, want = merged.find_matches(q).owners;
+  auto by_owner = [](const OwnerOverlap& a, const OwnerOverlap& b) { return a.owner < b.owner; };
+  std::sort(got.begin(), got.end(), by_owner);
+  std::sort(want.begin(), want.end(), by_owner);
+  REQUIRE(got.size() == want.size());
+  CHECK(got.size() == 31);
+  for (size_t i = 0; i < got.size(); ++i) {
+    CHECK(got[i].owner == want[i].owner);
+    CHECK(got[i].blocks == want[i].blocks);
+  }
 }

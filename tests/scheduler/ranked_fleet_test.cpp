@@ -6,6 +6,8 @@
 #include <map>
 #include <random>
 
+#include "indexer/radix_indexer.h"
+
 using namespace kvroute;
 
 namespace {
@@ -118,6 +120,20 @@ Decision reference(const Case& c, uint64_t seed, std::vector<Candidate>& cands) 
   return schedule(cands, c.isl, c.block, c.cfg, rnd, c.limit);
 }
 
+const std::vector<OwnerOverlap> kNobody;
+
+// Owner `who` stores document d's first n blocks (content d * 1000 + i).
+KvEvent store_doc(CacheOwner who, uint64_t d, uint32_t n, StorageTier tier) {
+  KvEvent e;
+  e.owner = who;
+  e.tier = tier;
+  KvStored s;
+  const uint64_t base = (who.worker.value * 8 + who.dp_rank) * 1000000ull;
+  for (uint32_t i = 0; i < n; ++i) s.blocks.push_back({SequenceHash{base + d * 1000 + i + 1}, LocalBlockHash{d * 1000 + i + 1}});
+  e.data = s;
+  return e;
+}
+
 }  // namespace
 
 TEST_CASE("fast path = reference scorer on random fleets with seeded ties (weighted cost)") {
@@ -189,7 +205,7 @@ TEST_CASE("a decision reads the owners' depths, not every worker") {
   CHECK(d.scored < 64);  // 8 deep owners + a few of the pre-ranked shallow ones
   CHECK(d.ranked[0].overlap_blocks == 128);
   // Nobody holds the prompt: the pre-ranked order alone decides.
-  fleet.decide({}, 2048, 16, cfg, rnd, 3, d);
+  fleet.decide(kNobody, 2048, 16, cfg, rnd, 3, d);
   CHECK(d.scored < 16);
 }
 
@@ -206,19 +222,151 @@ TEST_CASE("excluded, drained and removed workers never rank; config changes rebu
   fleet.upsert(WorkerId{3}, idle);
   SeededRandom rnd(3);
   FleetDecision d;
-  fleet.decide({}, 100, 16, cfg, rnd, 3, d);
+  fleet.decide(kNobody, 100, 16, cfg, rnd, 3, d);
   REQUIRE(d.ranked.size() == 1);
   CHECK(d.ranked[0].worker == WorkerId{3});
   CHECK(fleet.erase(WorkerId{3}));
   CHECK_FALSE(fleet.erase(WorkerId{3}));
-  fleet.decide({}, 100, 16, cfg, rnd, 3, d);
+  fleet.decide(kNobody, 100, 16, cfg, rnd, 3, d);
   CHECK(d.ranked.empty());
   fleet.upsert(WorkerId{1}, FleetWorkerState{WorkerLoad{5, 10, 0, 0, 100}, 0, false});
   cfg.busy_slot_usage = 0.4;  // now 5/10 is busy: the rebuild at decide() excludes it
-  fleet.decide({}, 100, 16, cfg, rnd, 3, d);
+  fleet.decide(kNobody, 100, 16, cfg, rnd, 3, d);
   CHECK(d.ranked.empty());
   cfg.busy_slot_usage = 1.0;
-  fleet.decide({}, 100, 16, cfg, rnd, 3, d);
+  fleet.decide(kNobody, 100, 16, cfg, rnd, 3, d);
   REQUIRE(d.ranked.size() == 1);
   CHECK(d.ranked[0].worker == WorkerId{1});
+}
+
+TEST_CASE("layers from a real index: the same choices as the reference, while the fleet and index change") {
+  // Workers share a few documents (sets of tens to hundreds of owners, so
+  // large layers are read through bitmaps); some workers of the index are not
+  // in the fleet (another model), some have two dp ranks, some blocks sit in
+  // host memory. Between decisions loads change, workers leave and join
+  // (cached bitmaps must be dropped) and the index changes.
+  std::mt19937_64 rng(777);
+  auto pick = [&](uint64_t n) { return rng() % n; };
+  int decisions = 0, with_large = 0, walked = 0;
+  for (int trial = 0; trial < 60; ++trial) {
+    RankedFleet fleet;
+    RadixIndexer idx;
+    Case c;
+    c.cfg.alpha_balanced = pick(5) * 0.2;
+    c.cfg.alpha_imbalanced = pick(5) * 0.2;
+    c.cfg.balance_threshold = pick(4) * 0.1;
+    c.cfg.gamma = pick(3) * 0.1;
+    c.cfg.delta = pick(3) * 0.1;
+    c.cfg.pending_prefill_weight = pick(3) * 0.2;
+    c.cfg.tier_weight_host_pinned = 0.5;
+    const bool ties = pick(2) == 0;
+    const uint32_t n = 20 + static_cast<uint32_t>(pick(400));
+    const uint64_t docs = 1 + pick(3);
+    for (uint32_t w = 0; w < n; ++w) {
+      const WorkerId id{w};
+      if (pick(10) != 0) {  // in this fleet
+        c.workers[id] = random_state(rng, ties);
+        fleet.upsert(id, c.workers[id]);
+      }
+    }
+    auto store_random = [&] {
+      const CacheOwner who{WorkerId{pick(n + 5)}, pick(6) == 0 ? 1u : 0u};
+      const StorageTier tier = pick(30) == 0 ? StorageTier::HostPinned : StorageTier::Device;
+      idx.apply(store_doc(who, pick(docs), 1 + static_cast<uint32_t>(pick(64)), tier));
+    };
+    for (uint32_t k = 0; k < 3 * n; ++k) store_random();
+    for (int step = 0; step < 40; ++step) {
+      const uint64_t op = pick(10);
+      if (op < 5) {  // a load changes
+        const WorkerId id{pick(n)};
+        if (c.workers.count(id)) fleet.upsert(id, c.workers[id] = random_state(rng, ties));
+      } else if (op == 5) {  // a worker leaves
+        const WorkerId id{pick(n)};
+        if (c.workers.erase(id)) CHECK(fleet.erase(id));
+      } else if (op == 6) {  // a worker joins (its blocks may be indexed already)
+        const WorkerId id{pick(n)};
+        if (!c.workers.count(id)) fleet.upsert(id, c.workers[id] = random_state(rng, ties));
+      } else {
+        store_random();
+      }
+      std::vector<LocalBlockHash> q;
+      const uint64_t d = pick(docs);
+      for (uint32_t i = 0, len = 1 + static_cast<uint32_t>(pick(80)); i < len; ++i) q.push_back(LocalBlockHash{d * 1000 + i + 1});
+      MatchLayers m;
+      idx.find_match_layers(q, m);
+      c.owners = idx.find_matches(q).owners;
+      c.isl = static_cast<uint32_t>(q.size() * c.block - pick(c.block));
+      c.limit = 1 + pick(4);
+      std::vector<Candidate> cands;
+      const uint64_t seed = rng();
+      const Decision ref = reference(c, seed, cands);
+      SeededRandom rnd(seed);
+      FleetDecision fast;
+      fleet.decide(m, c.isl, c.block, c.cfg, rnd, c.limit, fast);
+      INFO("trial " << trial << " step " << step << " layers " << m.layers.size() << " listed " << m.extra.size());
+      REQUIRE(fast.ranked.size() == ref.ranking.size());
+      for (size_t k = 0; k < ref.ranking.size(); ++k) {
+        const auto& want = cands[ref.ranking[k]];
+        CHECK(fast.ranked[k].worker == want.owner.worker);
+        CHECK(fast.ranked[k].overlap_blocks == want.overlap_blocks);
+        CHECK(fast.ranked[k].overlap_by_tier == want.overlap_by_tier);
+        CHECK(fast.ranked[k].dp_rank == want.owner.dp_rank);
+        CHECK(fast.ranked[k].score.cost == doctest::Approx(ref.scores[ref.ranking[k]].cost));
+      }
+      uint32_t best = 0;
+      for (size_t i = 0; i < cands.size(); ++i)
+        if (ref.scores[i].excluded == Exclusion::None) best = std::max(best, cands[i].overlap_blocks);
+      CHECK(fast.best_overlap_blocks == best);
+      ++decisions;
+      for (const auto& l : m.layers) with_large += l.set->owners.size() > RankedFleet::kSmallGroup;
+      walked += fast.scored < c.workers.size();
+    }
+  }
+  CHECK(decisions == 2400);
+  CHECK(with_large > 500);  // large layers (bitmaps) are exercised...
+  CHECK(walked > 1000);     // ...and the early stop
+}
+
+TEST_CASE("a cached layer bitmap follows workers joining and leaving") {
+  // 40 workers hold a 64-block document (one large layer); worker 0 is not
+  // in the fleet yet.
+  RadixIndexer idx;
+  for (uint64_t w = 0; w < 40; ++w) idx.apply(store_doc(CacheOwner{WorkerId{w}, 0}, 1, 64, StorageTier::Device));
+  std::vector<LocalBlockHash> q;
+  for (uint32_t i = 0; i < 64; ++i) q.push_back(LocalBlockHash{1000 + i + 1});
+  MatchLayers m;
+  idx.find_match_layers(q, m);
+  REQUIRE(m.layers.size() == 1);
+  REQUIRE(m.layers[0].set->owners.size() == 40);
+  RankedFleet fleet;
+  SchedulerConfig cfg;
+  FleetWorkerState busy, idle;
+  busy.load = WorkerLoad{8, 16, 0, 500, 1000};
+  idle.load = WorkerLoad{0, 16, 0, 0, 1000};
+  for (uint64_t w = 1; w < 40; ++w) fleet.upsert(WorkerId{w}, busy);
+  SeededRandom rnd(5);
+  FleetDecision d;
+  fleet.decide(m, 1024, 16, cfg, rnd, 1, d);  // caches the layer's bitmap
+  REQUIRE(d.ranked.size() == 1);
+  CHECK(d.ranked[0].overlap_blocks == 64);
+  // Worker 0 joins, idle: it holds the whole prompt and wins.
+  fleet.upsert(WorkerId{0}, idle);
+  fleet.decide(m, 1024, 16, cfg, rnd, 1, d);
+  REQUIRE(d.ranked.size() == 1);
+  CHECK(d.ranked[0].worker == WorkerId{0});
+  CHECK(d.ranked[0].overlap_blocks == 64);
+  // Worker 0 leaves and worker 99 (holding nothing) takes its slot, idle: it
+  // must not inherit worker 0's overlap.
+  CHECK(fleet.erase(WorkerId{0}));
+  fleet.upsert(WorkerId{99}, idle);
+  cfg.alpha_balanced = cfg.alpha_imbalanced = 0.0;  // only the prefill term: overlap decides
+  fleet.decide(m, 1024, 16, cfg, rnd, 40, d);
+  bool seen = false;
+  for (const auto& p : d.ranked)
+    if (p.worker == WorkerId{99}) {
+      seen = true;
+      CHECK(p.overlap_blocks == 0);
+    }
+  CHECK(seen);
+  CHECK(d.ranked.back().worker == WorkerId{99});
 }

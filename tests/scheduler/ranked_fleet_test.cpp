@@ -36,21 +36,29 @@ FleetWorkerState random_state(std::mt19937_64& rng, bool ties) {
   return s;
 }
 
+// Weights and thresholds from small sets (equal costs are common).
+SchedulerConfig random_config(std::mt19937_64& rng) {
+  auto pick = [&](uint64_t n) { return rng() % n; };
+  SchedulerConfig cfg;
+  cfg.alpha_balanced = pick(5) * 0.2;
+  cfg.alpha_imbalanced = pick(5) * 0.2;
+  cfg.balance_threshold = pick(4) * 0.1;
+  cfg.gamma = pick(3) * 0.1;
+  cfg.delta = pick(3) * 0.1;
+  cfg.pending_prefill_weight = pick(3) * 0.2;
+  cfg.busy_kv_usage = pick(3) == 0 ? 0.5 : 1.0;
+  cfg.busy_slot_usage = pick(3) == 0 ? 0.9 : 1.0;
+  cfg.busy_waiting_requests = pick(4) == 0 ? 4 : 0;
+  cfg.tier_weight_host_pinned = 0.5;
+  return cfg;
+}
+
 Case random_case(std::mt19937_64& rng, RankedFleet& fleet) {
   Case c;
   auto pick = [&](uint64_t n) { return rng() % n; };
   const bool ties = pick(2) == 0;
   const size_t n = pick(4) == 0 ? 1 + pick(2000) : 1 + pick(120);
-  c.cfg.alpha_balanced = pick(5) * 0.2;
-  c.cfg.alpha_imbalanced = pick(5) * 0.2;
-  c.cfg.balance_threshold = pick(4) * 0.1;
-  c.cfg.gamma = pick(3) * 0.1;
-  c.cfg.delta = pick(3) * 0.1;
-  c.cfg.pending_prefill_weight = pick(3) * 0.2;
-  c.cfg.busy_kv_usage = pick(3) == 0 ? 0.5 : 1.0;
-  c.cfg.busy_slot_usage = pick(3) == 0 ? 0.9 : 1.0;
-  c.cfg.busy_waiting_requests = pick(4) == 0 ? 4 : 0;
-  c.cfg.tier_weight_host_pinned = 0.5;
+  c.cfg = random_config(rng);
   c.isl = static_cast<uint32_t>(pick(10) == 0 ? pick(20) : 64 + pick(4000));
   c.limit = 1 + pick(5);
   std::vector<WorkerId> ids;
@@ -252,13 +260,7 @@ TEST_CASE("layers from a real index: the same choices as the reference, while th
     RankedFleet fleet;
     RadixIndexer idx;
     Case c;
-    c.cfg.alpha_balanced = pick(5) * 0.2;
-    c.cfg.alpha_imbalanced = pick(5) * 0.2;
-    c.cfg.balance_threshold = pick(4) * 0.1;
-    c.cfg.gamma = pick(3) * 0.1;
-    c.cfg.delta = pick(3) * 0.1;
-    c.cfg.pending_prefill_weight = pick(3) * 0.2;
-    c.cfg.tier_weight_host_pinned = 0.5;
+    c.cfg = random_config(rng);
     const bool ties = pick(2) == 0;
     const uint32_t n = 20 + static_cast<uint32_t>(pick(400));
     const uint64_t docs = 1 + pick(3);

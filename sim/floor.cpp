@@ -41,7 +41,7 @@ FloorResult acausal_floor(const std::vector<SimRequest>& w, const mocker::Engine
       ++total;
     }
     hits += hit;
-    f.ttft_ms.push_back(prefill(ec, uncached(r, hit)) + ec.decode_base_ms);
+    f.ttft_ms.push_back(prefill(ec, uncached(r, hit)));
   }
   f.hit_rate = total ? double(hits) / double(total) : 0;
   return f;
@@ -74,7 +74,7 @@ FloorResult causal_floor(const std::vector<SimRequest>& w, double rate, const mo
     }
     hits += best_k;
     total += c.size();
-    f.ttft_ms.push_back(best + ec.decode_base_ms);
+    f.ttft_ms.push_back(best);
   }
   f.hit_rate = total ? double(hits) / double(total) : 0;
   return f;

@@ -11,7 +11,6 @@
 
 #include "indexer/radix_indexer.h"
 #include "mocker/engine.h"
-#include "router/pending_prefixes.h"
 #include "router/routing.h"
 #include "router/session_affinity.h"
 #include "sim/policies.h"
@@ -63,7 +62,6 @@ struct Live {
   double arrival = 0, first = -1;
   uint32_t worker = 0, blocks = 0, cached = 0;
   std::unique_ptr<InflightGuard> guard;
-  uint64_t pending_ticket = 0;  // PendingPrefixIndexer::add() (kvroute policies)
 };
 
 class Simulation {
@@ -71,10 +69,7 @@ class Simulation {
   Simulation(const std::vector<SimRequest>& w, const SimOptions& o, const std::string& policy,
              const SchedulerConfig* scheduler)
       : w_(w), o_(o), policy_(policy), random_(o.seed), rng_(o.seed), registry_(clock_),
-        config_(policy_config(o, policy, scheduler)), pending_(index_, clock_),
-        pending_on_((policy == "kvroute" || policy == "kvroute_weighted") && std::getenv("KVROUTE_PENDING") &&
-                    std::string(std::getenv("KVROUTE_PENDING")) == "1"),
-        routing_(pending_on_ ? static_cast<const Indexer&>(pending_) : index_, registry_, config_, random_),
+        config_(policy_config(o, policy, scheduler)), routing_(index_, registry_, config_, random_),
         dynamo_(o.workers), live_(w.size()), per_worker_(o.workers, 0) {
     for (uint32_t i = 0; i < o.workers; ++i) {
       mocker::EngineConfig ec;
@@ -106,8 +101,6 @@ class Simulation {
   RadixIndexer index_;
   WorkerRegistry registry_;
   ConfigStore config_;
-  PendingPrefixIndexer pending_;
-  const bool pending_on_;
   RoutingService routing_;
   DynamoActive dynamo_;
   std::vector<std::unique_ptr<mocker::Engine>> engines_;
@@ -146,11 +139,7 @@ void Simulation::on_engine(uint32_t which, double now) {
       l.first = now;
       l.cached = out.cached_tokens;
       ttft_.push_back(now - l.arrival);
-      if (std::getenv("KVROUTE_SIM_DUMP"))
-        std::fprintf(stderr, "DUMP %zu %.1f %.1f %u %u %u %llu\n", size_t(out.request), l.arrival, now - l.arrival,
-                     l.worker, r.input_tokens, out.cached_tokens, (unsigned long long)(r.ids.empty() ? 0 : r.ids[0]));
       if (l.guard) l.guard->first_byte();
-      pending_.remove(l.pending_ticket);
     } else if (out.kind == mocker::EngineOutput::Kind::Finished) {
       e2e_.push_back(now - l.arrival);
       out_tokens_ += r.output_tokens;
@@ -212,20 +201,13 @@ void Simulation::dispatch(size_t id, double now) {
   const uint32_t cached_pred = route_.candidates.size() > w
                                    ? std::min<uint32_t>(route_.candidates[w].overlap_blocks * kBlock, r.input_tokens)
                                    : 0;
-  uint32_t cached_for_pending = cached_pred;
-  if (pending_on_ && std::getenv("KVROUTE_PENDING_FULL")) {
-    cached_for_pending = 0;
-    for (const auto& o : index_.find_matches(hashes).owners)
-      if (o.owner.worker == WorkerId{w}) cached_for_pending = std::min<uint32_t>(o.blocks * kBlock, r.input_tokens);
-  }
   l.guard = std::make_unique<InflightGuard>(registry_, WorkerId{w}, (uint64_t{r.input_tokens} + kBlock - 1) / kBlock,
-                                            r.input_tokens - cached_for_pending);
+                                            r.input_tokens - cached_pred);
   if (!engines_[w]->add_request_hashed(id, r.input_tokens, hashes, r.output_tokens, now)) {
     ++rejected_;  // larger than a worker's whole cache
     l.guard.reset();
     return;
   }
-  if (pending_on_) l.pending_ticket = pending_.add(CacheOwner{WorkerId{w}, 0}, hashes);
   dynamo_.add(w, hashes, r.input_tokens % kBlock != 0);
   hashes_[id] = std::move(hashes);
   per_worker_[w]++;

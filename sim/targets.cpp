@@ -78,9 +78,10 @@ std::string cell_json(const Cell& c) {
   std::snprintf(buf, sizeof buf,
                 "{\"workload\":\"%s\",\"rate\":%g,\"kvroute_p50\":%.2f,\"kvroute_p99\":%.2f,\"dynamo_p50\":%.2f,"
                 "\"dynamo_p99\":%.2f,\"llmd_p50\":%.2f,\"llmd_p99\":%.2f,\"round_robin_p50\":%.2f,"
-                "\"round_robin_p99\":%.2f,\"kvroute_hit\":%.4f,\"ideal_hit\":%.4f}",
+                "\"round_robin_p99\":%.2f,\"kvroute_hit\":%.4f,\"ideal_hit\":%.4f,\"floor_p50\":%.2f,\"floor_p99\":%.2f}",
                 c.workload.c_str(), c.rate, c.kv.ttft_p50, c.kv.ttft_p99, c.dyn.ttft_p50, c.dyn.ttft_p99,
-                c.llmd.ttft_p50, c.llmd.ttft_p99, c.rr.ttft_p50, c.rr.ttft_p99, c.kv.hit_rate, c.ideal);
+                c.llmd.ttft_p50, c.llmd.ttft_p99, c.rr.ttft_p50, c.rr.ttft_p99, c.kv.hit_rate, c.ideal, c.floor_p50,
+                c.floor_p99);
   return buf;
 }
 

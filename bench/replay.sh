@@ -32,13 +32,13 @@ RPORT=$(free_port); APORT=$(free_port)
   --indexer.block_size 512 --log.access_log false --events.nats_url "nats://127.0.0.1:$NATS" >"$W/kvroute.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 100); do
-  n=$(curl -s "http://127.0.0.1:$RPORT/metrics" | awk '/^kvroute_scheduler_workers /{print $2}')
+  n=$(curl -s "http://127.0.0.1:$RPORT/metrics" | awk '/^kvroute_scheduler_workers /{print $2}' || true)  # not up yet: curl fails
   [ "${n:-0}" = 8 ] && break; sleep 0.1
 done
 LIVE=$(python3 bench/replay/replay.py --url "http://127.0.0.1:$RPORT" --trace "$TRACE" --requests "$N" --speedup "$SPEEDUP")
 METRICS=$(curl -s "http://127.0.0.1:$RPORT/metrics")
 SIM=$("$BIN/sim/kvroute-sim" --trace "$TRACE" --requests "$N" --policies kvroute --workers 8 --kv-blocks 2000 \
-  --max-seqs 64 2>/dev/null | tail -1)
+  --max-seqs 64 --max-batched-tokens 65536 2>/dev/null | tail -1)
 echo "live: $LIVE"
 echo "sim:  $SIM"
 python3 - "$LIVE" "$SIM" "$METRICS" <<'PY'

@@ -72,35 +72,63 @@ GP
   echo
   echo "kvroute (defaults) vs the peers (sim/policies.h cites the source each follows). Targets: TTFT p50"
   echo "and p99 <= 0.8x dynamo and llmd, <= 0.5x round_robin at the stressed level (x3), hit rate >= 0.9"
-  echo "of the infinite-cache ideal, never worse than dynamo. **MISS** marks a target not met; where the"
-  echo "peer is already within 1.25x of the engine floor (each request's TTFT with one infinite cache and"
-  echo "nothing queued: its uncached prefill plus one decode step) the cell says so: no router can be"
-  echo "0.8x there."
+  echo "of the infinite-cache ideal, never worse than dynamo. **MISS** marks a target not met, and says"
+  echo "whether it is floor-bound (the causal engine floor below is above the target: no router can meet"
+  echo "it) or reachable (the floor is below the target), with both figures."
   echo
-  grep '^|' "$OUT/targets.txt"
+  # The target table: the first run of table lines in targets.txt; the floor table is the second.
+  awk '/^\|/{p=1; print; next} p{exit}' "$OUT/targets.txt"
   echo
   python3 - "$OUT/targets.txt" <<'PY'
 import sys
-rows = [l for l in open(sys.argv[1]) if l.startswith('|') and 'MISS' in l or l.startswith('|') and '| NO |' in l]
-cells = [l for l in open(sys.argv[1]) if l.startswith('| ') and not l.startswith('| workload')]
+lines = open(sys.argv[1]).read().split('\n\n')[0].splitlines()
+cells = [l for l in lines if l.startswith('| ') and not l.startswith('| workload')]
 miss = sum(l.count('MISS') for l in cells) + sum(l.count('| NO |') for l in cells)
-print("Missed targets: %d (of %d cells' targets). Every miss is listed in the table above." % (miss, len(cells) * 6))
+bound = sum(l.count('floor-bound') for l in cells)
+reach = sum(l.count('(reachable') for l in cells)
+print("Missed targets: %d (of %d cells' targets): %d floor-bound, %d reachable TTFT targets, the rest hit rate"
+      " and never-worse-than-dynamo. Every miss is listed in the table above." % (miss, len(cells) * 6, bound, reach))
 PY
   echo
-  echo "Why the other misses (read with the ms columns):"
+  echo "## The causal engine floor"
   echo
-  echo "- trace p99: the longest prompts' own prefill (not chunked, quadratic) is the p99; dynamo is"
-  echo "  already at the floor, which no routing shortens."
-  echo "- api p50: every policy is within 1.5x of the floor (a short uncached suffix after a cached system"
-  echo "  prompt); what is left to win is the tail, where kvroute is 0.71-0.77x dynamo."
-  echo "- bursts: 16-96 requests sharing an 8k-24k-token document arrive within 0.5 s; before the first"
-  echo "  one's prefill ends, no worker has announced the document, so every cache-aware policy spreads"
-  echo "  the burst and several workers compute it (hit rate 0.89 of ideal). All policies, round_robin"
-  echo "  included, land within 10 % of each other: the burst saturates the fleet whatever the routing."
-  echo "  Counting prefixes routed but not yet announced as cached (an in-flight prediction, tried in the"
-  echo "  simulator) moved the hit rate by 0.002 and was not kept."
+  echo "sim/floor.h: each request's TTFT with one infinite cache and nothing queued, from the engine's step"
+  echo "model (the prefill of its uncached tokens; no decode step, since a request admitted to an idle engine"
+  echo "has its first token when its prefill ends). Causal: a block is available only from the end of the"
+  echo "prefill of the earliest-finishing request that computes it, and each request takes the better of"
+  echo "computing its whole prompt or waiting for an available prefix and computing the rest. Every request's"
+  echo "TTFT is at least its floor (the router dispatches on arrival and engines admit FIFO), so each"
+  echo "percentile of the floor bounds the same percentile of any router's TTFT. The acausal floor (the old"
+  echo "one: a block counts as cached as soon as an earlier request wanted it) is shown for comparison; they"
+  echo "differ in bursts, where 38-47 % of all requests want a document someone is still computing."
+  echo
+  awk '/^\|/{if (seen_blank) print; next} /^$/{seen_blank=1}' "$OUT/targets.txt"
+  echo
+  echo "Why the misses (read with the ms columns):"
+  echo
+  echo "- trace p99 (floor-bound at every rate): the longest prompts' own prefill (not chunked, quadratic)"
+  echo "  is the p99; the causal floor's p99 is 2902 ms and kvroute is within 0.3-4 % of it."
+  echo "- trace x3 hit rate 0.89 of ideal and p50 0.53x round_robin (reachable): the load terms move"
+  echo "  requests off their cache under the x3 load (gap, the reachable cache not taken, is 0.105 at x3"
+  echo "  vs 0.047 at x1, tables below); the tuned defaults keep >= 0.91 of ideal on the train"
+  echo "  slice, and a finer grid (gamma 0.05-0.5, pending weight 0.2-1.0) found none that scores better there."
+  echo "- api p50 (reachable only in the strict sense): the floor has no decode step; kvroute's p50 at x3"
+  echo "  is 39 ms for an own prefill of 23 ms, the rest is the step in progress plus the decode part of"
+  echo "  its own step (>= 8 ms on any engine that is decoding). api p99 vs llmd at x1 is 0.82x."
+  echo "- agentic p50 vs llmd (reachable): llm-d's p50 equals kvroute's (58-61 ms), both 1.3-1.4x the"
+  echo "  floor; kvroute is 0.47x dynamo there and 0.78-0.98x llm-d at p99."
+  echo "- bursts: 16-96 requests sharing an 8k-24k-token document arrive within 0.5 s. The causal floor"
+  echo "  has 38-47 % of all requests wait for a document being computed (the floor's own hit rate is 0.88-0.93); its p99 is"
+  echo "  the largest documents' prefill, 553-597 ms, which makes p99 vs dynamo (x1, x2) and vs llmd (x1)"
+  echo "  floor-bound. kvroute's hit rate is 0.89 of the (acausal) ideal: before the first request's prefill"
+  echo "  ends no worker has announced the document, so the burst spreads. Counting prefixes routed but not"
+  echo "  yet announced (tried: the router's own record of where it sent each prefix until its first byte)"
+  echo "  raised the hit rate to 0.96 of ideal and cut p99 at x2/x3 by 9 %/19 %, but raised p50 by 13-52 %"
+  echo "  (burst requests' own p50 at x2 went 351 -> 420 ms: they queue behind one worker's document) and made kvroute worse than dynamo at x1;"
+  echo "  it was not kept. At x2 kvroute's p99 is 731 ms vs dynamo's 707 ms (never worse: NO)."
   echo "- round_robin is stressed (p99 many times the others') only on agentic at x3, where kvroute is"
-  echo "  0.03x / 0.01x of it; on the trace it is 0.53x at p50."
+  echo "  0.03x / 0.01x of it; on the trace it is 0.53x at p50; the round_robin misses on api (p50) and"
+  echo "  bursts are floor-bound (0.5x round_robin is below the floor)."
   echo
   echo "## Session affinity (agentic sessions, kvroute defaults with and without)"
   echo

@@ -36,6 +36,7 @@ void usage() {
       "  --workers N       engines (default 8)\n"
       "  --kv-blocks N     KV capacity per engine in 512-token blocks (default 8000)\n"
       "  --max-seqs N      running sequences per engine (default 64)\n"
+      "  --max-batched-tokens N  tokens per engine step (default 8192, as mocker/engine.h)\n"
       "  --rate X          arrival rate multiplier (default 1.0 = the workload's timing)\n"
       "  --rates LIST      targets: comma-separated rates (default 1,2,3)\n"
       "  --workloads LIST  targets: comma-separated workloads (default trace,agentic,api,bursts)\n"
@@ -77,6 +78,8 @@ void parse(int argc, char** argv, Args& a) {
       else if (f == "--workers") a.sim.workers = static_cast<uint32_t>(std::stoul(need("--workers")));
       else if (f == "--kv-blocks") a.sim.kv_blocks = std::stoull(need("--kv-blocks"));
       else if (f == "--max-seqs") a.sim.max_seqs = static_cast<uint32_t>(std::stoul(need("--max-seqs")));
+      else if (f == "--max-batched-tokens")
+        a.sim.max_batched_tokens = static_cast<uint32_t>(std::stoul(need("--max-batched-tokens")));
       else if (f == "--rate") a.sim.rate = std::stod(need("--rate"));
       else if (f == "--rates") {
         a.rates.clear();
@@ -110,8 +113,8 @@ void parse(int argc, char** argv, Args& a) {
       std::exit(2);
     }
   }
-  if (a.sim.workers == 0 || a.sim.kv_blocks == 0 || a.sim.rate <= 0 || a.sim.max_seqs == 0 || a.rates.empty()) {
-    std::fprintf(stderr, "kvroute-sim: --workers, --kv-blocks, --max-seqs, --rate(s) must be > 0\n");
+  if (a.sim.workers == 0 || a.sim.kv_blocks == 0 || a.sim.rate <= 0 || a.sim.max_seqs == 0 || a.sim.max_batched_tokens == 0 || a.rates.empty()) {
+    std::fprintf(stderr, "kvroute-sim: --workers, --kv-blocks, --max-seqs, --max-batched-tokens, --rate(s) must be > 0\n");
     std::exit(2);
   }
   for (const auto& p : a.policies)

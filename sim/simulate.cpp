@@ -76,6 +76,7 @@ class Simulation {
       ec.block_size = kBlock;
       ec.kv_blocks = o.kv_blocks;
       ec.max_seqs = o.max_seqs;
+      ec.max_batched_tokens = o.max_batched_tokens;
       ec.owner = CacheOwner{WorkerId{i}, 0};
       engines_.push_back(std::make_unique<mocker::Engine>(ec, [this](const KvEvent& e) { index_.apply(e); }));
     }

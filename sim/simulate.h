@@ -22,6 +22,7 @@ struct SimOptions {
   uint32_t workers = 8;
   uint64_t kv_blocks = 8000;  // per worker, 512-token blocks
   uint32_t max_seqs = 64;
+  uint32_t max_batched_tokens = 8192;  // per engine step (mocker/engine.h's default)
   double rate = 1.0;          // arrival rate multiplier
   double report_ms = 100;
   uint64_t seed = 1;

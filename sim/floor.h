@@ -1,0 +1,45 @@
+// Engine floors: each request's TTFT with one infinite cache and nothing
+// queued, from the simulated engine's step model (mocker/engine.h): the
+// prefill of its uncached tokens (not chunked). No decode step is added: a
+// request admitted to an idle engine has its first token at the end of its
+// prefill. The percentiles of a floor are lower bounds on the same
+// percentiles of any router's TTFTs (every request's TTFT is at least its
+// floor, so every order statistic is too).
+//
+// acausal_floor: a block counts as cached for a request as soon as any earlier
+// request had it, even if that request's prefill has not finished (the old
+// floor; too low in bursts, where 16-96 requests want a document nobody has
+// computed yet).
+// causal_floor: a block is available only from the end of the prefill of the
+// earliest-finishing request that computes it (its arrival + its own floor
+// prefill). Each request takes the best of computing its whole prompt itself
+// or waiting for an available prefix and then computing its suffix. Requests
+// are taken in arrival order (the workload is sorted); `rate` compresses the
+// arrivals as the simulator does (t_ms / rate).
+// Why this is a lower bound for the engine: the router dispatches on arrival
+// and each engine admits FIFO, so a request never uses blocks computed by a
+// later arrival's step; a request admitted in step s (>= its arrival) pays
+// prefill(t) with t at least its tokens not computed before s, which is the
+// floor's "wait for the available prefix, compute the rest" option (blocks
+// computed in the same step by others count in t; prefill is monotone).
+//
+// Threading: plain functions; no shared state.
+#pragma once
+
+#include <vector>
+
+#include "mocker/engine.h"
+#include "sim/workload.h"
+
+namespace kvroute::sim {
+
+struct FloorResult {
+  std::vector<double> ttft_ms;  // per request, in the workload's order
+  double hit_rate = 0;          // prompt blocks taken from the cache in the floor's own schedule
+  size_t waited = 0;            // requests whose floor waits for a prefix someone else is computing
+};
+
+FloorResult acausal_floor(const std::vector<SimRequest>& w, const mocker::EngineConfig& ec = {});
+FloorResult causal_floor(const std::vector<SimRequest>& w, double rate, const mocker::EngineConfig& ec = {});
+
+}  // namespace kvroute::sim

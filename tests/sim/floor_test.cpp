@@ -1,0 +1,69 @@
+// sim/floor.h: the causal engine floor on a tiny hand-computed case.
+#include "sim/floor.h"
+
+#include <doctest/doctest.h>
+
+using namespace kvroute::sim;
+
+namespace {
+
+SimRequest req(double t, std::vector<uint64_t> ids) {
+  SimRequest r;
+  r.t_ms = t;
+  r.input_tokens = static_cast<uint32_t>(ids.size() * kBlock);
+  r.ids = std::move(ids);
+  return r;
+}
+
+// Linear prefill, 0.1 ms per token, no constant (no decode step is added): a 3-block
+// (1536-token) prompt takes 153.6 ms, its last block alone 51.2 ms.
+kvroute::mocker::EngineConfig linear() {
+  kvroute::mocker::EngineConfig ec;
+  ec.prefill_a = 0;
+  ec.prefill_b = 0.1;
+  ec.prefill_c = 0;
+  return ec;
+}
+
+}  // namespace
+
+TEST_CASE("causal floor: a shared document exists only once its first reader has computed it") {
+  // A computes document [1,2] + its question 3, done at 153.6. B (t=10) would
+  // wait 143.6 for it + 51.2: computing everything itself (153.6) is better.
+  // D (t=150) waits 3.6 + 51.2 = 54.8. C (t=200) finds it: 51.2.
+  const std::vector<SimRequest> w = {req(0, {1, 2, 3}), req(10, {1, 2, 4}), req(150, {1, 2, 5}), req(200, {1, 2, 6})};
+  const auto ec = linear();
+  const auto f = causal_floor(w, 1.0, ec);
+  REQUIRE(f.ttft_ms.size() == 4);
+  CHECK(f.ttft_ms[0] == doctest::Approx(153.6));
+  CHECK(f.ttft_ms[1] == doctest::Approx(153.6));
+  CHECK(f.ttft_ms[2] == doctest::Approx(3.6 + 51.2));
+  CHECK(f.ttft_ms[3] == doctest::Approx(51.2));
+  CHECK(f.waited == 1);
+  CHECK(f.hit_rate == doctest::Approx(4.0 / 12));  // D and C take 2 blocks each
+
+  // The old floor gives every later reader the document at once.
+  const auto a = acausal_floor(w, ec);
+  CHECK(a.ttft_ms[1] == doctest::Approx(51.2));
+  CHECK(a.ttft_ms[2] == doctest::Approx(51.2));
+  CHECK(a.hit_rate == doctest::Approx(6.0 / 12));
+
+  // At rate x2 arrivals halve: D arrives at 75 and waits 78.6 + 51.2 = 129.8.
+  const auto f2 = causal_floor(w, 2.0, ec);
+  CHECK(f2.ttft_ms[2] == doctest::Approx(78.6 + 51.2));
+  // C arrives at 100 and waits 53.6 + 51.2 = 104.8.
+  CHECK(f2.ttft_ms[3] == doctest::Approx(53.6 + 51.2));
+}
+
+TEST_CASE("causal floor: a block comes from whichever computing request finishes first") {
+  // A (t=0) computes [1..10] (512 ms of prefill); B (t=1) computes [1] itself
+  // (51.2 ms, done at 52.2) since waiting for A is longer. C (t=60) then finds
+  // block 1 from B, not from A.
+  std::vector<uint64_t> ten = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+  const std::vector<SimRequest> w = {req(0, ten), req(1, {1}), req(60, {1, 7})};
+  const auto f = causal_floor(w, 1.0, linear());
+  CHECK(f.ttft_ms[0] == doctest::Approx(512));
+  CHECK(f.ttft_ms[1] == doctest::Approx(51.2));
+  CHECK(f.ttft_ms[2] == doctest::Approx(51.2));
+  CHECK(f.waited == 0);
+}

@@ -215,3 +215,22 @@ TEST_CASE("the kernels this CPU has decode whole steps of their forms (the SIMD 
     }
   }
 }
+
+TEST_CASE("kernels() picks the widest kernels this CPU runs") {
+  const Reader::Kernels k = Reader::kernels();
+#if defined(__x86_64__)
+  if (__builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512bw")) {
+    CHECK((k.u16 == Reader::u16_run_vbmi));
+    CHECK((k.mixed == Reader::u16_u32_run_vbmi));
+  } else if (__builtin_cpu_supports("avx2")) {
+    CHECK((k.u16 == Reader::u16_run_avx2));
+    CHECK((k.mixed == nullptr));
+  } else {
+    CHECK((k.u16 == nullptr));
+    CHECK((k.mixed == nullptr));
+  }
+#else
+  CHECK((k.u16 == nullptr));
+  CHECK((k.mixed == nullptr));
+#endif
+}

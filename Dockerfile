@@ -25,7 +25,7 @@ FROM debian:12-slim
 # tests/integration/test_image.py checks the two agree).
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      libc-ares2 libfmt9 libnats3.4 libpcre2-8-0 libsimdjson14 libspdlog1.10 libyaml-cpp0.7 libzmq5 \
+      libc-ares2 libfmt9 libnats3.4 libpcre2-8-0 libsimdjson14 libspdlog1.10 libxxhash0 libyaml-cpp0.7 libzmq5 \
  && rm -rf /var/lib/apt/lists/* \
  && echo "kvroute:x:10001:10001:kvroute:/nonexistent:/usr/sbin/nologin" >> /etc/passwd \
  && echo "kvroute:x:10001:" >> /etc/group

@@ -16,7 +16,8 @@ inline constexpr uint64_t kDefaultBlockHashSeed = 1337;
 // seed = 1337 + XXH3_64(lora_name, seed 0) (wrapping); empty name = 1337.
 uint64_t block_hash_seed(std::string_view lora_name);
 
-// XXH3-64 with `seed` over `tokens` as little-endian uint32.
+// XXH3-64 with `seed` over `tokens` as little-endian uint32. Uses the widest
+// XXH3 variant the CPU has (runtime dispatch, block_hash.cpp).
 LocalBlockHash hash_block(std::span<const TokenId> tokens, uint64_t seed = kDefaultBlockHashSeed);
 
 // Hashes of every complete block of `block_size` tokens; the trailing partial

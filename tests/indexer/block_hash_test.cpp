@@ -17,6 +17,20 @@ TEST_CASE("a block hashes its token ids as little-endian u32 with seed 1337") {
   CHECK(hash_block(toks).value == XXH3_64bits_withSeed(bytes, sizeof bytes, 1337));
 }
 
+TEST_CASE("hash_block (runtime-dispatched XXH3) equals the inline XXH3 for every length and seed") {
+  // Lengths cover XXH3's short (<=16, <=128, <=240 bytes) and long paths, one
+  // and several 1 KiB stripe blocks, and partial last stripes.
+  std::vector<TokenId> toks(2100);
+  uint64_t x = 42;
+  for (auto& t : toks) t = static_cast<TokenId>((x = x * 6364136223846793005ull + 1442695040888963407ull) >> 33);
+  for (uint64_t seed : {uint64_t{0}, kDefaultBlockHashSeed, ~uint64_t{0}}) {
+    for (size_t n = 0; n <= toks.size(); n += (n < 300 ? 1 : 37)) {
+      const std::span<const TokenId> s(toks.data(), n);
+      REQUIRE(hash_block(s, seed).value == XXH3_64bits_withSeed(s.data(), s.size_bytes(), seed));
+    }
+  }
+}
+
 TEST_CASE("hash_blocks cuts complete blocks and drops the partial tail") {
   std::vector<TokenId> toks(10);
   for (TokenId i = 0; i < 10; ++i) toks[i] = i;

@@ -65,8 +65,17 @@ void EventPipeline::resync_all() {
   for (const auto& w : registry_.all()) {
     // Workers with ZMQ events replay from their own endpoint (fleet/), not over NATS.
     if (!w.info || w.info->approximate || !w.info->kv_events.empty()) continue;
-    for (uint32_t r = 0; r < std::max<uint32_t>(1, w.info->dp_size); ++r, ++n)
-      request_resync(CacheOwner{w.info->id, r});
+    for (uint32_t r = 0; r < std::max<uint32_t>(1, w.info->dp_size); ++r, ++n) {
+      const CacheOwner owner{w.info->id, r};
+      {
+        // Dumps that failed while the bus was down say nothing of the worker:
+        // its backoff starts over, so it is asked now, not up to
+        // resync_backoff_max_ms later (one ask per owner per reconnect).
+        std::lock_guard lk(mu_);
+        resync_pace_.erase(owner);
+      }
+      request_resync(owner);
+    }
   }
   spdlog::info("NATS reconnected: asking {} cache owner(s) for their dumps (events may have been lost)", n);
 }

@@ -356,10 +356,12 @@ std::string encode_kv_event(const KvEvent& event) {
 
 std::string encode_heartbeat(const WorkerHeartbeat& hb) {
   std::string s = fmt::format(
-      R"({{"worker_id":{},"url":"{}","model":"{}","block_size":{},"dp_size":{},"kv_events":{},"load":{{"request_active_slots":{},"request_total_slots":{},"num_requests_waiting":{},"kv_active_blocks":{},"kv_total_blocks":{}}})",
-      hb.worker_id.value, json_escape(hb.url), json_escape(hb.model), hb.block_size, hb.dp_size, hb.kv_events,
+      R"({{"worker_id":{},"url":"{}","model":"{}","dp_size":{},"kv_events":{},"load":{{"request_active_slots":{},"request_total_slots":{},"num_requests_waiting":{},"kv_active_blocks":{},"kv_total_blocks":{}}})",
+      hb.worker_id.value, json_escape(hb.url), json_escape(hb.model), hb.dp_size, hb.kv_events,
       hb.load.request_active_slots, hb.load.request_total_slots, hb.load.num_requests_waiting,
       hb.load.kv_active_blocks, hb.load.kv_total_blocks);
+  // 0 = not announced: the field is left out (the decoder refuses "block_size":0).
+  if (hb.block_size) fmt::format_to(std::back_inserter(s), R"(,"block_size":{})", hb.block_size);
   if (hb.instance_id) fmt::format_to(std::back_inserter(s), R"(,"instance_id":{})", hb.instance_id);
   s += '}';
   return s;
@@ -524,8 +526,10 @@ std::string encode_resync_request(const ResyncRequest& r) {
 }
 
 DecodeError decode_resync_request(std::string_view json, ResyncRequest& out) {
-  out = ResyncRequest{};
-  if (json.empty()) return DecodeError::None;
+  if (json.empty()) {
+    out = ResyncRequest{};
+    return DecodeError::None;
+  }
   DecodeLimits limits;
   limits.max_message_bytes = 4096;
   Ctx c{DecodeError::None, nullptr, &limits};

@@ -100,7 +100,8 @@ struct ResyncRequest {
   uint64_t max_bytes = 0;  // largest reply the router's connection accepts (0 = one legacy dump)
 };
 std::string encode_resync_request(const ResyncRequest& r);
-// An empty or legacy body (`{"dp_rank":N}`) decodes with max_bytes 0.
+// An empty or legacy body (`{"dp_rank":N}`) decodes with max_bytes 0. On error
+// `out` is left untouched.
 DecodeError decode_resync_request(std::string_view json, ResyncRequest& out);
 
 // One reply: {"worker_id","dp_rank","instance_id","last_event_id","snapshot",

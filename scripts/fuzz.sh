@@ -18,14 +18,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SRC=$PWD
 
-# ASan keeps every allocation's call stack (30 frames by default) in a depot
-# that never shrinks. Under yaml-cpp's recursive parser the config target's
-# depot grew without bound (1 GB after 600,000 inputs, toward the 2 GiB RSS
-# limit) and storing stacks was 14% of its time. With 5 frames the allocation
-# and free stacks of a report are shorter; nothing is detected less, and
-# replaying a crash file (DIR/tests/fuzz/kvroute_fuzz_TARGET FILE) gives them whole.
-export ASAN_OPTIONS=${ASAN_OPTIONS:-malloc_context_size=5}
-
 inputs="" seconds="" build_dir=build-fuzz seed=1 fresh=0 build=1 run=1 targets=()
 while (($#)); do
   case "$1" in
@@ -94,6 +86,9 @@ for t in "${targets[@]}"; do
   opts=()
   [ -f "$SRC/tests/fuzz/options/$t.dict" ] && opts+=(-dict="$SRC/tests/fuzz/options/$t.dict")
   [ -f "$SRC/tests/fuzz/options/$t.flags" ] && read -r -a extra <"$SRC/tests/fuzz/options/$t.flags" && opts+=("${extra[@]}")
+  # TARGET.asan: extra ASAN_OPTIONS (tests/fuzz/README.md: config's malloc_context_size).
+  asan=${ASAN_OPTIONS:-}
+  [ -f "$SRC/tests/fuzz/options/$t.asan" ] && asan+=${asan:+:}$(<"$SRC/tests/fuzz/options/$t.asan")
   done_runs=0 round=0 t0=$(date +%s.%N)
   while :; do
     budget=()
@@ -108,7 +103,7 @@ for t in "${targets[@]}"; do
     fi
     log=$logs/run-$round.log
     rc=0
-    "$bin" "$corpus" -seed=$((seed + round)) "${budget[@]}" "${opts[@]}" -print_final_stats=1 -timeout=10 \
+    ASAN_OPTIONS=$asan "$bin" "$corpus" -seed=$((seed + round)) "${budget[@]}" "${opts[@]}" -print_final_stats=1 -timeout=10 \
       -rss_limit_mb=2048 -artifact_prefix="$crashes_dir/" >"$log" 2>&1 || rc=$?
     n=$(runs_in_log "$log")
     done_runs=$((done_runs + n))

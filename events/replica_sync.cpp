@@ -1,8 +1,6 @@
 #include "events/replica_sync.h"
 
-#include <fmt/format.h>
 #include <pthread.h>
-#include <simdjson.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -10,46 +8,6 @@
 #include <set>
 
 namespace kvroute {
-
-std::string encode_replica_snapshot(const ReplicaSnapshot& s) {
-  std::string out = fmt::format(R"({{"replica":{},"seq":{},"ttl_ms":{},"w":[)", s.replica, s.seq, s.ttl_ms);
-  for (size_t i = 0; i < s.workers.size(); ++i) {
-    const auto& w = s.workers[i];
-    fmt::format_to(std::back_inserter(out), "{}[{},{},{},{}]", i ? "," : "", w.worker.value, w.requests, w.blocks,
-                   w.prefill_tokens);
-  }
-  out += "]}";
-  return out;
-}
-
-bool decode_replica_snapshot(std::string_view json, ReplicaSnapshot& out) {
-  if (json.size() > (4u << 20)) return false;
-  thread_local simdjson::dom::parser parser;
-  auto doc = parser.parse(json.data(), json.size());
-  if (doc.error()) return false;
-  simdjson::dom::object o;
-  if (doc.value_unsafe().get_object().get(o)) return false;
-  ReplicaSnapshot s;
-  uint64_t ttl = 0;
-  simdjson::dom::array w;
-  if (o["replica"].get_uint64().get(s.replica) || o["seq"].get_uint64().get(s.seq) ||
-      o["ttl_ms"].get_uint64().get(ttl) || o["w"].get_array().get(w))
-    return false;
-  if (ttl == 0 || ttl > 3600000 || w.size() > 65536) return false;
-  s.ttl_ms = static_cast<uint32_t>(ttl);
-  for (simdjson::dom::element e : w) {
-    simdjson::dom::array a;
-    if (e.get_array().get(a) || a.size() != 4) return false;
-    uint64_t v[4];
-    size_t i = 0;
-    for (simdjson::dom::element x : a)
-      if (x.get_uint64().get(v[i++])) return false;
-    if (v[1] > UINT32_MAX) return false;
-    s.workers.push_back({WorkerId{v[0]}, static_cast<uint32_t>(v[1]), v[2], v[3]});
-  }
-  out = std::move(s);
-  return true;
-}
 
 ReplicaSync::ReplicaSync(NatsBus& bus, WorkerRegistry& registry, const Clock& clock, std::string subject_prefix,
                          std::chrono::milliseconds interval, std::chrono::milliseconds ttl)

@@ -36,28 +36,12 @@
 #include "common/clock.h"
 #include "common/types.h"
 #include "events/nats_bus.h"
+#include "events/wire.h"
 #include "scheduler/worker_registry.h"
 
 namespace kvroute {
 
-// One replica's snapshot on the wire:
-// {"replica":R,"seq":N,"ttl_ms":T,"w":[[worker_id,requests,blocks,prefill_tokens],...]}
-struct ReplicaInflight {
-  WorkerId worker;
-  uint32_t requests = 0;
-  uint64_t blocks = 0;
-  uint64_t prefill_tokens = 0;
-  friend bool operator==(const ReplicaInflight&, const ReplicaInflight&) = default;
-};
-struct ReplicaSnapshot {
-  uint64_t replica = 0;  // random per process
-  uint64_t seq = 0;
-  uint32_t ttl_ms = 0;
-  std::vector<ReplicaInflight> workers;  // only workers with something in flight
-};
-std::string encode_replica_snapshot(const ReplicaSnapshot& s);
-// False on malformed input (bounded: at most 65,536 workers).
-bool decode_replica_snapshot(std::string_view json, ReplicaSnapshot& out);
+// The wire format (ReplicaSnapshot, encode/decode_replica_snapshot) is in events/wire.h.
 
 struct ReplicaSyncStats {
   std::atomic<uint64_t> published_total{0};

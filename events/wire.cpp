@@ -356,10 +356,12 @@ std::string encode_kv_event(const KvEvent& event) {
 
 std::string encode_heartbeat(const WorkerHeartbeat& hb) {
   std::string s = fmt::format(
-      R"({{"worker_id":{},"url":"{}","model":"{}","block_size":{},"dp_size":{},"kv_events":{},"load":{{"request_active_slots":{},"request_total_slots":{},"num_requests_waiting":{},"kv_active_blocks":{},"kv_total_blocks":{}}})",
-      hb.worker_id.value, json_escape(hb.url), json_escape(hb.model), hb.block_size, hb.dp_size, hb.kv_events,
+      R"({{"worker_id":{},"url":"{}","model":"{}","dp_size":{},"kv_events":{},"load":{{"request_active_slots":{},"request_total_slots":{},"num_requests_waiting":{},"kv_active_blocks":{},"kv_total_blocks":{}}})",
+      hb.worker_id.value, json_escape(hb.url), json_escape(hb.model), hb.dp_size, hb.kv_events,
       hb.load.request_active_slots, hb.load.request_total_slots, hb.load.num_requests_waiting,
       hb.load.kv_active_blocks, hb.load.kv_total_blocks);
+  // 0 = not announced: the field is left out (the decoder refuses "block_size":0).
+  if (hb.block_size) fmt::format_to(std::back_inserter(s), R"(,"block_size":{})", hb.block_size);
   if (hb.instance_id) fmt::format_to(std::back_inserter(s), R"(,"instance_id":{})", hb.instance_id);
   s += '}';
   return s;
@@ -524,8 +526,10 @@ std::string encode_resync_request(const ResyncRequest& r) {
 }
 
 DecodeError decode_resync_request(std::string_view json, ResyncRequest& out) {
-  out = ResyncRequest{};
-  if (json.empty()) return DecodeError::None;
+  if (json.empty()) {
+    out = ResyncRequest{};
+    return DecodeError::None;
+  }
   DecodeLimits limits;
   limits.max_message_bytes = 4096;
   Ctx c{DecodeError::None, nullptr, &limits};
@@ -597,6 +601,47 @@ DecodeError decode_resync_chunk(std::string_view json, const DecodeLimits& limit
   if (!decode_compact(c, bytes, r.dump, r.dump.events)) return c.err;
   out = std::move(r);
   return DecodeError::None;
+}
+
+// ---- Replicas' in-flight load ----------------------------------------------
+std::string encode_replica_snapshot(const ReplicaSnapshot& s) {
+  std::string out = fmt::format(R"({{"replica":{},"seq":{},"ttl_ms":{},"w":[)", s.replica, s.seq, s.ttl_ms);
+  for (size_t i = 0; i < s.workers.size(); ++i) {
+    const auto& w = s.workers[i];
+    fmt::format_to(std::back_inserter(out), "{}[{},{},{},{}]", i ? "," : "", w.worker.value, w.requests, w.blocks,
+                   w.prefill_tokens);
+  }
+  out += "]}";
+  return out;
+}
+
+bool decode_replica_snapshot(std::string_view json, ReplicaSnapshot& out) {
+  if (json.size() > (4u << 20)) return false;
+  thread_local simdjson::dom::parser parser;
+  auto doc = parser.parse(json.data(), json.size());
+  if (doc.error()) return false;
+  simdjson::dom::object o;
+  if (doc.value_unsafe().get_object().get(o)) return false;
+  ReplicaSnapshot s;
+  uint64_t ttl = 0;
+  simdjson::dom::array w;
+  if (o["replica"].get_uint64().get(s.replica) || o["seq"].get_uint64().get(s.seq) ||
+      o["ttl_ms"].get_uint64().get(ttl) || o["w"].get_array().get(w))
+    return false;
+  if (ttl == 0 || ttl > 3600000 || w.size() > 65536) return false;
+  s.ttl_ms = static_cast<uint32_t>(ttl);
+  for (simdjson::dom::element e : w) {
+    simdjson::dom::array a;
+    if (e.get_array().get(a) || a.size() != 4) return false;
+    uint64_t v[4];
+    size_t i = 0;
+    for (simdjson::dom::element x : a)
+      if (x.get_uint64().get(v[i++])) return false;
+    if (v[1] > UINT32_MAX) return false;
+    s.workers.push_back({WorkerId{v[0]}, static_cast<uint32_t>(v[1]), v[2], v[3]});
+  }
+  out = std::move(s);
+  return true;
 }
 
 }  // namespace kvroute

@@ -100,7 +100,8 @@ struct ResyncRequest {
   uint64_t max_bytes = 0;  // largest reply the router's connection accepts (0 = one legacy dump)
 };
 std::string encode_resync_request(const ResyncRequest& r);
-// An empty or legacy body (`{"dp_rank":N}`) decodes with max_bytes 0.
+// An empty or legacy body (`{"dp_rank":N}`) decodes with max_bytes 0. On error
+// `out` is left untouched.
 DecodeError decode_resync_request(std::string_view json, ResyncRequest& out);
 
 // One reply: {"worker_id","dp_rank","instance_id","last_event_id","snapshot",
@@ -122,5 +123,25 @@ DecodeError decode_resync_chunk(std::string_view json, const DecodeLimits& limit
 // split into several, each continuing from the previous one's last block.
 std::vector<std::string> encode_resync_chunks(const ResyncDump& dump, uint64_t snapshot, size_t max_bytes);
 std::string encode_resync_gone();
+
+// ---- Replicas' in-flight load (events/replica_sync.h) -------------------
+// One replica's snapshot on the wire:
+// {"replica":R,"seq":N,"ttl_ms":T,"w":[[worker_id,requests,blocks,prefill_tokens],...]}
+struct ReplicaInflight {
+  WorkerId worker;
+  uint32_t requests = 0;
+  uint64_t blocks = 0;
+  uint64_t prefill_tokens = 0;
+  friend bool operator==(const ReplicaInflight&, const ReplicaInflight&) = default;
+};
+struct ReplicaSnapshot {
+  uint64_t replica = 0;  // random per process
+  uint64_t seq = 0;
+  uint32_t ttl_ms = 0;
+  std::vector<ReplicaInflight> workers;  // only workers with something in flight
+};
+std::string encode_replica_snapshot(const ReplicaSnapshot& s);
+// False on malformed input (bounded: at most 65,536 workers).
+bool decode_replica_snapshot(std::string_view json, ReplicaSnapshot& out);
 
 }  // namespace kvroute

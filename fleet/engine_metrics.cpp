@@ -61,6 +61,12 @@ std::optional<uint64_t> label_u64(std::string_view labels, std::string_view key)
   return x;
 }
 
+// Larger values are not believed (the series is skipped): one engine's KV
+// capacity in blocks or tokens, so that sums cannot wrap and tokens convert to
+// an integer; a block size (the heartbeat's bound).
+constexpr uint64_t kMaxCapacity = uint64_t{1} << 32;
+constexpr uint64_t kMaxBlockSize = 1 << 20;
+
 // Capacity-weighted usage: sum(usage_i * cap_i) / sum(cap_i); with unknown
 // capacities, the plain mean.
 struct UsageAcc {
@@ -91,12 +97,13 @@ std::optional<EngineMetrics> parse_engine_metrics(std::string_view text) {
       else if (n == "vllm:gpu_cache_usage_perc") old_usage.add(s.value), vllm = true;
       else if (n == "vllm:cache_config_info") {
         vllm = true;
-        if (auto b = label_u64(s.labels, "num_gpu_blocks")) blocks += *b, have_blocks = true;
-        if (auto bs = label_u64(s.labels, "block_size")) m.block_size = static_cast<uint32_t>(*bs);
+        if (auto b = label_u64(s.labels, "num_gpu_blocks"); b && *b <= kMaxCapacity) blocks += *b, have_blocks = true;
+        if (auto bs = label_u64(s.labels, "block_size"); bs && *bs >= 1 && *bs <= kMaxBlockSize)
+          m.block_size = static_cast<uint32_t>(*bs);
       } else if (n == "sglang:num_running_reqs") m.running += s.value, sglang = true;
       else if (n == "sglang:num_queue_reqs") m.waiting += s.value, sglang = true;
       else if (n == "sglang:token_usage") usage.add(s.value), sglang = true;
-      else if (n == "sglang:max_total_num_tokens") {
+      else if (n == "sglang:max_total_num_tokens" && s.value <= kMaxCapacity) {
         tokens += static_cast<uint64_t>(std::max(0.0, s.value)), have_tokens = true, sglang = true;
       }
     }

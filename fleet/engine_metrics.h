@@ -33,9 +33,11 @@ struct EngineMetrics {
   std::optional<uint32_t> block_size;      // vLLM cache_config_info block_size
 };
 
-// Parses the exposition text. Unknown lines are skipped; returns nullopt when
-// no known engine metric was found (the worker is then judged unparseable:
-// a failed scrape). Never throws.
+// Parses the exposition text. Unknown lines are skipped, and so are values
+// not believed: a capacity (num_gpu_blocks, max_total_num_tokens) above 2^32,
+// a block_size outside 1..2^20. Returns nullopt when no known engine metric
+// was found (the worker is then judged unparseable: a failed scrape). Never
+// throws.
 std::optional<EngineMetrics> parse_engine_metrics(std::string_view text);
 
 // The load the scheduler sees. `block_size` converts SGLang's token capacity

@@ -86,6 +86,9 @@ for t in "${targets[@]}"; do
   opts=()
   [ -f "$SRC/tests/fuzz/options/$t.dict" ] && opts+=(-dict="$SRC/tests/fuzz/options/$t.dict")
   [ -f "$SRC/tests/fuzz/options/$t.flags" ] && read -r -a extra <"$SRC/tests/fuzz/options/$t.flags" && opts+=("${extra[@]}")
+  # TARGET.asan: extra ASAN_OPTIONS (tests/fuzz/README.md: config's malloc_context_size).
+  asan=${ASAN_OPTIONS:-}
+  [ -f "$SRC/tests/fuzz/options/$t.asan" ] && asan+=${asan:+:}$(<"$SRC/tests/fuzz/options/$t.asan")
   done_runs=0 round=0 t0=$(date +%s.%N)
   while :; do
     budget=()
@@ -100,7 +103,7 @@ for t in "${targets[@]}"; do
     fi
     log=$logs/run-$round.log
     rc=0
-    "$bin" "$corpus" -seed=$((seed + round)) "${budget[@]}" "${opts[@]}" -print_final_stats=1 -timeout=10 \
+    ASAN_OPTIONS=$asan "$bin" "$corpus" -seed=$((seed + round)) "${budget[@]}" "${opts[@]}" -print_final_stats=1 -timeout=10 \
       -rss_limit_mb=2048 -artifact_prefix="$crashes_dir/" >"$log" 2>&1 || rc=$?
     n=$(runs_in_log "$log")
     done_runs=$((done_runs + n))

@@ -142,3 +142,19 @@ TEST_CASE("heartbeat validation") {
   CHECK(d == "kv_total_blocks");
   CHECK(decode_heartbeat(R"({"worker_id":1,"url":"http://x:1"})", hb, &d) == DecodeError::None);
 }
+
+TEST_CASE("a heartbeat without a block size (0, not announced) round-trips") {
+  WorkerHeartbeat hb;
+  hb.worker_id = WorkerId{4};
+  hb.url = "http://x:1";
+  hb.block_size = 0;
+  hb.instance_id = 12;
+  const std::string text = encode_heartbeat(hb);
+  CHECK(text.find("block_size") == std::string::npos);
+  WorkerHeartbeat back;
+  back.block_size = 99;
+  std::string d;
+  REQUIRE(decode_heartbeat(text, back, &d) == DecodeError::None);
+  CHECK(back.block_size == 0u);
+  CHECK(back.instance_id == 12u);
+}

@@ -81,3 +81,23 @@ TEST_CASE("no engine metric, malformed lines and hostile values are not a load")
   CHECK(m->kv_usage.value() == 1.0);  // clamped
   CHECK_FALSE(m->kv_total_blocks);    // not a number
 }
+
+TEST_CASE("capacities above 2^32 and block sizes outside 1..2^20 are not believed (found by fuzzing)") {
+  // A token capacity of 1e300 was converted to uint64_t (undefined behaviour).
+  auto m = parse_engine_metrics("sglang:max_total_num_tokens 1e300\nsglang:num_running_reqs 1\n");
+  REQUIRE(m);
+  CHECK_FALSE(m->kv_total_tokens);
+  CHECK(to_worker_load(*m, 16, 8, 500).kv_total_blocks == 500);
+  // block_size 0 was reported as the engine's block size; 2^32 + 16 was read as 16;
+  // two num_gpu_blocks of 2^64 - 1 wrapped around.
+  m = parse_engine_metrics(
+      "vllm:cache_config_info{block_size=\"0\",num_gpu_blocks=\"18446744073709551615\"} 1\n"
+      "vllm:cache_config_info{block_size=\"4294967312\",engine=\"1\",num_gpu_blocks=\"18446744073709551615\"} 1\n");
+  REQUIRE(m);
+  CHECK_FALSE(m->block_size);
+  CHECK_FALSE(m->kv_total_blocks);
+  m = parse_engine_metrics("vllm:cache_config_info{block_size=\"1048576\",num_gpu_blocks=\"4294967296\"} 1\n");
+  REQUIRE(m);
+  CHECK(m->block_size == 1048576u);
+  CHECK(m->kv_total_blocks == uint64_t{1} << 32);
+}

@@ -2,8 +2,8 @@
 // heartbeat from any NATS publisher.
 // Contract checked on every input:
 //   - an error leaves the output untouched and names a field in `detail`;
-//   - a success has every field in its documented range, and a heartbeat that
-//     announces its block size re-encodes (encode_heartbeat) to itself.
+//   - a success has every field in its documented range and re-encodes
+//     (encode_heartbeat) to itself, block size 0 ("not announced") included.
 #include <string>
 
 #include "events/wire.h"
@@ -19,6 +19,7 @@ WorkerHeartbeat sentinel() {
   hb.url = "sentinel";
   hb.block_size = 3;
   hb.load.kv_total_blocks = 5;
+  hb.instance_id = 77;
   return hb;
 }
 
@@ -28,7 +29,8 @@ bool same(const WorkerHeartbeat& a, const WorkerHeartbeat& b) {
          a.load.request_active_slots == b.load.request_active_slots &&
          a.load.request_total_slots == b.load.request_total_slots &&
          a.load.num_requests_waiting == b.load.num_requests_waiting &&
-         a.load.kv_active_blocks == b.load.kv_active_blocks && a.load.kv_total_blocks == b.load.kv_total_blocks;
+         a.load.kv_active_blocks == b.load.kv_active_blocks && a.load.kv_total_blocks == b.load.kv_total_blocks &&
+         a.instance_id == b.instance_id;
 }
 
 }  // namespace
@@ -45,13 +47,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   FUZZ_CHECK(hb.block_size <= 1u << 20);
   FUZZ_CHECK(hb.dp_size >= 1 && hb.dp_size <= 4096);
-  // block_size 0 means "not announced": encode_heartbeat writes it as 0, which
-  // the decoder refuses, so only announced sizes round-trip.
-  if (hb.block_size != 0) {
-    WorkerHeartbeat again;
-    FUZZ_CHECK(decode_heartbeat(encode_heartbeat(hb), again) == DecodeError::None);
-    FUZZ_CHECK(same(again, hb));
-  }
+  WorkerHeartbeat again;
+  FUZZ_CHECK(decode_heartbeat(encode_heartbeat(hb), again) == DecodeError::None);
+  FUZZ_CHECK(same(again, hb));
   return 0;
 }
 
@@ -67,6 +65,9 @@ std::vector<std::string> kvroute_fuzz_seeds() {
   hb.kv_events = false;
   hb.url = "http://[::1]:9000/\"quoted\"\n";
   hb.model = "mod\xc3\xa9le";
+  seeds.push_back(encode_heartbeat(hb));
+  hb.block_size = 0;  // not announced
+  hb.instance_id = 0xfeedf00d;
   seeds.push_back(encode_heartbeat(hb));
   seeds.push_back(R"({"worker_id":1,"url":"http://w:1"})");
   seeds.push_back(R"({"worker_id":1,"url":"http://w:1","model":null,"load":{},"extra":[{"a":1}]})");

@@ -11,18 +11,11 @@
 #include "indexer/block_hash.h"
 #include "tests/fuzz/fuzz_target.h"
 #include "tests/fuzz/kv_event_equal.h"
+#include "tests/fuzz/small_limits.h"
 
 using namespace kvroute;
 
 namespace {
-
-DecodeLimits fuzz_limits() {
-  DecodeLimits l;  // small bounds, so the TooLarge paths are reachable
-  l.max_message_bytes = 1 << 20;
-  l.max_blocks_per_event = 64;
-  l.max_events_per_message = 64;
-  return l;
-}
 
 KvEvent sentinel() {
   KvEvent e;
@@ -35,7 +28,7 @@ KvEvent sentinel() {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static const DecodeLimits limits = fuzz_limits();
+  static const DecodeLimits limits = fuzz::small_limits();
   const std::string_view json(reinterpret_cast<const char*>(data), size);
   std::vector<KvEvent> out{sentinel()};
   std::string detail;

@@ -13,18 +13,11 @@
 #include "events/wire.h"
 #include "tests/fuzz/fuzz_target.h"
 #include "tests/fuzz/kv_event_equal.h"
+#include "tests/fuzz/small_limits.h"
 
 using namespace kvroute;
 
 namespace {
-
-DecodeLimits fuzz_limits() {
-  DecodeLimits l;
-  l.max_message_bytes = 1 << 20;
-  l.max_blocks_per_event = 64;
-  l.max_events_per_message = 64;
-  return l;
-}
 
 bool same(const ResyncChunk& a, const ResyncChunk& b) {
   const ResyncDump &x = a.dump, &y = b.dump;
@@ -60,7 +53,7 @@ std::vector<KvEvent> stored_events(const ResyncDump& d) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static const DecodeLimits limits = fuzz_limits();
+  static const DecodeLimits limits = fuzz::small_limits();
   const std::string_view json(reinterpret_cast<const char*>(data), size);
   ResyncChunk c = sentinel();
   std::string detail;

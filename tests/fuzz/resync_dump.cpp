@@ -10,18 +10,11 @@
 #include "events/wire.h"
 #include "tests/fuzz/fuzz_target.h"
 #include "tests/fuzz/kv_event_equal.h"
+#include "tests/fuzz/small_limits.h"
 
 using namespace kvroute;
 
 namespace {
-
-DecodeLimits fuzz_limits() {
-  DecodeLimits l;
-  l.max_message_bytes = 1 << 20;
-  l.max_blocks_per_event = 64;
-  l.max_events_per_message = 64;
-  return l;
-}
 
 bool same(const ResyncDump& a, const ResyncDump& b) {
   if (a.owner != b.owner || a.last_event_id != b.last_event_id || a.events.size() != b.events.size()) return false;
@@ -41,7 +34,7 @@ ResyncDump sentinel() {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static const DecodeLimits limits = fuzz_limits();
+  static const DecodeLimits limits = fuzz::small_limits();
   const std::string_view json(reinterpret_cast<const char*>(data), size);
   ResyncDump dump = sentinel();
   std::string detail;

@@ -171,6 +171,21 @@ struct Result {
   uint64_t blocks = 0, entries = 0;
 };
 
+// One ZMQ frame's payload into `batch` (the bench's own payloads: any error is a bug).
+void decode_frame(const std::string& frame, VllmEventBatch& batch) {
+  if (decode_vllm_batch({reinterpret_cast<const uint8_t*>(frame.data()), frame.size()}, DecodeLimits{}, batch) !=
+      DecodeError::None)
+    std::abort();
+}
+
+// Applies `events` (all stored events: the bench's payloads) to `index`, counting their blocks in r.
+void apply_counted(RadixIndexer& index, const std::vector<KvEvent>& events, Result& r) {
+  for (const auto& e : events) {
+    index.apply(e);
+    r.blocks += std::get<KvStored>(e.data).blocks.size();
+  }
+}
+
 Result run_zmq(const Payloads& p, const std::vector<std::string>& frames) {
   RadixIndexer index;
   VllmEventBatch batch;
@@ -178,14 +193,10 @@ Result run_zmq(const Payloads& p, const std::vector<std::string>& frames) {
   Result r;
   const auto t0 = Clock::now();
   for (size_t i = 0; i < frames.size(); ++i) {
-    const auto* d = reinterpret_cast<const uint8_t*>(frames[i].data());
-    if (decode_vllm_batch({d, frames[i].size()}, DecodeLimits{}, batch) != DecodeError::None) std::abort();
+    decode_frame(frames[i], batch);
     events.clear();
     to_kv_events(batch, p.owners[i], kBlock, events);
-    for (const auto& e : events) {
-      index.apply(e);
-      r.blocks += std::get<KvStored>(e.data).blocks.size();
-    }
+    apply_counted(index, events, r);
   }
   r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   r.entries = index.stats().entries;
@@ -206,10 +217,7 @@ Phases run_zmq_phases(const Payloads& p, const std::vector<std::string>& frames)
   Phases ph;
   std::vector<VllmEventBatch> batches(frames.size());
   auto t0 = Clock::now();
-  for (size_t i = 0; i < frames.size(); ++i) {
-    const auto* d = reinterpret_cast<const uint8_t*>(frames[i].data());
-    if (decode_vllm_batch({d, frames[i].size()}, DecodeLimits{}, batches[i]) != DecodeError::None) std::abort();
-  }
+  for (size_t i = 0; i < frames.size(); ++i) decode_frame(frames[i], batches[i]);
   ph.decode = std::chrono::duration<double>(Clock::now() - t0).count();
   std::vector<std::vector<KvEvent>> events(frames.size());
   t0 = Clock::now();
@@ -223,10 +231,7 @@ Phases run_zmq_phases(const Payloads& p, const std::vector<std::string>& frames)
   VllmEventBatch hot;
   t0 = Clock::now();
   for (const auto& f : frames)
-    for (int k = 0; k < kHotRepeats; ++k)
-      if (decode_vllm_batch({reinterpret_cast<const uint8_t*>(f.data()), f.size()}, DecodeLimits{}, hot) !=
-          DecodeError::None)
-        std::abort();
+    for (int k = 0; k < kHotRepeats; ++k) decode_frame(f, hot);
   ph.decode_hot = std::chrono::duration<double>(Clock::now() - t0).count() / kHotRepeats;
   return ph;
 }
@@ -239,10 +244,7 @@ Result run_nats(const Payloads& p) {
   for (const auto& m : p.nats) {
     events.clear();
     if (decode_kv_events(m, DecodeLimits{}, events) != DecodeError::None) std::abort();
-    for (const auto& e : events) {
-      index.apply(e);
-      r.blocks += std::get<KvStored>(e.data).blocks.size();
-    }
+    apply_counted(index, events, r);
   }
   r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   r.entries = index.stats().entries;

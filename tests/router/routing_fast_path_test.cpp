@@ -112,16 +112,37 @@ void same(const RouteResult& fast, const RouteResult& ref) {
   }
 }
 
+// Block size 16 and random max_attempts and pending prefill weight.
+Config random_config(std::mt19937_64& rng) {
+  Config cfg;
+  cfg.indexer.block_size = 16;
+  cfg.router.max_attempts = 1 + static_cast<uint32_t>(rng() % 4);
+  cfg.scheduler.pending_prefill_weight = (rng() % 3) * 0.2;
+  return cfg;
+}
+
+// The fast path and the O(workers) reference on one world, seeded alike.
+struct RoutePair {
+  SeededRandom r1, r2;
+  RoutingService fast, ref;
+  RouteResult a, b;  // fast's and ref's answers
+  RoutePair(World& w, uint64_t seed)
+      : r1(seed), r2(seed), fast(w.index, w.registry, *w.config, r1), ref(w.index, w.registry, *w.config, r2) {
+    ref.set_fast_path(false);
+  }
+  void route(const ParsedRequest& r) {
+    fast.route(r, a);
+    ref.route(r, b);
+  }
+};
+
 }  // namespace
 
 TEST_CASE("routing: the pre-ranked fast path chooses as the O(workers) reference") {
   std::mt19937_64 rng(17);
   int compared = 0, routed = 0, rerouted = 0;
   for (int trial = 0; trial < 150; ++trial) {
-    Config cfg;
-    cfg.indexer.block_size = 16;
-    cfg.router.max_attempts = 1 + static_cast<uint32_t>(rng() % 4);
-    cfg.scheduler.pending_prefill_weight = (rng() % 3) * 0.2;
+    Config cfg = random_config(rng);
     cfg.scheduler.busy_kv_usage = rng() % 3 == 0 ? 0.8 : 1.0;
     World w;
     build(w, rng, cfg);
@@ -132,14 +153,9 @@ TEST_CASE("routing: the pre-ranked fast path chooses as the O(workers) reference
       r.model = m < 7 ? "m" : m < 9 ? "m-lora" : "missing";
       r.has_prompt_tokens = true;
       r.prompt_tokens = prompt(static_cast<uint32_t>(rng() % 5), 1 + rng() % 900);
-      const uint64_t seed = rng();
-      SeededRandom r1(seed), r2(seed);
-      RoutingService fast(w.index, w.registry, *w.config, r1);
-      RoutingService ref(w.index, w.registry, *w.config, r2);
-      ref.set_fast_path(false);
-      RouteResult a, b;
-      fast.route(r, a);
-      ref.route(r, b);
+      RoutePair pair(w, rng());
+      pair.route(r);
+      const RouteResult &a = pair.a, &b = pair.b;
       INFO("trial " << trial << " request " << q << " model " << r.model);
       same(a, b);
       ++compared;
@@ -152,8 +168,8 @@ TEST_CASE("routing: the pre-ranked fast path chooses as the O(workers) reference
                                        rng() % 3000);
       // A queued request decides again on the new load (reroute): the same.
       if (rng() % 3 == 0) {
-        fast.reroute(r.model, a);
-        ref.reroute(r.model, b);
+        pair.fast.reroute(r.model, pair.a);
+        pair.ref.reroute(r.model, pair.b);
         INFO("reroute");
         same(a, b);
         ++rerouted;
@@ -169,10 +185,7 @@ TEST_CASE("routing: with cost=predicted_ttft the fast path is not used and resul
   std::mt19937_64 rng(23);
   int compared = 0, routed = 0, partial = 0;
   for (int trial = 0; trial < 60; ++trial) {
-    Config cfg;
-    cfg.indexer.block_size = 16;
-    cfg.router.max_attempts = 1 + static_cast<uint32_t>(rng() % 4);
-    cfg.scheduler.pending_prefill_weight = (rng() % 3) * 0.2;
+    Config cfg = random_config(rng);
     cfg.scheduler.cost = "predicted_ttft";
     CHECK_FALSE(RankedFleet::supports(cfg.scheduler, cfg.router.max_attempts));
     World w;
@@ -183,14 +196,9 @@ TEST_CASE("routing: with cost=predicted_ttft the fast path is not used and resul
       r.model = rng() % 4 ? "m" : "m-lora";
       r.has_prompt_tokens = true;
       r.prompt_tokens = prompt(static_cast<uint32_t>(rng() % 5), 1 + rng() % 900);
-      const uint64_t seed = rng();
-      SeededRandom r1(seed), r2(seed);
-      RoutingService fast(w.index, w.registry, *w.config, r1);  // fast path on, but refused
-      RoutingService ref(w.index, w.registry, *w.config, r2);
-      ref.set_fast_path(false);
-      RouteResult a, b;
-      fast.route(r, a);
-      ref.route(r, b);
+      RoutePair pair(w, rng());  // fast path on, but refused
+      pair.route(r);
+      const RouteResult &a = pair.a, &b = pair.b;
       INFO("trial " << trial << " request " << q << " model " << r.model);
       same(a, b);
       // decide_all(): every candidate scored (the fast path has only the ranked).

@@ -9,9 +9,9 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <string>
 
+#include "tests/tokenizer/reference_pairs.h"
 #include "tokenizer/chat_template.h"
 
 namespace {
@@ -33,41 +33,30 @@ int main(int argc, char** argv) {
   std::string err;
   auto ct = kvroute::ChatTemplate::load(argv[1], &err);
   if (!ct) { std::printf("load: %s\n", err.c_str()); return 2; }
-  std::ifstream c(argv[2]), r(argv[3]);
-  std::string cl, rl;
-  simdjson::dom::parser p1, p2;
-  size_t total = 0, equal = 0;
-  while (std::getline(c, cl)) {
-    if (cl.empty()) continue;
-    if (!std::getline(r, rl)) { std::printf("reference file is short\n"); return 2; }
-    simdjson::dom::element conv = p1.parse(cl);
+  return kvroute::testing::compare_with_reference(argv[2], argv[3], [&](simdjson::dom::element conv, simdjson::dom::element ref) {
     std::string name(std::string_view(conv["name"].get_string().value()));
     // "body": the request's JSON text as sent (may hold numbers no 64-bit reader keeps).
     std::string request;
     if (auto body = conv["body"]; !body.error()) request = std::string(std::string_view(body.get_string().value()));
     else request = simdjson::minify(conv["request"]);
-    simdjson::dom::element ref = p2.parse(rl);
     bool ref_ok = ref["ok"].get_bool().value();
     std::string out, error;
     bool ok = ct->render_request(request, &out, &error);
-    ++total;
     if (!ref_ok) {
       std::string ref_err(std::string_view(ref["error"].get_string().value()));
-      if (!ok) {
-        ++equal;
-        if (ref_err != error) std::printf("  note %s: both raise; ref: \"%s\" kvroute: \"%s\"\n", name.c_str(), ref_err.c_str(), error.c_str());
-      } else {
+      if (ok) {
         std::printf("DIFF %s: ref raised \"%s\", kvroute rendered %zu bytes\n", name.c_str(), ref_err.c_str(), out.size());
+        return false;
       }
-      continue;
+      if (ref_err != error) std::printf("  note %s: both raise; ref: \"%s\" kvroute: \"%s\"\n", name.c_str(), ref_err.c_str(), error.c_str());
+      return true;
     }
     std::string want(std::string_view(ref["text"].get_string().value()));
-    if (!ok) { std::printf("DIFF %s: kvroute raised \"%s\", ref rendered %zu bytes\n", name.c_str(), error.c_str(), want.size()); continue; }
-    if (out == want) { ++equal; continue; }
+    if (!ok) { std::printf("DIFF %s: kvroute raised \"%s\", ref rendered %zu bytes\n", name.c_str(), error.c_str(), want.size()); return false; }
+    if (out == want) return true;
     size_t at = std::mismatch(out.begin(), out.begin() + std::min(out.size(), want.size()), want.begin()).first - out.begin();
     std::printf("DIFF %s at byte %zu (kvroute %zu bytes, ref %zu bytes)\n  ref:    %s\n  kvroute: %s\n", name.c_str(), at,
                 out.size(), want.size(), excerpt(want, at).c_str(), excerpt(out, at).c_str());
-  }
-  std::printf("%zu/%zu equal\n", equal, total);
-  return equal == total ? 0 : 1;
+    return false;
+  });
 }

@@ -5,40 +5,30 @@
 #include <simdjson.h>
 
 #include <cstdio>
-#include <fstream>
 #include <string>
 
+#include "tests/tokenizer/reference_pairs.h"
 #include "tokenizer/jinja.h"
 
 int main(int argc, char** argv) {
   if (argc != 3) { std::fprintf(stderr, "usage: %s CASES REF\n", argv[0]); return 2; }
-  std::ifstream c(argv[1]), r(argv[2]);
-  std::string cl, rl;
-  simdjson::dom::parser p1, p2;
-  size_t total = 0, equal = 0;
-  while (std::getline(c, cl)) {
-    if (cl.empty()) continue;
-    if (!std::getline(r, rl)) { std::printf("reference file is short\n"); return 2; }
-    simdjson::dom::element cs = p1.parse(cl);
+  return kvroute::testing::compare_with_reference(argv[1], argv[2], [](simdjson::dom::element cs, simdjson::dom::element ref) {
     std::string tpl(std::string_view(cs["template"].get_string().value()));
     std::string ctx(std::string_view(cs["context"].get_string().value()));
-    simdjson::dom::element ref = p2.parse(rl);
     bool ref_ok = ref["ok"].get_bool().value();
     std::string out, err;
     auto t = kvroute::jinja::Template::parse(tpl, &err);
     bool ok = t && t->render_json(ctx, &out, &err);
-    ++total;
     if (!ref_ok) {
-      if (!ok) ++equal;
-      else std::printf("DIFF %s  ctx %s: python raised \"%s\", kvroute rendered \"%s\"\n", tpl.c_str(), ctx.c_str(),
-                       std::string(std::string_view(ref["error"].get_string().value())).c_str(), out.c_str());
-      continue;
+      if (ok)
+        std::printf("DIFF %s  ctx %s: python raised \"%s\", kvroute rendered \"%s\"\n", tpl.c_str(), ctx.c_str(),
+                    std::string(std::string_view(ref["error"].get_string().value())).c_str(), out.c_str());
+      return !ok;
     }
     std::string want(std::string_view(ref["text"].get_string().value()));
-    if (ok && out == want) { ++equal; continue; }
+    if (ok && out == want) return true;
     std::printf("DIFF %s  ctx %s\n  python:  %s\n  kvroute: %s\n", tpl.c_str(), ctx.c_str(), want.c_str(),
                 ok ? out.c_str() : ("ERROR " + err).c_str());
-  }
-  std::printf("%zu/%zu equal\n", equal, total);
-  return equal == total ? 0 : 1;
+    return false;
+  });
 }

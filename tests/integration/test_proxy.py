@@ -34,11 +34,8 @@ def completion(prompt, **kw):
     return body
 
 
-def raw_exchange(port, head, body=b"", timeout=10):
-    """Sends `head` + `body` on a fresh connection; returns everything until the server closes."""
-    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
-    s.sendall(head + body)
-    got = b""
+def read_until_close(s, got=b""):
+    """Appends to `got` everything `s` receives until the server closes; closes `s`."""
     while True:
         chunk = s.recv(65536)
         if not chunk:
@@ -46,6 +43,13 @@ def raw_exchange(port, head, body=b"", timeout=10):
         got += chunk
     s.close()
     return got
+
+
+def raw_exchange(port, head, body=b"", timeout=10):
+    """Sends `head` + `body` on a fresh connection; returns everything until the server closes."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    s.sendall(head + body)
+    return read_until_close(s)
 
 
 def read_response(s):
@@ -362,12 +366,7 @@ class DrainTest(unittest.TestCase):
                     got += s.recv(65536)
                 t0 = time.time()
                 f.procs["kvroute"].send_signal(signal.SIGTERM)
-                while True:
-                    chunk = s.recv(65536)
-                    if not chunk:
-                        break
-                    got += chunk
-                s.close()
+                got = read_until_close(s, got)
                 f.procs["kvroute"].wait(timeout=10)
                 self.assertLess(time.time() - t0, 3.0)
                 self.assertTrue(got.startswith(b"HTTP/1.1 200"))

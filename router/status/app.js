@@ -32,6 +32,9 @@ async function api(path, options = {}) {
   const headers = Object.assign({ authorization: "Bearer " + token }, options.headers || {});
   const r = await fetch(path, Object.assign({}, options, { headers, cache: "no-store" }));
   if (r.status === 401) {
+    // A refusal of a token the operator has since replaced (a refresh still in
+    // flight at login) must not log the new token out.
+    if (sessionStorage.getItem(TOKEN_KEY) !== token) throw new Error("unauthorized");
     let why = "";
     try { why = (await r.json()).error.message; } catch (e) { /* not JSON */ }
     showLogin("The admin API refused the token (401). " + why);

@@ -62,6 +62,22 @@ async function main() {
     const consoleErrors = [];
     page.on("pageerror", (e) => consoleErrors.push(String(e)));
     page.on("console", (m) => { if (m.type() === "error") consoleErrors.push(m.text()); });
+    // Requests in flight and 401 answers, so the wrong-token step can wait for
+    // every refusal it caused (and the browser's log line for each) to settle.
+    const inflight = new Set();
+    let refused = 0;
+    page.on("request", (r) => inflight.add(r));
+    page.on("requestfinished", (r) => inflight.delete(r));
+    page.on("requestfailed", (r) => inflight.delete(r));
+    page.on("response", (r) => { if (r.status() === 401) refused++; });
+    const settle = async () => {
+      const until = Date.now() + deadline;
+      const logged = () => consoleErrors.filter((e) => /401/.test(e)).length;
+      while (inflight.size > 0 || logged() < refused) {
+        if (Date.now() > until) throw new Error(`FAILED: the refused requests settle (${inflight.size} in flight, ${logged()} of ${refused} logged)`);
+        await new Promise((done) => setTimeout(done, 20));
+      }
+    };
 
     // 1. No token yet: the page asks for it; a wrong one is refused.
     await page.goto(adminUrl + "/ui");
@@ -71,6 +87,7 @@ async function main() {
     await page.click("#login-form button");
     await page.locator("#login-error").filter({ hasText: "401" }).waitFor({ timeout: deadline });
     check(true, "a wrong token is refused with a message");
+    await settle();
 
     // 2. The right token: every worker shows up. (The 401s above were logged
     // by the browser on purpose; from here on no error is expected.)

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <unordered_map>
 
@@ -88,8 +89,14 @@ class Simulation {
   void report(double now);
   void on_engine(uint32_t which, double now);
   void dispatch(size_t id, double now);
-  // The policy's worker for request `r` (an index into the workers), or -1 to reject.
-  long choose(const SimRequest& r, const std::vector<LocalBlockHash>& hashes);
+  // The policy's pick for request `r`: the engine (its worker id) and, for the
+  // policies that ask the router, the router's candidate for it (the index's
+  // view of its cached prefix). nullopt: rejected.
+  struct Pick {
+    uint32_t worker = 0;
+    const Candidate* candidate = nullptr;  // into route_; null for round_robin and random
+  };
+  std::optional<Pick> choose(const SimRequest& r, const std::vector<LocalBlockHash>& hashes);
   long affinity(const SimRequest& r, long chosen);
   PolicyResult results() const;
 
@@ -152,11 +159,11 @@ void Simulation::on_engine(uint32_t which, double now) {
   }
 }
 
-long Simulation::choose(const SimRequest& r, const std::vector<LocalBlockHash>& hashes) {
-  if (policy_ == "round_robin") return static_cast<long>(rr_++ % o_.workers);
-  if (policy_ == "random") return static_cast<long>(rng_() % o_.workers);
+std::optional<Simulation::Pick> Simulation::choose(const SimRequest& r, const std::vector<LocalBlockHash>& hashes) {
+  if (policy_ == "round_robin") return Pick{static_cast<uint32_t>(rr_++ % o_.workers)};
+  if (policy_ == "random") return Pick{static_cast<uint32_t>(rng_() % o_.workers)};
   routing_.route_blocks("m", r.input_tokens, hashes, true, route_);
-  if (route_.candidates.empty()) return -1;
+  if (route_.candidates.empty()) return std::nullopt;
   // Decision quality: the longest cached prefix among eligible workers.
   uint64_t best = 0;
   for (size_t i = 0; i < route_.candidates.size(); ++i)
@@ -170,8 +177,12 @@ long Simulation::choose(const SimRequest& r, const std::vector<LocalBlockHash>& 
         pick_dynamo(route_, dynamo_, hashes, r.input_tokens % kBlock != 0, r.input_tokens, kBlock, rng_));
   else if (policy_ == "llmd") pick = static_cast<long>(pick_llmd(route_, hashes.size(), rng_));
   else if (route_.ok) pick = affinity(r, static_cast<long>(*route_.decision.chosen));
-  if (pick >= 0) chosen_cached_ += std::min<uint64_t>(best, route_.candidates[pick].overlap_blocks);
-  return pick;
+  // Every policy below returns an index into route_.candidates (and its
+  // parallel route_.workers), not a worker id.
+  if (pick < 0) return std::nullopt;
+  const Candidate& c = route_.candidates[static_cast<size_t>(pick)];
+  chosen_cached_ += std::min<uint64_t>(best, c.overlap_blocks);
+  return Pick{static_cast<uint32_t>(c.owner.worker.value), &c};
 }
 
 // Session affinity (scheduler.session_affinity): router/session_affinity.h,
@@ -188,20 +199,19 @@ void Simulation::dispatch(size_t id, double now) {
   const uint32_t full = std::min<uint32_t>(static_cast<uint32_t>(r.ids.size()), r.input_tokens / kBlock);
   for (uint32_t i = 0; i < full; ++i) hashes.push_back(LocalBlockHash{mix(r.ids[i])});
   clock_.set(at(now));
-  const long pick = choose(r, hashes);
-  if (pick < 0) {
+  const std::optional<Pick> pick = choose(r, hashes);
+  if (!pick) {
     ++rejected_;
     return;
   }
-  const uint32_t w = static_cast<uint32_t>(pick);
+  const uint32_t w = pick->worker;
   Live& l = live_[id];
   l.arrival = now;
   l.worker = w;
   l.blocks = full;
   // The router's in-flight accounting, with the index's view of the chosen worker's overlap.
-  const uint32_t cached_pred = route_.candidates.size() > w
-                                   ? std::min<uint32_t>(route_.candidates[w].overlap_blocks * kBlock, r.input_tokens)
-                                   : 0;
+  const uint32_t cached_pred =
+      pick->candidate ? std::min<uint32_t>(pick->candidate->overlap_blocks * kBlock, r.input_tokens) : 0;
   l.guard = std::make_unique<InflightGuard>(registry_, WorkerId{w}, (uint64_t{r.input_tokens} + kBlock - 1) / kBlock,
                                             r.input_tokens - cached_pred);
   if (!engines_[w]->add_request_hashed(id, r.input_tokens, hashes, r.output_tokens, now)) {

@@ -21,8 +21,15 @@ TtftModel::TtftModel() {
 
 double TtftModel::observe(const TtftFeatures& f, double observed_ms) {
   if (!(observed_ms > 0) || !std::isfinite(observed_ms)) return 0;
-  const auto x = f.vector();
   const double predicted = c_.predict_ms(f);
+  // Relative least squares: each observation weighted by 1 / observed², i.e.
+  // x and y scaled by 1 / observed, so the fit minimises the relative error
+  // (what MAPE and a cost comparison between workers care about) instead of
+  // letting a few multi-second first bytes dominate the short ones.
+  const double scale = 1.0 / std::max(observed_ms, kMinObservedMs);
+  auto x = f.vector();
+  for (double& v : x) v *= scale;
+  const double y = observed_ms * scale;
   // Recursive least squares: k = P x / (lambda + x' P x); w += k (y - x'w);
   // P = (P - k x' P) / lambda.
   std::array<double, kTtftFeatures> px{};
@@ -32,7 +39,7 @@ double TtftModel::observe(const TtftFeatures& f, double observed_ms) {
   for (int i = 0; i < kTtftFeatures; ++i) denom += x[i] * px[i];
   double raw = 0;  // the unclamped prediction: the regression's own residual
   for (int i = 0; i < kTtftFeatures; ++i) raw += c_.w[i] * x[i];
-  const double err = observed_ms - raw;
+  const double err = y - raw;
   for (int i = 0; i < kTtftFeatures; ++i) c_.w[i] += px[i] / denom * err;
   for (int i = 0; i < kTtftFeatures; ++i)
     for (int j = 0; j < kTtftFeatures; ++j) p_[i][j] = (p_[i][j] - px[i] * px[j] / denom) / kLambda;

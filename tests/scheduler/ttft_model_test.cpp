@@ -122,3 +122,31 @@ TEST_CASE("scheduler.cost predicted_ttft: a long queue on the cache holder loses
                         d.alpha * (d.scores[0].load_deviation - d.scores[1].load_deviation) +
                         cfg.delta * (d.scores[0].queue_ratio - d.scores[1].queue_ratio)));
 }
+
+TEST_CASE("a few very slow first bytes do not spoil the predictions for short prompts") {
+  // Short prompts follow the model's features exactly; one prompt in ten is
+  // long and its first byte also waits an extra 0-4 s the features cannot see
+  // (a preempted batch, a long step in progress). The fit weighs each
+  // observation by its relative error, so the slow ones do not drag the
+  // short ones' coefficients (plain least squares: MAPE 0.86 here; relative: 0.005).
+  std::mt19937_64 rng(11);
+  std::uniform_real_distribution<double> u(0, 1);
+  auto short_truth = [](const TtftFeatures& f) { return 20 + 15 * f.new_tokens / 1000 + 25 * f.pending_requests; };
+  TtftModel m;
+  for (int i = 0; i < 2000; ++i) {
+    if (i % 10 == 9) {
+      const TtftFeatures f{20000 + u(rng) * 20000, 0, std::floor(u(rng) * 3), 4};
+      m.observe(f, short_truth(f) + 4000 * u(rng));
+    } else {
+      const TtftFeatures f{u(rng) * 2000, 0, std::floor(u(rng) * 3), 4};
+      m.observe(f, short_truth(f));
+    }
+  }
+  double ape = 0;
+  const int n = 200;
+  for (int i = 0; i < n; ++i) {
+    const TtftFeatures f{u(rng) * 2000, 0, std::floor(u(rng) * 3), 4};
+    ape += std::abs(m.predict_ms(f) - short_truth(f)) / short_truth(f);
+  }
+  CHECK(ape / n < 0.15);
+}

@@ -136,7 +136,10 @@ class WorkerDeathTest(FleetCase):
         expired = wait_until(lambda: f.metric("kvroute_events_workers_expired_total") >= 1, 10)
         gone_after = time.time() - killed_at
         self.assertTrue(expired, "dead worker never expired")
-        self.assertLessEqual(gone_after, self.ttl_ms / 1000 + 1.0)
+        # Expired by the TTL, not by some later sweep: within the TTL plus a
+        # margin for a loaded CI machine (the 5 failover requests above run
+        # inside this interval too).
+        self.assertLessEqual(gone_after, self.ttl_ms / 1000 + 4.0)
         self.assertEqual(f.metric("kvroute_scheduler_workers"), 2)
         # The holder's entries are gone; what remains is exactly what the
         # live workers published (they hold the failed-over requests' blocks).

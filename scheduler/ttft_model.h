@@ -20,7 +20,8 @@
 // first bytes set the coefficients for every short prompt: kvroute-sim's MAPE
 // on the trace's test slice (8 workers x 8,000 blocks, --slice test) was 0.154
 // at 8,192-token engine steps and 0.706 at 65,536; relative, 0.113 and 0.171
-// (bursts 0.436 -> 0.288; agentic and api unchanged at 0.06-0.07). Before data it predicts from the prior below
+// (bursts 0.436 -> 0.288; agentic and api unchanged at 0.06-0.07).
+// Before data it predicts from the prior below
 // (15 ms per 1,000 tokens of prefill, new or queued; 25 ms per queued request;
 // 20 ms fixed): what a mid-size model on one modern GPU does, so that routing
 // is sensible from the first request; the prior's covariance is wide, so a few

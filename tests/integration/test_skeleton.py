@@ -3,6 +3,7 @@ workers and kvroute over loopback HTTP.
 
 Run: python3 tests/integration/test_skeleton.py --build-dir build
 """
+import json
 import os
 import sys
 import tempfile
@@ -41,8 +42,16 @@ class FleetCase(unittest.TestCase):
         cls.fleet.close()
         cls.tmp.cleanup()
 
-    def wait_entries(self, minimum):
-        return wait_until(lambda: self.fleet.metric(ENTRIES) >= minimum, 5)
+    def overlap_on(self, worker, prompt):
+        """The cached prefix (blocks) the router's index sees on `worker` for `prompt`."""
+        r = self.fleet.admin("POST", "/admin/route/explain", json.dumps(completion(prompt)))
+        self.assertEqual(r.status, 200, r.body)
+        return max([w["overlap_blocks"] for w in r.json()["workers"] if str(w["worker_id"]) == str(worker)] or [0])
+
+    def wait_indexed(self, worker, prompt, blocks):
+        """Waits until the index shows `blocks` of `prompt` cached on `worker`
+        (its KV events arrive asynchronously; other tests' entries do not count)."""
+        return wait_until(lambda: self.overlap_on(worker, prompt) >= blocks, 5)
 
 
 class RoutingTest(FleetCase):
@@ -55,7 +64,8 @@ class RoutingTest(FleetCase):
         self.assertIsNotNone(holder)
         self.assertEqual(first.header("x-kvroute-cached-tokens"), "0")
         # The worker publishes its stored blocks; wait until the index has them.
-        self.assertTrue(self.wait_entries(len(prefix) // 64), "stored events did not reach the index")
+        self.assertTrue(self.wait_indexed(holder, prefix + " question 1", len(prefix) // 64 - 1),
+                        "stored events did not reach the index")
         for i in range(1, 6):
             r = f.post("/v1/completions", completion(prefix + f" question {i}"))
             self.assertEqual(r.status, 200, r.body)
@@ -119,7 +129,7 @@ class WorkerDeathTest(FleetCase):
         self.assertEqual(r.status, 200)
         holder = r.header("x-kvroute-worker")
         blocks = len(prefix) // 64
-        self.assertTrue(self.wait_entries(blocks))
+        self.assertTrue(self.wait_indexed(holder, prefix + " q1", blocks - 1))
         # Only the holder has served traffic: every index entry is its.
         entries_before = f.metric(ENTRIES)
         self.assertGreaterEqual(entries_before, blocks)

@@ -30,3 +30,21 @@ std::vector<std::string> kvroute_fuzz_seeds();
       std::abort();                                                                       \
     }                                                                                     \
   } while (0)
+
+namespace kvroute::fuzz {
+
+// The error half of a decoder's contract, for targets that decode into one
+// value: `out` starts as `sentinel`; `decode(out, &detail)` returns whether it
+// decoded, and when it did not, `out` is untouched and `detail` says why.
+// Returns whether it decoded.
+template <class T, class Same, class Decode>
+bool decoded_or_untouched(T& out, const T& sentinel, Same same, Decode decode) {
+  out = sentinel;
+  std::string detail;
+  if (decode(out, &detail)) return true;
+  FUZZ_CHECK(same(out, sentinel));
+  FUZZ_CHECK(!detail.empty());
+  return false;
+}
+
+}  // namespace kvroute::fuzz

@@ -37,14 +37,11 @@ bool same(const WorkerHeartbeat& a, const WorkerHeartbeat& b) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view json(reinterpret_cast<const char*>(data), size);
-  WorkerHeartbeat hb = sentinel();
-  std::string detail;
-  const DecodeError err = decode_heartbeat(json, hb, &detail);
-  if (err != DecodeError::None) {
-    FUZZ_CHECK(same(hb, sentinel()));
-    FUZZ_CHECK(!detail.empty());
+  WorkerHeartbeat hb;
+  if (!fuzz::decoded_or_untouched(hb, sentinel(), same, [&](WorkerHeartbeat& o, std::string* detail) {
+        return decode_heartbeat(json, o, detail) == DecodeError::None;
+      }))
     return 0;
-  }
   FUZZ_CHECK(hb.block_size <= 1u << 20);
   FUZZ_CHECK(hb.dp_size >= 1 && hb.dp_size <= 4096);
   WorkerHeartbeat again;

@@ -36,14 +36,11 @@ ResyncDump sentinel() {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const DecodeLimits limits = fuzz::small_limits();
   const std::string_view json(reinterpret_cast<const char*>(data), size);
-  ResyncDump dump = sentinel();
-  std::string detail;
-  const DecodeError err = decode_resync_dump(json, limits, dump, &detail);
-  if (err != DecodeError::None) {
-    FUZZ_CHECK(same(dump, sentinel()));
-    FUZZ_CHECK(!detail.empty());
+  ResyncDump dump;
+  if (!fuzz::decoded_or_untouched(dump, sentinel(), same, [&](ResyncDump& o, std::string* detail) {
+        return decode_resync_dump(json, limits, o, detail) == DecodeError::None;
+      }))
     return 0;
-  }
   FUZZ_CHECK(dump.events.size() <= limits.max_events_per_message);
   for (const auto& ev : dump.events) {
     FUZZ_CHECK(ev.owner == dump.owner);

@@ -287,7 +287,8 @@ class RankedFleet::Pass {
   Pass(RankedFleet& fleet, std::span<const MatchLayers::Layer> layers, std::span<const OwnerOverlap> extra,
        uint32_t isl_tokens, uint32_t block_size, const SchedulerConfig& cfg, size_t limit, int a, uint64_t draw,
        FleetDecision& out)
-      : f_(fleet), layers_(layers), extra_(extra), isl_tokens_(isl_tokens), block_size_(block_size), cfg_(cfg),
+      : f_(fleet), layers_(layers), extra_(extra), isl_tokens_(isl_tokens), block_size_(block_size),
+        isl_(std::max<uint32_t>(isl_tokens, 1)), cfg_(cfg),
         limit_(limit), a_(a), alpha_(fleet.params_.alpha[a]), draw_(draw), out_(out), sc_(scratch) {
     sc_.begin(f_.slots_.size());
     if (!layers_.empty() && layers_[0].set->owners.size() > kSmallGroup) l0_ = &f_.slots_of(*layers_[0].set).bits;
@@ -412,9 +413,8 @@ class RankedFleet::Pass {
     // cost = key + min_term + (c - c_ref)·pending at least, where the order
     // prices pending at c_ref: when this request's c is lower, subtract the
     // most it can take off (any eligible worker's pending <= pending_max_).
-    const double isl = std::max<uint32_t>(isl_tokens_, 1);
-    const double min_term = (1 - alpha_) * ((isl_tokens_ - min_cached) / isl);
-    const double c = (1 - alpha_) * cfg_.pending_prefill_weight / isl;
+    const double min_term = (1 - alpha_) * ((isl_tokens_ - min_cached) / isl_);
+    const double c = (1 - alpha_) * cfg_.pending_prefill_weight / isl_;
     const double c_ref = (1 - alpha_) * cfg_.pending_prefill_weight / f_.isl_ref_;
     const double slack = c < c_ref ? (c_ref - c) * static_cast<double>(f_.pending_max_) : 0.0;
     for (const Key& k : f_.order_[a_]) {
@@ -437,7 +437,6 @@ class RankedFleet::Pass {
 
   // 4. The picks, with every term for explain and metrics.
   void emit() {
-    const double isl = std::max<uint32_t>(isl_tokens_, 1);
     out_.ranked.reserve(sc_.top.size());
     for (const Offer& o : sc_.top) {
       const Slot& w = f_.slots_[o.slot];
@@ -453,9 +452,7 @@ class RankedFleet::Pass {
       ws.cached_tokens = o.cached;
       ws.load_ratio = w.load_ratio;
       ws.load_deviation = w.load_ratio - out_.load_mean;
-      ws.prefill_ratio =
-          (isl_tokens_ - o.cached + cfg_.pending_prefill_weight * static_cast<double>(w.st.pending_prefill_tokens)) /
-          isl;
+      ws.prefill_ratio = prefill_ratio(w, o.cached);
       ws.slot_ratio = w.slot_ratio;
       ws.queue_ratio = queue_ratio(w);
       ws.cost = o.cost - alpha_ * out_.load_mean;
@@ -481,6 +478,11 @@ class RankedFleet::Pass {
   static uint32_t rank_in(const Large& l, uint32_t s) {
     const uint32_t* r = l.rank->find(s);
     return r ? *r : 0;
+  }
+  // The prefill term's ratio at `cached` tokens (schedule()'s formula).
+  double prefill_ratio(const Slot& w, double cached) const {
+    return (isl_tokens_ - cached + cfg_.pending_prefill_weight * static_cast<double>(w.st.pending_prefill_tokens)) /
+           isl_;
   }
   double queue_ratio(const Slot& w) const {
     return f_.max_waiting_ > 0 ? static_cast<double>(w.st.load.num_requests_waiting) / f_.max_waiting_ : 0.0;
@@ -521,9 +523,7 @@ class RankedFleet::Pass {
   // The exact cost of one worker at `cached` tokens (schedule()'s doubles).
   void score(uint32_t s, uint32_t source, uint32_t dp_rank, double cached) {
     const Slot& w = f_.slots_[s];
-    const double isl = std::max<uint32_t>(isl_tokens_, 1);
-    const double prefill =
-        (isl_tokens_ - cached + cfg_.pending_prefill_weight * static_cast<double>(w.st.pending_prefill_tokens)) / isl;
+    const double prefill = prefill_ratio(w, cached);
     ++out_.scored;
     offer(sc_.top, limit_,
           Offer{ranking_cost(alpha_, w.load_ratio, prefill, w.slot_ratio, queue_ratio(w), cfg_), tie_key(draw_, w.id),
@@ -534,6 +534,7 @@ class RankedFleet::Pass {
   std::span<const MatchLayers::Layer> layers_;
   std::span<const OwnerOverlap> extra_;
   uint32_t isl_tokens_, block_size_;
+  double isl_;  // isl_tokens_, at least 1 (the ratios' denominator)
   const SchedulerConfig& cfg_;
   size_t limit_;
   int a_;

@@ -159,11 +159,7 @@ RadixIndexer::Entry RadixIndexer::entry_of(const Node& n, uint32_t owner) const 
   return it != os.end() && entry_owner(*it) == owner ? *it : kNoOwner;
 }
 
-bool RadixIndexer::holds(const Node& n, uint32_t owner) const {
-  const auto os = owners_of(n);
-  const auto it = std::lower_bound(os.begin(), os.end(), owner << 8);
-  return it != os.end() && entry_owner(*it) == owner;
-}
+bool RadixIndexer::holds(const Node& n, uint32_t owner) const { return entry_of(n, owner) != kNoOwner; }
 
 namespace {
 // Sets are never reused under a serial (OwnerSet), across every index.
@@ -551,8 +547,7 @@ void RadixIndexer::find_match_layers(std::span<const LocalBlockHash> blocks, Mat
     std::shared_lock lk(mu_, std::adopt_lock);
     if (walk_layers(blocks, out)) return;
   }
-  out.clear();
-  out.extra = find_matches(blocks).owners;
+  Indexer::find_match_layers(blocks, out);  // every owner listed
 }
 
 bool RadixIndexer::walk_layers(std::span<const LocalBlockHash> blocks, MatchLayers& out) const {

@@ -113,8 +113,10 @@ void parse(int argc, char** argv, Args& a) {
       std::exit(2);
     }
   }
-  if (a.sim.workers == 0 || a.sim.kv_blocks == 0 || a.sim.rate <= 0 || a.sim.max_seqs == 0 || a.sim.max_batched_tokens == 0 || a.rates.empty()) {
-    std::fprintf(stderr, "kvroute-sim: --workers, --kv-blocks, --max-seqs, --max-batched-tokens, --rate(s) must be > 0\n");
+  if (a.sim.workers == 0 || a.sim.kv_blocks == 0 || a.sim.rate <= 0 || a.sim.max_seqs == 0 ||
+      a.sim.max_batched_tokens == 0 || a.rates.empty()) {
+    std::fprintf(stderr,
+                 "kvroute-sim: --workers, --kv-blocks, --max-seqs, --max-batched-tokens, --rate(s) must be > 0\n");
     std::exit(2);
   }
   for (const auto& p : a.policies)

@@ -6,32 +6,13 @@
 #include <random>
 
 #include "indexer/radix_indexer.h"
+#include "tests/indexer/doc_events.h"
 
 using namespace kvroute;
+using kvroute::testing::remove_doc_block;
+using kvroute::testing::store_doc;
 
 namespace {
-
-// Owner o stores document d's first n blocks (content d * 1000 + i, engine
-// ids unique per owner), in one event from the root.
-KvEvent store_doc(CacheOwner o, uint32_t owner_index, uint64_t d, uint32_t n, StorageTier tier) {
-  KvEvent e;
-  e.owner = o;
-  e.tier = tier;
-  KvStored s;
-  for (uint32_t i = 0; i < n; ++i)
-    s.blocks.push_back({SequenceHash{owner_index * 1000000ull + d * 1000 + i + 1}, LocalBlockHash{d * 1000 + i + 1}});
-  e.data = s;
-  return e;
-}
-
-KvEvent remove_block(CacheOwner o, uint32_t owner_index, uint64_t d, uint32_t i) {
-  KvEvent e;
-  e.owner = o;
-  KvRemoved r;
-  r.block_hashes.push_back(SequenceHash{owner_index * 1000000ull + d * 1000 + i + 1});
-  e.data = r;
-  return e;
-}
 
 std::vector<LocalBlockHash> doc_request(uint64_t d, uint32_t n, uint64_t diverge_at) {
   std::vector<LocalBlockHash> v;
@@ -63,9 +44,9 @@ TEST_CASE("find_match_layers expands to find_matches; layers are nested, one tie
       const uint64_t op = pick(100);
       if (op < 70) {
         const StorageTier tier = some_host && pick(8) == 0 ? StorageTier::HostPinned : StorageTier::Device;
-        idx.apply(store_doc(who[k], k, d, 1 + static_cast<uint32_t>(pick(40)), tier));
+        idx.apply(store_doc(who[k], d, 1 + static_cast<uint32_t>(pick(40)), tier));
       } else if (op < 95) {
-        idx.apply(remove_block(who[k], k, d, static_cast<uint32_t>(pick(40))));  // may break nesting
+        idx.apply(remove_doc_block(who[k], d, static_cast<uint32_t>(pick(40))));  // may break nesting
       } else {
         idx.clear_owner(who[k]);
       }
@@ -109,8 +90,8 @@ TEST_CASE("find_match_layers expands to find_matches; layers are nested, one tie
 TEST_CASE("a set's serial is never reused; a reader keeps the set alive after the index drops it") {
   RadixIndexer idx;
   const CacheOwner a{WorkerId{1}, 0}, b{WorkerId{2}, 0};
-  idx.apply(store_doc(a, 0, 1, 4, StorageTier::Device));
-  idx.apply(store_doc(b, 1, 1, 4, StorageTier::Device));
+  idx.apply(store_doc(a, 1, 4, StorageTier::Device));
+  idx.apply(store_doc(b, 1, 4, StorageTier::Device));
   MatchLayers m;
   idx.find_match_layers(doc_request(1, 4, ~0ull), m);
   REQUIRE(m.layers.size() == 1);
@@ -119,7 +100,7 @@ TEST_CASE("a set's serial is never reused; a reader keeps the set alive after th
   const auto kept = m.layers[0].set;
   const uint64_t serial = kept->serial;
   idx.clear_owner(b);  // the list {a, b} is freed in the index
-  idx.apply(store_doc(b, 1, 1, 4, StorageTier::Device));  // and made again
+  idx.apply(store_doc(b, 1, 4, StorageTier::Device));  // and made again
   CHECK(kept->owners.size() == 2);
   idx.find_match_layers(doc_request(1, 4, ~0ull), m);
   REQUIRE(m.layers.size() == 1);

@@ -7,8 +7,10 @@
 #include <random>
 
 #include "indexer/radix_indexer.h"
+#include "tests/indexer/doc_events.h"
 
 using namespace kvroute;
+using kvroute::testing::store_doc;
 
 namespace {
 
@@ -129,18 +131,6 @@ Decision reference(const Case& c, uint64_t seed, std::vector<Candidate>& cands) 
 }
 
 const std::vector<OwnerOverlap> kNobody;
-
-// Owner `who` stores document d's first n blocks (content d * 1000 + i).
-KvEvent store_doc(CacheOwner who, uint64_t d, uint32_t n, StorageTier tier) {
-  KvEvent e;
-  e.owner = who;
-  e.tier = tier;
-  KvStored s;
-  const uint64_t base = (who.worker.value * 8 + who.dp_rank) * 1000000ull;
-  for (uint32_t i = 0; i < n; ++i) s.blocks.push_back({SequenceHash{base + d * 1000 + i + 1}, LocalBlockHash{d * 1000 + i + 1}});
-  e.data = s;
-  return e;
-}
 
 }  // namespace
 

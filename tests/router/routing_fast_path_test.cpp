@@ -9,14 +9,14 @@
 
 #include <doctest/doctest.h>
 
-#include <random>
-
 #include <algorithm>
+#include <random>
 
 #include "indexer/approx_indexer.h"
 #include "indexer/block_hash.h"
 #include "indexer/radix_indexer.h"
 #include "router/merged_index.h"
+#include "tests/indexer/doc_events.h"
 
 using namespace kvroute;
 
@@ -275,14 +275,8 @@ TEST_CASE("merged index: predicted owners join the exact index's layers with the
   // is predicted to hold 6 and worker 40 (no events) 3.
   std::vector<LocalBlockHash> q;
   for (uint64_t i = 1; i <= 8; ++i) q.push_back(LocalBlockHash{i});
-  for (uint64_t w = 0; w < 30; ++w) {
-    KvEvent ev;
-    ev.owner = CacheOwner{WorkerId{w}, 0};
-    KvStored st;
-    for (uint64_t i = 0; i < 4; ++i) st.blocks.push_back({SequenceHash{w * 100 + i + 1}, q[i]});
-    ev.data = st;
-    exact.apply(ev);
-  }
+  for (uint64_t w = 0; w < 30; ++w)  // document 0: blocks q[0..4)
+    exact.apply(testing::store_doc(CacheOwner{WorkerId{w}, 0}, 0, 4, StorageTier::Device));
   approx.record(CacheOwner{WorkerId{7}, 0}, std::span(q).first(6), clock.now());
   approx.record(CacheOwner{WorkerId{40}, 0}, std::span(q).first(3), clock.now());
   MatchLayers m;

@@ -62,7 +62,7 @@ GP
 {
   echo "# kvroute-sim results"
   echo
-  echo "Regenerate with \`bash sim/report.sh\` (about 5 minutes). 8 simulated engines (mocker/engine.h) with"
+  echo "Regenerate with \`bash sim/report.sh\` (about 20 s here once built). 8 simulated engines (mocker/engine.h) with"
   echo "8,000 KV blocks of 512 tokens each, 64 sequences, load reports every 100 ms, seed 1. Rate x1 replays"
   echo "each workload's own timing; x2 and x3 compress it. The Mooncake conversation trace is split in time:"
   echo "\`kvroute-sim tune\` chose the defaults on its first half (train); every figure below is on its"

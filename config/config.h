@@ -110,7 +110,7 @@ struct SchedulerConfig {
   double tier_weight_external = 0.3;
   // Weight of prefill tokens the router has in flight on a worker (not yet
   // answered with a first byte), added to this request's new tokens. 0 = the
-  // DESIGN.md baseline.
+  // baseline weighted cost (Dynamo v0.1's formula, scheduler/README.md).
   double pending_prefill_weight = 0.5;
   // Busy thresholds: a worker at or over any of them is skipped.
   double busy_kv_usage = 1.0;           // kv_active / kv_total

@@ -100,7 +100,7 @@ inline uint64_t tie_key(uint64_t draw, WorkerId worker) {
 // uncached tokens on candidate `c` (WorkerScore::predicted_ttft_ms; the cost
 // under scheduler.cost = predicted_ttft).
 double predicted_ttft_ms(const Candidate& c, double new_tokens);
-// The cost a ranking orders by: DESIGN.md's cost without its -alpha·mean
+// The cost a ranking orders by: the weighted cost (scheduler/README.md) without its -alpha·mean
 // term, which is the same for every candidate of one decision (so the order
 // is the same, and it does not depend on how the mean was summed).
 // WorkerScore::cost = ranking_cost - alpha·mean.

@@ -47,7 +47,7 @@ Config policy_config(const SimOptions& o, const std::string& policy, const Sched
       }
   if (scheduler) cfg.scheduler = *scheduler;
   if (policy == "kvroute_weighted") cfg.scheduler.cost = "weighted";
-  if (policy == "dynamo_v01") {  // DESIGN.md's formula with its default weights (Dynamo v0.1)
+  if (policy == "dynamo_v01") {  // the baseline weighted cost with its default weights (Dynamo v0.1)
     cfg.scheduler = SchedulerConfig{};
     cfg.scheduler.cost = "weighted";
     cfg.scheduler.pending_prefill_weight = 0;

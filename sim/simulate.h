@@ -29,7 +29,7 @@ struct SimOptions {
   std::vector<std::pair<std::string, std::string>> sets;  // --set key=value for the kvroute policy
 };
 
-// Policies: round_robin, random, least_loaded, dynamo_v01 (DESIGN.md's
+// Policies: round_robin, random, least_loaded, dynamo_v01 (the baseline
 // weighted cost without the in-flight prefill term), dynamo, llmd
 // (sim/policies.h), kvroute (the scheduler's defaults, plus --set keys),
 // kvroute_weighted (kvroute with scheduler.cost = weighted).

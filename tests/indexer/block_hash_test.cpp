@@ -7,7 +7,7 @@
 
 using namespace kvroute;
 
-TEST_CASE("DESIGN.md test vector: XXH3-64('test data', seed 1337)") {
+TEST_CASE("the block-hash contract's test vector: XXH3-64('test data', seed 1337)") {
   CHECK(XXH3_64bits_withSeed("test data", 9, 1337) == 13226331709069118873ull);
 }
 

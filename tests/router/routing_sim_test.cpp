@@ -142,7 +142,7 @@ TEST_CASE("100 simultaneous same-prefix requests spread according to predicted l
   MESSAGE("distribution: w1=" << per_worker[1] << " w2=" << per_worker[2] << " w3=" << per_worker[3]
                               << " w4=" << per_worker[4]);
 
-  // With the DESIGN.md baseline (no pending-prefill term) all 100 pile onto the holder.
+  // With the baseline weighted cost (no pending-prefill term) all 100 pile onto the holder.
   Sim base;
   for (uint64_t w = 1; w <= 4; ++w) base.add_worker(w, 1000);
   base.cache(1, shared);

@@ -21,7 +21,7 @@ Candidate cand(uint64_t id, uint32_t overlap, uint64_t kv_active, uint64_t kv_to
 
 }  // namespace
 
-TEST_CASE("cost terms follow DESIGN.md with balanced alpha") {
+TEST_CASE("cost terms follow the weighted cost (scheduler/README.md) with balanced alpha") {
   SchedulerConfig cfg;  // defaults
   SeededRandom rnd(1);
   // Equal KV load: std 0 -> alpha_balanced. 100-token request, block 10.

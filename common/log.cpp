@@ -23,6 +23,31 @@ class JsonMessageFlag final : public spdlog::custom_flag_formatter {
   std::unique_ptr<custom_flag_formatter> clone() const override { return std::make_unique<JsonMessageFlag>(); }
 };
 
+// %* in the human format: the message with control characters escaped (\n,
+// \r, \t, \xNN), so text from a client, a worker or the bus (a model name,
+// a URL) can never start a forged log line or rewrite the terminal.
+class EscapedMessageFlag final : public spdlog::custom_flag_formatter {
+ public:
+  void format(const spdlog::details::log_msg& msg, const std::tm&, spdlog::memory_buf_t& dest) override {
+    static constexpr char kHex[] = "0123456789abcdef";
+    for (const char ch : std::string_view(msg.payload.data(), msg.payload.size())) {
+      const auto u = static_cast<unsigned char>(ch);
+      if (u >= 0x20 && u != 0x7f && ch != '\\') {
+        dest.push_back(ch);
+        continue;
+      }
+      const char* esc = ch == '\n' ? "\\n" : ch == '\r' ? "\\r" : ch == '\t' ? "\\t" : ch == '\\' ? "\\\\" : nullptr;
+      if (esc) {
+        dest.append(esc, esc + 2);
+      } else {
+        const char hex[4] = {'\\', 'x', kHex[u >> 4], kHex[u & 15]};
+        dest.append(hex, hex + 4);
+      }
+    }
+  }
+  std::unique_ptr<custom_flag_formatter> clone() const override { return std::make_unique<EscapedMessageFlag>(); }
+};
+
 std::string now_iso8601() {
   const auto now = std::chrono::system_clock::now();
   const auto t = std::chrono::system_clock::to_time_t(now);
@@ -51,8 +76,9 @@ void setup_logging(std::string_view level, std::string_view format) {
         R"({"ts":"%Y-%m-%dT%H:%M:%S.%eZ","level":"%l","msg":"%*"})");
     logger->set_formatter(std::move(f));
   } else {
-    logger->set_formatter(std::make_unique<spdlog::pattern_formatter>("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v",
-                                                                      spdlog::pattern_time_type::utc));
+    auto f = std::make_unique<spdlog::pattern_formatter>(spdlog::pattern_time_type::utc);
+    f->add_flag<EscapedMessageFlag>('*').set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %*");
+    logger->set_formatter(std::move(f));
   }
 }
 

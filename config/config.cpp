@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "common/json_escape.h"
+#include "common/url_allow_list.h"
 
 namespace kvroute {
 
@@ -385,6 +386,12 @@ std::optional<std::string> validate(const Config& c) {
       c.events.nats_url.rfind("tls://", 0) != 0)
     return fmt::format("events.nats_url: '{}' must start with nats:// or tls:// (or be empty: no NATS)",
                        c.events.nats_url);
+  if (c.router.max_body_bytes_in_flight < c.router.max_body_bytes)
+    return fmt::format("router.max_body_bytes_in_flight: {} must be >= router.max_body_bytes ({}): a body of the "
+                       "largest size must fit",
+                       c.router.max_body_bytes_in_flight, c.router.max_body_bytes);
+  if (std::string e; !UrlAllowList::parse(c.events.worker_url_allow, &e))
+    return fmt::format("events.worker_url_allow: {} (entries: CIDR, IP, http://host:port, or *)", e);
   if (c.events.resync_backoff_max_ms < c.events.resync_backoff_ms)
     return fmt::format("events.resync_backoff_max_ms: {} must be >= events.resync_backoff_ms ({})",
                        c.events.resync_backoff_max_ms, c.events.resync_backoff_ms);

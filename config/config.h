@@ -33,12 +33,19 @@ struct RouterConfig {
   uint32_t first_byte_timeout_min_ms = 10000;  // floor of the adaptive first-byte timeout
   double first_byte_timeout_factor = 4.0;      // adaptive first-byte timeout = factor x predicted TTFT
   double ttft_prefill_tokens_per_s = 1000;     // conservative prefill rate for the predicted TTFT
+  // Open client connections on the OpenAI listener; beyond, new ones are
+  // answered 503 and closed. 0 = half of the descriptor limit (RLIMIT_NOFILE).
+  uint32_t max_connections = 0;
+  // Bytes of request bodies being received or held at once (all connections);
+  // a request whose body does not fit gets 503 before its body is read.
+  uint64_t max_body_bytes_in_flight = 256ull << 20;
 };
 
 struct AdminConfig {
   std::string host;                     // empty = router.host (the admin listener binds where the router binds)
   uint32_t port = 8081;                 // 0 = ephemeral (tests)
   std::string token;                    // bearer token; empty = admin API refuses every request
+  uint64_t max_body_bytes = 1 << 20;    // larger admin request bodies get 413
 };
 
 struct EventsConfig {
@@ -65,6 +72,10 @@ struct EventsConfig {
   bool replica_sync = true;             // share in-flight load with other router replicas
   uint32_t replica_sync_interval_ms = 5;   // at most one in-flight snapshot per interval (when changed)
   uint32_t replica_ttl_ms = 1000;       // a replica silent this long stops counting
+  // Bus-announced workers (heartbeats) whose URL may join: CIDRs, IPs or URL
+  // origins (http://host:port), comma-separated; "*" = any (warned at start).
+  std::string worker_url_allow = "127.0.0.0/8,::1";
+  uint32_t max_bus_workers = 1024;      // bus-announced workers known at once; beyond, new ones are refused
 };
 
 // Workers the router knows itself and how it judges them (fleet/).
@@ -260,13 +271,13 @@ void for_each_key(C& c, F&& f) {
     c.router.max_body_bytes);
   f(KeyInfo{"router.max_concurrent_requests", "Requests handled at once; beyond, 503 with Retry-After.", 1, 1e7, !S, R},
     c.router.max_concurrent_requests);
-  f(KeyInfo{"router.connect_timeout_ms", "Upstream TCP connect timeout.", 1, 600000, !S, R},
+  f(KeyInfo{"router.connect_timeout_ms", "Upstream TCP connect timeout.", 10, 600000, !S, R},
     c.router.connect_timeout_ms);
-  f(KeyInfo{"router.first_byte_timeout_ms", "Request sent to first response byte from the worker.", 1, 3600000, !S, R},
+  f(KeyInfo{"router.first_byte_timeout_ms", "Request sent to first response byte from the worker.", 100, 3600000, !S, R},
     c.router.first_byte_timeout_ms);
-  f(KeyInfo{"router.idle_timeout_ms", "Longest silence while relaying a response.", 1, 3600000, !S, R},
+  f(KeyInfo{"router.idle_timeout_ms", "Longest silence while relaying a response.", 100, 3600000, !S, R},
     c.router.idle_timeout_ms);
-  f(KeyInfo{"router.client_read_timeout_ms", "Time allowed to receive a client's whole request.", 1, 3600000, !S, R},
+  f(KeyInfo{"router.client_read_timeout_ms", "Time allowed to receive a client's whole request.", 100, 3600000, !S, R},
     c.router.client_read_timeout_ms);
   f(KeyInfo{"router.max_attempts", "Workers tried before the first response byte (1 = no retry).", 1, 16, !S, R},
     c.router.max_attempts);
@@ -277,7 +288,7 @@ void for_each_key(C& c, F&& f) {
   f(KeyInfo{"router.max_header_bytes", "Largest request header (request line and fields); larger gets 431.", 1024,
             65536, !S, R},
     c.router.max_header_bytes);
-  f(KeyInfo{"router.first_byte_timeout_min_ms", "Floor of the adaptive first-byte timeout.", 1, 3600000, !S, R},
+  f(KeyInfo{"router.first_byte_timeout_min_ms", "Floor of the adaptive first-byte timeout.", 100, 3600000, !S, R},
     c.router.first_byte_timeout_min_ms);
   f(KeyInfo{"router.first_byte_timeout_factor", "Adaptive first-byte timeout as a multiple of the predicted TTFT.",
             1, 1000, !S, R},
@@ -285,11 +296,22 @@ void for_each_key(C& c, F&& f) {
   f(KeyInfo{"router.ttft_prefill_tokens_per_s", "Conservative prefill rate for the predicted TTFT (tokens/s).", 1,
             1e9, !S, R},
     c.router.ttft_prefill_tokens_per_s);
+  f(KeyInfo{"router.max_connections",
+            "Open client connections on the OpenAI listener; beyond, 503 and close (0 = half of RLIMIT_NOFILE).", 0,
+            1e7, !S, R},
+    c.router.max_connections);
+  f(KeyInfo{"router.max_body_bytes_in_flight",
+            "Request body bytes being received or held at once; a body that does not fit gets 503 unread.",
+            1 << 20, 1ull << 40, !S, R},
+    c.router.max_body_bytes_in_flight);
   // admin
   f(KeyInfo{"admin.host", "Address the admin listener binds; empty = router.host.", 0, 0, S}, c.admin.host);
   f(KeyInfo{"admin.port", "Port of the admin listener (0 = ephemeral).", 0, 65535}, c.admin.port);
   f(KeyInfo{"admin.token", "Bearer token of the admin API; empty refuses every admin request.", 0, 0, S, R},
     c.admin.token);
+  f(KeyInfo{"admin.max_body_bytes", "Largest admin request body (PUT /admin/config, explain); larger gets 413.",
+            1024, 1 << 30, !S, R},
+    c.admin.max_body_bytes);
   // events
   f(KeyInfo{"events.nats_url", "NATS server URL; empty = no NATS (workers from workers.static / discovery.dns).", 0,
             0, S},
@@ -336,6 +358,14 @@ void for_each_key(C& c, F&& f) {
     c.events.replica_sync_interval_ms);
   f(KeyInfo{"events.replica_ttl_ms", "A replica silent this long stops counting in predicted load.", 10, 3600000},
     c.events.replica_ttl_ms);
+  f(KeyInfo{"events.worker_url_allow",
+            "URLs a bus-announced (heartbeat) worker may have: CIDRs, IPs or origins http://host:port, "
+            "comma-separated; \"*\" = any.",
+            0, 0, S},
+    c.events.worker_url_allow);
+  f(KeyInfo{"events.max_bus_workers", "Bus-announced (heartbeat) workers known at once; beyond, new ones are refused.",
+            1, 1e6},
+    c.events.max_bus_workers);
   // workers
   f(KeyInfo{"workers.static",
             "Workers the router knows itself: entries 'url=...,model=...[,kv_events=tcp://...,replay=tcp://...,"
@@ -396,9 +426,9 @@ void for_each_key(C& c, F&& f) {
             "Weight of prefill tokens in flight on a worker, added to a request's new tokens (0 = DESIGN baseline).",
             0, 100, !S, R},
     c.scheduler.pending_prefill_weight);
-  f(KeyInfo{"scheduler.busy_kv_usage", "Skip workers whose KV usage is at or above this.", 0, 1, !S, R},
+  f(KeyInfo{"scheduler.busy_kv_usage", "Skip workers whose KV usage is at or above this (0 would skip every worker).", 0.01, 1, !S, R},
     c.scheduler.busy_kv_usage);
-  f(KeyInfo{"scheduler.busy_slot_usage", "Skip workers whose request-slot usage is at or above this.", 0, 1, !S, R},
+  f(KeyInfo{"scheduler.busy_slot_usage", "Skip workers whose request-slot usage is at or above this (0 would skip every worker).", 0.01, 1, !S, R},
     c.scheduler.busy_slot_usage);
   f(KeyInfo{"scheduler.busy_waiting_requests", "Skip workers with this many waiting requests (0 = no limit).", 0,
             kMaxU32, !S, R},

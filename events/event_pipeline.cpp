@@ -17,7 +17,12 @@ namespace kvroute {
 
 EventPipeline::EventPipeline(const EventsConfig& events, uint32_t block_size, Indexer& index,
                              WorkerRegistry& registry, const Clock& clock)
-    : cfg_(events), block_size_(block_size), index_(index), registry_(registry), clock_(clock) {}
+    : cfg_(events),
+      url_allow_(UrlAllowList::parse(events.worker_url_allow).value_or(UrlAllowList())),
+      block_size_(block_size),
+      index_(index),
+      registry_(registry),
+      clock_(clock) {}
 
 EventPipeline::~EventPipeline() { stop(); }
 
@@ -306,7 +311,13 @@ bool EventPipeline::drop_unknown_workers(std::vector<KvEvent>& events) {
 }
 
 std::string_view EventPipelineStats::heartbeat_reason(size_t i) {
-  return i == kHeartbeatMissingUrl ? std::string_view("missing_url") : to_string(static_cast<DecodeError>(i));
+  switch (i) {
+    case kHeartbeatMissingUrl: return "missing_url";
+    case kHeartbeatUrlNotAllowed: return "url_not_allowed";
+    case kHeartbeatUrlChanged: return "url_changed";
+    case kHeartbeatTooManyWorkers: return "too_many_workers";
+    default: return to_string(static_cast<DecodeError>(i));
+  }
 }
 
 // A heartbeat's instance id: a new one (after the first) is a restart, handed
@@ -382,6 +393,10 @@ void EventPipeline::on_heartbeat_message(std::string_view data) {
       spdlog::warn("worker {} announces block_size {} but indexer.block_size is {}: its overlap will not match",
                    hb.worker_id.value, hb.block_size, block_size_);
   }
+  if (!url_allow_.allows(hb.url)) {
+    reject_heartbeat(EventPipelineStats::kHeartbeatUrlNotAllowed, hb.worker_id, hb.url);
+    return;
+  }
   WorkerAnnouncement a;
   a.id = hb.worker_id;
   a.url = std::move(hb.url);
@@ -391,9 +406,40 @@ void EventPipeline::on_heartbeat_message(std::string_view data) {
   a.approximate = !hb.kv_events;
   a.load = WorkerLoad{hb.load.request_active_slots, hb.load.request_total_slots, hb.load.num_requests_waiting,
                       hb.load.kv_active_blocks, hb.load.kv_total_blocks};
-  const bool joined = registry_.on_heartbeat(a);
+  const HeartbeatVerdict verdict = registry_.admit_heartbeat(a, cfg_.max_bus_workers);
+  if (verdict == HeartbeatVerdict::UrlChanged || verdict == HeartbeatVerdict::TooManyWorkers) {
+    reject_heartbeat(verdict == HeartbeatVerdict::UrlChanged ? EventPipelineStats::kHeartbeatUrlChanged
+                                                             : EventPipelineStats::kHeartbeatTooManyWorkers,
+                     a.id, a.url);
+    return;
+  }
+  const bool joined = verdict == HeartbeatVerdict::Joined;
   if (joined) spdlog::info("worker {} joined: {} model '{}'", a.id.value, a.url, a.model);
   note_instance(a.id, hb.instance_id, joined, a.dp_size, !a.approximate);  // issue 15: restarts, first dumps
+}
+
+// A well-formed heartbeat the trust rules refuse: counted by reason, warned
+// at a limited rate (a flood must not flood the log).
+void EventPipeline::reject_heartbeat(size_t reason, WorkerId worker, std::string_view url) {
+  const auto n = stats_.heartbeats_rejected_total.fetch_add(1, std::memory_order_relaxed) + 1;
+  stats_.heartbeats_rejected_by_reason[reason].fetch_add(1, std::memory_order_relaxed);
+  static RateLimiter rl;
+  if (!rl.allow()) return;
+  switch (reason) {
+    case EventPipelineStats::kHeartbeatUrlNotAllowed:
+      spdlog::warn("heartbeat of worker {} refused: url {} is not in events.worker_url_allow ({} refused so far)",
+                   worker.value, url, n);
+      break;
+    case EventPipelineStats::kHeartbeatUrlChanged:
+      spdlog::warn("heartbeat of worker {} refused: it announces url {}, another than the one it is known by (a "
+                   "worker's url changes only by config or the admin API, or after it expired; {} refused so far)",
+                   worker.value, url, n);
+      break;
+    default:
+      spdlog::warn("heartbeat of new worker {} ({}) refused: events.max_bus_workers ({}) workers are known by "
+                   "heartbeat ({} refused so far)",
+                   worker.value, url, cfg_.max_bus_workers, n);
+  }
 }
 
 void EventPipeline::enqueue_remove_worker(WorkerId worker) {

@@ -37,6 +37,7 @@
 #include "events/nats_bus.h"
 #include "events/wire.h"
 #include "indexer/indexer.h"
+#include "common/url_allow_list.h"
 #include "scheduler/worker_registry.h"
 
 namespace kvroute {
@@ -62,9 +63,15 @@ struct EventPipelineStats {
   std::atomic<uint64_t> unknown_worker_events_total{0};  // events dropped: the worker is not known
   std::atomic<uint64_t> queued_bytes{0};                 // gauge: bytes of decoded events queued
   std::atomic<uint64_t> queue_dropped_bytes_total{0};    // of the dropped messages
-  // Heartbeat rejections by reason: DecodeError values 1..6, then kHeartbeatMissingUrl.
+  // Heartbeat rejections by reason: DecodeError values 1..6, then the
+  // pipeline's own (a missing URL; and the trust rules: a URL outside
+  // events.worker_url_allow, a known worker's URL changed by a heartbeat,
+  // events.max_bus_workers reached).
   static constexpr size_t kHeartbeatMissingUrl = 7;
-  std::array<std::atomic<uint64_t>, 8> heartbeats_rejected_by_reason{};
+  static constexpr size_t kHeartbeatUrlNotAllowed = 8;
+  static constexpr size_t kHeartbeatUrlChanged = 9;
+  static constexpr size_t kHeartbeatTooManyWorkers = 10;
+  std::array<std::atomic<uint64_t>, 11> heartbeats_rejected_by_reason{};
   static std::string_view heartbeat_reason(size_t i);
 };
 
@@ -138,9 +145,11 @@ class EventPipeline {
   void note_heard(WorkerId worker);
   bool drop_unknown_workers(std::vector<KvEvent>& events);
   void note_instance(WorkerId worker, uint64_t instance, bool joined, uint32_t dp_size, bool publishes);
+  void reject_heartbeat(size_t reason, WorkerId worker, std::string_view url);
   static size_t item_bytes(const QueueItem& item);
 
   const EventsConfig cfg_;
+  const UrlAllowList url_allow_;  // events.worker_url_allow (validated with the config)
   const uint32_t block_size_;
   Indexer& index_;
   WorkerRegistry& registry_;

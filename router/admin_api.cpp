@@ -66,6 +66,11 @@ std::optional<std::string> AdminApi::apply_update(std::string_view yaml_overlay)
     if (c.admin.token == kRedacted) c.admin.token = token;
     if (c.events.nats_password == kRedacted) c.events.nats_password = password;
     if (c.events.nats_token == kRedacted) c.events.nats_token = nats_token;
+    // An empty token refuses every admin request, this API included: set
+    // through the API, it would lock the operator out until a SIGHUP.
+    if (!err && c.admin.token.empty() && !token.empty())
+      err = "admin.token: an empty token would refuse every admin request, this one included (locking the "
+            "operator out); set a new token instead, or change the file and send SIGHUP";
     return err;
   });
   (e ? stats_.reloads_rejected : stats_.reloads_ok).fetch_add(1, std::memory_order_relaxed);

@@ -43,6 +43,9 @@
 #include <span>
 #include <thread>
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include "common/json_escape.h"
 #include "common/log.h"
 #include "router/io_watch.h"
@@ -225,6 +228,7 @@ awaitable<void> read_http(Socket& s, beast::flat_buffer& b, http::basic_parser<i
   if (until == ReadUntil::Header) p.eager(false);
   if (until == ReadUntil::Message) p.eager(true);
   ec = {};
+  if (until == ReadUntil::Message && p.is_done()) co_return;  // the header was the whole message
   for (;;) {
     if (b.size() > 0) {
       b.consume(p.put(b.data(), ec));
@@ -279,6 +283,36 @@ struct ClientRequest {
   std::string body;
   bool has_host = false;
   bool expect_continue = false;  // "Expect: 100-continue"
+  std::string transfer_coding;   // the last Transfer-Encoding field, when its final coding is not chunked
+};
+
+// Request body bytes being received or held, across every connection of the
+// OpenAI listener (`router.max_body_bytes_in_flight`). A lease holds its
+// request's share and gives it back when the request is done. Thread-safe.
+class BodyLease {
+ public:
+  BodyLease(std::atomic<uint64_t>& used, uint64_t limit) : used_(used), limit_(limit) {}
+  BodyLease(const BodyLease&) = delete;
+  BodyLease& operator=(const BodyLease&) = delete;
+  ~BodyLease() { used_.fetch_sub(held_, std::memory_order_relaxed); }
+  // Holds `total` bytes in all (more than now); false, holding what it held,
+  // if that would take the bytes in flight over the limit.
+  bool grow(uint64_t total) {
+    if (total <= held_) return true;
+    const uint64_t more = total - held_;
+    if (used_.fetch_add(more, std::memory_order_relaxed) + more > limit_) {
+      used_.fetch_sub(more, std::memory_order_relaxed);
+      return false;
+    }
+    held_ = total;
+    return true;
+  }
+  uint64_t held() const { return held_; }
+
+ private:
+  std::atomic<uint64_t>& used_;
+  const uint64_t limit_;
+  uint64_t held_ = 0;
 };
 
 // Reads one request into a ClientRequest with Beast's basic_parser (all of its
@@ -296,6 +330,13 @@ class ClientRequestParser final : public http::basic_parser<true> {
     r.body.clear();
     r.has_host = false;
     r.expect_continue = false;
+    r.transfer_coding.clear();
+  }
+  // A chunked body's bytes are taken from `lease` as they arrive (a sized
+  // body's whole length is taken before it is read).
+  void lease_chunks(BodyLease* lease, uint64_t body_limit) {
+    lease_ = lease;
+    lease_limit_ = body_limit;
   }
 
  private:
@@ -315,9 +356,22 @@ class ClientRequestParser final : public http::basic_parser<true> {
     // RFC 9110 10.1.1: never a 100 (Continue) to an HTTP/1.0 client.
     if (f == http::field::expect && r_.version >= 11 && beast::iequals(value, "100-continue"))
       r_.expect_continue = true;
+    if (f == http::field::transfer_encoding) {
+      // Beast reads a body only when the final coding is chunked; any other
+      // (gzip, identity, xchunked) left the body to be parsed as the next
+      // request. RFC 9112 6.3: such a request is refused (on_header_impl).
+      const auto comma = value.rfind(',');
+      beast::string_view last = comma == beast::string_view::npos ? value : value.substr(comma + 1);
+      while (!last.empty() && (last.front() == ' ' || last.front() == '\t')) last.remove_prefix(1);
+      while (!last.empty() && (last.back() == ' ' || last.back() == '\t')) last.remove_suffix(1);
+      if (beast::iequals(last, "chunked")) r_.transfer_coding.clear();
+      else r_.transfer_coding.assign(value.data(), std::min<size_t>(value.size(), 64));
+    }
     if (!is_hop_by_hop(f)) append_field(r_.fields, name, value);
   }
-  void on_header_impl(beast::error_code&) override {}
+  void on_header_impl(beast::error_code& ec) override {
+    if (!r_.transfer_coding.empty()) ec = http::error::bad_transfer_encoding;
+  }
   void on_body_init_impl(const boost::optional<std::uint64_t>& length, beast::error_code&) override {
     if (length) r_.body.reserve(static_cast<size_t>(*length));  // within body_limit: the parser checked
   }
@@ -327,11 +381,22 @@ class ClientRequestParser final : public http::basic_parser<true> {
   }
   void on_chunk_header_impl(std::uint64_t, beast::string_view, beast::error_code&) override {}
   size_t on_chunk_body_impl(std::uint64_t, beast::string_view s, beast::error_code& ec) override {
+    const uint64_t need = r_.body.size() + s.size();
+    if (lease_ && need > lease_->held()) {
+      // In steps (one atomic per 64 KiB or per doubling, not per chunk), never past the body limit.
+      const uint64_t step = std::max<uint64_t>({need, 2 * lease_->held(), 64 * 1024});
+      if (!lease_->grow(std::min<uint64_t>(step, lease_limit_)) && !lease_->grow(need)) {
+        ec = asio::error::no_buffer_space;
+        return 0;
+      }
+    }
     return on_body_impl(s, ec);
   }
   void on_finish_impl(beast::error_code&) override {}
 
   ClientRequest& r_;
+  BodyLease* lease_ = nullptr;
+  uint64_t lease_limit_ = 0;  // the body limit: the lease never grows past it
 };
 
 // Writes a head into a string (reused: it keeps its capacity) through a
@@ -732,7 +797,7 @@ struct Exchange final : Swept {
 
 struct HttpServer::Impl {
   explicit Impl(HttpServerHooks h)
-      : hooks(std::move(h)), acceptor(io0().ioc), admin_acceptor(io0().ioc) {}
+      : hooks(std::move(h)), acceptor(io0().ioc), admin_acceptor(admin_io->ioc) {}
 
   HttpServerHooks hooks;
   // io[0] exists from construction (the listeners are bound before start()).
@@ -742,6 +807,10 @@ struct HttpServer::Impl {
     return v;
   }();
   IoThread& io0() { return *io.front(); }
+  // The admin listener and its connections run on a thread of their own (at
+  // a lower CPU priority): a large PUT /admin/config or a slow explain never
+  // holds an io thread of the data plane.
+  std::unique_ptr<IoThread> admin_io = std::make_unique<IoThread>();
   size_t next_io = 0;  // round-robin cursor, used by thread 0 only
   Acceptor acceptor;
   Acceptor admin_acceptor;
@@ -749,12 +818,27 @@ struct HttpServer::Impl {
   std::atomic<bool> draining{false};
   std::atomic<int64_t> inflight{0};  // proxied requests being handled
   std::atomic<int64_t> queued{0};    // requests in the wait queue
+  std::atomic<int64_t> connections{0};       // open client connections of the OpenAI listener
+  std::atomic<uint64_t> body_bytes{0};       // request body bytes leased (BodyLease)
+  std::atomic<uint64_t> connections_refused{0};
+
+  // router.max_connections, 0 = half of the descriptor limit (each client
+  // connection may hold an upstream connection too).
+  uint64_t connection_limit(const Config& cfg) const {
+    if (cfg.router.max_connections) return cfg.router.max_connections;
+    return std::max<uint64_t>(64, hooks.open_files_limit / 2);
+  }
 
   awaitable<void> accept_loop(Acceptor& a, bool admin);
   awaitable<void> sweep_loop(IoThread& io);
   awaitable<void> session(Socket socket, bool admin, IoThread& io);
+  std::optional<ApiError> admit_body(const ClientRequest& req, const ClientRequestParser& parser, bool admin,
+                                     const Config& cfg, BodyLease& lease);
   awaitable<bool> handle(ClientConn& client, ClientRequest& req);
-  awaitable<void> answer_read_error(ClientConn& client, beast::error_code ec, const Config& cfg);
+  awaitable<void> answer_read_error(ClientConn& client, beast::error_code ec, const Config& cfg, bool admin,
+                                    const ClientRequest& req);
+  awaitable<void> close_lingering(ClientConn& client);
+  void refuse_connection(Socket& socket);
   awaitable<bool> handle_admin(ClientConn& client, ClientRequest& req);
   // proxy() and its phases, in order (see proxy()).
   awaitable<bool> proxy(ClientConn& client, ClientRequest& req, ApiKind kind, IoThread& io);
@@ -808,8 +892,35 @@ awaitable<void> HttpServer::Impl::accept_loop(Acceptor& a, bool admin) {
       continue;
     }
     socket.set_option(tcp::no_delay(true), ec);
+    if (!admin && connections.load(std::memory_order_relaxed) >=
+                      static_cast<int64_t>(connection_limit(*hooks.config->get()))) {
+      refuse_connection(socket);
+      continue;
+    }
+    if (!admin) connections.fetch_add(1, std::memory_order_relaxed);  // given back when session() ends
     asio::co_spawn(target.ioc, session(std::move(socket), admin, target), asio::detached);
   }
+}
+
+// Over router.max_connections: one 503 in a non-blocking send (the socket
+// buffer takes it whole) and the connection closes; nothing of the request
+// is read, so the descriptor is back at once.
+void HttpServer::Impl::refuse_connection(Socket& socket) {
+  static const std::string kBusy = [] {
+    const std::string body = error_body(ApiError{503, "Too many open connections; retry later.",
+                                                 "service_unavailable", "", "too_many_connections"});
+    return fmt::format("HTTP/1.1 503 Service Unavailable\r\nServer: kvroute\r\nContent-Type: application/json\r\n"
+                       "Retry-After: 1\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{}",
+                       body.size(), body);
+  }();
+  const auto n = connections_refused.fetch_add(1, std::memory_order_relaxed) + 1;
+  if (hooks.metrics) hooks.metrics->rejected_total.with({"connection_limit"}).inc();
+  static RateLimiter rl;
+  if (rl.allow()) spdlog::warn("router.max_connections reached: connection refused ({} so far)", n);
+  [[maybe_unused]] const ssize_t sent = ::send(socket.native_handle(), kBusy.data(), kBusy.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+  beast::error_code ignored;
+  socket.shutdown(Socket::shutdown_send, ignored);
+  socket.close(ignored);
 }
 
 // Ticks the io thread's sweeper: a tenth of the shortest configured timeout,
@@ -844,6 +955,12 @@ void HttpServer::Impl::evict_departed(IoThread& io) {
 }
 
 awaitable<void> HttpServer::Impl::session(Socket socket, bool admin, IoThread& io) {
+  struct Counted {  // the connection's place under router.max_connections (taken by accept_loop())
+    std::atomic<int64_t>* n;
+    ~Counted() {
+      if (n) n->fetch_sub(1, std::memory_order_relaxed);
+    }
+  } counted{admin ? nullptr : &connections};
   ClientConn stream(std::move(socket), io);
   beast::flat_buffer buffer;
   ClientRequest req;
@@ -853,18 +970,33 @@ awaitable<void> HttpServer::Impl::session(Socket socket, bool admin, IoThread& i
       // next request (its last response said Connection: close).
       if (stream.served > 0 && draining.load() && buffer.size() == 0) break;
       const auto cfg = hooks.config->get();
+      // The body's bytes count against router.max_body_bytes_in_flight until
+      // the request is done (admin bodies have their own limit instead).
+      BodyLease lease(body_bytes, cfg->router.max_body_bytes_in_flight);
       ClientRequestParser parser(req);
+      const uint64_t body_limit = admin ? cfg->admin.max_body_bytes : cfg->router.max_body_bytes;
       parser.header_limit(cfg->router.max_header_bytes);
-      parser.body_limit(cfg->router.max_body_bytes);
+      parser.body_limit(body_limit);
+      if (!admin) parser.lease_chunks(&lease, body_limit);
       stream.expires_after(milliseconds(cfg->router.client_read_timeout_ms));
       beast::error_code ec;
       stream.between = buffer.size() == 0;
-      co_await read_http(stream.socket, buffer, parser, ReadUntil::Message, ec, &stream.between,
-                         &req.expect_continue);
+      // The header first: limits are checked before a byte of the body is read.
+      co_await read_http(stream.socket, buffer, parser, ReadUntil::Header, ec, &stream.between);
       stream.between = false;
+      if (!ec) {
+        if (const auto refusal = admit_body(req, parser, admin, *cfg, lease)) {
+          stream.deadline.disarm();
+          count(route_label(req.target), refusal->status, "");
+          co_await respond_error(stream, req.version, false, *refusal);
+          co_await close_lingering(stream);
+          break;
+        }
+        co_await read_http(stream.socket, buffer, parser, ReadUntil::Message, ec, nullptr, &req.expect_continue);
+      }
       stream.deadline.settle(ec);
       if (ec) {
-        co_await answer_read_error(stream, ec, *cfg);
+        co_await answer_read_error(stream, ec, *cfg, admin, req);
         break;
       }
       req.keep_alive = parser.keep_alive();
@@ -891,15 +1023,51 @@ awaitable<void> HttpServer::Impl::session(Socket socket, bool admin, IoThread& i
   stream.socket.shutdown(Socket::shutdown_send, ignored);
 }
 
+// What a request's header says decides, before its body is read, whether the
+// body may be read at all: over router.max_concurrent_requests (an OpenAI
+// route) or with no room left under router.max_body_bytes_in_flight, the
+// request is refused with 503 and its body never read.
+std::optional<ApiError> HttpServer::Impl::admit_body(const ClientRequest& req, const ClientRequestParser& parser,
+                                                     bool admin, const Config& cfg, BodyLease& lease) {
+  if (admin) return std::nullopt;
+  RouterMetrics* m = hooks.metrics;
+  if (proxied_api(req) && inflight.load() >= static_cast<int64_t>(cfg.router.max_concurrent_requests)) {
+    if (m) m->rejected_total.with({"limit"}).inc();
+    return ApiError{503, "Too many concurrent requests; retry later.", "service_unavailable", "", "too_many_requests"};
+  }
+  const auto length = parser.content_length();
+  if (!length || lease.grow(*length)) return std::nullopt;  // a chunked body is leased as it arrives
+  if (m) m->rejected_total.with({"body_budget"}).inc();
+  static RateLimiter rl;
+  if (rl.allow())
+    spdlog::warn("router.max_body_bytes_in_flight ({} bytes) reached: a request of {} body bytes refused",
+                 cfg.router.max_body_bytes_in_flight, *length);
+  return ApiError{503, "Too many request bodies are being received; retry later.", "service_unavailable", "",
+                  "body_budget_exhausted"};
+}
+
 // A request that could not be read: answers what a client can act on (413,
 // 431, 400; a closed or timed-out connection gets nothing), then closes
-// lingering: what the client still sends is read and dropped for a moment, so
-// that closing with unread data (a reset) does not destroy the answer.
-awaitable<void> HttpServer::Impl::answer_read_error(ClientConn& client, beast::error_code ec, const Config& cfg) {
+// lingering (close_lingering()).
+awaitable<void> HttpServer::Impl::answer_read_error(ClientConn& client, beast::error_code ec, const Config& cfg,
+                                                    bool admin, const ClientRequest& req) {
   std::optional<ApiError> e;
   if (ec == http::error::body_limit) {
-    e = ApiError{413, fmt::format("Request body exceeds {} bytes.", cfg.router.max_body_bytes),
+    e = ApiError{413,
+                 fmt::format("Request body exceeds {} bytes ({}).",
+                             admin ? cfg.admin.max_body_bytes : cfg.router.max_body_bytes,
+                             admin ? "admin.max_body_bytes" : "router.max_body_bytes"),
                  "invalid_request_error", "", "request_too_large"};
+  } else if (ec == asio::error::no_buffer_space) {  // a chunked body over router.max_body_bytes_in_flight
+    if (hooks.metrics) hooks.metrics->rejected_total.with({"body_budget"}).inc();
+    e = ApiError{503, "Too many request bodies are being received; retry later.", "service_unavailable", "",
+                 "body_budget_exhausted"};
+  } else if (ec == http::error::bad_transfer_encoding && !req.transfer_coding.empty()) {
+    e = ApiError{400,
+                 fmt::format("Transfer-Encoding '{}' is not supported: the final transfer coding of a request must "
+                             "be chunked (RFC 9112 6.3).",
+                             req.transfer_coding),
+                 "invalid_request_error", "", "bad_transfer_encoding"};
   } else if (ec == http::error::header_limit) {
     e = ApiError{431, fmt::format("Request headers exceed {} bytes.", cfg.router.max_header_bytes),
                  "invalid_request_error", "", "request_header_too_large"};
@@ -910,8 +1078,15 @@ awaitable<void> HttpServer::Impl::answer_read_error(ClientConn& client, beast::e
   if (!e) co_return;
   count("other", e->status, "");
   co_await respond_error(client, 11, false, *e);
-  beast::error_code ignored;
-  client.socket.shutdown(Socket::shutdown_send, ignored);
+  co_await close_lingering(client);
+}
+
+// Closes after an answer while the client may still be sending: what it sends
+// is read and dropped for a moment (at most 4 MiB, 500 ms), so that closing
+// with unread data (a reset) does not destroy the answer.
+awaitable<void> HttpServer::Impl::close_lingering(ClientConn& client) {
+  beast::error_code ec;
+  client.socket.shutdown(Socket::shutdown_send, ec);
   std::array<char, 4096> sink;
   size_t drained = 0;
   client.expires_after(milliseconds(500));
@@ -1146,6 +1321,8 @@ bool HttpServer::Impl::accept_route(Exchange& x) {
       m->tokenizer_fallbacks_total.with({x.client.parsed.model, to_string(route.tokenizer_fallback)}).inc();
   }
   x.rec.prompt_tokens = route.isl_tokens;
+  if (!route.ok && route.error.code == "context_length_exceeded" && hooks.metrics)
+    hooks.metrics->rejected_total.with({"prompt_exceeds_kv"}).inc();
   if (!route.ok) return false;
   x.model_label = x.client.parsed.model;  // bounded: a model some worker announced
   if (sticky_session(x)) hooks.sessions->apply(session_key(x), x.cfg.indexer.block_size, x.client.route);
@@ -1596,20 +1773,40 @@ uint16_t HttpServer::admin_port() const {
 
 int64_t HttpServer::inflight() const { return impl_->inflight.load(); }
 
+HttpServer::Limits HttpServer::limits() const {
+  const auto cfg = impl_->hooks.config->get();
+  Limits l;
+  l.connections = impl_->connections.load(std::memory_order_relaxed);
+  l.max_connections = impl_->connection_limit(*cfg);
+  l.body_bytes = impl_->body_bytes.load(std::memory_order_relaxed);
+  l.max_body_bytes = cfg->router.max_body_bytes_in_flight;
+  return l;
+}
+
 void HttpServer::start(unsigned threads) {
   while (impl_->io.size() < std::max(1u, threads)) impl_->io.push_back(std::make_unique<IoThread>());
   asio::co_spawn(impl_->io0().ioc, impl_->accept_loop(impl_->acceptor, false), asio::detached);
+  IoThread& admin = *impl_->admin_io;
   if (impl_->admin_acceptor.is_open())
-    asio::co_spawn(impl_->io0().ioc, impl_->accept_loop(impl_->admin_acceptor, true), asio::detached);
+    asio::co_spawn(admin.ioc, impl_->accept_loop(impl_->admin_acceptor, true), asio::detached);
   for (auto& t : impl_->io) {
     IoThread& io = *t;
     asio::co_spawn(io.ioc, impl_->sweep_loop(io), asio::detached);
   }
+  asio::co_spawn(admin.ioc, impl_->sweep_loop(admin), asio::detached);
   for (auto& t : impl_->io)
     t->thread = std::thread([&ioc = t->ioc] {
       pthread_setname_np(pthread_self(), "kvroute-http");
       ioc.run();
     });
+  admin.thread = std::thread([&ioc = admin.ioc] {
+    pthread_setname_np(pthread_self(), "kvroute-admin");
+    // Below the io threads: on a busy machine the data plane gets the CPU
+    // first (Linux: a thread's nice value is its own).
+    if (setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), 10) != 0)
+      spdlog::debug("admin thread: nice 10 not set ({})", std::strerror(errno));
+    ioc.run();
+  });
 }
 
 void HttpServer::shutdown(std::chrono::milliseconds grace) {
@@ -1620,9 +1817,13 @@ void HttpServer::shutdown(std::chrono::milliseconds grace) {
   asio::post(im.io0().ioc, [&im] {
     beast::error_code ec;
     im.acceptor.close(ec);
+  });
+  asio::post(im.admin_io->ioc, [&im] {
+    beast::error_code ec;
     im.admin_acceptor.close(ec);
   });
   for (auto& t : im.io) asio::post(t->ioc, [&io = *t] { io.connections.sweep(Steady::now()); });
+  asio::post(im.admin_io->ioc, [&io = *im.admin_io] { io.connections.sweep(Steady::now()); });
   auto wait_idle = [&im](Steady::time_point until) {
     while (im.inflight.load() > 0 && Steady::now() < until) std::this_thread::sleep_for(milliseconds(2));
     return im.inflight.load() == 0;
@@ -1643,15 +1844,21 @@ void HttpServer::stop() {
   asio::post(impl_->io0().ioc, [this] {
     beast::error_code ec;
     impl_->acceptor.close(ec);
+  });
+  asio::post(impl_->admin_io->ioc, [this] {
+    beast::error_code ec;
     impl_->admin_acceptor.close(ec);
   });
-  for (auto& t : impl_->io) {
+  std::vector<IoThread*> all;
+  for (auto& t : impl_->io) all.push_back(t.get());
+  all.push_back(impl_->admin_io.get());
+  for (IoThread* t : all) {
     t->work.reset();
     t->ioc.stop();
   }
-  for (auto& t : impl_->io)
+  for (IoThread* t : all)
     if (t->thread.joinable()) t->thread.join();
-  for (auto& t : impl_->io) t->pool.clear();
+  for (IoThread* t : all) t->pool.clear();
 }
 
 }  // namespace kvroute

@@ -4,8 +4,9 @@
 // Threading: `start(n)` runs n io threads, each with its own io_context;
 // thread 0 accepts and hands each client connection to a thread
 // (round-robin), where the connection, its requests and their upstream
-// connections stay (no strands, no locks on the request path). Hooks are
-// called from io threads and must be thread-safe.
+// connections stay (no strands, no locks on the request path). The admin
+// listener and its connections have a thread of their own (`kvroute-admin`,
+// nice 10). Hooks are called from io threads and must be thread-safe.
 #pragma once
 
 #include <chrono>
@@ -36,6 +37,9 @@ struct HttpServerHooks {
   std::function<std::string()> render_metrics;
   // Called after a routing decision for a worker in approximate mode.
   std::function<void(const ParsedRequest&, const RouteResult&)> on_routed;
+  // The process's descriptor limit (RLIMIT_NOFILE): router.max_connections 0
+  // means half of it.
+  uint64_t open_files_limit = 1024;
 };
 
 class HttpServer {
@@ -60,6 +64,14 @@ class HttpServer {
   void stop();
   // Requests being handled right now.
   int64_t inflight() const;
+  // Open connections and leased body bytes against their limits (metrics).
+  struct Limits {
+    int64_t connections = 0;
+    uint64_t max_connections = 0;
+    uint64_t body_bytes = 0;
+    uint64_t max_body_bytes = 0;
+  };
+  Limits limits() const;
 
  private:
   struct Impl;

@@ -8,6 +8,9 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <sys/resource.h>
+
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <map>
@@ -17,6 +20,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/metrics.h"
+#include "common/url_allow_list.h"
 #include "config/config.h"
 #include "config/config_store.h"
 #include "events/event_pipeline.h"
@@ -226,6 +230,28 @@ void render_zmq_metrics(std::string& out, const ZmqSourceStats& z) {
                      z.partial_owners.load());
 }
 
+// Raises the soft RLIMIT_NOFILE to the hard limit (the common default of
+// 1,024 runs out at about a thousand client connections) and logs it;
+// returns the limit now in force.
+uint64_t raise_open_files_limit() {
+  rlimit rl{};
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return 1024;
+  const rlim_t before = rl.rlim_cur;
+  if (rl.rlim_cur < rl.rlim_max) {
+    rlimit want = rl;
+    want.rlim_cur = rl.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &want) == 0) rl = want;
+    // An unlimited hard limit is refused by Linux (fs.nr_open bounds it): 1,048,576 is its default.
+    else if (want.rlim_cur = std::min<rlim_t>(rl.rlim_max, 1 << 20); setrlimit(RLIMIT_NOFILE, &want) == 0) rl = want;
+  }
+  if (rl.rlim_cur == before)
+    spdlog::info("open files limit (RLIMIT_NOFILE) {} (the hard limit)", static_cast<uint64_t>(rl.rlim_cur));
+  else
+    spdlog::info("open files limit (RLIMIT_NOFILE) raised from {} to {}", static_cast<uint64_t>(before),
+                 static_cast<uint64_t>(rl.rlim_cur));
+  return rl.rlim_cur;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -259,6 +285,12 @@ int main(int argc, char** argv) {
     return 0;
   }
   setup_logging(cfg.log.level, cfg.log.format);
+  const uint64_t open_files = raise_open_files_limit();
+  const bool allow_any_worker_url = UrlAllowList::parse(cfg.events.worker_url_allow).value_or(UrlAllowList()).allows_any();
+  if (allow_any_worker_url && !cfg.events.nats_url.empty())
+    spdlog::warn("events.worker_url_allow is '*': anyone who may publish on {}.workers can make kvroute send "
+                 "requests to any URL; list the workers' subnets instead (config/README.md)",
+                 cfg.events.subject_prefix);
   if (cfg.admin.token.empty())
     spdlog::warn("admin.token is empty: the admin API refuses every request (set KVROUTE_ADMIN_TOKEN)");
 
@@ -415,12 +447,19 @@ int main(int argc, char** argv) {
   // Ready while some worker can take requests; a NATS outage does not make
   // the router unready (workers are judged by the router, not by the bus).
   hooks.ready = [&] { return !registry.candidates("").empty(); };
+  hooks.open_files_limit = open_files;
   hooks.render_metrics = [&] {
     std::string out = registry_metrics.render();
     render_module_metrics(out, pipeline.stats(), sequencer, radix, approx, admin.stats(), bus.get());
     render_fleet_metrics(out, fleet, registry);
     render_zmq_metrics(out, zmq.stats());
     render_bus_metrics(out, pipeline, sequencer);
+    out += fmt::format(
+        "# HELP kvroute_events_worker_url_allow_any 1 when events.worker_url_allow is '*' (any URL may join by "
+        "heartbeat)\n# TYPE kvroute_events_worker_url_allow_any gauge\nkvroute_events_worker_url_allow_any {}\n"
+        "# HELP kvroute_events_bus_workers workers known by heartbeat only (limit events.max_bus_workers)\n"
+        "# TYPE kvroute_events_bus_workers gauge\nkvroute_events_bus_workers {}\n",
+        allow_any_worker_url ? 1 : 0, registry.bus_workers());
     if (replicas) {
       const auto& rs = replicas->stats();
       out += "# HELP kvroute_events_replica_peers other router replicas whose in-flight requests count\n"
@@ -483,6 +522,12 @@ int main(int argc, char** argv) {
   registry_metrics.on_scrape(
       [&] {
         router_metrics.inflight_requests.get().set(static_cast<double>(server.inflight()));
+        const auto limits = server.limits();
+        router_metrics.connections.get().set(static_cast<double>(limits.connections));
+        router_metrics.connections_limit.get().set(static_cast<double>(limits.max_connections));
+        router_metrics.body_bytes.get().set(static_cast<double>(limits.body_bytes));
+        router_metrics.body_bytes_limit.get().set(static_cast<double>(limits.max_body_bytes));
+        router_metrics.open_files_limit.get().set(static_cast<double>(open_files));
         router_metrics.ttft_mape_ratio.get().set(registry.ttft_stats().mape());  // scheduler/ttft_model.h
       });
   // The admin listener binds where the router binds unless admin.host says otherwise.

@@ -102,9 +102,27 @@ bool parse_prompt(dom::element p, const char* name, ParsedRequest& out, ApiError
   return parse_tokens(first.get_array().value_unsafe(), name, out, err);
 }
 
+// A thread's parser keeps the capacity of the largest body it parsed (its
+// string buffer and tape are several times the body): after a body larger
+// than this it is replaced, so one 8 MiB body does not pin that much on every
+// io thread for good.
+constexpr size_t kKeptParserCapacity = 1 << 20;
+
+bool parse_request_fields(ApiKind kind, std::string_view body, ParsedRequest& out, ApiError& err);
+
 }  // namespace
 
 bool parse_openai_request(ApiKind kind, std::string_view body, ParsedRequest& out, ApiError& err) {
+  const bool ok = parse_request_fields(kind, body, out, err);  // copies what it needs out of the document
+  if (thread_parser().capacity() > kKeptParserCapacity) thread_parser() = dom::parser();
+  return ok;
+}
+
+size_t json_parser_capacity() { return thread_parser().capacity(); }
+
+namespace {
+
+bool parse_request_fields(ApiKind kind, std::string_view body, ParsedRequest& out, ApiError& err) {
   out.reset();
   out.kind = kind;
   out.body = body;
@@ -115,6 +133,7 @@ bool parse_openai_request(ApiKind kind, std::string_view body, ParsedRequest& ou
   if ((doc.error() == simdjson::NUMBER_ERROR) &&
       replace_out_of_range_numbers(body, &in_range))
     doc = thread_parser().parse(in_range.data(), in_range.size(), true);
+  if (in_range.capacity() > kKeptParserCapacity) std::string().swap(in_range);  // the document owns no view into it
   if (doc.error())
     return fail(err, fmt::format("We could not parse the JSON body of your request ({}).",
                                  simdjson::error_message(doc.error())),
@@ -187,6 +206,8 @@ bool parse_openai_request(ApiKind kind, std::string_view body, ParsedRequest& ou
   }
   return true;
 }
+
+}  // namespace
 
 std::string error_body(const ApiError& e) {
   auto opt = [](const std::string& s) { return s.empty() ? std::string("null") : "\"" + json_escape(s) + "\""; };

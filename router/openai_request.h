@@ -76,6 +76,9 @@ struct ParsedRequest {
 // Returns false and fills `err` (status 400) when the body is malformed or
 // lacks a field.
 bool parse_openai_request(ApiKind kind, std::string_view body, ParsedRequest& out, ApiError& err);
+// Bytes of document the calling thread's JSON parser is sized for now; back
+// under 1 MiB after each request that needed more.
+size_t json_parser_capacity();
 
 // {"error":{"message":...,"type":...,"param":...,"code":...}}
 std::string error_body(const ApiError& e);

@@ -24,7 +24,8 @@ struct RouterMetrics {
         retries_total(r.counter("kvroute_router_retries_total", "Requests sent to a further worker after a failure")),
         cancels_total(r.counter("kvroute_router_cancels_total", "Client disconnects before the response ended")),
         rejected_total(r.counter("kvroute_router_rejected_total",
-                                 "Requests refused before routing (limit, queue_full, queue_timeout, shutting_down)",
+                                 "Requests refused before routing (limit, queue_full, queue_timeout, body_budget, "
+                                 "connection_limit, prompt_exceeds_kv)",
                                  {"reason"})),
         prompt_tokens_total(r.counter("kvroute_router_prompt_tokens_total", "Prompt tokens of routed requests")),
         cached_tokens_total(r.counter("kvroute_router_cached_tokens_total",
@@ -47,6 +48,13 @@ struct RouterMetrics {
         // gauges
         inflight_requests(r.gauge("kvroute_router_inflight_requests", "Requests being handled")),
         queued_requests(r.gauge("kvroute_router_queued_requests", "Requests waiting for a free worker")),
+        connections(r.gauge("kvroute_router_connections", "Open client connections on the OpenAI listener")),
+        connections_limit(r.gauge("kvroute_router_connections_limit",
+                                  "router.max_connections in force (0 in the config: half of RLIMIT_NOFILE)")),
+        body_bytes(r.gauge("kvroute_router_body_bytes",
+                           "Request body bytes being received or held (router.max_body_bytes_in_flight)")),
+        body_bytes_limit(r.gauge("kvroute_router_body_bytes_limit", "router.max_body_bytes_in_flight in force")),
+        open_files_limit(r.gauge("kvroute_router_open_files_limit", "RLIMIT_NOFILE of the process, after raising")),
         ttft_mape_ratio(r.gauge("kvroute_scheduler_ttft_mape_ratio",
                                 "Mean absolute percentage error of the predicted TTFT (per-worker online model)")),
         // histograms
@@ -84,6 +92,11 @@ struct RouterMetrics {
   metrics::CounterFamily& tokenizer_fallbacks_total;
   metrics::GaugeFamily& inflight_requests;
   metrics::GaugeFamily& queued_requests;
+  metrics::GaugeFamily& connections;
+  metrics::GaugeFamily& connections_limit;
+  metrics::GaugeFamily& body_bytes;
+  metrics::GaugeFamily& body_bytes_limit;
+  metrics::GaugeFamily& open_files_limit;
   metrics::GaugeFamily& ttft_mape_ratio;
   metrics::HistogramFamily& request_duration_seconds;
   metrics::HistogramFamily& ttfb_seconds;

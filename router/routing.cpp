@@ -133,6 +133,17 @@ void RoutingService::decide(const Config& cfg, std::string_view model, uint32_t 
   const uint32_t block_size = cfg.indexer.block_size;
   out.isl_tokens = isl_tokens;
   out.request_blocks = (uint64_t{isl_tokens} + block_size - 1) / block_size;
+  // A prompt larger than any worker's whole KV cache can never be served: 400
+  // at once, before it is counted as any worker's load (its in-flight blocks
+  // would make healthy workers look full to every other request).
+  if (const auto capacity = registry_.kv_capacity(model); capacity && out.request_blocks > *capacity) {
+    out.error = ApiError{400,
+                         fmt::format("This prompt needs {} KV blocks ({} tokens); the largest KV cache of the "
+                                     "workers serving '{}' holds {} blocks.",
+                                     out.request_blocks, isl_tokens, model, *capacity),
+                         "invalid_request_error", "prompt", "context_length_exceeded"};
+    return;
+  }
   const size_t limit = rank_all ? 0 : cfg.router.max_attempts;
   if (fast_path_ && !score_all && !model.empty() && RankedFleet::supports(cfg.scheduler, limit) &&
       decide_ranked(cfg, model, limit, out))

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <set>
 
 namespace kvroute {
@@ -37,10 +38,27 @@ std::string_view to_string(HealthState s) {
 }
 
 bool WorkerRegistry::on_heartbeat(const WorkerAnnouncement& a) {
+  return admit_heartbeat(a, std::numeric_limits<size_t>::max()) == HeartbeatVerdict::Joined;
+}
+
+size_t WorkerRegistry::bus_workers() const {
   std::lock_guard lk(mu_);
+  return bus_workers_;
+}
+
+HeartbeatVerdict WorkerRegistry::admit_heartbeat(const WorkerAnnouncement& a, size_t max_bus_workers) {
+  std::lock_guard lk(mu_);
+  if (const auto known = workers_.find(a.id); known != workers_.end()) {
+    const WorkerAnnouncement& was = *known->second.info;
+    if (was.source == WorkerSource::Heartbeat && was.url != a.url) return HeartbeatVerdict::UrlChanged;
+  } else if (bus_workers_ >= max_bus_workers) {
+    return HeartbeatVerdict::TooManyWorkers;
+  }
   auto [it, inserted] = workers_.try_emplace(a.id);
+  if (inserted) ++bus_workers_;
   Entry& e = it->second;
   const auto now = clock_.now();
+  if (inserted || e.info->load.kv_total_blocks != a.load.kv_total_blocks) capacity_dirty_ = true;
   if (!inserted && e.info && e.info->source != WorkerSource::Heartbeat) {
     // Known by the router itself: the heartbeat contributes load only.
     auto info = std::make_shared<WorkerAnnouncement>(*e.info);
@@ -55,16 +73,20 @@ bool WorkerRegistry::on_heartbeat(const WorkerAnnouncement& a) {
   e.last_load = now;
   e.has_load = true;
   sync(a.id, e, now);
-  return inserted;
+  return inserted ? HeartbeatVerdict::Joined : HeartbeatVerdict::Refreshed;
 }
 
 bool WorkerRegistry::upsert(const WorkerAnnouncement& a) {
   std::lock_guard lk(mu_);
   auto [it, inserted] = workers_.try_emplace(a.id);
   Entry& e = it->second;
+  const bool was_bus = !inserted && e.info && e.info->source == WorkerSource::Heartbeat;
+  if (was_bus) --bus_workers_;
+  if (a.source == WorkerSource::Heartbeat) ++bus_workers_;
   auto info = std::make_shared<WorkerAnnouncement>(a);
   if (!inserted && e.info) info->load = e.info->load;  // keep the last report until the next scrape
   e.info = std::move(info);
+  capacity_dirty_ = true;
   e.last_seen = clock_.now();
   sync(a.id, e, e.last_seen);
   rebuild_lora_names();
@@ -79,13 +101,17 @@ std::vector<WorkerId> WorkerRegistry::expire(Nanos ttl) {
     const bool heartbeat_only = it->second.info->source == WorkerSource::Heartbeat;
     if (heartbeat_only && now - it->second.last_seen > ttl) {
       dead.push_back(it->first);
+      --bus_workers_;
       unsync(it->first, it->second);
       it = workers_.erase(it);
     } else {
       ++it;
     }
   }
-  if (!dead.empty()) rebuild_lora_names();
+  if (!dead.empty()) {
+    rebuild_lora_names();
+    capacity_dirty_ = true;
+  }
   return dead;
 }
 
@@ -100,9 +126,11 @@ bool WorkerRegistry::remove(WorkerId id) {
   std::lock_guard lk(mu_);
   auto it = workers_.find(id);
   if (it == workers_.end()) return false;
+  if (it->second.info->source == WorkerSource::Heartbeat) --bus_workers_;
   unsync(id, it->second);
   workers_.erase(it);
   rebuild_lora_names();
+  capacity_dirty_ = true;
   return true;
 }
 
@@ -111,6 +139,7 @@ bool WorkerRegistry::on_load_report(WorkerId id, const WorkerLoad& load) {
   auto it = workers_.find(id);
   if (it == workers_.end()) return false;
   Entry& e = it->second;
+  if (e.info->load.kv_total_blocks != load.kv_total_blocks) capacity_dirty_ = true;
   auto info = std::make_shared<WorkerAnnouncement>(*e.info);
   info->load = load;
   e.info = std::move(info);
@@ -318,6 +347,28 @@ void WorkerRegistry::rebuild_lora_names() {
   for (const auto& [id, e] : workers_)
     for (const auto& l : e.info->lora_adapters) names.insert(l);
   std::atomic_store(&lora_names_, std::make_shared<const std::vector<std::string>>(names.begin(), names.end()));
+}
+
+std::optional<uint64_t> WorkerRegistry::kv_capacity(std::string_view model) const {
+  constexpr uint64_t kUnknown = std::numeric_limits<uint64_t>::max();
+  std::lock_guard lk(mu_);
+  if (capacity_dirty_) {
+    capacity_.clear();
+    for (const auto& [id, e] : workers_) {
+      const uint64_t cap = e.info->load.kv_total_blocks ? e.info->load.kv_total_blocks : kUnknown;
+      auto put = [&](const std::string& name) {
+        if (name.empty()) return;
+        auto [it, fresh] = capacity_.try_emplace(name, cap);
+        if (!fresh) it->second = std::max(it->second, cap);
+      };
+      put(e.info->model);
+      for (const auto& l : e.info->lora_adapters) put(l);
+    }
+    capacity_dirty_ = false;
+  }
+  const auto it = capacity_.find(model);
+  if (it == capacity_.end() || it->second == kUnknown) return std::nullopt;
+  return it->second;
 }
 
 bool WorkerRegistry::is_lora_adapter(std::string_view model) const {

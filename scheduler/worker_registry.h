@@ -32,6 +32,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <span>
 #include <string>
@@ -68,6 +69,14 @@ std::string_view to_string(HealthSignal s);
 
 enum class HealthState : uint8_t { Ok, Down, Ejected };
 std::string_view to_string(HealthState s);
+
+// What became of a heartbeat (WorkerRegistry::admit_heartbeat()).
+enum class HeartbeatVerdict : uint8_t {
+  Joined,          // a new heartbeat-only worker
+  Refreshed,       // a known worker: load (and, for a heartbeat-only one, its announcement) updated
+  UrlChanged,      // refused: a heartbeat-only worker's heartbeat names another URL
+  TooManyWorkers,  // refused: a new worker while max_bus_workers are known by heartbeat
+};
 
 // Passive and active health thresholds (config `workers.*`).
 struct HealthPolicy {
@@ -128,6 +137,14 @@ class WorkerRegistry {
   // worker the router knows from another source keeps that source (and its
   // URL): the heartbeat only refreshes its load.
   bool on_heartbeat(const WorkerAnnouncement& a);
+  // The same under the bus's trust rules: a known worker's URL never changes
+  // through a heartbeat (only config or the admin API change it, or the
+  // worker expires first), and a new worker is refused while
+  // `max_bus_workers` heartbeat-only workers are known (the known ones are
+  // never evicted). A refused heartbeat changes nothing.
+  HeartbeatVerdict admit_heartbeat(const WorkerAnnouncement& a, size_t max_bus_workers);
+  // Heartbeat-only workers known now.
+  size_t bus_workers() const;
   // Adds or replaces a router-known worker (static, DNS, admin); keeps its
   // health, load and in-flight counts when it was known. True if new.
   bool upsert(const WorkerAnnouncement& a);
@@ -170,6 +187,12 @@ class WorkerRegistry {
               uint32_t block_size, const SchedulerConfig& cfg, Random& random, size_t rank_limit,
               FleetDecision& out, std::vector<WorkerView>& views);
   bool known(WorkerId id) const;
+  // The most KV blocks one worker serving `model` (or the LoRA adapter
+  // `model`) can hold: the largest kv_total_blocks reported, whatever the
+  // worker's health. nullopt when nobody serves it or some worker serving it
+  // has not reported a capacity. Recomputed only after a capacity or the
+  // membership changed.
+  std::optional<uint64_t> kv_capacity(std::string_view model) const;
   // True when some worker serves `model` as a LoRA adapter (its blocks hash
   // with the adapter's name). Lock-free read of a snapshot.
   bool is_lora_adapter(std::string_view model) const;
@@ -243,6 +266,7 @@ class WorkerRegistry {
   std::atomic<uint64_t> inflight_generation_{0};  // issue 15 (see inflight_generation())
   mutable std::mutex mu_;
   std::map<WorkerId, Entry> workers_;
+  size_t bus_workers_ = 0;  // entries whose source is Heartbeat
   std::map<std::string, RankedFleet, std::less<>> fleets_;  // by served model / LoRA name
   std::set<std::pair<TimePoint, WorkerId>> ejections_;     // ejected workers by end of ejection
   HealthPolicy policy_;
@@ -250,6 +274,9 @@ class WorkerRegistry {
   // LoRA adapter names of every worker, rebuilt on membership changes.
   std::shared_ptr<const std::vector<std::string>> lora_names_ = std::make_shared<const std::vector<std::string>>();
   void rebuild_lora_names();  // mu_ held
+  // kv_capacity() by served name, rebuilt when capacity_dirty_ (mu_ held).
+  mutable std::map<std::string, uint64_t, std::less<>> capacity_;
+  mutable bool capacity_dirty_ = true;
   TtftStats ttft_stats_;
 };
 

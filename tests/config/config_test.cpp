@@ -7,6 +7,13 @@
 
 using namespace kvroute;
 
+namespace {
+bool has_text(const std::string& s, std::string_view part) { return s.find(part) != std::string::npos; }
+std::string fmt_allow(std::string_view entry) {
+  return "events:\n  worker_url_allow: '" + std::string(entry) + "'\n";
+}
+}  // namespace
+
 TEST_CASE("YAML overrides defaults; absent keys keep them") {
   Config c;
   REQUIRE_FALSE(apply_yaml(c, "router:\n  port: 9000\nscheduler:\n  gamma: 0.25\n").has_value());
@@ -221,4 +228,24 @@ TEST_CASE("nan and inf are refused for floating-point keys, naming the key (issu
   Config c;
   CHECK_FALSE(set_key(c, "scheduler.gamma", "0.25").has_value());
   CHECK(c.scheduler.gamma == 0.25);
+}
+
+TEST_CASE("limits of bodies, connections and bus-announced workers validate") {
+  Config c;
+  CHECK(c.router.max_body_bytes_in_flight >= c.router.max_body_bytes);
+  auto e = apply_yaml(c, "router:\n  max_body_bytes_in_flight: 1048576\n  max_body_bytes: 2097152\n");
+  REQUIRE(e.has_value());
+  CHECK(has_text(*e, "router.max_body_bytes_in_flight"));
+  CHECK_FALSE(apply_yaml(c, "router:\n  max_connections: 100\n").has_value());
+  CHECK_FALSE(apply_yaml(c, "events:\n  worker_url_allow: '10.0.0.0/8, fd00::/8, http://vllm-0:8000, 10.1.2.3'\n")
+                  .has_value());
+  for (std::string_view bad : {"10.0.0.0/33", "not-an-ip", "http://x/base", "::1/129", "10.0.0.0/"}) {
+    CAPTURE(bad);
+    e = apply_yaml(c, fmt_allow(bad));
+    REQUIRE(e.has_value());
+    CHECK(has_text(*e, "events.worker_url_allow"));
+  }
+  e = apply_yaml(c, "scheduler:\n  busy_kv_usage: 0\n");
+  REQUIRE(e.has_value());
+  CHECK(has_text(*e, "scheduler.busy_kv_usage"));
 }

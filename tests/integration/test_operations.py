@@ -163,8 +163,10 @@ class AdminAndReloadTest(OpsFleet):
 class BusyQueueTest(OpsFleet):
     def test_thresholds_queue_then_503(self):
         f = self.fleet
-        # Every worker is "busy" (KV usage >= 0): no queue -> 503 at once.
-        self.assertEqual(f.admin("PUT", "/admin/config", "scheduler:\n  busy_kv_usage: 0\n").status, 200)
+        # No worker is eligible (every one drained): no queue -> 503 at once.
+        workers = [int(w["worker_id"]) for w in f.admin("GET", "/admin/workers").json()]
+        for w in workers:
+            self.assertEqual(f.admin("POST", f"/admin/workers/{w}/drain").status, 200)
         r = f.post("/v1/completions", completion("anything"))
         self.assertEqual(r.status, 503)
         self.assertEqual(r.header("retry-after"), "1")
@@ -184,7 +186,8 @@ class BusyQueueTest(OpsFleet):
         t0 = time.time()
         th.start()
         self.assertTrue(wait_until(lambda: f.metric("kvroute_router_queued_requests") == 1, 5))
-        f.admin("PUT", "/admin/config", "scheduler:\n  busy_kv_usage: 1\n")
+        for w in workers:
+            f.admin("POST", f"/admin/workers/{w}/undrain")
         th.join(10)
         self.assertEqual(result["r"].status, 200)
         self.assertLess(time.time() - t0, 5)

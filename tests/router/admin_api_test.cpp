@@ -367,3 +367,30 @@ TEST_CASE("a worker's state on the status page: the most pressing first") {
   never.load_age = Nanos{-1};
   CHECK(worker_state(never, false, stale) == "ok");
 }
+
+TEST_CASE("PUT /admin/config refuses values that would stop routing or lock the operator out, naming the key") {
+  Fixture f;
+  const auto before = f.config.get();
+  const std::pair<std::string_view, std::string_view> fatal[] = {
+      {"scheduler:\n  busy_kv_usage: 0\n", "scheduler.busy_kv_usage"},         // every worker busy: all 503
+      {"scheduler:\n  busy_slot_usage: 0\n", "scheduler.busy_slot_usage"},     // the same by request slots
+      {"admin:\n  token: ''\n", "admin.token"},                                // refuses this API too
+      {"router:\n  first_byte_timeout_ms: 1\n", "router.first_byte_timeout_ms"},  // every request times out
+      {"router:\n  first_byte_timeout_min_ms: 1\n", "router.first_byte_timeout_min_ms"},
+      {"router:\n  client_read_timeout_ms: 1\n", "router.client_read_timeout_ms"},  // no request can be read
+      {"router:\n  idle_timeout_ms: 1\n", "router.idle_timeout_ms"},          // every stream cut
+      {"router:\n  connect_timeout_ms: 1\n", "router.connect_timeout_ms"},    // no worker reachable
+      {"router:\n  max_body_bytes_in_flight: 1048576\n  max_body_bytes: 2097152\n",
+       "router.max_body_bytes_in_flight"},  // no body of the largest size could ever be read
+  };
+  for (const auto& [yaml, key] : fatal) {
+    CAPTURE(yaml);
+    const auto r = f.api.handle("PUT", "/admin/config", kAuth, yaml);
+    CHECK(r.status == 400);
+    CHECK(has(r.body, key));
+  }
+  CHECK(f.config.get() == before);  // nothing changed
+  CHECK(f.api.handle("GET", "/admin/config", kAuth, "").status == 200);  // the operator still gets in
+  // The edge values just inside stay allowed.
+  CHECK(f.api.handle("PUT", "/admin/config", kAuth, "scheduler:\n  busy_kv_usage: 0.01\n").status == 200);
+}

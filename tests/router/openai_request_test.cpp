@@ -136,3 +136,18 @@ TEST_CASE("the user field is the session key; a non-string user is a 400") {
   CHECK(e.status == 400);
   CHECK(e.param == "user");
 }
+
+TEST_CASE("the thread's JSON parser gives back what a large body made it grow to") {
+  ParsedRequest r;
+  ApiError e;
+  std::string big = R"({"model":"m","prompt":")" + std::string(8 << 20, 'a') + R"("})";
+  REQUIRE(parse_openai_request(ApiKind::Completions, big, r, e));
+  CHECK(r.prompt_text.size() == size_t{8} << 20);  // read before the parser shrank
+  CHECK(json_parser_capacity() <= size_t{1} << 20);
+  // Ordinary bodies keep their parser (no reallocation per request).
+  REQUIRE(parse_openai_request(ApiKind::Completions, R"({"model":"m","prompt":"hello"})", r, e));
+  const size_t kept = json_parser_capacity();
+  CHECK(kept > 0);
+  REQUIRE(parse_openai_request(ApiKind::Completions, R"({"model":"m","prompt":"again"})", r, e));
+  CHECK(json_parser_capacity() == kept);
+}

@@ -229,3 +229,34 @@ TEST_CASE("hold_heartbeats: a bus outage does not expire heartbeat-only workers"
   clock.advance(3s);  // the bus is back, the worker stays silent: it goes
   CHECK(r.expire(2s) == std::vector<WorkerId>{WorkerId{1}});
 }
+
+TEST_CASE("heartbeats never change a known worker's URL, and new ones stop at the bus-worker cap") {
+  ManualClock clock;
+  WorkerRegistry r(clock);
+  CHECK(r.admit_heartbeat(ann(1), 2) == HeartbeatVerdict::Joined);
+  CHECK(r.admit_heartbeat(ann(1, "m", 3), 2) == HeartbeatVerdict::Refreshed);
+  auto forged = ann(1);
+  forged.url = "http://10.6.6.6:8000";
+  forged.load.request_active_slots = 9;
+  CHECK(r.admit_heartbeat(forged, 2) == HeartbeatVerdict::UrlChanged);
+  auto v = r.candidates("m").at(0);
+  CHECK(v.info->url == "http://127.0.0.1:9001");
+  CHECK(v.info->load.request_active_slots == 3);  // the refused heartbeat changed nothing
+  CHECK(r.admit_heartbeat(ann(2), 2) == HeartbeatVerdict::Joined);
+  CHECK(r.admit_heartbeat(ann(3), 2) == HeartbeatVerdict::TooManyWorkers);
+  CHECK(r.size() == 2);
+  CHECK(r.bus_workers() == 2);
+  CHECK(r.admit_heartbeat(ann(1), 2) == HeartbeatVerdict::Refreshed);  // known ones keep their place
+  // A router-known worker does not count, and keeps its own URL (heartbeats add load).
+  CHECK(r.upsert(router_known(7)));
+  CHECK(r.bus_workers() == 2);
+  // Once a bus worker expired, its place (and its id, with any URL) is free again.
+  clock.advance(10s);
+  r.admit_heartbeat(ann(2), 2);
+  CHECK(r.expire(5s) == std::vector<WorkerId>{WorkerId{1}});
+  CHECK(r.bus_workers() == 1);
+  CHECK(r.admit_heartbeat(forged, 2) == HeartbeatVerdict::Joined);
+  CHECK(r.candidates("m").size() == 3);
+  CHECK(r.remove(WorkerId{1}));
+  CHECK(r.bus_workers() == 1);
+}

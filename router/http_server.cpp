@@ -879,7 +879,9 @@ struct HttpServer::Impl {
 awaitable<void> HttpServer::Impl::accept_loop(Acceptor& a, bool admin) {
   for (;;) {
     beast::error_code ec;
-    IoThread& target = *io[next_io++ % io.size()];
+    // Admin connections stay on the admin thread; the others go round-robin
+    // (next_io is touched by thread 0 only).
+    IoThread& target = admin ? *admin_io : *io[next_io++ % io.size()];
     Socket socket = co_await a.async_accept(target.ioc, nothrow(ec));
     if (ec) {
       if (stopping.load() || ec == asio::error::operation_aborted || !a.is_open()) co_return;

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "common/types.h"
+#include "events/salt_attribution.h"
 #include "events/wire.h"
 #include "indexer/kv_event.h"
 
@@ -121,8 +122,11 @@ bool vllm_kind_indexed(std::string_view kind, std::optional<uint32_t> sliding_wi
 // Events without an event_id (ordering is per ZMQ seq, see zmq_source.h).
 // `skipped` (optional) counts skipped events by VllmSkip.
 // `groups` (optional) is read and updated (see VllmGroupState).
+// `salts` (optional): a root block whose event carries no salt takes the
+// namespace SaltAttribution::resolve() gives it (events/salt_attribution.h).
 void to_kv_events(const VllmEventBatch& batch, CacheOwner owner, uint32_t block_size, std::vector<KvEvent>& out,
-                  std::array<uint64_t, 5>* skipped = nullptr, VllmGroupState* groups = nullptr);
+                  std::array<uint64_t, 5>* skipped = nullptr, VllmGroupState* groups = nullptr,
+                  SaltAttribution* salts = nullptr);
 
 std::string_view to_string(VllmSkip s);
 

@@ -36,6 +36,9 @@ struct HttpServerHooks {
   std::function<std::string()> render_metrics;
   // Called after a routing decision for a worker in approximate mode.
   std::function<void(const ParsedRequest&, const RouteResult&)> on_routed;
+  // Called for every attempt on a worker, before the request is sent to it
+  // (events/salt_attribution.h records what went where).
+  std::function<void(WorkerId, const RouteResult&)> on_dispatch;
 };
 
 class HttpServer {

@@ -21,6 +21,7 @@
 #include "config/config_store.h"
 #include "events/event_pipeline.h"
 #include "events/nats_bus.h"
+#include "events/salt_attribution.h"
 #include "events/zmq_source.h"
 #include "events/replica_sync.h"
 #include "fleet/fleet.h"
@@ -192,6 +193,19 @@ void render_fleet_metrics(std::string& out, const Fleet& fleet, const WorkerRegi
                          by[{to_string(src), to_string(h)}]);
 }
 
+// Tenant attribution of root blocks (events/salt_attribution.h).
+void render_salt_metrics(std::string& out, const SaltAttribution& s) {
+  out += "# HELP kvroute_events_salt_roots_total root blocks of ZMQ events by how their cache_salt was decided\n"
+         "# TYPE kvroute_events_salt_roots_total counter\n";
+  for (size_t i = 0; i < SaltAttribution::kNumHow; ++i) {
+    const auto how = static_cast<SaltAttribution::How>(i);
+    out += fmt::format("kvroute_events_salt_roots_total{{how=\"{}\"}} {}\n", to_string(how), s.resolved_total(how));
+  }
+  out += fmt::format("# HELP kvroute_events_salt_blind_workers workers sent salted requests whose KV events never "
+                     "carried a salt\n# TYPE kvroute_events_salt_blind_workers gauge\nkvroute_events_salt_blind_workers {}\n",
+                     s.salt_blind_workers());
+}
+
 // ZMQ KV event metrics (events/zmq_source.h).
 void render_zmq_metrics(std::string& out, const ZmqSourceStats& z) {
   auto counter = [&](std::string_view name, std::string_view help, uint64_t v) {
@@ -321,9 +335,14 @@ int main(int argc, char** argv) {
     pipeline.start_writer();
   }
 
-  // KV events of vLLM / SGLang workers over their own ZMQ sockets.
-  ZmqEventSource zmq(cfg.zmq, cfg.indexer.block_size,
-                     [&](std::vector<KvEvent>&& events) { return pipeline.enqueue_events(std::move(events)); });
+  // KV events of vLLM / SGLang workers over their own ZMQ sockets; tenants'
+  // root blocks attributed from the router's own dispatches when the events
+  // carry no salt.
+  SaltAttribution salts;
+  ZmqEventSource zmq(
+      cfg.zmq, cfg.indexer.block_size,
+      [&](std::vector<KvEvent>&& events) { return pipeline.enqueue_events(std::move(events)); }, DecodeLimits{},
+      &salts);
   zmq.start();
 
   // Router-known workers (workers.static, discovery.dns, admin API): judged
@@ -337,6 +356,7 @@ int main(int argc, char** argv) {
   };
   fleet_hooks.removed = [&](WorkerId id) {
     zmq.remove_worker(id);
+    salts.remove_worker(id);
     pipeline.enqueue_remove_worker(id);
   };
   // Back from down: the engine may have restarted with an empty cache and a
@@ -420,6 +440,7 @@ int main(int argc, char** argv) {
     render_module_metrics(out, pipeline.stats(), sequencer, radix, approx, admin.stats(), bus.get());
     render_fleet_metrics(out, fleet, registry);
     render_zmq_metrics(out, zmq.stats());
+    render_salt_metrics(out, salts);
     render_bus_metrics(out, pipeline, sequencer);
     if (replicas) {
       const auto& rs = replicas->stats();
@@ -457,6 +478,8 @@ int main(int argc, char** argv) {
   });
   FleetSources fleet_sources;
   fleet_sources.index_entries = [&] { return radix.entries_by_worker(); };
+  fleet_sources.salt_blind = [&](WorkerId w) { return salts.salt_blind(w); };
+  admin.set_salt_blind([&](WorkerId w) { return salts.salt_blind(w); });
   // Partial index: NATS events lost (the sequencer awaits a resync) or a ZMQ gap replay could not cover.
   fleet_sources.partial_index = [&](CacheOwner o) { return sequencer.is_stale(o) || zmq.is_partial(o); };
   fleet_sources.worker_tokens = [&](WorkerId w) {
@@ -477,6 +500,9 @@ int main(int argc, char** argv) {
     if (cfg->indexer.approximate || w.info->approximate)
       approx.record(r.candidates[*r.decision.chosen].owner, r.block_hashes, clock.now());
     decisions.on_routed(request, r, cfg->scheduler, cfg->indexer.block_size);
+  };
+  hooks.on_dispatch = [&](WorkerId worker, const RouteResult& r) {
+    if (r.first_block) salts.record_dispatch(worker, *r.first_block, r.salt_hash);
   };
   HttpServer server(hooks);
   live_server = &server;

@@ -1,5 +1,7 @@
 #include "events/salt_attribution.h"
 
+#include <algorithm>
+
 namespace kvroute {
 
 std::string_view to_string(SaltAttribution::How how) {
@@ -37,37 +39,79 @@ void SaltAttribution::saw_salt_in_events(WorkerId worker) {
   w->events_carry_salt = true;
   w->ring = {};  // not needed any more
   w->next = 0;
+  w->held = {};
 }
 
-SaltAttribution::Root SaltAttribution::resolve(WorkerId worker, LocalBlockHash first_block) {
+SaltAttribution::Root SaltAttribution::resolve(CacheOwner owner, LocalBlockHash first_block,
+                                               SequenceHash engine_block) {
   Root root;
   {
     std::lock_guard lk(mu_);
-    auto it = workers_.find(worker.value);
-    const Worker* w = it == workers_.end() ? nullptr : it->second.get();
+    auto it = workers_.find(owner.worker.value);
+    Worker* w = it == workers_.end() ? nullptr : it->second.get();
     if (w && w->events_carry_salt) {
       root.how = How::Trusted;
     } else if (!w) {
       root.how = How::Unsalted;  // nothing sent to it by this router
     } else {
-      bool found = false, ambiguous = false;
-      uint64_t salt = 0;
+      HeldRoots& held = w->held[owner.dp_rank];
+      // The namespaces sent with this first block, less those already held.
+      uint64_t candidate = 0;
+      size_t candidates = 0;
+      bool sent = false;
+      std::vector<uint64_t> seen;
       for (const Dispatch& d : w->ring) {
         if (d.digest != first_block.value) continue;
-        if (found && d.salt_hash != salt) {
-          ambiguous = true;
-          break;
-        }
-        found = true;
-        salt = d.salt_hash;
+        sent = true;
+        if (std::find(seen.begin(), seen.end(), d.salt_hash) != seen.end()) continue;
+        seen.push_back(d.salt_hash);
+        if (held.holds(key(first_block.value, d.salt_hash))) continue;
+        candidate = d.salt_hash;
+        ++candidates;
       }
-      if (ambiguous || (!found && w->salted_sent)) root.how = How::Unattributed;
-      else if (found && salt != 0) root = Root{How::Attributed, salt};
-      else root.how = How::Unsalted;
+      if (candidates == 1) root = Root{candidate ? How::Attributed : How::Unsalted, candidate};
+      else if (!sent && !w->salted_sent) root.how = How::Unsalted;
+      else root.how = How::Unattributed;
+      if (root.how != How::Unattributed) {
+        if (held.by_block.size() >= kHeldPerOwner) held = HeldRoots{};
+        held.add(engine_block.value, key(first_block.value, root.salt_hash));
+      }
     }
   }
   resolved_[static_cast<size_t>(root.how)].fetch_add(1, std::memory_order_relaxed);
   return root;
+}
+
+void SaltAttribution::removed(CacheOwner owner, std::span<const SequenceHash> engine_blocks) {
+  std::lock_guard lk(mu_);
+  auto it = workers_.find(owner.worker.value);
+  if (it == workers_.end() || it->second->held.empty()) return;
+  auto h = it->second->held.find(owner.dp_rank);
+  if (h == it->second->held.end()) return;
+  for (SequenceHash b : engine_blocks) h->second.remove(b.value);
+}
+
+void SaltAttribution::HeldRoots::add(uint64_t block, uint64_t k) {
+  auto [it, fresh] = by_block.try_emplace(block, k);
+  if (!fresh) {
+    if (it->second == k) return;
+    remove(block);
+    by_block.emplace(block, k);
+  }
+  ++count[k];
+}
+
+void SaltAttribution::HeldRoots::remove(uint64_t block) {
+  auto it = by_block.find(block);
+  if (it == by_block.end()) return;
+  if (auto c = count.find(it->second); c != count.end() && --c->second == 0) count.erase(c);
+  by_block.erase(it);
+}
+
+void SaltAttribution::cleared(CacheOwner owner) {
+  std::lock_guard lk(mu_);
+  auto it = workers_.find(owner.worker.value);
+  if (it != workers_.end()) it->second->held.erase(owner.dp_rank);
 }
 
 void SaltAttribution::remove_worker(WorkerId worker) {

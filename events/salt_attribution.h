@@ -15,12 +15,14 @@
 // event without a salt is looked up by the same digest of its first block:
 //   - the worker's events have carried a salt before: they are trusted, the
 //     root is unsalted (an engine with extra_keys says when it is salted);
-//   - the ring holds that digest with one namespace only: that namespace
-//     (`attributed` when salted);
-//   - with two or more (two tenants, or a tenant and unsalted traffic, sent
-//     the same first block): `unattributed`, the block is indexed in a
-//     namespace no request can match: never over-claimed, possibly
-//     under-claimed;
+//   - the namespaces the ring holds for that digest, less those whose root
+//     block with that digest the engine already holds (stored, attributed and
+//     not removed on that cache owner: an engine stores a block it holds only
+//     once), leave one: that namespace (`attributed` when salted). So tenants
+//     sending the same prompt one after the other are told apart;
+//   - two or more left (their requests were in flight together): 
+//     `unattributed`, the block is indexed in a namespace no request can
+//     match: never over-claimed, under-claimed until the engine evicts it;
 //   - not in the ring (older than the window, sent by another router
 //     replica, replayed after a router restart): unsalted if this router has
 //     never sent the worker a salted request, else unattributed.
@@ -30,9 +32,10 @@
 // replica that never sent salted requests takes other replicas' tenants'
 // root blocks as unsalted.
 //
-// Bounded: kDispatchesPerWorker entries of 16 bytes per worker (64 KiB),
-// workers removed with remove_worker(); resolve() scans the ring (only for
-// root blocks without a salt of workers not proven to carry salts).
+// Bounded: kDispatchesPerWorker entries of 16 bytes per worker (64 KiB) and
+// kHeldPerOwner held roots per cache owner, only for workers whose events
+// have not carried a salt; workers removed with remove_worker(); resolve()
+// scans the ring.
 //
 // Thread-safe (one mutex): HTTP io threads record, the ZMQ thread resolves,
 // the fleet thread removes, metrics read.
@@ -42,6 +45,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
@@ -76,8 +80,13 @@ class SaltAttribution {
   // An event of `worker` carried a salt: its events are trusted from now on.
   void saw_salt_in_events(WorkerId worker);
   // The namespace of a root block without a salt in its event, whose first
-  // block's digest is `first_block` (as record_dispatch's).
-  Root resolve(WorkerId worker, LocalBlockHash first_block);
+  // block's digest is `first_block` (as record_dispatch's), stored by
+  // `owner` as its engine block `engine_block`.
+  Root resolve(CacheOwner owner, LocalBlockHash first_block, SequenceHash engine_block);
+  // `owner` removed these engine blocks / all of its blocks (a removal event,
+  // a restart): their namespaces may be stored again.
+  void removed(CacheOwner owner, std::span<const SequenceHash> engine_blocks);
+  void cleared(CacheOwner owner);
   // Called when the worker leaves the fleet.
   void remove_worker(WorkerId worker);
 
@@ -90,12 +99,26 @@ class SaltAttribution {
     uint64_t digest = 0;
     uint64_t salt_hash = 0;
   };
+  // Root blocks an owner holds: by engine block, and counted by (digest, salt).
+  struct HeldRoots {
+    std::unordered_map<uint64_t, uint64_t> by_block;  // engine block -> key(digest, salt)
+    std::unordered_map<uint64_t, uint32_t> count;     // key(digest, salt) -> blocks
+    void add(uint64_t block, uint64_t key);
+    void remove(uint64_t block);
+    bool holds(uint64_t key) const { return count.count(key) != 0; }
+  };
+  static uint64_t key(uint64_t digest, uint64_t salt_hash) { return digest * 0x9E3779B97F4A7C15ull ^ salt_hash; }
   struct Worker {
     std::vector<Dispatch> ring;  // grows to kDispatchesPerWorker, then wraps
     size_t next = 0;
     bool salted_sent = false;    // this router has sent it a salted request
     bool events_carry_salt = false;
+    // Per dp rank: root blocks resolved to a namespace and not removed, by
+    // engine block (at most kHeldPerOwner; past that the set is dropped and
+    // resolving is more often `unattributed`, never wrong).
+    std::unordered_map<uint32_t, HeldRoots> held;
   };
+  static constexpr size_t kHeldPerOwner = 1 << 16;
 
   mutable std::mutex mu_;
   std::unordered_map<uint64_t, std::unique_ptr<Worker>> workers_;

@@ -486,7 +486,7 @@ VllmSkip convert_stored(const VllmBlockStored& s, CacheOwner owner, uint32_t blo
     if (!s.cache_salt.empty()) {
       salts->saw_salt_in_events(owner.worker);
     } else {
-      const auto r = salts->resolve(owner.worker, locals[0]);  // locals[0] is unsalted here
+      const auto r = salts->resolve(owner, locals[0], s.block_hashes[0]);  // locals[0] is unsalted here
       const std::span<const TokenId> first(s.token_ids.data(), block_size);
       if (r.how == SaltAttribution::How::Attributed)
         locals[0] = hash_block(first, block_hash_seed(s.lora_name) + r.salt_hash);
@@ -552,8 +552,10 @@ void to_kv_events(const VllmEventBatch& batch, CacheOwner owner, uint32_t block_
     } else if (auto* r = std::get_if<VllmBlockRemoved>(&e)) {
       if (groups && groups->skips(r->group_idx)) skip = VllmSkip::NotFullAttention;
       else out.push_back(KvEvent{owner, std::nullopt, tier_of(r->medium), KvRemoved{r->block_hashes}});
+      if (salts && skip == VllmSkip::None) salts->removed(owner, r->block_hashes);
     } else if (std::holds_alternative<VllmAllBlocksCleared>(e)) {
       out.push_back(KvEvent{owner, std::nullopt, StorageTier::Device, KvCleared{}});
+      if (salts) salts->cleared(owner);
     } else {
       skip = VllmSkip::UnknownType;
     }

@@ -179,6 +179,7 @@ struct ZmqEventSource::Impl {
       set_partial(*p, false);
       std::vector<KvEvent> clear{KvEvent{p->owner, std::nullopt, StorageTier::Device, KvCleared{}}};
       sink(std::move(clear));
+      if (salts) salts->cleared(p->owner);
       stats().publishers.fetch_sub(1, std::memory_order_relaxed);
     }
     workers.erase(it);
@@ -350,6 +351,7 @@ struct ZmqEventSource::Impl {
   void restart(Publisher& p) {
     std::vector<KvEvent> clear{KvEvent{p.owner, std::nullopt, StorageTier::Device, KvCleared{}}};
     sink(std::move(clear));
+    if (salts) salts->cleared(p.owner);
     p.groups = {};
     p.next = 0;
     p.last_applied_seq.reset();

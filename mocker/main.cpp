@@ -126,6 +126,9 @@ int main(int argc, char** argv) {
       return 2;
     }
     set->add(o.model, std::move(t));
+    // A LoRA adapter tokenizes with its base model's tokenizer (vLLM does,
+    // unless the adapter ships its own).
+    for (const auto& lora : o.lora_modules) set->add(lora, ModelTokenizer::load(tokenizer_dir, &terr));
     o.tokenizers = std::move(set);
   }
 

@@ -487,8 +487,13 @@ int main(int argc, char** argv) {
     return std::pair<uint64_t, uint64_t>{t.prompt.value(), t.cached.value()};
   };
   // Stale: no load report for half the heartbeat TTL (several missed heartbeats or scrapes).
-  fleet_sources.stale_after = [&] {
-    return std::chrono::duration_cast<Nanos>(std::chrono::milliseconds(config.get()->events.worker_ttl_ms) / 2);
+  // Stale: a scraped worker (its /metrics) missed two scrapes; a heartbeat-only
+  // worker was silent for half its TTL.
+  fleet_sources.stale_after = [&](const WorkerAnnouncement& w) {
+    const auto c = config.get();
+    const auto ms = w.metrics_url.empty() ? std::chrono::milliseconds(c->events.worker_ttl_ms) / 2
+                                          : 3 * std::chrono::milliseconds(c->workers.scrape_interval_ms);
+    return std::chrono::duration_cast<Nanos>(ms);
   };
   FleetStatus fleet_status(registry, std::move(fleet_sources), history, decisions);
   admin.set_status(&fleet_status);
@@ -530,9 +535,12 @@ int main(int argc, char** argv) {
   std::printf("kvroute listening on http://%s:%u admin http://%s:%u\n", cfg.router.host.c_str(), server.port(),
               admin_host.c_str(), server.admin_port());
   std::fflush(stdout);
-  spdlog::info("nats {} prefix '{}', block_size {}, worker_ttl {} ms",
-               cfg.events.nats_url.empty() ? "(none)" : cfg.events.nats_url, cfg.events.subject_prefix,
-               cfg.indexer.block_size, cfg.events.worker_ttl_ms);
+  if (cfg.events.nats_url.empty())
+    spdlog::info("no NATS (events.nats_url empty): workers from workers.static, discovery.dns and the admin API; "
+                 "block_size {}", cfg.indexer.block_size);
+  else
+    spdlog::info("nats {} prefix '{}', block_size {}, worker_ttl {} ms", cfg.events.nats_url,
+                 cfg.events.subject_prefix, cfg.indexer.block_size, cfg.events.worker_ttl_ms);
 
   for (;;) {
     int sig = 0;

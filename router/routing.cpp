@@ -164,6 +164,8 @@ void RoutingService::decide(const Config& cfg, std::string_view model, uint32_t 
   decide_all(cfg, model, rank_all, out);
 }
 
+// True when it decided (a choice), false to let decide_all() decide: nobody
+// serves the model, or nobody is eligible (decide_all() tells why).
 bool RoutingService::decide_ranked(const Config& cfg, std::string_view model, size_t limit, RouteResult& out) const {
   const uint32_t block_size = cfg.indexer.block_size;
   auto t0 = StageClock::now();
@@ -201,8 +203,12 @@ bool RoutingService::decide_ranked(const Config& cfg, std::string_view model, si
   }
   out.stage_seconds[3] = seconds_between(t1, StageClock::now());
   if (fd.ranked.empty()) {
-    out.error = ApiError{503, "Every worker is at capacity; retry later.", "service_unavailable", "", "workers_busy"};
-    return true;
+    // Nobody eligible (rare): decide_all() scores every worker and says why.
+    out.candidates.clear();
+    out.ranked.clear();
+    out.workers.clear();
+    out.decision.reset();
+    return false;
   }
   d.chosen = 0;
   out.chose_best_overlap = fd.ranked.front().overlap_blocks == fd.best_overlap_blocks;
@@ -265,8 +271,16 @@ void RoutingService::decide_all(const Config& cfg, std::string_view model, bool 
            out.decision);
   lap(3);
   if (!out.decision.chosen) {
-    out.error = ApiError{503, "Every worker is at capacity; retry later.", "service_unavailable", "",
-                         "workers_busy"};
+    const bool all_drained = std::all_of(out.decision.scores.begin(), out.decision.scores.end(),
+                                         [](const WorkerScore& s) { return s.excluded == Exclusion::Draining; });
+    out.error = all_drained
+                    ? ApiError{503,
+                               fmt::format("Every worker serving `{}` is drained by an operator "
+                                           "(POST /admin/workers/{{id}}/undrain); retry later.",
+                                           model),
+                               "service_unavailable", "", "workers_drained"}
+                    : ApiError{503, "Every worker is at capacity; retry later.", "service_unavailable", "",
+                               "workers_busy"};
     return;
   }
   out.ranked.reserve(out.decision.ranking.size());

@@ -261,7 +261,7 @@ std::string FleetStatus::workers_json() const {
     if (sources_.partial_index)
       for (uint32_t r = 0; r < std::max<uint32_t>(info.dp_size, 1); ++r)
         partial = partial || sources_.partial_index(CacheOwner{info.id, r});
-    const auto state = worker_state(w, partial, sources_.stale_after ? sources_.stale_after() : Nanos{-1});
+    const auto state = worker_state(w, partial, sources_.stale_after ? sources_.stale_after(info) : Nanos{-1});
     const auto [prompt, cached] = sources_.worker_tokens ? sources_.worker_tokens(info.id) : std::pair<uint64_t, uint64_t>{};
     auto usage = [](const WorkerLoad& l) {
       return l.kv_total_blocks ? static_cast<double>(l.kv_active_blocks) / static_cast<double>(l.kv_total_blocks)

@@ -360,7 +360,7 @@ void pack_str_or_nil(Packer& pk, const std::string& s) {
 // then on the first block of a request (no parent) the cache_salt.
 bool pack_extra_keys(Packer& pk, const VllmBlockStored& s) {
   const bool salt = !s.cache_salt.empty() && !s.parent_block_hash;
-  if (s.lora_name.empty() && !salt) return false;
+  if (s.omit_extra_keys || (s.lora_name.empty() && !salt)) return false;
   pk.pack_array(static_cast<uint32_t>(s.block_hashes.size()));
   for (size_t i = 0; i < s.block_hashes.size(); ++i) {
     const bool with_salt = salt && i == 0;

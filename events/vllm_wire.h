@@ -47,6 +47,9 @@ struct VllmBlockStored {
   // Extra hash keys of the first block of the chain, reduced to what kvroute's
   // hashing uses: the cache_salt (vLLM puts it in block 0's extra keys).
   std::string cache_salt;
+  // Encoding only: leave extra_keys out, as vLLM did before the field (the
+  // salt is then not on the wire; kvroute-mocker --no-extra-keys).
+  bool omit_extra_keys = false;
   std::optional<uint32_t> group_idx;
   std::string kv_cache_spec_kind;  // e.g. "full_attention", "sliding_window"; empty = unknown
   std::optional<uint32_t> kv_cache_spec_sliding_window;

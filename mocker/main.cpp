@@ -100,8 +100,8 @@ int main(int argc, char** argv) {
                  "rank with the lowest waiting*4 + running (vLLM's DP balancer)")
       ->capture_default_str()->check(CLI::Range(1u, 64u));
   app.add_flag("--no-extra-keys", o.no_extra_keys,
-               "vLLM mode: BlockStored events without lora_name and extra_keys (vLLM before the extra_keys field): "
-               "LoRA adapters and cache_salt still key the engine's cache but are not on the wire");
+               "vLLM mode: BlockStored events without extra_keys (vLLM before that field): cache_salt still keys "
+               "the engine's cache but is not on the wire (lora_name still is)");
   CLI11_PARSE(app, argc, argv);
   zo.encoding = zmq_encoding == "map" ? VllmEncoding::TaggedMap : VllmEncoding::Positional;
   for (size_t b = 0; !lora_modules.empty() && b <= lora_modules.size();) {

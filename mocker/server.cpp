@@ -210,12 +210,9 @@ struct MockerServer::Impl {
           if (!st->parent) s.cache_salt = info->cache_salt;
         }
       }
-      // vLLM before its extra_keys field: no LoRA name or salt on the wire,
-      // while the engine's own cache stays keyed by them.
-      if (opts.no_extra_keys) {
-        s.lora_name.clear();
-        s.cache_salt.clear();
-      }
+      // vLLM before its extra_keys field: no salt on the wire (lora_name is a
+      // field of its own), while the engine's own cache stays keyed by it.
+      s.omit_extra_keys = opts.no_extra_keys;
       batch.events.push_back(std::move(s));
     } else if (auto* rm = std::get_if<KvRemoved>(&ev.data)) {
       batch.events.push_back(VllmBlockRemoved{rm->block_hashes, medium_of(ev.tier), 0});

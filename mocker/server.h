@@ -46,9 +46,9 @@ struct MockerOptions {
   // is its X-data-parallel-rank header, else the least loaded rank as vLLM's
   // DP balancer picks it (mocker/README.md).
   uint32_t data_parallel_size = 1;
-  // vLLM mode: BlockStored without lora_name and extra_keys, as vLLM sent it
-  // before the extra_keys field: the engine's cache stays keyed by LoRA and
-  // cache_salt, the events no longer say so.
+  // vLLM mode: BlockStored without extra_keys, as vLLM sent it before that
+  // field: the engine's cache stays keyed by cache_salt, the events no longer
+  // say so (lora_name, a field of its own, is still sent).
   bool no_extra_keys = false;
 };
 

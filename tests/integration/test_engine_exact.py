@@ -21,6 +21,7 @@ import http.client
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
 import tempfile
@@ -200,6 +201,122 @@ class EventModes(unittest.TestCase):
         after = mocker_get(f, 5, "/mocker/stats")
         self.assertEqual(after["ranks"][1]["requests"] - before["ranks"][1]["requests"], 2)
         self.assertEqual(after["ranks"][0]["requests"], before["ranks"][0]["requests"])
+
+
+class SmallCacheAffinity(unittest.TestCase):
+    """A worker with a small KV cache keeps the prompt it holds: the usage it
+    reported while that prompt's request ran is not held against it once the
+    request is over (worker 1: 40 blocks, worker 2: 4,000; real time)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory(prefix="kvroute-small-")
+        cls.f = Fleet(BUILD_DIR, cls.tmp.name, block_size=BLOCK, speedup=1.0)
+        endpoints = {}
+        try:
+            endpoints[1] = cls.f.start_vllm_mocker(1, extra=["--kv-blocks", "40"])
+            endpoints[2] = cls.f.start_vllm_mocker(2, extra=["--kv-blocks", "4000"])
+            cls.f.start_router_config(config(endpoints, {}).replace("scrape_interval_ms: 100", "scrape_interval_ms: 500"))
+            cls.f.wait_ready(2)
+        except Exception:
+            cls.f.close()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.f.close()
+        cls.tmp.cleanup()
+
+    def test_small_cache_worker_keeps_affinity(self):
+        f = self.f
+        kept = 0
+        for trial in range(6):
+            ids = [20000 + 1000 * trial + k for k in range(30 * BLOCK)]  # 30 of the small worker's 40 blocks
+            pin(f, 1)
+            # Long enough (100 tokens, real time) for scrapes to see it running.
+            self.assertEqual(send(f, {"model": "mock-model", "prompt": ids, "max_tokens": 100})[0], 1)
+            unpin(f)
+            w, header, engine = send(f, {"model": "mock-model", "prompt": ids, "max_tokens": 1})
+            print(f"trial {trial}: worker {w}, header {header}, engine {engine}")
+            kept += w == 1
+            synced(f)
+        print(f"affinity kept in {kept} of 6 trials")
+        self.assertEqual(kept, 6)
+
+
+class Operations(unittest.TestCase):
+    """Reloads, states and messages an operator meets (two vLLM-mode workers, LoRA on both)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory(prefix="kvroute-ops-")
+        cls.f = Fleet(BUILD_DIR, cls.tmp.name, block_size=BLOCK, speedup=20.0)
+        endpoints = {}
+        try:
+            for i in (1, 2):
+                endpoints[i] = cls.f.start_vllm_mocker(i, extra=["--lora-modules", "lora-a"])
+            cls.f.start_router_config(
+                config(endpoints, {}, lora=", lora: [lora-a]").replace("scrape_interval_ms: 100",
+                                                                       "scrape_interval_ms: 20000"),
+                extra=["--events.worker_ttl_ms", "600000", "--workers.eject_after_failures", "1000",
+                       "--workers.scrape_timeout_ms", "100"])
+            cls.f.wait_ready(2)
+        except Exception:
+            cls.f.close()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.f.close()
+        cls.tmp.cleanup()
+
+    def load_ages(self):
+        return [w["load_age_ms"] for w in self.f.admin("GET", "/admin/workers").json()]
+
+    def test_1_no_nats_line_without_nats(self):
+        with open(os.path.join(self.tmp.name, "kvroute.log")) as log:
+            text = log.read()
+        self.assertNotIn("nats (none)", text)
+        self.assertIn("no NATS", text)
+
+    def test_2_reloaded_scrape_interval_applies_at_once(self):
+        f = self.f
+        # Scraped at start, then every 20 s: the load report ages.
+        self.assertTrue(wait_until(lambda: min(self.load_ages()) > 1500, 10))
+        r = f.admin("PUT", "/admin/config", json.dumps({"workers": {"scrape_interval_ms": 100}}))
+        self.assertEqual(r.status, 200, r.body)
+        # The 20 s wait is not served out: fresh reports within a second or two.
+        self.assertTrue(wait_until(lambda: max(self.load_ages()) < 500, 3), self.load_ages())
+
+    def test_3_scraped_worker_stale_after_missed_scrapes(self):
+        f = self.f
+        f.admin("PUT", "/admin/config", json.dumps({"workers": {"scrape_interval_ms": 100}}))
+        proc = f.procs["mocker-2"]
+        proc.send_signal(signal.SIGSTOP)  # its scrapes time out (not refused): late load, not down
+        try:
+            def state():
+                return {w["worker_id"]: w["state"] for w in f.admin("GET", "/admin/status").json()["workers"]}[2]
+            # Three 100 ms intervals, not half of the 600 s heartbeat TTL.
+            self.assertTrue(wait_until(lambda: state() == "stale", 5), state())
+        finally:
+            proc.send_signal(signal.SIGCONT)
+        self.assertTrue(wait_until(lambda: {w["worker_id"]: w["state"] for w in
+                                            f.admin("GET", "/admin/status").json()["workers"]}[2] == "ok", 10))
+
+    def test_4_lora_whose_workers_are_drained_says_so(self):
+        f = self.f
+        for i in (1, 2):
+            f.admin("POST", f"/admin/workers/{i}/drain")
+        try:
+            r = f.post("/v1/completions", {"model": "lora-a", "prompt": "hello there", "max_tokens": 1})
+            self.assertEqual(r.status, 503)
+            err = r.json()["error"]
+            self.assertIn("drained", err["message"])
+            self.assertIn("lora-a", err["message"])
+            self.assertEqual(err["code"], "workers_drained")
+        finally:
+            for i in (1, 2):
+                f.admin("POST", f"/admin/workers/{i}/undrain")
 
 
 def ensure_reference():

@@ -36,7 +36,9 @@ struct RouterConfig {
 };
 
 struct AdminConfig {
-  std::string host;                     // empty = router.host (the admin listener binds where the router binds)
+  // Loopback unless configured: the admin API (config, drain, workers) is
+  // never exposed by the router's own 0.0.0.0. Empty = router.host.
+  std::string host = "127.0.0.1";
   uint32_t port = 8081;                 // 0 = ephemeral (tests)
   std::string token;                    // bearer token; empty = admin API refuses every request
 };
@@ -286,7 +288,7 @@ void for_each_key(C& c, F&& f) {
             1e9, !S, R},
     c.router.ttft_prefill_tokens_per_s);
   // admin
-  f(KeyInfo{"admin.host", "Address the admin listener binds; empty = router.host.", 0, 0, S}, c.admin.host);
+  f(KeyInfo{"admin.host", "Address the admin listener binds (loopback by default; empty = router.host).", 0, 0, S}, c.admin.host);
   f(KeyInfo{"admin.port", "Port of the admin listener (0 = ephemeral).", 0, 65535}, c.admin.port);
   f(KeyInfo{"admin.token", "Bearer token of the admin API; empty refuses every admin request.", 0, 0, S, R},
     c.admin.token);

@@ -1319,10 +1319,13 @@ Next HttpServer::Impl::check_status(Exchange& x, bool another_left) {
   return Next::Go;
 }
 
-// Committed to the worker: the first byte's metrics.
+// Committed to the worker: the first byte's metrics. The access log's
+// ttfb_ms is the client's: from the request read to its first response byte,
+// every failed-over attempt included; the histogram is the chosen worker's
+// (request sent to first byte).
 void HttpServer::Impl::record_first_byte(Exchange& x) {
   const double ttfb = seconds_since(x.sent_at);
-  x.rec.ttfb_ms = ttfb * 1e3;
+  x.rec.ttfb_ms = seconds_since(x.started) * 1e3;
   RouterMetrics* m = hooks.metrics;
   if (!m) return;
   const RouteResult& route = x.client.route;

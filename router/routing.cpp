@@ -271,16 +271,16 @@ void RoutingService::decide_all(const Config& cfg, std::string_view model, bool 
            out.decision);
   lap(3);
   if (!out.decision.chosen) {
+    // The same code either way (a drained worker may come back: queued
+    // requests wait for it too); the message says which.
     const bool all_drained = std::all_of(out.decision.scores.begin(), out.decision.scores.end(),
                                          [](const WorkerScore& s) { return s.excluded == Exclusion::Draining; });
-    out.error = all_drained
-                    ? ApiError{503,
-                               fmt::format("Every worker serving `{}` is drained by an operator "
-                                           "(POST /admin/workers/{{id}}/undrain); retry later.",
-                                           model),
-                               "service_unavailable", "", "workers_drained"}
-                    : ApiError{503, "Every worker is at capacity; retry later.", "service_unavailable", "",
-                               "workers_busy"};
+    out.error = ApiError{503,
+                         all_drained ? fmt::format("Every worker serving `{}` is drained by an operator "
+                                                   "(POST /admin/workers/{{id}}/undrain); retry later.",
+                                                   model)
+                                     : std::string("Every worker is at capacity; retry later."),
+                         "service_unavailable", "", "workers_busy"};
     return;
   }
   out.ranked.reserve(out.decision.ranking.size());

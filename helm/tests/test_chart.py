@@ -51,6 +51,7 @@ HISTOGRAMS = {"kvroute_router_request_duration_seconds", "kvroute_router_ttfb_se
 # values.yaml `config:` defaults that deliberately differ from the daemon's.
 CHART_DEFAULT_EXCEPTIONS = {
     "events.nats_url": "empty = the bundled NATS Service (or required when nats.enabled=false)",
+    "admin.host": "0.0.0.0: the admin Service must reach the pod (the daemon defaults to loopback)",
 }
 
 DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")

@@ -31,6 +31,8 @@ RUN apt-get update \
  && echo "kvroute:x:10001:" >> /etc/group
 COPY --from=build /build/router/kvroute /build/mocker/kvroute-mocker /usr/bin/
 USER 10001:10001
+# 8081: the admin listener binds 127.0.0.1 unless configured (admin.host): publish it with
+# -e KVROUTE_ADMIN_HOST=0.0.0.0 (and an admin token); the Helm chart sets it.
 EXPOSE 8080 8081
 # GET /health on the router port (KVROUTE_ROUTER_PORT, default 8080) with
 # bash's /dev/tcp: the slim image has no curl. Any HTTP version's 200 passes.

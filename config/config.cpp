@@ -373,7 +373,10 @@ std::optional<std::string> validate(const Config& c) {
                        c.workers.eject_base_ms);
   if (c.events.subject_prefix.empty() || c.events.subject_prefix.find_first_of(" *>") != std::string::npos)
     return "events.subject_prefix: must be a non-empty NATS subject without spaces or wildcards";
-  if (c.admin.port != 0 && c.admin.port == c.router.port && (c.admin.host.empty() || c.admin.host == c.router.host))
+  // The same port on overlapping addresses (equal, or one of them every address).
+  const auto any = [](const std::string& h) { return h == "0.0.0.0" || h == "::"; };
+  if (c.admin.port != 0 && c.admin.port == c.router.port &&
+      (c.admin.host.empty() || c.admin.host == c.router.host || any(c.admin.host) || any(c.router.host)))
     return fmt::format("admin.port: {} is also router.port; the admin API needs its own listener", c.admin.port);
   static const std::set<std::string> levels = {"trace", "debug", "info", "warn", "error"};
   if (!levels.count(c.log.level))

@@ -42,7 +42,9 @@ struct RouterConfig {
 };
 
 struct AdminConfig {
-  std::string host;                     // empty = router.host (the admin listener binds where the router binds)
+  // Loopback unless configured: the admin API (config, drain, workers) is
+  // never exposed by the router's own 0.0.0.0. Empty = router.host.
+  std::string host = "127.0.0.1";
   uint32_t port = 8081;                 // 0 = ephemeral (tests)
   std::string token;                    // bearer token; empty = admin API refuses every request
   uint64_t max_body_bytes = 1 << 20;    // larger admin request bodies get 413
@@ -305,7 +307,7 @@ void for_each_key(C& c, F&& f) {
             1 << 20, 1ull << 40, !S, R},
     c.router.max_body_bytes_in_flight);
   // admin
-  f(KeyInfo{"admin.host", "Address the admin listener binds; empty = router.host.", 0, 0, S}, c.admin.host);
+  f(KeyInfo{"admin.host", "Address the admin listener binds (loopback by default; empty = router.host).", 0, 0, S}, c.admin.host);
   f(KeyInfo{"admin.port", "Port of the admin listener (0 = ephemeral).", 0, 65535}, c.admin.port);
   f(KeyInfo{"admin.token", "Bearer token of the admin API; empty refuses every admin request.", 0, 0, S, R},
     c.admin.token);

@@ -360,7 +360,7 @@ void pack_str_or_nil(Packer& pk, const std::string& s) {
 // then on the first block of a request (no parent) the cache_salt.
 bool pack_extra_keys(Packer& pk, const VllmBlockStored& s) {
   const bool salt = !s.cache_salt.empty() && !s.parent_block_hash;
-  if (s.lora_name.empty() && !salt) return false;
+  if (s.omit_extra_keys || (s.lora_name.empty() && !salt)) return false;
   pk.pack_array(static_cast<uint32_t>(s.block_hashes.size()));
   for (size_t i = 0; i < s.block_hashes.size(); ++i) {
     const bool with_salt = salt && i == 0;
@@ -463,8 +463,14 @@ void learn_group(VllmGroupState* groups, const VllmBlockStored& s, bool indexed)
   groups->indexed[*s.group_idx] = indexed ? 1 : 0;
 }
 
+// The seed of a root block no request may match (SaltAttribution's
+// `unattributed`): per engine block, so that two of them never share a node.
+uint64_t unattributed_seed(uint64_t lora_seed, SequenceHash engine_block) {
+  return lora_seed + XXH3_64bits_withSeed(&engine_block.value, sizeof engine_block.value, 0x5a17b11dULL);
+}
+
 VllmSkip convert_stored(const VllmBlockStored& s, CacheOwner owner, uint32_t block_size, std::vector<KvEvent>& out,
-                        VllmGroupState* groups) {
+                        VllmGroupState* groups, SaltAttribution* salts) {
   const bool indexed = vllm_kind_indexed(s.kv_cache_spec_kind, s.kv_cache_spec_sliding_window);
   learn_group(groups, s, indexed);
   if (!indexed || (groups && groups->skips(s.group_idx))) return VllmSkip::NotFullAttention;
@@ -475,6 +481,19 @@ VllmSkip convert_stored(const VllmBlockStored& s, CacheOwner owner, uint32_t blo
   const HashNamespace ns{s.lora_name, s.parent_block_hash ? std::string_view{} : std::string_view{s.cache_salt}};
   thread_local std::vector<LocalBlockHash> locals;
   hash_blocks(s.token_ids, block_size, ns, locals);
+  if (salts && !s.parent_block_hash && !locals.empty()) {
+    // A root block: its salt, from the event or from what the router sent.
+    if (!s.cache_salt.empty()) {
+      salts->saw_salt_in_events(owner.worker);
+    } else {
+      const auto r = salts->resolve(owner, locals[0], s.block_hashes[0]);  // locals[0] is unsalted here
+      const std::span<const TokenId> first(s.token_ids.data(), block_size);
+      if (r.how == SaltAttribution::How::Attributed)
+        locals[0] = hash_block(first, block_hash_seed(s.lora_name) + r.salt_hash);
+      else if (r.how == SaltAttribution::How::Unattributed)
+        locals[0] = hash_block(first, unattributed_seed(block_hash_seed(s.lora_name), s.block_hashes[0]));
+    }
+  }
   KvEvent ev{owner, std::nullopt, tier_of(s.medium), KvStored{}};
   KvStored& st = std::get<KvStored>(ev.data);
   st.parent = s.parent_block_hash;
@@ -524,17 +543,19 @@ std::string encode_vllm_batch(const VllmEventBatch& batch, VllmEncoding encoding
 }
 
 void to_kv_events(const VllmEventBatch& batch, CacheOwner owner, uint32_t block_size, std::vector<KvEvent>& out,
-                  std::array<uint64_t, 5>* skipped, VllmGroupState* groups) {
+                  std::array<uint64_t, 5>* skipped, VllmGroupState* groups, SaltAttribution* salts) {
   if (batch.data_parallel_rank) owner.dp_rank = *batch.data_parallel_rank;
   for (const VllmEvent& e : batch.events) {
     VllmSkip skip = VllmSkip::None;
     if (auto* s = std::get_if<VllmBlockStored>(&e)) {
-      skip = convert_stored(*s, owner, block_size, out, groups);
+      skip = convert_stored(*s, owner, block_size, out, groups, salts);
     } else if (auto* r = std::get_if<VllmBlockRemoved>(&e)) {
       if (groups && groups->skips(r->group_idx)) skip = VllmSkip::NotFullAttention;
       else out.push_back(KvEvent{owner, std::nullopt, tier_of(r->medium), KvRemoved{r->block_hashes}});
+      if (salts && skip == VllmSkip::None) salts->removed(owner, r->block_hashes);
     } else if (std::holds_alternative<VllmAllBlocksCleared>(e)) {
       out.push_back(KvEvent{owner, std::nullopt, StorageTier::Device, KvCleared{}});
+      if (salts) salts->cleared(owner);
     } else {
       skip = VllmSkip::UnknownType;
     }

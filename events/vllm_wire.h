@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "common/types.h"
+#include "events/salt_attribution.h"
 #include "events/wire.h"
 #include "indexer/kv_event.h"
 
@@ -46,6 +47,9 @@ struct VllmBlockStored {
   // Extra hash keys of the first block of the chain, reduced to what kvroute's
   // hashing uses: the cache_salt (vLLM puts it in block 0's extra keys).
   std::string cache_salt;
+  // Encoding only: leave extra_keys out, as vLLM did before the field (the
+  // salt is then not on the wire; kvroute-mocker --no-extra-keys).
+  bool omit_extra_keys = false;
   std::optional<uint32_t> group_idx;
   std::string kv_cache_spec_kind;  // e.g. "full_attention", "sliding_window"; empty = unknown
   std::optional<uint32_t> kv_cache_spec_sliding_window;
@@ -121,8 +125,11 @@ bool vllm_kind_indexed(std::string_view kind, std::optional<uint32_t> sliding_wi
 // Events without an event_id (ordering is per ZMQ seq, see zmq_source.h).
 // `skipped` (optional) counts skipped events by VllmSkip.
 // `groups` (optional) is read and updated (see VllmGroupState).
+// `salts` (optional): a root block whose event carries no salt takes the
+// namespace SaltAttribution::resolve() gives it (events/salt_attribution.h).
 void to_kv_events(const VllmEventBatch& batch, CacheOwner owner, uint32_t block_size, std::vector<KvEvent>& out,
-                  std::array<uint64_t, 5>* skipped = nullptr, VllmGroupState* groups = nullptr);
+                  std::array<uint64_t, 5>* skipped = nullptr, VllmGroupState* groups = nullptr,
+                  SaltAttribution* salts = nullptr);
 
 std::string_view to_string(VllmSkip s);
 

@@ -105,14 +105,16 @@ struct ZmqEventSource::Impl {
     std::optional<ZmqWorkerEndpoints> ep;  // nullopt = remove
   };
 
-  Impl(ZmqEventSource& self, const ZmqConfig& cfg, uint32_t block_size, Sink sink, DecodeLimits limits)
-      : self(self), cfg(cfg), block_size(block_size), sink(std::move(sink)), limits(limits) {}
+  Impl(ZmqEventSource& self, const ZmqConfig& cfg, uint32_t block_size, Sink sink, DecodeLimits limits,
+       SaltAttribution* salts)
+      : self(self), cfg(cfg), block_size(block_size), sink(std::move(sink)), limits(limits), salts(salts) {}
 
   ZmqEventSource& self;
   const ZmqConfig cfg;
   const uint32_t block_size;
   Sink sink;
   DecodeLimits limits;
+  SaltAttribution* salts;  // may be null
   zmq::context_t ctx{1};
 
   std::mutex mu;  // guards commands, stop, partial
@@ -177,6 +179,7 @@ struct ZmqEventSource::Impl {
       set_partial(*p, false);
       std::vector<KvEvent> clear{KvEvent{p->owner, std::nullopt, StorageTier::Device, KvCleared{}}};
       sink(std::move(clear));
+      if (salts) salts->cleared(p->owner);
       stats().publishers.fetch_sub(1, std::memory_order_relaxed);
     }
     workers.erase(it);
@@ -237,7 +240,7 @@ struct ZmqEventSource::Impl {
     batch.data_parallel_rank.reset();  // the endpoint says which rank this is
     events.clear();
     skipped.fill(0);
-    to_kv_events(batch, p.owner, block_size, events, &skipped, &p.groups);
+    to_kv_events(batch, p.owner, block_size, events, &skipped, &p.groups, salts);
     for (size_t i = 1; i < skipped.size(); ++i)
       if (skipped[i]) stats().skipped_total[i].fetch_add(skipped[i], std::memory_order_relaxed);
     if (events.empty()) return;
@@ -348,6 +351,7 @@ struct ZmqEventSource::Impl {
   void restart(Publisher& p) {
     std::vector<KvEvent> clear{KvEvent{p.owner, std::nullopt, StorageTier::Device, KvCleared{}}};
     sink(std::move(clear));
+    if (salts) salts->cleared(p.owner);
     p.groups = {};
     p.next = 0;
     p.last_applied_seq.reset();
@@ -572,8 +576,9 @@ struct ZmqEventSource::Impl {
   }
 };
 
-ZmqEventSource::ZmqEventSource(const ZmqConfig& cfg, uint32_t block_size, Sink sink, DecodeLimits limits)
-    : impl_(std::make_unique<Impl>(*this, cfg, block_size, std::move(sink), limits)) {}
+ZmqEventSource::ZmqEventSource(const ZmqConfig& cfg, uint32_t block_size, Sink sink, DecodeLimits limits,
+                               SaltAttribution* salts)
+    : impl_(std::make_unique<Impl>(*this, cfg, block_size, std::move(sink), limits, salts)) {}
 
 ZmqEventSource::~ZmqEventSource() { stop(); }
 

@@ -106,7 +106,10 @@ class ZmqEventSource {
   // when it could not take them (queue full): the owner becomes partial.
   using Sink = std::function<bool(std::vector<KvEvent>&&)>;
 
-  ZmqEventSource(const ZmqConfig& cfg, uint32_t block_size, Sink sink, DecodeLimits limits = {});
+  // `salts` (may be null; must outlive the source): root blocks without a
+  // salt in their event are attributed by it (events/salt_attribution.h).
+  ZmqEventSource(const ZmqConfig& cfg, uint32_t block_size, Sink sink, DecodeLimits limits = {},
+                 SaltAttribution* salts = nullptr);
   ~ZmqEventSource();
   ZmqEventSource(const ZmqEventSource&) = delete;
   ZmqEventSource& operator=(const ZmqEventSource&) = delete;

@@ -201,9 +201,15 @@ void Scraper::set_targets(const std::vector<ScrapeTarget>& targets) {
 }
 
 void Scraper::set_timing(std::chrono::milliseconds interval, std::chrono::milliseconds timeout) {
+  const bool changed = interval != interval_;
   interval_ = interval;
   timeout_ = timeout;
-  for (auto& [id, loop] : loops_) loop->interval = interval, loop->timeout = timeout;
+  for (auto& [id, loop] : loops_) {
+    loop->interval = interval, loop->timeout = timeout;
+    // A new interval applies now: a loop waiting out the old one scrapes at
+    // once (its wait is cancelled) and then every new interval.
+    if (changed) loop->timer.cancel();
+  }
 }
 
 }  // namespace kvroute

@@ -60,11 +60,11 @@ void hash_blocks(std::span<const TokenId> tokens, uint32_t block_size, std::vect
   for (size_t i = 0; i < n; ++i) out.push_back(hash_block(tokens.subspan(i * block_size, block_size), seed));
 }
 
-uint64_t first_block_seed(const HashNamespace& ns) {
-  const uint64_t seed = block_hash_seed(ns.lora_name);
-  if (ns.cache_salt.empty()) return seed;
-  return seed + XXH3_64bits_withSeed(ns.cache_salt.data(), ns.cache_salt.size(), 0);
+uint64_t salt_hash(std::string_view cache_salt) {
+  return cache_salt.empty() ? 0 : XXH3_64bits_withSeed(cache_salt.data(), cache_salt.size(), 0);
 }
+
+uint64_t first_block_seed(const HashNamespace& ns) { return block_hash_seed(ns.lora_name) + salt_hash(ns.cache_salt); }
 
 void hash_blocks(std::span<const TokenId> tokens, uint32_t block_size, const HashNamespace& ns,
                  std::vector<LocalBlockHash>& out) {

@@ -39,9 +39,12 @@ struct HashNamespace {
   std::string_view cache_salt;
 };
 
-// Seed of the first block: block_hash_seed(lora) + XXH3_64(cache_salt, seed 0)
+// Seed of the first block: block_hash_seed(lora) + salt_hash(cache_salt)
 // (wrapping); without a salt, block_hash_seed(lora).
 uint64_t first_block_seed(const HashNamespace& ns);
+// XXH3_64(cache_salt, seed 0); 0 for no salt. What a salt adds to the first
+// block's seed (events/salt_attribution.h keeps salts by this value).
+uint64_t salt_hash(std::string_view cache_salt);
 
 // hash_blocks() under a namespace: block 0 with first_block_seed(ns), the
 // others with block_hash_seed(ns.lora_name). Equal to the plain overload when

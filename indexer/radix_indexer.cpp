@@ -615,8 +615,14 @@ std::vector<std::pair<WorkerId, uint64_t>> RadixIndexer::entries_by_worker() con
   lock_for_read();
   std::shared_lock lk(mu_, std::adopt_lock);
   std::map<WorkerId, uint64_t> by;
-  for (const auto& o : owners_)
-    if (o) by[o->owner.worker] += o->blocks.size();
+  // Entries, as stats() counts them: nodes the owner is on. A node it reaches
+  // through several of its block hashes (aliases) is one entry.
+  for (const auto& o : owners_) {
+    if (!o) continue;
+    uint64_t extra = 0;
+    o->aliases.for_each([&](uint64_t, uint32_t n) { extra += n; });
+    by[o->owner.worker] += o->blocks.size() - extra;
+  }
   return {by.begin(), by.end()};
 }
 

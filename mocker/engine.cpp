@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cassert>
 
+#include "common/prefix_cache.h"
 #include "indexer/block_hash.h"
 
 namespace kvroute::mocker {
@@ -91,6 +92,10 @@ uint32_t Engine::cached_prefix_blocks(const Request& r) const {
   return k;
 }
 
+uint32_t Engine::cached_tokens(const Request& r) const {
+  return static_cast<uint32_t>(cached_prefix_tokens(cached_prefix_blocks(r), r.prompt_tokens, cfg_.block_size));
+}
+
 bool Engine::try_admit(Request& r) {
   // Blocks already present are shared (in-flight ones included: their
   // prefill ends in this same step at the latest). The cache is prefix-closed,
@@ -107,7 +112,7 @@ bool Engine::try_admit(Request& r) {
   const uint64_t evictable = lru_.size() - reusable_unreferenced;
   if (need > free + evictable) return false;
 
-  r.cached_tokens = cached_prefix_blocks(r) * cfg_.block_size;
+  r.cached_tokens = cached_tokens(r);
   prefix_queries_ += r.prompt_tokens;
   prefix_hits_ += r.cached_tokens;
   for (SequenceHash h : r.blocks) {
@@ -183,9 +188,9 @@ void Engine::start_step(double now_ms) {
   bool admitted = false;
   while (!waiting_.empty() && running_.size() < cfg_.max_seqs) {
     Request& r = requests_.at(waiting_.front());
-    const uint64_t cached = uint64_t{cached_prefix_blocks(r)} * cfg_.block_size;
-    // A fully cached prompt still computes its last token.
-    const uint64_t fresh = std::max<uint64_t>(1, r.prompt_tokens - std::min<uint64_t>(r.prompt_tokens, cached));
+    // At least the last token is computed: a fully cached block-aligned
+    // prompt recomputes its last block.
+    const uint64_t fresh = r.prompt_tokens - cached_tokens(r);
     if (admitted && budget_used + fresh > cfg_.max_batched_tokens) break;
     if (!try_admit(r)) break;  // FIFO: the head waits for space
     r.running = true;

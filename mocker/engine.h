@@ -170,6 +170,9 @@ class Engine {
                         uint32_t max_tokens, double now_ms, std::vector<std::shared_ptr<BlockInfo>> infos);
   bool enqueue(Request r, double now_ms);
   uint32_t cached_prefix_blocks(const Request& r) const;
+  // Prompt tokens served from the cache, as vLLM counts them
+  // (common/prefix_cache.h): whole blocks, at most prompt_tokens - 1.
+  uint32_t cached_tokens(const Request& r) const;
   bool try_admit(Request& r);  // allocates blocks; false if they do not fit now
   void release(Request& r);
   void start_step(double now_ms);

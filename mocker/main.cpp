@@ -10,10 +10,41 @@
 #include "common/log.h"
 #include "common/types.h"
 #include "events/nats_bus.h"
+#include "events/zmq_source.h"
 #include "mocker/server.h"
 #include "mocker/vllm_publisher.h"
 
 using namespace kvroute;
+
+namespace {
+
+// One publisher per data-parallel rank, rank r at the endpoints' port + r
+// (vLLM's offset_endpoint_port). Port 0 asks for free ports: rank 0 binds a
+// free one and the others the ports after it, tried again from a new free
+// port when one of those is taken.
+bool bind_publishers(const mocker::VllmPublisherOptions& base, uint32_t dp_size,
+                     std::vector<std::unique_ptr<mocker::VllmPublisher>>& out, std::string* err) {
+  for (int attempt = 0; attempt < 20; ++attempt) {
+    out.clear();
+    bool ok = true;
+    for (uint32_t r = 0; r < dp_size && ok; ++r) {
+      mocker::VllmPublisherOptions o = base;
+      o.dp_rank = r;
+      if (r > 0) {
+        o.endpoint = offset_endpoint_port(out[0]->endpoint(), r);
+        if (!base.replay_endpoint.empty()) o.replay_endpoint = offset_endpoint_port(out[0]->replay_endpoint(), r);
+      }
+      out.push_back(std::make_unique<mocker::VllmPublisher>(o));
+      ok = out.back()->bind(err);
+    }
+    if (ok) return true;
+    const bool any_port = base.endpoint.ends_with(":0") && (base.replay_endpoint.empty() || base.replay_endpoint.ends_with(":0"));
+    if (!any_port || dp_size == 1) return false;
+  }
+  return false;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"kvroute-mocker: a simulated OpenAI-compatible inference worker (paged KV cache, continuous\n"
@@ -63,6 +94,14 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(CLI::Range(size_t{0}, size_t{10000000}));
   app.add_option("--lora-modules", lora_modules,
                  "LoRA adapter names served besides --model, comma-separated (their blocks are hashed under the name)");
+  app.add_option("--data-parallel-size", o.data_parallel_size,
+                 "vLLM mode: data-parallel ranks, each with its own KV cache and publisher (rank r at the ZMQ "
+                 "endpoints' port + r, as vLLM); a request's rank is its X-data-parallel-rank header, else the "
+                 "rank with the lowest waiting*4 + running (vLLM's DP balancer)")
+      ->capture_default_str()->check(CLI::Range(1u, 64u));
+  app.add_flag("--no-extra-keys", o.no_extra_keys,
+               "vLLM mode: BlockStored events without extra_keys (vLLM before that field): cache_salt still keys "
+               "the engine's cache but is not on the wire (lora_name still is)");
   CLI11_PARSE(app, argc, argv);
   zo.encoding = zmq_encoding == "map" ? VllmEncoding::TaggedMap : VllmEncoding::Positional;
   for (size_t b = 0; !lora_modules.empty() && b <= lora_modules.size();) {
@@ -87,6 +126,9 @@ int main(int argc, char** argv) {
       return 2;
     }
     set->add(o.model, std::move(t));
+    // A LoRA adapter tokenizes with its base model's tokenizer (vLLM does,
+    // unless the adapter ships its own).
+    for (const auto& lora : o.lora_modules) set->add(lora, ModelTokenizer::load(tokenizer_dir, &terr));
     o.tokenizers = std::move(set);
   }
 
@@ -106,16 +148,22 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  std::unique_ptr<mocker::VllmPublisher> vllm;
-  if (!zo.endpoint.empty()) {
-    vllm = std::make_unique<mocker::VllmPublisher>(zo);
-    if (!vllm->bind(&err)) {
-      std::fprintf(stderr, "kvroute-mocker: %s\n", err.c_str());
-      return 1;
-    }
-    vllm->start();
+  if (o.data_parallel_size > 1 && zo.endpoint.empty()) {
+    std::fprintf(stderr, "kvroute-mocker: --data-parallel-size needs --zmq-endpoint (vLLM mode)\n");
+    return 2;
   }
-  mocker::MockerServer server(o, bus.get(), vllm.get());
+  std::vector<std::unique_ptr<mocker::VllmPublisher>> ranks;
+  if (!zo.endpoint.empty() && !bind_publishers(zo, o.data_parallel_size, ranks, &err)) {
+    std::fprintf(stderr, "kvroute-mocker: %s\n", err.c_str());
+    return 1;
+  }
+  std::vector<mocker::VllmPublisher*> publishers;
+  for (auto& p : ranks) {
+    p->start();
+    publishers.push_back(p.get());
+  }
+  mocker::VllmPublisher* vllm = publishers.empty() ? nullptr : publishers[0];
+  mocker::MockerServer server(o, bus.get(), publishers);
   if (!server.listen(&err) || !server.start_nats(&err)) {
     std::fprintf(stderr, "kvroute-mocker: %s\n", err.c_str());
     return 1;
@@ -134,7 +182,7 @@ int main(int argc, char** argv) {
   spdlog::info("kvroute-mocker: signal {}, shutting down", sig);
   server.stop();
   io.join();
-  if (vllm) vllm->stop();
+  for (auto& p : ranks) p->stop();
   // Close NATS before the server goes: a resync request arriving now must
   // not reach a destroyed server.
   if (bus) {

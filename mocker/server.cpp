@@ -18,8 +18,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <charconv>
 #include <chrono>
 #include <deque>
+#include <functional>
 #include <unordered_map>
 
 #include "common/json_escape.h"
@@ -97,34 +99,47 @@ bool parse_gen_params(std::string_view body, GenParams& p, std::string& err) {
 }  // namespace
 
 struct MockerServer::Impl {
-  Impl(MockerOptions o, NatsBus* b, VllmPublisher* v)
+  Impl(MockerOptions o, NatsBus* b, std::vector<VllmPublisher*> v)
       : opts(std::move(o)),
         bus(b),
-        vllm(v),
+        publishers(std::move(v)),
+        vllm(publishers.empty() ? nullptr : publishers[0]),
         acceptor(ioc),
         tick(ioc),
         heartbeat(ioc),
         start(std::chrono::steady_clock::now()),
-        engine(make_engine_config(opts, v != nullptr), [this](const KvEvent& ev) { publish_event(ev); }) {}
+        engines(make_engines(opts, !publishers.empty(), [this](const KvEvent& ev) { publish_event(ev); })),
+        engine(*engines[0]) {
+    vllm_batch.resize(engines.size());
+    requests_by_rank.resize(engines.size(), 0);
+    vllm_flush_posted.resize(engines.size(), false);
+  }
 
-  static EngineConfig make_engine_config(const MockerOptions& o, bool vllm_mode) {
-    EngineConfig c = o.engine;
-    c.owner = CacheOwner{WorkerId{o.worker_id}, 0};
-    c.keep_tokens = vllm_mode;  // BlockStored carries token ids
-    return c;
+  static std::vector<std::unique_ptr<Engine>> make_engines(const MockerOptions& o, bool vllm_mode,
+                                                           const std::function<void(const KvEvent&)>& sink) {
+    std::vector<std::unique_ptr<Engine>> out;
+    for (uint32_t r = 0; r < std::max<uint32_t>(o.data_parallel_size, 1); ++r) {
+      EngineConfig c = o.engine;
+      c.owner = CacheOwner{WorkerId{o.worker_id}, r};
+      c.keep_tokens = vllm_mode;  // BlockStored carries token ids
+      out.push_back(std::make_unique<Engine>(c, sink));
+    }
+    return out;
   }
 
   MockerOptions opts;
   NatsBus* bus;
-  VllmPublisher* vllm;
-  VllmEventBatch vllm_batch;  // this engine step's events (vLLM mode)
-  bool vllm_flush_posted = false;
+  std::vector<VllmPublisher*> publishers;  // per rank (vLLM mode); empty: NATS mode
+  VllmPublisher* vllm;                     // rank 0's, or null
+  std::vector<VllmEventBatch> vllm_batch;  // per rank: this engine step's events (vLLM mode)
+  std::vector<bool> vllm_flush_posted;
   asio::io_context ioc;
   tcp::acceptor acceptor;
   asio::steady_timer tick;
   asio::steady_timer heartbeat;
   const std::chrono::steady_clock::time_point start;
-  Engine engine;
+  std::vector<std::unique_ptr<Engine>> engines;  // one per data-parallel rank
+  Engine& engine;                                // rank 0 (NATS mode has only it)
   std::unordered_map<uint64_t, std::shared_ptr<Pending>> pending;
   uint64_t next_id = 1;
   std::optional<double> scheduled;  // engine time the tick timer is set for
@@ -135,6 +150,8 @@ struct MockerServer::Impl {
   uint64_t events_published = 0, events_dropped = 0, events_publish_failed = 0;
   uint64_t drop_remaining = 0;
   bool hang = false;
+  uint64_t steered_total = 0;            // requests whose X-data-parallel-rank chose their rank
+  std::vector<uint64_t> requests_by_rank;  // requests queued on each rank
   // Issue 15: this process's instance id (new at each start) and the resync
   // snapshot being served in chunks (one at a time; a newer one replaces it).
   const uint64_t instance_id = std::random_device{}() | (uint64_t{std::random_device{}()} << 32) | 1;
@@ -172,6 +189,9 @@ struct MockerServer::Impl {
   // vLLM mode: the event joins this step's batch, sent when the io thread
   // finishes the current handler (vLLM publishes one batch per step).
   void queue_vllm_event(const KvEvent& ev) {
+    const uint32_t rank = ev.owner.dp_rank;
+    const Engine& engine = *engines[rank];
+    VllmEventBatch& batch = vllm_batch[rank];
     if (auto* st = std::get_if<KvStored>(&ev.data)) {
       VllmBlockStored s;
       s.parent_block_hash = st->parent;
@@ -190,20 +210,24 @@ struct MockerServer::Impl {
           if (!st->parent) s.cache_salt = info->cache_salt;
         }
       }
-      vllm_batch.events.push_back(std::move(s));
+      // vLLM before its extra_keys field: no salt on the wire (lora_name is a
+      // field of its own), while the engine's own cache stays keyed by it.
+      s.omit_extra_keys = opts.no_extra_keys;
+      batch.events.push_back(std::move(s));
     } else if (auto* rm = std::get_if<KvRemoved>(&ev.data)) {
-      vllm_batch.events.push_back(VllmBlockRemoved{rm->block_hashes, medium_of(ev.tier), 0});
+      batch.events.push_back(VllmBlockRemoved{rm->block_hashes, medium_of(ev.tier), 0});
     } else {
-      vllm_batch.events.push_back(VllmAllBlocksCleared{});
+      batch.events.push_back(VllmAllBlocksCleared{});
     }
     ++events_published;
-    if (vllm_flush_posted) return;
-    vllm_flush_posted = true;
-    asio::post(ioc, [this] {
-      vllm_flush_posted = false;
-      vllm_batch.ts = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-      vllm->publish(std::move(vllm_batch));
-      vllm_batch = VllmEventBatch{};
+    if (vllm_flush_posted[rank]) return;
+    vllm_flush_posted[rank] = true;
+    asio::post(ioc, [this, rank] {
+      vllm_flush_posted[rank] = false;
+      VllmEventBatch& b = vllm_batch[rank];
+      b.ts = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+      publishers[rank]->publish(std::move(b));
+      b = VllmEventBatch{};
     });
   }
 
@@ -252,17 +276,54 @@ struct MockerServer::Impl {
 
   // Runs the engine up to now, hands outputs to sessions, re-arms the timer.
   void on_tick() {
-    for (const auto& out : engine.advance_to(now_ms())) {
-      auto it = pending.find(out.request);
-      if (it == pending.end()) continue;
-      it->second->outputs.push_back(out);
-      it->second->wake.cancel();
-    }
+    const double now = now_ms();
+    for (auto& e : engines)
+      for (const auto& out : e->advance_to(now)) {
+        auto it = pending.find(out.request);
+        if (it == pending.end()) continue;
+        it->second->outputs.push_back(out);
+        it->second->wake.cancel();
+      }
     schedule();
   }
 
+  // The earliest step end of any rank.
+  std::optional<double> next_event_time() const {
+    std::optional<double> next;
+    for (const auto& e : engines)
+      if (auto t = e->next_event_time(); t && (!next || *t < *next)) next = t;
+    return next;
+  }
+
+  // The rank a request goes to: the X-data-parallel-rank header (vLLM's
+  // _get_data_parallel_rank(): an integer, else ignored), else the rank with
+  // the lowest waiting * 4 + running, the lowest rank on ties (vLLM's
+  // DPLBAsyncMPClient.get_core_engine_for_request(),
+  // vllm/v1/engine/core_client.py). -1: the header names no rank of ours.
+  int pick_rank(const http::request<http::string_body>& req) {
+    auto h = req.find("X-data-parallel-rank");
+    if (h != req.end()) {
+      const std::string_view v(h->value().data(), h->value().size());
+      int64_t r = 0;
+      const auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), r);
+      if (ec == std::errc() && p == v.data() + v.size()) {
+        if (r < 0 || r >= static_cast<int64_t>(engines.size())) return -1;
+        ++steered_total;
+        return static_cast<int>(r);
+      }
+    }
+    int best = 0;
+    uint64_t best_score = UINT64_MAX;
+    for (size_t r = 0; r < engines.size(); ++r) {
+      const auto l = engines[r]->load();
+      const uint64_t score = uint64_t{l.num_requests_waiting} * 4 + l.request_active_slots;
+      if (score < best_score) best_score = score, best = static_cast<int>(r);
+    }
+    return best;
+  }
+
   void schedule() {
-    const auto next = engine.next_event_time();
+    const auto next = next_event_time();
     if (!next) {
       scheduled.reset();
       tick.cancel();
@@ -280,14 +341,27 @@ struct MockerServer::Impl {
   }
 
   std::string stats_json() const {
-    const auto l = engine.load();
+    EngineLoad l;
+    uint64_t cached_blocks = 0, last_event_id = 0;
+    std::string ranks;
+    for (size_t r = 0; r < engines.size(); ++r) {
+      const auto e = engines[r]->load();
+      l.request_active_slots += e.request_active_slots;
+      l.num_requests_waiting += e.num_requests_waiting;
+      l.kv_active_blocks += e.kv_active_blocks;
+      l.kv_total_blocks += e.kv_total_blocks;
+      cached_blocks += engines[r]->cached_blocks();
+      last_event_id += engines[r]->last_event_id();
+      ranks += fmt::format(R"({}{{"rank":{},"requests":{},"kv_cached_blocks":{}}})", r ? "," : "", r,
+                           requests_by_rank[r], engines[r]->cached_blocks());
+    }
     std::string out = fmt::format(
         R"({{"worker_id":{},"requests_total":{},"rejected_total":{},"cancels_total":{},"active":{},"waiting":{},)"
         R"("kv_cached_blocks":{},"kv_active_blocks":{},"kv_total_blocks":{},"events_published":{},"events_dropped":{},)"
-        R"("events_publish_failed":{},"drop_pending":{},"last_event_id":{},"hang":{}}})",
+        R"("events_publish_failed":{},"drop_pending":{},"last_event_id":{},"hang":{},"steered_total":{},"ranks":[{}]}})",
         opts.worker_id, requests_total, rejected_total, cancels_total, l.request_active_slots, l.num_requests_waiting,
-        engine.cached_blocks(), l.kv_active_blocks, l.kv_total_blocks, events_published, events_dropped,
-        events_publish_failed, drop_remaining, engine.last_event_id(), hang);
+        cached_blocks, l.kv_active_blocks, l.kv_total_blocks, events_published, events_dropped,
+        events_publish_failed, drop_remaining, last_event_id, hang, steered_total, ranks);
     if (vllm)  // vLLM mode: ZMQ batches numbered (next seq), not sent live (test hook), replays served
       out.insert(out.size() - 1, fmt::format(R"(,"zmq_batches":{},"zmq_dropped_live":{},"zmq_replays":{})",
                                              vllm->published(), vllm->dropped_live(), vllm->replays_served()));
@@ -295,34 +369,45 @@ struct MockerServer::Impl {
   }
 
   // Prometheus text with vLLM's metric names, types and labels (vLLM
-  // v1/metrics/loggers.py: model_name and engine on every series; the cache
-  // config as an info gauge whose labels carry block_size and num_gpu_blocks).
+  // v1/metrics/loggers.py: model_name and engine on every series, one series
+  // per data-parallel rank; the cache config as an info gauge whose labels
+  // carry block_size and num_gpu_blocks).
   std::string metrics_text() const {
-    const auto l = engine.load();
-    const std::string lbl = fmt::format(R"(engine="0",model_name="{}")", opts.model);
-    const double usage = l.kv_total_blocks ? static_cast<double>(l.kv_active_blocks) / l.kv_total_blocks : 0.0;
-    return fmt::format(
-        "# HELP vllm:num_requests_running Number of requests in model execution batches.\n"
-        "# TYPE vllm:num_requests_running gauge\n"
-        "vllm:num_requests_running{{{0}}} {1}\n"
-        "# HELP vllm:num_requests_waiting Number of requests waiting to be processed.\n"
-        "# TYPE vllm:num_requests_waiting gauge\n"
-        "vllm:num_requests_waiting{{{0}}} {2}\n"
-        "# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.\n"
-        "# TYPE vllm:kv_cache_usage_perc gauge\n"
-        "vllm:kv_cache_usage_perc{{{0}}} {3}\n"
-        "# HELP vllm:prefix_cache_queries_total Prefix cache queries, in terms of number of queried tokens.\n"
-        "# TYPE vllm:prefix_cache_queries_total counter\n"
-        "vllm:prefix_cache_queries_total{{{0}}} {4}\n"
-        "# HELP vllm:prefix_cache_hits_total Prefix cache hits, in terms of number of cached tokens.\n"
-        "# TYPE vllm:prefix_cache_hits_total counter\n"
-        "vllm:prefix_cache_hits_total{{{0}}} {5}\n"
-        "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n"
-        "# TYPE vllm:cache_config_info gauge\n"
-        "vllm:cache_config_info{{block_size=\"{6}\",cache_dtype=\"auto\",enable_prefix_caching=\"True\","
-        "engine=\"0\",num_cpu_blocks=\"None\",num_gpu_blocks=\"{7}\",prefix_caching_hash_algo=\"sha256\"}} 1.0\n",
-        lbl, l.request_active_slots, l.num_requests_waiting, usage, static_cast<double>(engine.prefix_queries_tokens()),
-        static_cast<double>(engine.prefix_hits_tokens()), opts.engine.block_size, opts.engine.kv_blocks);
+    struct Family {
+      const char* name;
+      const char* type;
+      const char* help;
+    };
+    static constexpr Family kFamilies[] = {
+        {"vllm:num_requests_running", "gauge", "Number of requests in model execution batches."},
+        {"vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed."},
+        {"vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage."},
+        {"vllm:prefix_cache_queries_total", "counter", "Prefix cache queries, in terms of number of queried tokens."},
+        {"vllm:prefix_cache_hits_total", "counter", "Prefix cache hits, in terms of number of cached tokens."},
+    };
+    std::string out;
+    for (size_t f = 0; f < std::size(kFamilies); ++f) {
+      out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", kFamilies[f].name, kFamilies[f].help, kFamilies[f].name,
+                         kFamilies[f].type);
+      for (size_t r = 0; r < engines.size(); ++r) {
+        const Engine& e = *engines[r];
+        const auto l = e.load();
+        const double usage = l.kv_total_blocks ? static_cast<double>(l.kv_active_blocks) / l.kv_total_blocks : 0.0;
+        const double values[] = {static_cast<double>(l.request_active_slots),
+                                 static_cast<double>(l.num_requests_waiting), usage,
+                                 static_cast<double>(e.prefix_queries_tokens()),
+                                 static_cast<double>(e.prefix_hits_tokens())};
+        out += fmt::format("{}{{engine=\"{}\",model_name=\"{}\"}} {}\n", kFamilies[f].name, r, opts.model, values[f]);
+      }
+    }
+    out += "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n"
+           "# TYPE vllm:cache_config_info gauge\n";
+    for (size_t r = 0; r < engines.size(); ++r)
+      out += fmt::format(
+          "vllm:cache_config_info{{block_size=\"{}\",cache_dtype=\"auto\",enable_prefix_caching=\"True\","
+          "engine=\"{}\",num_cpu_blocks=\"None\",num_gpu_blocks=\"{}\",prefix_caching_hash_algo=\"sha256\"}} 1.0\n",
+          opts.engine.block_size, r, opts.engine.kv_blocks);
+    return out;
   }
 
   awaitable<void> accept_loop();
@@ -497,6 +582,14 @@ awaitable<bool> MockerServer::Impl::generate(beast::tcp_stream& s, const http::r
     co_return co_await respond(s, v, keep, http::status::bad_request, std::move(body));
   }
   const HashNamespace ns{lora ? std::string_view(parsed.model) : std::string_view{}, gen.cache_salt};
+  const int rank = pick_rank(req);
+  if (rank < 0) {
+    ++rejected_total;
+    std::string body = error_body(ApiError{
+        400, fmt::format("X-data-parallel-rank must be in [0, {}).", engines.size()), "invalid_request_error", "", ""});
+    co_return co_await respond(s, v, keep, http::status::bad_request, std::move(body));
+  }
+  Engine& engine = *engines[static_cast<size_t>(rank)];
   if (!engine.add_request(id, tokens, gen.max_tokens, now_ms(), ns)) {
     ++rejected_total;
     std::string body = error_body(ApiError{
@@ -504,6 +597,7 @@ awaitable<bool> MockerServer::Impl::generate(beast::tcp_stream& s, const http::r
         "invalid_request_error", "messages", "context_length_exceeded"});
     co_return co_await respond(s, v, keep, http::status::bad_request, std::move(body));
   }
+  ++requests_by_rank[static_cast<size_t>(rank)];
   auto p = std::make_shared<Pending>(ioc.get_executor());
   pending[id] = p;
   schedule();
@@ -642,7 +736,9 @@ awaitable<bool> MockerServer::Impl::generate(beast::tcp_stream& s, const http::r
 }
 
 MockerServer::MockerServer(MockerOptions opts, NatsBus* bus, VllmPublisher* vllm)
-    : impl_(std::make_unique<Impl>(std::move(opts), bus, vllm)) {}
+    : MockerServer(std::move(opts), bus, vllm ? std::vector<VllmPublisher*>{vllm} : std::vector<VllmPublisher*>{}) {}
+MockerServer::MockerServer(MockerOptions opts, NatsBus* bus, std::vector<VllmPublisher*> vllm)
+    : impl_(std::make_unique<Impl>(std::move(opts), bus, std::move(vllm))) {}
 MockerServer::~MockerServer() = default;
 
 bool MockerServer::listen(std::string* error) {

@@ -41,6 +41,15 @@ struct MockerOptions {
   // LoRA adapters served besides `model` (vLLM's --lora-modules names): a
   // request naming one is served, its blocks hashed under that LoRA name.
   std::vector<std::string> lora_modules;
+  // vLLM's --data-parallel-size: this many engines (ranks), each with its own
+  // KV cache and, in vLLM mode, its own publisher (vllm[r]). A request's rank
+  // is its X-data-parallel-rank header, else the least loaded rank as vLLM's
+  // DP balancer picks it (mocker/README.md).
+  uint32_t data_parallel_size = 1;
+  // vLLM mode: BlockStored without extra_keys, as vLLM sent it before that
+  // field: the engine's cache stays keyed by cache_salt, the events no longer
+  // say so (lora_name, a field of its own, is still sent).
+  bool no_extra_keys = false;
 };
 
 class MockerServer {
@@ -49,6 +58,9 @@ class MockerServer {
   // null) receives the KV events as vLLM batches, one per engine step; it
   // must outlive run().
   MockerServer(MockerOptions opts, NatsBus* bus, VllmPublisher* vllm = nullptr);
+  // Data parallel: one publisher per rank (vllm.size() == data_parallel_size),
+  // or none (then data_parallel_size must be 1).
+  MockerServer(MockerOptions opts, NatsBus* bus, std::vector<VllmPublisher*> vllm);
   ~MockerServer();
   bool listen(std::string* error);
   uint16_t port() const;

@@ -93,6 +93,17 @@ AdminResponse AdminApi::explain(ApiKind kind, std::string_view body) const {
   RouteResult r = routing_.route(parsed, /*rank_all=*/true);
   const auto cfg = config_.get();
   std::string out = explain_json(r, parsed.model, cfg->indexer.block_size, cfg->scheduler);
+  if (salt_blind_) {
+    out.pop_back();  // the closing brace
+    out += R"(,"salt_blind_workers":[)";
+    bool first = true;
+    for (const auto& c : r.candidates)
+      if (salt_blind_(c.owner.worker)) {
+        out += fmt::format("{}{}", first ? "" : ",", c.owner.worker.value);
+        first = false;
+      }
+    out += "]}";
+  }
   if (index_age_) {  // issue 15: the last-known index age of each candidate worker
     out.pop_back();  // the closing brace
     out += R"(,"index_age_ms":{)";

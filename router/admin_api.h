@@ -77,6 +77,10 @@ class AdminApi {
   // event or dump; nullopt = never heard), shown by explain as
   // "index_age_ms":{"<worker_id>":ms|null,...}. Unset: the field is omitted.
   void set_index_age(std::function<std::optional<Nanos>(WorkerId)> f) { index_age_ = std::move(f); }
+  // Workers whose KV events carry no cache_salt while they are sent salted
+  // requests (events/salt_attribution.h): explain lists the candidates among
+  // them as "salt_blind_workers":[ids]. Unset: the field is omitted.
+  void set_salt_blind(std::function<bool(WorkerId)> f) { salt_blind_ = std::move(f); }
 
  private:
   bool authorized(std::string_view authorization) const;
@@ -93,6 +97,7 @@ class AdminApi {
   AdminStats stats_;
   AdminFleetHooks fleet_;
   std::function<std::optional<Nanos>(WorkerId)> index_age_;  // issue 15
+  std::function<bool(WorkerId)> salt_blind_;
 };
 
 // The status page's files (router/status/), compiled in: nullptr if `path`

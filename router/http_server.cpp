@@ -183,6 +183,9 @@ auto nothrow(beast::error_code& ec) { return asio::redirect_error(use_awaitable,
 
 double seconds_since(Steady::time_point t) { return std::chrono::duration<double>(Steady::now() - t).count(); }
 
+// The request field naming the engine's data-parallel rank (vLLM, SGLang).
+constexpr std::string_view kDpRankHeader = "X-data-parallel-rank";
+
 bool is_hop_by_hop(http::field f) {
   switch (f) {
     case http::field::connection:
@@ -367,6 +370,9 @@ class ClientRequestParser final : public http::basic_parser<true> {
       if (beast::iequals(last, "chunked")) r_.transfer_coding.clear();
       else r_.transfer_coding.assign(value.data(), std::min<size_t>(value.size(), 64));
     }
+    // The dp rank is the router's to choose (upstream_request_head()): a
+    // client's own would steer past the routing decision.
+    if (f == http::field::unknown && beast::iequals(name, beast::string_view(kDpRankHeader.data(), kDpRankHeader.size()))) return;
     if (!is_hop_by_hop(f)) append_field(r_.fields, name, value);
   }
   void on_header_impl(beast::error_code& ec) override {
@@ -438,14 +444,20 @@ class HeadWriter {
 };
 
 // "POST /base/v1/... HTTP/1.1\r\n" + the client's end-to-end fields + Host,
-// Connection (close when not pooling) and Content-Length, then the blank line.
-void upstream_request_head(std::string& h, const ClientRequest& req, const UpstreamUrl& url, bool keep_alive) {
-  HeadWriter w(h, 128 + req.method_string.size() + url.base.size() + req.target.size() + req.fields.size() +
+// Connection (close when not pooling), the chosen dp rank (vLLM's API server
+// reads X-data-parallel-rank: vllm/entrypoints/openai/engine/serving.py
+// _get_data_parallel_rank(), and hands it to its engine client as
+// data_parallel_rank; without it vLLM's DP balancer picks) and
+// Content-Length, then the blank line.
+void upstream_request_head(std::string& h, const ClientRequest& req, const UpstreamUrl& url, bool keep_alive,
+                           std::optional<uint32_t> dp_rank) {
+  HeadWriter w(h, 160 + req.method_string.size() + url.base.size() + req.target.size() + req.fields.size() +
                       url.host.size() + url.port.size());
   w.text(req.method_string).text(" "sv).text(url.base).text(req.target).text(" HTTP/1.1\r\n"sv);
   w.text(req.fields).text(url.ipv6 ? "Host: ["sv : "Host: "sv).text(url.host).text(url.ipv6 ? "]:"sv : ":"sv);
   w.text(url.port);
   w.text(keep_alive ? "\r\n"sv : "\r\nConnection: close\r\n"sv);
+  if (dp_rank) w.text(kDpRankHeader).text(": "sv).number(*dp_rank).text("\r\n"sv);
   w.text("Content-Length: "sv).number(req.body.size()).text("\r\n\r\n"sv);
   w.finish();
 }
@@ -1356,10 +1368,11 @@ bool HttpServer::Impl::begin_attempt(Exchange& x, size_t attempt) {
   const uint64_t prompts = x.client.parsed.prompts;
   x.guard.emplace(*hooks.registry, target.worker, x.client.route.request_blocks * prompts,
                   target.prefill_tokens * prompts);
+  if (hooks.on_dispatch) hooks.on_dispatch(target.worker, x.client.route);
   // The request to forward: unchanged but for hop-by-hop headers. Its head is
   // written out here (fields as Beast parsed and validated them) and sent with
   // the body in one gather write: no serializer on the hot path.
-  upstream_request_head(x.client.upstream_head, x.req, x.url, x.cfg.router.upstream_pool_size > 0);
+  upstream_request_head(x.client.upstream_head, x.req, x.url, x.cfg.router.upstream_pool_size > 0, target.dp_rank);
   return true;
 }
 
@@ -1485,10 +1498,13 @@ Next HttpServer::Impl::check_status(Exchange& x, bool another_left) {
   return Next::Go;
 }
 
-// Committed to the worker: the first byte's metrics.
+// Committed to the worker: the first byte's metrics. The access log's
+// ttfb_ms is the client's: from the request read to its first response byte,
+// every failed-over attempt included; the histogram is the chosen worker's
+// (request sent to first byte).
 void HttpServer::Impl::record_first_byte(Exchange& x) {
   const double ttfb = seconds_since(x.sent_at);
-  x.rec.ttfb_ms = ttfb * 1e3;
+  x.rec.ttfb_ms = seconds_since(x.started) * 1e3;
   RouterMetrics* m = hooks.metrics;
   if (!m) return;
   const RouteResult& route = x.client.route;

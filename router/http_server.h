@@ -40,6 +40,9 @@ struct HttpServerHooks {
   // The process's descriptor limit (RLIMIT_NOFILE): router.max_connections 0
   // means half of it.
   uint64_t open_files_limit = 1024;
+  // Called for every attempt on a worker, before the request is sent to it
+  // (events/salt_attribution.h records what went where).
+  std::function<void(WorkerId, const RouteResult&)> on_dispatch;
 };
 
 class HttpServer {

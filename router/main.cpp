@@ -25,6 +25,7 @@
 #include "config/config_store.h"
 #include "events/event_pipeline.h"
 #include "events/nats_bus.h"
+#include "events/salt_attribution.h"
 #include "events/zmq_source.h"
 #include "events/replica_sync.h"
 #include "fleet/fleet.h"
@@ -196,6 +197,19 @@ void render_fleet_metrics(std::string& out, const Fleet& fleet, const WorkerRegi
                          by[{to_string(src), to_string(h)}]);
 }
 
+// Tenant attribution of root blocks (events/salt_attribution.h).
+void render_salt_metrics(std::string& out, const SaltAttribution& s) {
+  out += "# HELP kvroute_events_salt_roots_total root blocks of ZMQ events by how their cache_salt was decided\n"
+         "# TYPE kvroute_events_salt_roots_total counter\n";
+  for (size_t i = 0; i < SaltAttribution::kNumHow; ++i) {
+    const auto how = static_cast<SaltAttribution::How>(i);
+    out += fmt::format("kvroute_events_salt_roots_total{{how=\"{}\"}} {}\n", to_string(how), s.resolved_total(how));
+  }
+  out += fmt::format("# HELP kvroute_events_salt_blind_workers workers sent salted requests whose KV events never "
+                     "carried a salt\n# TYPE kvroute_events_salt_blind_workers gauge\nkvroute_events_salt_blind_workers {}\n",
+                     s.salt_blind_workers());
+}
+
 // ZMQ KV event metrics (events/zmq_source.h).
 void render_zmq_metrics(std::string& out, const ZmqSourceStats& z) {
   auto counter = [&](std::string_view name, std::string_view help, uint64_t v) {
@@ -353,9 +367,14 @@ int main(int argc, char** argv) {
     pipeline.start_writer();
   }
 
-  // KV events of vLLM / SGLang workers over their own ZMQ sockets.
-  ZmqEventSource zmq(cfg.zmq, cfg.indexer.block_size,
-                     [&](std::vector<KvEvent>&& events) { return pipeline.enqueue_events(std::move(events)); });
+  // KV events of vLLM / SGLang workers over their own ZMQ sockets; tenants'
+  // root blocks attributed from the router's own dispatches when the events
+  // carry no salt.
+  SaltAttribution salts;
+  ZmqEventSource zmq(
+      cfg.zmq, cfg.indexer.block_size,
+      [&](std::vector<KvEvent>&& events) { return pipeline.enqueue_events(std::move(events)); }, DecodeLimits{},
+      &salts);
   zmq.start();
 
   // Router-known workers (workers.static, discovery.dns, admin API): judged
@@ -369,6 +388,7 @@ int main(int argc, char** argv) {
   };
   fleet_hooks.removed = [&](WorkerId id) {
     zmq.remove_worker(id);
+    salts.remove_worker(id);
     pipeline.enqueue_remove_worker(id);
   };
   // Back from down: the engine may have restarted with an empty cache and a
@@ -453,6 +473,7 @@ int main(int argc, char** argv) {
     render_module_metrics(out, pipeline.stats(), sequencer, radix, approx, admin.stats(), bus.get());
     render_fleet_metrics(out, fleet, registry);
     render_zmq_metrics(out, zmq.stats());
+    render_salt_metrics(out, salts);
     render_bus_metrics(out, pipeline, sequencer);
     out += fmt::format(
         "# HELP kvroute_events_worker_url_allow_any 1 when events.worker_url_allow is '*' (any URL may join by "
@@ -496,6 +517,8 @@ int main(int argc, char** argv) {
   });
   FleetSources fleet_sources;
   fleet_sources.index_entries = [&] { return radix.entries_by_worker(); };
+  fleet_sources.salt_blind = [&](WorkerId w) { return salts.salt_blind(w); };
+  admin.set_salt_blind([&](WorkerId w) { return salts.salt_blind(w); });
   // Partial index: NATS events lost (the sequencer awaits a resync) or a ZMQ gap replay could not cover.
   fleet_sources.partial_index = [&](CacheOwner o) { return sequencer.is_stale(o) || zmq.is_partial(o); };
   fleet_sources.worker_tokens = [&](WorkerId w) {
@@ -503,8 +526,13 @@ int main(int argc, char** argv) {
     return std::pair<uint64_t, uint64_t>{t.prompt.value(), t.cached.value()};
   };
   // Stale: no load report for half the heartbeat TTL (several missed heartbeats or scrapes).
-  fleet_sources.stale_after = [&] {
-    return std::chrono::duration_cast<Nanos>(std::chrono::milliseconds(config.get()->events.worker_ttl_ms) / 2);
+  // Stale: a scraped worker (its /metrics) missed two scrapes; a heartbeat-only
+  // worker was silent for half its TTL.
+  fleet_sources.stale_after = [&](const WorkerAnnouncement& w) {
+    const auto c = config.get();
+    const auto ms = w.metrics_url.empty() ? std::chrono::milliseconds(c->events.worker_ttl_ms) / 2
+                                          : 3 * std::chrono::milliseconds(c->workers.scrape_interval_ms);
+    return std::chrono::duration_cast<Nanos>(ms);
   };
   FleetStatus fleet_status(registry, std::move(fleet_sources), history, decisions);
   admin.set_status(&fleet_status);
@@ -516,6 +544,9 @@ int main(int argc, char** argv) {
     if (cfg->indexer.approximate || w.info->approximate)
       approx.record(r.candidates[*r.decision.chosen].owner, r.block_hashes, clock.now());
     decisions.on_routed(request, r, cfg->scheduler, cfg->indexer.block_size);
+  };
+  hooks.on_dispatch = [&](WorkerId worker, const RouteResult& r) {
+    if (r.first_block) salts.record_dispatch(worker, *r.first_block, r.salt_hash);
   };
   HttpServer server(hooks);
   live_server = &server;
@@ -549,9 +580,12 @@ int main(int argc, char** argv) {
   std::printf("kvroute listening on http://%s:%u admin http://%s:%u\n", cfg.router.host.c_str(), server.port(),
               admin_host.c_str(), server.admin_port());
   std::fflush(stdout);
-  spdlog::info("nats {} prefix '{}', block_size {}, worker_ttl {} ms",
-               cfg.events.nats_url.empty() ? "(none)" : cfg.events.nats_url, cfg.events.subject_prefix,
-               cfg.indexer.block_size, cfg.events.worker_ttl_ms);
+  if (cfg.events.nats_url.empty())
+    spdlog::info("no NATS (events.nats_url empty): workers from workers.static, discovery.dns and the admin API; "
+                 "block_size {}", cfg.indexer.block_size);
+  else
+    spdlog::info("nats {} prefix '{}', block_size {}, worker_ttl {} ms", cfg.events.nats_url,
+                 cfg.events.subject_prefix, cfg.indexer.block_size, cfg.events.worker_ttl_ms);
 
   for (;;) {
     int sig = 0;

@@ -7,10 +7,16 @@
 #include <algorithm>
 
 #include "common/log.h"
+#include "common/prefix_cache.h"
 #include "indexer/block_hash.h"
 #include "tokenizer/placeholder.h"
 
 namespace kvroute {
+
+std::optional<uint32_t> steered_rank(const WorkerAnnouncement& info, uint32_t overlap_blocks, uint32_t rank) {
+  if (info.dp_size <= 1 || overlap_blocks == 0 || rank >= info.dp_size) return std::nullopt;
+  return rank;
+}
 
 void RouteResult::reset() {
   ok = false;
@@ -20,6 +26,8 @@ void RouteResult::reset() {
   tokenizer_fallback = TokenizerFallback::None;
   request_blocks = 0;
   block_hashes.clear();
+  first_block.reset();
+  salt_hash = 0;
   stage_seconds = {};
   chose_best_overlap = false;
   best_cached_tokens = 0;
@@ -71,6 +79,12 @@ std::span<const TokenId> RoutingService::tokens_of(const ParsedRequest& r, std::
 
 namespace {
 using StageClock = std::chrono::steady_clock;
+
+// The prompt tokens a worker holding `blocks` of the prompt serves from its
+// cache, as the engine counts them (common/prefix_cache.h).
+uint32_t claimed_tokens(uint32_t blocks, uint32_t isl_tokens, uint32_t block_size) {
+  return static_cast<uint32_t>(cached_prefix_tokens(blocks, isl_tokens, block_size));
+}
 double seconds_between(StageClock::time_point a, StageClock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
@@ -103,6 +117,12 @@ void RoutingService::route(const ParsedRequest& request, RouteResult& out, bool 
   const HashNamespace ns{registry_.is_lora_adapter(request.model) ? std::string_view(request.model) : std::string_view{},
                          request.cache_salt};
   hash_blocks(tokens, cfg->indexer.block_size, ns, out.block_hashes);
+  if (!out.block_hashes.empty()) {
+    out.salt_hash = salt_hash(request.cache_salt);
+    out.first_block = out.salt_hash == 0 ? out.block_hashes[0]
+                                         : hash_block(tokens.subspan(0, cfg->indexer.block_size),
+                                                      block_hash_seed(ns.lora_name));
+  }
   out.stage_seconds[0] = seconds_between(t0, t1);
   out.stage_seconds[1] = seconds_between(t1, StageClock::now());
   decide(*cfg, request.model, static_cast<uint32_t>(tokens.size()), rank_all, score_all, out);
@@ -117,11 +137,15 @@ void RoutingService::route_blocks(std::string_view model, uint32_t isl_tokens, s
 
 void RoutingService::reroute(std::string_view model, RouteResult& out, bool score_all) const {
   std::vector<LocalBlockHash> hashes = std::move(out.block_hashes);
+  const auto first_block = out.first_block;
+  const uint64_t salt = out.salt_hash;
   const uint32_t isl = out.isl_tokens;
   const TokenizerFallback fallback = out.tokenizer_fallback;
   const double stage0 = out.stage_seconds[0], stage1 = out.stage_seconds[1];
   out.reset();
   out.block_hashes = std::move(hashes);
+  out.first_block = first_block;
+  out.salt_hash = salt;
   out.tokenizer_fallback = fallback;
   out.stage_seconds[0] = stage0;
   out.stage_seconds[1] = stage1;
@@ -151,6 +175,8 @@ void RoutingService::decide(const Config& cfg, std::string_view model, uint32_t 
   decide_all(cfg, model, rank_all, out);
 }
 
+// True when it decided (a choice), false to let decide_all() decide: nobody
+// serves the model, or nobody is eligible (decide_all() tells why).
 bool RoutingService::decide_ranked(const Config& cfg, std::string_view model, size_t limit, RouteResult& out) const {
   const uint32_t block_size = cfg.indexer.block_size;
   auto t0 = StageClock::now();
@@ -182,18 +208,22 @@ bool RoutingService::decide_ranked(const Config& cfg, std::string_view model, si
     WorkerScore& s = d.scores.emplace_back(p.score);
     s.predicted_ttft_ms = predicted_ttft_ms(c, out.isl_tokens - s.cached_tokens);  // explain, affinity
     d.ranking.push_back(i);
-    const auto cached = static_cast<uint32_t>(std::min<uint64_t>(uint64_t{p.overlap_blocks} * block_size, out.isl_tokens));
-    out.ranked.push_back(RouteTarget{p.worker, out.workers[i].info->url, cached, out.isl_tokens - cached});
+    const auto cached = claimed_tokens(p.overlap_blocks, out.isl_tokens, block_size);
+    out.ranked.push_back(RouteTarget{p.worker, out.workers[i].info->url, cached, out.isl_tokens - cached,
+                                     steered_rank(*out.workers[i].info, p.overlap_blocks, p.dp_rank)});
   }
   out.stage_seconds[3] = seconds_between(t1, StageClock::now());
   if (fd.ranked.empty()) {
-    out.error = ApiError{503, "Every worker is at capacity; retry later.", "service_unavailable", "", "workers_busy"};
-    return true;
+    // Nobody eligible (rare): decide_all() scores every worker and says why.
+    out.candidates.clear();
+    out.ranked.clear();
+    out.workers.clear();
+    out.decision.reset();
+    return false;
   }
   d.chosen = 0;
   out.chose_best_overlap = fd.ranked.front().overlap_blocks == fd.best_overlap_blocks;
-  out.best_cached_tokens =
-      static_cast<uint32_t>(std::min<uint64_t>(uint64_t{fd.best_overlap_blocks} * block_size, out.isl_tokens));
+  out.best_cached_tokens = claimed_tokens(fd.best_overlap_blocks, out.isl_tokens, block_size);
   out.ok = true;
   return true;
 }
@@ -252,22 +282,31 @@ void RoutingService::decide_all(const Config& cfg, std::string_view model, bool 
            out.decision);
   lap(3);
   if (!out.decision.chosen) {
-    out.error = ApiError{503, "Every worker is at capacity; retry later.", "service_unavailable", "",
-                         "workers_busy"};
+    // The same code either way (a drained worker may come back: queued
+    // requests wait for it too); the message says which.
+    const bool all_drained = std::all_of(out.decision.scores.begin(), out.decision.scores.end(),
+                                         [](const WorkerScore& s) { return s.excluded == Exclusion::Draining; });
+    out.error = ApiError{503,
+                         all_drained ? fmt::format("Every worker serving `{}` is drained by an operator "
+                                                   "(POST /admin/workers/{{id}}/undrain); retry later.",
+                                                   model)
+                                     : std::string("Every worker is at capacity; retry later."),
+                         "service_unavailable", "", "workers_busy"};
     return;
   }
   out.ranked.reserve(out.decision.ranking.size());
   for (size_t i : out.decision.ranking) {
     const auto& c = out.candidates[i];
-    const auto cached = static_cast<uint32_t>(std::min<uint64_t>(uint64_t{c.overlap_blocks} * block_size, isl_tokens));
-    out.ranked.push_back(RouteTarget{c.owner.worker, out.workers[i].info->url, cached, out.isl_tokens - cached});
+    const auto cached = claimed_tokens(c.overlap_blocks, isl_tokens, block_size);
+    out.ranked.push_back(RouteTarget{c.owner.worker, out.workers[i].info->url, cached, out.isl_tokens - cached,
+                                     steered_rank(*out.workers[i].info, c.overlap_blocks, c.owner.dp_rank)});
   }
   uint32_t best_overlap = 0;
   for (size_t i = 0; i < out.candidates.size(); ++i)
     if (out.decision.scores[i].excluded == Exclusion::None)
       best_overlap = std::max(best_overlap, out.candidates[i].overlap_blocks);
   out.chose_best_overlap = out.candidates[*out.decision.chosen].overlap_blocks == best_overlap;
-  out.best_cached_tokens = static_cast<uint32_t>(std::min<uint64_t>(uint64_t{best_overlap} * block_size, isl_tokens));
+  out.best_cached_tokens = claimed_tokens(best_overlap, isl_tokens, block_size);
   out.ok = true;
 }
 

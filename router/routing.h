@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -26,7 +27,15 @@ struct RouteTarget {
   std::string_view url;  // in the worker's announcement, kept alive by RouteResult::workers
   uint32_t cached_tokens = 0;  // matched prefix length per the index
   uint32_t prefill_tokens = 0; // tokens the worker must still prefill (predicted load)
+  // The data-parallel rank holding the cached prefix, for a worker with
+  // dp_size > 1 and a cache hit (sent as X-data-parallel-rank); none: the
+  // engine's own DP balancer picks.
+  std::optional<uint32_t> dp_rank;
 };
+
+// The rank a target names: `rank` when the worker has several and one of them
+// holds some of the prompt.
+std::optional<uint32_t> steered_rank(const WorkerAnnouncement& info, uint32_t overlap_blocks, uint32_t rank);
 
 struct RouteResult {
   bool ok = false;
@@ -38,6 +47,11 @@ struct RouteResult {
   TokenizerFallback tokenizer_fallback = TokenizerFallback::None;
   uint64_t request_blocks = 0;       // KV blocks the request will occupy (for in-flight accounting)
   std::vector<LocalBlockHash> block_hashes;  // the request's complete blocks
+  // The first complete block hashed without the cache_salt, and the salt's
+  // salt_hash() (0: none): what a dispatch records for attributing an
+  // engine's root blocks to tenants (events/salt_attribution.h).
+  std::optional<LocalBlockHash> first_block;
+  uint64_t salt_hash = 0;
   // Time spent per stage: tokenize, hash, find_matches, score (seconds).
   std::array<double, 4> stage_seconds{};
   // True when the chosen worker has the longest cached prefix among the eligible.

@@ -261,7 +261,7 @@ std::string FleetStatus::workers_json() const {
     if (sources_.partial_index)
       for (uint32_t r = 0; r < std::max<uint32_t>(info.dp_size, 1); ++r)
         partial = partial || sources_.partial_index(CacheOwner{info.id, r});
-    const auto state = worker_state(w, partial, sources_.stale_after ? sources_.stale_after() : Nanos{-1});
+    const auto state = worker_state(w, partial, sources_.stale_after ? sources_.stale_after(info) : Nanos{-1});
     const auto [prompt, cached] = sources_.worker_tokens ? sources_.worker_tokens(info.id) : std::pair<uint64_t, uint64_t>{};
     auto usage = [](const WorkerLoad& l) {
       return l.kv_total_blocks ? static_cast<double>(l.kv_active_blocks) / static_cast<double>(l.kv_total_blocks)
@@ -272,12 +272,12 @@ std::string FleetStatus::workers_json() const {
     out += fmt::format(
         R"({{"worker_id":{},"url":"{}","model":"{}","source":"{}","state":"{}","approximate":{},"draining":{},)"
         R"("kv_usage_reported":{},"kv_usage_predicted":{},"active_slots":{},"total_slots":{},"waiting":{},)"
-        R"("inflight":{},"prompt_tokens":{},"cached_tokens":{},"hit_rate":{},"index_entries":{}}})",
+        R"("inflight":{},"prompt_tokens":{},"cached_tokens":{},"hit_rate":{},"index_entries":{},"salt_blind":{}}})",
         info.id.value, json_escape(info.url), json_escape(info.model), to_string(info.source), state, info.approximate,
         w.draining, num(usage(info.load)), num(usage(w.predicted)), w.predicted.request_active_slots,
         w.predicted.request_total_slots, info.load.num_requests_waiting, w.inflight_requests, prompt, cached,
         num(prompt ? static_cast<double>(cached) / static_cast<double>(prompt) : NAN),
-        entries.count(info.id) ? entries[info.id] : 0);
+        entries.count(info.id) ? entries[info.id] : 0, sources_.salt_blind && sources_.salt_blind(info.id));
   }
   return out + "]";
 }

@@ -146,7 +146,10 @@ struct FleetSources {
   std::function<std::pair<uint64_t, uint64_t>(WorkerId)> worker_tokens;
   // A worker whose last load report is older than this is "stale" (its load
   // is a guess); empty = never.
-  std::function<Nanos()> stale_after;
+  std::function<Nanos(const WorkerAnnouncement&)> stale_after;
+  // Sent salted requests while its KV events carry no cache_salt
+  // (events/salt_attribution.h); empty = never.
+  std::function<bool(WorkerId)> salt_blind;
 };
 
 // The one state the status page shows for a worker, the most pressing first:

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "common/prefix_cache.h"
+
 namespace kvroute {
 
 namespace {
@@ -461,7 +463,7 @@ class RankedFleet::Pass {
 
  private:
   double cached_of(uint32_t blocks, const std::array<uint32_t, kNumStorageTiers>& by_tier) const {
-    return std::min<double>(tier_weighted_blocks(blocks, by_tier, cfg_) * block_size_, isl_tokens_);
+    return cached_prefix_tokens(tier_weighted_blocks(blocks, by_tier, cfg_), isl_tokens_, block_size_);
   }
   uint32_t blocks_of(uint32_t source) const {
     return source & kFromLayer ? layers_[source & ~kFromLayer].blocks : extra_[source].blocks;

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <numeric>
 
+#include "common/prefix_cache.h"
+
 namespace kvroute {
 
 std::string_view to_string(Exclusion e) {
@@ -119,8 +121,8 @@ void schedule(const std::vector<Candidate>& candidates, uint32_t isl_tokens, uin
   for (auto& r : order) {
     const auto& c = candidates[r.index];
     auto& s = d.scores[r.index];
-    s.cached_tokens = std::min<double>(tier_weighted_blocks(c.overlap_blocks, c.overlap_by_tier, cfg) * block_size,
-                                       isl_tokens);
+    s.cached_tokens =
+        cached_prefix_tokens(tier_weighted_blocks(c.overlap_blocks, c.overlap_by_tier, cfg), isl_tokens, block_size);
     const double new_tokens = isl_tokens - s.cached_tokens;
     s.load_deviation = s.load_ratio - d.load_mean;
     s.prefill_ratio = (new_tokens + cfg.pending_prefill_weight * static_cast<double>(c.pending_prefill_tokens)) / isl;

@@ -145,6 +145,8 @@ bool WorkerRegistry::on_load_report(WorkerId id, const WorkerLoad& load) {
   e.info = std::move(info);
   e.last_load = clock_.now();
   e.has_load = true;
+  e.ended_requests = 0;  // a fresh report counts only what runs now
+  e.ended_blocks = 0;
   // An answered scrape ends "down"; an outlier ejection runs its course.
   e.consecutive_failures = 0;
   const bool was_down = e.health == HealthState::Down;
@@ -239,7 +241,11 @@ WorkerLoad WorkerRegistry::predicted(const Entry& e) {
   // Reports lag by up to a scrape or heartbeat interval; what the routers
   // (this one and, issue 15, the other replicas) have in flight on the worker
   // is a lower bound of its load right now.
+  // A report older than this router's last completions still counts those
+  // requests: they leave the predicted load at once.
   WorkerLoad l = e.info->load;
+  l.request_active_slots -= std::min(l.request_active_slots, e.ended_requests);
+  l.kv_active_blocks -= std::min(l.kv_active_blocks, e.ended_blocks);
   l.request_active_slots = std::max(l.request_active_slots, e.inflight_requests + e.remote_requests);
   l.kv_active_blocks = std::max(l.kv_active_blocks, e.inflight_blocks + e.remote_blocks);
   return l;
@@ -437,7 +443,8 @@ TtftStats WorkerRegistry::ttft_stats() const {
   return ttft_stats_;
 }
 
-void WorkerRegistry::end_request(WorkerId id, uint64_t blocks, uint64_t prefill_tokens, bool prefilling) {
+void WorkerRegistry::end_request(WorkerId id, uint64_t blocks, uint64_t prefill_tokens, bool prefilling,
+                                 TimePoint started) {
   inflight_generation_.fetch_add(1, std::memory_order_relaxed);  // issue 15: replica sync
   std::lock_guard lk(mu_);
   auto it = workers_.find(id);
@@ -446,7 +453,12 @@ void WorkerRegistry::end_request(WorkerId id, uint64_t blocks, uint64_t prefill_
   it->second.inflight_blocks -= std::min(it->second.inflight_blocks, blocks);
   it->second.pending_prefill_tokens -= std::min(it->second.pending_prefill_tokens, prefill_tokens);
   if (prefilling) it->second.pending_prefill_requests -= std::min<uint32_t>(it->second.pending_prefill_requests, 1);
-  sync(id, it->second, clock_.now());
+  Entry& e = it->second;
+  if (e.has_load && started != TimePoint{} && started <= e.last_load) {
+    e.ended_requests += 1;
+    e.ended_blocks += blocks;
+  }
+  sync(id, e, clock_.now());
 }
 
 }  // namespace kvroute

@@ -210,7 +210,11 @@ class WorkerRegistry {
   // observed time; `prefilling` in end_request(): first_byte() never came.
   TtftSample begin_request(WorkerId id, uint64_t blocks, uint64_t prefill_tokens);
   void first_byte(WorkerId id, uint64_t prefill_tokens, const TtftSample* sample = nullptr);
-  void end_request(WorkerId id, uint64_t blocks, uint64_t prefill_tokens = 0, bool prefilling = false);
+  // `started`: begin_request()'s time (TtftSample::start); when the last load
+  // report came after it, that report counted the request and the predicted
+  // load drops it at once (until the next report). {}: not known.
+  void end_request(WorkerId id, uint64_t blocks, uint64_t prefill_tokens = 0, bool prefilling = false,
+                   TimePoint started = {});
   // Prediction error of every worker's TTFT model so far (MAPE metric).
   TtftStats ttft_stats() const;
 
@@ -243,6 +247,11 @@ class WorkerRegistry {
     uint64_t remote_blocks = 0;
     uint64_t remote_prefill_tokens = 0;
     uint32_t pending_prefill_requests = 0;
+    // This router's requests that ended after the last load report although
+    // it was taken while they ran: the report still counts them, so the
+    // predicted load leaves them out (reset by the next report).
+    uint32_t ended_requests = 0;
+    uint64_t ended_blocks = 0;
     TtftModel ttft;
     std::vector<std::string> fleets;  // the fleets_ this worker is in (its model, its LoRA names)
   };
@@ -299,7 +308,7 @@ class InflightGuard {
     prefilling_ = false;
   }
   void release() {
-    if (r_) r_->end_request(id_, blocks_, prefill_, prefilling_);  // one update for both
+    if (r_) r_->end_request(id_, blocks_, prefill_, prefilling_, sample_.start);  // one update for both
     prefill_ = 0;
     prefilling_ = false;
     r_ = nullptr;

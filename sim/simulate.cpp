@@ -10,6 +10,7 @@
 #include <random>
 #include <unordered_map>
 
+#include "common/prefix_cache.h"
 #include "indexer/radix_indexer.h"
 #include "mocker/engine.h"
 #include "router/routing.h"
@@ -211,7 +212,9 @@ void Simulation::dispatch(size_t id, double now) {
   l.blocks = full;
   // The router's in-flight accounting, with the index's view of the chosen worker's overlap.
   const uint32_t cached_pred =
-      pick->candidate ? std::min<uint32_t>(pick->candidate->overlap_blocks * kBlock, r.input_tokens) : 0;
+      pick->candidate
+          ? static_cast<uint32_t>(cached_prefix_tokens(pick->candidate->overlap_blocks, r.input_tokens, kBlock))
+          : 0;
   l.guard = std::make_unique<InflightGuard>(registry_, WorkerId{w}, (uint64_t{r.input_tokens} + kBlock - 1) / kBlock,
                                             r.input_tokens - cached_pred);
   if (!engines_[w]->add_request_hashed(id, r.input_tokens, hashes, r.output_tokens, now)) {

@@ -52,6 +52,7 @@ HISTOGRAMS = {"kvroute_router_request_duration_seconds", "kvroute_router_ttfb_se
 CHART_DEFAULT_EXCEPTIONS = {
     "events.nats_url": "empty = the bundled NATS Service (or required when nats.enabled=false)",
     "events.worker_url_allow": "the private address ranges pods have (the daemon's default admits loopback only)",
+    "admin.host": "0.0.0.0: the admin Service must reach the pod (the daemon defaults to loopback)",
 }
 
 DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")

@@ -1,6 +1,7 @@
-"""The admin listener as an operator meets it: it binds where the router
-binds unless admin.host says otherwise, and a second kvroute whose admin port
-is taken exits with a message that names admin.port (not a bare exit 1).
+"""The admin listener as an operator meets it: it binds loopback unless
+admin.host says otherwise (empty: where the router binds), and a second
+kvroute whose admin port is taken exits with a message that names admin.port
+(not a bare exit 1).
 
 Run: python3 tests/integration/test_admin_listener.py --build-dir build
 """
@@ -27,18 +28,30 @@ class AdminListenerTest(unittest.TestCase):
         self.fleet.close()
         self.tmp.cleanup()
 
-    def kvroute(self, name, *flags):
-        args = [os.path.join(BUILD_DIR, "router", "kvroute"), "--router.host", "127.0.0.1", "--router.port", "0",
+    def kvroute(self, name, *flags, router_host="127.0.0.1"):
+        args = [os.path.join(BUILD_DIR, "router", "kvroute"), "--router.host", router_host, "--router.port", "0",
                 "--events.nats_url", self.fleet.nats_url, *flags]
         return self.fleet._spawn(name, args)
 
-    def test_admin_binds_where_the_router_binds(self):
+    def test_admin_on_loopback_serves_the_status_page(self):
         line = read_line_matching(self.kvroute("first", "--admin.port", "0"), "listening on", 20)
         m = re.search(r"listening on http://([^:]+):\d+ admin http://([^:]+):(\d+)", line)
         self.assertEqual(m.group(2), "127.0.0.1", line)
         # The status page is there.
         r = self.fleet.request("GET", "/ui", port=int(m.group(3)))
         self.assertEqual(r.status, 200)
+
+    def test_admin_stays_on_loopback_unless_configured(self):
+        # The router on another address (127.0.0.2, still loopback): the admin
+        # listener does not follow it by default; admin.host "" makes it follow.
+        line = read_line_matching(self.kvroute("own", "--admin.port", "0", router_host="127.0.0.2"),
+                                  "listening on", 20)
+        m = re.search(r"listening on http://([^:]+):\d+ admin http://([^:]+):(\d+)", line)
+        self.assertEqual((m.group(1), m.group(2)), ("127.0.0.2", "127.0.0.1"), line)
+        line = read_line_matching(self.kvroute("follow", "--admin.port", "0", "--admin.host", "",
+                                               router_host="127.0.0.2"), "listening on", 20)
+        m = re.search(r"listening on http://([^:]+):\d+ admin http://([^:]+):(\d+)", line)
+        self.assertEqual((m.group(1), m.group(2)), ("127.0.0.2", "127.0.0.2"), line)
 
     def test_second_kvroute_with_the_admin_port_taken_says_so(self):
         line = read_line_matching(self.kvroute("first", "--admin.port", "0"), "listening on", 20)

@@ -45,6 +45,7 @@
 
 #include "common/json_escape.h"
 #include "common/log.h"
+#include "router/engine_tokenizer.h"
 #include "router/io_watch.h"
 #include "router/openai_request.h"
 #include "router/proxy_policy.h"
@@ -552,6 +553,10 @@ class UpstreamPool {
   }
   void clear() { idle_.clear(); }
   bool empty() const { return idle_.empty(); }
+  bool has_idle(std::string_view key) const {
+    auto it = idle_.find(key);
+    return it != idle_.end() && !it->second.empty();
+  }
   // Closes the idle connections of every url `gone(url)` is true for (a
   // worker that left the registry).
   template <class Gone>
@@ -668,7 +673,8 @@ struct ClientConn final : Swept {
     upstream_buffer.clear();
     if (upstream_buffer.capacity() > kKeptCapacity) upstream_buffer.shrink_to_fit();
     if (parsed.prompt_text.capacity() > kKeptCapacity ||
-        parsed.prompt_tokens.capacity() * sizeof(TokenId) > kKeptCapacity)
+        parsed.prompt_tokens.capacity() * sizeof(TokenId) > kKeptCapacity ||
+        parsed.engine_tokens.capacity() * sizeof(TokenId) > kKeptCapacity)
       parsed = ParsedRequest();
     else
       parsed.reset();
@@ -732,9 +738,16 @@ struct Exchange final : Swept {
 
 struct HttpServer::Impl {
   explicit Impl(HttpServerHooks h)
-      : hooks(std::move(h)), acceptor(io0().ioc), admin_acceptor(io0().ioc) {}
+      : hooks(std::move(h)),
+        engine_cache(hooks.config ? hooks.config->get()->tokenizer.remote_cache_bytes : 0),
+        acceptor(io0().ioc),
+        admin_acceptor(io0().ioc) {}
 
   HttpServerHooks hooks;
+  // Answers of engines' POST /tokenize (tokenizer.remote), and the per-model
+  // backoff after failures; shared by the io threads (router/engine_tokenizer.h).
+  EngineTokenCache engine_cache;
+  EngineTokenizeBackoff engine_backoff;
   // io[0] exists from construction (the listeners are bound before start()).
   std::vector<std::unique_ptr<IoThread>> io = [] {
     std::vector<std::unique_ptr<IoThread>> v;
@@ -759,6 +772,10 @@ struct HttpServer::Impl {
   // proxy() and its phases, in order (see proxy()).
   awaitable<bool> proxy(ClientConn& client, ClientRequest& req, ApiKind kind, IoThread& io);
   bool sticky_session(const Exchange& x) const;
+  awaitable<void> engine_tokens(Exchange& x);
+  awaitable<EngineTokenizeResult> fetch_engine_tokens(IoThread& io, const Config& cfg, std::string_view url,
+                                                      std::string_view body, std::string_view authorization,
+                                                      Steady::time_point deadline, std::vector<TokenId>& out);
   bool route_request(Exchange& x);
   awaitable<void> wait_in_queue(Exchange& x);
   bool accept_route(Exchange& x);
@@ -820,8 +837,9 @@ awaitable<void> HttpServer::Impl::sweep_loop(IoThread& io) {
   beast::error_code ec;
   while (!stopping.load()) {
     const auto& r = hooks.config->get()->router;
-    const uint32_t shortest = std::min({r.connect_timeout_ms, r.first_byte_timeout_ms, r.first_byte_timeout_min_ms,
-                                        r.idle_timeout_ms, r.client_read_timeout_ms});
+    const uint32_t shortest =
+        std::min({r.connect_timeout_ms, r.first_byte_timeout_ms, r.first_byte_timeout_min_ms, r.idle_timeout_ms,
+                  r.client_read_timeout_ms, hooks.config->get()->tokenizer.remote_timeout_ms});
     timer.expires_after(milliseconds(std::clamp<uint32_t>(shortest / 10, 5, 50)));
     co_await timer.async_wait(nothrow(ec));
     io.sweeper.sweep(Steady::now());
@@ -1098,6 +1116,163 @@ bool HttpServer::Impl::sticky_session(const Exchange& x) const {
   return hooks.sessions && x.cfg.scheduler.session_affinity && !session_key(x).empty();
 }
 
+// Tokenization by the engine (tokenizer.remote = auto; router/engine_tokenizer.h):
+// the request has text or chat and kvroute holds no tokenizer that can
+// tokenize it, so one of the model's workers is asked with its own POST
+// /tokenize, within tokenizer.remote_timeout_ms. An exact answer seen before
+// comes from the cache (no round trip). Connection failures move on to one
+// more worker; any failure leaves the request to the placeholder
+// (parsed.engine_failed: counted, warned) and starts the model's backoff.
+awaitable<void> HttpServer::Impl::engine_tokens(Exchange& x) {
+  ParsedRequest& parsed = x.client.parsed;
+  RouterMetrics* m = hooks.metrics;
+  const bool chat = parsed.kind == ApiKind::ChatCompletions;
+  thread_local std::string body;
+  if (!engine_tokenize_body(parsed, body)) {
+    parsed.engine_failed = true;
+    co_return;
+  }
+  const EngineTokenCache::Key key = EngineTokenCache::key_of(body);
+  if (engine_cache.get(key, parsed.engine_tokens)) {
+    if (m) m->engine_tokenize_cache_total.with({"hit"}).inc();
+    parsed.has_engine_tokens = true;
+    co_return;
+  }
+  if (m && x.cfg.tokenizer.remote_cache_bytes > 0) m->engine_tokenize_cache_total.with({"miss"}).inc();
+
+  EngineTokenizeResult result = EngineTokenizeResult::NoWorker;
+  const auto start = Steady::now();
+  if (!engine_backoff.allow(parsed.model, chat, start)) {
+    result = EngineTokenizeResult::Backoff;
+  } else {
+    // Any healthy worker serving the model (a LoRA adapter: one serving it):
+    // a non-draining one with an idle pooled connection on this thread first
+    // (no connect), else round-robin from a per-thread cursor.
+    thread_local std::vector<WorkerView> workers;
+    thread_local size_t cursor = 0;
+    hooks.registry->candidates(parsed.model, workers);
+    std::erase_if(workers, [&](const WorkerView& w) { return w.draining && workers.size() > 1; });
+    const size_t n = workers.size();
+    const size_t first = n ? cursor++ % n : 0;
+    size_t pick = first;
+    for (size_t i = 0; i < n; ++i)
+      if (x.io.pool.has_idle(workers[(first + i) % n].info->url)) {
+        pick = (first + i) % n;
+        break;
+      }
+    const auto deadline = start + milliseconds(x.cfg.tokenizer.remote_timeout_ms);
+    for (size_t attempt = 0; attempt < std::min<size_t>(n, 2) && Steady::now() < deadline; ++attempt) {
+      const std::string url = workers[(pick + attempt) % n].info->url;
+      const auto t0 = Steady::now();
+      result = co_await fetch_engine_tokens(x.io, x.cfg, url, body, x.req.authorization, deadline,
+                                            parsed.engine_tokens);
+      if (m) m->engine_tokenize_seconds.get().observe(seconds_since(t0));
+      if (result != EngineTokenizeResult::Connect) break;
+    }
+  }
+  if (m) m->engine_tokenize_total.with({to_string(result)}).inc();
+  if (result == EngineTokenizeResult::Ok) {
+    parsed.has_engine_tokens = true;
+    engine_backoff.on_success(parsed.model, chat);
+    engine_cache.put(key, parsed.engine_tokens);
+    co_return;
+  }
+  parsed.engine_tokens.clear();
+  parsed.engine_failed = true;
+  if (result != EngineTokenizeResult::Backoff) engine_backoff.on_failure(parsed.model, chat, Steady::now());
+  static RateLimiter rl;
+  if (rl.allow())
+    spdlog::warn("model '{}': the engine's POST /tokenize failed ({}); this request is routed on placeholder tokens",
+                 parsed.model, to_string(result));
+}
+
+// One POST /tokenize to the worker at `url` on this io thread (a pooled
+// keep-alive connection if one is idle, else a new one), answered whole by
+// `deadline`; the answer bounded by tokenizer.remote_max_tokens. The
+// connection goes back to the pool when the answer leaves it reusable.
+awaitable<EngineTokenizeResult> HttpServer::Impl::fetch_engine_tokens(IoThread& io, const Config& cfg,
+                                                                      std::string_view url_text,
+                                                                      std::string_view body,
+                                                                      std::string_view authorization,
+                                                                      Steady::time_point deadline,
+                                                                      std::vector<TokenId>& out) {
+  UpstreamUrl url;
+  if (!parse_url(url_text, url)) co_return EngineTokenizeResult::Connect;
+  const bool keep = cfg.router.upstream_pool_size > 0;
+  std::string head;
+  head.reserve(256 + authorization.size());
+  head += "POST ";
+  head += url.base;
+  head += "/tokenize HTTP/1.1\r\nHost: ";
+  if (url.ipv6) head += '[';
+  head += url.host;
+  head += url.ipv6 ? "]:" : ":";
+  head += url.port;
+  head += "\r\nContent-Type: application/json\r\nAccept: application/json\r\n";
+  if (!authorization.empty()) {
+    head += "Authorization: ";
+    head += authorization;
+    head += "\r\n";
+  }
+  if (!keep) head += "Connection: close\r\n";
+  head += "Content-Length: ";
+  head += std::to_string(body.size());
+  head += "\r\n\r\n";
+  const uint64_t max_bytes = engine_tokenize_max_bytes(cfg.tokenizer.remote_max_tokens);
+
+  // A pooled connection the worker closed meanwhile fails before the answer:
+  // one more try on a fresh connection.
+  for (int fresh = 0; fresh < 2; ++fresh) {
+    const auto left = std::chrono::duration_cast<milliseconds>(deadline - Steady::now());
+    if (left.count() <= 0) co_return EngineTokenizeResult::Timeout;
+    std::optional<Socket> socket;
+    if (fresh == 0) socket = io.pool.take(url_text);
+    const bool pooled = socket.has_value();
+    Deadline timer(io.sweeper);  // after `socket`: destroyed first
+    beast::error_code ec;
+    if (!socket) {
+      socket.emplace(io.ioc.get_executor());
+      timer.arm(*socket, left);
+      const auto addr = asio::ip::make_address(url.host, ec);
+      if (!ec) {
+        uint16_t port = 0;
+        std::from_chars(url.port.data(), url.port.data() + url.port.size(), port);
+        co_await socket->async_connect(tcp::endpoint(addr, port), nothrow(ec));
+      } else {
+        Resolver resolver(io.ioc.get_executor());
+        auto results = co_await resolver.async_resolve(url.host, url.port, nothrow(ec));
+        if (!ec) co_await asio::async_connect(*socket, results, nothrow(ec));
+      }
+      timer.settle(ec);
+      if (ec) co_return ec == asio::error::timed_out ? EngineTokenizeResult::Timeout : EngineTokenizeResult::Connect;
+      beast::error_code ignored;
+      socket->set_option(tcp::no_delay(true), ignored);
+    }
+    timer.arm(*socket, std::chrono::duration_cast<milliseconds>(deadline - Steady::now()));
+    const std::array<asio::const_buffer, 2> wire{asio::buffer(head), asio::buffer(body.data(), body.size())};
+    co_await asio::async_write(*socket, wire, nothrow(ec));
+    beast::flat_buffer buffer;
+    http::response_parser<http::string_body> parser;
+    parser.header_limit(16 * 1024);
+    parser.body_limit(max_bytes);
+    if (!ec) co_await read_http(*socket, buffer, parser, ReadUntil::Message, ec);
+    timer.settle(ec);
+    if (ec == asio::error::timed_out) co_return EngineTokenizeResult::Timeout;
+    if (ec == http::error::body_limit) co_return EngineTokenizeResult::TooLarge;
+    if (ec && pooled) continue;
+    if (ec) co_return EngineTokenizeResult::Connect;
+    const auto& res = parser.get();
+    const bool reusable = keep && parser.keep_alive() && buffer.size() == 0;
+    const EngineTokenizeResult result =
+        res.result() != http::status::ok
+            ? EngineTokenizeResult::Status
+            : parse_engine_tokenize_response(res.body(), cfg.tokenizer.remote_max_tokens, out);
+    if (reusable) io.pool.give(url_text, std::move(*socket), cfg.router.upstream_pool_size);
+    co_return result;
+  }
+  co_return EngineTokenizeResult::Connect;
+}
+
 // Routes the parsed request into client.route. True: every worker is busy
 // and the request may wait in the queue (wait_in_queue()).
 bool HttpServer::Impl::route_request(Exchange& x) {
@@ -1144,6 +1319,7 @@ bool HttpServer::Impl::accept_route(Exchange& x) {
     (!route.ok ? m->decided_no_worker : route.chose_best_overlap ? m->decided_best_overlap : m->decided_balance).inc();
     if (route.ok && route.tokenizer_fallback != TokenizerFallback::None)
       m->tokenizer_fallbacks_total.with({x.client.parsed.model, to_string(route.tokenizer_fallback)}).inc();
+    if (route.ok) m->tokenized(x.client.parsed.model, to_string(route.token_source)).inc();
   }
   x.rec.prompt_tokens = route.isl_tokens;
   if (!route.ok) return false;
@@ -1519,6 +1695,7 @@ awaitable<bool> HttpServer::Impl::proxy(ClientConn& client, ClientRequest& req, 
   if (!parse_openai_request(kind, req.body, client.parsed, err)) co_return co_await reject(x, err, "bad_request");
   x.rec.model = client.parsed.model;
   x.rec.stream = client.parsed.stream;
+  if (hooks.routing->needs_engine_tokens(x.cfg, client.parsed)) co_await engine_tokens(x);
   if (route_request(x)) co_await wait_in_queue(x);
   if (!accept_route(x)) co_return co_await reject(x, client.route.error, "no_worker");
 

@@ -123,7 +123,7 @@ void warn_placeholder(std::string_view model, TokenizerFallback why, std::string
   const char* hint = why == TokenizerFallback::EngineError
                          ? "the engine's POST /tokenize failed (kvroute_router_engine_tokenize_total)"
                      : why == TokenizerFallback::NoTokenizer
-                         ? "no tokenizer.models entry and tokenizer.remote is off"
+                         ? "no tokenizer.models entry, and the engine was not asked (tokenizer.remote off)"
                          : "the local tokenizer could not render it";
   spdlog::warn("model '{}': routed on placeholder tokens ({}{}{}: {}); cache hits are approximate", model,
                to_string(why), detail.empty() ? "" : ": ", detail, hint);

@@ -768,11 +768,12 @@ struct HttpServer::Impl {
   awaitable<void> session(Socket socket, bool admin, IoThread& io);
   awaitable<bool> handle(ClientConn& client, ClientRequest& req);
   awaitable<void> answer_read_error(ClientConn& client, beast::error_code ec, const Config& cfg);
-  awaitable<bool> handle_admin(ClientConn& client, ClientRequest& req);
+  awaitable<bool> handle_admin(ClientConn& client, ClientRequest& req, IoThread& io);
   // proxy() and its phases, in order (see proxy()).
   awaitable<bool> proxy(ClientConn& client, ClientRequest& req, ApiKind kind, IoThread& io);
   bool sticky_session(const Exchange& x) const;
-  awaitable<void> engine_tokens(Exchange& x);
+  awaitable<void> engine_tokens(IoThread& io, const Config& cfg, ParsedRequest& parsed,
+                                std::string_view authorization);
   awaitable<EngineTokenizeResult> fetch_engine_tokens(IoThread& io, const Config& cfg, std::string_view url,
                                                       std::string_view body, std::string_view authorization,
                                                       Steady::time_point deadline, std::vector<TokenId>& out);
@@ -895,7 +896,7 @@ awaitable<void> HttpServer::Impl::session(Socket socket, bool admin, IoThread& i
         co_await respond_error(stream, req.version, false, e);
         break;
       }
-      if (admin) keep = co_await handle_admin(stream, req);
+      if (admin) keep = co_await handle_admin(stream, req, io);
       else if (const auto api = proxied_api(req)) keep = co_await proxy(stream, req, *api, io);
       else keep = co_await handle(stream, req);
       if (!keep) break;
@@ -1002,9 +1003,25 @@ awaitable<bool> HttpServer::Impl::models(ClientConn& client, ClientRequest& req,
   co_return co_await respond(client, req.version, req.keep_alive, http::status::ok, std::move(body));
 }
 
-awaitable<bool> HttpServer::Impl::handle_admin(ClientConn& client, ClientRequest& req) {
+awaitable<bool> HttpServer::Impl::handle_admin(ClientConn& client, ClientRequest& req, IoThread& io) {
   std::string_view target = req.target;
   target = target.substr(0, target.find('?'));
+  // Route explain tokenizes as the data plane does: a model without a local
+  // tokenizer is first tokenized by its engine (tokenizer.remote).
+  if (hooks.admin && hooks.routing && target == "/admin/route/explain" && req.method == http::verb::post &&
+      hooks.admin->authorized(req.authorization)) {
+    const auto cfg = hooks.config->get();
+    const bool chat = req.body.find("\"messages\"") != std::string::npos;
+    ParsedRequest parsed;
+    ApiError err;
+    if (parse_openai_request(chat ? ApiKind::ChatCompletions : ApiKind::Completions, req.body, parsed, err) &&
+        hooks.routing->needs_engine_tokens(*cfg, parsed)) {
+      co_await engine_tokens(io, *cfg, parsed, {});
+      AdminResponse r = hooks.admin->explain(parsed);
+      co_return co_await respond(client, req.version, req.keep_alive, static_cast<http::status>(r.status),
+                                 std::move(r.body), r.content_type);
+    }
+  }
   AdminResponse r = hooks.admin ? hooks.admin->handle(req.method_string, target, req.authorization, req.body)
                                 : AdminResponse{404, R"({"error":{"message":"no admin API"}})"};
   co_return co_await respond(client, req.version, req.keep_alive, static_cast<http::status>(r.status),
@@ -1123,11 +1140,13 @@ bool HttpServer::Impl::sticky_session(const Exchange& x) const {
 // comes from the cache (no round trip). Connection failures move on to one
 // more worker; any failure leaves the request to the placeholder
 // (parsed.engine_failed: counted, warned) and starts the model's backoff.
-awaitable<void> HttpServer::Impl::engine_tokens(Exchange& x) {
-  ParsedRequest& parsed = x.client.parsed;
+awaitable<void> HttpServer::Impl::engine_tokens(IoThread& io, const Config& cfg, ParsedRequest& parsed,
+                                                std::string_view authorization) {
   RouterMetrics* m = hooks.metrics;
   const bool chat = parsed.kind == ApiKind::ChatCompletions;
-  thread_local std::string body;
+  // In this coroutine's frame (not per thread): other requests of this io
+  // thread run while it waits for the engine.
+  std::string body;
   if (!engine_tokenize_body(parsed, body)) {
     parsed.engine_failed = true;
     co_return;
@@ -1138,7 +1157,7 @@ awaitable<void> HttpServer::Impl::engine_tokens(Exchange& x) {
     parsed.has_engine_tokens = true;
     co_return;
   }
-  if (m && x.cfg.tokenizer.remote_cache_bytes > 0) m->engine_tokenize_cache_total.with({"miss"}).inc();
+  if (m && cfg.tokenizer.remote_cache_bytes > 0) m->engine_tokenize_cache_total.with({"miss"}).inc();
 
   EngineTokenizeResult result = EngineTokenizeResult::NoWorker;
   const auto start = Steady::now();
@@ -1148,7 +1167,7 @@ awaitable<void> HttpServer::Impl::engine_tokens(Exchange& x) {
     // Any healthy worker serving the model (a LoRA adapter: one serving it):
     // a non-draining one with an idle pooled connection on this thread first
     // (no connect), else round-robin from a per-thread cursor.
-    thread_local std::vector<WorkerView> workers;
+    std::vector<WorkerView> workers;
     thread_local size_t cursor = 0;
     hooks.registry->candidates(parsed.model, workers);
     std::erase_if(workers, [&](const WorkerView& w) { return w.draining && workers.size() > 1; });
@@ -1156,16 +1175,15 @@ awaitable<void> HttpServer::Impl::engine_tokens(Exchange& x) {
     const size_t first = n ? cursor++ % n : 0;
     size_t pick = first;
     for (size_t i = 0; i < n; ++i)
-      if (x.io.pool.has_idle(workers[(first + i) % n].info->url)) {
+      if (io.pool.has_idle(workers[(first + i) % n].info->url)) {
         pick = (first + i) % n;
         break;
       }
-    const auto deadline = start + milliseconds(x.cfg.tokenizer.remote_timeout_ms);
+    const auto deadline = start + milliseconds(cfg.tokenizer.remote_timeout_ms);
     for (size_t attempt = 0; attempt < std::min<size_t>(n, 2) && Steady::now() < deadline; ++attempt) {
       const std::string url = workers[(pick + attempt) % n].info->url;
       const auto t0 = Steady::now();
-      result = co_await fetch_engine_tokens(x.io, x.cfg, url, body, x.req.authorization, deadline,
-                                            parsed.engine_tokens);
+      result = co_await fetch_engine_tokens(io, cfg, url, body, authorization, deadline, parsed.engine_tokens);
       if (m) m->engine_tokenize_seconds.get().observe(seconds_since(t0));
       if (result != EngineTokenizeResult::Connect) break;
     }
@@ -1695,7 +1713,8 @@ awaitable<bool> HttpServer::Impl::proxy(ClientConn& client, ClientRequest& req, 
   if (!parse_openai_request(kind, req.body, client.parsed, err)) co_return co_await reject(x, err, "bad_request");
   x.rec.model = client.parsed.model;
   x.rec.stream = client.parsed.stream;
-  if (hooks.routing->needs_engine_tokens(x.cfg, client.parsed)) co_await engine_tokens(x);
+  if (hooks.routing->needs_engine_tokens(x.cfg, client.parsed))
+    co_await engine_tokens(io, x.cfg, client.parsed, req.authorization);
   if (route_request(x)) co_await wait_in_queue(x);
   if (!accept_route(x)) co_return co_await reject(x, client.route.error, "no_worker");
 

@@ -171,5 +171,39 @@ class EngineTokenizeTest(unittest.TestCase):
         self.assertTrue(self.send_until_grows(
             'kvroute_router_tokenized_requests_total{model="qwen3-dead",source="engine"}', body, 30))
 
+    def test_explain_and_status_page_say_which_tokenization(self):
+        f = self.f
+        body = {"model": "qwen3", "prompt": SYSTEM + uuid.uuid4().hex, "max_tokens": 2}
+        calls = sum(self.stats(i)["tokenize_total"] for i in (1, 2, 3))
+        r = f.admin("POST", "/admin/route/explain", json.dumps(body))
+        self.assertEqual(r.status, 200, r.body)
+        explain = r.json()
+        self.assertEqual(explain["tokenization"], "engine")  # explain tokenizes as the data plane does
+        self.assertIn("POST /tokenize", explain["reason"])
+        self.assertEqual(sum(self.stats(i)["tokenize_total"] for i in (1, 2, 3)), calls + 1)
+        # Token ids from the client are the client's; the status page's decisions carry the source.
+        r = f.admin("POST", "/admin/route/explain", json.dumps({"model": "qwen3", "prompt": [1, 2, 3]}))
+        self.assertEqual(r.json()["tokenization"], "client")
+        def decided():  # the log keeps one decision per 200 ms: send until one is kept
+            self.send("/v1/completions", body)
+            return any(d.get("tokenization") == "engine" and d["model"] == "qwen3"
+                       for d in f.admin("GET", "/admin/decisions").json())
+        self.assertTrue(wait_until(decided, 10, step=0.25))
+
+    def test_remote_off_warns_per_model_at_startup(self):
+        path = os.path.join(self.f.workdir, "kvroute.yaml")
+        p = subprocess.Popen([os.path.join(BUILD_DIR, "router", "kvroute"), "--config", path, "--router.host",
+                              "127.0.0.1", "--router.port", "0", "--admin.port", "0", "--events.nats_url", "",
+                              "--tokenizer.remote", "off"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            self.assertIn(b"listening on", p.stdout.readline())
+        finally:
+            p.terminate()
+            _, err = p.communicate(timeout=20)
+        text = err.decode(errors="replace")
+        for model in ("qwen3", "qwen3-support", "qwen3-dead"):
+            self.assertIn(f"model '{model}': no tokenizer.models entry and tokenizer.remote is off", text)
+
+
 if __name__ == "__main__":
     run_unittest_main(globals())

@@ -383,6 +383,8 @@ std::optional<std::string> validate(const Config& c) {
     return fmt::format("log.level: '{}' is not one of trace, debug, info, warn, error", c.log.level);
   if (c.scheduler.cost != "weighted" && c.scheduler.cost != "predicted_ttft")
     return fmt::format("scheduler.cost: '{}' is not one of weighted, predicted_ttft", c.scheduler.cost);
+  if (c.tokenizer.remote != "auto" && c.tokenizer.remote != "off")
+    return fmt::format("tokenizer.remote: '{}' is not one of auto, off", c.tokenizer.remote);
   if (c.log.format != "human" && c.log.format != "json")
     return fmt::format("log.format: '{}' is not one of human, json", c.log.format);
   if (!c.events.nats_url.empty() && c.events.nats_url.rfind("nats://", 0) != 0 &&

@@ -142,8 +142,16 @@ struct SchedulerConfig {
 
 struct TokenizerConfig {
   // "model=dir,model=dir": each dir holds the model's tokenizer.json (and its
-  // chat template); other models use the placeholder tokenizer.
+  // chat template); a LoRA adapter uses its base model's. Other models ask
+  // the engine (remote) or use the placeholder tokenizer.
   std::string models;
+  // "auto": a model without a local tokenizer has its string and chat prompts
+  // tokenized by the engine's own POST /tokenize (router/engine_tokenizer.h);
+  // "off": the placeholder tokenizer.
+  std::string remote = "auto";
+  uint32_t remote_timeout_ms = 1000;        // one /tokenize round trip (connect included)
+  uint32_t remote_max_tokens = 1048576;     // larger answers are refused (and the request uses the placeholder)
+  uint64_t remote_cache_bytes = 64ull << 20;  // LRU of exact /tokenize answers; 0 = no cache
 };
 
 struct LogConfig {
@@ -452,9 +460,22 @@ void for_each_key(C& c, F&& f) {
   // tokenizer
   f(KeyInfo{"tokenizer.models",
             "MODEL=DIR list, comma-separated: each DIR holds tokenizer.json (+ chat template); "
-            "other models use the placeholder.",
+            "a LoRA adapter uses its base model's; other models ask the engine (tokenizer.remote).",
             0, 0, S},
     c.tokenizer.models);
+  f(KeyInfo{"tokenizer.remote",
+            "auto: models without a local tokenizer are tokenized by the engine's POST /tokenize; off: placeholder.",
+            0, 0, S, R},
+    c.tokenizer.remote);
+  f(KeyInfo{"tokenizer.remote_timeout_ms", "One /tokenize round trip to an engine (connect included).", 1, 600000,
+            !S, R},
+    c.tokenizer.remote_timeout_ms);
+  f(KeyInfo{"tokenizer.remote_max_tokens", "Largest /tokenize answer accepted (tokens); larger: placeholder.", 1,
+            1 << 26, !S, R},
+    c.tokenizer.remote_max_tokens);
+  f(KeyInfo{"tokenizer.remote_cache_bytes", "Memory of the LRU cache of exact /tokenize answers (0 = no cache).", 0,
+            1ull << 36},
+    c.tokenizer.remote_cache_bytes);
   // log
   f(KeyInfo{"log.level", "trace, debug, info, warn or error.", 0, 0, S, R}, c.log.level);
   f(KeyInfo{"log.format", "human or json.", 0, 0, S, R}, c.log.format);

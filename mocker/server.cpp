@@ -12,6 +12,7 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <random>
 #include <simdjson.h>
 #include <spdlog/spdlog.h>
@@ -152,6 +153,10 @@ struct MockerServer::Impl {
   bool hang = false;
   uint64_t steered_total = 0;            // requests whose X-data-parallel-rank chose their rank
   std::vector<uint64_t> requests_by_rank;  // requests queued on each rank
+  // Test hook for POST /tokenize (POST /mocker/tokenize): "ok" serves it,
+  // "error" answers 500, "hang" accepts and never answers.
+  std::string tokenize_mode = "ok";
+  uint64_t tokenize_total = 0;  // POST /tokenize requests received
   // Issue 15: this process's instance id (new at each start) and the resync
   // snapshot being served in chunks (one at a time; a newer one replaces it).
   const uint64_t instance_id = std::random_device{}() | (uint64_t{std::random_device{}()} << 32) | 1;
@@ -358,10 +363,10 @@ struct MockerServer::Impl {
     std::string out = fmt::format(
         R"({{"worker_id":{},"requests_total":{},"rejected_total":{},"cancels_total":{},"active":{},"waiting":{},)"
         R"("kv_cached_blocks":{},"kv_active_blocks":{},"kv_total_blocks":{},"events_published":{},"events_dropped":{},)"
-        R"("events_publish_failed":{},"drop_pending":{},"last_event_id":{},"hang":{},"steered_total":{},"ranks":[{}]}})",
+        R"("events_publish_failed":{},"drop_pending":{},"last_event_id":{},"hang":{},"steered_total":{},"ranks":[{}],"tokenize_total":{}}})",
         opts.worker_id, requests_total, rejected_total, cancels_total, l.request_active_slots, l.num_requests_waiting,
         cached_blocks, l.kv_active_blocks, l.kv_total_blocks, events_published, events_dropped,
-        events_publish_failed, drop_remaining, last_event_id, hang, steered_total, ranks);
+        events_publish_failed, drop_remaining, last_event_id, hang, steered_total, ranks, tokenize_total);
     if (vllm)  // vLLM mode: ZMQ batches numbered (next seq), not sent live (test hook), replays served
       out.insert(out.size() - 1, fmt::format(R"(,"zmq_batches":{},"zmq_dropped_live":{},"zmq_replays":{})",
                                              vllm->published(), vllm->dropped_live(), vllm->replays_served()));
@@ -415,6 +420,14 @@ struct MockerServer::Impl {
   awaitable<bool> respond(beast::tcp_stream& s, unsigned version, bool keep, http::status st, std::string body,
                           std::string_view type = "application/json");
   awaitable<bool> generate(beast::tcp_stream& s, const http::request<http::string_body>& req, ApiKind kind);
+  awaitable<bool> tokenize(beast::tcp_stream& s, const http::request<http::string_body>& req);
+  bool serves(std::string_view model) const {
+    return model == opts.model ||
+           std::find(opts.lora_modules.begin(), opts.lora_modules.end(), model) != opts.lora_modules.end();
+  }
+  // The served model's tokenizer: a LoRA adapter tokenizes with its base
+  // model's, as vLLM does (null: the placeholder).
+  const ModelTokenizer* model_tokenizer() const { return opts.tokenizers ? opts.tokenizers->find(opts.model) : nullptr; }
 };
 
 awaitable<void> MockerServer::Impl::accept_loop() {
@@ -480,6 +493,20 @@ awaitable<void> MockerServer::Impl::session(tcp::socket socket) {
       }
       again = co_await respond(stream, v, keep, err.message.empty() ? http::status::ok : http::status::bad_request,
                                std::move(body));
+    } else if (req.method() == http::verb::post && target == "/tokenize") {
+      again = co_await tokenize(stream, req);
+    } else if (target == "/mocker/tokenize" && req.method() == http::verb::post) {
+      simdjson::dom::parser p;
+      std::string_view mode;
+      auto doc = p.parse(req.body());
+      if (!doc.error() && !doc.value_unsafe()["mode"].get_string().get(mode) &&
+          (mode == "ok" || mode == "error" || mode == "hang")) {
+        tokenize_mode = std::string(mode);
+        again = co_await respond(stream, v, keep, http::status::ok, fmt::format(R"({{"mode":"{}"}})", tokenize_mode));
+      } else {
+        again = co_await respond(stream, v, keep, http::status::bad_request,
+                                 R"({"error":{"message":"body must be {\"mode\": \"ok\"|\"error\"|\"hang\"}","type":"invalid_request_error","param":"mode","code":null}})");
+      }
     } else if (target == "/health") {
       again = co_await respond(stream, v, keep, http::status::ok, R"({"status":"ok"})");
     } else if (target == "/v1/models") {
@@ -524,6 +551,67 @@ awaitable<void> MockerServer::Impl::session(tcp::socket socket) {
   stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
 }
 
+// POST /tokenize as vLLM serves it (vllm/entrypoints/serve/tokenize/
+// protocol.py and serving.py): {"model"?, "prompt", "add_special_tokens"?}
+// or {"model"?, "messages", "add_generation_prompt"?, ...} -> {"count",
+// "max_model_len", "tokens", "token_strs": null}, tokenized exactly as this
+// worker's completions and chat endpoints tokenize (same code); a missing
+// model is the served one, an unknown one 404, a template error 400.
+awaitable<bool> MockerServer::Impl::tokenize(beast::tcp_stream& s, const http::request<http::string_body>& req) {
+  const bool keep = req.keep_alive();
+  const unsigned v = req.version();
+  ++tokenize_total;
+  if (tokenize_mode == "hang") {
+    char b;
+    beast::error_code ec;
+    s.expires_never();
+    co_await s.socket().async_receive(asio::buffer(&b, 1), nothrow(ec));
+    co_return false;
+  }
+  if (tokenize_mode == "error") {
+    std::string body = error_body(ApiError{500, "tokenizer unavailable (test hook)", "InternalServerError", "", ""});
+    co_return co_await respond(s, v, keep, http::status::internal_server_error, std::move(body));
+  }
+  std::string text = req.body();
+  simdjson::dom::parser p;
+  simdjson::dom::element doc;
+  if (p.parse(text).get(doc) || !doc.is_object()) {
+    std::string body = error_body(ApiError{400, "the body must be a JSON object", "BadRequestError", "", ""});
+    co_return co_await respond(s, v, keep, http::status::bad_request, std::move(body));
+  }
+  const bool chat = !doc["messages"].error();
+  if (doc["model"].error()) {  // optional in vLLM: the served model
+    const size_t open = text.find('{');
+    const bool empty = text.find_first_not_of(" \t\r\n", open + 1) == text.find('}', open + 1);
+    text.insert(open + 1, fmt::format(R"("model":"{}"{})", json_escape(opts.model), empty ? "" : ","));
+  }
+  ParsedRequest parsed;
+  ApiError err;
+  if (!parse_openai_request(chat ? ApiKind::ChatCompletions : ApiKind::Completions, text, parsed, err)) {
+    std::string body = error_body(err);
+    co_return co_await respond(s, v, keep, http::status::bad_request, std::move(body));
+  }
+  if (!serves(parsed.model)) {
+    std::string body = error_body(ApiError{404, fmt::format("The model `{}` does not exist.", parsed.model),
+                                           "NotFoundError", "model", "model_not_found"});
+    co_return co_await respond(s, v, keep, http::status::not_found, std::move(body));
+  }
+  TokenizerFallback fallback = TokenizerFallback::None;
+  TokenSource source;
+  std::string terr;
+  std::vector<TokenId> buffer;
+  const auto tokens = RoutingService::tokenize_request(parsed, buffer, model_tokenizer(), &source, &fallback, &terr);
+  if (opts.tokenizers && fallback != TokenizerFallback::None) {
+    std::string body = error_body(ApiError{
+        400, fallback == TokenizerFallback::NoChatTemplate ? std::string("The model has no chat template.") : terr,
+        "BadRequestError", "", ""});
+    co_return co_await respond(s, v, keep, http::status::bad_request, std::move(body));
+  }
+  std::string body = fmt::format(R"({{"count":{},"max_model_len":{},"tokens":[{}],"token_strs":null}})", tokens.size(),
+                                 uint64_t{opts.engine.kv_blocks} * opts.engine.block_size, fmt::join(tokens, ","));
+  co_return co_await respond(s, v, keep, http::status::ok, std::move(body));
+}
+
 awaitable<bool> MockerServer::Impl::generate(beast::tcp_stream& s, const http::request<http::string_body>& req,
                                              ApiKind kind) {
   const bool keep = req.keep_alive();
@@ -565,8 +653,11 @@ awaitable<bool> MockerServer::Impl::generate(beast::tcp_stream& s, const http::r
 
   const uint64_t id = next_id++;
   TokenizerFallback fallback = TokenizerFallback::None;
+  TokenSource source;
   std::string terr;
-  auto tokens = RoutingService::tokens_of(parsed, opts.tokenizers.get(), &fallback, &terr);
+  std::vector<TokenId> buffer;
+  const auto span = RoutingService::tokenize_request(parsed, buffer, model_tokenizer(), &source, &fallback, &terr);
+  const std::vector<TokenId> tokens(span.begin(), span.end());
   if (opts.tokenizers && fallback != TokenizerFallback::None) {
     // As vLLM: a chat request its template cannot render is the client's error.
     ++rejected_total;

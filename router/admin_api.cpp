@@ -90,6 +90,10 @@ AdminResponse AdminApi::explain(ApiKind kind, std::string_view body) const {
   ParsedRequest parsed;
   ApiError err;
   if (!parse_openai_request(kind, body, parsed, err)) return AdminResponse{err.status, error_body(err)};
+  return explain(parsed);
+}
+
+AdminResponse AdminApi::explain(const ParsedRequest& parsed) const {
   RouteResult r = routing_.route(parsed, /*rank_all=*/true);
   const auto cfg = config_.get();
   std::string out = explain_json(r, parsed.model, cfg->indexer.block_size, cfg->scheduler);

@@ -73,6 +73,12 @@ class AdminApi {
 
   // Explain of one request body (the data plane's routing, no request sent).
   AdminResponse explain(ApiKind kind, std::string_view body) const;
+  // The same for a request already parsed (the HTTP layer may first have had
+  // its engine tokenize it, as the data plane does: tokenizer.remote).
+  AdminResponse explain(const ParsedRequest& parsed) const;
+  // True when `authorization` carries the admin token (the HTTP layer checks
+  // before doing work for an admin request).
+  bool authorized(std::string_view authorization) const;
   // Issue 15: how old each worker's part of the index is (time since its last
   // event or dump; nullopt = never heard), shown by explain as
   // "index_age_ms":{"<worker_id>":ms|null,...}. Unset: the field is omitted.
@@ -83,7 +89,6 @@ class AdminApi {
   void set_salt_blind(std::function<bool(WorkerId)> f) { salt_blind_ = std::move(f); }
 
  private:
-  bool authorized(std::string_view authorization) const;
   std::optional<AdminResponse> status_endpoint(std::string_view method, std::string_view path) const;
   AdminResponse config_yaml() const;
   AdminResponse add_worker(std::string_view body);

@@ -229,10 +229,25 @@ std::string candidate_json(const RouteResult& r, size_t i, int rank, const std::
 
 }  // namespace
 
+// Which tokenization the overlaps rest on, when it is not the client's ids.
+std::string tokenization_sentence(const RouteResult& r) {
+  switch (r.token_source) {
+    case TokenSource::Client: return {};
+    case TokenSource::Local: return " Tokens from kvroute's tokenizer of the model (tokenizer.models).";
+    case TokenSource::Engine: return " Tokens from the engine's own POST /tokenize (tokenizer.remote).";
+    case TokenSource::Placeholder:
+      return fmt::format(
+          " Tokenized with the placeholder ({}), not the model's tokenizer: the overlaps are approximate "
+          "(configure tokenizer.models, or keep tokenizer.remote auto).",
+          to_string(r.tokenizer_fallback));
+  }
+  return {};
+}
+
 ExplainText explain_text(const RouteResult& r, const SchedulerConfig& cfg, uint32_t /*block_size*/) {
   const size_t blocks = r.block_hashes.size();
   ExplainText out;
-  out.choice = choice_sentence(r, cfg, blocks);
+  out.choice = choice_sentence(r, cfg, blocks) + tokenization_sentence(r);
   if (r.decision.scores.size() != r.candidates.size()) {
     out.per_worker.assign(r.candidates.size(), "not scored");
     return out;
@@ -261,8 +276,10 @@ std::string explain_json(const RouteResult& r, std::string_view model, uint32_t 
   }
   out += "],";
   if (!r.ok) out += fmt::format(R"("error":{},)", error_body(r.error));
-  out += fmt::format(R"("tokenizer_fallback":"{}","stage_us":{{"tokenize":{},"hash":{},"find_matches":{},"score":{}}},)",
-                     to_string(r.tokenizer_fallback), num(r.stage_seconds[0] * 1e6), num(r.stage_seconds[1] * 1e6),
+  out += fmt::format(R"("tokenization":"{}","tokenizer_fallback":"{}",)", to_string(r.token_source),
+                     to_string(r.tokenizer_fallback));
+  out += fmt::format(R"("stage_us":{{"tokenize":{},"hash":{},"find_matches":{},"score":{}}},)",
+                     num(r.stage_seconds[0] * 1e6), num(r.stage_seconds[1] * 1e6),
                      num(r.stage_seconds[2] * 1e6), num(r.stage_seconds[3] * 1e6));
   // Ranked first (rank 1 = chosen), then the rest in candidate order.
   std::vector<int> rank(r.candidates.size(), -1);

@@ -48,6 +48,7 @@
 
 #include "common/json_escape.h"
 #include "common/log.h"
+#include "router/engine_tokenizer.h"
 #include "router/io_watch.h"
 #include "router/openai_request.h"
 #include "router/proxy_policy.h"
@@ -629,6 +630,10 @@ class UpstreamPool {
   }
   void clear() { idle_.clear(); }
   bool empty() const { return idle_.empty(); }
+  bool has_idle(std::string_view key) const {
+    auto it = idle_.find(key);
+    return it != idle_.end() && !it->second.empty();
+  }
   // Closes the idle connections of every url `gone(url)` is true for (a
   // worker that left the registry).
   template <class Gone>
@@ -745,7 +750,8 @@ struct ClientConn final : Swept {
     upstream_buffer.clear();
     if (upstream_buffer.capacity() > kKeptCapacity) upstream_buffer.shrink_to_fit();
     if (parsed.prompt_text.capacity() > kKeptCapacity ||
-        parsed.prompt_tokens.capacity() * sizeof(TokenId) > kKeptCapacity)
+        parsed.prompt_tokens.capacity() * sizeof(TokenId) > kKeptCapacity ||
+        parsed.engine_tokens.capacity() * sizeof(TokenId) > kKeptCapacity)
       parsed = ParsedRequest();
     else
       parsed.reset();
@@ -809,9 +815,16 @@ struct Exchange final : Swept {
 
 struct HttpServer::Impl {
   explicit Impl(HttpServerHooks h)
-      : hooks(std::move(h)), acceptor(io0().ioc), admin_acceptor(admin_io->ioc) {}
+      : hooks(std::move(h)),
+        engine_cache(hooks.config ? hooks.config->get()->tokenizer.remote_cache_bytes : 0),
+        acceptor(io0().ioc),
+        admin_acceptor(admin_io->ioc) {}
 
   HttpServerHooks hooks;
+  // Answers of engines' POST /tokenize (tokenizer.remote), and the per-model
+  // backoff after failures; shared by the io threads (router/engine_tokenizer.h).
+  EngineTokenCache engine_cache;
+  EngineTokenizeBackoff engine_backoff;
   // io[0] exists from construction (the listeners are bound before start()).
   std::vector<std::unique_ptr<IoThread>> io = [] {
     std::vector<std::unique_ptr<IoThread>> v;
@@ -851,10 +864,15 @@ struct HttpServer::Impl {
                                     const ClientRequest& req);
   awaitable<void> close_lingering(ClientConn& client);
   void refuse_connection(Socket& socket);
-  awaitable<bool> handle_admin(ClientConn& client, ClientRequest& req);
+  awaitable<bool> handle_admin(ClientConn& client, ClientRequest& req, IoThread& io);
   // proxy() and its phases, in order (see proxy()).
   awaitable<bool> proxy(ClientConn& client, ClientRequest& req, ApiKind kind, IoThread& io);
   bool sticky_session(const Exchange& x) const;
+  awaitable<void> engine_tokens(IoThread& io, const Config& cfg, ParsedRequest& parsed,
+                                std::string_view authorization);
+  awaitable<EngineTokenizeResult> fetch_engine_tokens(IoThread& io, const Config& cfg, std::string_view url,
+                                                      std::string_view body, std::string_view authorization,
+                                                      Steady::time_point deadline, std::vector<TokenId>& out);
   bool route_request(Exchange& x);
   awaitable<void> wait_in_queue(Exchange& x);
   bool accept_route(Exchange& x);
@@ -945,8 +963,9 @@ awaitable<void> HttpServer::Impl::sweep_loop(IoThread& io) {
   beast::error_code ec;
   while (!stopping.load()) {
     const auto& r = hooks.config->get()->router;
-    const uint32_t shortest = std::min({r.connect_timeout_ms, r.first_byte_timeout_ms, r.first_byte_timeout_min_ms,
-                                        r.idle_timeout_ms, r.client_read_timeout_ms});
+    const uint32_t shortest =
+        std::min({r.connect_timeout_ms, r.first_byte_timeout_ms, r.first_byte_timeout_min_ms, r.idle_timeout_ms,
+                  r.client_read_timeout_ms, hooks.config->get()->tokenizer.remote_timeout_ms});
     timer.expires_after(milliseconds(std::clamp<uint32_t>(shortest / 10, 5, 50)));
     co_await timer.async_wait(nothrow(ec));
     io.sweeper.sweep(Steady::now());
@@ -1023,7 +1042,7 @@ awaitable<void> HttpServer::Impl::session(Socket socket, bool admin, IoThread& i
         co_await respond_error(stream, req.version, false, e);
         break;
       }
-      if (admin) keep = co_await handle_admin(stream, req);
+      if (admin) keep = co_await handle_admin(stream, req, io);
       else if (const auto api = proxied_api(req)) keep = co_await proxy(stream, req, *api, io);
       else keep = co_await handle(stream, req);
       if (!keep) break;
@@ -1173,9 +1192,25 @@ awaitable<bool> HttpServer::Impl::models(ClientConn& client, ClientRequest& req,
   co_return co_await respond(client, req.version, req.keep_alive, http::status::ok, std::move(body));
 }
 
-awaitable<bool> HttpServer::Impl::handle_admin(ClientConn& client, ClientRequest& req) {
+awaitable<bool> HttpServer::Impl::handle_admin(ClientConn& client, ClientRequest& req, IoThread& io) {
   std::string_view target = req.target;
   target = target.substr(0, target.find('?'));
+  // Route explain tokenizes as the data plane does: a model without a local
+  // tokenizer is first tokenized by its engine (tokenizer.remote).
+  if (hooks.admin && hooks.routing && target == "/admin/route/explain" && req.method == http::verb::post &&
+      hooks.admin->authorized(req.authorization)) {
+    const auto cfg = hooks.config->get();
+    const bool chat = req.body.find("\"messages\"") != std::string::npos;
+    ParsedRequest parsed;
+    ApiError err;
+    if (parse_openai_request(chat ? ApiKind::ChatCompletions : ApiKind::Completions, req.body, parsed, err) &&
+        hooks.routing->needs_engine_tokens(*cfg, parsed)) {
+      co_await engine_tokens(io, *cfg, parsed, {});
+      AdminResponse r = hooks.admin->explain(parsed);
+      co_return co_await respond(client, req.version, req.keep_alive, static_cast<http::status>(r.status),
+                                 std::move(r.body), r.content_type);
+    }
+  }
   AdminResponse r = hooks.admin ? hooks.admin->handle(req.method_string, target, req.authorization, req.body)
                                 : AdminResponse{404, R"({"error":{"message":"no admin API"}})"};
   co_return co_await respond(client, req.version, req.keep_alive, static_cast<http::status>(r.status),
@@ -1287,6 +1322,164 @@ bool HttpServer::Impl::sticky_session(const Exchange& x) const {
   return hooks.sessions && x.cfg.scheduler.session_affinity && !session_key(x).empty();
 }
 
+// Tokenization by the engine (tokenizer.remote = auto; router/engine_tokenizer.h):
+// the request has text or chat and kvroute holds no tokenizer that can
+// tokenize it, so one of the model's workers is asked with its own POST
+// /tokenize, within tokenizer.remote_timeout_ms. An exact answer seen before
+// comes from the cache (no round trip). Connection failures move on to one
+// more worker; any failure leaves the request to the placeholder
+// (parsed.engine_failed: counted, warned) and starts the model's backoff.
+awaitable<void> HttpServer::Impl::engine_tokens(IoThread& io, const Config& cfg, ParsedRequest& parsed,
+                                                std::string_view authorization) {
+  RouterMetrics* m = hooks.metrics;
+  const bool chat = parsed.kind == ApiKind::ChatCompletions;
+  // In this coroutine's frame (not per thread): other requests of this io
+  // thread run while it waits for the engine.
+  std::string body;
+  if (!engine_tokenize_body(parsed, body)) {
+    parsed.engine_failed = true;
+    co_return;
+  }
+  const EngineTokenCache::Key key = EngineTokenCache::key_of(body);
+  if (engine_cache.get(key, parsed.engine_tokens)) {
+    if (m) m->engine_tokenize_cache_total.with({"hit"}).inc();
+    parsed.has_engine_tokens = true;
+    co_return;
+  }
+  if (m && cfg.tokenizer.remote_cache_bytes > 0) m->engine_tokenize_cache_total.with({"miss"}).inc();
+
+  EngineTokenizeResult result = EngineTokenizeResult::NoWorker;
+  const auto start = Steady::now();
+  if (!engine_backoff.allow(parsed.model, chat, start)) {
+    result = EngineTokenizeResult::Backoff;
+  } else {
+    // Any healthy worker serving the model (a LoRA adapter: one serving it):
+    // a non-draining one with an idle pooled connection on this thread first
+    // (no connect), else round-robin from a per-thread cursor.
+    std::vector<WorkerView> workers;
+    thread_local size_t cursor = 0;
+    hooks.registry->candidates(parsed.model, workers);
+    std::erase_if(workers, [&](const WorkerView& w) { return w.draining && workers.size() > 1; });
+    const size_t n = workers.size();
+    const size_t first = n ? cursor++ % n : 0;
+    size_t pick = first;
+    for (size_t i = 0; i < n; ++i)
+      if (io.pool.has_idle(workers[(first + i) % n].info->url)) {
+        pick = (first + i) % n;
+        break;
+      }
+    const auto deadline = start + milliseconds(cfg.tokenizer.remote_timeout_ms);
+    for (size_t attempt = 0; attempt < std::min<size_t>(n, 2) && Steady::now() < deadline; ++attempt) {
+      const std::string url = workers[(pick + attempt) % n].info->url;
+      const auto t0 = Steady::now();
+      result = co_await fetch_engine_tokens(io, cfg, url, body, authorization, deadline, parsed.engine_tokens);
+      if (m) m->engine_tokenize_seconds.get().observe(seconds_since(t0));
+      if (result != EngineTokenizeResult::Connect) break;
+    }
+  }
+  if (m) m->engine_tokenize_total.with({to_string(result)}).inc();
+  if (result == EngineTokenizeResult::Ok) {
+    parsed.has_engine_tokens = true;
+    engine_backoff.on_success(parsed.model, chat);
+    engine_cache.put(key, parsed.engine_tokens);
+    co_return;
+  }
+  parsed.engine_tokens.clear();
+  parsed.engine_failed = true;
+  if (result != EngineTokenizeResult::Backoff) engine_backoff.on_failure(parsed.model, chat, Steady::now());
+  static RateLimiter rl;
+  if (rl.allow())
+    spdlog::warn("model '{}': the engine's POST /tokenize failed ({}); this request is routed on placeholder tokens",
+                 parsed.model, to_string(result));
+}
+
+// One POST /tokenize to the worker at `url` on this io thread (a pooled
+// keep-alive connection if one is idle, else a new one), answered whole by
+// `deadline`; the answer bounded by tokenizer.remote_max_tokens. The
+// connection goes back to the pool when the answer leaves it reusable.
+awaitable<EngineTokenizeResult> HttpServer::Impl::fetch_engine_tokens(IoThread& io, const Config& cfg,
+                                                                      std::string_view url_text,
+                                                                      std::string_view body,
+                                                                      std::string_view authorization,
+                                                                      Steady::time_point deadline,
+                                                                      std::vector<TokenId>& out) {
+  UpstreamUrl url;
+  if (!parse_url(url_text, url)) co_return EngineTokenizeResult::Connect;
+  const bool keep = cfg.router.upstream_pool_size > 0;
+  std::string head;
+  head.reserve(256 + authorization.size());
+  head += "POST ";
+  head += url.base;
+  head += "/tokenize HTTP/1.1\r\nHost: ";
+  if (url.ipv6) head += '[';
+  head += url.host;
+  head += url.ipv6 ? "]:" : ":";
+  head += url.port;
+  head += "\r\nContent-Type: application/json\r\nAccept: application/json\r\n";
+  if (!authorization.empty()) {
+    head += "Authorization: ";
+    head += authorization;
+    head += "\r\n";
+  }
+  if (!keep) head += "Connection: close\r\n";
+  head += "Content-Length: ";
+  head += std::to_string(body.size());
+  head += "\r\n\r\n";
+  const uint64_t max_bytes = engine_tokenize_max_bytes(cfg.tokenizer.remote_max_tokens);
+
+  // A pooled connection the worker closed meanwhile fails before the answer:
+  // one more try on a fresh connection.
+  for (int fresh = 0; fresh < 2; ++fresh) {
+    const auto left = std::chrono::duration_cast<milliseconds>(deadline - Steady::now());
+    if (left.count() <= 0) co_return EngineTokenizeResult::Timeout;
+    std::optional<Socket> socket;
+    if (fresh == 0) socket = io.pool.take(url_text);
+    const bool pooled = socket.has_value();
+    Deadline timer(io.sweeper);  // after `socket`: destroyed first
+    beast::error_code ec;
+    if (!socket) {
+      socket.emplace(io.ioc.get_executor());
+      timer.arm(*socket, left);
+      const auto addr = asio::ip::make_address(url.host, ec);
+      if (!ec) {
+        uint16_t port = 0;
+        std::from_chars(url.port.data(), url.port.data() + url.port.size(), port);
+        co_await socket->async_connect(tcp::endpoint(addr, port), nothrow(ec));
+      } else {
+        Resolver resolver(io.ioc.get_executor());
+        auto results = co_await resolver.async_resolve(url.host, url.port, nothrow(ec));
+        if (!ec) co_await asio::async_connect(*socket, results, nothrow(ec));
+      }
+      timer.settle(ec);
+      if (ec) co_return ec == asio::error::timed_out ? EngineTokenizeResult::Timeout : EngineTokenizeResult::Connect;
+      beast::error_code ignored;
+      socket->set_option(tcp::no_delay(true), ignored);
+    }
+    timer.arm(*socket, std::chrono::duration_cast<milliseconds>(deadline - Steady::now()));
+    const std::array<asio::const_buffer, 2> wire{asio::buffer(head), asio::buffer(body.data(), body.size())};
+    co_await asio::async_write(*socket, wire, nothrow(ec));
+    beast::flat_buffer buffer;
+    http::response_parser<http::string_body> parser;
+    parser.header_limit(16 * 1024);
+    parser.body_limit(max_bytes);
+    if (!ec) co_await read_http(*socket, buffer, parser, ReadUntil::Message, ec);
+    timer.settle(ec);
+    if (ec == asio::error::timed_out) co_return EngineTokenizeResult::Timeout;
+    if (ec == http::error::body_limit) co_return EngineTokenizeResult::TooLarge;
+    if (ec && pooled) continue;
+    if (ec) co_return EngineTokenizeResult::Connect;
+    const auto& res = parser.get();
+    const bool reusable = keep && parser.keep_alive() && buffer.size() == 0;
+    const EngineTokenizeResult result =
+        res.result() != http::status::ok
+            ? EngineTokenizeResult::Status
+            : parse_engine_tokenize_response(res.body(), cfg.tokenizer.remote_max_tokens, out);
+    if (reusable) io.pool.give(url_text, std::move(*socket), cfg.router.upstream_pool_size);
+    co_return result;
+  }
+  co_return EngineTokenizeResult::Connect;
+}
+
 // Routes the parsed request into client.route. True: every worker is busy
 // and the request may wait in the queue (wait_in_queue()).
 bool HttpServer::Impl::route_request(Exchange& x) {
@@ -1333,6 +1526,7 @@ bool HttpServer::Impl::accept_route(Exchange& x) {
     (!route.ok ? m->decided_no_worker : route.chose_best_overlap ? m->decided_best_overlap : m->decided_balance).inc();
     if (route.ok && route.tokenizer_fallback != TokenizerFallback::None)
       m->tokenizer_fallbacks_total.with({x.client.parsed.model, to_string(route.tokenizer_fallback)}).inc();
+    if (route.ok) m->tokenized(x.client.parsed.model, to_string(route.token_source)).inc();
   }
   x.rec.prompt_tokens = route.isl_tokens;
   if (!route.ok && route.error.code == "context_length_exceeded" && hooks.metrics)
@@ -1714,6 +1908,8 @@ awaitable<bool> HttpServer::Impl::proxy(ClientConn& client, ClientRequest& req, 
   if (!parse_openai_request(kind, req.body, client.parsed, err)) co_return co_await reject(x, err, "bad_request");
   x.rec.model = client.parsed.model;
   x.rec.stream = client.parsed.stream;
+  if (hooks.routing->needs_engine_tokens(x.cfg, client.parsed))
+    co_await engine_tokens(io, x.cfg, client.parsed, req.authorization);
   if (route_request(x)) co_await wait_in_queue(x);
   if (!accept_route(x)) co_return co_await reject(x, client.route.error, "no_worker");
 

@@ -264,6 +264,39 @@ uint64_t raise_open_files_limit() {
     spdlog::info("open files limit (RLIMIT_NOFILE) raised from {} to {}", static_cast<uint64_t>(before),
                  static_cast<uint64_t>(rl.rlim_cur));
   return rl.rlim_cur;
+// Per model of the configured workers (workers.static, discovery.dns; their
+// LoRA adapters too): how its string and chat prompts will be tokenized. A
+// model routed on placeholder tokens is warned about now, never silently.
+// Workers that arrive later (admin API, NATS) are warned about by their
+// first request routed on the placeholder (router/routing.cpp).
+void report_tokenization(const Config& cfg, const TokenizerSet& tokenizers) {
+  std::map<std::string, std::string> models;  // model or adapter -> base model ("" = itself)
+  std::vector<WorkerEntry> workers;
+  std::vector<DnsEntry> dns;
+  parse_worker_entries(cfg.workers.static_list, workers);
+  parse_dns_entries(cfg.discovery.dns, dns);
+  auto add = [&](const std::string& model, const std::vector<std::string>& lora) {
+    models.emplace(model, "");
+    for (const auto& l : lora) models.emplace(l, model);
+  };
+  for (const auto& w : workers) add(w.model, w.lora);
+  for (const auto& d : dns) add(d.model, d.lora);
+  for (const auto& [model, base] : models) {
+    if (tokenizers.find(model)) continue;
+    if (!base.empty() && tokenizers.find(base)) {
+      spdlog::info("model '{}': a LoRA adapter of '{}', tokenized with its tokenizer (tokenizer.models)", model, base);
+      continue;
+    }
+    if (cfg.tokenizer.remote == "off")
+      spdlog::warn("model '{}': no tokenizer.models entry and tokenizer.remote is off: its string and chat requests "
+                   "will be routed on placeholder tokens (cache hits approximate; "
+                   "kvroute_router_tokenizer_fallbacks_total)",
+                   model);
+    else
+      spdlog::info("model '{}': no tokenizer.models entry: its string and chat prompts are tokenized by the engine's "
+                   "POST /tokenize (a round trip per request unless cached; tokenizer.models is the fast path)",
+                   model);
+  }
 }
 
 }  // namespace
@@ -341,6 +374,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (tokenizers.size() > 0) spdlog::info("tokenizers loaded for {} model(s)", tokenizers.size());
+  report_tokenization(cfg, tokenizers);
   // NATS is optional: without it, workers come from workers.static /
   // discovery.dns and their KV events over ZMQ.
   std::unique_ptr<NatsBus> bus;

@@ -52,6 +52,14 @@ struct ParsedRequest {
   std::string cache_salt;
   // The OpenAI `user` field (end-user id): a session key for session affinity.
   std::string user;
+  // Not parsed: set by the HTTP layer before routing when the model has no
+  // local tokenizer and tokenizer.remote is auto (router/engine_tokenizer.h).
+  // `engine_tokens` are what the engine's POST /tokenize answered for this
+  // request (has_engine_tokens); `engine_failed` says the engine was asked
+  // (or skipped in backoff) and gave nothing, so the placeholder is used.
+  std::vector<TokenId> engine_tokens;
+  bool has_engine_tokens = false;
+  bool engine_failed = false;
 
   // Back to a default-constructed request, keeping the strings' and vectors'
   // capacity (the server reuses one per connection).
@@ -69,6 +77,9 @@ struct ParsedRequest {
     prompts = 1;
     cache_salt.clear();
     user.clear();
+    engine_tokens.clear();
+    has_engine_tokens = false;
+    engine_failed = false;
   }
 };
 

@@ -43,8 +43,20 @@ struct RouterMetrics {
         tokenizer_fallbacks_total(r.counter(
             "kvroute_router_tokenizer_fallbacks_total",
             "Routed requests tokenized by the placeholder, by model and reason (no_tokenizer, "
-            "no_chat_template, template_error)",
+            "no_chat_template, template_error, engine_error)",
             {"model", "reason"})),
+        tokenized_requests_total(r.counter(
+            "kvroute_router_tokenized_requests_total",
+            "Routed requests by model and where their token ids came from (client, local, engine, placeholder)",
+            {"model", "source"})),
+        engine_tokenize_total(r.counter(
+            "kvroute_router_engine_tokenize_total",
+            "Requests tokenized by their engine's POST /tokenize (tokenizer.remote), by result (ok, no_worker, "
+            "backoff, connect, timeout, status, bad_response, too_large); cache hits not counted",
+            {"result"})),
+        engine_tokenize_cache_total(r.counter("kvroute_router_engine_tokenize_cache_total",
+                                              "Lookups in the cache of /tokenize answers by result (hit, miss)",
+                                              {"result"})),
         // gauges
         inflight_requests(r.gauge("kvroute_router_inflight_requests", "Requests being handled")),
         queued_requests(r.gauge("kvroute_router_queued_requests", "Requests waiting for a free worker")),
@@ -69,6 +81,10 @@ struct RouterMetrics {
         overlap_ratio(r.histogram("kvroute_router_overlap_ratio",
                                   "Cached fraction of the prompt on the chosen worker",
                                   metrics::linear_buckets(0.1, 0.1, 10))),
+        engine_tokenize_seconds(r.histogram("kvroute_router_engine_tokenize_seconds",
+                                            "Round trip of one POST /tokenize to an engine (connect included), "
+                                            "successful or not",
+                                            metrics::exponential_buckets(0.0001, 2, 18))),
         // children with fixed labels, resolved once (no lookup per request)
         duration_chat(request_duration_seconds.with({"chat_completions"})),
         duration_completions(request_duration_seconds.with({"completions"})),
@@ -90,6 +106,9 @@ struct RouterMetrics {
   metrics::CounterFamily& best_cached_tokens_total;
   metrics::CounterFamily& decisions_total;
   metrics::CounterFamily& tokenizer_fallbacks_total;
+  metrics::CounterFamily& tokenized_requests_total;
+  metrics::CounterFamily& engine_tokenize_total;
+  metrics::CounterFamily& engine_tokenize_cache_total;
   metrics::GaugeFamily& inflight_requests;
   metrics::GaugeFamily& queued_requests;
   metrics::GaugeFamily& connections;
@@ -102,6 +121,7 @@ struct RouterMetrics {
   metrics::HistogramFamily& ttfb_seconds;
   metrics::HistogramFamily& decision_seconds;
   metrics::HistogramFamily& overlap_ratio;
+  metrics::HistogramFamily& engine_tokenize_seconds;
 
   metrics::Histogram& duration_chat;
   metrics::Histogram& duration_completions;
@@ -133,6 +153,26 @@ struct RouterMetrics {
       memo.route.assign(route);
       memo.status = status;
       memo.model.assign(model);
+    }
+    return *memo.child;
+  }
+  // kvroute_router_tokenized_requests_total{model,source}, remembered per
+  // thread as request() is (every routed request counts once).
+  metrics::Counter& tokenized(std::string_view model, std::string_view source) {
+    struct Memo {
+      uint64_t family = 0, generation = 0;
+      std::string model, source;
+      metrics::Counter* child = nullptr;
+    };
+    thread_local Memo memo;
+    const uint64_t generation = tokenized_requests_total.generation();
+    if (memo.family != tokenized_requests_total.id() || memo.generation != generation || memo.model != model ||
+        memo.source != source) {
+      memo.child = &tokenized_requests_total.with({model, source});
+      memo.family = tokenized_requests_total.id();
+      memo.generation = generation;
+      memo.model.assign(model);
+      memo.source.assign(source);
     }
     return *memo.child;
   }

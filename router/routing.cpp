@@ -3,8 +3,10 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include <chrono>
 #include <algorithm>
+#include <chrono>
+#include <mutex>
+#include <set>
 
 #include "common/log.h"
 #include "common/prefix_cache.h"
@@ -18,12 +20,23 @@ std::optional<uint32_t> steered_rank(const WorkerAnnouncement& info, uint32_t ov
   return rank;
 }
 
+std::string_view to_string(TokenSource s) {
+  switch (s) {
+    case TokenSource::Client: return "client";
+    case TokenSource::Local: return "local";
+    case TokenSource::Engine: return "engine";
+    case TokenSource::Placeholder: return "placeholder";
+  }
+  return "client";
+}
+
 void RouteResult::reset() {
   ok = false;
   error = {};
   ranked.clear();
   isl_tokens = 0;
   tokenizer_fallback = TokenizerFallback::None;
+  token_source = TokenSource::Client;
   request_blocks = 0;
   block_hashes.clear();
   first_block.reset();
@@ -47,26 +60,38 @@ std::vector<TokenId> RoutingService::tokens_of(const ParsedRequest& r, const Tok
 std::span<const TokenId> RoutingService::tokens_of(const ParsedRequest& r, std::vector<TokenId>& buffer,
                                                    const TokenizerSet* tokenizers, TokenizerFallback* fallback,
                                                    std::string* detail) {
+  TokenSource source;
+  return tokenize_request(r, buffer, tokenizers ? tokenizers->find(r.model) : nullptr, &source, fallback, detail);
+}
+
+std::span<const TokenId> RoutingService::tokenize_request(const ParsedRequest& r, std::vector<TokenId>& buffer,
+                                                          const ModelTokenizer* mt, TokenSource* source,
+                                                          TokenizerFallback* fallback, std::string* detail) {
   auto why = [&](TokenizerFallback f) {
     if (fallback) *fallback = f;
   };
   why(TokenizerFallback::None);
+  *source = TokenSource::Client;
   if (r.has_prompt_tokens) return r.prompt_tokens;
-  const ModelTokenizer* mt = tokenizers ? tokenizers->find(r.model) : nullptr;
+  *source = TokenSource::Local;
   if (mt && r.kind == ApiKind::Completions) {
     mt->encode_prompt(r.prompt_text, r.add_special_tokens.value_or(true), buffer);
     return buffer;
   }
-  if (mt && !mt->chat_template()) {
-    why(TokenizerFallback::NoChatTemplate);
-  } else if (mt) {
+  if (mt && mt->chat_template()) {
     std::string err;
     if (mt->encode_chat(r.body, r.add_special_tokens.value_or(false), buffer, &err)) return buffer;
-    why(TokenizerFallback::TemplateError);
+    why(TokenizerFallback::TemplateError);  // the client's error, as the engine will say: never asked
     if (detail) *detail = std::move(err);
+  } else if (r.has_engine_tokens) {
+    *source = TokenSource::Engine;
+    return r.engine_tokens;
+  } else if (r.engine_failed) {
+    why(TokenizerFallback::EngineError);
   } else {
-    why(TokenizerFallback::NoTokenizer);
+    why(mt ? TokenizerFallback::NoChatTemplate : TokenizerFallback::NoTokenizer);
   }
+  *source = TokenSource::Placeholder;
   if (r.kind == ApiKind::ChatCompletions) {
     thread_local std::string prompt;  // per-thread scratch: no allocation per request
     placeholder_chat_prompt(r.messages, prompt);
@@ -76,6 +101,42 @@ std::span<const TokenId> RoutingService::tokens_of(const ParsedRequest& r, std::
   }
   return buffer;
 }
+
+const ModelTokenizer* RoutingService::local_tokenizer(std::string_view model) const {
+  if (!tokenizers_ || tokenizers_->size() == 0) return nullptr;
+  if (const ModelTokenizer* mt = tokenizers_->find(model)) return mt;
+  if (!registry_.is_lora_adapter(model)) return nullptr;
+  return tokenizers_->find(registry_.lora_base(model));
+}
+
+bool RoutingService::needs_engine_tokens(const Config& cfg, const ParsedRequest& r) const {
+  if (r.has_prompt_tokens || cfg.tokenizer.remote != "auto") return false;
+  const ModelTokenizer* mt = local_tokenizer(r.model);
+  return !mt || (r.kind == ApiKind::ChatCompletions && !mt->chat_template());
+}
+
+namespace {
+// A request routed on placeholder tokens: the first one of each model is
+// always logged, later ones rate-limited (the metric counts every one).
+void warn_placeholder(std::string_view model, TokenizerFallback why, std::string_view detail) {
+  static std::mutex mu;
+  static std::set<std::string, std::less<>> warned;  // bounded: models some worker serves
+  static RateLimiter rl;
+  bool first = false;
+  {
+    std::lock_guard lk(mu);
+    if (warned.size() < 4096 && !warned.count(model)) first = warned.emplace(model).second;
+  }
+  if (!first && !rl.allow()) return;
+  const char* hint = why == TokenizerFallback::EngineError
+                         ? "the engine's POST /tokenize failed (kvroute_router_engine_tokenize_total)"
+                     : why == TokenizerFallback::NoTokenizer
+                         ? "no tokenizer.models entry, and the engine was not asked (tokenizer.remote off)"
+                         : "the local tokenizer could not render it";
+  spdlog::warn("model '{}': routed on placeholder tokens ({}{}{}: {}); cache hits are approximate", model,
+               to_string(why), detail.empty() ? "" : ": ", detail, hint);
+}
+}  // namespace
 
 namespace {
 using StageClock = std::chrono::steady_clock;
@@ -102,15 +163,10 @@ void RoutingService::route(const ParsedRequest& request, RouteResult& out, bool 
   const auto t0 = StageClock::now();
   std::string detail;
   thread_local std::vector<TokenId> buffer;  // per-thread scratch: no allocation per request
-  const auto tokens = tokens_of(request, buffer, tokenizers_, &out.tokenizer_fallback, &detail);
-  // Configured tokenizers make a missing one a degraded mode worth a warning;
-  // with none configured the placeholder is the deployment's choice.
-  if (out.tokenizer_fallback != TokenizerFallback::None && tokenizers_ && tokenizers_->size() > 0) {
-    static RateLimiter rl;
-    if (rl.allow())
-      spdlog::warn("model '{}': tokenized with the placeholder ({}{}{}); cache overlap is approximate",
-                   request.model, to_string(out.tokenizer_fallback), detail.empty() ? "" : ": ", detail);
-  }
+  const auto tokens = tokenize_request(request, buffer, local_tokenizer(request.model), &out.token_source,
+                                       &out.tokenizer_fallback, &detail);
+  // Never silent: placeholder tokens make every cache overlap a guess.
+  if (out.tokenizer_fallback != TokenizerFallback::None) warn_placeholder(request.model, out.tokenizer_fallback, detail);
   const auto t1 = StageClock::now();
   // The engine's cache namespace: a LoRA adapter named as the model, and the
   // request's cache_salt (indexer/block_hash.h), exactly as ZMQ events are hashed.
@@ -141,12 +197,14 @@ void RoutingService::reroute(std::string_view model, RouteResult& out, bool scor
   const uint64_t salt = out.salt_hash;
   const uint32_t isl = out.isl_tokens;
   const TokenizerFallback fallback = out.tokenizer_fallback;
+  const TokenSource source = out.token_source;
   const double stage0 = out.stage_seconds[0], stage1 = out.stage_seconds[1];
   out.reset();
   out.block_hashes = std::move(hashes);
   out.first_block = first_block;
   out.salt_hash = salt;
   out.tokenizer_fallback = fallback;
+  out.token_source = source;
   out.stage_seconds[0] = stage0;
   out.stage_seconds[1] = stage1;
   decide(*config_.get(), model, isl, /*rank_all=*/false, score_all, out);

@@ -22,6 +22,16 @@
 
 namespace kvroute {
 
+// Where a routed request's token ids came from (explain, metrics, status page).
+enum class TokenSource : uint8_t {
+  Client,       ///< the client sent token ids
+  Local,        ///< the model's tokenizer in kvroute (tokenizer.models; a LoRA adapter: its base model's)
+  Engine,       ///< the engine's own POST /tokenize (tokenizer.remote)
+  Placeholder,  ///< the placeholder tokenizer: cache overlap is approximate (RouteResult::tokenizer_fallback says why)
+};
+// "client", "local", "engine", "placeholder".
+std::string_view to_string(TokenSource s);
+
 struct RouteTarget {
   WorkerId worker;
   std::string_view url;  // in the worker's announcement, kept alive by RouteResult::workers
@@ -45,6 +55,7 @@ struct RouteResult {
   // Set when the placeholder tokenized the request instead of the model's own
   // tokenizer (none configured, no chat template, template error).
   TokenizerFallback tokenizer_fallback = TokenizerFallback::None;
+  TokenSource token_source = TokenSource::Client;
   uint64_t request_blocks = 0;       // KV blocks the request will occupy (for in-flight accounting)
   std::vector<LocalBlockHash> block_hashes;  // the request's complete blocks
   // The first complete block hashed without the cache_salt, and the salt's
@@ -116,6 +127,21 @@ class RoutingService {
   static std::span<const TokenId> tokens_of(const ParsedRequest& request, std::vector<TokenId>& buffer,
                                             const TokenizerSet* tokenizers = nullptr,
                                             TokenizerFallback* fallback = nullptr, std::string* detail = nullptr);
+  // The same with the model's tokenizer already looked up (`local`, may be
+  // null), and the engine's tokens (request.engine_tokens) used when `local`
+  // cannot tokenize the request; *source says which was used.
+  static std::span<const TokenId> tokenize_request(const ParsedRequest& request, std::vector<TokenId>& buffer,
+                                                   const ModelTokenizer* local, TokenSource* source,
+                                                   TokenizerFallback* fallback, std::string* detail);
+
+  // The tokenizer kvroute holds for `model`: its tokenizer.models entry, else,
+  // for a LoRA adapter, its base model's. Null when there is none.
+  const ModelTokenizer* local_tokenizer(std::string_view model) const;
+  // True when the request should be tokenized by its engine before routing
+  // (tokenizer.remote = auto): text or chat, and no local tokenizer can do it
+  // (none for the model, or a chat request and the model's directory has no
+  // chat template).
+  bool needs_engine_tokens(const Config& cfg, const ParsedRequest& request) const;
 
  private:
   // Stages 2 and 3 for the request's out.block_hashes: candidates, overlaps,

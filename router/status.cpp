@@ -208,9 +208,9 @@ void DecisionLog::on_routed(const ParsedRequest& request, const RouteResult& rou
   std::lock_guard lk(mu_);
   e.id = next_id_++;
   e.summary = fmt::format(
-      R"({{"id":{},"unix_time":{:.3f},"model":"{}","isl_tokens":{},"chosen":{},"cached_tokens":{:.0f},"reason":"{}"}})",
-      e.id, e.unix_time, json_escape(request.model), route.isl_tokens, route.candidates[ch].owner.worker.value,
-      cached, json_escape(reason));
+      R"({{"id":{},"unix_time":{:.3f},"model":"{}","isl_tokens":{},"tokenization":"{}","chosen":{},"cached_tokens":{:.0f},"reason":"{}"}})",
+      e.id, e.unix_time, json_escape(request.model), route.isl_tokens, to_string(route.token_source),
+      route.candidates[ch].owner.worker.value, cached, json_escape(reason));
   ring_.push_back(std::move(e));
   while (ring_.size() > capacity_) ring_.pop_front();
 }

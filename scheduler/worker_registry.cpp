@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <limits>
+#include <map>
 #include <set>
 
 namespace kvroute {
@@ -349,10 +350,10 @@ std::vector<std::string> WorkerRegistry::models() const {
 }
 
 void WorkerRegistry::rebuild_lora_names() {
-  std::set<std::string> names;
+  std::map<std::string, std::string> names;  // adapter -> base model of the first worker (by id) serving it
   for (const auto& [id, e] : workers_)
-    for (const auto& l : e.info->lora_adapters) names.insert(l);
-  std::atomic_store(&lora_names_, std::make_shared<const std::vector<std::string>>(names.begin(), names.end()));
+    for (const auto& l : e.info->lora_adapters) names.emplace(l, e.info->model);
+  std::atomic_store(&lora_names_, std::make_shared<const LoraNames>(names.begin(), names.end()));
 }
 
 std::optional<uint64_t> WorkerRegistry::kv_capacity(std::string_view model) const {
@@ -376,11 +377,26 @@ std::optional<uint64_t> WorkerRegistry::kv_capacity(std::string_view model) cons
   if (it == capacity_.end() || it->second == kUnknown) return std::nullopt;
   return it->second;
 }
+namespace {
+const std::pair<std::string, std::string>* find_lora(const std::vector<std::pair<std::string, std::string>>& names,
+                                                     std::string_view model) {
+  auto it = std::lower_bound(names.begin(), names.end(), model,
+                             [](const auto& entry, std::string_view m) { return entry.first < m; });
+  return it != names.end() && it->first == model ? &*it : nullptr;
+}
+}  // namespace
 
 bool WorkerRegistry::is_lora_adapter(std::string_view model) const {
   const auto names = std::atomic_load(&lora_names_);
   if (names->empty()) return false;
-  return std::binary_search(names->begin(), names->end(), model, std::less<>());
+  return find_lora(*names, model) != nullptr;
+}
+
+std::string WorkerRegistry::lora_base(std::string_view model) const {
+  const auto names = std::atomic_load(&lora_names_);
+  if (names->empty()) return {};
+  const auto* entry = find_lora(*names, model);
+  return entry ? entry->second : std::string();
 }
 
 bool WorkerRegistry::known(WorkerId id) const {

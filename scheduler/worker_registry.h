@@ -196,6 +196,9 @@ class WorkerRegistry {
   // True when some worker serves `model` as a LoRA adapter (its blocks hash
   // with the adapter's name). Lock-free read of a snapshot.
   bool is_lora_adapter(std::string_view model) const;
+  // The base model (the worker entry's `model`) of a LoRA adapter name; empty
+  // when `model` is no worker's adapter. Lock-free read of the same snapshot.
+  std::string lora_base(std::string_view model) const;
   std::vector<std::string> models() const;
   size_t size() const;
 
@@ -280,8 +283,10 @@ class WorkerRegistry {
   std::set<std::pair<TimePoint, WorkerId>> ejections_;     // ejected workers by end of ejection
   HealthPolicy policy_;
   std::array<uint64_t, kNumHealthSignals> failures_by_signal_{};
-  // LoRA adapter names of every worker, rebuilt on membership changes.
-  std::shared_ptr<const std::vector<std::string>> lora_names_ = std::make_shared<const std::vector<std::string>>();
+  // LoRA adapter names of every worker with the base model of the first
+  // worker serving each (by id), sorted by name; rebuilt on membership changes.
+  using LoraNames = std::vector<std::pair<std::string, std::string>>;
+  std::shared_ptr<const LoraNames> lora_names_ = std::make_shared<const LoraNames>();
   void rebuild_lora_names();  // mu_ held
   // kv_capacity() by served name, rebuilt when capacity_dirty_ (mu_ held).
   mutable std::map<std::string, uint64_t, std::less<>> capacity_;

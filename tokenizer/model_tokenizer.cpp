@@ -31,6 +31,7 @@ std::string_view to_string(TokenizerFallback f) {
     case TokenizerFallback::NoTokenizer: return "no_tokenizer";
     case TokenizerFallback::NoChatTemplate: return "no_chat_template";
     case TokenizerFallback::TemplateError: return "template_error";
+    case TokenizerFallback::EngineError: return "engine_error";
   }
   return "none";
 }

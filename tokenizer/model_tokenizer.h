@@ -29,8 +29,9 @@ enum class TokenizerFallback : uint8_t {
   NoTokenizer,     ///< no tokenizer is configured for the model
   NoChatTemplate,  ///< a chat request, and the model's directory has no chat template
   TemplateError,   ///< the chat template failed on this request (bad input, raise_exception)
+  EngineError,     ///< no local tokenizer, and the engine's /tokenize failed or was in backoff
 };
-// Metric label: "none", "no_tokenizer", "no_chat_template", "template_error".
+// Metric label: "none", "no_tokenizer", "no_chat_template", "template_error", "engine_error".
 std::string_view to_string(TokenizerFallback f);
 
 class ModelTokenizer {

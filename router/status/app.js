@@ -144,7 +144,8 @@ function renderDecisions(list) {
   const items = list.map((d) => {
     const head = el("div", { class: "head" },
       new Date(d.unix_time * 1000).toLocaleTimeString(), " · ", d.model, " · ", fmtInt(d.isl_tokens),
-      " tokens → worker " + d.chosen + " (" + fmtInt(d.cached_tokens) + " cached)");
+      " tokens (" + d.tokenization + ") → worker " + d.chosen + " (" + fmtInt(d.cached_tokens) + " cached)");
+    if (d.tokenization === "placeholder") head.classList.add("placeholder");
     const li = el("li", { "data-decision-id": d.id }, head);
     head.addEventListener("click", () => toggleDecision(d.id, li));
     if (openExplains.has(d.id)) {

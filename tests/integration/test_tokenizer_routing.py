@@ -4,7 +4,8 @@ models' Hugging Face tokenizer.json and chat template (tokenizer.models /
 
 Fleet: nats-server; workers 1-2 serve `qwen3` (Qwen3's tokenizer and template),
 worker 3 serves `gemma3` (Gemma 3's), worker 4 serves `plain-model` (no
-tokenizer: placeholder on both sides); kvroute with
+tokenizer on either side: kvroute asks its /tokenize, the worker answers with
+its placeholder tokens); kvroute with
 `tokenizer.models=qwen3=...,gemma3=...`.
 
 Needs the reference tokenizers (tests/tokenizer/setup_reference.sh, npm, run
@@ -131,13 +132,27 @@ class TokenizerRoutingTest(unittest.TestCase):
                              {"model": "gemma3", "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]})
         self.assertEqual(ok.status, 200, ok.body)
 
-    def test_model_without_tokenizer_falls_back_to_placeholder(self):
-        before = self.fallbacks("plain-model", "no_tokenizer")
-        r = self.fleet.post("/v1/chat/completions", {"model": "plain-model", "max_tokens": 2,
-                                                     "messages": [{"role": "user", "content": "hello"}]})
+    def test_model_without_tokenizer_asks_its_engine_or_falls_back_loudly(self):
+        f = self.fleet
+        body = {"model": "plain-model", "max_tokens": 2, "messages": [{"role": "user", "content": "hello"}]}
+        engine = 'kvroute_router_tokenized_requests_total{model="plain-model",source="engine"}'
+        before_engine, before_fallback = f.metric(engine), self.fallbacks("plain-model", "no_tokenizer")
+        # tokenizer.remote auto (the default): the worker's own POST /tokenize.
+        r = f.post("/v1/chat/completions", body)
         self.assertEqual(r.status, 200, r.body)
         self.assertEqual(r.header("x-kvroute-worker"), "4")
-        self.assertEqual(self.fallbacks("plain-model", "no_tokenizer"), before + 1)
+        self.assertEqual(f.metric(engine), before_engine + 1)
+        self.assertEqual(self.fallbacks("plain-model", "no_tokenizer"), before_fallback)
+        # tokenizer.remote off (reloadable): the placeholder, counted.
+        self.assertEqual(f.admin("PUT", "/admin/config", '{"tokenizer": {"remote": "off"}}').status, 200)
+        try:
+            r = f.post("/v1/chat/completions", body)
+            self.assertEqual(r.status, 200, r.body)
+            self.assertEqual(self.fallbacks("plain-model", "no_tokenizer"), before_fallback + 1)
+            self.assertEqual(f.metric('kvroute_router_tokenized_requests_total{model="plain-model",source="placeholder"}'),
+                             1)
+        finally:
+            self.assertEqual(f.admin("PUT", "/admin/config", '{"tokenizer": {"remote": "auto"}}').status, 200)
 
     def test_unloadable_tokenizer_dir_stops_startup(self):
         p = subprocess.run([os.path.join(BUILD_DIR, "router", "kvroute"), "--router.port", "0", "--admin.port", "0",

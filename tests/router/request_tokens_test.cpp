@@ -7,6 +7,8 @@
 #include <fstream>
 #include <list>
 
+#include "common/clock.h"
+#include "indexer/radix_indexer.h"
 #include "router/openai_request.h"
 #include "router/routing.h"
 #include "tokenizer/model_tokenizer.h"
@@ -153,4 +155,107 @@ TEST_CASE("tokens_of: the model's tokenizer, special tokens as vLLM, and each fa
     CHECK(RoutingService::tokens_of(r, &set, &why) == std::vector<TokenId>{7, 8, 9});
     CHECK(why == TokenizerFallback::None);
   }
+}
+
+TEST_CASE("tokenize_request: the engine's tokens when no local tokenizer can, and which source was used") {
+  TempModels t;
+  TokenizerSet set;
+  std::string err;
+  REQUIRE(set.load("chat=" + t.dir("chat") + ",base=" + t.dir("base"), &err));
+  TokenizerFallback why = TokenizerFallback::None;
+  TokenSource source = TokenSource::Client;
+  std::vector<TokenId> buffer;
+  std::string detail;
+
+  SUBCASE("no local tokenizer: the engine's ids; without them the placeholder says why") {
+    auto r = parse(ApiKind::Completions, R"({"model":"other","prompt":"hello world"})");
+    r.engine_tokens = {11, 12, 13};
+    r.has_engine_tokens = true;
+    auto ids = RoutingService::tokenize_request(r, buffer, set.find(r.model), &source, &why, &detail);
+    CHECK(std::vector<TokenId>(ids.begin(), ids.end()) == std::vector<TokenId>{11, 12, 13});
+    CHECK(source == TokenSource::Engine);
+    CHECK(why == TokenizerFallback::None);
+    r.has_engine_tokens = false;
+    r.engine_failed = true;
+    ids = RoutingService::tokenize_request(r, buffer, nullptr, &source, &why, &detail);
+    CHECK(std::vector<TokenId>(ids.begin(), ids.end()) == placeholder_tokenize("hello world"));
+    CHECK(source == TokenSource::Placeholder);
+    CHECK(why == TokenizerFallback::EngineError);
+    r.engine_failed = false;
+    RoutingService::tokenize_request(r, buffer, nullptr, &source, &why, &detail);
+    CHECK(why == TokenizerFallback::NoTokenizer);
+  }
+  SUBCASE("a local tokenizer wins over engine ids; chat without a template takes the engine's") {
+    auto r = parse(ApiKind::Completions, R"({"model":"chat","prompt":"ab ab"})");
+    r.engine_tokens = {99};
+    r.has_engine_tokens = true;
+    auto ids = RoutingService::tokenize_request(r, buffer, set.find("chat"), &source, &why, &detail);
+    CHECK(std::vector<TokenId>(ids.begin(), ids.end()) == std::vector<TokenId>{5, 2, 3, 2});
+    CHECK(source == TokenSource::Local);
+    auto c = parse(ApiKind::ChatCompletions, R"({"model":"base","messages":[{"role":"user","content":"c"}]})");
+    c.engine_tokens = {7, 8};
+    c.has_engine_tokens = true;
+    ids = RoutingService::tokenize_request(c, buffer, set.find("base"), &source, &why, &detail);
+    CHECK(std::vector<TokenId>(ids.begin(), ids.end()) == std::vector<TokenId>{7, 8});
+    CHECK(source == TokenSource::Engine);
+    CHECK(why == TokenizerFallback::None);
+  }
+  SUBCASE("client ids") {
+    auto r = parse(ApiKind::Completions, R"({"model":"other","prompt":[1,2]})");
+    RoutingService::tokenize_request(r, buffer, nullptr, &source, &why, &detail);
+    CHECK(source == TokenSource::Client);
+  }
+}
+
+TEST_CASE("a LoRA adapter uses its base model's local tokenizer; who needs the engine's /tokenize") {
+  TempModels t;
+  TokenizerSet set;
+  std::string err;
+  REQUIRE(set.load("chat=" + t.dir("chat") + ",base=" + t.dir("base"), &err));
+  ManualClock clock;
+  WorkerRegistry registry{clock};
+  RadixIndexer index;
+  SeededRandom random{1};
+  ConfigStore config{Config{}};
+  RoutingService routing{index, registry, config, random, &set};
+  WorkerAnnouncement a;
+  a.id = WorkerId{1};
+  a.url = "http://127.0.0.1:9";
+  a.model = "chat";
+  a.lora_adapters = {"chat-support"};
+  a.source = WorkerSource::Static;
+  registry.upsert(a);
+  WorkerAnnouncement b = a;
+  b.id = WorkerId{2};
+  b.model = "remote";
+  b.lora_adapters = {"remote-support"};
+  registry.upsert(b);
+
+  CHECK(routing.local_tokenizer("chat") == set.find("chat"));
+  CHECK(routing.local_tokenizer("chat-support") == set.find("chat"));  // inherited
+  CHECK(routing.local_tokenizer("remote-support") == nullptr);
+  CHECK(routing.local_tokenizer("unknown") == nullptr);
+  CHECK(registry.lora_base("chat-support") == "chat");
+  CHECK(registry.lora_base("chat") == "");
+
+  // The adapter's prompt tokenized exactly as the base model's, and routed so.
+  auto r = parse(ApiKind::Completions, R"({"model":"chat-support","prompt":"ab ab"})");
+  RouteResult out = routing.route(r);
+  CHECK(out.token_source == TokenSource::Local);
+  CHECK(out.isl_tokens == 4);
+
+  Config cfg;
+  CHECK_FALSE(routing.needs_engine_tokens(cfg, r));
+  auto remote = parse(ApiKind::Completions, R"({"model":"remote-support","prompt":"x"})");
+  CHECK(routing.needs_engine_tokens(cfg, remote));
+  auto ids = parse(ApiKind::Completions, R"({"model":"remote","prompt":[1,2,3]})");
+  CHECK_FALSE(routing.needs_engine_tokens(cfg, ids));
+  auto chat_base = parse(ApiKind::ChatCompletions, R"({"model":"base","messages":[{"role":"user","content":"c"}]})");
+  CHECK(routing.needs_engine_tokens(cfg, chat_base));  // its directory has no chat template
+  cfg.tokenizer.remote = "off";
+  CHECK_FALSE(routing.needs_engine_tokens(cfg, remote));
+  // Off: routed on the placeholder, and said so.
+  out = routing.route(remote);
+  CHECK(out.token_source == TokenSource::Placeholder);
+  CHECK(out.tokenizer_fallback == TokenizerFallback::NoTokenizer);
 }

@@ -168,6 +168,7 @@ struct ZmqConfig {
   uint32_t replay_max_backoff_ms = 10000;  // failed replays back off, doubling up to this
   uint32_t replay_attempts = 3;          // failed replays of one gap before it is given up (owner partial)
   uint32_t max_pending_frames = 10000;   // live frames held per publisher while a gap is replayed
+  uint64_t max_held_bytes = 128ull << 20;  // payload bytes held per worker (live + replay frames awaiting order)
 };
 
 struct Config {
@@ -498,6 +499,11 @@ void for_each_key(C& c, F&& f) {
   f(KeyInfo{"zmq.max_pending_frames", "ZMQ KV events: live frames held per publisher while a gap is replayed.", 1,
             10000000},
     c.zmq.max_pending_frames);
+  f(KeyInfo{"zmq.max_held_bytes",
+            "ZMQ KV events: payload bytes of frames held per worker (live frames awaiting a replay and replay "
+            "answers, one budget); beyond, frames are dropped and replayed later.",
+            1 << 20, 1ull << 40},
+    c.zmq.max_held_bytes);
 }
 
 }  // namespace kvroute

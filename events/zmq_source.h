@@ -83,6 +83,11 @@ struct ZmqSourceStats {
   std::atomic<uint64_t> replay_timeouts_total{0};
   std::atomic<uint64_t> unrecoverable_total{0};    // gaps given up (owner marked partial)
   std::atomic<uint64_t> restarts_total{0};         // seq went backwards
+  std::atomic<uint64_t> disconnects_total{0};      // SUB connections lost (monitor), incl. size violations
+  std::atomic<uint64_t> sockets_reopened_total{0};  // SUB / replay sockets closed and made anew
+  std::atomic<uint64_t> held_dropped_total{0};     // frames dropped over zmq.max_held_bytes
+  std::atomic<uint64_t> held_dropped_bytes_total{0};
+  std::atomic<uint64_t> held_bytes{0};             // gauge: payload bytes held (all workers)
   std::atomic<uint64_t> publishers{0};             // gauge: SUB sockets open
   std::atomic<uint64_t> partial_owners{0};         // gauge
 };

@@ -236,6 +236,19 @@ void render_zmq_metrics(std::string& out, const ZmqSourceStats& z) {
           z.unrecoverable_total.load());
   counter("kvroute_events_zmq_restarts_total", "engine restarts seen (sequence went backwards)", z.restarts_total.load());
   counter("kvroute_events_zmq_sink_refused_total", "batches dropped on a full writer queue", z.sink_refused_total.load());
+  counter("kvroute_events_zmq_disconnects_total",
+          "KV event connections lost (disconnect, frame over the size limit, failed handshake): owner partial until "
+          "replayed",
+          z.disconnects_total.load());
+  counter("kvroute_events_zmq_sockets_reopened_total", "SUB / replay sockets closed and made anew",
+          z.sockets_reopened_total.load());
+  counter("kvroute_events_zmq_held_dropped_total", "frames dropped over zmq.max_held_bytes (replayed later)",
+          z.held_dropped_total.load());
+  counter("kvroute_events_zmq_held_dropped_bytes_total", "payload bytes of those frames",
+          z.held_dropped_bytes_total.load());
+  out += fmt::format("# HELP kvroute_events_zmq_held_bytes payload bytes of frames held awaiting order or a replay\n"
+                     "# TYPE kvroute_events_zmq_held_bytes gauge\nkvroute_events_zmq_held_bytes {}\n",
+                     z.held_bytes.load());
   out += fmt::format("# HELP kvroute_events_zmq_publishers ZMQ publishers subscribed\n"
                      "# TYPE kvroute_events_zmq_publishers gauge\nkvroute_events_zmq_publishers {}\n",
                      z.publishers.load());

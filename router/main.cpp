@@ -277,6 +277,8 @@ uint64_t raise_open_files_limit() {
     spdlog::info("open files limit (RLIMIT_NOFILE) raised from {} to {}", static_cast<uint64_t>(before),
                  static_cast<uint64_t>(rl.rlim_cur));
   return rl.rlim_cur;
+}
+
 // Per model of the configured workers (workers.static, discovery.dns; their
 // LoRA adapters too): how its string and chat prompts will be tokenized. A
 // model routed on placeholder tokens is warned about now, never silently.

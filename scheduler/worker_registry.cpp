@@ -377,6 +377,7 @@ std::optional<uint64_t> WorkerRegistry::kv_capacity(std::string_view model) cons
   if (it == capacity_.end() || it->second == kUnknown) return std::nullopt;
   return it->second;
 }
+
 namespace {
 const std::pair<std::string, std::string>* find_lora(const std::vector<std::pair<std::string, std::string>>& names,
                                                      std::string_view model) {

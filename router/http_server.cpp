@@ -820,6 +820,10 @@ struct HttpServer::Impl {
   std::atomic<int64_t> inflight{0};  // proxied requests being handled
   std::atomic<int64_t> queued{0};    // requests in the wait queue
   std::atomic<int64_t> connections{0};       // open client connections of the OpenAI listener
+  std::atomic<int64_t> admin_connections{0};  // open connections of the admin listener
+  // The admin listener's own connection cap: an operator's tools need a few;
+  // a flood of them must not take every descriptor.
+  static constexpr uint64_t kMaxAdminConnections = 256;
   std::atomic<uint64_t> body_bytes{0};       // request body bytes leased (BodyLease)
   std::atomic<uint64_t> connections_refused{0};
 
@@ -839,7 +843,7 @@ struct HttpServer::Impl {
   awaitable<void> answer_read_error(ClientConn& client, beast::error_code ec, const Config& cfg, bool admin,
                                     const ClientRequest& req);
   awaitable<void> close_lingering(ClientConn& client);
-  void refuse_connection(Socket& socket);
+  void refuse_connection(Socket& socket, bool admin);
   awaitable<bool> handle_admin(ClientConn& client, ClientRequest& req);
   // proxy() and its phases, in order (see proxy()).
   awaitable<bool> proxy(ClientConn& client, ClientRequest& req, ApiKind kind, IoThread& io);
@@ -895,12 +899,13 @@ awaitable<void> HttpServer::Impl::accept_loop(Acceptor& a, bool admin) {
       continue;
     }
     socket.set_option(tcp::no_delay(true), ec);
-    if (!admin && connections.load(std::memory_order_relaxed) >=
-                      static_cast<int64_t>(connection_limit(*hooks.config->get()))) {
-      refuse_connection(socket);
+    std::atomic<int64_t>& open = admin ? admin_connections : connections;
+    const uint64_t limit = admin ? kMaxAdminConnections : connection_limit(*hooks.config->get());
+    if (open.load(std::memory_order_relaxed) >= static_cast<int64_t>(limit)) {
+      refuse_connection(socket, admin);
       continue;
     }
-    if (!admin) connections.fetch_add(1, std::memory_order_relaxed);  // given back when session() ends
+    open.fetch_add(1, std::memory_order_relaxed);  // given back when session() ends
     asio::co_spawn(target.ioc, session(std::move(socket), admin, target), asio::detached);
   }
 }
@@ -908,7 +913,7 @@ awaitable<void> HttpServer::Impl::accept_loop(Acceptor& a, bool admin) {
 // Over router.max_connections: one 503 in a non-blocking send (the socket
 // buffer takes it whole) and the connection closes; nothing of the request
 // is read, so the descriptor is back at once.
-void HttpServer::Impl::refuse_connection(Socket& socket) {
+void HttpServer::Impl::refuse_connection(Socket& socket, bool admin) {
   static const std::string kBusy = [] {
     const std::string body = error_body(ApiError{503, "Too many open connections; retry later.",
                                                  "service_unavailable", "", "too_many_connections"});
@@ -917,9 +922,11 @@ void HttpServer::Impl::refuse_connection(Socket& socket) {
                        body.size(), body);
   }();
   const auto n = connections_refused.fetch_add(1, std::memory_order_relaxed) + 1;
-  if (hooks.metrics) hooks.metrics->rejected_total.with({"connection_limit"}).inc();
+  if (hooks.metrics) hooks.metrics->rejected_total.with({admin ? "admin_connection_limit" : "connection_limit"}).inc();
   static RateLimiter rl;
-  if (rl.allow()) spdlog::warn("router.max_connections reached: connection refused ({} so far)", n);
+  if (rl.allow())
+    spdlog::warn("{} reached: connection refused ({} so far)",
+                 admin ? "the admin listener's 256 connections" : "router.max_connections", n);
   [[maybe_unused]] const ssize_t sent = ::send(socket.native_handle(), kBusy.data(), kBusy.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
   beast::error_code ignored;
   socket.shutdown(Socket::shutdown_send, ignored);
@@ -963,7 +970,7 @@ awaitable<void> HttpServer::Impl::session(Socket socket, bool admin, IoThread& i
     ~Counted() {
       if (n) n->fetch_sub(1, std::memory_order_relaxed);
     }
-  } counted{admin ? nullptr : &connections};
+  } counted{admin ? &admin_connections : &connections};
   ClientConn stream(std::move(socket), io);
   beast::flat_buffer buffer;
   ClientRequest req;

@@ -10,6 +10,7 @@ kvroute).
 - An admin body over admin.max_body_bytes is 413 naming the key.
 - Each value that would disable routing or lock the operator out is 400
   naming the key, and nothing changes."""
+import socket
 import tempfile
 import threading
 import time
@@ -120,6 +121,32 @@ class AdminIsolation(unittest.TestCase):
             self.assertIn(b"admin.max_body_bytes", r.body)
         finally:
             self.assertEqual(f.admin("PUT", "/admin/config", f"admin:\n  max_body_bytes: {8 << 20}\n").status, 200)
+
+    def test_admin_connections_are_capped(self):
+        f = self.f
+        socks = [socket.create_connection(("127.0.0.1", f.admin_port), timeout=10) for _ in range(300)]
+        try:
+            refused = set()
+
+            def settled():  # the connections beyond the 256th are answered 503 and closed
+                for i, s in enumerate(socks):
+                    if i in refused:
+                        continue
+                    s.setblocking(False)
+                    try:
+                        if s.recv(65536).startswith(b"HTTP/1.1 503"):
+                            refused.add(i)
+                    except BlockingIOError:
+                        pass
+                return len(refused) >= 300 - 256
+            self.assertTrue(wait_until(settled, 10), len(refused))
+            time.sleep(0.2)
+            settled()
+            self.assertEqual(len(refused), 300 - 256)
+        finally:
+            for s in socks:
+                s.close()
+        self.assertTrue(wait_until(lambda: f.admin("GET", "/admin/workers").status == 200, 10))
 
     def test_fatal_values_are_refused_naming_the_key(self):
         f = self.f

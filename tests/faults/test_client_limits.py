@@ -219,6 +219,8 @@ class ClientLimits(unittest.TestCase):
             extra.close()
             self.assertTrue(got.startswith(b"HTTP/1.1 503"), got[:200])
             self.assertIn(b"too_many_connections", got)
+            # The operator still gets in: the admin listener is not counted.
+            self.assertEqual(f.admin("GET", "/admin/workers").status, 200)
             for s in idle[:4]:
                 s.close()
             idle = idle[4:]

@@ -1002,7 +1002,15 @@ awaitable<void> HttpServer::Impl::session(Socket socket, bool admin, IoThread& i
           co_await close_lingering(stream);
           break;
         }
-        co_await read_http(stream.socket, buffer, parser, ReadUntil::Message, ec, nullptr, &req.expect_continue);
+        // A body that came with its header (most requests) is parsed here;
+        // read_http() only when more is still to be read.
+        if (!parser.is_done() && buffer.size() > 0) {
+          parser.eager(true);
+          buffer.consume(parser.put(buffer.data(), ec));
+          if (ec == http::error::need_more) ec = {};
+        }
+        if (!ec && !parser.is_done())
+          co_await read_http(stream.socket, buffer, parser, ReadUntil::Message, ec, nullptr, &req.expect_continue);
       }
       stream.deadline.settle(ec);
       if (ec) {

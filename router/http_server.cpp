@@ -316,12 +316,26 @@ class BodyLease {
   uint64_t held_ = 0;
 };
 
+class ClientRequestParser;
+
+// Decides, once a request's header is in and before a byte of its body is
+// parsed, whether the body may be read at all (HttpServer's admit_body()).
+class HeaderCheck {
+ public:
+  virtual bool admit(const ClientRequest& req, const ClientRequestParser& parser) = 0;
+
+ protected:
+  ~HeaderCheck() = default;
+};
+
 // Reads one request into a ClientRequest with Beast's basic_parser (all of its
 // validation, limits and chunked decoding) but without Beast's field
 // container: no allocation per field.
 class ClientRequestParser final : public http::basic_parser<true> {
  public:
-  explicit ClientRequestParser(ClientRequest& r) : r_(r) {
+  // `check` (if set) runs when the header is complete; a refusal ends the
+  // parse with an error, the body unread.
+  ClientRequestParser(ClientRequest& r, HeaderCheck* check) : r_(r), check_(check) {
     r.method = http::verb::unknown;
     r.method_string.clear();
     r.target.clear();
@@ -372,6 +386,7 @@ class ClientRequestParser final : public http::basic_parser<true> {
   }
   void on_header_impl(beast::error_code& ec) override {
     if (!r_.transfer_coding.empty()) ec = http::error::bad_transfer_encoding;
+    else if (check_ && !check_->admit(r_, *this)) ec = asio::error::operation_not_supported;
   }
   void on_body_init_impl(const boost::optional<std::uint64_t>& length, beast::error_code&) override {
     if (length) r_.body.reserve(static_cast<size_t>(*length));  // within body_limit: the parser checked
@@ -396,6 +411,7 @@ class ClientRequestParser final : public http::basic_parser<true> {
   void on_finish_impl(beast::error_code&) override {}
 
   ClientRequest& r_;
+  HeaderCheck* check_;
   BodyLease* lease_ = nullptr;
   uint64_t lease_limit_ = 0;  // the body limit: the lease never grows past it
 };
@@ -983,7 +999,19 @@ awaitable<void> HttpServer::Impl::session(Socket socket, bool admin, IoThread& i
       // The body's bytes count against router.max_body_bytes_in_flight until
       // the request is done (admin bodies have their own limit instead).
       BodyLease lease(body_bytes, cfg->router.max_body_bytes_in_flight);
-      ClientRequestParser parser(req);
+      struct Admission final : HeaderCheck {
+        Admission(Impl& i, bool a, const Config& c, BodyLease& l) : im(i), admin(a), cfg(c), lease(l) {}
+        bool admit(const ClientRequest& r, const ClientRequestParser& p) override {
+          refusal = im.admit_body(r, p, admin, cfg, lease);
+          return !refusal;
+        }
+        Impl& im;
+        const bool admin;
+        const Config& cfg;
+        BodyLease& lease;
+        std::optional<ApiError> refusal;
+      } admission(*this, admin, *cfg, lease);
+      ClientRequestParser parser(req, &admission);
       const uint64_t body_limit = admin ? cfg->admin.max_body_bytes : cfg->router.max_body_bytes;
       parser.header_limit(cfg->router.max_header_bytes);
       parser.body_limit(body_limit);
@@ -991,26 +1019,17 @@ awaitable<void> HttpServer::Impl::session(Socket socket, bool admin, IoThread& i
       stream.expires_after(milliseconds(cfg->router.client_read_timeout_ms));
       beast::error_code ec;
       stream.between = buffer.size() == 0;
-      // The header first: limits are checked before a byte of the body is read.
-      co_await read_http(stream.socket, buffer, parser, ReadUntil::Header, ec, &stream.between);
+      // Limits are checked once the header is in, before a byte of the body
+      // is read (`admission`, from the parser's on_header_impl()).
+      co_await read_http(stream.socket, buffer, parser, ReadUntil::Message, ec, &stream.between,
+                         &req.expect_continue);
       stream.between = false;
-      if (!ec) {
-        if (const auto refusal = admit_body(req, parser, admin, *cfg, lease)) {
-          stream.deadline.disarm();
-          count(route_label(req.target), refusal->status, "");
-          co_await respond_error(stream, req.version, false, *refusal);
-          co_await close_lingering(stream);
-          break;
-        }
-        // A body that came with its header (most requests) is parsed here;
-        // read_http() only when more is still to be read.
-        if (!parser.is_done() && buffer.size() > 0) {
-          parser.eager(true);
-          buffer.consume(parser.put(buffer.data(), ec));
-          if (ec == http::error::need_more) ec = {};
-        }
-        if (!ec && !parser.is_done())
-          co_await read_http(stream.socket, buffer, parser, ReadUntil::Message, ec, nullptr, &req.expect_continue);
+      if (admission.refusal) {
+        stream.deadline.disarm();
+        count(route_label(req.target), admission.refusal->status, "");
+        co_await respond_error(stream, req.version, false, *admission.refusal);
+        co_await close_lingering(stream);
+        break;
       }
       stream.deadline.settle(ec);
       if (ec) {

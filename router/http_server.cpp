@@ -43,6 +43,7 @@
 #include <span>
 #include <thread>
 
+#include <malloc.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -319,12 +320,26 @@ class BodyLease {
   uint64_t held_ = 0;
 };
 
+class ClientRequestParser;
+
+// Decides, once a request's header is in and before a byte of its body is
+// parsed, whether the body may be read at all (HttpServer's admit_body()).
+class HeaderCheck {
+ public:
+  virtual bool admit(const ClientRequest& req, const ClientRequestParser& parser) = 0;
+
+ protected:
+  ~HeaderCheck() = default;
+};
+
 // Reads one request into a ClientRequest with Beast's basic_parser (all of its
 // validation, limits and chunked decoding) but without Beast's field
 // container: no allocation per field.
 class ClientRequestParser final : public http::basic_parser<true> {
  public:
-  explicit ClientRequestParser(ClientRequest& r) : r_(r) {
+  // `check` (if set) runs when the header is complete; a refusal ends the
+  // parse with an error, the body unread.
+  ClientRequestParser(ClientRequest& r, HeaderCheck* check) : r_(r), check_(check) {
     r.method = http::verb::unknown;
     r.method_string.clear();
     r.target.clear();
@@ -378,6 +393,7 @@ class ClientRequestParser final : public http::basic_parser<true> {
   }
   void on_header_impl(beast::error_code& ec) override {
     if (!r_.transfer_coding.empty()) ec = http::error::bad_transfer_encoding;
+    else if (check_ && !check_->admit(r_, *this)) ec = asio::error::operation_not_supported;
   }
   void on_body_init_impl(const boost::optional<std::uint64_t>& length, beast::error_code&) override {
     if (length) r_.body.reserve(static_cast<size_t>(*length));  // within body_limit: the parser checked
@@ -402,6 +418,7 @@ class ClientRequestParser final : public http::basic_parser<true> {
   void on_finish_impl(beast::error_code&) override {}
 
   ClientRequest& r_;
+  HeaderCheck* check_;
   BodyLease* lease_ = nullptr;
   uint64_t lease_limit_ = 0;  // the body limit: the lease never grows past it
 };
@@ -844,6 +861,10 @@ struct HttpServer::Impl {
   std::atomic<int64_t> inflight{0};  // proxied requests being handled
   std::atomic<int64_t> queued{0};    // requests in the wait queue
   std::atomic<int64_t> connections{0};       // open client connections of the OpenAI listener
+  std::atomic<int64_t> admin_connections{0};  // open connections of the admin listener
+  // The admin listener's own connection cap: an operator's tools need a few;
+  // a flood of them must not take every descriptor.
+  static constexpr uint64_t kMaxAdminConnections = 256;
   std::atomic<uint64_t> body_bytes{0};       // request body bytes leased (BodyLease)
   std::atomic<uint64_t> connections_refused{0};
 
@@ -863,7 +884,7 @@ struct HttpServer::Impl {
   awaitable<void> answer_read_error(ClientConn& client, beast::error_code ec, const Config& cfg, bool admin,
                                     const ClientRequest& req);
   awaitable<void> close_lingering(ClientConn& client);
-  void refuse_connection(Socket& socket);
+  void refuse_connection(Socket& socket, bool admin);
   awaitable<bool> handle_admin(ClientConn& client, ClientRequest& req, IoThread& io);
   // proxy() and its phases, in order (see proxy()).
   awaitable<bool> proxy(ClientConn& client, ClientRequest& req, ApiKind kind, IoThread& io);
@@ -924,12 +945,13 @@ awaitable<void> HttpServer::Impl::accept_loop(Acceptor& a, bool admin) {
       continue;
     }
     socket.set_option(tcp::no_delay(true), ec);
-    if (!admin && connections.load(std::memory_order_relaxed) >=
-                      static_cast<int64_t>(connection_limit(*hooks.config->get()))) {
-      refuse_connection(socket);
+    std::atomic<int64_t>& open = admin ? admin_connections : connections;
+    const uint64_t limit = admin ? kMaxAdminConnections : connection_limit(*hooks.config->get());
+    if (open.load(std::memory_order_relaxed) >= static_cast<int64_t>(limit)) {
+      refuse_connection(socket, admin);
       continue;
     }
-    if (!admin) connections.fetch_add(1, std::memory_order_relaxed);  // given back when session() ends
+    open.fetch_add(1, std::memory_order_relaxed);  // given back when session() ends
     asio::co_spawn(target.ioc, session(std::move(socket), admin, target), asio::detached);
   }
 }
@@ -937,7 +959,7 @@ awaitable<void> HttpServer::Impl::accept_loop(Acceptor& a, bool admin) {
 // Over router.max_connections: one 503 in a non-blocking send (the socket
 // buffer takes it whole) and the connection closes; nothing of the request
 // is read, so the descriptor is back at once.
-void HttpServer::Impl::refuse_connection(Socket& socket) {
+void HttpServer::Impl::refuse_connection(Socket& socket, bool admin) {
   static const std::string kBusy = [] {
     const std::string body = error_body(ApiError{503, "Too many open connections; retry later.",
                                                  "service_unavailable", "", "too_many_connections"});
@@ -946,9 +968,11 @@ void HttpServer::Impl::refuse_connection(Socket& socket) {
                        body.size(), body);
   }();
   const auto n = connections_refused.fetch_add(1, std::memory_order_relaxed) + 1;
-  if (hooks.metrics) hooks.metrics->rejected_total.with({"connection_limit"}).inc();
+  if (hooks.metrics) hooks.metrics->rejected_total.with({admin ? "admin_connection_limit" : "connection_limit"}).inc();
   static RateLimiter rl;
-  if (rl.allow()) spdlog::warn("router.max_connections reached: connection refused ({} so far)", n);
+  if (rl.allow())
+    spdlog::warn("{} reached: connection refused ({} so far)",
+                 admin ? "the admin listener's 256 connections" : "router.max_connections", n);
   [[maybe_unused]] const ssize_t sent = ::send(socket.native_handle(), kBusy.data(), kBusy.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
   beast::error_code ignored;
   socket.shutdown(Socket::shutdown_send, ignored);
@@ -993,7 +1017,7 @@ awaitable<void> HttpServer::Impl::session(Socket socket, bool admin, IoThread& i
     ~Counted() {
       if (n) n->fetch_sub(1, std::memory_order_relaxed);
     }
-  } counted{admin ? nullptr : &connections};
+  } counted{admin ? &admin_connections : &connections};
   ClientConn stream(std::move(socket), io);
   beast::flat_buffer buffer;
   ClientRequest req;
@@ -1006,7 +1030,19 @@ awaitable<void> HttpServer::Impl::session(Socket socket, bool admin, IoThread& i
       // The body's bytes count against router.max_body_bytes_in_flight until
       // the request is done (admin bodies have their own limit instead).
       BodyLease lease(body_bytes, cfg->router.max_body_bytes_in_flight);
-      ClientRequestParser parser(req);
+      struct Admission final : HeaderCheck {
+        Admission(Impl& i, bool a, const Config& c, BodyLease& l) : im(i), admin(a), cfg(c), lease(l) {}
+        bool admit(const ClientRequest& r, const ClientRequestParser& p) override {
+          refusal = im.admit_body(r, p, admin, cfg, lease);
+          return !refusal;
+        }
+        Impl& im;
+        const bool admin;
+        const Config& cfg;
+        BodyLease& lease;
+        std::optional<ApiError> refusal;
+      } admission(*this, admin, *cfg, lease);
+      ClientRequestParser parser(req, &admission);
       const uint64_t body_limit = admin ? cfg->admin.max_body_bytes : cfg->router.max_body_bytes;
       parser.header_limit(cfg->router.max_header_bytes);
       parser.body_limit(body_limit);
@@ -1014,18 +1050,17 @@ awaitable<void> HttpServer::Impl::session(Socket socket, bool admin, IoThread& i
       stream.expires_after(milliseconds(cfg->router.client_read_timeout_ms));
       beast::error_code ec;
       stream.between = buffer.size() == 0;
-      // The header first: limits are checked before a byte of the body is read.
-      co_await read_http(stream.socket, buffer, parser, ReadUntil::Header, ec, &stream.between);
+      // Limits are checked once the header is in, before a byte of the body
+      // is read (`admission`, from the parser's on_header_impl()).
+      co_await read_http(stream.socket, buffer, parser, ReadUntil::Message, ec, &stream.between,
+                         &req.expect_continue);
       stream.between = false;
-      if (!ec) {
-        if (const auto refusal = admit_body(req, parser, admin, *cfg, lease)) {
-          stream.deadline.disarm();
-          count(route_label(req.target), refusal->status, "");
-          co_await respond_error(stream, req.version, false, *refusal);
-          co_await close_lingering(stream);
-          break;
-        }
-        co_await read_http(stream.socket, buffer, parser, ReadUntil::Message, ec, nullptr, &req.expect_continue);
+      if (admission.refusal) {
+        stream.deadline.disarm();
+        count(route_label(req.target), admission.refusal->status, "");
+        co_await respond_error(stream, req.version, false, *admission.refusal);
+        co_await close_lingering(stream);
+        break;
       }
       stream.deadline.settle(ec);
       if (ec) {
@@ -1213,6 +1248,11 @@ awaitable<bool> HttpServer::Impl::handle_admin(ClientConn& client, ClientRequest
   }
   AdminResponse r = hooks.admin ? hooks.admin->handle(req.method_string, target, req.authorization, req.body)
                                 : AdminResponse{404, R"({"error":{"message":"no admin API"}})"};
+  // Parsing a large YAML document takes about 80 times its size in small
+  // allocations, freed at once but kept by malloc: give them back to the
+  // system (this thread's arena and the others'), so one PUT does not leave
+  // the process that much larger.
+  if (req.body.size() > kKeptCapacity) malloc_trim(0);
   co_return co_await respond(client, req.version, req.keep_alive, static_cast<http::status>(r.status),
                              std::move(r.body), r.content_type);
 }

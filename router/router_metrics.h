@@ -25,7 +25,7 @@ struct RouterMetrics {
         cancels_total(r.counter("kvroute_router_cancels_total", "Client disconnects before the response ended")),
         rejected_total(r.counter("kvroute_router_rejected_total",
                                  "Requests refused before routing (limit, queue_full, queue_timeout, body_budget, "
-                                 "connection_limit, prompt_exceeds_kv)",
+                                 "connection_limit, admin_connection_limit, prompt_exceeds_kv)",
                                  {"reason"})),
         prompt_tokens_total(r.counter("kvroute_router_prompt_tokens_total", "Prompt tokens of routed requests")),
         cached_tokens_total(r.counter("kvroute_router_cached_tokens_total",

@@ -218,11 +218,11 @@ void RoutingService::decide(const Config& cfg, std::string_view model, uint32_t 
   // A prompt larger than any worker's whole KV cache can never be served: 400
   // at once, before it is counted as any worker's load (its in-flight blocks
   // would make healthy workers look full to every other request).
-  if (const auto capacity = registry_.kv_capacity(model); capacity && out.request_blocks > *capacity) {
+  if (uint64_t capacity = 0; registry_.exceeds_kv_capacity(model, out.request_blocks, &capacity)) {
     out.error = ApiError{400,
                          fmt::format("This prompt needs {} KV blocks ({} tokens); the largest KV cache of the "
                                      "workers serving '{}' holds {} blocks.",
-                                     out.request_blocks, isl_tokens, model, *capacity),
+                                     out.request_blocks, isl_tokens, model, capacity),
                          "invalid_request_error", "prompt", "context_length_exceeded"};
     return;
   }

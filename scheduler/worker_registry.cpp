@@ -59,7 +59,7 @@ HeartbeatVerdict WorkerRegistry::admit_heartbeat(const WorkerAnnouncement& a, si
   if (inserted) ++bus_workers_;
   Entry& e = it->second;
   const auto now = clock_.now();
-  if (inserted || e.info->load.kv_total_blocks != a.load.kv_total_blocks) capacity_dirty_ = true;
+  if (inserted || e.info->load.kv_total_blocks != a.load.kv_total_blocks) capacity_changed();
   if (!inserted && e.info && e.info->source != WorkerSource::Heartbeat) {
     // Known by the router itself: the heartbeat contributes load only.
     auto info = std::make_shared<WorkerAnnouncement>(*e.info);
@@ -87,7 +87,7 @@ bool WorkerRegistry::upsert(const WorkerAnnouncement& a) {
   auto info = std::make_shared<WorkerAnnouncement>(a);
   if (!inserted && e.info) info->load = e.info->load;  // keep the last report until the next scrape
   e.info = std::move(info);
-  capacity_dirty_ = true;
+  capacity_changed();
   e.last_seen = clock_.now();
   sync(a.id, e, e.last_seen);
   rebuild_lora_names();
@@ -111,7 +111,7 @@ std::vector<WorkerId> WorkerRegistry::expire(Nanos ttl) {
   }
   if (!dead.empty()) {
     rebuild_lora_names();
-    capacity_dirty_ = true;
+    capacity_changed();
   }
   return dead;
 }
@@ -131,7 +131,7 @@ bool WorkerRegistry::remove(WorkerId id) {
   unsync(id, it->second);
   workers_.erase(it);
   rebuild_lora_names();
-  capacity_dirty_ = true;
+  capacity_changed();
   return true;
 }
 
@@ -140,7 +140,7 @@ bool WorkerRegistry::on_load_report(WorkerId id, const WorkerLoad& load) {
   auto it = workers_.find(id);
   if (it == workers_.end()) return false;
   Entry& e = it->second;
-  if (e.info->load.kv_total_blocks != load.kv_total_blocks) capacity_dirty_ = true;
+  if (e.info->load.kv_total_blocks != load.kv_total_blocks) capacity_changed();
   auto info = std::make_shared<WorkerAnnouncement>(*e.info);
   info->load = load;
   e.info = std::move(info);
@@ -361,8 +361,10 @@ std::optional<uint64_t> WorkerRegistry::kv_capacity(std::string_view model) cons
   std::lock_guard lk(mu_);
   if (capacity_dirty_) {
     capacity_.clear();
+    uint64_t floor = kUnknown;
     for (const auto& [id, e] : workers_) {
       const uint64_t cap = e.info->load.kv_total_blocks ? e.info->load.kv_total_blocks : kUnknown;
+      floor = std::min(floor, cap);
       auto put = [&](const std::string& name) {
         if (name.empty()) return;
         auto [it, fresh] = capacity_.try_emplace(name, cap);
@@ -372,10 +374,23 @@ std::optional<uint64_t> WorkerRegistry::kv_capacity(std::string_view model) cons
       for (const auto& l : e.info->lora_adapters) put(l);
     }
     capacity_dirty_ = false;
+    capacity_floor_.store(floor, std::memory_order_relaxed);
   }
   const auto it = capacity_.find(model);
   if (it == capacity_.end() || it->second == kUnknown) return std::nullopt;
   return it->second;
+}
+
+bool WorkerRegistry::exceeds_kv_capacity(std::string_view model, uint64_t blocks, uint64_t* capacity) const {
+  if (blocks <= capacity_floor_.load(std::memory_order_relaxed)) return false;  // within every worker's
+  const auto most = kv_capacity(model);
+  if (most && capacity) *capacity = *most;
+  return most && blocks > *most;
+}
+
+void WorkerRegistry::capacity_changed() {
+  capacity_dirty_ = true;
+  capacity_floor_.store(0, std::memory_order_relaxed);
 }
 
 namespace {

@@ -193,6 +193,10 @@ class WorkerRegistry {
   // has not reported a capacity. Recomputed only after a capacity or the
   // membership changed.
   std::optional<uint64_t> kv_capacity(std::string_view model) const;
+  // True when `blocks` exceed kv_capacity(model) (which goes into
+  // `capacity`). No lock for a request within the smallest capacity any
+  // worker reported (the request path's common case).
+  bool exceeds_kv_capacity(std::string_view model, uint64_t blocks, uint64_t* capacity = nullptr) const;
   // True when some worker serves `model` as a LoRA adapter (its blocks hash
   // with the adapter's name). Lock-free read of a snapshot.
   bool is_lora_adapter(std::string_view model) const;
@@ -291,6 +295,10 @@ class WorkerRegistry {
   // kv_capacity() by served name, rebuilt when capacity_dirty_ (mu_ held).
   mutable std::map<std::string, uint64_t, std::less<>> capacity_;
   mutable bool capacity_dirty_ = true;
+  // Smallest capacity any worker reported (unknown = unbounded), a lower
+  // bound of kv_capacity() of every served name; 0 until rebuilt.
+  mutable std::atomic<uint64_t> capacity_floor_{0};
+  void capacity_changed();  // mu_ held
   TtftStats ttft_stats_;
 };
 

@@ -260,3 +260,37 @@ TEST_CASE("heartbeats never change a known worker's URL, and new ones stop at th
   CHECK(r.remove(WorkerId{1}));
   CHECK(r.bus_workers() == 1);
 }
+
+TEST_CASE("KV capacity per served model: the largest worker's, unknown when one has not said") {
+  ManualClock clock;
+  WorkerRegistry r(clock);
+  auto a = ann(1);  // kv_total_blocks 100
+  auto b = ann(2);
+  b.load.kv_total_blocks = 200;
+  b.lora_adapters = {"adapter"};
+  r.on_heartbeat(a);
+  r.on_heartbeat(b);
+  CHECK(r.kv_capacity("m") == 200u);
+  CHECK(r.kv_capacity("adapter") == 200u);
+  CHECK_FALSE(r.kv_capacity("nobody").has_value());
+  uint64_t most = 0;
+  CHECK_FALSE(r.exceeds_kv_capacity("m", 50));   // under every worker's: no lock taken
+  CHECK_FALSE(r.exceeds_kv_capacity("m", 200));
+  CHECK(r.exceeds_kv_capacity("m", 201, &most));
+  CHECK(most == 200);
+  CHECK_FALSE(r.exceeds_kv_capacity("nobody", 1u << 30));
+  // A capacity that shrinks counts at once.
+  WorkerLoad smaller = b.load;
+  smaller.kv_total_blocks = 120;
+  r.on_load_report(WorkerId{2}, smaller);
+  CHECK(r.exceeds_kv_capacity("m", 150));
+  CHECK_FALSE(r.exceeds_kv_capacity("m", 110));
+  // A worker that reports no capacity: nothing is refused for its model.
+  auto c = ann(3);
+  c.load.kv_total_blocks = 0;
+  r.on_heartbeat(c);
+  CHECK_FALSE(r.kv_capacity("m").has_value());
+  CHECK_FALSE(r.exceeds_kv_capacity("m", 1u << 30));
+  CHECK(r.remove(WorkerId{3}));
+  CHECK(r.exceeds_kv_capacity("m", 150));
+}

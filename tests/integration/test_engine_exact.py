@@ -202,6 +202,11 @@ class EventModes(unittest.TestCase):
         after = mocker_get(f, 5, "/mocker/stats")
         self.assertEqual(after["ranks"][1]["requests"] - before["ranks"][1]["requests"], 2)
         self.assertEqual(after["ranks"][0]["requests"], before["ranks"][0]["requests"])
+        self.assertEqual(after["steered_total"] - before["steered_total"], 2)
+        # A prompt no rank holds names no rank: the engine's own balancer picks.
+        self.assertEqual(send(f, {"model": "mock-model", "prompt": [77000 + k for k in range(40)], "max_tokens": 1})[1],
+                         0)
+        self.assertEqual(mocker_get(f, 5, "/mocker/stats")["steered_total"], after["steered_total"])
 
 
 class SmallCacheAffinity(unittest.TestCase):

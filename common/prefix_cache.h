@@ -11,6 +11,8 @@
 //         _compute_max_prefix_len(): max_prefix_len = input_len - 1 (lower
 //         still for logprob requests); the radix cache matches whole pages.
 // So a fully cached block-aligned prompt of L tokens hits L - block_size.
+// (A vLLM request asking for prompt_logprobs reads no cache at all:
+// RouteResult::skips_prefix_cache.)
 #pragma once
 
 #include <algorithm>

@@ -33,7 +33,7 @@ void Engine::emit(KvEvent ev) {
 }
 
 bool Engine::add_request(uint64_t id, std::span<const TokenId> prompt, uint32_t max_tokens, double now_ms,
-                         const HashNamespace& ns) {
+                         const HashNamespace& ns, bool read_cache) {
   if (prompt.empty() || prompt.size() > UINT32_MAX) return false;
   std::vector<LocalBlockHash> locals;
   hash_blocks(prompt, cfg_.block_size, ns, locals);
@@ -48,7 +48,8 @@ bool Engine::add_request(uint64_t id, std::span<const TokenId> prompt, uint32_t 
       infos.push_back(std::move(info));
     }
   }
-  return add_request_impl(id, static_cast<uint32_t>(prompt.size()), locals, max_tokens, now_ms, std::move(infos));
+  return add_request_impl(id, static_cast<uint32_t>(prompt.size()), locals, max_tokens, now_ms, std::move(infos),
+                          read_cache);
 }
 
 const Engine::BlockInfo* Engine::block_info(SequenceHash block) const {
@@ -62,7 +63,8 @@ bool Engine::add_request_hashed(uint64_t id, uint32_t prompt_tokens, std::span<c
 }
 
 bool Engine::add_request_impl(uint64_t id, uint32_t prompt_tokens, std::span<const LocalBlockHash> blocks,
-                              uint32_t max_tokens, double now_ms, std::vector<std::shared_ptr<BlockInfo>> infos) {
+                              uint32_t max_tokens, double now_ms, std::vector<std::shared_ptr<BlockInfo>> infos,
+                              bool read_cache) {
   if (prompt_tokens == 0 || max_tokens == 0 || requests_.count(id)) return false;
   if (static_cast<uint64_t>(blocks.size()) * cfg_.block_size > prompt_tokens) return false;
   if (blocks_needed(prompt_tokens, max_tokens) > cfg_.kv_blocks) return false;
@@ -72,6 +74,7 @@ bool Engine::add_request_impl(uint64_t id, uint32_t prompt_tokens, std::span<con
   r.max_tokens = max_tokens;
   r.locals.assign(blocks.begin(), blocks.end());
   r.infos = std::move(infos);
+  r.read_cache = read_cache;
   r.blocks.reserve(blocks.size());
   SequenceHash parent{0};
   for (LocalBlockHash h : blocks) r.blocks.push_back(parent = sequence_hash(parent, h));
@@ -93,6 +96,7 @@ uint32_t Engine::cached_prefix_blocks(const Request& r) const {
 }
 
 uint32_t Engine::cached_tokens(const Request& r) const {
+  if (!r.read_cache) return 0;
   return static_cast<uint32_t>(cached_prefix_tokens(cached_prefix_blocks(r), r.prompt_tokens, cfg_.block_size));
 }
 

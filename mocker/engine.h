@@ -99,8 +99,11 @@ class Engine {
   // id is in use, or it could never fit in the KV cache.
   // `ns` (LoRA adapter, cache_salt) enters the block hashes as vLLM keys its
   // prefix cache (indexer/block_hash.h): two namespaces share no block.
+  // `read_cache` false: the request computes its whole prompt (vLLM skips
+  // reading the prefix cache for prompt_logprobs requests); its blocks are
+  // still shared and stored.
   bool add_request(uint64_t id, std::span<const TokenId> prompt, uint32_t max_tokens, double now_ms,
-                   const HashNamespace& ns = {});
+                   const HashNamespace& ns = {}, bool read_cache = true);
   // The same with the prompt given as its complete blocks' local hashes (as a
   // trace replay has them) and its length in tokens (>= blocks·block_size).
   bool add_request_hashed(uint64_t id, uint32_t prompt_tokens, std::span<const LocalBlockHash> blocks,
@@ -161,13 +164,15 @@ class Engine {
     std::vector<SequenceHash> blocks;    // their ids (prefix chain)
     uint64_t private_blocks = 0;         // partial prompt block + room to generate
     uint32_t cached_tokens = 0;
+    bool read_cache = true;
     bool running = false;
     bool prefilled = false;
     std::vector<std::shared_ptr<BlockInfo>> infos;  // keep_tokens only: per complete block
   };
 
   bool add_request_impl(uint64_t id, uint32_t prompt_tokens, std::span<const LocalBlockHash> blocks,
-                        uint32_t max_tokens, double now_ms, std::vector<std::shared_ptr<BlockInfo>> infos);
+                        uint32_t max_tokens, double now_ms, std::vector<std::shared_ptr<BlockInfo>> infos,
+                        bool read_cache = true);
   bool enqueue(Request r, double now_ms);
   uint32_t cached_prefix_blocks(const Request& r) const;
   // Prompt tokens served from the cache, as vLLM counts them

@@ -681,7 +681,7 @@ awaitable<bool> MockerServer::Impl::generate(beast::tcp_stream& s, const http::r
     co_return co_await respond(s, v, keep, http::status::bad_request, std::move(body));
   }
   Engine& engine = *engines[static_cast<size_t>(rank)];
-  if (!engine.add_request(id, tokens, gen.max_tokens, now_ms(), ns)) {
+  if (!engine.add_request(id, tokens, gen.max_tokens, now_ms(), ns, /*read_cache=*/!parsed.prompt_logprobs)) {
     ++rejected_total;
     std::string body = error_body(ApiError{
         400, fmt::format("This request needs more KV blocks than the worker has ({}).", opts.engine.kv_blocks),

@@ -594,8 +594,15 @@ int main(int argc, char** argv) {
       approx.record(r.candidates[*r.decision.chosen].owner, r.block_hashes, clock.now());
     decisions.on_routed(request, r, cfg->scheduler, cfg->indexer.block_size);
   };
+  // Only workers whose KV events come over ZMQ (token ids hashed here) need
+  // it; they leave with fleet_hooks.removed, which bounds the table.
   hooks.on_dispatch = [&](WorkerId worker, const RouteResult& r) {
-    if (r.first_block) salts.record_dispatch(worker, *r.first_block, r.salt_hash);
+    if (!r.first_block) return;
+    for (const auto& w : r.workers)
+      if (w.info->id == worker) {
+        if (!w.info->kv_events.empty()) salts.record_dispatch(worker, *r.first_block, r.salt_hash);
+        return;
+      }
   };
   HttpServer server(hooks);
   live_server = &server;

@@ -163,6 +163,7 @@ bool parse_request_fields(ApiKind kind, std::string_view body, ParsedRequest& ou
       return fail(err, "Parameter 'cache_salt' must be a non-empty string if provided.", "cache_salt");
     out.cache_salt.assign(salt.value_unsafe().get_string().value_unsafe());
   }
+  if (auto pl = o.at_key("prompt_logprobs"); !pl.error() && !pl.value_unsafe().is_null()) out.prompt_logprobs = true;
   // OpenAI's end-user id: the session key when no x-session-id header is given.
   if (auto user = o.at_key("user"); !user.error() && !user.value_unsafe().is_null()) {
     if (!user.value_unsafe().is_string()) return fail(err, "'user' must be a string", "user");

@@ -50,6 +50,10 @@ struct ParsedRequest {
   uint32_t prompts = 1;
   // vLLM's `cache_salt` (per-tenant cache isolation); empty = none.
   std::string cache_salt;
+  // vLLM's `prompt_logprobs` was asked for: the engine does not read its
+  // prefix cache for this request (vllm/v1/request.py
+  // get_skip_reading_prefix_cache()), so nothing of it is cached for it.
+  bool prompt_logprobs = false;
   // The OpenAI `user` field (end-user id): a session key for session affinity.
   std::string user;
   // Not parsed: set by the HTTP layer before routing when the model has no

@@ -41,6 +41,7 @@ void RouteResult::reset() {
   block_hashes.clear();
   first_block.reset();
   salt_hash = 0;
+  skips_prefix_cache = false;
   stage_seconds = {};
   chose_best_overlap = false;
   best_cached_tokens = 0;
@@ -146,6 +147,10 @@ using StageClock = std::chrono::steady_clock;
 uint32_t claimed_tokens(uint32_t blocks, uint32_t isl_tokens, uint32_t block_size) {
   return static_cast<uint32_t>(cached_prefix_tokens(blocks, isl_tokens, block_size));
 }
+// The blocks looked up in the index: none when the engine will not read its cache.
+std::span<const LocalBlockHash> matchable(const RouteResult& r) {
+  return r.skips_prefix_cache ? std::span<const LocalBlockHash>{} : std::span<const LocalBlockHash>(r.block_hashes);
+}
 double seconds_between(StageClock::time_point a, StageClock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
@@ -173,6 +178,7 @@ void RoutingService::route(const ParsedRequest& request, RouteResult& out, bool 
   const HashNamespace ns{registry_.is_lora_adapter(request.model) ? std::string_view(request.model) : std::string_view{},
                          request.cache_salt};
   hash_blocks(tokens, cfg->indexer.block_size, ns, out.block_hashes);
+  out.skips_prefix_cache = request.prompt_logprobs;
   if (!out.block_hashes.empty()) {
     out.salt_hash = salt_hash(request.cache_salt);
     out.first_block = out.salt_hash == 0 ? out.block_hashes[0]
@@ -195,6 +201,7 @@ void RoutingService::reroute(std::string_view model, RouteResult& out, bool scor
   std::vector<LocalBlockHash> hashes = std::move(out.block_hashes);
   const auto first_block = out.first_block;
   const uint64_t salt = out.salt_hash;
+  const bool skips = out.skips_prefix_cache;
   const uint32_t isl = out.isl_tokens;
   const TokenizerFallback fallback = out.tokenizer_fallback;
   const TokenSource source = out.token_source;
@@ -203,6 +210,7 @@ void RoutingService::reroute(std::string_view model, RouteResult& out, bool scor
   out.block_hashes = std::move(hashes);
   out.first_block = first_block;
   out.salt_hash = salt;
+  out.skips_prefix_cache = skips;
   out.tokenizer_fallback = fallback;
   out.token_source = source;
   out.stage_seconds[0] = stage0;
@@ -239,7 +247,7 @@ bool RoutingService::decide_ranked(const Config& cfg, std::string_view model, si
   const uint32_t block_size = cfg.indexer.block_size;
   auto t0 = StageClock::now();
   thread_local MatchLayers match;  // per-thread scratch, as fd
-  index_.find_match_layers(out.block_hashes, match);
+  index_.find_match_layers(matchable(out), match);
   auto t1 = StageClock::now();
   out.stage_seconds[2] = seconds_between(t0, t1);
   thread_local FleetDecision fd;  // per-thread scratch: no allocation per decision
@@ -306,7 +314,7 @@ void RoutingService::decide_all(const Config& cfg, std::string_view model, bool 
     out.stage_seconds[stage] = seconds_between(t0, t);
     t0 = t;
   };
-  auto scores = index_.find_matches(out.block_hashes);
+  auto scores = index_.find_matches(matchable(out));
   lap(2);
 
   // A worker with several dp ranks is scored by its best rank's overlap

@@ -63,6 +63,9 @@ struct RouteResult {
   // engine's root blocks to tenants (events/salt_attribution.h).
   std::optional<LocalBlockHash> first_block;
   uint64_t salt_hash = 0;
+  // The engine will not read its prefix cache (prompt_logprobs): nothing is
+  // matched, nothing claimed; the blocks are still hashed (it stores them).
+  bool skips_prefix_cache = false;
   // Time spent per stage: tokenize, hash, find_matches, score (seconds).
   std::array<double, 4> stage_seconds{};
   // True when the chosen worker has the longest cached prefix among the eligible.

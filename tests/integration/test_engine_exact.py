@@ -141,7 +141,13 @@ class EventModes(unittest.TestCase):
                 print(f"worker {w} prompt {length}: header {got[1]} engine {got[2]} (rule: {want})")
                 if got[1] != got[2] or got[2] != want:
                     wrong.append((w, length, got))
-        print(f"cached-token claims wrong: {len(wrong)} of {4 * len(MODES)}: {wrong}")
+            # prompt_logprobs: vLLM does not read its prefix cache for it; nothing is claimed.
+            ids = [1000 * w + 4 * BLOCK * 7 + k for k in range(4 * BLOCK)]
+            got = send(f, {"model": "mock-model", "prompt": ids, "max_tokens": 2, "prompt_logprobs": 1})
+            print(f"worker {w} prompt_logprobs: header {got[1]} engine {got[2]}")
+            if got[1] != got[2] or got[2] != 0:
+                wrong.append((w, "prompt_logprobs", got))
+        print(f"cached-token claims wrong: {len(wrong)} of {5 * len(MODES)}: {wrong}")
         self.assertEqual(wrong, [])
 
     def test_2_tenants_apart_in_every_event_mode(self):
@@ -202,6 +208,11 @@ class EventModes(unittest.TestCase):
         after = mocker_get(f, 5, "/mocker/stats")
         self.assertEqual(after["ranks"][1]["requests"] - before["ranks"][1]["requests"], 2)
         self.assertEqual(after["ranks"][0]["requests"], before["ranks"][0]["requests"])
+        self.assertEqual(after["steered_total"] - before["steered_total"], 2)
+        # A prompt no rank holds names no rank: the engine's own balancer picks.
+        self.assertEqual(send(f, {"model": "mock-model", "prompt": [77000 + k for k in range(40)], "max_tokens": 1})[1],
+                         0)
+        self.assertEqual(mocker_get(f, 5, "/mocker/stats")["steered_total"], after["steered_total"])
 
 
 class SmallCacheAffinity(unittest.TestCase):

@@ -231,9 +231,14 @@ TEST_CASE("step time follows the prefill polynomial on new tokens, then decode s
   CHECK(*r.engine->next_event_time() - now == doctest::Approx(r.engine->prefill_ms(2)));
   now = *r.engine->next_event_time();
   r.engine->advance_to(now);
-  // Fully cached: the last token is still computed.
+  // Fully cached and block-aligned: at most 99 tokens hit (vLLM: the last
+  // token is computed), in whole blocks: 96, and the last block is prefilled.
   r.engine->add_request(3, tokens(1, 100), 1, now);
-  CHECK(*r.engine->next_event_time() - now == doctest::Approx(r.engine->prefill_ms(1)));
+  CHECK(*r.engine->next_event_time() - now == doctest::Approx(r.engine->prefill_ms(4)));
+  now = *r.engine->next_event_time();
+  auto three = r.engine->advance_to(now);
+  REQUIRE_FALSE(three.empty());
+  CHECK(three[0].cached_tokens == 96);
   // Speed parameters are configurable.
   EngineConfig fast = small_cfg();
   fast.prefill_a = 0;

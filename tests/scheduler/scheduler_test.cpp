@@ -93,8 +93,11 @@ TEST_CASE("overlap longer than the prompt is capped; empty prompt does not divid
   SchedulerConfig cfg;
   SeededRandom rnd(1);
   std::vector<Candidate> cs = {cand(1, 50, 0)};
+  // A 30-token prompt wholly cached: at most 29 tokens hit, in whole blocks
+  // of 10: 20 cached, the last block (10 tokens) prefilled again.
   Decision d = schedule(cs, 30, 10, cfg, rnd);
-  CHECK(d.scores[0].prefill_ratio == doctest::Approx(0.0));
+  CHECK(d.scores[0].cached_tokens == doctest::Approx(20));
+  CHECK(d.scores[0].prefill_ratio == doctest::Approx(10.0 / 30.0));
   Decision e = schedule(cs, 0, 10, cfg, rnd);
   CHECK(e.chosen.has_value());
   CHECK(e.scores[0].prefill_ratio == doctest::Approx(0.0));

@@ -137,7 +137,7 @@ struct MockerServer::Impl {
   uint64_t drop_remaining = 0;
   bool hang = false;
   // Test hook for POST /tokenize (POST /mocker/tokenize): "ok" serves it,
-  // "error" answers 500, "hang" accepts and never answers.
+  // "reject" answers 400, "error" 500, "hang" accepts and never answers.
   std::string tokenize_mode = "ok";
   uint64_t tokenize_total = 0;  // POST /tokenize requests received
   // Issue 15: this process's instance id (new at each start) and the resync
@@ -415,12 +415,12 @@ awaitable<void> MockerServer::Impl::session(tcp::socket socket) {
       std::string_view mode;
       auto doc = p.parse(req.body());
       if (!doc.error() && !doc.value_unsafe()["mode"].get_string().get(mode) &&
-          (mode == "ok" || mode == "error" || mode == "hang")) {
+          (mode == "ok" || mode == "reject" || mode == "error" || mode == "hang")) {
         tokenize_mode = std::string(mode);
         again = co_await respond(stream, v, keep, http::status::ok, fmt::format(R"({{"mode":"{}"}})", tokenize_mode));
       } else {
         again = co_await respond(stream, v, keep, http::status::bad_request,
-                                 R"({"error":{"message":"body must be {\"mode\": \"ok\"|\"error\"|\"hang\"}","type":"invalid_request_error","param":"mode","code":null}})");
+                                 R"({"error":{"message":"body must be {\"mode\": \"ok\"|\"reject\"|\"error\"|\"hang\"}","type":"invalid_request_error","param":"mode","code":null}})");
       }
     } else if (target == "/health") {
       again = co_await respond(stream, v, keep, http::status::ok, R"({"status":"ok"})");
@@ -482,6 +482,10 @@ awaitable<bool> MockerServer::Impl::tokenize(beast::tcp_stream& s, const http::r
     s.expires_never();
     co_await s.socket().async_receive(asio::buffer(&b, 1), nothrow(ec));
     co_return false;
+  }
+  if (tokenize_mode == "reject") {
+    std::string body = error_body(ApiError{400, "rejected (test hook)", "BadRequestError", "", ""});
+    co_return co_await respond(s, v, keep, http::status::bad_request, std::move(body));
   }
   if (tokenize_mode == "error") {
     std::string body = error_body(ApiError{500, "tokenizer unavailable (test hook)", "InternalServerError", "", ""});

@@ -18,6 +18,7 @@ std::string_view to_string(EngineTokenizeResult r) {
     case EngineTokenizeResult::Backoff: return "backoff";
     case EngineTokenizeResult::Connect: return "connect";
     case EngineTokenizeResult::Timeout: return "timeout";
+    case EngineTokenizeResult::Rejected: return "rejected";
     case EngineTokenizeResult::Status: return "status";
     case EngineTokenizeResult::BadResponse: return "bad_response";
     case EngineTokenizeResult::TooLarge: return "too_large";
@@ -156,6 +157,11 @@ uint64_t EngineTokenCache::bytes() const {
 size_t EngineTokenCache::size() const {
   std::lock_guard lk(mu_);
   return index_.size();
+}
+
+bool EngineTokenizeBackoff::backs_off(EngineTokenizeResult r) {
+  return r == EngineTokenizeResult::Connect || r == EngineTokenizeResult::Timeout ||
+         r == EngineTokenizeResult::Status || r == EngineTokenizeResult::BadResponse;
 }
 
 std::string EngineTokenizeBackoff::key(std::string_view model, bool chat) {

@@ -1139,7 +1139,8 @@ bool HttpServer::Impl::sticky_session(const Exchange& x) const {
 // /tokenize, within tokenizer.remote_timeout_ms. An exact answer seen before
 // comes from the cache (no round trip). Connection failures move on to one
 // more worker; any failure leaves the request to the placeholder
-// (parsed.engine_failed: counted, warned) and starts the model's backoff.
+// (parsed.engine_failed: counted, warned), and the engine's own failures
+// (not a request it refuses) start the model's backoff.
 awaitable<void> HttpServer::Impl::engine_tokens(IoThread& io, const Config& cfg, ParsedRequest& parsed,
                                                 std::string_view authorization) {
   RouterMetrics* m = hooks.metrics;
@@ -1197,7 +1198,7 @@ awaitable<void> HttpServer::Impl::engine_tokens(IoThread& io, const Config& cfg,
   }
   parsed.engine_tokens.clear();
   parsed.engine_failed = true;
-  if (result != EngineTokenizeResult::Backoff) engine_backoff.on_failure(parsed.model, chat, Steady::now());
+  if (EngineTokenizeBackoff::backs_off(result)) engine_backoff.on_failure(parsed.model, chat, Steady::now());
   static RateLimiter rl;
   if (rl.allow())
     spdlog::warn("model '{}': the engine's POST /tokenize failed ({}); this request is routed on placeholder tokens",
@@ -1281,10 +1282,11 @@ awaitable<EngineTokenizeResult> HttpServer::Impl::fetch_engine_tokens(IoThread& 
     if (ec) co_return EngineTokenizeResult::Connect;
     const auto& res = parser.get();
     const bool reusable = keep && parser.keep_alive() && buffer.size() == 0;
+    const unsigned status = res.result_int();
     const EngineTokenizeResult result =
-        res.result() != http::status::ok
-            ? EngineTokenizeResult::Status
-            : parse_engine_tokenize_response(res.body(), cfg.tokenizer.remote_max_tokens, out);
+        status == 200   ? parse_engine_tokenize_response(res.body(), cfg.tokenizer.remote_max_tokens, out)
+        : status / 100 == 4 ? EngineTokenizeResult::Rejected
+                            : EngineTokenizeResult::Status;
     if (reusable) io.pool.give(url_text, std::move(*socket), cfg.router.upstream_pool_size);
     co_return result;
   }

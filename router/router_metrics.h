@@ -51,7 +51,7 @@ struct RouterMetrics {
         engine_tokenize_total(r.counter(
             "kvroute_router_engine_tokenize_total",
             "Requests tokenized by their engine's POST /tokenize (tokenizer.remote), by result (ok, no_worker, "
-            "backoff, connect, timeout, status, bad_response, too_large); cache hits not counted",
+            "backoff, connect, timeout, rejected, status, bad_response, too_large); cache hits not counted",
             {"result"})),
         engine_tokenize_cache_total(r.counter("kvroute_router_engine_tokenize_cache_total",
                                               "Lookups in the cache of /tokenize answers by result (hit, miss)",

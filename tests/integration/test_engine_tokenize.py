@@ -162,6 +162,15 @@ class EngineTokenizeTest(unittest.TestCase):
             self.assertGreater(
                 self.metric('kvroute_router_tokenizer_fallbacks_total{model="qwen3-dead",reason="engine_error"}'), 0)
         self.assertGreater(self.metric("kvroute_router_engine_tokenize_seconds_count"), 0)
+        # A request the engine refuses (4xx) is that request's: counted, and no backoff for the others.
+        self.assertEqual(f.mocker(4, "POST", "/mocker/tokenize", {"mode": "reject"}).status, 200)
+        rejected = 'kvroute_router_engine_tokenize_total{result="rejected"}'
+        self.assertTrue(self.send_until_grows(rejected, body, 30))  # once the hang's backoff ran out
+        before, skipped = self.metric(rejected), self.metric('kvroute_router_engine_tokenize_total{result="backoff"}')
+        for _ in range(3):
+            self.send("/v1/completions", dict(body, prompt=SYSTEM + uuid.uuid4().hex))
+        self.assertEqual(self.metric(rejected), before + 3)
+        self.assertEqual(self.metric('kvroute_router_engine_tokenize_total{result="backoff"}'), skipped)
         with open(os.path.join(f.workdir, "kvroute.log"), "rb") as log:
             text = log.read().decode(errors="replace")
         self.assertIn("model 'qwen3-dead': routed on placeholder tokens (engine_error", text)

@@ -398,7 +398,11 @@ awaitable<void> MockerServer::Impl::session(tcp::socket socket) {
       if (!parse_openai_request(ApiKind::Embeddings, req.body(), parsed, err)) {
         body = error_body(err);
       } else {
-        const auto tokens = RoutingService::tokens_of(parsed, opts.tokenizers.get());
+        TokenizerFallback fallback;
+        TokenSource source;
+        std::vector<TokenId> buffer;
+        const auto tokens =
+            RoutingService::tokenize_request(parsed, buffer, model_tokenizer(), &source, &fallback, nullptr);
         std::string data;
         for (uint32_t i = 0; i < parsed.prompts; ++i)
           data += fmt::format(R"({}{{"object":"embedding","index":{},"embedding":[{},0.5,-0.25,0.125]}})", i ? "," : "",

@@ -1182,11 +1182,17 @@ awaitable<void> HttpServer::Impl::engine_tokens(IoThread& io, const Config& cfg,
       }
     const auto deadline = start + milliseconds(cfg.tokenizer.remote_timeout_ms);
     for (size_t attempt = 0; attempt < std::min<size_t>(n, 2) && Steady::now() < deadline; ++attempt) {
-      const std::string url = workers[(pick + attempt) % n].info->url;
+      const WorkerView& w = workers[(pick + attempt) % n];
+      const std::string url = w.info->url;
+      const WorkerId id = w.info->id;
       const auto t0 = Steady::now();
       result = co_await fetch_engine_tokens(io, cfg, url, body, authorization, deadline, parsed.engine_tokens);
       if (m) m->engine_tokenize_seconds.get().observe(seconds_since(t0));
       if (result != EngineTokenizeResult::Connect) break;
+      // Refused: the same passive-health signal the proxy reports, so a dead
+      // worker leaves the candidates as fast either way.
+      hooks.registry->report_failure(id, HealthSignal::ConnectRefused);
+      if (std::find(io.suspects.begin(), io.suspects.end(), id) == io.suspects.end()) io.suspects.push_back(id);
     }
   }
   if (m) m->engine_tokenize_total.with({to_string(result)}).inc();

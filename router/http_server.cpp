@@ -1154,11 +1154,11 @@ awaitable<void> HttpServer::Impl::engine_tokens(IoThread& io, const Config& cfg,
   }
   const EngineTokenCache::Key key = EngineTokenCache::key_of(body);
   if (engine_cache.get(key, parsed.engine_tokens)) {
-    if (m) m->engine_tokenize_cache_total.with({"hit"}).inc();
+    if (m) m->engine_cache_hit.inc();
     parsed.has_engine_tokens = true;
     co_return;
   }
-  if (m && cfg.tokenizer.remote_cache_bytes > 0) m->engine_tokenize_cache_total.with({"miss"}).inc();
+  if (m && cfg.tokenizer.remote_cache_bytes > 0) m->engine_cache_miss.inc();
 
   EngineTokenizeResult result = EngineTokenizeResult::NoWorker;
   const auto start = Steady::now();

@@ -772,8 +772,9 @@ struct HttpServer::Impl {
   // proxy() and its phases, in order (see proxy()).
   awaitable<bool> proxy(ClientConn& client, ClientRequest& req, ApiKind kind, IoThread& io);
   bool sticky_session(const Exchange& x) const;
-  awaitable<void> engine_tokens(IoThread& io, const Config& cfg, ParsedRequest& parsed,
-                                std::string_view authorization);
+  bool engine_tokens_cached(const Config& cfg, ParsedRequest& parsed, std::string& body);
+  awaitable<void> engine_tokens(IoThread& io, const Config& cfg, ParsedRequest& parsed, std::string_view authorization,
+                                const std::string& body);
   awaitable<EngineTokenizeResult> fetch_engine_tokens(IoThread& io, const Config& cfg, std::string_view url,
                                                       std::string_view body, std::string_view authorization,
                                                       Steady::time_point deadline, std::vector<TokenId>& out);
@@ -1016,7 +1017,8 @@ awaitable<bool> HttpServer::Impl::handle_admin(ClientConn& client, ClientRequest
     ApiError err;
     if (parse_openai_request(chat ? ApiKind::ChatCompletions : ApiKind::Completions, req.body, parsed, err) &&
         hooks.routing->needs_engine_tokens(*cfg, parsed)) {
-      co_await engine_tokens(io, *cfg, parsed, {});
+      std::string body;
+      if (!engine_tokens_cached(*cfg, parsed, body)) co_await engine_tokens(io, *cfg, parsed, {}, body);
       AdminResponse r = hooks.admin->explain(parsed);
       co_return co_await respond(client, req.version, req.keep_alive, static_cast<http::status>(r.status),
                                  std::move(r.body), r.content_type);
@@ -1133,33 +1135,36 @@ bool HttpServer::Impl::sticky_session(const Exchange& x) const {
   return hooks.sessions && x.cfg.scheduler.session_affinity && !session_key(x).empty();
 }
 
-// Tokenization by the engine (tokenizer.remote = auto; router/engine_tokenizer.h):
-// the request has text or chat and kvroute holds no tokenizer that can
-// tokenize it, so one of the model's workers is asked with its own POST
-// /tokenize, within tokenizer.remote_timeout_ms. An exact answer seen before
-// comes from the cache (no round trip). Connection failures move on to one
-// more worker; any failure leaves the request to the placeholder
+// Tokenization by the engine (tokenizer.remote = auto; router/engine_tokenizer.h),
+// the synchronous half: the /tokenize body for the request into `body`, and
+// its answer from the cache if one was seen. True when the request needs no
+// round trip (a cache hit, or nothing to ask: engine_failed).
+bool HttpServer::Impl::engine_tokens_cached(const Config& cfg, ParsedRequest& parsed, std::string& body) {
+  RouterMetrics* m = hooks.metrics;
+  if (!engine_tokenize_body(parsed, body)) {
+    parsed.engine_failed = true;
+    return true;
+  }
+  if (engine_cache.get(EngineTokenCache::key_of(body), parsed.engine_tokens)) {
+    if (m) m->engine_cache_hit.inc();
+    parsed.has_engine_tokens = true;
+    return true;
+  }
+  if (m && cfg.tokenizer.remote_cache_bytes > 0) m->engine_cache_miss.inc();
+  return false;
+}
+
+// The round trip (a cache miss): the request has text or chat and kvroute
+// holds no tokenizer that can tokenize it, so one of the model's workers is
+// asked with its own POST /tokenize (`body`), within
+// tokenizer.remote_timeout_ms. Connection failures move on to one more
+// worker; any failure leaves the request to the placeholder
 // (parsed.engine_failed: counted, warned), and the engine's own failures
 // (not a request it refuses) start the model's backoff.
 awaitable<void> HttpServer::Impl::engine_tokens(IoThread& io, const Config& cfg, ParsedRequest& parsed,
-                                                std::string_view authorization) {
+                                                std::string_view authorization, const std::string& body) {
   RouterMetrics* m = hooks.metrics;
   const bool chat = parsed.kind == ApiKind::ChatCompletions;
-  // In this coroutine's frame (not per thread): other requests of this io
-  // thread run while it waits for the engine.
-  std::string body;
-  if (!engine_tokenize_body(parsed, body)) {
-    parsed.engine_failed = true;
-    co_return;
-  }
-  const EngineTokenCache::Key key = EngineTokenCache::key_of(body);
-  if (engine_cache.get(key, parsed.engine_tokens)) {
-    if (m) m->engine_cache_hit.inc();
-    parsed.has_engine_tokens = true;
-    co_return;
-  }
-  if (m && cfg.tokenizer.remote_cache_bytes > 0) m->engine_cache_miss.inc();
-
   EngineTokenizeResult result = EngineTokenizeResult::NoWorker;
   const auto start = Steady::now();
   if (!engine_backoff.allow(parsed.model, chat, start)) {
@@ -1171,7 +1176,8 @@ awaitable<void> HttpServer::Impl::engine_tokens(IoThread& io, const Config& cfg,
     std::vector<WorkerView> workers;
     thread_local size_t cursor = 0;
     hooks.registry->candidates(parsed.model, workers);
-    std::erase_if(workers, [&](const WorkerView& w) { return w.draining && workers.size() > 1; });
+    if (std::any_of(workers.begin(), workers.end(), [](const WorkerView& w) { return !w.draining; }))
+      std::erase_if(workers, [](const WorkerView& w) { return w.draining; });
     const size_t n = workers.size();
     const size_t first = n ? cursor++ % n : 0;
     size_t pick = first;
@@ -1199,7 +1205,7 @@ awaitable<void> HttpServer::Impl::engine_tokens(IoThread& io, const Config& cfg,
   if (result == EngineTokenizeResult::Ok) {
     parsed.has_engine_tokens = true;
     engine_backoff.on_success(parsed.model, chat);
-    engine_cache.put(key, parsed.engine_tokens);
+    engine_cache.put(EngineTokenCache::key_of(body), parsed.engine_tokens);
     co_return;
   }
   parsed.engine_tokens.clear();
@@ -1721,8 +1727,13 @@ awaitable<bool> HttpServer::Impl::proxy(ClientConn& client, ClientRequest& req, 
   if (!parse_openai_request(kind, req.body, client.parsed, err)) co_return co_await reject(x, err, "bad_request");
   x.rec.model = client.parsed.model;
   x.rec.stream = client.parsed.stream;
-  if (hooks.routing->needs_engine_tokens(x.cfg, client.parsed))
-    co_await engine_tokens(io, x.cfg, client.parsed, req.authorization);
+  if (hooks.routing->needs_engine_tokens(x.cfg, client.parsed)) {
+    thread_local std::string scratch;  // no allocation per request once grown; used before any suspension
+    if (!engine_tokens_cached(x.cfg, client.parsed, scratch)) {
+      const std::string body = scratch;  // in the frame: other requests use the scratch while this one waits
+      co_await engine_tokens(io, x.cfg, client.parsed, req.authorization, body);
+    }
+  }
   if (route_request(x)) co_await wait_in_queue(x);
   if (!accept_route(x)) co_return co_await reject(x, client.route.error, "no_worker");
 

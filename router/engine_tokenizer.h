@@ -4,7 +4,8 @@
 // routing decision. This file is the part without I/O: what to send, how to
 // read the answer (untrusted: bounded), the cache of exact answers, and the
 // per-model backoff after failures. The round trip itself is
-// HttpServer's (router/http_server.cpp, fetch_engine_tokens()).
+// HttpServer's (router/http_server.cpp, engine_tokens_cached(),
+// engine_tokens(), fetch_engine_tokens()).
 //
 // The wire shapes follow vLLM's `POST /tokenize`
 // (vllm/entrypoints/serve/tokenize/protocol.py, TokenizeCompletionRequest /

@@ -180,6 +180,28 @@ class EngineTokenizeTest(unittest.TestCase):
         self.assertTrue(self.send_until_grows(
             'kvroute_router_tokenized_requests_total{model="qwen3-dead",source="engine"}', body, 30))
 
+    def test_mocker_serves_tokenize_as_vllm(self):
+        """The engine side: vLLM's /tokenize shapes, the ids the worker itself computes for generation."""
+        f, qwen = self.f, os.path.join(MODELS, "qwen3")
+        text = "Rotterdam depot RTM-4, parcel 17. " * 3
+        messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Where is parcel 17?"}]
+        cli = subprocess.run([os.path.join(BUILD_DIR, "tokenizer", "kvroute-tokenize"), "--tokenizer", qwen],
+                             input=json.dumps({"text": text}) + "\n" + json.dumps({"messages": messages}) + "\n",
+                             capture_output=True, text=True, check=True).stdout.splitlines()
+        want_text, want_chat = json.loads(cli[0]), json.loads(cli[1])
+        for body, want in (({"model": "qwen3", "prompt": text}, want_text), ({"prompt": text}, want_text),
+                           ({"model": "qwen3-support", "prompt": text}, want_text),
+                           ({"model": "qwen3", "messages": messages, "add_generation_prompt": True}, want_chat)):
+            r = f.mocker(1, "POST", "/tokenize", body)
+            self.assertEqual(r.status, 200, r.body)
+            j = r.json()
+            self.assertEqual(j["tokens"], want, body)
+            self.assertEqual(j["count"], len(want))
+            self.assertGreater(j["max_model_len"], 0)
+        gen = f.mocker(1, "POST", "/v1/completions", {"model": "qwen3", "prompt": text, "max_tokens": 1})
+        self.assertEqual(gen.json()["usage"]["prompt_tokens"], len(want_text))
+        self.assertEqual(f.mocker(1, "POST", "/tokenize", {"model": "other", "prompt": "x"}).status, 404)
+
     def test_explain_and_status_page_say_which_tokenization(self):
         f = self.f
         body = {"model": "qwen3", "prompt": SYSTEM + uuid.uuid4().hex, "max_tokens": 2}

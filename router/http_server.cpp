@@ -1195,8 +1195,9 @@ awaitable<void> HttpServer::Impl::engine_tokens(IoThread& io, const Config& cfg,
       result = co_await fetch_engine_tokens(io, cfg, url, body, authorization, deadline, parsed.engine_tokens);
       if (m) m->engine_tokenize_seconds.get().observe(seconds_since(t0));
       if (result != EngineTokenizeResult::Connect) break;
-      // Refused: the same passive-health signal the proxy reports, so a dead
-      // worker leaves the candidates as fast either way.
+      // Refused: counted and reported to passive health as the proxy does,
+      // so a dead worker leaves the candidates as fast either way.
+      if (m) m->upstream_errors_total.with({"connect"}).inc();
       hooks.registry->report_failure(id, HealthSignal::ConnectRefused);
       if (std::find(io.suspects.begin(), io.suspects.end(), id) == io.suspects.end()) io.suspects.push_back(id);
     }

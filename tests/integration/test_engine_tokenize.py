@@ -140,6 +140,24 @@ class EngineTokenizeTest(unittest.TestCase):
             self.send("/v1/completions", body)
         self.assertEqual(calls(), asked, "a repeated prompt asked the engine again")
         self.assertEqual(self.metric('kvroute_router_engine_tokenize_cache_total{result="hit"}'), hits + 3)
+        # Never a prefix: the same prompt and more is a new question for the engine.
+        self.send("/v1/completions", dict(body, prompt=body["prompt"] + " and more"))
+        self.assertEqual(calls(), asked + 1)
+
+    def test_too_large_answer_is_refused(self):
+        f = self.f
+        too_large = 'kvroute_router_engine_tokenize_total{result="too_large"}'
+        fallback = 'kvroute_router_tokenizer_fallbacks_total{model="qwen3-dead",reason="engine_error"}'
+        self.assertEqual(f.mocker(4, "POST", "/mocker/tokenize", {"mode": "ok"}).status, 200)
+        self.assertEqual(f.admin("PUT", "/admin/config", '{"tokenizer": {"remote_max_tokens": 8}}').status, 200)
+        try:
+            before, fell_back = self.metric(too_large), self.metric(fallback)
+            # Served all the same, on the placeholder (an earlier test's backoff may skip the engine first).
+            self.assertTrue(self.send_until_grows(too_large, {"model": "qwen3-dead", "max_tokens": 2}, 30))
+            self.assertGreater(self.metric(fallback), fell_back)
+        finally:
+            self.assertEqual(f.admin("PUT", "/admin/config", '{"tokenizer": {"remote_max_tokens": 1048576}}').status,
+                             200)
 
     def send_until_grows(self, name, body, timeout):
         """Sends `body` until metric `name` grows (the model's backoff may skip the engine for a while)."""

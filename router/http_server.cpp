@@ -1212,6 +1212,7 @@ awaitable<void> HttpServer::Impl::engine_tokens(IoThread& io, const Config& cfg,
   parsed.engine_tokens.clear();
   parsed.engine_failed = true;
   if (EngineTokenizeBackoff::backs_off(result)) engine_backoff.on_failure(parsed.model, chat, Steady::now());
+  if (result == EngineTokenizeResult::NoWorker) co_return;  // an unknown model (404) or no healthy worker (503)
   static RateLimiter rl;
   if (rl.allow())
     spdlog::warn("model '{}': the engine's POST /tokenize failed ({}); this request is routed on placeholder tokens",

@@ -154,7 +154,7 @@ struct MockerServer::Impl {
   uint64_t steered_total = 0;            // requests whose X-data-parallel-rank chose their rank
   std::vector<uint64_t> requests_by_rank;  // requests queued on each rank
   // Test hook for POST /tokenize (POST /mocker/tokenize): "ok" serves it,
-  // "error" answers 500, "hang" accepts and never answers.
+  // "reject" answers 400, "error" 500, "hang" accepts and never answers.
   std::string tokenize_mode = "ok";
   uint64_t tokenize_total = 0;  // POST /tokenize requests received
   // Issue 15: this process's instance id (new at each start) and the resync
@@ -483,7 +483,11 @@ awaitable<void> MockerServer::Impl::session(tcp::socket socket) {
       if (!parse_openai_request(ApiKind::Embeddings, req.body(), parsed, err)) {
         body = error_body(err);
       } else {
-        const auto tokens = RoutingService::tokens_of(parsed, opts.tokenizers.get());
+        TokenizerFallback fallback;
+        TokenSource source;
+        std::vector<TokenId> buffer;
+        const auto tokens =
+            RoutingService::tokenize_request(parsed, buffer, model_tokenizer(), &source, &fallback, nullptr);
         std::string data;
         for (uint32_t i = 0; i < parsed.prompts; ++i)
           data += fmt::format(R"({}{{"object":"embedding","index":{},"embedding":[{},0.5,-0.25,0.125]}})", i ? "," : "",
@@ -500,12 +504,12 @@ awaitable<void> MockerServer::Impl::session(tcp::socket socket) {
       std::string_view mode;
       auto doc = p.parse(req.body());
       if (!doc.error() && !doc.value_unsafe()["mode"].get_string().get(mode) &&
-          (mode == "ok" || mode == "error" || mode == "hang")) {
+          (mode == "ok" || mode == "reject" || mode == "error" || mode == "hang")) {
         tokenize_mode = std::string(mode);
         again = co_await respond(stream, v, keep, http::status::ok, fmt::format(R"({{"mode":"{}"}})", tokenize_mode));
       } else {
         again = co_await respond(stream, v, keep, http::status::bad_request,
-                                 R"({"error":{"message":"body must be {\"mode\": \"ok\"|\"error\"|\"hang\"}","type":"invalid_request_error","param":"mode","code":null}})");
+                                 R"({"error":{"message":"body must be {\"mode\": \"ok\"|\"reject\"|\"error\"|\"hang\"}","type":"invalid_request_error","param":"mode","code":null}})");
       }
     } else if (target == "/health") {
       again = co_await respond(stream, v, keep, http::status::ok, R"({"status":"ok"})");
@@ -567,6 +571,10 @@ awaitable<bool> MockerServer::Impl::tokenize(beast::tcp_stream& s, const http::r
     s.expires_never();
     co_await s.socket().async_receive(asio::buffer(&b, 1), nothrow(ec));
     co_return false;
+  }
+  if (tokenize_mode == "reject") {
+    std::string body = error_body(ApiError{400, "rejected (test hook)", "BadRequestError", "", ""});
+    co_return co_await respond(s, v, keep, http::status::bad_request, std::move(body));
   }
   if (tokenize_mode == "error") {
     std::string body = error_body(ApiError{500, "tokenizer unavailable (test hook)", "InternalServerError", "", ""});

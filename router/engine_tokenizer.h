@@ -4,7 +4,8 @@
 // routing decision. This file is the part without I/O: what to send, how to
 // read the answer (untrusted: bounded), the cache of exact answers, and the
 // per-model backoff after failures. The round trip itself is
-// HttpServer's (router/http_server.cpp, fetch_engine_tokens()).
+// HttpServer's (router/http_server.cpp, engine_tokens_cached(),
+// engine_tokens(), fetch_engine_tokens()).
 //
 // The wire shapes follow vLLM's `POST /tokenize`
 // (vllm/entrypoints/serve/tokenize/protocol.py, TokenizeCompletionRequest /
@@ -44,13 +45,14 @@ enum class EngineTokenizeResult : uint8_t {
   Backoff,      ///< not asked: the model's engine failed just before (EngineTokenizeBackoff)
   Connect,      ///< connecting or sending failed
   Timeout,      ///< no whole answer within tokenizer.remote_timeout_ms
-  Status,       ///< the engine answered with a status other than 200 (e.g. chat on SGLang, 404)
+  Rejected,     ///< the engine refused this request with a 4xx (its template's error, chat on SGLang, no /tokenize)
+  Status,       ///< the engine answered with another status than 200 or a 4xx (a 5xx)
   BadResponse,  ///< the answer is not {"tokens": [ids], ...} (or its count disagrees)
   TooLarge,     ///< the answer is over tokenizer.remote_max_tokens (or its byte bound)
 };
-inline constexpr size_t kNumEngineTokenizeResults = 8;
-// Metric label: "ok", "no_worker", "backoff", "connect", "timeout", "status",
-// "bad_response", "too_large".
+inline constexpr size_t kNumEngineTokenizeResults = 9;
+// Metric label: "ok", "no_worker", "backoff", "connect", "timeout", "rejected",
+// "status", "bad_response", "too_large".
 std::string_view to_string(EngineTokenizeResult r);
 
 // The /tokenize request body for `r` (a text completion or embedding prompt,
@@ -114,7 +116,9 @@ class EngineTokenCache {
 // After a failed /tokenize for a model and kind (chat or not), that model's
 // requests of that kind skip the engine for a while: 100 ms, doubling per
 // failure in a row up to 10 s; a success clears it. So an engine whose
-// /tokenize hangs costs one timeout per backoff, not one per request.
+// /tokenize hangs costs one timeout per backoff, not one per request. Only
+// the engine's failures count (backs_off()): a request it refuses (4xx) or
+// one too large is that request's, and must not degrade other clients.
 // Bounded: at most kMaxKeys keys (all forgotten when full).
 class EngineTokenizeBackoff {
  public:
@@ -125,6 +129,9 @@ class EngineTokenizeBackoff {
 
   // True when the engine may be asked now.
   bool allow(std::string_view model, bool chat, Clock::time_point now) const;
+  // True for the results that start or extend a backoff: Connect, Timeout,
+  // Status, BadResponse.
+  static bool backs_off(EngineTokenizeResult r);
   void on_failure(std::string_view model, bool chat, Clock::time_point now);
   void on_success(std::string_view model, bool chat);
 

@@ -889,8 +889,9 @@ struct HttpServer::Impl {
   // proxy() and its phases, in order (see proxy()).
   awaitable<bool> proxy(ClientConn& client, ClientRequest& req, ApiKind kind, IoThread& io);
   bool sticky_session(const Exchange& x) const;
-  awaitable<void> engine_tokens(IoThread& io, const Config& cfg, ParsedRequest& parsed,
-                                std::string_view authorization);
+  bool engine_tokens_cached(const Config& cfg, ParsedRequest& parsed, std::string& body);
+  awaitable<void> engine_tokens(IoThread& io, const Config& cfg, ParsedRequest& parsed, std::string_view authorization,
+                                const std::string& body);
   awaitable<EngineTokenizeResult> fetch_engine_tokens(IoThread& io, const Config& cfg, std::string_view url,
                                                       std::string_view body, std::string_view authorization,
                                                       Steady::time_point deadline, std::vector<TokenId>& out);
@@ -1240,7 +1241,8 @@ awaitable<bool> HttpServer::Impl::handle_admin(ClientConn& client, ClientRequest
     ApiError err;
     if (parse_openai_request(chat ? ApiKind::ChatCompletions : ApiKind::Completions, req.body, parsed, err) &&
         hooks.routing->needs_engine_tokens(*cfg, parsed)) {
-      co_await engine_tokens(io, *cfg, parsed, {});
+      std::string body;
+      if (!engine_tokens_cached(*cfg, parsed, body)) co_await engine_tokens(io, *cfg, parsed, {}, body);
       AdminResponse r = hooks.admin->explain(parsed);
       co_return co_await respond(client, req.version, req.keep_alive, static_cast<http::status>(r.status),
                                  std::move(r.body), r.content_type);
@@ -1362,32 +1364,36 @@ bool HttpServer::Impl::sticky_session(const Exchange& x) const {
   return hooks.sessions && x.cfg.scheduler.session_affinity && !session_key(x).empty();
 }
 
-// Tokenization by the engine (tokenizer.remote = auto; router/engine_tokenizer.h):
-// the request has text or chat and kvroute holds no tokenizer that can
-// tokenize it, so one of the model's workers is asked with its own POST
-// /tokenize, within tokenizer.remote_timeout_ms. An exact answer seen before
-// comes from the cache (no round trip). Connection failures move on to one
-// more worker; any failure leaves the request to the placeholder
-// (parsed.engine_failed: counted, warned) and starts the model's backoff.
-awaitable<void> HttpServer::Impl::engine_tokens(IoThread& io, const Config& cfg, ParsedRequest& parsed,
-                                                std::string_view authorization) {
+// Tokenization by the engine (tokenizer.remote = auto; router/engine_tokenizer.h),
+// the synchronous half: the /tokenize body for the request into `body`, and
+// its answer from the cache if one was seen. True when the request needs no
+// round trip (a cache hit, or nothing to ask: engine_failed).
+bool HttpServer::Impl::engine_tokens_cached(const Config& cfg, ParsedRequest& parsed, std::string& body) {
   RouterMetrics* m = hooks.metrics;
-  const bool chat = parsed.kind == ApiKind::ChatCompletions;
-  // In this coroutine's frame (not per thread): other requests of this io
-  // thread run while it waits for the engine.
-  std::string body;
   if (!engine_tokenize_body(parsed, body)) {
     parsed.engine_failed = true;
-    co_return;
+    return true;
   }
-  const EngineTokenCache::Key key = EngineTokenCache::key_of(body);
-  if (engine_cache.get(key, parsed.engine_tokens)) {
-    if (m) m->engine_tokenize_cache_total.with({"hit"}).inc();
+  if (engine_cache.get(EngineTokenCache::key_of(body), parsed.engine_tokens)) {
+    if (m) m->engine_cache_hit.inc();
     parsed.has_engine_tokens = true;
-    co_return;
+    return true;
   }
-  if (m && cfg.tokenizer.remote_cache_bytes > 0) m->engine_tokenize_cache_total.with({"miss"}).inc();
+  if (m && cfg.tokenizer.remote_cache_bytes > 0) m->engine_cache_miss.inc();
+  return false;
+}
 
+// The round trip (a cache miss): the request has text or chat and kvroute
+// holds no tokenizer that can tokenize it, so one of the model's workers is
+// asked with its own POST /tokenize (`body`), within
+// tokenizer.remote_timeout_ms. Connection failures move on to one more
+// worker; any failure leaves the request to the placeholder
+// (parsed.engine_failed: counted, warned), and the engine's own failures
+// (not a request it refuses) start the model's backoff.
+awaitable<void> HttpServer::Impl::engine_tokens(IoThread& io, const Config& cfg, ParsedRequest& parsed,
+                                                std::string_view authorization, const std::string& body) {
+  RouterMetrics* m = hooks.metrics;
+  const bool chat = parsed.kind == ApiKind::ChatCompletions;
   EngineTokenizeResult result = EngineTokenizeResult::NoWorker;
   const auto start = Steady::now();
   if (!engine_backoff.allow(parsed.model, chat, start)) {
@@ -1399,7 +1405,8 @@ awaitable<void> HttpServer::Impl::engine_tokens(IoThread& io, const Config& cfg,
     std::vector<WorkerView> workers;
     thread_local size_t cursor = 0;
     hooks.registry->candidates(parsed.model, workers);
-    std::erase_if(workers, [&](const WorkerView& w) { return w.draining && workers.size() > 1; });
+    if (std::any_of(workers.begin(), workers.end(), [](const WorkerView& w) { return !w.draining; }))
+      std::erase_if(workers, [](const WorkerView& w) { return w.draining; });
     const size_t n = workers.size();
     const size_t first = n ? cursor++ % n : 0;
     size_t pick = first;
@@ -1410,23 +1417,31 @@ awaitable<void> HttpServer::Impl::engine_tokens(IoThread& io, const Config& cfg,
       }
     const auto deadline = start + milliseconds(cfg.tokenizer.remote_timeout_ms);
     for (size_t attempt = 0; attempt < std::min<size_t>(n, 2) && Steady::now() < deadline; ++attempt) {
-      const std::string url = workers[(pick + attempt) % n].info->url;
+      const WorkerView& w = workers[(pick + attempt) % n];
+      const std::string url = w.info->url;
+      const WorkerId id = w.info->id;
       const auto t0 = Steady::now();
       result = co_await fetch_engine_tokens(io, cfg, url, body, authorization, deadline, parsed.engine_tokens);
       if (m) m->engine_tokenize_seconds.get().observe(seconds_since(t0));
       if (result != EngineTokenizeResult::Connect) break;
+      // Refused: counted and reported to passive health as the proxy does,
+      // so a dead worker leaves the candidates as fast either way.
+      if (m) m->upstream_errors_total.with({"connect"}).inc();
+      hooks.registry->report_failure(id, HealthSignal::ConnectRefused);
+      if (std::find(io.suspects.begin(), io.suspects.end(), id) == io.suspects.end()) io.suspects.push_back(id);
     }
   }
   if (m) m->engine_tokenize_total.with({to_string(result)}).inc();
   if (result == EngineTokenizeResult::Ok) {
     parsed.has_engine_tokens = true;
     engine_backoff.on_success(parsed.model, chat);
-    engine_cache.put(key, parsed.engine_tokens);
+    engine_cache.put(EngineTokenCache::key_of(body), parsed.engine_tokens);
     co_return;
   }
   parsed.engine_tokens.clear();
   parsed.engine_failed = true;
-  if (result != EngineTokenizeResult::Backoff) engine_backoff.on_failure(parsed.model, chat, Steady::now());
+  if (EngineTokenizeBackoff::backs_off(result)) engine_backoff.on_failure(parsed.model, chat, Steady::now());
+  if (result == EngineTokenizeResult::NoWorker) co_return;  // an unknown model (404) or no healthy worker (503)
   static RateLimiter rl;
   if (rl.allow())
     spdlog::warn("model '{}': the engine's POST /tokenize failed ({}); this request is routed on placeholder tokens",
@@ -1510,10 +1525,11 @@ awaitable<EngineTokenizeResult> HttpServer::Impl::fetch_engine_tokens(IoThread& 
     if (ec) co_return EngineTokenizeResult::Connect;
     const auto& res = parser.get();
     const bool reusable = keep && parser.keep_alive() && buffer.size() == 0;
+    const unsigned status = res.result_int();
     const EngineTokenizeResult result =
-        res.result() != http::status::ok
-            ? EngineTokenizeResult::Status
-            : parse_engine_tokenize_response(res.body(), cfg.tokenizer.remote_max_tokens, out);
+        status == 200   ? parse_engine_tokenize_response(res.body(), cfg.tokenizer.remote_max_tokens, out)
+        : status / 100 == 4 ? EngineTokenizeResult::Rejected
+                            : EngineTokenizeResult::Status;
     if (reusable) io.pool.give(url_text, std::move(*socket), cfg.router.upstream_pool_size);
     co_return result;
   }
@@ -1948,8 +1964,13 @@ awaitable<bool> HttpServer::Impl::proxy(ClientConn& client, ClientRequest& req, 
   if (!parse_openai_request(kind, req.body, client.parsed, err)) co_return co_await reject(x, err, "bad_request");
   x.rec.model = client.parsed.model;
   x.rec.stream = client.parsed.stream;
-  if (hooks.routing->needs_engine_tokens(x.cfg, client.parsed))
-    co_await engine_tokens(io, x.cfg, client.parsed, req.authorization);
+  if (hooks.routing->needs_engine_tokens(x.cfg, client.parsed)) {
+    thread_local std::string scratch;  // no allocation per request once grown; used before any suspension
+    if (!engine_tokens_cached(x.cfg, client.parsed, scratch)) {
+      const std::string body = scratch;  // in the frame: other requests use the scratch while this one waits
+      co_await engine_tokens(io, x.cfg, client.parsed, req.authorization, body);
+    }
+  }
   if (route_request(x)) co_await wait_in_queue(x);
   if (!accept_route(x)) co_return co_await reject(x, client.route.error, "no_worker");
 

@@ -52,7 +52,7 @@ struct RouterMetrics {
         engine_tokenize_total(r.counter(
             "kvroute_router_engine_tokenize_total",
             "Requests tokenized by their engine's POST /tokenize (tokenizer.remote), by result (ok, no_worker, "
-            "backoff, connect, timeout, status, bad_response, too_large); cache hits not counted",
+            "backoff, connect, timeout, rejected, status, bad_response, too_large); cache hits not counted",
             {"result"})),
         engine_tokenize_cache_total(r.counter("kvroute_router_engine_tokenize_cache_total",
                                               "Lookups in the cache of /tokenize answers by result (hit, miss)",
@@ -92,7 +92,9 @@ struct RouterMetrics {
                       &decision_seconds.with({"find_matches"}), &decision_seconds.with({"score"})},
         decided_best_overlap(decisions_total.with({"best_overlap"})),
         decided_balance(decisions_total.with({"balance"})),
-        decided_no_worker(decisions_total.with({"no_worker"})) {}
+        decided_no_worker(decisions_total.with({"no_worker"})),
+        engine_cache_hit(engine_tokenize_cache_total.with({"hit"})),
+        engine_cache_miss(engine_tokenize_cache_total.with({"miss"})) {}
 
   metrics::CounterFamily& requests_total;
   metrics::CounterFamily& upstream_errors_total;
@@ -129,6 +131,8 @@ struct RouterMetrics {
   metrics::Counter& decided_best_overlap;
   metrics::Counter& decided_balance;
   metrics::Counter& decided_no_worker;
+  metrics::Counter& engine_cache_hit;
+  metrics::Counter& engine_cache_miss;
 
   // The per-request series, remembered per thread (the proxy's hot path: no
   // label hashing while the labels repeat); a child removed meanwhile (a

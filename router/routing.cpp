@@ -170,8 +170,7 @@ void RoutingService::route(const ParsedRequest& request, RouteResult& out, bool 
   thread_local std::vector<TokenId> buffer;  // per-thread scratch: no allocation per request
   const auto tokens = tokenize_request(request, buffer, local_tokenizer(request.model), &out.token_source,
                                        &out.tokenizer_fallback, &detail);
-  // Never silent: placeholder tokens make every cache overlap a guess.
-  if (out.tokenizer_fallback != TokenizerFallback::None) warn_placeholder(request.model, out.tokenizer_fallback, detail);
+
   const auto t1 = StageClock::now();
   // The engine's cache namespace: a LoRA adapter named as the model, and the
   // request's cache_salt (indexer/block_hash.h), exactly as ZMQ events are hashed.
@@ -188,6 +187,10 @@ void RoutingService::route(const ParsedRequest& request, RouteResult& out, bool 
   out.stage_seconds[0] = seconds_between(t0, t1);
   out.stage_seconds[1] = seconds_between(t1, StageClock::now());
   decide(*cfg, request.model, static_cast<uint32_t>(tokens.size()), rank_all, score_all, out);
+  // Never silent: placeholder tokens make every cache overlap a guess. Only
+  // for a model some worker serves (a client's unknown model is a 404).
+  if (out.tokenizer_fallback != TokenizerFallback::None && out.ok)
+    warn_placeholder(request.model, out.tokenizer_fallback, detail);
 }
 
 void RoutingService::route_blocks(std::string_view model, uint32_t isl_tokens, std::vector<LocalBlockHash> hashes,

@@ -43,7 +43,8 @@ METRICS = {
     "kvroute_indexer_bytes", "kvroute_indexer_events_total", "kvroute_indexer_event_gaps_total",
     "kvroute_indexer_resyncs_total", "kvroute_events_messages_total", "kvroute_events_rejected_total",
     "kvroute_events_queue_dropped_total", "kvroute_events_nats_connected", "kvroute_events_nats_reconnects_total",
-    "kvroute_config_reloads_total",
+    "kvroute_config_reloads_total", "kvroute_router_tokenized_requests_total", "kvroute_router_engine_tokenize_total",
+    "kvroute_router_engine_tokenize_cache_total",
 }
 HISTOGRAMS = {"kvroute_router_request_duration_seconds", "kvroute_router_ttfb_seconds",
               "kvroute_router_decision_seconds", "kvroute_router_overlap_ratio"}

@@ -140,6 +140,24 @@ class EngineTokenizeTest(unittest.TestCase):
             self.send("/v1/completions", body)
         self.assertEqual(calls(), asked, "a repeated prompt asked the engine again")
         self.assertEqual(self.metric('kvroute_router_engine_tokenize_cache_total{result="hit"}'), hits + 3)
+        # Never a prefix: the same prompt and more is a new question for the engine.
+        self.send("/v1/completions", dict(body, prompt=body["prompt"] + " and more"))
+        self.assertEqual(calls(), asked + 1)
+
+    def test_too_large_answer_is_refused(self):
+        f = self.f
+        too_large = 'kvroute_router_engine_tokenize_total{result="too_large"}'
+        fallback = 'kvroute_router_tokenizer_fallbacks_total{model="qwen3-dead",reason="engine_error"}'
+        self.assertEqual(f.mocker(4, "POST", "/mocker/tokenize", {"mode": "ok"}).status, 200)
+        self.assertEqual(f.admin("PUT", "/admin/config", '{"tokenizer": {"remote_max_tokens": 8}}').status, 200)
+        try:
+            before, fell_back = self.metric(too_large), self.metric(fallback)
+            # Served all the same, on the placeholder (an earlier test's backoff may skip the engine first).
+            self.assertTrue(self.send_until_grows(too_large, {"model": "qwen3-dead", "max_tokens": 2}, 30))
+            self.assertGreater(self.metric(fallback), fell_back)
+        finally:
+            self.assertEqual(f.admin("PUT", "/admin/config", '{"tokenizer": {"remote_max_tokens": 1048576}}').status,
+                             200)
 
     def send_until_grows(self, name, body, timeout):
         """Sends `body` until metric `name` grows (the model's backoff may skip the engine for a while)."""
@@ -162,6 +180,15 @@ class EngineTokenizeTest(unittest.TestCase):
             self.assertGreater(
                 self.metric('kvroute_router_tokenizer_fallbacks_total{model="qwen3-dead",reason="engine_error"}'), 0)
         self.assertGreater(self.metric("kvroute_router_engine_tokenize_seconds_count"), 0)
+        # A request the engine refuses (4xx) is that request's: counted, and no backoff for the others.
+        self.assertEqual(f.mocker(4, "POST", "/mocker/tokenize", {"mode": "reject"}).status, 200)
+        rejected = 'kvroute_router_engine_tokenize_total{result="rejected"}'
+        self.assertTrue(self.send_until_grows(rejected, body, 30))  # once the hang's backoff ran out
+        before, skipped = self.metric(rejected), self.metric('kvroute_router_engine_tokenize_total{result="backoff"}')
+        for _ in range(3):
+            self.send("/v1/completions", dict(body, prompt=SYSTEM + uuid.uuid4().hex))
+        self.assertEqual(self.metric(rejected), before + 3)
+        self.assertEqual(self.metric('kvroute_router_engine_tokenize_total{result="backoff"}'), skipped)
         with open(os.path.join(f.workdir, "kvroute.log"), "rb") as log:
             text = log.read().decode(errors="replace")
         self.assertIn("model 'qwen3-dead': routed on placeholder tokens (engine_error", text)
@@ -170,6 +197,28 @@ class EngineTokenizeTest(unittest.TestCase):
         self.assertEqual(f.mocker(4, "POST", "/mocker/tokenize", {"mode": "ok"}).status, 200)
         self.assertTrue(self.send_until_grows(
             'kvroute_router_tokenized_requests_total{model="qwen3-dead",source="engine"}', body, 30))
+
+    def test_mocker_serves_tokenize_as_vllm(self):
+        """The engine side: vLLM's /tokenize shapes, the ids the worker itself computes for generation."""
+        f, qwen = self.f, os.path.join(MODELS, "qwen3")
+        text = "Rotterdam depot RTM-4, parcel 17. " * 3
+        messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Where is parcel 17?"}]
+        cli = subprocess.run([os.path.join(BUILD_DIR, "tokenizer", "kvroute-tokenize"), "--tokenizer", qwen],
+                             input=json.dumps({"text": text}) + "\n" + json.dumps({"messages": messages}) + "\n",
+                             capture_output=True, text=True, check=True).stdout.splitlines()
+        want_text, want_chat = json.loads(cli[0]), json.loads(cli[1])
+        for body, want in (({"model": "qwen3", "prompt": text}, want_text), ({"prompt": text}, want_text),
+                           ({"model": "qwen3-support", "prompt": text}, want_text),
+                           ({"model": "qwen3", "messages": messages, "add_generation_prompt": True}, want_chat)):
+            r = f.mocker(1, "POST", "/tokenize", body)
+            self.assertEqual(r.status, 200, r.body)
+            j = r.json()
+            self.assertEqual(j["tokens"], want, body)
+            self.assertEqual(j["count"], len(want))
+            self.assertGreater(j["max_model_len"], 0)
+        gen = f.mocker(1, "POST", "/v1/completions", {"model": "qwen3", "prompt": text, "max_tokens": 1})
+        self.assertEqual(gen.json()["usage"]["prompt_tokens"], len(want_text))
+        self.assertEqual(f.mocker(1, "POST", "/tokenize", {"model": "other", "prompt": "x"}).status, 404)
 
     def test_explain_and_status_page_say_which_tokenization(self):
         f = self.f

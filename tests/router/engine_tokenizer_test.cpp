@@ -117,4 +117,12 @@ TEST_CASE("after failures a model's engine is skipped for a doubling while, per 
   CHECK(b.allow("m", false, t0 + 300ms + 10s));  // capped at 10 s
   b.on_success("m", false);
   CHECK(b.allow("m", false, t0 + 301ms));
+  // The engine's failures back off; a request it refuses or one too large is that request's.
+  CHECK(EngineTokenizeBackoff::backs_off(EngineTokenizeResult::Timeout));
+  CHECK(EngineTokenizeBackoff::backs_off(EngineTokenizeResult::Connect));
+  CHECK(EngineTokenizeBackoff::backs_off(EngineTokenizeResult::Status));
+  CHECK(EngineTokenizeBackoff::backs_off(EngineTokenizeResult::BadResponse));
+  CHECK_FALSE(EngineTokenizeBackoff::backs_off(EngineTokenizeResult::Rejected));
+  CHECK_FALSE(EngineTokenizeBackoff::backs_off(EngineTokenizeResult::TooLarge));
+  CHECK_FALSE(EngineTokenizeBackoff::backs_off(EngineTokenizeResult::Backoff));
 }

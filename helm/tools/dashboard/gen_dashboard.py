@@ -129,6 +129,15 @@ panel("Overlap ratio p50 / p90", [(quantile(0.5, "kvroute_router_overlap_ratio")
                                   (quantile(0.9, "kvroute_router_overlap_ratio"), "p90")], "percentunit",
       minv=0, maxv=1, desc="Share of a request's blocks cached on the chosen worker.")
 
+panel("Requests by tokenization", [(rate("kvroute_router_tokenized_requests_total", "source"), "{{source}}")],
+      "reqps", stack=True,
+      desc="Where routed requests' token ids came from: client, local (tokenizer.models), engine (the worker's "
+           "POST /tokenize), placeholder (cache overlap approximate: see kvroute_router_tokenizer_fallbacks_total).")
+panel("Engine /tokenize calls by result", [(rate("kvroute_router_engine_tokenize_total", "result"), "{{result}}")],
+      "ops", stack=True, desc="tokenizer.remote round trips: ok, or why the request fell back to the placeholder.")
+panel("Engine /tokenize cache", [(rate("kvroute_router_engine_tokenize_cache_total", "result"), "{{result}}")],
+      "ops", stack=True, desc="Exact answers reused (hit) instead of a round trip (miss).")
+
 # ---- Scheduler ----
 row("Scheduler and workers")
 panel("Decisions by outcome", [(rate("kvroute_scheduler_decisions_total", "outcome"), "{{outcome}}")], "ops",

@@ -119,6 +119,9 @@ async function main() {
     }, null, { timeout: deadline });
     check(true, `the hit rate tile shows ${await tile(page, "hit rate")}`);
     await page.locator("#decisions li").first().waitFor({ timeout: deadline });
+    // The mockers' text prompts are tokenized by the workers' own /tokenize (no tokenizer.models).
+    const head = await page.locator("#decisions li .head").first().innerText();
+    check(/ tokens \(engine\) → worker /.test(head), `a decision says which tokenization it used: "${head}"`);
 
     // 4. A decision opens its explain, in words.
     await page.locator("#decisions li .head").first().click();

@@ -107,6 +107,8 @@ struct IndexerConfig {
   bool approximate = false;             // treat every worker as publishing no events
   uint32_t approx_ttl_ms = 120000;      // predicted blocks expire after this
   uint64_t approx_max_entries = 1000000;  // predicted (block, worker) entries kept
+  uint64_t max_blocks_per_worker = 1ull << 22;  // ceiling of blocks indexed per worker (all dp ranks)
+  double capacity_slack = 2.0;  // a worker may hold its declared KV capacity times this in the index
 };
 
 struct SchedulerConfig {
@@ -415,6 +417,15 @@ void for_each_key(C& c, F&& f) {
     c.indexer.approx_ttl_ms);
   f(KeyInfo{"indexer.approx_max_entries", "Predicted (block, worker) entries kept; oldest evicted first.", 1000, 1e10},
     c.indexer.approx_max_entries);
+  f(KeyInfo{"indexer.max_blocks_per_worker",
+            "Most blocks the exact index holds for one worker (all dp ranks); a worker that declares its KV "
+            "capacity gets capacity x indexer.capacity_slack if lower. Blocks beyond are refused.",
+            1000, 1e10},
+    c.indexer.max_blocks_per_worker);
+  f(KeyInfo{"indexer.capacity_slack",
+            "A worker may hold its declared KV capacity (scrape or heartbeat) times this many blocks in the index.",
+            1, 1000},
+    c.indexer.capacity_slack);
   // scheduler
   f(KeyInfo{"scheduler.alpha_balanced", "Weight of load deviation vs prefill cost when load is even.", 0, 1, !S, R},
     c.scheduler.alpha_balanced);

@@ -1,5 +1,7 @@
 #include "events/event_pipeline.h"
 
+#include <cmath>
+
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -452,6 +454,18 @@ void EventPipeline::drain() {
   drained_cv_.wait(lk, [&] { return applied_ >= target || stop_; });
 }
 
+void EventPipeline::refresh_block_limits() {
+  if (block_ceiling_ == 0) return;
+  std::vector<std::pair<WorkerId, uint64_t>> limits;
+  for (const auto& w : registry_.all()) {
+    const uint64_t declared = w.info->load.kv_total_blocks;
+    if (declared == 0) continue;
+    const double n = std::ceil(static_cast<double>(declared) * capacity_slack_);
+    limits.emplace_back(w.info->id, n >= static_cast<double>(block_ceiling_) ? block_ceiling_ : static_cast<uint64_t>(n));
+  }
+  index_.set_block_limits(limits, block_ceiling_);
+}
+
 void EventPipeline::writer_loop() {
   pthread_setname_np(pthread_self(), "kvroute-indexw");
   const Nanos ttl = std::chrono::milliseconds(cfg_.worker_ttl_ms);
@@ -491,6 +505,7 @@ void EventPipeline::writer_loop() {
         registry_.hold_heartbeats();
         stats_.expiry_held_ticks_total.fetch_add(1, std::memory_order_relaxed);
       }
+      refresh_block_limits();
       for (WorkerId w : registry_.expire(ttl)) {
         index_.remove_worker(w);
         stats_.workers_expired_total.fetch_add(1, std::memory_order_relaxed);

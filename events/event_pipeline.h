@@ -48,7 +48,7 @@ struct EventPipelineStats {
   std::atomic<uint64_t> queue_dropped_total{0};   // messages dropped because the queue was full
   std::array<std::atomic<uint64_t>, 7> rejected_total{};  // by DecodeError (index = enum value)
   // By event type (stored, removed, cleared = the KvEvent variant index) and ApplyResult.
-  std::array<std::array<std::atomic<uint64_t>, 4>, 3> applied_total{};
+  std::array<std::array<std::atomic<uint64_t>, kNumApplyResults>, 3> applied_total{};
   std::atomic<uint64_t> heartbeats_total{0};
   std::atomic<uint64_t> heartbeats_rejected_total{0};
   std::atomic<uint64_t> block_size_mismatch_total{0};  // heartbeats announcing another block size
@@ -122,6 +122,17 @@ class EventPipeline {
   // with the events queued before (a router-known worker left the fleet).
   void enqueue_remove_worker(WorkerId worker);
 
+  // Per-worker block limits, refreshed on the writer thread every expiry tick
+  // (<= 250 ms) from the registry: a worker that declares its KV capacity
+  // (scrape: vLLM num_gpu_blocks, SGLang max_total_num_tokens / page size;
+  // heartbeat: kv_total_blocks) may hold ceil(capacity x slack) blocks, at
+  // most `ceiling`; the others `ceiling` (indexer.max_blocks_per_worker,
+  // indexer.capacity_slack). Set before start().
+  void set_block_limit_policy(uint64_t ceiling, double slack) {
+    block_ceiling_ = ceiling;
+    capacity_slack_ = slack;
+  }
+
   // Blocks until every event queued before the call has been applied (tests, shutdown).
   void drain();
 
@@ -129,6 +140,7 @@ class EventPipeline {
 
  private:
   void writer_loop();
+  void refresh_block_limits();  // writer thread
   void resync_loop();
   struct ResyncBegin { CacheOwner owner; };
   struct InstanceSeen { WorkerId worker; uint64_t instance; };
@@ -171,6 +183,8 @@ class EventPipeline {
   std::vector<CacheOwner> resync_pending_;  // guarded by mu_
   // --- issue 15 (bus) ---
   EventSequencer* sequencer_ = nullptr;
+  uint64_t block_ceiling_ = 0;  // 0: no limits set (the index's default ceiling)
+  double capacity_slack_ = 2.0;
   uint64_t queued_bytes_ = 0;  // guarded by mu_
   struct ResyncPace {
     TimePoint next_allowed{};

@@ -52,7 +52,7 @@ struct SequencerCounters {
   // Events handed to the inner index, by type (kEventTypes order) and result
   // (ApplyResult order), dump events included.
   static constexpr const char* kEventTypes[3] = {"stored", "removed", "cleared"};
-  std::atomic<uint64_t> applied[3][4]{};
+  std::atomic<uint64_t> applied[3][kNumApplyResults]{};
   std::atomic<uint64_t> duplicates{0};
   std::atomic<uint64_t> gaps{0};
   std::atomic<uint64_t> restarts{0};
@@ -78,6 +78,9 @@ class EventSequencer final : public Indexer {
   OverlapScores find_matches(std::span<const LocalBlockHash> blocks) const override;
   void find_match_layers(std::span<const LocalBlockHash> blocks, MatchLayers& out) const override;
   IndexStats stats() const override { return inner_.stats(); }
+  void set_block_limits(const std::vector<std::pair<WorkerId, uint64_t>>& limits, uint64_t ceiling) override {
+    inner_.set_block_limits(limits, ceiling);
+  }
 
   // Writer thread. Replaces the owner's state with a full dump taken after
   // event `last_event_id`.

@@ -25,7 +25,9 @@ enum class ApplyResult : uint8_t {
   UnknownParent,  // stored event whose parent block this owner does not hold; rejected
   UnknownBlock,   // removed event naming a block the owner does not hold; ignored
   TooLarge,       // more blocks in one event than the index accepts; rejected
+  OverLimit,      // stored event past its worker's block limit: the blocks before it applied, the rest refused
 };
+inline constexpr size_t kNumApplyResults = 5;
 
 constexpr std::string_view to_string(ApplyResult r) {
   switch (r) {
@@ -33,6 +35,7 @@ constexpr std::string_view to_string(ApplyResult r) {
     case ApplyResult::UnknownParent: return "unknown_parent";
     case ApplyResult::UnknownBlock: return "unknown_block";
     case ApplyResult::TooLarge: return "too_large";
+    case ApplyResult::OverLimit: return "over_limit";
   }
   return "applied";
 }
@@ -108,6 +111,10 @@ class Indexer {
   }
   // Any thread.
   virtual IndexStats stats() const = 0;
+  // Writer thread: per-worker block limits (RadixIndexer::set_block_limits);
+  // an index without limits ignores them.
+  virtual void set_block_limits(const std::vector<std::pair<WorkerId, uint64_t>>& /*limits*/,
+                                uint64_t /*ceiling*/) {}
 };
 
 }  // namespace kvroute

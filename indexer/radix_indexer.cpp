@@ -24,23 +24,49 @@ RadixIndexer::~RadixIndexer() = default;
 // ---- arena -----------------------------------------------------------------
 
 RadixIndexer::NodeId RadixIndexer::alloc_node() {
-  NodeId id;
-  if (free_head_ != kNone) {
-    id = free_head_;
-    free_head_ = node(id).next_sibling;
+  // The lowest chunk with room, so that nodes pack into few chunks and a
+  // chunk emptied by clears is given back to the allocator (release below).
+  uint32_t c;
+  if (!open_chunks_.empty()) {
+    c = *open_chunks_.begin();
   } else {
-    id = fresh_++;
-    if ((id >> kChunkBits) == chunks_.size()) chunks_.emplace_back(new Node[size_t{1} << kChunkBits]);
+    c = static_cast<uint32_t>(chunks_.size());
+    chunks_.emplace_back();
+    chunk_state_.emplace_back();
+    open_chunks_.insert(c);
   }
+  if (!chunks_[c]) {
+    chunks_[c].reset(new Node[size_t{1} << kChunkBits]);
+    ++live_chunks_;
+  }
+  ChunkState& cs = chunk_state_[c];
+  NodeId id;
+  if (cs.free_head != kNone) {
+    id = cs.free_head;
+    cs.free_head = node(id).next_sibling;
+  } else {
+    id = (c << kChunkBits) | cs.fresh++;
+  }
+  if (++cs.live == (1u << kChunkBits)) open_chunks_.erase(c);
   node(id) = Node{0, 0, kNone, kNone, kNone, kNoOwner, 0};
   return id;
 }
 
 void RadixIndexer::free_node(NodeId id) {
+  const uint32_t c = id >> kChunkBits;
+  ChunkState& cs = chunk_state_[c];
   Node& n = node(id);
   n.owners = kNoOwner;
-  n.next_sibling = free_head_;
-  free_head_ = id;
+  n.next_sibling = cs.free_head;
+  cs.free_head = id;
+  if (cs.live-- == (1u << kChunkBits)) open_chunks_.insert(c);
+  if (cs.live == 0 && c != 0) {
+    // Nobody refers to a free node: the chunk's memory goes back (readers
+    // only reach nodes linked in the tree). Chunk 0 holds the root.
+    chunks_[c].reset();
+    cs = ChunkState{};
+    --live_chunks_;
+  }
 }
 
 // ---- children --------------------------------------------------------------
@@ -81,7 +107,7 @@ RadixIndexer::NodeId RadixIndexer::add_child(NodeId parent, uint64_t h) {
       m = static_cast<uint32_t>(child_maps_.size());
       child_maps_.emplace_back();
     }
-    child_maps_[m] = std::make_unique<FlatMap64<NodeId>>();
+    child_maps_[m] = std::make_unique<FlatMap64<NodeId>>(FlatMap64<NodeId>().grown().grown());  // 32 slots
     for (NodeId s = p.children; s != kNone;) {
       Node& sn = node(s);
       child_maps_[m]->put(sn.hash(), s);
@@ -91,7 +117,9 @@ RadixIndexer::NodeId RadixIndexer::add_child(NodeId parent, uint64_t h) {
     child_maps_[m]->put(h, c);
     p.children = m;
   } else {
-    child_maps_[p.children]->put(h, c);
+    FlatMap64<NodeId>& m = *child_maps_[p.children];
+    make_room(m);  // the new node is not linked yet: readers cannot see it meanwhile
+    m.put(h, c);
   }
   ++p.nchildren;
   return c;
@@ -101,7 +129,7 @@ void RadixIndexer::unlink_child(NodeId parent, NodeId c) {
   Node& p = node(parent);
   if (p.nchildren > kSmallChildren) {
     const uint32_t m = p.children;
-    child_maps_[m]->erase(node(c).hash());
+    child_maps_[m]->erase_no_shrink(node(c).hash());
     if (--p.nchildren == kSmallChildren) {
       // Demote back to a sibling list.
       NodeId head = kNone;
@@ -112,6 +140,8 @@ void RadixIndexer::unlink_child(NodeId parent, NodeId c) {
       p.children = head;
       child_maps_[m].reset();
       free_child_maps_.push_back(m);
+    } else {
+      shrink_if_sparse(*child_maps_[m]);
     }
     return;
   }
@@ -143,14 +173,55 @@ uint32_t RadixIndexer::intern(CacheOwner o) {
   }
   owners_[id] = std::make_unique<OwnerState>();
   owners_[id]->owner = o;
+  WorkerQuota& q = quotas_[o.worker];
+  ++q.owners;
+  owners_[id]->quota = &q;
   owner_ids_.emplace(o, id);
   return id;
 }
 
-void RadixIndexer::release_owner_id(uint32_t id) {
-  owner_ids_.erase(owners_[id]->owner);
-  owners_[id].reset();
+std::unique_ptr<RadixIndexer::OwnerState> RadixIndexer::release_owner_id(uint32_t id) {
+  std::unique_ptr<OwnerState> dead = std::move(owners_[id]);
+  owner_ids_.erase(dead->owner);
   free_ids_.push_back(id);
+  WorkerQuota& q = *dead->quota;
+  q.blocks -= dead->blocks.size();
+  if (--q.owners == 0 && q.limit == 0) quotas_.erase(dead->owner.worker);
+  dead->quota = nullptr;
+  {
+    // Its index is whole again (empty): a later store starts a new count.
+    std::lock_guard lk(capped_mu_);
+    if (capped_.erase(dead->owner)) capped_count_.store(capped_.size(), std::memory_order_relaxed);
+  }
+  return dead;
+}
+
+template <class V>
+void RadixIndexer::make_room(FlatMap64<V>& m) {
+  if (!m.needs_grow()) return;
+  if (!held_ || m.capacity() < kRehashOutsideLock) {
+    FlatMap64<V> bigger = m.grown();
+    m.swap(bigger);
+    return;
+  }
+  FlatMap64<V> bigger;
+  held_->unlocked([&] { bigger = m.grown(); });
+  m.swap(bigger);
+  held_->unlocked([&] { FlatMap64<V> old(std::move(bigger)); });
+}
+
+template <class V>
+void RadixIndexer::shrink_if_sparse(FlatMap64<V>& m) {
+  if (!m.wants_shrink()) return;
+  if (!held_ || m.capacity() < kRehashOutsideLock) {
+    FlatMap64<V> smaller = m.shrunk();
+    m.swap(smaller);
+    return;
+  }
+  FlatMap64<V> smaller;
+  held_->unlocked([&] { smaller = m.shrunk(); });
+  m.swap(smaller);
+  held_->unlocked([&] { FlatMap64<V> old(std::move(smaller)); });
 }
 
 RadixIndexer::Entry RadixIndexer::entry_of(const Node& n, uint32_t owner) const {
@@ -197,7 +268,10 @@ uint32_t RadixIndexer::owner_word_for(const std::vector<Entry>& v) {
   ol.hash = h;
   ol.refs = 1;
   ol.interned = !found;  // a different list owns this hash: stay private
-  if (ol.interned) list_index_.put(h, l);
+  if (ol.interned) {
+    make_room(list_index_);
+    list_index_.put(h, l);
+  }
   list_heap_bytes_ += list_bytes(v.size());
   return kListBit | l;
 }
@@ -207,11 +281,13 @@ void RadixIndexer::release_word(uint32_t word) {
   const uint32_t l = word & ~kListBit;
   OwnerList& ol = lists_[l];
   if (--ol.refs > 0) return;
-  if (ol.interned) list_index_.erase(ol.hash);
+  const bool interned = ol.interned;
+  if (interned) list_index_.erase_no_shrink(ol.hash);
   list_heap_bytes_ -= list_bytes(ol.body->entries.size());
   ol.body.reset();  // readers holding it keep it alive
   ol.interned = false;
   free_lists_.push_back(l);
+  if (interned) shrink_if_sparse(list_index_);
 }
 
 void RadixIndexer::add_owner(Node& n, uint32_t owner, StorageTier tier) {
@@ -260,7 +336,7 @@ bool RadixIndexer::drop_owner(Node& n, uint32_t owner) {
 
 bool RadixIndexer::unref(OwnerState& os, uint32_t id, NodeId n) {
   if (uint32_t* extra = os.aliases.find(n)) {
-    if (--*extra == 0) os.aliases.erase(n);
+    if (--*extra == 0) os.aliases.erase_no_shrink(n);
     return false;
   }
   drop_owner(node(n), id);
@@ -284,7 +360,10 @@ void RadixIndexer::prune(NodeId id, std::vector<NodeId>* freed) {
 
 RadixIndexer::WriteLock::WriteLock(const RadixIndexer& idx) : idx_(idx), lk_(idx.mu_, std::defer_lock) {
   lock();
+  idx_.held_ = this;
 }
+
+RadixIndexer::WriteLock::~WriteLock() { idx_.held_ = nullptr; }
 
 void RadixIndexer::WriteLock::lock() {
   // glibc's rwlock prefers readers: hold new readers off while waiting, or a
@@ -316,43 +395,7 @@ void RadixIndexer::WriteLock::handoff() {
 }
 
 ApplyResult RadixIndexer::apply(const KvEvent& event) {
-  if (const auto* st = std::get_if<KvStored>(&event.data)) {
-    if (st->blocks.size() > kMaxBlocksPerEvent) return ApplyResult::TooLarge;
-    WriteLock lk(*this);
-    const uint32_t id = intern(event.owner);
-    if (id == kNone) return ApplyResult::TooLarge;  // more than kMaxOwners owners
-    OwnerState& os = *owners_[id];
-    NodeId parent = kRoot;
-    if (st->parent) {
-      const NodeId* p = os.blocks.find(st->parent->value);
-      if (!p) {
-        if (os.blocks.size() == 0) release_owner_id(id);  // do not keep an empty owner
-        return ApplyResult::UnknownParent;
-      }
-      parent = *p;
-    }
-    for (const auto& b : st->blocks) {
-      const NodeId n = add_child(parent, b.tokens_hash.value);
-      NodeId* old = os.blocks.find(b.block_hash.value);
-      if (old && *old != n) {
-        // The engine reused a block id for other content: forget the old one.
-        const NodeId stale = *old;
-        os.blocks.erase(b.block_hash.value);
-        if (unref(os, id, stale)) prune(stale);
-        old = nullptr;
-      }
-      if (!old && holds(node(n), id)) {
-        // A second block id for a node this owner already holds is an alias.
-        uint32_t* extra = os.aliases.find(n);
-        os.aliases.put(n, extra ? *extra + 1 : 1);
-      }
-      add_owner(node(n), id, event.tier);
-      os.blocks.put(b.block_hash.value, n);
-      parent = n;
-      lk.step();  // may let readers in: `parent` and `os` stay valid
-    }
-    return ApplyResult::Applied;
-  }
+  if (const auto* st = std::get_if<KvStored>(&event.data)) return apply_stored(event, *st);
   if (const auto* rm = std::get_if<KvRemoved>(&event.data)) {
     if (rm->block_hashes.size() > kMaxBlocksPerEvent) return ApplyResult::TooLarge;
     // owner_ids_ and owner states change only on this thread: read unlocked.
@@ -361,23 +404,115 @@ ApplyResult RadixIndexer::apply(const KvEvent& event) {
     const uint32_t id = it->second;
     OwnerState& os = *owners_[id];
     bool missing = false;
-    WriteLock lk(*this);
-    for (SequenceHash h : rm->block_hashes) {
-      lk.step();
-      const NodeId* p = os.blocks.find(h.value);
-      if (!p) {
-        missing = true;
-        continue;
+    std::unique_ptr<OwnerState> dead;  // destroyed after the hold
+    {
+      WriteLock lk(*this);
+      for (SequenceHash h : rm->block_hashes) {
+        lk.step();
+        const NodeId* p = os.blocks.find(h.value);
+        if (!p) {
+          missing = true;
+          continue;
+        }
+        const NodeId n = *p;
+        os.blocks.erase_no_shrink(h.value);
+        --os.quota->blocks;
+        if (unref(os, id, n)) prune(n);
       }
-      const NodeId n = *p;
-      os.blocks.erase(h.value);
-      if (unref(os, id, n)) prune(n);
+      if (os.blocks.size() == 0) {
+        dead = release_owner_id(id);
+      } else {
+        shrink_if_sparse(os.blocks);
+        shrink_if_sparse(os.aliases);
+      }
     }
-    if (os.blocks.size() == 0) release_owner_id(id);
     return missing ? ApplyResult::UnknownBlock : ApplyResult::Applied;
   }
   clear_owner(event.owner);
   return ApplyResult::Applied;
+}
+
+ApplyResult RadixIndexer::apply_stored(const KvEvent& event, const KvStored& st) {
+  if (st.blocks.size() > kMaxBlocksPerEvent) return ApplyResult::TooLarge;
+  std::unique_ptr<OwnerState> dead;  // destroyed after the hold
+  WriteLock lk(*this);
+  const uint32_t id = intern(event.owner);
+  if (id == kNone) return ApplyResult::TooLarge;  // more than kMaxOwners owners
+  OwnerState& os = *owners_[id];
+  WorkerQuota& quota = *os.quota;
+  const uint64_t limit = quota.limit ? quota.limit : default_block_limit_;
+  NodeId parent = kRoot;
+  if (st.parent) {
+    const NodeId* p = os.blocks.find(st.parent->value);
+    if (!p) {
+      if (os.blocks.size() == 0) dead = release_owner_id(id);  // do not keep an empty owner
+      return ApplyResult::UnknownParent;
+    }
+    parent = *p;
+  }
+  ApplyResult result = ApplyResult::Applied;
+  for (size_t i = 0; i < st.blocks.size(); ++i) {
+    const auto& b = st.blocks[i];
+    NodeId* old = os.blocks.find(b.block_hash.value);
+    if (!old && quota.blocks >= limit) {
+      // Over the worker's declared capacity (with slack) or the ceiling: the
+      // rest of the chain is refused; the owner's index is partial.
+      refuse_over_limit(event.owner, st.blocks.size() - i);
+      result = ApplyResult::OverLimit;
+      break;
+    }
+    NodeId n = add_child(parent, b.tokens_hash.value);
+    if (old && *old != n) {
+      // The engine reused a block id for other content: forget the old one.
+      // Pruning it may free `n` too (an unowned interior node whose only
+      // child was the stale one): look it up again.
+      const NodeId stale = *old;
+      os.blocks.erase_no_shrink(b.block_hash.value);
+      --quota.blocks;
+      if (unref(os, id, stale)) {
+        prune(stale);
+        n = add_child(parent, b.tokens_hash.value);
+      }
+      old = nullptr;
+    }
+    if (!old && holds(node(n), id)) {
+      // A second block id for a node this owner already holds is an alias.
+      const uint32_t* extra = os.aliases.find(n);
+      const uint32_t count = extra ? *extra + 1 : 1;
+      make_room(os.aliases);
+      os.aliases.put(n, count);
+    }
+    add_owner(node(n), id, event.tier);
+    make_room(os.blocks);
+    if (os.blocks.put(b.block_hash.value, n)) ++quota.blocks;
+    parent = n;
+    lk.step();  // may let readers in: `parent` and `os` stay valid
+  }
+  if (os.blocks.size() == 0) dead = release_owner_id(id);
+  return result;
+}
+
+void RadixIndexer::refuse_over_limit(CacheOwner owner, uint64_t blocks) {
+  blocks_refused_.fetch_add(blocks, std::memory_order_relaxed);
+  std::lock_guard lk(capped_mu_);
+  if (capped_.insert(owner).second) capped_count_.store(capped_.size(), std::memory_order_relaxed);
+}
+
+void RadixIndexer::set_block_limits(const std::vector<std::pair<WorkerId, uint64_t>>& limits, uint64_t ceiling) {
+  default_block_limit_ = std::max<uint64_t>(ceiling, 1);
+  for (auto& [w, q] : quotas_) q.limit = 0;
+  for (const auto& [w, n] : limits) {
+    WorkerQuota& q = quotas_[w];
+    q.limit = n ? std::min(n, default_block_limit_) : 0;
+  }
+  // Workers with no owner and no limit of their own need no entry.
+  for (auto it = quotas_.begin(); it != quotas_.end();)
+    it = it->second.limit == 0 && it->second.owners == 0 ? quotas_.erase(it) : std::next(it);
+}
+
+bool RadixIndexer::is_capped(CacheOwner owner) const {
+  std::lock_guard lk(capped_mu_);
+  return capped_.count(owner) > 0;
 }
 
 void RadixIndexer::clear_owner_impl(uint32_t id) {
@@ -394,6 +529,7 @@ void RadixIndexer::clear_owner_impl(uint32_t id) {
   nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());  // aliases
   std::vector<NodeId> freed;
   std::vector<char> gone(nodes.size(), 0);
+  std::unique_ptr<OwnerState> dead;  // destroyed after the hold (its maps may be large)
   WriteLock lk(*this);
   for (NodeId n : nodes) {
     drop_owner(node(n), id);
@@ -413,7 +549,7 @@ void RadixIndexer::clear_owner_impl(uint32_t id) {
     }
     lk.step();
   }
-  release_owner_id(id);
+  dead = release_owner_id(id);
 }
 
 void RadixIndexer::clear_owner(CacheOwner owner) {
@@ -634,7 +770,8 @@ IndexStats RadixIndexer::stats() const {
   s.entries = entries_;
   // Allocated memory (malloc headers excluded): arena chunks, owner lists,
   // child maps, per-owner maps, owner table.
-  s.bytes = chunks_.size() * (sizeof(Node) << kChunkBits) + lists_.capacity() * sizeof(OwnerList) +
+  s.bytes = live_chunks_ * (sizeof(Node) << kChunkBits) + chunks_.capacity() * sizeof(void*) +
+            chunk_state_.capacity() * sizeof(ChunkState) + lists_.capacity() * sizeof(OwnerList) +
             list_heap_bytes_ + list_index_.bytes() + child_maps_.capacity() * sizeof(void*) +
             owners_.capacity() * sizeof(void*) + owner_ids_.size() * 48;
   for (const auto& m : child_maps_)

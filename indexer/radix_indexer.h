@@ -25,9 +25,11 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <shared_mutex>
 #include <span>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "indexer/flat_map.h"
@@ -66,6 +68,18 @@ class RadixIndexer final : public Indexer {
   // mixed tiers, fall back to find_matches (all owners in `extra`).
   void find_match_layers(std::span<const LocalBlockHash> blocks, MatchLayers& out) const override;
   IndexStats stats() const override;
+  // Writer thread. The most blocks each listed worker may hold (all its dp
+  // ranks together; 0 = no limit of its own), and the ceiling for every
+  // worker (also the limit of workers not listed). Blocks of a stored event
+  // beyond its worker's limit are refused (ApplyResult::OverLimit, counted in
+  // blocks_refused()) and its owner is capped (partial) until it is cleared.
+  void set_block_limits(const std::vector<std::pair<WorkerId, uint64_t>>& limits, uint64_t ceiling) override;
+  // Any thread: the owner had blocks refused since it was last empty.
+  bool is_capped(CacheOwner owner) const;
+  uint64_t capped_owners() const { return capped_count_.load(std::memory_order_relaxed); }
+  uint64_t blocks_refused() const { return blocks_refused_.load(std::memory_order_relaxed); }
+  // Default ceiling of blocks per worker before set_block_limits is called.
+  static constexpr uint64_t kDefaultBlockLimit = uint64_t{1} << 22;
   // Any thread. Index entries held by each worker (all dp ranks summed),
   // sorted by worker id; O(owners). For the status page (router/status.h).
   std::vector<std::pair<WorkerId, uint64_t>> entries_by_worker() const;
@@ -98,8 +112,15 @@ class RadixIndexer final : public Indexer {
   };
   static_assert(sizeof(Node) == 28);
 
+  // Blocks held per worker (all its owners), against its limit. Writer only.
+  struct WorkerQuota {
+    uint64_t blocks = 0;
+    uint64_t limit = 0;   // 0: default_block_limit_
+    uint32_t owners = 0;  // OwnerStates pointing here
+  };
   struct OwnerState {
     CacheOwner owner;
+    WorkerQuota* quota = nullptr;  // in quotas_ (node-based: the address is stable)
     FlatMap64<NodeId> blocks;  // block_hash -> node
     // Nodes this owner reaches through more than one block_hash (an engine
     // that names the same content under the same parent twice): node id ->
@@ -126,7 +147,9 @@ class RadixIndexer final : public Indexer {
   void unlink_child(NodeId parent, NodeId c);
 
   uint32_t intern(CacheOwner o);
-  void release_owner_id(uint32_t id);
+  // Frees the owner's dense id; returns its state so that the caller can
+  // destroy it (its maps may be large) after the exclusive hold.
+  std::unique_ptr<OwnerState> release_owner_id(uint32_t id);
   bool holds(const Node& n, uint32_t owner) const;
   void add_owner(Node& n, uint32_t owner, StorageTier tier);
   bool drop_owner(Node& n, uint32_t owner);  // true if the owner was there
@@ -136,13 +159,28 @@ class RadixIndexer final : public Indexer {
   // records freed nodes in `freed` if given.
   void prune(NodeId n, std::vector<NodeId>* freed = nullptr);
   void clear_owner_impl(uint32_t id);
+  ApplyResult apply_stored(const KvEvent& event, const KvStored& st);
+  void refuse_over_limit(CacheOwner owner, uint64_t blocks);
 
   // The writer's exclusive hold on mu_, handed over to queued readers
   // between chunks of work. Writer thread only.
   class WriteLock {
    public:
     explicit WriteLock(const RadixIndexer& idx);
+    ~WriteLock();
+    WriteLock(const WriteLock&) = delete;
+    WriteLock& operator=(const WriteLock&) = delete;
     void step();  // one unit of work (a block) done
+    // Runs f() with the lock released (readers go on meanwhile; only this
+    // thread mutates, so everything the caller holds stays valid), then
+    // takes it again.
+    template <class F>
+    void unlocked(F&& f) {
+      lk_.unlock();
+      f();
+      lock();
+    }
+
    private:
     void lock();
     void handoff();
@@ -151,6 +189,20 @@ class RadixIndexer final : public Indexer {
     uint32_t ops_ = 0;
     std::chrono::steady_clock::time_point since_;
   };
+  // The writer's current hold, if any (set by WriteLock): lets helpers deep
+  // in a mutation do expensive work outside it. Writer thread only.
+  mutable WriteLock* held_ = nullptr;
+  // Maps at least this big (slots) are grown and shrunk outside the
+  // exclusive hold: a rehash of 4,096 slots costs ~20 us, the hold budget.
+  static constexpr size_t kRehashOutsideLock = 4096;
+  // Grows `m` if one more put() would: the bigger copy is built with the
+  // lock released (readers may read `m` meanwhile; both only read), swapped
+  // in under it, and the old table freed outside it again.
+  template <class V>
+  void make_room(FlatMap64<V>& m);
+  // Shrinks `m` the same way when it has become sparse.
+  template <class V>
+  void shrink_if_sparse(FlatMap64<V>& m);
   void lock_for_read() const;  // mu_ shared, announced in readers_waiting_
   // Readers about to take mu_ (incremented before, decremented after).
   mutable std::atomic<uint32_t> readers_waiting_{0};
@@ -158,9 +210,17 @@ class RadixIndexer final : public Indexer {
   mutable std::atomic<bool> writer_waiting_{false};
 
   mutable std::shared_mutex mu_;
+  // Arena chunks; null = given back (every node of it free). Per chunk: live
+  // nodes, the next never-used slot, its free list (through next_sibling).
+  struct ChunkState {
+    uint32_t live = 0;
+    uint32_t fresh = 0;
+    NodeId free_head = kNone;
+  };
   std::vector<std::unique_ptr<Node[]>> chunks_;
-  uint32_t fresh_ = 0;        // next never-used node id
-  NodeId free_head_ = kNone;  // free list through next_sibling
+  std::vector<ChunkState> chunk_state_;
+  std::set<uint32_t> open_chunks_;  // chunks with a free slot (allocated or not), lowest first
+  uint64_t live_chunks_ = 0;        // chunks_ entries not null
   // A list's content, shared with readers of find_match_layers (who may keep
   // it past the lock): never modified once made.
   struct ListBody : OwnerSet {
@@ -187,6 +247,12 @@ class RadixIndexer final : public Indexer {
   std::vector<std::unique_ptr<FlatMap64<NodeId>>> child_maps_;  // big fan-out nodes
   std::vector<uint32_t> free_child_maps_;
 
+  std::unordered_map<WorkerId, WorkerQuota> quotas_;  // writer only
+  uint64_t default_block_limit_ = kDefaultBlockLimit;
+  mutable std::mutex capped_mu_;
+  std::unordered_set<CacheOwner> capped_;  // guarded by capped_mu_
+  std::atomic<uint64_t> capped_count_{0};
+  std::atomic<uint64_t> blocks_refused_{0};
   std::unordered_map<CacheOwner, uint32_t> owner_ids_;
   std::vector<std::unique_ptr<OwnerState>> owners_;  // by dense id; null = free
   std::vector<uint32_t> free_ids_;

@@ -64,7 +64,7 @@ struct ConfigSources {
 // Metrics of modules that keep plain atomic counters (events, indexer,
 // admin): rendered at scrape time in the exposition format.
 void render_module_metrics(std::string& out, const EventPipelineStats& st, const EventSequencer& seq,
-                           const Indexer& index, const ApproxIndexer& approx, const AdminStats& admin,
+                           const RadixIndexer& index, const ApproxIndexer& approx, const AdminStats& admin,
                            const NatsBus* bus) {
   auto head = [&](std::string_view name, std::string_view type, std::string_view help) {
     out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
@@ -114,10 +114,15 @@ void render_module_metrics(std::string& out, const EventPipelineStats& st, const
   line("kvroute_indexer_resyncs_total", "{result=\"requested\"}", st.resync_requests_total.load());
   line("kvroute_indexer_resyncs_total", "{result=\"failed\"}", st.resync_failures_total.load());
   line("kvroute_indexer_resyncs_total", "{result=\"applied\"}", st.resync_applied_total.load());
+  head("kvroute_indexer_blocks_refused_total", "counter", "stored blocks refused, by reason");
+  line("kvroute_indexer_blocks_refused_total", "{reason=\"worker_limit\"}", index.blocks_refused());
   const auto is = index.stats();
   const auto as = approx.stats();
   head("kvroute_indexer_stale_owners", "gauge", "cache owners whose entries are not trusted until a resync");
   line("kvroute_indexer_stale_owners", "", sq.stale_owners.load());
+  head("kvroute_indexer_capped_owners", "gauge",
+       "cache owners that had blocks refused over their worker's limit (index partial until cleared)");
+  line("kvroute_indexer_capped_owners", "", index.capped_owners());
   head("kvroute_indexer_blocks", "gauge", "distinct blocks in the index, by mode");
   line("kvroute_indexer_blocks", "{mode=\"exact\"}", is.blocks);
   line("kvroute_indexer_blocks", "{mode=\"approximate\"}", as.blocks);
@@ -407,6 +412,7 @@ int main(int argc, char** argv) {
   EventPipeline pipeline(cfg.events, cfg.indexer.block_size, index, registry, clock);
   sequencer.set_resync_callback([&](CacheOwner owner) { pipeline.request_resync(owner); });
   pipeline.set_sequencer(&sequencer);  // dumps, resync marks, worker instances (issue 15)
+  pipeline.set_block_limit_policy(cfg.indexer.max_blocks_per_worker, cfg.indexer.capacity_slack);
   if (bus) {
     if (!pipeline.start(*bus, &err)) {
       std::fprintf(stderr, "kvroute: %s\n", err.c_str());
@@ -569,7 +575,9 @@ int main(int argc, char** argv) {
   fleet_sources.salt_blind = [&](WorkerId w) { return salts.salt_blind(w); };
   admin.set_salt_blind([&](WorkerId w) { return salts.salt_blind(w); });
   // Partial index: NATS events lost (the sequencer awaits a resync) or a ZMQ gap replay could not cover.
-  fleet_sources.partial_index = [&](CacheOwner o) { return sequencer.is_stale(o) || zmq.is_partial(o); };
+  fleet_sources.partial_index = [&](CacheOwner o) {
+    return sequencer.is_stale(o) || zmq.is_partial(o) || radix.is_capped(o);
+  };
   fleet_sources.worker_tokens = [&](WorkerId w) {
     auto t = router_metrics.worker_tokens(w.value);
     return std::pair<uint64_t, uint64_t>{t.prompt.value(), t.cached.value()};

@@ -49,6 +49,9 @@ class MergedIndex final : public Indexer {
     out.extra.insert(out.extra.end(), predicted.owners.begin(), predicted.owners.end());
   }
   IndexStats stats() const override { return exact_.stats(); }
+  void set_block_limits(const std::vector<std::pair<WorkerId, uint64_t>>& limits, uint64_t ceiling) override {
+    exact_.set_block_limits(limits, ceiling);
+  }
 
  private:
   Indexer& exact_;

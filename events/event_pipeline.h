@@ -62,6 +62,7 @@ struct EventPipelineStats {
   std::atomic<uint64_t> unknown_worker_events_total{0};  // events dropped: the worker is not known
   std::atomic<uint64_t> queued_bytes{0};                 // gauge: bytes of decoded events queued
   std::atomic<uint64_t> queue_dropped_bytes_total{0};    // of the dropped messages
+  std::atomic<uint64_t> queue_worker_dropped_total{0};   // messages dropped: their worker's share was full
   // Heartbeat rejections by reason: DecodeError values 1..6, then kHeartbeatMissingUrl.
   static constexpr size_t kHeartbeatMissingUrl = 7;
   std::array<std::atomic<uint64_t>, 8> heartbeats_rejected_by_reason{};
@@ -151,6 +152,7 @@ class EventPipeline {
   bool drop_unknown_workers(std::vector<KvEvent>& events);
   void note_instance(WorkerId worker, uint64_t instance, bool joined, uint32_t dp_size, bool publishes);
   static size_t item_bytes(const QueueItem& item);
+  static WorkerId item_worker(const QueueItem& item);
 
   const EventsConfig cfg_;
   const uint32_t block_size_;
@@ -163,8 +165,20 @@ class EventPipeline {
   std::mutex mu_;
   std::condition_variable cv_;
   std::condition_variable drained_cv_;
-  std::deque<QueueItem> queue_;  // one entry per NATS message or dump
-  uint64_t pushed_ = 0, applied_ = 0;      // messages, for drain()
+  // One queue per worker (an entry per NATS message, ZMQ batch, dump or
+  // control item of that worker, in arrival order), served round-robin one
+  // entry at a time: a worker with a deep backlog delays another worker's
+  // next entry by at most one of its own entries. Guarded by mu_.
+  struct WorkerQueue {
+    std::deque<std::pair<uint64_t, QueueItem>> items;  // (push number, item)
+    uint64_t bytes = 0;        // item_bytes of its event batches
+    uint64_t batches = 0;      // its event batches
+  };
+  std::unordered_map<WorkerId, WorkerQueue> queues_;
+  std::deque<WorkerId> ready_;         // workers with queued items, in turn order
+  size_t queued_items_ = 0;            // event batches queued, all workers
+  std::set<uint64_t> outstanding_;     // push numbers not yet applied, for drain()
+  uint64_t pushed_ = 0;                // push numbers handed out
   bool stop_ = false;
   std::thread writer_;
 

@@ -62,6 +62,7 @@ struct EventsConfig {
   uint32_t resync_backoff_ms = 500;     // least time between two dumps of one worker; doubles per dump
   uint32_t resync_backoff_max_ms = 30000;  // ceiling of that backoff
   uint64_t queue_capacity_bytes = 256ull << 20;  // decoded events waiting for the writer, by bytes
+  double queue_worker_share = 0.25;     // fraction of both queue bounds one worker may fill
   std::string nats_user;                // user/password authentication
   std::string nats_password;
   std::string nats_token;               // token authentication
@@ -351,6 +352,11 @@ void for_each_key(C& c, F&& f) {
   f(KeyInfo{"events.queue_capacity_bytes", "Bytes of decoded events queued for the index writer; beyond, dropped.",
             1 << 20, 1ull << 40},
     c.events.queue_capacity_bytes);
+  f(KeyInfo{"events.queue_worker_share",
+            "Fraction of events.queue_capacity and events.queue_capacity_bytes one worker's queued events may fill; "
+            "beyond, that worker's messages are dropped (a gap, resynced), never another worker's.",
+            0.01, 1},
+    c.events.queue_worker_share);
   f(KeyInfo{"events.nats_user", "NATS user (with events.nats_password).", 0, 0, S}, c.events.nats_user);
   f(KeyInfo{"events.nats_password", "NATS password.", 0, 0, S}, c.events.nats_password);
   f(KeyInfo{"events.nats_token", "NATS authentication token.", 0, 0, S}, c.events.nats_token);

@@ -237,18 +237,44 @@ size_t EventPipeline::item_bytes(const QueueItem& item) {
 bool EventPipeline::push_item(QueueItem item) {
   const bool bounded = std::holds_alternative<std::vector<KvEvent>>(item);
   const size_t bytes = item_bytes(item);
+  const WorkerId worker = item_worker(item);
   {
     std::lock_guard lk(mu_);
-    if (bounded && !queue_.empty() &&
-        (queue_.size() >= cfg_.queue_capacity || queued_bytes_ + bytes > cfg_.queue_capacity_bytes))
+    WorkerQueue& q = queues_[worker];
+    if (bounded && queued_items_ > 0 &&
+        (queued_items_ >= cfg_.queue_capacity || queued_bytes_ + bytes > cfg_.queue_capacity_bytes)) {
+      if (q.items.empty()) queues_.erase(worker);
       return false;
+    }
+    // One worker may fill at most its share of the queue: a flooding worker
+    // loses its own events, never the others'.
+    if (bounded && q.batches > 0 &&
+        (static_cast<double>(q.batches + 1) > cfg_.queue_worker_share * cfg_.queue_capacity ||
+         static_cast<double>(q.bytes + bytes) > cfg_.queue_worker_share * static_cast<double>(cfg_.queue_capacity_bytes))) {
+      stats_.queue_worker_dropped_total.fetch_add(1, std::memory_order_relaxed);
+      return false;
+    }
     queued_bytes_ += bytes;
     stats_.queued_bytes.store(queued_bytes_, std::memory_order_relaxed);
-    queue_.push_back(std::move(item));
-    ++pushed_;
+    if (bounded) {
+      q.bytes += bytes;
+      ++q.batches;
+      ++queued_items_;
+    }
+    if (q.items.empty()) ready_.push_back(worker);
+    q.items.emplace_back(pushed_, std::move(item));
+    outstanding_.insert(pushed_++);
   }
   cv_.notify_one();
   return true;
+}
+
+WorkerId EventPipeline::item_worker(const QueueItem& item) {
+  if (const auto* b = std::get_if<std::vector<KvEvent>>(&item)) return b->empty() ? WorkerId{0} : b->front().owner.worker;
+  if (const auto* d = std::get_if<ResyncDump>(&item)) return d->owner.worker;
+  if (const auto* r = std::get_if<RemoveWorker>(&item)) return r->worker;
+  if (const auto* b = std::get_if<ResyncBegin>(&item)) return b->owner.worker;
+  return std::get<InstanceSeen>(item).worker;
 }
 
 void EventPipeline::apply_control(QueueItem& item) {
@@ -451,7 +477,7 @@ void EventPipeline::enqueue_remove_worker(WorkerId worker) {
 void EventPipeline::drain() {
   std::unique_lock lk(mu_);
   const uint64_t target = pushed_;
-  drained_cv_.wait(lk, [&] { return applied_ >= target || stop_; });
+  drained_cv_.wait(lk, [&] { return outstanding_.empty() || *outstanding_.begin() >= target || stop_; });
 }
 
 void EventPipeline::refresh_block_limits() {
@@ -475,10 +501,23 @@ void EventPipeline::writer_loop() {
   auto next_expiry = std::chrono::steady_clock::now() + tick;
   std::unique_lock lk(mu_);
   while (!stop_) {
-    cv_.wait_until(lk, next_expiry, [&] { return stop_ || !queue_.empty(); });
-    while (!queue_.empty()) {
-      auto item = std::move(queue_.front());
-      queue_.pop_front();
+    cv_.wait_until(lk, next_expiry, [&] { return stop_ || !ready_.empty(); });
+    while (!ready_.empty()) {
+      // The next worker in turn gives one entry, then goes to the back.
+      const WorkerId worker = ready_.front();
+      ready_.pop_front();
+      WorkerQueue& q = queues_[worker];
+      auto [number, item] = std::move(q.items.front());
+      q.items.pop_front();
+      const bool bounded = std::holds_alternative<std::vector<KvEvent>>(item);
+      const size_t bytes = item_bytes(item);
+      if (bounded) {
+        q.bytes -= bytes;
+        --q.batches;
+        --queued_items_;
+      }
+      if (!q.items.empty()) ready_.push_back(worker);
+      else queues_.erase(worker);
       lk.unlock();
       if (auto* batch = std::get_if<std::vector<KvEvent>>(&item)) {
         // KV events feed cache knowledge, never liveness: no registry update here.
@@ -490,9 +529,9 @@ void EventPipeline::writer_loop() {
         apply_control(item);
       }
       lk.lock();
-      queued_bytes_ -= item_bytes(item);
+      queued_bytes_ -= bytes;
       stats_.queued_bytes.store(queued_bytes_, std::memory_order_relaxed);
-      ++applied_;
+      outstanding_.erase(number);
       drained_cv_.notify_all();
     }
     if (std::chrono::steady_clock::now() >= next_expiry) {

@@ -63,6 +63,7 @@ struct EventPipelineStats {
   std::atomic<uint64_t> unknown_worker_events_total{0};  // events dropped: the worker is not known
   std::atomic<uint64_t> queued_bytes{0};                 // gauge: bytes of decoded events queued
   std::atomic<uint64_t> queue_dropped_bytes_total{0};    // of the dropped messages
+  std::atomic<uint64_t> queue_worker_dropped_total{0};   // messages dropped: their worker's share was full
   // Heartbeat rejections by reason: DecodeError values 1..6, then the
   // pipeline's own (a missing URL; and the trust rules: a URL outside
   // events.worker_url_allow, a known worker's URL changed by a heartbeat,
@@ -159,6 +160,7 @@ class EventPipeline {
   void note_instance(WorkerId worker, uint64_t instance, bool joined, uint32_t dp_size, bool publishes);
   void reject_heartbeat(size_t reason, WorkerId worker, std::string_view url);
   static size_t item_bytes(const QueueItem& item);
+  static WorkerId item_worker(const QueueItem& item);
 
   const EventsConfig cfg_;
   const UrlAllowList url_allow_;  // events.worker_url_allow (validated with the config)
@@ -172,8 +174,20 @@ class EventPipeline {
   std::mutex mu_;
   std::condition_variable cv_;
   std::condition_variable drained_cv_;
-  std::deque<QueueItem> queue_;  // one entry per NATS message or dump
-  uint64_t pushed_ = 0, applied_ = 0;      // messages, for drain()
+  // One queue per worker (an entry per NATS message, ZMQ batch, dump or
+  // control item of that worker, in arrival order), served round-robin one
+  // entry at a time: a worker with a deep backlog delays another worker's
+  // next entry by at most one of its own entries. Guarded by mu_.
+  struct WorkerQueue {
+    std::deque<std::pair<uint64_t, QueueItem>> items;  // (push number, item)
+    uint64_t bytes = 0;        // item_bytes of its event batches
+    uint64_t batches = 0;      // its event batches
+  };
+  std::unordered_map<WorkerId, WorkerQueue> queues_;
+  std::deque<WorkerId> ready_;         // workers with queued items, in turn order
+  size_t queued_items_ = 0;            // event batches queued, all workers
+  std::set<uint64_t> outstanding_;     // push numbers not yet applied, for drain()
+  uint64_t pushed_ = 0;                // push numbers handed out
   bool stop_ = false;
   std::thread writer_;
 

@@ -134,7 +134,6 @@ struct ZmqEventSource::Impl {
     uint32_t backoff_ms = 0;
     uint32_t failures = 0;              // failed replays of the current gap
     bool gap_counted = false;
-    bool partial = false;
     VllmGroupState groups;
     // The last applied batch: a gap's replay starts one before it, and a
     // different payload there means a new engine incarnation whose seq

@@ -37,6 +37,18 @@
 //                                 restarted engine is noticed without traffic)
 //   a payload that does not decode, or a sink that refuses a batch
 //                              -> counted; the owner is partial.
+//   the SUB loses its connection (monitor: disconnected, handshake failed;
+//     libzmq never reconnects after a frame over ZMQ_MAXMSGSIZE)
+//                              -> the owner is partial (behind) at once; the
+//                                 socket is made anew after a backoff; a
+//                                 replay from the last applied batch that
+//                                 finds it unchanged clears the mark
+//   frames held per worker (live awaiting a replay + replay answers) over
+//     zmq.max_held_bytes       -> dropped, counted, the owner behind; asked
+//                                 for again by the next replay
+// No socket sets ZMQ_IMMEDIATE: with it libzmq drops a pipe mid-message at a
+// disconnect and the next read asserts (libzmq #3663); a replay socket whose
+// request failed is made anew instead (stale requests and cut answers go).
 // KV events feed cache knowledge only: nothing here touches liveness.
 //
 // Threading: one thread, "kvroute-zmq", owns every socket and all publisher

@@ -159,6 +159,9 @@ void render_bus_metrics(std::string& out, const EventPipeline& pipeline, const E
                      st.resync_chunk_retries_total.load());
   head("kvroute_events_queue_dropped_bytes_total", "counter", "bytes of kv_events messages dropped on a full queue");
   out += fmt::format("kvroute_events_queue_dropped_bytes_total {}\n", st.queue_dropped_bytes_total.load());
+  head("kvroute_events_queue_worker_dropped_total", "counter",
+       "kv_events messages dropped because their worker filled its share of the queue (events.queue_worker_share)");
+  out += fmt::format("kvroute_events_queue_worker_dropped_total {}\n", st.queue_worker_dropped_total.load());
   head("kvroute_events_queue_bytes", "gauge", "bytes of decoded events waiting for the index writer");
   out += fmt::format("kvroute_events_queue_bytes {}\n", st.queued_bytes.load());
   head("kvroute_indexer_events_discarded_total", "counter",

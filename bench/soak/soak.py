@@ -2,7 +2,11 @@
 for the processes. Errors are counted by kind; a stream cut because its
 worker was killed after the first byte ends with an OpenAI error event
 (documented: router/README.md) and is counted in errors_documented, every
-other failure in errors."""
+other failure in errors. --hostile adds one hostile event publisher on the
+bus: a heartbeating fake worker (declared capacity 5,000 blocks, its URL a
+real mocker's) that publishes, all run long, stored chains of ids crafted to
+collide under an unkeyed hash, more blocks than it declared, removals of
+blocks it never stored, absurd event ids and garbage."""
 import argparse
 import json
 import os
@@ -14,7 +18,8 @@ import time
 import uuid
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "faults"))
-from busfleet import Fleet, restart_nats_plain, wait_until  # noqa: E402
+from busfleet import Fleet, NatsRaw, restart_nats_plain, wait_until  # noqa: E402
+from test_bus_index_flood import crafted_ids, stored_msg  # noqa: E402
 
 PREFIXES = [f"Tenant {k}: you are a meticulous assistant for invoices and refunds. " * 25 for k in range(8)]
 
@@ -54,11 +59,55 @@ class Client(threading.Thread):
                 self.counts[kind] = self.counts.get(kind, 0) + 1
 
 
+class HostilePublisher(threading.Thread):
+    """One hostile worker on the bus (reconnects after NATS restarts); counts messages sent."""
+
+    def __init__(self, fleet, stop, worker=99):
+        super().__init__(daemon=True)
+        self.f, self.stop, self.worker, self.sent = fleet, stop, worker, 0
+        self.ids = crafted_ids(1 << 20)
+        self.hb = json.dumps({"worker_id": worker, "url": fleet.mocker_urls[4], "model": "mock-model", "dp_size": 1,
+                              "kv_events": True, "block_size": 16,
+                              "load": {"request_active_slots": 0, "request_total_slots": 64,
+                                       "num_requests_waiting": 0, "kv_active_blocks": 0, "kv_total_blocks": 5000}})
+
+    def messages(self, k):
+        i = (k * 256) % len(self.ids)
+        kind = k % 5
+        if kind in (0, 1):  # crafted ids, more than declared
+            return stored_msg(self.worker, self.ids[i:i + 256], 10 ** 12 + i)
+        if kind == 2:  # removals of blocks never stored
+            return json.dumps({"worker_id": self.worker, "event": {"data": {"removed": {
+                "block_hashes": [random.getrandbits(63) for _ in range(64)]}}}})
+        if kind == 3:  # an absurd event id
+            return json.dumps({"worker_id": self.worker, "event": {"event_id": 2 ** 64 - 1 - k, "data": {
+                "stored": {"parent_hash": None, "blocks": [{"block_hash": 7, "tokens_hash": 9}]}}}})
+        return "{\"worker_id\": " + str(self.worker) + ", \"event\": garbage"
+
+    def run(self):
+        k = 0
+        while not self.stop.is_set():
+            try:
+                nats = NatsRaw(self.f.nats_port)
+                while not self.stop.is_set():
+                    nats.pub("kvroute.workers", self.hb)
+                    for _ in range(10):  # ~100 messages/s, ~70% of them 256-block chains
+                        nats.pub("kvroute.kv_events", self.messages(k))
+                        k += 1
+                        self.sent += 1
+                    nats.flush()
+                    self.stop.wait(0.1)
+                nats.close()
+            except OSError:
+                self.stop.wait(0.5)  # NATS restarting
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build-dir", default="build")
     ap.add_argument("--duration", type=float, default=600)
     ap.add_argument("--concurrency", type=int, default=16)
+    ap.add_argument("--hostile", action="store_true", help="one hostile event publisher beside the fleet")
     a = ap.parse_args()
     build = os.path.abspath(a.build_dir)
     with tempfile.TemporaryDirectory() as d, Fleet(build, d, ttl_ms=2500, speedup=50.0,
@@ -73,6 +122,9 @@ def main():
         clients = [Client(f, stop, counts, lock) for _ in range(a.concurrency)]
         for c in clients:
             c.start()
+        hostile = HostilePublisher(f, stop) if a.hostile else None
+        if hostile:
+            hostile.start()
         t0 = time.time()
         warm = min(30.0, a.duration * 0.1)
         time.sleep(warm)
@@ -97,6 +149,14 @@ def main():
         stop.set()
         for c in clients:
             c.join(timeout=60)
+        if hostile:
+            hostile.join(timeout=30)
+            m = f.metrics()
+            refused = m.get('kvroute_indexer_blocks_refused_total{reason="worker_limit"}', 0)
+            rejected = sum(v for k, v in m.items() if k.startswith("kvroute_events_rejected_total"))
+            share_drops = m.get("kvroute_events_queue_worker_dropped_total", 0)
+            print(f"hostile publisher: {hostile.sent} messages; index refused {refused:.0f} blocks, "
+                  f"events rejected {rejected:.0f}, queue drops for its share {share_drops:.0f}")
         elapsed = time.time() - t0
         time.sleep(2.0)  # idle: let connections settle
         rss1, fds1 = proc_stats(pid)
@@ -109,7 +169,8 @@ def main():
         print(json.dumps({"requests": total, "errors": errors, "errors_documented": documented,
                           "rss_mb_start": round(rss0, 1), "rss_mb_end": round(rss_loaded, 1), "fds_start": fds0,
                           "fds_end": fds_loaded, "rss_mb_idle": round(rss1, 1), "fds_idle": fds1, "duration_s": round(elapsed, 1), "rate_per_s": round(total / elapsed, 1),
-                          "concurrency": a.concurrency}))
+                          "concurrency": a.concurrency, "hostile": bool(a.hostile),
+                          "hostile_messages": hostile.sent if hostile else 0}))
 
 
 if __name__ == "__main__":

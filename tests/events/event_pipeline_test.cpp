@@ -23,6 +23,7 @@ struct Harness {
   explicit Harness(uint32_t ttl_ms = 100000) {
     cfg.worker_ttl_ms = ttl_ms;
     cfg.queue_capacity = 16;
+    cfg.queue_worker_share = 1.0;  // these tests are about one worker and the global bounds
     pipeline = std::make_unique<EventPipeline>(cfg, 16, index, registry, clock);
     pipeline->start_writer();
   }
@@ -106,6 +107,7 @@ TEST_CASE("KV events never keep a worker alive: a silent heartbeat-only worker e
 TEST_CASE("a full queue drops messages and counts them instead of blocking") {
   EventsConfig cfg;
   cfg.queue_capacity = 16;
+  cfg.queue_worker_share = 1.0;
   testing::RecordingIndexer index;
   WorkerRegistry registry(SteadyClock::instance());
   EventPipeline p(cfg, 16, index, registry, SteadyClock::instance());  // writer not started
@@ -113,6 +115,42 @@ TEST_CASE("a full queue drops messages and counts them instead of blocking") {
   for (int i = 0; i < 20; ++i) p.on_kv_message(R"({"worker_id":1,"event":{"data":"cleared"}})");
   CHECK(p.stats().queue_dropped_total == 4);
   CHECK(p.stats().events_queued_total == 16);
+}
+
+TEST_CASE("a worker that fills its share of the queue loses its own messages, never another worker's") {
+  EventsConfig cfg;
+  cfg.queue_capacity = 16;
+  cfg.queue_worker_share = 0.25;  // 4 messages each
+  testing::RecordingIndexer index;
+  WorkerRegistry registry(SteadyClock::instance());
+  EventPipeline p(cfg, 16, index, registry, SteadyClock::instance());  // writer not started
+  p.on_heartbeat_message(R"({"worker_id":1,"url":"http://127.0.0.1:9"})");
+  p.on_heartbeat_message(R"({"worker_id":2,"url":"http://127.0.0.1:9"})");
+  for (int i = 0; i < 10; ++i) p.on_kv_message(R"({"worker_id":1,"event":{"data":"cleared"}})");
+  for (int i = 0; i < 4; ++i) p.on_kv_message(R"({"worker_id":2,"event":{"data":"cleared"}})");
+  CHECK(p.stats().queue_worker_dropped_total == 6);
+  CHECK(p.stats().queue_dropped_total == 6);
+  CHECK(p.stats().events_queued_total == 8);
+}
+
+TEST_CASE("the writer serves workers round-robin: a backlog delays another worker by one message") {
+  EventsConfig cfg;
+  cfg.queue_worker_share = 1.0;
+  testing::RecordingIndexer index;
+  WorkerRegistry registry(SteadyClock::instance());
+  EventPipeline p(cfg, 16, index, registry, SteadyClock::instance());
+  p.on_heartbeat_message(R"({"worker_id":1,"url":"http://127.0.0.1:9"})");
+  p.on_heartbeat_message(R"({"worker_id":2,"url":"http://127.0.0.1:9"})");
+  // Queued before the writer starts: worker 1's backlog first, then worker 2.
+  for (int i = 0; i < 4; ++i) p.on_kv_message(R"({"worker_id":1,"event":{"data":"cleared"}})");
+  for (int i = 0; i < 2; ++i) p.on_kv_message(R"({"worker_id":2,"event":{"data":"cleared"}})");
+  p.start_writer();
+  p.drain();
+  std::lock_guard lk(index.mu);
+  std::vector<uint64_t> order;
+  for (const auto& e : index.applied) order.push_back(e.owner.worker.value);
+  CHECK(order == std::vector<uint64_t>{1, 2, 1, 2, 1, 1});
+  p.stop();
 }
 
 // ---- issue 15 (bus) ----

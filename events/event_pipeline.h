@@ -6,8 +6,10 @@
 //   libnats dispatcher (one per subscription) - decodes messages, pushes to the
 //       queue (kv_events) or updates the registry (workers); never touches the index.
 //   "kvroute-indexw" (the writer thread) - the only thread that mutates the
-//       index: applies queued events in arrival order (so one worker's events
-//       stay in order), applies resync dumps, removes expired workers.
+//       index: applies each worker's queued events in arrival order (so one
+//       worker's events stay in order), the workers' queues round-robin one
+//       message at a time; applies resync dumps, removes expired workers,
+//       refreshes the per-worker block limits.
 //   "kvroute-resync" (events.resync_concurrency threads) - ask workers for a
 //       full dump over NATS request/reply (`{prefix}.kv_resync.{worker_id}`),
 //       chunk by chunk under the server's max payload, when the index may have

@@ -53,7 +53,8 @@ class ApproxIndexer final : public Indexer {
   };
   struct KeyHash {
     size_t operator()(const Key& k) const {
-      return std::hash<CacheOwner>{}(k.owner) ^ (k.block * 0x9E3779B97F4A7C15ull);
+      // Keyed (flat_map.h): block hashes come from clients' prompts.
+      return std::hash<CacheOwner>{}(k.owner) ^ keyed_slot_hash(k.block);
     }
   };
   void evict_front_locked();

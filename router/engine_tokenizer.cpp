@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "common/json_escape.h"
 
 namespace kvroute {
 
@@ -33,31 +34,6 @@ constexpr std::array<std::string_view, 8> kChatFields = {
     "messages",           "tools",         "chat_template_kwargs", "add_generation_prompt", "continue_final_message",
     "add_special_tokens", "chat_template", "mm_processor_kwargs"};
 
-// Appends `in` escaped for a JSON string (as json_escape), runs of plain
-// characters in one append: no temporary string per field.
-void append_escaped(std::string& out, std::string_view in) {
-  size_t run = 0;
-  for (size_t i = 0; i < in.size(); ++i) {
-    const auto c = static_cast<unsigned char>(in[i]);
-    if (c >= 0x20 && c != '"' && c != '\\') continue;
-    out.append(in.data() + run, i - run);
-    run = i + 1;
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default: {
-        static constexpr char kHex[] = "0123456789abcdef";
-        const char u[6] = {'\\', 'u', '0', '0', kHex[c >> 4], kHex[c & 15]};
-        out.append(u, 6);
-      }
-    }
-  }
-  out.append(in.data() + run, in.size() - run);
-}
-
 // Raw JSON text of a value, exactly as the client wrote it.
 bool raw_value(ondemand::value v, std::string_view& out) {
   ondemand::json_type t;
@@ -81,7 +57,7 @@ bool chat_body(const ParsedRequest& r, std::string& out) {
   ondemand::object obj;
   if (parser.iterate(padded).get(doc) || doc.get_object().get(obj)) return false;
   out = "{\"model\":\"";
-  append_escaped(out, r.model);
+  json_escape_append(out, r.model);
   out += '"';
   bool has_messages = false;
   for (auto field : obj) {
@@ -107,9 +83,9 @@ bool engine_tokenize_body(const ParsedRequest& r, std::string& out) {
   if (r.has_prompt_tokens) return false;
   if (r.kind == ApiKind::ChatCompletions) return chat_body(r, out);
   out += "{\"model\":\"";
-  append_escaped(out, r.model);
+  json_escape_append(out, r.model);
   out += "\",\"prompt\":\"";
-  append_escaped(out, r.prompt_text);
+  json_escape_append(out, r.prompt_text);
   out += "\",\"add_special_tokens\":";
   out += r.add_special_tokens.value_or(true) ? "true" : "false";
   out += '}';

@@ -30,19 +30,14 @@ extern SlotHashKey kSlotHashKey;  // set once before main(), then only read
 // (SipHash is; ~10x slower here), but which ids share a slot depends on the
 // secret key, so a worker cannot precompute colliding ids.
 inline uint64_t keyed_slot_hash(uint64_t x) {
-  uint64_t h = x ^ kSlotHashKey.k0;
-  h ^= h >> 33;
-  h *= 0xff51afd7ed558ccdull;
-  h ^= h >> 33;
-  h *= 0xc4ceb9fe1a85ec53ull;
-  h ^= h >> 33;
-  h ^= kSlotHashKey.k1;
-  h ^= h >> 33;
-  h *= 0xff51afd7ed558ccdull;
-  h ^= h >> 33;
-  h *= 0xc4ceb9fe1a85ec53ull;
-  h ^= h >> 33;
-  return h;
+  auto fmix = [](uint64_t h) {
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53ull;
+    return h ^ (h >> 33);
+  };
+  return fmix(fmix(x ^ kSlotHashKey.k0) ^ kSlotHashKey.k1);
 }
 
 template <class V>

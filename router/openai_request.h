@@ -55,7 +55,18 @@ struct ParsedRequest {
   // get_skip_reading_prefix_cache()), so nothing of it is cached for it.
   bool prompt_logprobs = false;
   // The OpenAI `user` field (end-user id): a session key for session affinity.
+  // The Responses parser puts `prompt_cache_key` here when given (else `user`),
+  // the Messages parser `metadata.user_id`.
   std::string user;
+  // Set by the Responses and Messages parsers (router/api/); the OpenAI parser
+  // does not read them yet. vLLM's `priority` (lower is served earlier; unset =
+  // 0), the output token limit (`max_output_tokens`, `max_tokens`), and the
+  // Responses `previous_response_id`: a reference to a response the engine
+  // stored (kvroute keeps no response store; router/README.md "Responses and
+  // Messages").
+  std::optional<int64_t> priority;
+  std::optional<uint64_t> max_tokens;
+  std::string previous_response_id;
   // Not parsed: set by the HTTP layer before routing when the model has no
   // local tokenizer and tokenizer.remote is auto (router/engine_tokenizer.h).
   // `engine_tokens` are what the engine's POST /tokenize answered for this
@@ -80,7 +91,11 @@ struct ParsedRequest {
     n = 1;
     prompts = 1;
     cache_salt.clear();
+    prompt_logprobs = false;
     user.clear();
+    priority.reset();
+    max_tokens.reset();
+    previous_response_id.clear();
     engine_tokens.clear();
     has_engine_tokens = false;
     engine_failed = false;

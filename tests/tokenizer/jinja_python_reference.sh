@@ -5,7 +5,10 @@
 #     for every reference model with a chat template; a request one side rejects must be
 #     rejected by the other;
 #  2. one-line templates exercising each filter, test, operator and printing rule (jinja_cases.py);
-#  3. token ids: kvroute-tokenize on the requests == HF `tokenizers` on the Python-rendered text.
+#  3. token ids: kvroute-tokenize on the requests == HF `tokenizers` on the Python-rendered text;
+#  4. OpenAI Responses and Anthropic Messages requests (gen_api_conversations.py, seeded): kvroute's
+#     parsers (router/api/) + its renderer == vLLM's conversion rewritten in Python + Jinja2,
+#     byte-equal prompts (JINJA_REF_API_COUNT per model, default 200; at least 80 rendered).
 # Usage: tests/tokenizer/jinja_python_reference.sh BUILD_DIR   (reference data: setup_reference.sh)
 #   JINJA_REF_COUNT (default 460: at least 300 rendered per model, checked) requests per model, JINJA_REF_SEED (default 0) offsets the seeds:
 #   a longer run on other data, e.g. JINJA_REF_COUNT=1000 JINJA_REF_SEED=1000 ... BUILD_DIR
@@ -54,6 +57,15 @@ for i, (r, o) in enumerate(zip(ref, out)):
 print(f"{m}: {len(ref) - bad}/{len(ref)} identical token ids ({tokens} tokens)")
 sys.exit(1 if bad else 0)
 PY
+  # 4. Responses and Messages requests, converted as vLLM converts them
+  api_count=${JINJA_REF_API_COUNT:-200}
+  python3 "$T/gen_api_conversations.py" "$seed" "$api_count" images > "$WORK/api_$m.jsonl"
+  /usr/bin/python3 "$T/py_reference.py" chat "$DATA/models/$m" "$WORK/api_$m.jsonl" "$WORK/api_ref_$m.jsonl" > /dev/null
+  out="$("$BUILD/tests/router/kvroute-api-chat-compare" "$DATA/models/$m" "$WORK/api_$m.jsonl" "$WORK/api_ref_$m.jsonl")" || rc=1
+  grep '^DIFF\|^  ref\|^  kvroute\|^  chat' <<<"$out" | sed "s/^/  [$m] /" | cut -c1-400 || true
+  rendered=$(grep -c '"ok": true' "$WORK/api_ref_$m.jsonl" || true)
+  echo "$m Responses/Messages: $(tail -1 <<<"$out") prompts ($rendered rendered, the rest rejected by both)"
+  if (( rendered < 80 * api_count / 200 )); then echo "$m: only $rendered Responses/Messages prompts rendered"; rc=1; fi
   compared=$((compared + 1))
 done
 [[ $compared -eq 0 ]] && { echo "no model with a chat template"; rc=1; }

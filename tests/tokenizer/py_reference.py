@@ -8,6 +8,9 @@ raise_exception and strftime_now), with vLLM's request preprocessing in front
 Usage:
   py_reference.py chat MODEL_DIR CONVERSATIONS.jsonl OUT.jsonl   (exit 3: no chat template)
       CONVERSATIONS lines: {"name", "body": <request JSON text>} or {"name", "request": <object>};
+      with "api": "responses" or "messages" the body is an OpenAI Responses or Anthropic Messages
+      request, converted to the chat request first as vLLM converts it (responses_to_chat,
+      messages_to_chat);
       OUT lines {"ok", "text"|"error"}
   py_reference.py templates CASES.jsonl OUT.jsonl
       CASES lines: {"template": str, "context": <JSON text>}
@@ -280,6 +283,187 @@ def render_request(env, template, content_format, tokens, body):
     return rendered
 
 
+# ---------------------------------------------------------------- vLLM: Responses and Messages APIs
+# Rewritten from reading vllm/entrypoints/openai/responses/serving.py (_make_request, commit
+# 0001948bc769), responses/utils.py (construct_input_messages, construct_tool_dicts; 01ca842df5b1),
+# responses/protocol.py (010a69cea9ac: function_call items become ResponseFunctionToolCall,
+# should_continue_final_message), vllm/entrypoints/anthropic/serving.py
+# (_convert_anthropic_to_openai_request, 0001948bc769) and anthropic/protocol.py (00589e563e77).
+def responses_to_chat(req):
+    messages = []
+    if req.get("instructions"):
+        messages.append({"role": "system", "content": req["instructions"]})
+    items = req["input"]
+    if isinstance(items, str):
+        messages.append({"role": "user", "content": items})
+    else:
+        for item in items:
+            prev = messages[-1] if messages and messages[-1].get("role") == "assistant" else None
+            kind = item.get("type")
+            if kind == "function_call":
+                name = item["name"] if not item.get("namespace") else f"{item['namespace']}__{item['name']}"
+                call = {"id": item["call_id"], "function": {"name": name, "arguments": item["arguments"]}, "type": "function"}
+                if prev is not None:
+                    prev.setdefault("tool_calls", []).append(call)
+                else:
+                    messages.append({"role": "assistant", "tool_calls": [call]})
+            elif kind == "function_call_output":
+                messages.append({"role": "tool", "content": item.get("output"), "tool_call_id": item.get("call_id")})
+            elif kind == "reasoning":
+                text = ""
+                if item.get("content"):
+                    first = list(item["content"])[0]
+                    text = first.get("text", "") if isinstance(first, dict) else first
+                elif item.get("summary"):
+                    first = list(item["summary"])[0]
+                    text = first.get("text", "") if isinstance(first, dict) else first
+                if prev is not None and prev.get("reasoning") is None:
+                    prev["reasoning"] = text
+                else:
+                    messages.append({"role": "assistant", "reasoning": text})
+            elif item.get("role") == "assistant":
+                content = item.get("content")
+                if isinstance(content, str):
+                    text = content
+                elif content:
+                    first = list(content)[0]
+                    text = first.get("text", "") if isinstance(first, dict) else first
+                else:
+                    text = ""
+                if prev is not None and prev.get("content") is None:
+                    prev["content"] = text
+                else:
+                    messages.append({"role": "assistant", "content": text})
+            else:
+                messages.append(item)
+    tools = []
+    for t in req.get("tools") or []:
+        if t["type"] != "function":
+            continue
+        # FunctionTool.model_dump() without "type", validated as FunctionDefinition.
+        dumped = {"name": t["name"], "parameters": t.get("parameters"), "strict": t.get("strict"),
+                  "description": t.get("description")}
+        dumped.update({k: v for k, v in t.items() if k not in dumped and k != "type"})
+        fn = {"name": dumped["name"], "description": dumped["description"], "parameters": dumped["parameters"]}
+        fn.update({k: v for k, v in dumped.items() if k not in fn})
+        tools.append({"type": "function", "function": fn})
+    last = items[-1] if isinstance(items, list) and items else None
+    cont = (isinstance(last, dict) and last.get("type", "message") in ("message", "reasoning")
+            and last.get("status") in ("in_progress", "incomplete"))
+    chat = {"model": req["model"], "messages": messages, "add_generation_prompt": not cont,
+            "continue_final_message": cont}
+    if tools:
+        chat["tools"] = tools
+    effort = (req.get("reasoning") or {}).get("effort")
+    if effort is not None:
+        chat["chat_template_kwargs"] = {"reasoning_effort": effort}
+    return chat
+
+
+BILLING = "x-anthropic-billing-header"
+
+
+def _image_url(source):
+    if source.get("type") == "url":
+        return source.get("url", "")
+    return f"data:{source.get('media_type', 'image/jpeg')};base64,{source.get('data', '')}"
+
+
+def messages_to_chat(req):
+    if not req.get("model") or not isinstance(req.get("max_tokens"), int) or req["max_tokens"] <= 0:
+        raise ValueError("invalid Messages request")
+    for m in req["messages"]:
+        if m["role"] in ("ctx", "msg"):
+            m["role"] = "user"
+    out, system = [], []
+    if req.get("system"):
+        if isinstance(req["system"], str):
+            system.append(req["system"])
+        else:
+            system += [b["text"] for b in req["system"] if b["type"] == "text" and b.get("text") and not b["text"].startswith(BILLING)]
+    for m in req["messages"]:
+        if m["role"] != "system":
+            continue
+        if isinstance(m["content"], str):
+            system.append(m["content"])
+        else:
+            system += [b["text"] for b in m["content"] if b["type"] == "text" and b.get("text") and not b["text"].startswith(BILLING)]
+    if system:
+        out.append({"role": "system", "content": "".join(system)})
+    for m in req["messages"]:
+        if m["role"] == "system":
+            continue
+        msg = {"role": m["role"]}
+        if isinstance(m["content"], str):
+            msg["content"] = m["content"]
+        else:
+            parts, calls, reasoning = [], [], []
+            for b in m["content"]:
+                t = b["type"]
+                if t == "text" and b.get("text"):
+                    parts.append({"type": "text", "text": b["text"]})
+                elif t == "image" and b.get("source"):
+                    parts.append({"type": "image_url", "image_url": {"url": _image_url(b["source"])}})
+                elif t == "thinking" and b.get("thinking") is not None:
+                    reasoning.append(b["thinking"])
+                elif t == "tool_use":
+                    calls.append({"id": b.get("id") or "call_0", "type": "function",
+                                  "function": {"name": b.get("name") or "", "arguments": json.dumps(b.get("input") or {})}})
+                elif t == "tool_result" and m["role"] == "user":
+                    texts, images, refs = [], [], []
+                    content = b.get("content")
+                    if isinstance(content, list):
+                        for it in content:
+                            if it.get("type") == "text":
+                                texts.append(it.get("text", ""))
+                            elif it.get("type") == "image":
+                                url = _image_url(it.get("source", {}))
+                                if url:
+                                    images.append(url)
+                            elif it.get("type") == "tool_reference":
+                                name = it.get("tool_name") or it.get("name")
+                                if name:
+                                    refs.append({"type": "tool_reference", "name": name})
+                        content = "\n".join(texts)
+                    out.append({"role": "tool", "tool_call_id": b.get("tool_use_id") or "", "content": content or ""})
+                    if images:
+                        out.append({"role": "user", "content": [{"type": "image_url", "image_url": {"url": u}} for u in images]})
+                    if refs:
+                        out.append({"role": "tool", "tool_call_id": b.get("tool_use_id") or "", "content": refs})
+                elif t == "tool_result":
+                    parts.append({"type": "text", "text": f"Tool result: {str(b.get('content')) if b.get('content') else ''}"})
+            if reasoning:
+                msg["reasoning"] = "".join(reasoning)
+            if calls:
+                msg["tool_calls"] = calls
+            if parts:
+                msg["content"] = parts[0]["text"] if len(parts) == 1 and parts[0]["type"] == "text" else parts
+        if not (msg["role"] == "user" and "content" not in msg):
+            out.append(msg)
+    chat = {"model": req["model"], "messages": out}
+    if req.get("tools") is not None:
+        tools = []
+        for t in req["tools"]:
+            schema = t["input_schema"]
+            if "type" not in schema:
+                schema["type"] = "object"
+            tools.append({"type": "function", "function": {"name": t["name"], "description": t.get("description"),
+                                                           "parameters": schema, "defer_loading": t.get("defer_loading")}})
+        chat["tools"] = tools
+    if req.get("chat_template_kwargs") is not None:
+        chat["chat_template_kwargs"] = req["chat_template_kwargs"]
+    return chat
+
+
+def api_body(case):
+    body = case["body"] if "body" in case else json.dumps(case["request"])
+    api = case.get("api")
+    if api is None:
+        return body
+    req = json.loads(body)
+    return json.dumps(responses_to_chat(req) if api == "responses" else messages_to_chat(req))
+
+
 def result(fn):
     try:
         return {"ok": True, "text": fn()}
@@ -303,8 +487,7 @@ def main():
             for line in f:
                 if line.strip():
                     case = json.loads(line)
-                    body = case["body"] if "body" in case else json.dumps(case["request"])
-                    out.write(json.dumps(result(lambda: render_request(env, template, fmt, tokens, body))) + "\n")
+                    out.write(json.dumps(result(lambda: render_request(env, template, fmt, tokens, api_body(case)))) + "\n")
         print(f"content format: {fmt}")
     else:
         cases_path, out_path = sys.argv[2:4]

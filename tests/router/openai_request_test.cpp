@@ -151,3 +151,12 @@ TEST_CASE("the thread's JSON parser gives back what a large body made it grow to
   REQUIRE(parse_openai_request(ApiKind::Completions, R"({"model":"m","prompt":"again"})", r, e));
   CHECK(json_parser_capacity() == kept);
 }
+
+TEST_CASE("a reused request forgets the previous request's prompt_logprobs") {
+  ParsedRequest r;
+  ApiError e;
+  REQUIRE(parse_openai_request(ApiKind::Completions, R"({"model":"m","prompt":"a","prompt_logprobs":1})", r, e));
+  CHECK(r.prompt_logprobs);
+  REQUIRE(parse_openai_request(ApiKind::Completions, R"({"model":"m","prompt":"a"})", r, e));
+  CHECK_FALSE(r.prompt_logprobs);
+}

@@ -30,6 +30,7 @@ std::optional<int64_t> JsonValue::integer() const {
 }
 
 bool JsonReader::load(std::string_view body, std::string* error) {
+  overflowed_ = false;
   buffer_.assign(body);
   buffer_.append(simdjson::SIMDJSON_PADDING, '\0');
   text_ = std::string_view(buffer_.data(), body.size());
@@ -99,6 +100,7 @@ bool JsonReader::object(std::string_view raw, int level, JsonObject& out) {
     JsonField f;
     ondemand::value v;
     if (field.unescaped_key().get(f.key) || field.value().get(v) || !read_value(v, f.value)) return false;
+    if (out.fields.size() == kMaxElements) return !(overflowed_ = true);
     out.fields.push_back(f);
   }
   return true;
@@ -115,6 +117,7 @@ bool JsonReader::array(std::string_view raw, int level, std::vector<JsonValue>& 
     ondemand::value v;
     JsonValue jv;
     if (element.get(v) || !read_value(v, jv)) return false;
+    if (out.size() == kMaxElements) return !(overflowed_ = true);
     out.push_back(jv);
   }
   return true;

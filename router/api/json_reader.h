@@ -64,15 +64,21 @@ struct JsonObject {
 class JsonReader {
  public:
   static constexpr int kLevels = 8;
+  // A container read by object()/array() holds at most this many fields or
+  // elements (each costs 48 bytes of JsonValue, 24 times its "0," in the body).
+  static constexpr size_t kMaxElements = 100'000;
 
   // Copies `body` into the padded buffer and validates it. Returns false with a
   // client-facing message in *error when it is not JSON or not an object.
   bool load(std::string_view body, std::string* error);
   // The whole body as an object (level 0).
   bool root(JsonObject& out) { return object(text_, 0, out); }
-  // `raw` must be the raw text of an object (or array) of the loaded body.
+  // `raw` must be the raw text of an object (or array) of the loaded body. False
+  // when it is not one, or holds more than kMaxElements (then overflowed()).
   bool object(std::string_view raw, int level, JsonObject& out);
   bool array(std::string_view raw, int level, std::vector<JsonValue>& out);
+  // Whether a read since load() failed on kMaxElements.
+  bool overflowed() const { return overflowed_; }
   // Bytes of document the reader's parsers are sized for (the largest body read
   // since the last trim()); trim() gives back anything over `keep`.
   size_t capacity() const;
@@ -80,6 +86,7 @@ class JsonReader {
 
  private:
   bool read_value(simdjson::ondemand::value v, JsonValue& out);
+  bool overflowed_ = false;
   std::string buffer_;     // body + SIMDJSON_PADDING
   std::string_view text_;  // the body inside buffer_
   simdjson::dom::parser validator_;

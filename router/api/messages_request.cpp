@@ -17,8 +17,7 @@ using api::JsonObject;
 using api::JsonType;
 using api::JsonValue;
 
-constexpr size_t kMaxMessages = 100'000;
-constexpr size_t kMaxBlocks = 100'000;  // content blocks of one message, or system blocks
+// (arrays and objects: api::JsonReader::kMaxElements, 100,000).
 constexpr size_t kMaxTools = 10'000;
 
 // Claude Code's per-request attribution block, which vLLM drops from the system
@@ -234,7 +233,6 @@ bool system_blocks(api::JsonReader& reader, const JsonValue& blocks, const std::
                    size_t& parts, ApiError& err) {
   std::vector<JsonValue> items;
   if (!reader.array(blocks.raw, kBlocks, items)) return fail(err, where + " could not be read");
-  if (items.size() > kMaxBlocks) return fail(err, fmt::format("{}: more than {} blocks", where, kMaxBlocks));
   JsonObject b;
   for (size_t j = 0; j < items.size(); ++j) {
     const std::string at = fmt::format("{}.{}", where, j);
@@ -256,7 +254,6 @@ bool convert_blocks(api::JsonReader& reader, std::string_view role, const JsonVa
                     std::vector<Message>& out, ApiError& err) {
   std::vector<JsonValue> blocks;
   if (!reader.array(content.raw, kBlocks, blocks)) return fail(err, where + " could not be read");
-  if (blocks.size() > kMaxBlocks) return fail(err, fmt::format("{}: more than {} blocks", where, kMaxBlocks));
   Message m;
   m.role.assign(role);
   std::string parts;  // content parts, JSON array elements
@@ -458,7 +455,6 @@ bool parse_fields(std::string_view body, ParsedRequest& out, std::string& chat_b
   std::vector<JsonValue> list;
   if (!reader.array(messages->raw, kList, list)) return fail(err, "messages could not be read");
   if (list.empty()) return fail(err, "messages: at least one message is required");
-  if (list.size() > kMaxMessages) return fail(err, fmt::format("messages: more than {} messages", kMaxMessages));
   std::vector<Message> msgs;
   JsonObject m;
   for (size_t i = 0; i < list.size(); ++i) {
@@ -541,8 +537,11 @@ constexpr size_t kKeptReaderCapacity = 1 << 20;
 }  // namespace
 
 bool parse_messages_request(std::string_view body, ParsedRequest& out, std::string& chat_body, ApiError& err) {
+  api::JsonReader& reader = api::thread_json_reader();
   const bool ok = parse_fields(body, out, chat_body, err);
-  api::thread_json_reader().trim(kKeptReaderCapacity);
+  if (!ok && reader.overflowed())
+    err.message += fmt::format(" (a JSON array or object of more than {} elements)", api::JsonReader::kMaxElements);
+  reader.trim(kKeptReaderCapacity);
   return ok;
 }
 

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <optional>
+#include <unordered_map>
 
 #include "common/json_escape.h"
 #include "router/api/json_reader.h"
@@ -16,7 +17,7 @@ using api::JsonType;
 using api::JsonValue;
 
 // Bounds on what one body may hold (each also bounded by router.max_body_bytes).
-constexpr size_t kMaxItems = 100'000;  // `input` items
+// (arrays and objects: api::JsonReader::kMaxElements, 100,000).
 constexpr size_t kMaxTools = 10'000;
 
 // Reader levels: 0 the body, 1 `input` / `tools`, 2 one item or tool, 3 its
@@ -292,14 +293,19 @@ bool convert_tool(api::JsonReader& reader, const JsonValue& v, size_t i, std::st
   out += params != nullptr ? params->raw : "null";
   out += ",\"strict\":";
   out += strict != nullptr ? strict->raw : "null";
-  for (size_t k = 0; k < tool.fields.size(); ++k) {
-    const auto& f = tool.fields[k];
+  // The other keys in order of first appearance, each with its last value (Python's
+  // json.loads of a duplicate key); linear in the fields.
+  std::unordered_map<std::string_view, size_t> last;
+  for (size_t k = 0; k < tool.fields.size(); ++k) last[tool.fields[k].key] = k;
+  for (const auto& f : tool.fields) {
     if (f.key == "type" || f.key == "name" || f.key == "description" || f.key == "parameters" || f.key == "strict") continue;
-    if (tool.get(f.key) != &f.value) continue;  // a duplicate key: its last value, once
+    auto it = last.find(f.key);
+    if (it == last.end()) continue;  // written at its first appearance
     out += ',';
     append_string(out, f.key);
     out += ':';
-    out += f.value.raw;
+    out += tool.fields[it->second].value.raw;
+    last.erase(it);
   }
   out += "}}";
   return true;
@@ -405,7 +411,6 @@ bool parse_fields(std::string_view body, ParsedRequest& out, std::string& chat_b
   } else if (input->is(JsonType::Array)) {
     std::vector<JsonValue> items;
     if (!reader.array(input->raw, kList, items)) return fail(err, "'input' could not be read", "input");
-    if (items.size() > kMaxItems) return fail(err, fmt::format("'input' holds more than {} items", kMaxItems), "input");
     for (size_t i = 0; i < items.size(); ++i)
       if (!convert_item(reader, items[i], i, msgs, err)) return false;
     cont = continue_final(reader, items);
@@ -448,8 +453,11 @@ constexpr size_t kKeptReaderCapacity = 1 << 20;
 }  // namespace
 
 bool parse_responses_request(std::string_view body, ParsedRequest& out, std::string& chat_body, ApiError& err) {
+  api::JsonReader& reader = api::thread_json_reader();
   const bool ok = parse_fields(body, out, chat_body, err);
-  api::thread_json_reader().trim(kKeptReaderCapacity);
+  if (!ok && reader.overflowed())
+    err.message += fmt::format(" (a JSON array or object of more than {} elements)", api::JsonReader::kMaxElements);
+  reader.trim(kKeptReaderCapacity);
   return ok;
 }
 

@@ -119,6 +119,10 @@ TEST_CASE("responses: function tools as vLLM dumps them, numbers byte for byte; 
   Parsed q = parse(R"({"model":"m","input":"x","tools":[{"type":"web_search"}]})");
   REQUIRE(q.ok);
   CHECK(q.chat.find("\"tools\"") == std::string::npos);  // no function tool: tools=None, as vLLM
+  // A repeated key: its first place, its last value (Python's json.loads).
+  Parsed d = parse(R"({"model":"m","input":"x","tools":[{"type":"function","name":"f","b":1,"a":2,"b":3}]})");
+  REQUIRE(d.ok);
+  CHECK(d.chat.find(R"("strict":null,"b":3,"a":2}})") != std::string::npos);
 }
 
 TEST_CASE("responses: the session key and previous_response_id") {
@@ -172,6 +176,16 @@ TEST_CASE("responses: bounds on items and tools") {
   for (int i = 0; i < 100'001; ++i) body += i ? R"(,{"role":"user","content":"x"})" : R"({"role":"user","content":"x"})";
   body += "]}";
   CHECK(refused(body) == "input");
+  Parsed p = parse(body);
+  CHECK(p.e.message == "'input' could not be read (a JSON array or object of more than 100000 elements)");
+  // An object of too many fields: its own bound, the same message.
+  std::string params = R"({"model":"m","input":[{"role":"user","content":"x")";
+  for (int i = 0; i < 100'001; ++i) params += ",\"k" + std::to_string(i) + "\":0";
+  params += "}]}";
+  Parsed q = parse(params);
+  REQUIRE_FALSE(q.ok);
+  CHECK(q.e.message.find("more than 100000 elements") != std::string::npos);
+  CHECK(q.e.param == "input[0]");
   std::string tools = R"({"model":"m","input":"x","tools":[)";
   for (int i = 0; i < 10'001; ++i) tools += i ? R"(,{"type":"web_search"})" : R"({"type":"web_search"})";
   tools += "]}";

@@ -116,7 +116,7 @@ TEST_CASE("responses: function tools as vLLM dumps them, numbers byte for byte; 
                     R"({"type":"function","function":{"name":"g","description":"d","parameters":null,"strict":true}}])") !=
         std::string::npos);
   CHECK(p.chat.find(R"("chat_template_kwargs":{"reasoning_effort":"high"})") != std::string::npos);
-  Parsed q = parse(R"({"model":"m","input":"x","tools":[{"type":"web_search"}]})");
+  Parsed q = parse(R"({"model":"m","input":"x","tools":[{"type":"web_search"},{"type":"namespace","name":"ns","tools":[]}]})");
   REQUIRE(q.ok);
   CHECK(q.chat.find("\"tools\"") == std::string::npos);  // no function tool: tools=None, as vLLM
   // A repeated key: its first place, its last value (Python's json.loads).

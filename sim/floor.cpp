@@ -5,12 +5,32 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "common/prefix_cache.h"
+
 namespace kvroute::sim {
 
 namespace {
 
-double prefill(const mocker::EngineConfig& ec, double n) {
-  return ec.prefill_a * n * n + ec.prefill_b * n + ec.prefill_c;
+// The request's own prefill on an idle engine from `from` prompt tokens in
+// its KV cache to `to`, chunked by the step budget as the engine does
+// (mocker/engine.h); `ends` (optional) gets each chunk's end token and time
+// offset. A prompt recomputes at least its last token.
+double prefill(const mocker::EngineConfig& ec, uint32_t from, uint32_t to,
+               std::vector<std::pair<uint32_t, double>>* ends = nullptr) {
+  from = std::min(from, to > 0 ? to - 1 : 0);
+  double t = 0;
+  while (from < to) {
+    const uint32_t n = std::min<uint32_t>(to - from, ec.max_batched_tokens);
+    t += ec.profile.prefill_ms(n, from);
+    from += n;
+    if (ends) ends->emplace_back(from, t);
+  }
+  return t;
+}
+
+// Prompt tokens served from the first `blocks` cached blocks, as the engine counts them.
+uint32_t cached(const SimRequest& r, size_t blocks) {
+  return static_cast<uint32_t>(cached_prefix_tokens(blocks, r.input_tokens, kBlock));
 }
 
 // The request's prefix identities (chained block hashes) over its full blocks.
@@ -20,10 +40,6 @@ std::vector<uint64_t> chains(const SimRequest& r) {
   uint64_t chain = 0;
   for (uint32_t i = 0; i < full; ++i) c[i] = chain = mix(chain ^ mix(r.ids[i]));
   return c;
-}
-
-double uncached(const SimRequest& r, size_t hit_blocks) {
-  return r.input_tokens - std::min<double>(r.input_tokens, double(hit_blocks) * kBlock);
 }
 
 }  // namespace
@@ -41,7 +57,7 @@ FloorResult acausal_floor(const std::vector<SimRequest>& w, const mocker::Engine
       ++total;
     }
     hits += hit;
-    f.ttft_ms.push_back(prefill(ec, uncached(r, hit)));
+    f.ttft_ms.push_back(prefill(ec, cached(r, hit), r.input_tokens));
   }
   f.hit_rate = total ? double(hits) / double(total) : 0;
   return f;
@@ -54,7 +70,7 @@ FloorResult causal_floor(const std::vector<SimRequest>& w, double rate, const mo
   for (const auto& r : w) {
     const double arrival = r.t_ms / rate;
     const auto c = chains(r);
-    double best = prefill(ec, r.input_tokens);  // everything itself
+    double best = prefill(ec, 0, r.input_tokens);  // everything itself
     size_t best_k = 0;
     double best_ready = arrival;
     double ready = -std::numeric_limits<double>::infinity();  // when the first k blocks are all available
@@ -62,13 +78,18 @@ FloorResult causal_floor(const std::vector<SimRequest>& w, double rate, const mo
       const auto it = avail.find(c[k - 1]);
       if (it == avail.end()) break;
       ready = std::max(ready, it->second);
-      const double t = std::max(0.0, ready - arrival) + prefill(ec, uncached(r, k));
+      const double t = std::max(0.0, ready - arrival) + prefill(ec, cached(r, k), r.input_tokens);
       if (t < best) best = t, best_k = k, best_ready = ready;
     }
     f.waited += best_ready > arrival;
-    // This request computes blocks best_k.. itself; they exist from the end of its prefill.
-    const double done = arrival + best;
+    // This request computes blocks best_k.. itself; each exists from the end
+    // of the chunk that completes it.
+    std::vector<std::pair<uint32_t, double>> ends;
+    const double start = arrival + best - prefill(ec, cached(r, best_k), r.input_tokens, &ends);
+    size_t chunk = 0;
     for (size_t i = best_k; i < c.size(); ++i) {
+      while (chunk + 1 < ends.size() && ends[chunk].first < (i + 1) * kBlock) ++chunk;
+      const double done = start + ends[chunk].second;
       auto [it, fresh] = avail.try_emplace(c[i], done);
       if (!fresh) it->second = std::min(it->second, done);
     }

@@ -34,7 +34,9 @@ void usage() {
       "  --slice S         all (default), train or test: the trace's time split at 50%%\n"
       "  --trace PATH      JSONL trace (default: ../shared/traces/mooncake_conversation_trace.jsonl)\n"
       "  --workers N       engines (default 8)\n"
-      "  --kv-blocks N     KV capacity per engine in 512-token blocks (default 8000)\n"
+      "  --engine-profile NAME  the engines' step times and KV capacity (mocker/profile.h): %s\n"
+      "                    (default %s)\n"
+      "  --kv-blocks N     KV capacity per engine in 512-token blocks (default: the profile's, else 8000)\n"
       "  --max-seqs N      running sequences per engine (default 64)\n"
       "  --max-batched-tokens N  tokens per engine step (default 8192, as mocker/engine.h)\n"
       "  --rate X          arrival rate multiplier (default 1.0 = the workload's timing)\n"
@@ -49,7 +51,8 @@ void usage() {
       "  --set KEY=VALUE   a config key for the kvroute policies (e.g. scheduler.cost=weighted); repeatable\n"
       "  --check           assert the run's invariants (exit 1 naming the first that fails)\n"
       "  --expect FILE     targets: compare with a published table (JSON lines of targets) within --tolerance\n"
-      "  --tolerance X     relative tolerance for --expect (default 0.05)\n");
+      "  --tolerance X     relative tolerance for --expect (default 0.05)\n",
+      mocker::profile_list().c_str(), mocker::kDefaultProfile);
 }
 
 std::vector<std::string> split_list(const std::string& s) {
@@ -76,7 +79,20 @@ void parse(int argc, char** argv, Args& a) {
       else if (f == "--workload") a.workload = need("--workload");
       else if (f == "--slice") a.slice = need("--slice");
       else if (f == "--workers") a.sim.workers = static_cast<uint32_t>(std::stoul(need("--workers")));
-      else if (f == "--kv-blocks") a.sim.kv_blocks = std::stoull(need("--kv-blocks"));
+      else if (f == "--kv-blocks") {
+        a.sim.kv_blocks = std::stoull(need("--kv-blocks"));
+        if (a.sim.kv_blocks == 0) {
+          std::fprintf(stderr, "kvroute-sim: --kv-blocks must be > 0\n");
+          std::exit(2);
+        }
+      } else if (f == "--engine-profile") {
+        a.sim.engine_profile = need("--engine-profile");
+        if (!mocker::find_profile(a.sim.engine_profile)) {
+          std::fprintf(stderr, "kvroute-sim: --engine-profile '%s' is not one of %s\n", a.sim.engine_profile.c_str(),
+                       mocker::profile_list().c_str());
+          std::exit(2);
+        }
+      }
       else if (f == "--max-seqs") a.sim.max_seqs = static_cast<uint32_t>(std::stoul(need("--max-seqs")));
       else if (f == "--max-batched-tokens")
         a.sim.max_batched_tokens = static_cast<uint32_t>(std::stoul(need("--max-batched-tokens")));
@@ -113,10 +129,10 @@ void parse(int argc, char** argv, Args& a) {
       std::exit(2);
     }
   }
-  if (a.sim.workers == 0 || a.sim.kv_blocks == 0 || a.sim.rate <= 0 || a.sim.max_seqs == 0 ||
+  if (a.sim.workers == 0 || a.sim.rate <= 0 || a.sim.max_seqs == 0 ||
       a.sim.max_batched_tokens == 0 || a.rates.empty()) {
     std::fprintf(stderr,
-                 "kvroute-sim: --workers, --kv-blocks, --max-seqs, --max-batched-tokens, --rate(s) must be > 0\n");
+                 "kvroute-sim: --workers, --max-seqs, --max-batched-tokens, --rate(s) must be > 0\n");
     std::exit(2);
   }
   for (const auto& p : a.policies)
@@ -134,8 +150,9 @@ void parse(int argc, char** argv, Args& a) {
 int run(const Args& a) {
   const auto t0 = std::chrono::steady_clock::now();
   const auto w = load_slice(a, a.workload, a.slice);
-  std::printf("workload %s (%s): %zu requests; %u workers x %llu blocks of 512 tokens; rate x%.2f; seed %llu\n",
-              a.workload.c_str(), a.slice.c_str(), w.size(), a.sim.workers, (unsigned long long)a.sim.kv_blocks,
+  std::printf("workload %s (%s): %zu requests; %u workers (%s) x %llu blocks of 512 tokens; rate x%.2f; seed %llu\n",
+              a.workload.c_str(), a.slice.c_str(), w.size(), a.sim.workers, a.sim.engine_profile.c_str(),
+              (unsigned long long)engine_config(a.sim).kv_blocks,
               a.sim.rate, (unsigned long long)a.sim.seed);
   std::vector<PolicyResult> results;
   for (const auto& p : a.policies) results.push_back(simulate(w, a.sim, p, nullptr, true));

@@ -1,6 +1,7 @@
 #include "sim/simulate.h"
 
 #include <algorithm>
+#include <cassert>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -23,6 +24,18 @@ const std::vector<std::string>& known_policies() {
   static const std::vector<std::string> p = {"round_robin", "random", "least_loaded", "dynamo_v01",
                                              "dynamo",      "llmd",   "kvroute",      "kvroute_weighted"};
   return p;
+}
+
+mocker::EngineConfig engine_config(const SimOptions& o) {
+  mocker::EngineConfig ec;
+  const mocker::EngineProfile* p = mocker::find_profile(o.engine_profile);
+  assert(p);
+  ec.profile = *p;
+  ec.block_size = kBlock;
+  ec.kv_blocks = o.kv_blocks ? o.kv_blocks : p->kv_blocks(kBlock) ? p->kv_blocks(kBlock) : kDefaultKvBlocks;
+  ec.max_seqs = o.max_seqs;
+  ec.max_batched_tokens = o.max_batched_tokens;
+  return ec;
 }
 
 double percentile(std::vector<double> v, double p) {
@@ -74,11 +87,7 @@ class Simulation {
         config_(policy_config(o, policy, scheduler)), routing_(index_, registry_, config_, random_),
         dynamo_(o.workers), live_(w.size()), per_worker_(o.workers, 0) {
     for (uint32_t i = 0; i < o.workers; ++i) {
-      mocker::EngineConfig ec;
-      ec.block_size = kBlock;
-      ec.kv_blocks = o.kv_blocks;
-      ec.max_seqs = o.max_seqs;
-      ec.max_batched_tokens = o.max_batched_tokens;
+      mocker::EngineConfig ec = engine_config(o);
       ec.owner = CacheOwner{WorkerId{i}, 0};
       engines_.push_back(std::make_unique<mocker::Engine>(ec, [this](const KvEvent& e) { index_.apply(e); }));
     }

@@ -137,7 +137,7 @@ int targets(const Args& a) {
     Cell base;
     base.workload = wl == "trace" ? "trace/test" : wl;
     base.ideal = ideal_hit_rate(w);
-    const auto acausal = acausal_floor(w);
+    const auto acausal = acausal_floor(w, engine_config(a.sim));
     base.acausal_p50 = percentile(acausal.ttft_ms, 0.5);
     base.acausal_p99 = percentile(acausal.ttft_ms, 0.99);
     base.requests = w.size();
@@ -146,7 +146,7 @@ int targets(const Args& a) {
       o.rate = rate;
       Cell c = base;
       c.rate = rate;
-      const auto floor = causal_floor(w, rate);
+      const auto floor = causal_floor(w, rate, engine_config(a.sim));
       c.floor_p50 = percentile(floor.ttft_ms, 0.5);
       c.floor_p99 = percentile(floor.ttft_ms, 0.99);
       c.floor_hit = floor.hit_rate;

@@ -52,7 +52,11 @@ struct EngineConfig {
   uint32_t block_size = 16;            // tokens per KV block, > 0
   uint64_t kv_blocks = 16384;          // KV capacity in blocks, > 0
   uint32_t max_seqs = 256;             // running sequences (request slots), > 0
-  uint32_t max_batched_tokens = 8192;  // token budget per step (decodes + prefill chunks), > 0
+  // Token budget per step (decodes + prefill chunks), > 0. 8192 is vLLM's
+  // max_num_batched_tokens for its OpenAI server on a GPU of >= 70 GiB that is
+  // not an A100, e.g. an H100 (vllm/engine/arg_utils.py,
+  // EngineArgs.get_batch_defaults, commit 99d7eb5; V1 always chunks prefill).
+  uint32_t max_batched_tokens = 8192;
   // Step times (mocker/profile.h). Its KV capacity is not applied here:
   // callers set kv_blocks (kvroute-mocker and kvroute-sim default it to
   // profile.kv_blocks(block_size)).

@@ -90,6 +90,6 @@ const EngineProfile* find_profile(std::string_view name);
 const std::vector<std::string>& profile_names();
 // "a, b or c" for error messages and --help.
 std::string profile_list();
-inline constexpr const char* kDefaultProfile = "dynamo-mocker";
+inline constexpr const char* kDefaultProfile = "h100-llama3-8b";
 
 }  // namespace kvroute::mocker

@@ -25,11 +25,16 @@ namespace {
 
 void usage() {
   std::printf(
-      "kvroute-sim [tune|targets] [flags]: simulated fleet routed by kvroute's own code or a peer's policy.\n"
+      "kvroute-sim [tune|targets|goodput] [flags]: simulated fleet routed by kvroute's own code or a peer's policy.\n"
       "  tune              tune scheduler weights on the trace's train slice (first 50%% of its time);\n"
       "                    report the best and the defaults on the test slice and on every workload\n"
       "  targets           the target table: kvroute vs dynamo, llmd, round_robin at --rates on\n"
       "                    the trace's test slice and each generated workload (markdown, then JSON)\n"
+      "  goodput           per workload and policy (default kvroute,dynamo,llmd): the highest rate with TTFT\n"
+      "                    p99 <= --slo-ttft-ms and inter-token latency p99 <= --slo-itl-ms (bisection)\n"
+      "  --slo-ttft-ms X   goodput: TTFT p99 SLO (default 2000)\n"
+      "  --slo-itl-ms X    goodput: inter-token latency p99 SLO (default 200)\n"
+      "  --goodput-steps N goodput: bisection steps after bracketing (default 6)\n"
       "  --workload NAME   trace (default), agentic, api or bursts (sim/workload.h)\n"
       "  --slice S         all (default), train or test: the trace's time split at 50%%\n"
       "  --trace PATH      JSONL trace (default: ../shared/traces/mooncake_conversation_trace.jsonl)\n"
@@ -108,7 +113,10 @@ void parse(int argc, char** argv, Args& a) {
       else if (f == "--check") a.check = true;
       else if (f == "--expect") a.expect = need("--expect");
       else if (f == "--tolerance") a.tolerance = std::stod(need("--tolerance"));
-      else if (f == "--policies") a.policies = split_list(need("--policies"));
+      else if (f == "--slo-ttft-ms") a.slo_ttft_ms = std::stod(need("--slo-ttft-ms"));
+      else if (f == "--slo-itl-ms") a.slo_itl_ms = std::stod(need("--slo-itl-ms"));
+      else if (f == "--goodput-steps") a.goodput_steps = std::stoi(need("--goodput-steps"));
+      else if (f == "--policies") a.policies = split_list(need("--policies")), a.policies_set = true;
       else if (f == "--set") {
         const std::string kv = need("--set");
         const auto eq = kv.find('=');
@@ -128,6 +136,10 @@ void parse(int argc, char** argv, Args& a) {
       std::fprintf(stderr, "kvroute-sim: %s: not a number\n", f.c_str());
       std::exit(2);
     }
+  }
+  if (!(a.slo_ttft_ms > 0) || !(a.slo_itl_ms > 0) || a.goodput_steps < 0 || a.goodput_steps > 30) {
+    std::fprintf(stderr, "kvroute-sim: --slo-ttft-ms and --slo-itl-ms must be > 0, --goodput-steps 0-30\n");
+    std::exit(2);
   }
   if (a.sim.workers == 0 || a.sim.rate <= 0 || a.sim.max_seqs == 0 ||
       a.sim.max_batched_tokens == 0 || a.rates.empty()) {
@@ -170,7 +182,8 @@ int run(const Args& a) {
 int main(int argc, char** argv) {
   Args a;
   std::string command;
-  if (argc > 1 && (std::string(argv[1]) == "tune" || std::string(argv[1]) == "targets")) {
+  if (argc > 1 && (std::string(argv[1]) == "tune" || std::string(argv[1]) == "targets" ||
+                   std::string(argv[1]) == "goodput")) {
     command = argv[1];
     --argc;
     ++argv;
@@ -178,5 +191,9 @@ int main(int argc, char** argv) {
   parse(argc, argv, a);
   if (command == "tune") return tune(a);
   if (command == "targets") return targets(a);
+  if (command == "goodput") {
+    if (!a.policies_set) a.policies = {"kvroute", "dynamo", "llmd"};
+    return goodput(a);
+  }
   return run(a);
 }

@@ -74,7 +74,7 @@ Config policy_config(const SimOptions& o, const std::string& policy, const Sched
 
 // One simulated request in flight.
 struct Live {
-  double arrival = 0, first = -1;
+  double arrival = 0, first = -1, last_token = -1;
   uint32_t worker = 0, blocks = 0, cached = 0;
   std::unique_ptr<InflightGuard> guard;
 };
@@ -126,7 +126,7 @@ class Simulation {
   std::vector<std::vector<LocalBlockHash>> hashes_;  // per request, while in flight (dynamo's active blocks)
   SessionAffinity sessions_;  // scheduler.session_affinity, as the daemon applies it
   RouteResult route_;
-  std::vector<double> ttft_, e2e_;
+  std::vector<double> ttft_, e2e_, itl_;
   std::vector<uint64_t> per_worker_;
   uint64_t out_tokens_ = 0, best_cached_ = 0, chosen_cached_ = 0;
   size_t rejected_ = 0, rr_ = 0;
@@ -154,10 +154,13 @@ void Simulation::on_engine(uint32_t which, double now) {
     Live& l = live_[out.request];
     const auto& r = w_[out.request];
     if (out.kind == mocker::EngineOutput::Kind::FirstToken) {
-      l.first = now;
+      l.first = l.last_token = now;
       l.cached = out.cached_tokens;
       ttft_.push_back(now - l.arrival);
       if (l.guard) l.guard->first_byte();
+    } else if (out.kind == mocker::EngineOutput::Kind::Token) {
+      itl_.push_back(now - l.last_token);
+      l.last_token = now;
     } else if (out.kind == mocker::EngineOutput::Kind::Finished) {
       e2e_.push_back(now - l.arrival);
       out_tokens_ += r.output_tokens;
@@ -281,6 +284,8 @@ PolicyResult Simulation::results() const {
   res.ttft_p99 = percentile(ttft_, 0.99);
   res.e2e_p50 = percentile(e2e_, 0.5);
   res.e2e_p99 = percentile(e2e_, 0.99);
+  res.itl_p50 = percentile(itl_, 0.5);
+  res.itl_p99 = percentile(itl_, 0.99);
   res.ttft_ms = ttft_;
   res.ttft_mape = registry_.ttft_stats().mape();
   res.cache_gap = best_cached_ ? 1.0 - double(chosen_cached_) / double(best_cached_) : 0;

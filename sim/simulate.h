@@ -48,6 +48,7 @@ const std::vector<std::string>& known_policies();
 struct PolicyResult {
   std::string policy;
   double hit_rate = 0, ttft_p50 = 0, ttft_p90 = 0, ttft_p99 = 0, e2e_p50 = 0, e2e_p99 = 0;
+  double itl_p50 = 0, itl_p99 = 0;  // inter-token latency: between a request's consecutive tokens
   double throughput_tok_s = 0, imbalance = 0;
   double ttft_mape = 0;   // the registry's TTFT model: mean |predicted - observed| / observed
   double cache_gap = 0;   // 1 - cached tokens achieved / best reachable among eligible workers (index view)

@@ -44,6 +44,41 @@ std::vector<uint64_t> chains(const SimRequest& r) {
 
 }  // namespace
 
+DecodeInterference decode_interference(const std::vector<SimRequest>& w, double rate, const mocker::EngineConfig& ec,
+                                       uint32_t workers) {
+  DecodeInterference d;
+  if (w.size() < 2 || workers == 0) return d;
+  double busy = 0, weighted_context = 0;  // decode ms; decode ms x context
+  for (const auto& r : w) {
+    if (r.output_tokens < 2) continue;
+    const double context = r.input_tokens + 0.5 * r.output_tokens;
+    mocker::StepShape one;
+    one.add_decode(static_cast<uint64_t>(context));
+    const double ms = double(r.output_tokens - 1) * ec.profile.step_ms(one);
+    busy += ms;
+    weighted_context += ms * context;
+  }
+  const double span = (w.back().t_ms - w.front().t_ms) / rate;
+  if (span <= 0 || busy <= 0) return d;
+  d.decodes_per_engine = busy / span / workers;
+  d.mean_context = weighted_context / busy;
+  // Step time with k decodes added to a chunk, k fractional: interpolate between whole batches.
+  auto added = [&](uint64_t chunk) {
+    auto with = [&](uint32_t k) {
+      mocker::StepShape s;
+      s.add_chunk(chunk, 0);
+      for (uint32_t i = 0; i < k; ++i) s.add_decode(static_cast<uint64_t>(d.mean_context));
+      return ec.profile.step_ms(s);
+    };
+    const auto k = static_cast<uint32_t>(d.decodes_per_engine);
+    const double f = d.decodes_per_engine - k;
+    return (1 - f) * with(k) + f * with(k + 1) - with(0);
+  };
+  d.added_ms_512 = added(512);
+  d.added_ms_budget = added(ec.max_batched_tokens);
+  return d;
+}
+
 FloorResult acausal_floor(const std::vector<SimRequest>& w, const mocker::EngineConfig& ec) {
   FloorResult f;
   std::unordered_set<uint64_t> seen;

@@ -44,6 +44,23 @@ struct FloorResult {
   size_t waited = 0;            // requests whose floor waits for a prefix someone else is computing
 };
 
+// Decode interference, stated apart from the floors (the floors have none:
+// a request alone on an idle engine). Not a bound on any one request's TTFT:
+// a router may place a request where nothing decodes. For the fleet as a
+// whole it is unavoidable on average: by Little's law the fleet carries at
+// least D = (sum over requests of (output tokens - 1) decode steps of batch 1
+// at their mean context) / the workload's arrival span decoding requests at
+// a time (decodes batched with others only take longer), so a prefill step
+// shares its engine with D / workers decodes on average, which add to its time.
+struct DecodeInterference {
+  double decodes_per_engine = 0;  // D / workers, time average
+  double mean_context = 0;        // KV tokens a decode reads, weighted by decode time
+  double added_ms_512 = 0;        // what they add to a step holding a fresh 512-token chunk
+  double added_ms_budget = 0;     // ... a fresh chunk of the whole step budget (max_batched_tokens)
+};
+DecodeInterference decode_interference(const std::vector<SimRequest>& w, double rate, const mocker::EngineConfig& ec,
+                                       uint32_t workers);
+
 FloorResult acausal_floor(const std::vector<SimRequest>& w, const mocker::EngineConfig& ec = {});
 FloorResult causal_floor(const std::vector<SimRequest>& w, double rate, const mocker::EngineConfig& ec = {});
 

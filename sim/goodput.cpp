@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "sim/floor.h"
 #include "sim/report.h"
 
 namespace kvroute::sim {
@@ -82,6 +83,15 @@ int goodput(const Args& a) {
     std::printf("| %s |", wl == "trace" ? "trace/test" : wl.c_str());
     double kv = 0, best_peer = 0;
     json += std::string(json.back() == '[' ? "" : ",") + "{\"workload\":\"" + wl + "\"";
+    // No router meets a TTFT p99 below the causal floor's (sim/floor.h) at the lowest rate tried.
+    const double floor_p99 = percentile(causal_floor(w, 1.0 / 64, engine_config(a.sim)).ttft_ms, 0.99);
+    if (floor_p99 > a.slo_ttft_ms) {
+      std::printf(" floor-bound: the causal floor's TTFT p99 is %.0f ms even at x1/64 |\n", floor_p99);
+      char buf[96];
+      std::snprintf(buf, sizeof buf, ",\"floor_bound_p99_ms\":%.1f}", floor_p99);
+      json += buf;
+      continue;
+    }
     for (const auto& p : a.policies) {
       const Goodput g = search(w, a, p);
       const double rps = span_s > 0 ? g.rate * double(w.size()) / span_s : 0;

@@ -110,6 +110,11 @@ PY
   echo "percentile of the floor bounds the same percentile of any router's TTFT. The acausal floor (the old"
   echo "one: a block counts as cached as soon as an earlier request wanted it) is shown for comparison; they"
   echo "differ in bursts, where many requests want a document someone is still computing."
+  echo "The last column states the decode interference the floors leave out (sim/floor.h decode_interference):"
+  echo "by Little's law the fleet carries on average at least the decoding requests that the workload's"
+  echo "outputs keep busy at one batch-1 decode step per token; spread over the workers, that many decodes"
+  echo "share each prefill step on average and add the given ms to it. Not a bound on any one request (a"
+  echo "router may place it where nothing decodes), but unavoidable for the fleet on average."
   echo
   awk '/^\|/{if (seen_blank) print; next} /^$/{seen_blank=1}' "$OUT/targets.txt"
   echo

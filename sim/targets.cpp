@@ -30,6 +30,7 @@ struct Cell {
   double ideal = 0, floor_p50 = 0, floor_p99 = 0;  // the causal floor at this rate
   double acausal_p50 = 0, acausal_p99 = 0, floor_hit = 0;
   size_t floor_waited = 0, requests = 0;
+  DecodeInterference interference;
 };
 
 // A miss is floor-bound when the causal engine floor's percentile (sim/floor.h,
@@ -151,6 +152,7 @@ int targets(const Args& a) {
       c.floor_p99 = percentile(floor.ttft_ms, 0.99);
       c.floor_hit = floor.hit_rate;
       c.floor_waited = floor.waited;
+      c.interference = decode_interference(w, rate, engine_config(a.sim), a.sim.workers);
       c.kv = simulate(w, o, "kvroute");
       c.dyn = simulate(w, o, "dynamo");
       c.llmd = simulate(w, o, "llmd");
@@ -161,12 +163,16 @@ int targets(const Args& a) {
     }
   }
   std::printf("\n| workload | rate | causal floor p50/p99 ms | acausal floor p50/p99 ms | floor's hit rate | "
-              "requests waiting for a prefix in computation | kvroute p50/p99 vs causal floor |\n");
-  std::printf("|---|---|---|---|---|---|---|\n");
+              "requests waiting for a prefix in computation | kvroute p50/p99 vs causal floor | "
+              "decode interference: decodes per engine (fleet mean), mean context, ms added to a 512 / %u-token "
+              "chunk's step |\n", a.sim.max_batched_tokens);
+  std::printf("|---|---|---|---|---|---|---|---|\n");
   for (const auto& c : cells)
-    std::printf("| %s | x%g | %.0f/%.0f | %.0f/%.0f | %.3f | %zu of %zu | %.2fx/%.2fx |\n", c.workload.c_str(), c.rate,
-                c.floor_p50, c.floor_p99, c.acausal_p50, c.acausal_p99, c.floor_hit, c.floor_waited, c.requests,
-                c.kv.ttft_p50 / c.floor_p50, c.kv.ttft_p99 / c.floor_p99);
+    std::printf("| %s | x%g | %.0f/%.0f | %.0f/%.0f | %.3f | %zu of %zu | %.2fx/%.2fx | %.1f, %.0f tokens, +%.1f / +%.1f ms |\n",
+                c.workload.c_str(), c.rate, c.floor_p50, c.floor_p99, c.acausal_p50, c.acausal_p99, c.floor_hit,
+                c.floor_waited, c.requests, c.kv.ttft_p50 / c.floor_p50, c.kv.ttft_p99 / c.floor_p99,
+                c.interference.decodes_per_engine, c.interference.mean_context, c.interference.added_ms_512,
+                c.interference.added_ms_budget);
   for (const auto& j : json) std::printf("%s\n", j.c_str());
   if (!a.expect.empty()) return compare(a.expect, json, a.tolerance);
   return 0;

@@ -84,3 +84,21 @@ TEST_CASE("causal floor: prompts longer than the step budget are chunked; blocks
   CHECK(f.ttft_ms[1] == doctest::Approx(93.4 + 52.2));
   CHECK(f.waited == 1);
 }
+
+TEST_CASE("decode interference: Little's law on the fastest decode, spread over the workers") {
+  // Two requests 1 s apart generating 11 tokens each: 10 decode steps of batch 1
+  // at 1 ms each (decode_base 1, no KV term) = 20 ms decoding over a 1,000 ms span:
+  // 0.02 decoding requests at a time, 0.01 per engine on 2 workers.
+  auto ec = linear();
+  ec.profile.decode_base_ms = 1;
+  ec.profile.decode_kv_ms = 0;
+  auto a = req(0, {1}), b = req(1000, {2});
+  a.output_tokens = b.output_tokens = 11;
+  const auto d = decode_interference({a, b}, 1.0, ec, 2);
+  CHECK(d.decodes_per_engine == doctest::Approx(0.01));
+  CHECK(d.mean_context == doctest::Approx(512 + 5.5));
+  // The polynomial adds decode_base to a step with any decode: 0.01 of 1 ms on average.
+  CHECK(d.added_ms_512 == doctest::Approx(0.01));
+  // At rate x2 the span halves: twice the decodes per engine.
+  CHECK(decode_interference({a, b}, 2.0, ec, 2).decodes_per_engine == doctest::Approx(0.02));
+}

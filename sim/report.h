@@ -29,7 +29,7 @@ struct Args {
   std::string cdf_out, expect;
   bool check = false;
   double tolerance = 0.05;
-  double slo_ttft_ms = 2000, slo_itl_ms = 200;  // goodput's SLOs (p99 of each)
+  double slo_ttft_ms = 2000, slo_itl_ms = 1000;  // goodput's SLOs (p99 of each)
   int goodput_steps = 6;                        // bisection steps after bracketing
 };
 

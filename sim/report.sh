@@ -22,6 +22,7 @@ if [ -z "${README_ONLY:-}" ]; then
 # The reduced table the test suite holds (tests: sim_targets); keep its arguments in sync with sim/CMakeLists.txt.
 "$BIN" targets --workers 4 --kv-blocks 2000 --requests 2000 --rates 1,3 --seed 1 2>/dev/null | grep '^{' >"$OUT/targets_small.jsonl"
 "$BIN" tune "${ARGS[@]}" --rates 1,2,3 2>/dev/null >"$OUT/tune.txt"
+"$BIN" goodput "${ARGS[@]}" --goodput-steps 4 2>/dev/null >"$OUT/goodput.txt"
 # Session affinity, with and without, on the one workload that has sessions (agentic).
 : >"$OUT/affinity.txt"
 for rate in 1 2 3; do
@@ -119,6 +120,13 @@ PY
   awk '/^\|/{if (seen_blank) print; next} /^$/{seen_blank=1}' "$OUT/targets.txt"
   echo
   cat sim/report_notes.md
+  echo
+  echo "## Goodput"
+  echo
+  echo "\`kvroute-sim goodput\` (sim/README.md): per workload and policy, the highest arrival rate (x the"
+  echo "workload's own) with TTFT p99 <= 2 s, inter-token latency p99 <= 1 s and nothing rejected, by bisection."
+  echo
+  grep '^|' "$OUT/goodput.txt"
   echo
   echo "## Session affinity (agentic sessions, kvroute defaults with and without)"
   echo

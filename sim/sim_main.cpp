@@ -33,7 +33,7 @@ void usage() {
       "  goodput           per workload and policy (default kvroute,dynamo,llmd): the highest rate with TTFT\n"
       "                    p99 <= --slo-ttft-ms and inter-token latency p99 <= --slo-itl-ms (bisection)\n"
       "  --slo-ttft-ms X   goodput: TTFT p99 SLO (default 2000)\n"
-      "  --slo-itl-ms X    goodput: inter-token latency p99 SLO (default 200)\n"
+      "  --slo-itl-ms X    goodput: inter-token latency p99 SLO (default 1000)\n"
       "  --goodput-steps N goodput: bisection steps after bracketing (default 6)\n"
       "  --workload NAME   trace (default), agentic, api or bursts (sim/workload.h)\n"
       "  --slice S         all (default), train or test: the trace's time split at 50%%\n"

@@ -69,9 +69,10 @@ void print_cell(const Cell& c, bool stressed) {
     std::printf("(not stressed) | ");
   const double hit = c.ideal > 0 ? c.kv.hit_rate / c.ideal : 1;
   const bool never_worse = c.kv.ttft_p50 <= c.dyn.ttft_p50 && c.kv.ttft_p99 <= c.dyn.ttft_p99;
-  std::printf("%.3f = %.2f %s | %s | %.0f/%.0f | %.0f/%.0f | %.0f/%.0f | %.0f/%.0f |\n", c.kv.hit_rate, hit,
-              hit >= 0.9 ? "ok" : "MISS", never_worse ? "yes" : "NO", c.kv.ttft_p50, c.kv.ttft_p99, c.dyn.ttft_p50,
-              c.dyn.ttft_p99, c.llmd.ttft_p50, c.llmd.ttft_p99, c.rr.ttft_p50, c.rr.ttft_p99);
+  std::printf("%.3f = %.2f %s | %s | %.0f/%.0f | %.0f/%.0f | %.0f/%.0f | %.0f/%.0f | %zu/%zu/%zu of %zu |\n",
+              c.kv.hit_rate, hit, hit >= 0.9 ? "ok" : "MISS", never_worse ? "yes" : "NO", c.kv.ttft_p50, c.kv.ttft_p99,
+              c.dyn.ttft_p50, c.dyn.ttft_p99, c.llmd.ttft_p50, c.llmd.ttft_p99, c.rr.ttft_p50, c.rr.ttft_p99,
+              c.kv.rejected, c.dyn.rejected, c.llmd.rejected, c.requests);
 }
 
 std::string cell_json(const Cell& c) {
@@ -79,10 +80,11 @@ std::string cell_json(const Cell& c) {
   std::snprintf(buf, sizeof buf,
                 "{\"workload\":\"%s\",\"rate\":%g,\"kvroute_p50\":%.2f,\"kvroute_p99\":%.2f,\"dynamo_p50\":%.2f,"
                 "\"dynamo_p99\":%.2f,\"llmd_p50\":%.2f,\"llmd_p99\":%.2f,\"round_robin_p50\":%.2f,"
-                "\"round_robin_p99\":%.2f,\"kvroute_hit\":%.4f,\"ideal_hit\":%.4f,\"floor_p50\":%.2f,\"floor_p99\":%.2f}",
+                "\"round_robin_p99\":%.2f,\"kvroute_hit\":%.4f,\"ideal_hit\":%.4f,\"floor_p50\":%.2f,\"floor_p99\":%.2f,"
+                "\"kvroute_rejected\":%zu}",
                 c.workload.c_str(), c.rate, c.kv.ttft_p50, c.kv.ttft_p99, c.dyn.ttft_p50, c.dyn.ttft_p99,
                 c.llmd.ttft_p50, c.llmd.ttft_p99, c.rr.ttft_p50, c.rr.ttft_p99, c.kv.hit_rate, c.ideal, c.floor_p50,
-                c.floor_p99);
+                c.floor_p99, c.kv.rejected);
   return buf;
 }
 
@@ -129,8 +131,9 @@ int compare(const std::string& path, const std::vector<std::string>& lines, doub
 
 int targets(const Args& a) {
   std::printf("| workload | rate | p50 vs dynamo | p99 vs dynamo | p50 vs llmd | p99 vs llmd | p50 / p99 vs round_robin "
-              "| hit rate = of ideal | never worse than dynamo | kvroute p50/p99 ms | dynamo | llmd | round_robin |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+              "| hit rate = of ideal | never worse than dynamo | kvroute p50/p99 ms | dynamo | llmd | round_robin "
+              "| rejected (503) kvroute/dynamo/llmd of requests |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   std::vector<std::string> json;
   std::vector<Cell> cells;
   for (const auto& wl : a.workloads) {

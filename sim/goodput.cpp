@@ -22,8 +22,10 @@ bool meets(const PolicyResult& r, const Args& a) {
 
 struct Goodput {
   double rate = 0;  // highest multiplier found meeting the SLOs (0: none down to the lowest tried)
-  PolicyResult at;  // the run at that rate
+  PolicyResult at;  // the run at that rate (rate 0: the run at the lowest rate tried)
 };
+
+constexpr double kLowest = 1.0 / 64, kHighest = 256;
 
 Goodput search(const std::vector<SimRequest>& w, const Args& a, const std::string& policy) {
   auto run = [&](double rate) {
@@ -32,7 +34,6 @@ Goodput search(const std::vector<SimRequest>& w, const Args& a, const std::strin
     return simulate(w, o, policy);
   };
   // Bracket: lo meets the SLOs, hi does not (each doubling or halving is one run).
-  constexpr double kLowest = 1.0 / 64, kHighest = 256;
   Goodput g;
   double lo = 0, hi = 0;
   PolicyResult r = run(1);
@@ -54,7 +55,10 @@ Goodput search(const std::vector<SimRequest>& w, const Args& a, const std::strin
       }
       hi = lo;
     }
-    if (lo < kLowest) return g;
+    if (lo < kLowest) {
+      g.at = r;  // what fails even there
+      return g;
+    }
   }
   for (int i = 0; i < a.goodput_steps; ++i) {
     const double mid = 0.5 * (lo + hi);
@@ -95,7 +99,11 @@ int goodput(const Args& a) {
     for (const auto& p : a.policies) {
       const Goodput g = search(w, a, p);
       const double rps = span_s > 0 ? g.rate * double(w.size()) / span_s : 0;
-      std::printf(" x%.3g (%.1f req/s; p99 TTFT %.0f ms, ITL %.0f ms) |", g.rate, rps, g.at.ttft_p99, g.at.itl_p99);
+      if (g.rate > 0)
+        std::printf(" x%.3g (%.1f req/s; p99 TTFT %.0f ms, ITL %.0f ms) |", g.rate, rps, g.at.ttft_p99, g.at.itl_p99);
+      else
+        std::printf(" none down to x1/%.0f (there: p99 TTFT %.0f ms, ITL %.0f ms, %zu rejected) |", 1 / kLowest,
+                    g.at.ttft_p99, g.at.itl_p99, g.at.rejected);
       std::fflush(stdout);
       char buf[160];
       std::snprintf(buf, sizeof buf, ",\"%s\":{\"rate\":%.4f,\"req_s\":%.3f}", p.c_str(), g.rate, rps);

@@ -23,6 +23,7 @@ bool meets(const PolicyResult& r, const Args& a) {
 struct Goodput {
   double rate = 0;  // highest multiplier found meeting the SLOs (0: none down to the lowest tried)
   PolicyResult at;  // the run at that rate (rate 0: the run at the lowest rate tried)
+  double failed = 0;  // the lowest rate tried that missed them (0: none missed up to kHighest)
 };
 
 constexpr double kLowest = 1.0 / 64, kHighest = 256;
@@ -45,6 +46,7 @@ Goodput search(const std::vector<SimRequest>& w, const Args& a, const std::strin
       lo = hi, g = {hi, r};
     }
     if (hi > kHighest) return g;
+    g.failed = hi;
   } else {
     hi = 1;
     for (lo = 0.5; lo >= kLowest; lo /= 2) {
@@ -55,6 +57,7 @@ Goodput search(const std::vector<SimRequest>& w, const Args& a, const std::strin
       }
       hi = lo;
     }
+    g.failed = hi;
     if (lo < kLowest) {
       g.at = r;  // what fails even there
       return g;
@@ -63,8 +66,8 @@ Goodput search(const std::vector<SimRequest>& w, const Args& a, const std::strin
   for (int i = 0; i < a.goodput_steps; ++i) {
     const double mid = 0.5 * (lo + hi);
     r = run(mid);
-    if (meets(r, a)) lo = mid, g = {mid, r};
-    else hi = mid;
+    if (meets(r, a)) lo = mid, g = {mid, r, hi};
+    else hi = mid, g.failed = mid;
   }
   return g;
 }
@@ -108,6 +111,18 @@ int goodput(const Args& a) {
       char buf[160];
       std::snprintf(buf, sizeof buf, ",\"%s\":{\"rate\":%.4f,\"req_s\":%.3f}", p.c_str(), g.rate, rps);
       json += buf;
+      // --check: the bracket is consistent when run again (same seed, same numbers): the rate found
+      // meets the SLOs and the lowest rate seen missing them misses them.
+      if (a.check && g.rate > 0 && !meets(simulate(w, [&] { SimOptions o = a.sim; o.rate = g.rate; return o; }(), p), a)) {
+        std::fprintf(stderr, "kvroute-sim goodput --check FAILED: %s on %s misses the SLOs at x%g\n", p.c_str(),
+                     wl.c_str(), g.rate);
+        return 1;
+      }
+      if (a.check && g.failed > 0 && meets(simulate(w, [&] { SimOptions o = a.sim; o.rate = g.failed; return o; }(), p), a)) {
+        std::fprintf(stderr, "kvroute-sim goodput --check FAILED: %s on %s meets the SLOs at x%g, reported missed\n",
+                     p.c_str(), wl.c_str(), g.failed);
+        return 1;
+      }
       if (p == "kvroute") kv = g.rate;
       else if (p == "dynamo" || p == "llmd") best_peer = std::max(best_peer, g.rate);
     }
@@ -116,6 +131,7 @@ int goodput(const Args& a) {
     json += "}";
   }
   std::printf("\n%s]}\n", json.c_str());
+  if (a.check) std::printf("goodput check: ok\n");
   return 0;
 }
 

@@ -54,7 +54,8 @@ void usage() {
       "  --seed N          randomness seed (default 1); the same seed gives the same numbers\n"
       "  --cdf-out FILE    write TTFT CDF points (policy ttft_ms fraction) for plotting\n"
       "  --set KEY=VALUE   a config key for the kvroute policies (e.g. scheduler.cost=weighted); repeatable\n"
-      "  --check           assert the run's invariants (exit 1 naming the first that fails)\n"
+      "  --check           assert the run's invariants (exit 1 naming the first that fails); goodput: that\n"
+      "                    each rate found meets the SLOs and the lowest rate seen missing them misses them\n"
       "  --expect FILE     targets: compare with a published table (JSON lines of targets) within --tolerance\n"
       "  --tolerance X     relative tolerance for --expect (default 0.05)\n",
       mocker::profile_list().c_str(), mocker::kDefaultProfile);

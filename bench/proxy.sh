@@ -199,7 +199,7 @@ echo "floor proxy: $(cat "$W/floor.log")"
 
 # Streaming: slow decode so every stream stays open while all are established.
 kill "${pids[@]:1}" 2>/dev/null || true; wait "${pids[@]:1}" 2>/dev/null || true; pids=("${pids[0]}"); MPORTS=()
-start_mockers --speedup 1 --max-seqs 20000 --kv-blocks 10000000 --decode-base-ms 1000 --decode-kv-ms 0
+start_mockers --speedup 1 --max-seqs 20000 --kv-blocks 10000000 --engine-profile dynamo-mocker --decode-base-ms 1000 --decode-kv-ms 0
 "$BIN/router/kvroute" --router.host 127.0.0.1 --router.port "$RPORT" --admin.host 127.0.0.1 --admin.port "$APORT" \
   --router.threads 2 --log.access_log false --events.nats_url "nats://127.0.0.1:$NATS" >"$W/kvroute2.log" 2>&1 &
 KVPID=$!; pids+=($KVPID)

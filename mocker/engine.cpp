@@ -13,11 +13,8 @@ Engine::Engine(EngineConfig cfg, std::function<void(const KvEvent&)> on_event)
   assert(cfg_.block_size > 0 && cfg_.kv_blocks > 0 && cfg_.max_seqs > 0 && cfg_.max_batched_tokens > 0);
 }
 
-double Engine::prefill_ms(double t) const { return cfg_.prefill_a * t * t + cfg_.prefill_b * t + cfg_.prefill_c; }
-
-double Engine::decode_ms() const {
-  const double active = static_cast<double>(load().kv_active_blocks);
-  return cfg_.decode_base_ms + cfg_.decode_kv_ms * active / static_cast<double>(cfg_.kv_blocks);
+double Engine::prefill_ms(double new_tokens, double cached) const {
+  return cfg_.profile.prefill_ms(static_cast<uint64_t>(new_tokens), static_cast<uint64_t>(cached));
 }
 
 uint64_t Engine::blocks_needed(uint64_t prompt_tokens, uint32_t max_tokens) const {
@@ -90,8 +87,14 @@ bool Engine::enqueue(Request r, double now_ms) {
 }
 
 uint32_t Engine::cached_prefix_blocks(const Request& r) const {
+  // A block counts once it is computed or being computed in this step (as
+  // vLLM, whose attention reads KV written earlier in the same forward pass);
+  // a block another request will compute in a later chunk does not.
   uint32_t k = 0;
-  while (k < r.blocks.size() && blocks_.count(r.blocks[k])) ++k;
+  for (; k < r.blocks.size(); ++k) {
+    auto it = blocks_.find(r.blocks[k]);
+    if (it == blocks_.end() || !it->second.available) break;
+  }
   return k;
 }
 
@@ -101,9 +104,9 @@ uint32_t Engine::cached_tokens(const Request& r) const {
 }
 
 bool Engine::try_admit(Request& r) {
-  // Blocks already present are shared (in-flight ones included: their
-  // prefill ends in this same step at the latest). The cache is prefix-closed,
-  // so the present blocks are exactly the cached prefix.
+  // Blocks already present are shared, including those another running
+  // request has reserved but not computed yet (this one counts them as
+  // cached only once they are available; until then it computes them too).
   uint64_t missing = 0, reusable_unreferenced = 0;
   for (SequenceHash h : r.blocks) {
     auto it = blocks_.find(h);
@@ -117,6 +120,7 @@ bool Engine::try_admit(Request& r) {
   if (need > free + evictable) return false;
 
   r.cached_tokens = cached_tokens(r);
+  r.computed = r.cached_tokens;
   prefix_queries_ += r.prompt_tokens;
   prefix_hits_ += r.cached_tokens;
   for (SequenceHash h : r.blocks) {
@@ -185,33 +189,83 @@ bool Engine::cancel(uint64_t id) {
   return true;
 }
 
+void Engine::schedule_chunk(Request& r, uint32_t n, StepShape& shape) {
+  shape.add_chunk(n, r.computed);
+  r.scheduled = n;
+  // Blocks this chunk completes are available to requests scheduled after it.
+  const size_t done = std::min<size_t>(r.blocks.size(), (r.computed + n) / cfg_.block_size);
+  for (size_t i = 0; i < done; ++i) blocks_.at(r.blocks[i]).available = true;
+}
+
+// vLLM V1's Scheduler.schedule() (vllm/v1/core/sched/scheduler.py, commit
+// 00024d3): one token budget per step; the RUNNING requests first, in order,
+// each taking min(its remaining tokens, the budget left), then the WAITING
+// ones, FIFO, each chunked the same way. Because a prefill that does not
+// finish in a step has taken all the budget left, every request behind it in
+// the running order was admitted later: decodes are never starved by it and
+// in effect go first. No preemption here: a request's blocks are all reserved
+// when it is admitted (try_admit), so a running request always has room.
 void Engine::start_step(double now_ms) {
-  const uint64_t decoding = running_.size();
-  uint64_t budget_used = decoding;  // one token per decoding sequence
-  uint64_t t = 0;                   // new prefill tokens
-  bool admitted = false;
-  while (!waiting_.empty() && running_.size() < cfg_.max_seqs) {
+  StepShape shape;
+  uint64_t budget = cfg_.max_batched_tokens;
+  for (uint64_t id : running_) {
+    Request& r = requests_.at(id);
+    r.scheduled = 0;
+    if (budget == 0) continue;
+    if (r.prefilled) {
+      shape.add_decode(uint64_t{r.prompt_tokens} + r.generated);
+      r.scheduled = 1;
+      budget -= 1;
+    } else {
+      const uint32_t n = static_cast<uint32_t>(std::min<uint64_t>(r.prompt_tokens - r.computed, budget));
+      schedule_chunk(r, n, shape);
+      budget -= n;
+    }
+  }
+  while (!waiting_.empty() && running_.size() < cfg_.max_seqs && budget > 0) {
     Request& r = requests_.at(waiting_.front());
-    // At least the last token is computed: a fully cached block-aligned
-    // prompt recomputes its last block.
-    const uint64_t fresh = r.prompt_tokens - cached_tokens(r);
-    if (admitted && budget_used + fresh > cfg_.max_batched_tokens) break;
     if (!try_admit(r)) break;  // FIFO: the head waits for space
     r.running = true;
     running_.push_back(r.id);
     waiting_.pop_front();
-    budget_used += fresh;
-    t += fresh;
-    admitted = true;
+    // At least the last token is computed: a fully cached block-aligned
+    // prompt recomputes its last block.
+    const uint32_t n = static_cast<uint32_t>(std::min<uint64_t>(r.prompt_tokens - r.computed, budget));
+    schedule_chunk(r, n, shape);
+    budget -= n;
   }
-  if (running_.empty()) {
+  if (shape.empty()) {
     step_end_.reset();
     return;
   }
-  double ms = 0;
-  if (t > 0) ms += prefill_ms(static_cast<double>(t));
-  if (decoding > 0) ms += decode_ms();
-  step_end_ = now_ms + ms;
+  shape.kv_occupancy = static_cast<double>(load().kv_active_blocks) / static_cast<double>(cfg_.kv_blocks);
+  step_end_ = now_ms + cfg_.profile.step_ms(shape);
+}
+
+void Engine::announce_computed(Request& r) {
+  // Each run of consecutive newly computed blocks is one chain under its parent.
+  const size_t done = std::min<size_t>(r.blocks.size(), r.computed / cfg_.block_size);
+  KvStored st;
+  auto flush = [&] {
+    if (st.blocks.empty()) return;
+    KvEvent ev;
+    ev.data = std::move(st);
+    emit(std::move(ev));
+    st = KvStored{};
+  };
+  for (size_t i = r.announced; i < done; ++i) {
+    Block& b = blocks_.at(r.blocks[i]);
+    if (b.computed) {
+      flush();
+      continue;
+    }
+    if (st.blocks.empty() && i > 0) st.parent = r.blocks[i - 1];
+    b.computed = b.available = true;
+    ++stored_blocks_;
+    st.blocks.push_back({r.blocks[i], b.local});
+  }
+  flush();
+  r.announced = static_cast<uint32_t>(done);
 }
 
 std::vector<EngineOutput> Engine::advance_to(double now_ms) {
@@ -222,29 +276,11 @@ std::vector<EngineOutput> Engine::advance_to(double now_ms) {
     done.clear();
     for (uint64_t id : running_) {
       Request& r = requests_.at(id);
+      if (r.scheduled == 0) continue;
       if (!r.prefilled) {
-        // Its prompt's new blocks are computed now: announce each run of
-        // consecutive new blocks as one chain under its parent.
-        KvStored st;
-        auto flush = [&] {
-          if (st.blocks.empty()) return;
-          KvEvent ev;
-          ev.data = std::move(st);
-          emit(std::move(ev));
-          st = KvStored{};
-        };
-        for (size_t i = 0; i < r.blocks.size(); ++i) {
-          Block& b = blocks_.at(r.blocks[i]);
-          if (b.computed) {
-            flush();
-            continue;
-          }
-          if (st.blocks.empty() && i > 0) st.parent = r.blocks[i - 1];
-          b.computed = true;
-          ++stored_blocks_;
-          st.blocks.push_back({r.blocks[i], b.local});
-        }
-        flush();
+        r.computed += r.scheduled;
+        announce_computed(r);
+        if (r.computed < r.prompt_tokens) continue;  // more chunks to come
         r.prefilled = true;
         r.generated = 1;
         out.push_back({id, EngineOutput::Kind::FirstToken, end, r.cached_tokens, r.prompt_tokens});

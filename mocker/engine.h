@@ -7,20 +7,19 @@
 //
 // Threading: not thread-safe; one owner thread (kvroute-mocker's io thread).
 //
-// Step model (one engine iteration; mocker/README.md has the full text):
-//   Every running request decodes one token per step. Waiting requests are
-//   admitted FIFO while a sequence slot is free (max_seqs), the step's token
-//   budget holds (max_batched_tokens = decode tokens + new prefill tokens; the
-//   first prefill of a step is always admitted: prefill is NOT chunked), and
-//   their KV blocks can be allocated (evicting unreferenced cached blocks,
-//   least recently used first). The head of the queue that does not fit
-//   blocks the ones behind it (FIFO, no overtaking).
-//     step_ms = prefill_ms(t) [if t > 0] + decode_ms [if any request decodes]
-//     prefill_ms(t) = prefill_a·t² + prefill_b·t + prefill_c, t = new (uncached) prompt tokens
-//     decode_ms     = decode_base_ms + decode_kv_ms · (KV blocks in use / capacity)
-//   At the end of the step admitted requests produce their first token and
-//   their newly computed prompt blocks are announced (stored), decoding
-//   requests produce one more token.
+// Step model (one engine iteration, vLLM V1's scheduler; mocker/README.md has the full text):
+//   A token budget per step (max_batched_tokens). Running requests first, in
+//   admission order: a decoding one takes 1 token, one still prefilling takes
+//   min(its remaining prompt tokens, the budget left). Then waiting requests
+//   are admitted FIFO while a sequence slot is free (max_seqs), budget is left
+//   and their KV blocks can be allocated (evicting unreferenced cached blocks,
+//   least recently used first), each taking min(its uncached prompt tokens,
+//   the budget left): a long prompt is prefilled in chunks over several steps.
+//   The head of the queue that does not fit blocks the ones behind it (FIFO).
+//     step_ms = cfg.profile.step_ms(the step's chunks and decodes)   (mocker/profile.h)
+//   At the end of the step each chunk's completed prompt blocks are announced
+//   (stored); a request whose last chunk ran produces its first token, each
+//   decoding request one more token.
 //
 // KV blocks: a request's complete prompt blocks are hashed (indexer/block_hash.h:
 // local = hash_block, id = sequence_hash(parent, local)) and shared between
@@ -45,6 +44,7 @@
 #include "common/types.h"
 #include "indexer/block_hash.h"
 #include "indexer/kv_event.h"
+#include "mocker/profile.h"
 
 namespace kvroute::mocker {
 
@@ -52,13 +52,15 @@ struct EngineConfig {
   uint32_t block_size = 16;            // tokens per KV block, > 0
   uint64_t kv_blocks = 16384;          // KV capacity in blocks, > 0
   uint32_t max_seqs = 256;             // running sequences (request slots), > 0
-  uint32_t max_batched_tokens = 8192;  // tokens per step (decode + new prefill), > 0
-  // Dynamo mocker's prefill polynomial (ms, t = new tokens in the step).
-  double prefill_a = 4.209989e-7;
-  double prefill_b = 1.518344e-2;
-  double prefill_c = 16.50142;
-  double decode_base_ms = 8.0;         // decode step with an empty cache
-  double decode_kv_ms = 12.0;          // extra decode time at a full cache
+  // Token budget per step (decodes + prefill chunks), > 0. 8192 is vLLM's
+  // max_num_batched_tokens for its OpenAI server on a GPU of >= 70 GiB that is
+  // not an A100, e.g. an H100 (vllm/engine/arg_utils.py,
+  // EngineArgs.get_batch_defaults, commit 99d7eb5; V1 always chunks prefill).
+  uint32_t max_batched_tokens = 8192;
+  // Step times (mocker/profile.h). Its KV capacity is not applied here:
+  // callers set kv_blocks (kvroute-mocker and kvroute-sim default it to
+  // profile.kv_blocks(block_size)).
+  EngineProfile profile = *find_profile(kDefaultProfile);
   CacheOwner owner;                    // stamped on every event
   StorageTier tier = StorageTier::Device;
   // Keep each cached block's token ids and namespace (block_info()): the
@@ -140,8 +142,8 @@ class Engine {
   // ids), consistent with last_event_id(): applying them to an empty index
   // gives what applying events 1..last_event_id() gives.
   std::vector<KvEvent> dump() const;
-  double prefill_ms(double new_tokens) const;
-  double decode_ms() const;  // at the current KV occupancy
+  // One prompt's prefill of `new_tokens` after `cached` ones, alone in one step.
+  double prefill_ms(double new_tokens, double cached = 0) const;
   const EngineConfig& config() const { return cfg_; }
 
  private:
@@ -150,6 +152,7 @@ class Engine {
     SequenceHash parent;
     bool has_parent = false;
     bool computed = false;                  // stored event sent
+    bool available = false;                 // computed, or being computed in the current step
     uint32_t depth = 0;                     // position in its prompt
     uint32_t refs = 0;                      // running requests using it
     std::list<SequenceHash>::iterator lru;  // valid when refs == 0
@@ -164,6 +167,9 @@ class Engine {
     std::vector<SequenceHash> blocks;    // their ids (prefix chain)
     uint64_t private_blocks = 0;         // partial prompt block + room to generate
     uint32_t cached_tokens = 0;
+    uint32_t computed = 0;   // prompt tokens in the KV cache (cached + prefilled chunks)
+    uint32_t scheduled = 0;  // tokens in the step in progress (a chunk, or 1 to decode)
+    uint32_t announced = 0;  // prompt blocks checked for announcement
     bool read_cache = true;
     bool running = false;
     bool prefilled = false;
@@ -181,6 +187,10 @@ class Engine {
   bool try_admit(Request& r);  // allocates blocks; false if they do not fit now
   void release(Request& r);
   void start_step(double now_ms);
+  // Schedules `n` prompt tokens of `r` in this step (its next chunk).
+  void schedule_chunk(Request& r, uint32_t n, StepShape& shape);
+  // Announces r's prompt blocks completed by its chunks so far.
+  void announce_computed(Request& r);
   void emit(KvEvent ev);
   uint64_t used_blocks() const { return blocks_.size() + private_blocks_; }
 

@@ -48,7 +48,7 @@ bool bind_publishers(const mocker::VllmPublisherOptions& base, uint32_t dp_size,
 
 int main(int argc, char** argv) {
   CLI::App app{"kvroute-mocker: a simulated OpenAI-compatible inference worker (paged KV cache, continuous\n"
-               "batching, Dynamo's prefill-time polynomial) that publishes KV events and heartbeats on NATS.\n"
+               "batching, chunked prefill, step times from an engine profile) that publishes KV events and heartbeats on NATS.\n"
                "Prints 'kvroute-mocker listening on http://HOST:PORT' once it serves."};
   mocker::MockerOptions o;
   std::string nats_url, tier = "device", log_level = "info";
@@ -64,15 +64,27 @@ int main(int argc, char** argv) {
   app.add_option("--speedup", o.speedup, "Engine time runs this many times faster than real time (100 = 100x faster; for tests)")
       ->capture_default_str()->check(CLI::Range(0.001, 100000.0));
   app.add_option("--block-size", o.engine.block_size, "Tokens per KV block")->capture_default_str()->check(CLI::Range(1u, 65536u));
-  app.add_option("--kv-blocks", o.engine.kv_blocks, "KV cache capacity in blocks")->capture_default_str()->check(CLI::Range(uint64_t{1}, uint64_t{1} << 40));
+  std::string engine_profile = mocker::kDefaultProfile;
+  app.add_option("--engine-profile", engine_profile,
+                 "Engine step times and KV capacity (mocker/profile.h): " + mocker::profile_list())
+      ->capture_default_str();
+  auto* kv_blocks = app.add_option("--kv-blocks", o.engine.kv_blocks,
+                                   "KV cache capacity in blocks (default: the profile's capacity / --block-size; "
+                                   "16384 for a profile without one)")
+                        ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 40));
   app.add_option("--max-seqs", o.engine.max_seqs, "Running sequences (request slots)")->capture_default_str()->check(CLI::Range(1u, 1000000u));
-  app.add_option("--max-batched-tokens", o.engine.max_batched_tokens, "Token budget of one engine step: one per decoding sequence + new (uncached) prefill tokens; a step's first prefill is always admitted (prefill is not chunked)")
+  app.add_option("--max-batched-tokens", o.engine.max_batched_tokens, "Token budget of one engine step (vLLM's max_num_batched_tokens): one per decoding sequence + prefill chunks; a longer prompt is prefilled in chunks over several steps")
       ->capture_default_str()->check(CLI::Range(1u, 10000000u));
-  app.add_option("--prefill-a", o.engine.prefill_a, "Engine ms of a step's prefill: a*t^2 + b*t + c, t = new (uncached) prompt tokens in the step (Dynamo's mocker polynomial)")->capture_default_str()->check(CLI::NonNegativeNumber);
-  app.add_option("--prefill-b", o.engine.prefill_b, "see --prefill-a")->capture_default_str()->check(CLI::NonNegativeNumber);
-  app.add_option("--prefill-c", o.engine.prefill_c, "see --prefill-a")->capture_default_str()->check(CLI::NonNegativeNumber);
-  app.add_option("--decode-base-ms", o.engine.decode_base_ms, "Engine ms of a decode step: base + kv * (KV blocks referenced by running requests / capacity)")->capture_default_str()->check(CLI::NonNegativeNumber);
-  app.add_option("--decode-kv-ms", o.engine.decode_kv_ms, "see --decode-base-ms")->capture_default_str()->check(CLI::NonNegativeNumber);
+  // Polynomial coefficients: only with the dynamo-mocker profile (checked below).
+  const mocker::EngineProfile& poly = *mocker::find_profile("dynamo-mocker");
+  double prefill_a = poly.prefill_a, prefill_b = poly.prefill_b, prefill_c = poly.prefill_c;
+  double decode_base_ms = poly.decode_base_ms, decode_kv_ms = poly.decode_kv_ms;
+  std::vector<CLI::Option*> poly_flags = {
+      app.add_option("--prefill-a", prefill_a, "dynamo-mocker profile: engine ms of a step's prefill: a*t^2 + b*t + c, t = new (uncached) prompt tokens in the step (Dynamo's mocker polynomial)")->capture_default_str()->check(CLI::NonNegativeNumber),
+      app.add_option("--prefill-b", prefill_b, "see --prefill-a")->capture_default_str()->check(CLI::NonNegativeNumber),
+      app.add_option("--prefill-c", prefill_c, "see --prefill-a")->capture_default_str()->check(CLI::NonNegativeNumber),
+      app.add_option("--decode-base-ms", decode_base_ms, "dynamo-mocker profile: engine ms of a decode step: base + kv * (KV blocks referenced by running requests / capacity)")->capture_default_str()->check(CLI::NonNegativeNumber),
+      app.add_option("--decode-kv-ms", decode_kv_ms, "see --decode-base-ms")->capture_default_str()->check(CLI::NonNegativeNumber)};
   app.add_option("--storage-tier", tier, "Tier announced in KV events: device, host_pinned, disk, external")->capture_default_str();
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")->capture_default_str();
   std::string tokenizer_dir;
@@ -111,6 +123,30 @@ int main(int argc, char** argv) {
     b = e + 1;
   }
   o.port = port;
+  const mocker::EngineProfile* profile = mocker::find_profile(engine_profile);
+  if (!profile) {
+    std::fprintf(stderr, "kvroute-mocker: --engine-profile: '%s' is not one of %s\n", engine_profile.c_str(),
+                 mocker::profile_list().c_str());
+    return 2;
+  }
+  o.engine.profile = *profile;
+  for (const CLI::Option* f : poly_flags) {
+    if (f->count() == 0) continue;
+    if (profile->kind != mocker::EngineProfile::Kind::Polynomial) {
+      std::fprintf(stderr, "kvroute-mocker: %s applies to the dynamo-mocker profile only (--engine-profile is %s)\n",
+                   f->get_name().c_str(), engine_profile.c_str());
+      return 2;
+    }
+  }
+  if (profile->kind == mocker::EngineProfile::Kind::Polynomial) {
+    o.engine.profile.prefill_a = prefill_a;
+    o.engine.profile.prefill_b = prefill_b;
+    o.engine.profile.prefill_c = prefill_c;
+    o.engine.profile.decode_base_ms = decode_base_ms;
+    o.engine.profile.decode_kv_ms = decode_kv_ms;
+  }
+  if (kv_blocks->count() == 0 && profile->kv_blocks(o.engine.block_size) > 0)
+    o.engine.kv_blocks = profile->kv_blocks(o.engine.block_size);
   if (!parse_storage_tier(tier, o.engine.tier)) {
     std::fprintf(stderr, "kvroute-mocker: --storage-tier: '%s' is not one of device, host_pinned, disk, external\n",
                  tier.c_str());

@@ -18,12 +18,13 @@ std::vector<SimRequest> load_slice(const Args& a, const std::string& workload, c
 }
 
 void print_table(const std::vector<PolicyResult>& results, double ideal) {
-  std::printf("%-16s %8s %9s %9s %9s %9s %9s %10s %9s %8s %7s %7s\n", "policy", "hit_rate", "ttft_p50", "ttft_p90",
-              "ttft_p99", "e2e_p50", "e2e_p99", "out_tok/s", "imbalance", "rejected", "gap", "mape");
+  std::printf("%-16s %8s %9s %9s %9s %9s %9s %10s %9s %8s %7s %7s %8s\n", "policy", "hit_rate", "ttft_p50",
+              "ttft_p90", "ttft_p99", "e2e_p50", "e2e_p99", "out_tok/s", "imbalance", "rejected", "gap", "mape",
+              "itl_p99");
   for (const auto& r : results)
-    std::printf("%-16s %8.3f %9.1f %9.1f %9.1f %9.1f %9.1f %10.0f %9.2f %8zu %7.3f %7.3f\n", r.policy.c_str(),
+    std::printf("%-16s %8.3f %9.1f %9.1f %9.1f %9.1f %9.1f %10.0f %9.2f %8zu %7.3f %7.3f %8.1f\n", r.policy.c_str(),
                 r.hit_rate, r.ttft_p50, r.ttft_p90, r.ttft_p99, r.e2e_p50, r.e2e_p99, r.throughput_tok_s, r.imbalance,
-                r.rejected, r.cache_gap, r.ttft_mape);
+                r.rejected, r.cache_gap, r.ttft_mape, r.itl_p99);
   std::printf("%-16s %8.3f   (one infinite cache: an upper bound on the hit rate)\n", "ideal", ideal);
 }
 
@@ -35,9 +36,9 @@ std::string results_json(const std::vector<PolicyResult>& results, double ideal)
     std::snprintf(buf, sizeof buf,
                   "%s\"%s\":{\"hit_rate\":%.4f,\"ttft_p50_ms\":%.2f,\"ttft_p90_ms\":%.2f,\"ttft_p99_ms\":%.2f,"
                   "\"e2e_p50_ms\":%.1f,\"e2e_p99_ms\":%.1f,\"throughput_tok_s\":%.0f,\"imbalance\":%.3f,"
-                  "\"rejected\":%zu,\"cache_gap\":%.4f,\"ttft_mape\":%.4f}",
+                  "\"rejected\":%zu,\"cache_gap\":%.4f,\"ttft_mape\":%.4f,\"itl_p50_ms\":%.2f,\"itl_p99_ms\":%.2f}",
                   i ? "," : "", r.policy.c_str(), r.hit_rate, r.ttft_p50, r.ttft_p90, r.ttft_p99, r.e2e_p50, r.e2e_p99,
-                  r.throughput_tok_s, r.imbalance, r.rejected, r.cache_gap, r.ttft_mape);
+                  r.throughput_tok_s, r.imbalance, r.rejected, r.cache_gap, r.ttft_mape, r.itl_p50, r.itl_p99);
     json += buf;
   }
   char tail[96];

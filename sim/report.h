@@ -25,9 +25,12 @@ struct Args {
   size_t requests = SIZE_MAX;
   std::vector<std::string> policies = {"round_robin", "random", "least_loaded", "dynamo_v01",
                                        "dynamo",      "llmd",   "kvroute"};
+  bool policies_set = false;  // --policies given
   std::string cdf_out, expect;
   bool check = false;
   double tolerance = 0.05;
+  double slo_ttft_ms = 2000, slo_itl_ms = 1000;  // goodput's SLOs (p99 of each)
+  int goodput_steps = 6;                        // bisection steps after bracketing
 };
 
 // The workload's requests; for the trace, `slice` all, train or test (time split at 50%).
@@ -41,6 +44,7 @@ void write_cdf(const std::string& path, std::vector<PolicyResult>& results);
 int check_run(const std::vector<SimRequest>& w, const Args& a, const std::vector<PolicyResult>& results, double ideal);
 
 int tune(const Args& a);
+int goodput(const Args& a);
 int targets(const Args& a);
 
 }  // namespace kvroute::sim

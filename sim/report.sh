@@ -5,19 +5,24 @@
 # -> held-out results), per-rate tables on the trace, plots, and the reduced
 # table that the sim_targets test pins (docs/sim/targets_small.jsonl).
 #   bash sim/report.sh        (after scripts/setup.sh; installs gnuplot-nox)
+#   README_ONLY=1 bash sim/report.sh   rebuilds docs/sim/README.md from the files already there
+#                                      (after editing sim/report_notes.md)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BUILD_DIR:-build}/sim/kvroute-sim
 command -v gnuplot >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gnuplot-nox >/dev/null
 OUT=docs/sim
 mkdir -p "$OUT"
-ARGS=(--workers 8 --kv-blocks 8000 --seed 1)
+# The engines: kvroute-sim's default profile (h100-llama3-8b) with its own KV capacity (875 blocks of 512 tokens).
+ARGS=(--workers 8 --seed 1)
 POLICIES=round_robin,random,least_loaded,dynamo_v01,dynamo,llmd,kvroute
 NAMES="round_robin random least_loaded dynamo_v01 dynamo llmd kvroute"
+if [ -z "${README_ONLY:-}" ]; then
 "$BIN" targets "${ARGS[@]}" --rates 1,2,3 2>/dev/null >"$OUT/targets.txt"
 # The reduced table the test suite holds (tests: sim_targets); keep its arguments in sync with sim/CMakeLists.txt.
 "$BIN" targets --workers 4 --kv-blocks 2000 --requests 2000 --rates 1,3 --seed 1 2>/dev/null | grep '^{' >"$OUT/targets_small.jsonl"
 "$BIN" tune "${ARGS[@]}" --rates 1,2,3 2>/dev/null >"$OUT/tune.txt"
+"$BIN" goodput "${ARGS[@]}" --goodput-steps 4 2>/dev/null >"$OUT/goodput.txt"
 # Session affinity, with and without, on the one workload that has sessions (agentic).
 : >"$OUT/affinity.txt"
 for rate in 1 2 3; do
@@ -59,11 +64,15 @@ set title "TTFT p50"; set ylabel "ms"; set key top left
 plot for [n in names] "< grep ' ".n." ' $OUT/rates.dat" using 1:4 with linespoints lw 2 title n
 unset multiplot
 GP
+fi
 {
   echo "# kvroute-sim results"
   echo
-  echo "Regenerate with \`bash sim/report.sh\` (about 20 s here once built). 8 simulated engines (mocker/engine.h) with"
-  echo "8,000 KV blocks of 512 tokens each, 64 sequences, load reports every 100 ms, seed 1. Rate x1 replays"
+  echo "Regenerate with \`bash sim/report.sh\`. 8 simulated engines (mocker/engine.h) on the engine profile"
+  echo "h100-llama3-8b (mocker/profile.h: step times fitted to H100 measurements of a Llama-3-8B-shaped model,"
+  echo "chunked prefill with vLLM's 8,192-token step budget) with that profile's KV capacity, 875 blocks of 512"
+  echo "tokens each (448,308 tokens: an H100's memory at vLLM's 0.9 utilisation, less the weights and a 2 GiB"
+  echo "reserve), 64 sequences, load reports every 100 ms, seed 1. Rate x1 replays"
   echo "each workload's own timing; x2 and x3 compress it. The Mooncake conversation trace is split in time:"
   echo "\`kvroute-sim tune\` chose the defaults on its first half (train); every figure below is on its"
   echo "second half (test) or on a generated workload (sim/workload.h) that tuning never saw."
@@ -93,42 +102,31 @@ PY
   echo "## The causal engine floor"
   echo
   echo "sim/floor.h: each request's TTFT with one infinite cache and nothing queued, from the engine's step"
-  echo "model (the prefill of its uncached tokens; no decode step, since a request admitted to an idle engine"
-  echo "has its first token when its prefill ends). Causal: a block is available only from the end of the"
-  echo "prefill of the earliest-finishing request that computes it, and each request takes the better of"
+  echo "model (the prefill of its uncached tokens on the profile, chunked by the step budget as the engine"
+  echo "chunks it; no decode step, since a request admitted to an idle engine has its first token when its"
+  echo "prefill ends). Causal: a block is available only from the end of the chunk that completes it in the"
+  echo "earliest-finishing request computing it, and each request takes the better of"
   echo "computing its whole prompt or waiting for an available prefix and computing the rest. Every request's"
   echo "TTFT is at least its floor (the router dispatches on arrival and engines admit FIFO), so each"
   echo "percentile of the floor bounds the same percentile of any router's TTFT. The acausal floor (the old"
   echo "one: a block counts as cached as soon as an earlier request wanted it) is shown for comparison; they"
-  echo "differ in bursts, where 38-47 % of all requests want a document someone is still computing."
+  echo "differ in bursts, where many requests want a document someone is still computing."
+  echo "The last column states the decode interference the floors leave out (sim/floor.h decode_interference):"
+  echo "by Little's law the fleet carries on average at least the decoding requests that the workload's"
+  echo "outputs keep busy at one batch-1 decode step per token; spread over the workers, that many decodes"
+  echo "share each prefill step on average and add the given ms to it. Not a bound on any one request (a"
+  echo "router may place it where nothing decodes), but unavoidable for the fleet on average."
   echo
   awk '/^\|/{if (seen_blank) print; next} /^$/{seen_blank=1}' "$OUT/targets.txt"
   echo
-  echo "Why the misses (read with the ms columns):"
+  cat sim/report_notes.md
   echo
-  echo "- trace p99 (floor-bound at every rate): the longest prompts' own prefill (not chunked, quadratic)"
-  echo "  is the p99; the causal floor's p99 is 2902 ms and kvroute is within 0.3-4 % of it."
-  echo "- trace x3 hit rate 0.89 of ideal and p50 0.53x round_robin (reachable): the load terms move"
-  echo "  requests off their cache under the x3 load (gap, the reachable cache not taken, is 0.105 at x3"
-  echo "  vs 0.047 at x1, tables below); the tuned defaults keep >= 0.91 of ideal on the train"
-  echo "  slice, and a finer grid (gamma 0.05-0.5, pending weight 0.2-1.0) found none that scores better there."
-  echo "- api p50 (reachable only in the strict sense): the floor has no decode step; kvroute's p50 at x3"
-  echo "  is 39 ms for an own prefill of 23 ms, the rest is the step in progress plus the decode part of"
-  echo "  its own step (>= 8 ms on any engine that is decoding). api p99 vs llmd at x1 is 0.82x."
-  echo "- agentic p50 vs llmd (reachable): llm-d's p50 equals kvroute's (58-61 ms), both 1.3-1.4x the"
-  echo "  floor; kvroute is 0.47x dynamo there and 0.78-0.98x llm-d at p99."
-  echo "- bursts: 16-96 requests sharing an 8k-24k-token document arrive within 0.5 s. The causal floor"
-  echo "  has 38-47 % of all requests wait for a document being computed (the floor's own hit rate is 0.88-0.93); its p99 is"
-  echo "  the largest documents' prefill, 553-597 ms, which makes p99 vs dynamo (x1, x2) and vs llmd (x1)"
-  echo "  floor-bound. kvroute's hit rate is 0.89 of the (acausal) ideal: before the first request's prefill"
-  echo "  ends no worker has announced the document, so the burst spreads. Counting prefixes routed but not"
-  echo "  yet announced (tried: the router's own record of where it sent each prefix until its first byte)"
-  echo "  raised the hit rate to 0.96 of ideal and cut p99 at x2/x3 by 9 %/19 %, but raised p50 by 13-52 %"
-  echo "  (burst requests' own p50 at x2 went 351 -> 420 ms: they queue behind one worker's document) and made kvroute worse than dynamo at x1;"
-  echo "  it was not kept. At x2 kvroute's p99 is 731 ms vs dynamo's 707 ms (never worse: NO)."
-  echo "- round_robin is stressed (p99 many times the others') only on agentic at x3, where kvroute is"
-  echo "  0.03x / 0.01x of it; on the trace it is 0.53x at p50; the round_robin misses on api (p50) and"
-  echo "  bursts are floor-bound (0.5x round_robin is below the floor)."
+  echo "## Goodput"
+  echo
+  echo "\`kvroute-sim goodput\` (sim/README.md): per workload and policy, the highest arrival rate (x the"
+  echo "workload's own) with TTFT p99 <= 2 s, inter-token latency p99 <= 1 s and nothing rejected, by bisection."
+  echo
+  grep '^|' "$OUT/goodput.txt"
   echo
   echo "## Session affinity (agentic sessions, kvroute defaults with and without)"
   echo
@@ -136,9 +134,10 @@ PY
   echo "|---|---|---|---|---|---|"
   cat "$OUT/affinity.txt"
   echo
-  echo "Off by default (scheduler.session_affinity): with the tuned defaults the scheduler already keeps"
-  echo "sessions on their cache; affinity moves TTFT p99 by a few percent either way and e2e p50 up a little."
-  echo "(With pending_prefill_weight 1.0, which spreads more, it cut agentic p99 at x3 by 15 %.)"
+  echo "Off by default (scheduler.session_affinity). On the h100-llama3-8b profile's capacity it helps at x1"
+  echo "(hit rate 0.55 -> 0.62, TTFT p50 579 -> 369 ms, p99 -6 %) and is within a few percent either way at"
+  echo "x2 and x3, where the fleet is saturated; the default was chosen on the old engine model and is left to"
+  echo "a tune that weighs sessions (the trace's train slice has none)."
   echo
   echo "## Tuning (train slice) and held-out results"
   echo

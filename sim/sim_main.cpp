@@ -25,16 +25,23 @@ namespace {
 
 void usage() {
   std::printf(
-      "kvroute-sim [tune|targets] [flags]: simulated fleet routed by kvroute's own code or a peer's policy.\n"
+      "kvroute-sim [tune|targets|goodput] [flags]: simulated fleet routed by kvroute's own code or a peer's policy.\n"
       "  tune              tune scheduler weights on the trace's train slice (first 50%% of its time);\n"
       "                    report the best and the defaults on the test slice and on every workload\n"
       "  targets           the target table: kvroute vs dynamo, llmd, round_robin at --rates on\n"
       "                    the trace's test slice and each generated workload (markdown, then JSON)\n"
+      "  goodput           per workload and policy (default kvroute,dynamo,llmd): the highest rate with TTFT\n"
+      "                    p99 <= --slo-ttft-ms and inter-token latency p99 <= --slo-itl-ms (bisection)\n"
+      "  --slo-ttft-ms X   goodput: TTFT p99 SLO (default 2000)\n"
+      "  --slo-itl-ms X    goodput: inter-token latency p99 SLO (default 1000)\n"
+      "  --goodput-steps N goodput: bisection steps after bracketing (default 6)\n"
       "  --workload NAME   trace (default), agentic, api or bursts (sim/workload.h)\n"
       "  --slice S         all (default), train or test: the trace's time split at 50%%\n"
       "  --trace PATH      JSONL trace (default: ../shared/traces/mooncake_conversation_trace.jsonl)\n"
       "  --workers N       engines (default 8)\n"
-      "  --kv-blocks N     KV capacity per engine in 512-token blocks (default 8000)\n"
+      "  --engine-profile NAME  the engines' step times and KV capacity (mocker/profile.h): %s\n"
+      "                    (default %s)\n"
+      "  --kv-blocks N     KV capacity per engine in 512-token blocks (default: the profile's, else 8000)\n"
       "  --max-seqs N      running sequences per engine (default 64)\n"
       "  --max-batched-tokens N  tokens per engine step (default 8192, as mocker/engine.h)\n"
       "  --rate X          arrival rate multiplier (default 1.0 = the workload's timing)\n"
@@ -47,9 +54,11 @@ void usage() {
       "  --seed N          randomness seed (default 1); the same seed gives the same numbers\n"
       "  --cdf-out FILE    write TTFT CDF points (policy ttft_ms fraction) for plotting\n"
       "  --set KEY=VALUE   a config key for the kvroute policies (e.g. scheduler.cost=weighted); repeatable\n"
-      "  --check           assert the run's invariants (exit 1 naming the first that fails)\n"
+      "  --check           assert the run's invariants (exit 1 naming the first that fails); goodput: that\n"
+      "                    each rate found meets the SLOs and the lowest rate seen missing them misses them\n"
       "  --expect FILE     targets: compare with a published table (JSON lines of targets) within --tolerance\n"
-      "  --tolerance X     relative tolerance for --expect (default 0.05)\n");
+      "  --tolerance X     relative tolerance for --expect (default 0.05)\n",
+      mocker::profile_list().c_str(), mocker::kDefaultProfile);
 }
 
 std::vector<std::string> split_list(const std::string& s) {
@@ -76,7 +85,20 @@ void parse(int argc, char** argv, Args& a) {
       else if (f == "--workload") a.workload = need("--workload");
       else if (f == "--slice") a.slice = need("--slice");
       else if (f == "--workers") a.sim.workers = static_cast<uint32_t>(std::stoul(need("--workers")));
-      else if (f == "--kv-blocks") a.sim.kv_blocks = std::stoull(need("--kv-blocks"));
+      else if (f == "--kv-blocks") {
+        a.sim.kv_blocks = std::stoull(need("--kv-blocks"));
+        if (a.sim.kv_blocks == 0) {
+          std::fprintf(stderr, "kvroute-sim: --kv-blocks must be > 0\n");
+          std::exit(2);
+        }
+      } else if (f == "--engine-profile") {
+        a.sim.engine_profile = need("--engine-profile");
+        if (!mocker::find_profile(a.sim.engine_profile)) {
+          std::fprintf(stderr, "kvroute-sim: --engine-profile '%s' is not one of %s\n", a.sim.engine_profile.c_str(),
+                       mocker::profile_list().c_str());
+          std::exit(2);
+        }
+      }
       else if (f == "--max-seqs") a.sim.max_seqs = static_cast<uint32_t>(std::stoul(need("--max-seqs")));
       else if (f == "--max-batched-tokens")
         a.sim.max_batched_tokens = static_cast<uint32_t>(std::stoul(need("--max-batched-tokens")));
@@ -92,7 +114,10 @@ void parse(int argc, char** argv, Args& a) {
       else if (f == "--check") a.check = true;
       else if (f == "--expect") a.expect = need("--expect");
       else if (f == "--tolerance") a.tolerance = std::stod(need("--tolerance"));
-      else if (f == "--policies") a.policies = split_list(need("--policies"));
+      else if (f == "--slo-ttft-ms") a.slo_ttft_ms = std::stod(need("--slo-ttft-ms"));
+      else if (f == "--slo-itl-ms") a.slo_itl_ms = std::stod(need("--slo-itl-ms"));
+      else if (f == "--goodput-steps") a.goodput_steps = std::stoi(need("--goodput-steps"));
+      else if (f == "--policies") a.policies = split_list(need("--policies")), a.policies_set = true;
       else if (f == "--set") {
         const std::string kv = need("--set");
         const auto eq = kv.find('=');
@@ -113,10 +138,14 @@ void parse(int argc, char** argv, Args& a) {
       std::exit(2);
     }
   }
-  if (a.sim.workers == 0 || a.sim.kv_blocks == 0 || a.sim.rate <= 0 || a.sim.max_seqs == 0 ||
+  if (!(a.slo_ttft_ms > 0) || !(a.slo_itl_ms > 0) || a.goodput_steps < 0 || a.goodput_steps > 30) {
+    std::fprintf(stderr, "kvroute-sim: --slo-ttft-ms and --slo-itl-ms must be > 0, --goodput-steps 0-30\n");
+    std::exit(2);
+  }
+  if (a.sim.workers == 0 || a.sim.rate <= 0 || a.sim.max_seqs == 0 ||
       a.sim.max_batched_tokens == 0 || a.rates.empty()) {
     std::fprintf(stderr,
-                 "kvroute-sim: --workers, --kv-blocks, --max-seqs, --max-batched-tokens, --rate(s) must be > 0\n");
+                 "kvroute-sim: --workers, --max-seqs, --max-batched-tokens, --rate(s) must be > 0\n");
     std::exit(2);
   }
   for (const auto& p : a.policies)
@@ -134,8 +163,9 @@ void parse(int argc, char** argv, Args& a) {
 int run(const Args& a) {
   const auto t0 = std::chrono::steady_clock::now();
   const auto w = load_slice(a, a.workload, a.slice);
-  std::printf("workload %s (%s): %zu requests; %u workers x %llu blocks of 512 tokens; rate x%.2f; seed %llu\n",
-              a.workload.c_str(), a.slice.c_str(), w.size(), a.sim.workers, (unsigned long long)a.sim.kv_blocks,
+  std::printf("workload %s (%s): %zu requests; %u workers (%s) x %llu blocks of 512 tokens; rate x%.2f; seed %llu\n",
+              a.workload.c_str(), a.slice.c_str(), w.size(), a.sim.workers, a.sim.engine_profile.c_str(),
+              (unsigned long long)engine_config(a.sim).kv_blocks,
               a.sim.rate, (unsigned long long)a.sim.seed);
   std::vector<PolicyResult> results;
   for (const auto& p : a.policies) results.push_back(simulate(w, a.sim, p, nullptr, true));
@@ -153,7 +183,8 @@ int run(const Args& a) {
 int main(int argc, char** argv) {
   Args a;
   std::string command;
-  if (argc > 1 && (std::string(argv[1]) == "tune" || std::string(argv[1]) == "targets")) {
+  if (argc > 1 && (std::string(argv[1]) == "tune" || std::string(argv[1]) == "targets" ||
+                   std::string(argv[1]) == "goodput")) {
     command = argv[1];
     --argc;
     ++argv;
@@ -161,5 +192,9 @@ int main(int argc, char** argv) {
   parse(argc, argv, a);
   if (command == "tune") return tune(a);
   if (command == "targets") return targets(a);
+  if (command == "goodput") {
+    if (!a.policies_set) a.policies = {"kvroute", "dynamo", "llmd"};
+    return goodput(a);
+  }
   return run(a);
 }

@@ -1,6 +1,7 @@
 #include "sim/simulate.h"
 
 #include <algorithm>
+#include <cassert>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -23,6 +24,18 @@ const std::vector<std::string>& known_policies() {
   static const std::vector<std::string> p = {"round_robin", "random", "least_loaded", "dynamo_v01",
                                              "dynamo",      "llmd",   "kvroute",      "kvroute_weighted"};
   return p;
+}
+
+mocker::EngineConfig engine_config(const SimOptions& o) {
+  mocker::EngineConfig ec;
+  const mocker::EngineProfile* p = mocker::find_profile(o.engine_profile);
+  assert(p);
+  ec.profile = *p;
+  ec.block_size = kBlock;
+  ec.kv_blocks = o.kv_blocks ? o.kv_blocks : p->kv_blocks(kBlock) ? p->kv_blocks(kBlock) : kDefaultKvBlocks;
+  ec.max_seqs = o.max_seqs;
+  ec.max_batched_tokens = o.max_batched_tokens;
+  return ec;
 }
 
 double percentile(std::vector<double> v, double p) {
@@ -61,7 +74,7 @@ Config policy_config(const SimOptions& o, const std::string& policy, const Sched
 
 // One simulated request in flight.
 struct Live {
-  double arrival = 0, first = -1;
+  double arrival = 0, first = -1, last_token = -1;
   uint32_t worker = 0, blocks = 0, cached = 0;
   std::unique_ptr<InflightGuard> guard;
 };
@@ -74,11 +87,7 @@ class Simulation {
         config_(policy_config(o, policy, scheduler)), routing_(index_, registry_, config_, random_),
         dynamo_(o.workers), live_(w.size()), per_worker_(o.workers, 0) {
     for (uint32_t i = 0; i < o.workers; ++i) {
-      mocker::EngineConfig ec;
-      ec.block_size = kBlock;
-      ec.kv_blocks = o.kv_blocks;
-      ec.max_seqs = o.max_seqs;
-      ec.max_batched_tokens = o.max_batched_tokens;
+      mocker::EngineConfig ec = engine_config(o);
       ec.owner = CacheOwner{WorkerId{i}, 0};
       engines_.push_back(std::make_unique<mocker::Engine>(ec, [this](const KvEvent& e) { index_.apply(e); }));
     }
@@ -117,7 +126,7 @@ class Simulation {
   std::vector<std::vector<LocalBlockHash>> hashes_;  // per request, while in flight (dynamo's active blocks)
   SessionAffinity sessions_;  // scheduler.session_affinity, as the daemon applies it
   RouteResult route_;
-  std::vector<double> ttft_, e2e_;
+  std::vector<double> ttft_, e2e_, itl_;
   std::vector<uint64_t> per_worker_;
   uint64_t out_tokens_ = 0, best_cached_ = 0, chosen_cached_ = 0;
   size_t rejected_ = 0, rr_ = 0;
@@ -145,10 +154,13 @@ void Simulation::on_engine(uint32_t which, double now) {
     Live& l = live_[out.request];
     const auto& r = w_[out.request];
     if (out.kind == mocker::EngineOutput::Kind::FirstToken) {
-      l.first = now;
+      l.first = l.last_token = now;
       l.cached = out.cached_tokens;
       ttft_.push_back(now - l.arrival);
       if (l.guard) l.guard->first_byte();
+    } else if (out.kind == mocker::EngineOutput::Kind::Token) {
+      itl_.push_back(now - l.last_token);
+      l.last_token = now;
     } else if (out.kind == mocker::EngineOutput::Kind::Finished) {
       e2e_.push_back(now - l.arrival);
       out_tokens_ += r.output_tokens;
@@ -272,6 +284,8 @@ PolicyResult Simulation::results() const {
   res.ttft_p99 = percentile(ttft_, 0.99);
   res.e2e_p50 = percentile(e2e_, 0.5);
   res.e2e_p99 = percentile(e2e_, 0.99);
+  res.itl_p50 = percentile(itl_, 0.5);
+  res.itl_p99 = percentile(itl_, 0.99);
   res.ttft_ms = ttft_;
   res.ttft_mape = registry_.ttft_stats().mape();
   res.cache_gap = best_cached_ ? 1.0 - double(chosen_cached_) / double(best_cached_) : 0;

@@ -14,13 +14,17 @@
 #include <vector>
 
 #include "config/config.h"
+#include "mocker/engine.h"
 #include "sim/workload.h"
 
 namespace kvroute::sim {
 
 struct SimOptions {
   uint32_t workers = 8;
-  uint64_t kv_blocks = 8000;  // per worker, 512-token blocks
+  std::string engine_profile = mocker::kDefaultProfile;  // mocker/profile.h
+  // Per worker, 512-token blocks; 0 = the profile's KV capacity (kDefaultKvBlocks
+  // for a profile without one).
+  uint64_t kv_blocks = 0;
   uint32_t max_seqs = 64;
   uint32_t max_batched_tokens = 8192;  // per engine step (mocker/engine.h's default)
   double rate = 1.0;          // arrival rate multiplier
@@ -28,6 +32,12 @@ struct SimOptions {
   uint64_t seed = 1;
   std::vector<std::pair<std::string, std::string>> sets;  // --set key=value for the kvroute policy
 };
+
+// Per-worker KV blocks when neither --kv-blocks nor the profile gives them.
+inline constexpr uint64_t kDefaultKvBlocks = 8000;
+
+// The engines' configuration (block size kBlock); the profile must exist (find_profile).
+mocker::EngineConfig engine_config(const SimOptions& o);
 
 // Policies: round_robin, random, least_loaded, dynamo_v01 (the baseline
 // weighted cost without the in-flight prefill term), dynamo, llmd
@@ -38,6 +48,7 @@ const std::vector<std::string>& known_policies();
 struct PolicyResult {
   std::string policy;
   double hit_rate = 0, ttft_p50 = 0, ttft_p90 = 0, ttft_p99 = 0, e2e_p50 = 0, e2e_p99 = 0;
+  double itl_p50 = 0, itl_p99 = 0;  // inter-token latency: between a request's consecutive tokens
   double throughput_tok_s = 0, imbalance = 0;
   double ttft_mape = 0;   // the registry's TTFT model: mean |predicted - observed| / observed
   double cache_gap = 0;   // 1 - cached tokens achieved / best reachable among eligible workers (index view)

@@ -136,7 +136,7 @@ def overlap_of(fleet, prompt, worker_id):
     return 0
 
 
-FAST_MOCKER = ("--prefill-a", "0", "--prefill-b", "0.0001", "--prefill-c", "0.1")
+FAST_MOCKER = ("--engine-profile", "dynamo-mocker", "--prefill-a", "0", "--prefill-b", "0.0001", "--prefill-c", "0.1")
 
 
 def start_extra_router(fleet, name, extra=()):

@@ -42,13 +42,15 @@ def burst(fleet, ports, prefix, pace=0.02):
 
 class Replicas(unittest.TestCase):
     def test_two_replicas_spread_a_burst_like_one(self):
-        # Engine time at 2x: a 300-token answer takes ~1.5 s, longer than the burst (1 s).
+        # Engine time at 2x: a 300-token answer takes ~1.5 s, longer than the burst (1 s), with
+        # the dynamo-mocker profile's decode (8-20 ms a step; h100-llama3-8b's 6.5 ms would end
+        # answers within the burst).
         with tempfile.TemporaryDirectory() as d, Fleet(BUILD_DIR, d, speedup=2.0) as f:
             f.start_nats()
             # 4 workers x 13 request slots (52): a 50-request burst fills nearly all of them,
             # so one replica's spread is determined (13 on the holder, 12-13 elsewhere).
             for w in (1, 2, 3, 4):
-                f.start_mocker(w, ("--max-seqs", "13"))
+                f.start_mocker(w, ("--max-seqs", "13", "--engine-profile", "dynamo-mocker"))
             # KVROUTE_FAULTS_NO_SYNC=1 shows what this test catches: replicas blind to each other.
             if os.environ.get("KVROUTE_FAULTS_NO_SYNC"):
                 f.router_args = ["--events.replica_sync", "false"]

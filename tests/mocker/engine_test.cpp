@@ -51,6 +51,7 @@ struct Run {
 
 EngineConfig small_cfg() {
   EngineConfig c;
+  c.profile = *find_profile("dynamo-mocker");
   c.block_size = 4;
   c.kv_blocks = 64;
   return c;
@@ -207,8 +208,8 @@ TEST_CASE("a request that cannot fit now waits; one that can never fit is refuse
 
 TEST_CASE("step time follows the prefill polynomial on new tokens, then decode steps") {
   EngineConfig c = small_cfg();
-  c.decode_base_ms = 5;
-  c.decode_kv_ms = 10;
+  c.profile.decode_base_ms = 5;
+  c.profile.decode_kv_ms = 10;
   Run r(c);
   r.engine->add_request(1, tokens(1, 100), 3, 0);
   const double expected = 4.209989e-7 * 100 * 100 + 1.518344e-2 * 100 + 16.50142;
@@ -241,9 +242,9 @@ TEST_CASE("step time follows the prefill polynomial on new tokens, then decode s
   CHECK(three[0].cached_tokens == 96);
   // Speed parameters are configurable.
   EngineConfig fast = small_cfg();
-  fast.prefill_a = 0;
-  fast.prefill_b = 1;
-  fast.prefill_c = 2;
+  fast.profile.prefill_a = 0;
+  fast.profile.prefill_b = 1;
+  fast.profile.prefill_c = 2;
   Run f(fast);
   f.engine->add_request(1, tokens(1, 10), 1, 100);
   CHECK(*f.engine->next_event_time() == doctest::Approx(112));
@@ -267,11 +268,126 @@ TEST_CASE("batching limits: max sequences and max batched tokens per step") {
   CHECK(r.engine->load().num_requests_waiting == 2);
   auto out = r.drain(now);
   for (uint64_t i = 1; i <= 4; ++i) CHECK(out[i].back().kind == EngineOutput::Kind::Finished);
-  // The first prefill of a step is admitted even above the budget (no chunking).
+  // A prompt above the budget is admitted and prefilled in chunks of the budget.
   Run big(c);
   big.engine->add_request(1, tokens(1, 200), 1, 0);
   CHECK(big.engine->load().request_active_slots == 1);
-  CHECK(*big.engine->next_event_time() == doctest::Approx(big.engine->prefill_ms(200)));
+  CHECK(*big.engine->next_event_time() == doctest::Approx(big.engine->prefill_ms(50)));
+}
+
+// Step time = new prompt tokens (1 ms each) + 10 ms if any request decodes.
+EngineConfig chunk_cfg() {
+  EngineConfig c = small_cfg();
+  c.kv_blocks = 1000;
+  c.max_seqs = 8;
+  c.max_batched_tokens = 50;
+  c.profile.prefill_a = 0;
+  c.profile.prefill_b = 1;
+  c.profile.prefill_c = 0;
+  c.profile.decode_base_ms = 10;
+  c.profile.decode_kv_ms = 0;
+  return c;
+}
+
+TEST_CASE("chunked prefill: a hand-computed schedule (budget 50 tokens a step, running requests first)") {
+  Run r(chunk_cfg());
+  double now = 0;
+  std::map<uint64_t, std::vector<EngineOutput>> out;
+  auto step = [&](double expect_end) {
+    REQUIRE(r.engine->next_event_time().has_value());
+    CHECK(*r.engine->next_event_time() == doctest::Approx(expect_end));
+    now = *r.engine->next_event_time();
+    for (auto& o : r.engine->advance_to(now)) out[o.request].push_back(o);
+  };
+  REQUIRE(r.engine->add_request(1, tokens(1, 120), 3, 0));  // A: 120 tokens = 30 blocks of 4
+  REQUIRE(r.engine->add_request(2, tokens(2, 40), 2, 10));  // B arrives during A's first chunk
+  // Step 1 [0, 50): A 0..50. Its 12 complete blocks are announced at the end.
+  step(50);
+  CHECK(out.empty());
+  CHECK(r.engine->cached_blocks() == 12);
+  // Step 2 [50, 100): A 50..100 takes the whole budget; B still waits.
+  CHECK(r.engine->load().num_requests_waiting == 1);
+  step(100);
+  CHECK(r.engine->cached_blocks() == 25);
+  CHECK(out.empty());
+  // Step 3 [100, 150): A's last 20 tokens, then B admitted with the 30 left: 50 ms.
+  step(150);
+  REQUIRE(out[1].size() == 1);
+  CHECK(out[1][0].kind == EngineOutput::Kind::FirstToken);
+  CHECK(out[1][0].time_ms == doctest::Approx(150));
+  CHECK(out[2].empty());
+  CHECK(r.engine->cached_blocks() == 30 + 7);  // all of A, B's first 30 tokens = 7 whole blocks
+  // Step 4 [150, 170): A decodes first (1 token), B's last 10 tokens: 10 + 10 ms.
+  step(170);
+  REQUIRE(out[2].size() == 1);
+  CHECK(out[2][0].kind == EngineOutput::Kind::FirstToken);
+  CHECK(out[1].back().kind == EngineOutput::Kind::Token);
+  // Step 5 [170, 180): both decode; A has its 3 tokens, B its 2.
+  step(180);
+  CHECK(out[1].back().kind == EngineOutput::Kind::Finished);
+  CHECK(out[2].back().kind == EngineOutput::Kind::Finished);
+  CHECK_FALSE(r.engine->next_event_time().has_value());
+}
+
+TEST_CASE("chunked prefill: a decode batch shares the budget; a later prompt reuses blocks finished by earlier chunks") {
+  EngineConfig c = chunk_cfg();
+  c.max_batched_tokens = 40;
+  Run r(c);
+  double now = 0;
+  // Three short requests decode for a while. Request 1 starts alone (4 ms);
+  // then 1 decodes while 2 and 3 prefill: 8 + 10 ms.
+  for (uint64_t i = 1; i <= 3; ++i) REQUIRE(r.engine->add_request(i, tokens(uint32_t(i), 4), 20, 0));
+  CHECK(*r.engine->next_event_time() == doctest::Approx(4));
+  r.engine->advance_to(4);
+  CHECK(*r.engine->next_event_time() == doctest::Approx(22));
+  r.engine->advance_to(22);
+  // Step 3 [22, 32) is a pure decode step, already started when a 100-token prompt arrives.
+  const auto long_prompt = tokens(4, 100);
+  REQUIRE(r.engine->add_request(4, long_prompt, 1, 22));
+  CHECK(*r.engine->next_event_time() == doctest::Approx(32));
+  r.engine->advance_to(32);
+  // Step 4: the 3 decodes take 3 tokens of the budget, the prompt's first chunk the other 37.
+  CHECK(*r.engine->next_event_time() == doctest::Approx(32 + 37 + 10));
+  r.engine->advance_to(79);
+  CHECK(r.engine->cached_blocks() == 3 + 9);  // 1 block per short prompt; 37 tokens = 9 whole blocks
+  // The long prompt's first 36 tokens + 4 others arrive; step 5 (decodes + the next 37) has started.
+  auto five = concat(std::vector<TokenId>(long_prompt.begin(), long_prompt.begin() + 36), tokens(5, 4));
+  REQUIRE(r.engine->add_request(5, five, 1, 79));
+  CHECK(*r.engine->next_event_time() == doctest::Approx(79 + 37 + 10));
+  r.engine->advance_to(126);
+  // Step 6: decodes 3, the long prompt's last 26 tokens, then request 5 with its 9 blocks
+  // cached computes only its last 4 tokens: 30 + 10 ms; both first tokens at 166.
+  CHECK(*r.engine->next_event_time() == doctest::Approx(126 + 30 + 10));
+  size_t firsts = 0;
+  for (auto& o : r.engine->advance_to(166))
+    if (o.kind == EngineOutput::Kind::FirstToken) {
+      ++firsts;
+      CHECK(o.time_ms == doctest::Approx(166));
+      CHECK(o.cached_tokens == (o.request == 5 ? 36u : 0u));
+    }
+  CHECK(firsts == 2);
+}
+
+TEST_CASE("chunked prefill on a fitted profile: a chunk pays attention over the tokens before it") {
+  EngineConfig c = small_cfg();
+  c.profile = *find_profile("h100-llama3-8b");
+  c.kv_blocks = 100000;
+  c.max_batched_tokens = 2048;
+  Run r(c);
+  REQUIRE(r.engine->add_request(1, tokens(1, 5000), 1, 0));
+  // Chunks 0..2048, 2048..4096, 4096..5000.
+  double t = c.profile.prefill_ms(2048, 0);
+  CHECK(*r.engine->next_event_time() == doctest::Approx(t));
+  r.engine->advance_to(t);
+  const double second = c.profile.prefill_ms(2048, 2048);
+  CHECK(second > c.profile.prefill_ms(2048, 0));
+  CHECK(*r.engine->next_event_time() == doctest::Approx(t + second));
+  r.engine->advance_to(t + second);
+  t += second + c.profile.prefill_ms(904, 4096);
+  CHECK(*r.engine->next_event_time() == doctest::Approx(t));
+  auto out = r.engine->advance_to(t);
+  REQUIRE(out.size() == 2);
+  CHECK(out[0].kind == EngineOutput::Kind::FirstToken);
 }
 
 TEST_CASE("cancel releases the request's blocks; dump reflects the cache") {

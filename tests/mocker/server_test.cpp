@@ -278,8 +278,9 @@ TEST_CASE("test hooks: drop_events consumes event ids; hang never answers") {
 TEST_CASE("generation takes the engine's time, scaled by the speedup") {
   MockerOptions o = fast_options();
   o.speedup = 10;
-  o.engine.decode_base_ms = 100;  // 10 ms real per token
-  o.engine.decode_kv_ms = 0;
+  o.engine.profile = *find_profile("dynamo-mocker");
+  o.engine.profile.decode_base_ms = 100;  // 10 ms real per token
+  o.engine.profile.decode_kv_ms = 0;
   Mocker m(o);
   const auto t0 = std::chrono::steady_clock::now();
   auto r = m.post("/v1/completions", R"({"model":"mock-model","prompt":"hi","max_tokens":6})");

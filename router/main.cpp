@@ -33,7 +33,7 @@
 #include "indexer/event_sequencer.h"
 #include "indexer/radix_indexer.h"
 #include "router/admin_api.h"
-#include "router/http_server.h"
+#include "router/http/server.h"
 #include "router/merged_index.h"
 #include "router/router_metrics.h"
 #include "router/routing.h"

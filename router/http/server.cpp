@@ -12,6 +12,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <set>
+#include <string>
 #include <thread>
 
 #include <sys/resource.h>
@@ -204,6 +206,25 @@ HttpServer::Limits HttpServer::limits() const {
   l.body_bytes = s.body_bytes.load(std::memory_order_relaxed);
   l.max_body_bytes = cfg->router.max_body_bytes_in_flight;
   return l;
+}
+
+void HttpServer::register_metrics(metrics::Registry& r) const {
+  r.on_scrape([this] {
+    const ServerState& s = impl_->state;
+    RouterMetrics* m = s.hooks.metrics;
+    if (!m) return;
+    const Limits l = limits();
+    m->inflight_requests.get().set(static_cast<double>(inflight()));
+    m->connections.get().set(static_cast<double>(l.connections));
+    m->connections_limit.get().set(static_cast<double>(l.max_connections));
+    m->body_bytes.get().set(static_cast<double>(l.body_bytes));
+    m->body_bytes_limit.get().set(static_cast<double>(l.max_body_bytes));
+    m->open_files_limit.get().set(static_cast<double>(s.hooks.open_files_limit));
+    if (!s.hooks.registry) return;
+    std::set<std::string> present;
+    for (const auto& w : s.hooks.registry->all()) present.insert(std::to_string(w.info->id.value));
+    m->retain_workers(std::move(present));
+  });
 }
 
 void HttpServer::start(unsigned threads) {

@@ -77,6 +77,11 @@ class HttpServer {
     uint64_t max_body_bytes = 0;
   };
   Limits limits() const;
+  // At every scrape of `r`: the server's gauges in hooks.metrics (requests
+  // in flight, connections and body bytes against their limits, the
+  // descriptor limit), and the per-worker series of workers that left the
+  // registry removed. The server must outlive `r`'s renders.
+  void register_metrics(metrics::Registry& r) const;
 
  private:
   struct Impl;

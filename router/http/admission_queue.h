@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 
 #include "common/metrics.h"
 #include "router/http/executor.h"
@@ -30,8 +31,8 @@ class AdmissionQueue {
   // once). While waiting: `still_busy()` is called every kPoll (it routes the
   // request again) until it returns false, `timeout` passes or `stop()` is
   // true. True once it has waited; the request's route says how it ended.
-  template <class StillBusy, class Stop>
-  awaitable<bool> wait(Executor ex, uint64_t capacity, milliseconds timeout, StillBusy still_busy, Stop stop) {
+  awaitable<bool> wait(Executor ex, uint64_t capacity, milliseconds timeout, const std::function<bool()>& still_busy,
+                       const std::function<bool()>& stop) {
     if (waiting_.fetch_add(1) >= static_cast<int64_t>(capacity)) {
       waiting_.fetch_sub(1);
       co_return false;

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <array>
+#include <functional>
 #include <limits>
 #include <span>
 
@@ -19,7 +20,9 @@
 
 namespace kvroute {
 
-namespace {
+// The phases and the Exchange they share: a named namespace (not an anonymous
+// one) because the coroutine frames of the public functions hold these types.
+namespace phases {
 
 std::string_view api_path(ApiKind kind) {
   switch (kind) {
@@ -168,11 +171,11 @@ awaitable<void> wait_in_queue(Exchange& x) {
   RouterMetrics* m = x.metrics();
   RouteResult& route = x.client.route;
   const auto& sc = x.cfg.scheduler;
-  auto still_busy = [&x, &route] {
+  const std::function<bool()> still_busy = [&x, &route] {
     x.s.hooks.routing->reroute(x.client.parsed.model, route, sticky_session(x));  // keeps tokens and hashes
     return !route.ok && may_queue(route.failure);
   };
-  auto stop = [&x] { return x.s.stopping.load() || x.cut; };
+  const std::function<bool()> stop = [&x] { return x.s.stopping.load() || x.cut; };
   const RouteErrorDetail detail{.model = x.client.parsed.model, .queue_timeout_ms = sc.queue_timeout_ms};
   if (!co_await x.s.queue.wait(x.io.ioc.get_executor(), sc.queue_size, milliseconds(sc.queue_timeout_ms),
                                still_busy, stop)) {
@@ -538,24 +541,13 @@ struct InflightSlot {
   InflightSlot& operator=(const InflightSlot&) = delete;
 };
 
-}  // namespace
-
-std::optional<ApiKind> proxied_api(const ClientRequest& req) {
-  if (req.method != http::verb::post) return std::nullopt;
-  const std::string_view target = std::string_view(req.target).substr(0, req.target.find('?'));
-  if (target == "/v1/chat/completions") return ApiKind::ChatCompletions;
-  if (target == "/v1/completions") return ApiKind::Completions;
-  if (target == "/v1/embeddings") return ApiKind::Embeddings;
-  return std::nullopt;
-}
-
 // One proxied OpenAI request, as its phases: admit, parse, tokenize (by the
 // engine, when needed), route (maybe queue), then for each worker of the
 // ranking until one answers: connect (or a pooled connection), send and read
 // the response head; then relay and finish. (The phases that need no
 // suspension are plain functions, and the short ones are inline here: each
 // awaited coroutine is a frame per request.)
-awaitable<bool> proxy(ServerState& s, ClientConn& client, ClientRequest& req, ApiKind kind, IoThread& io) {
+awaitable<bool> run(ServerState& s, ClientConn& client, ClientRequest& req, ApiKind kind, IoThread& io) {
   Exchange x(s, client, req, kind, io, s.hooks.config->get());
   x.rec.method = "POST";
   x.rec.path = api_path(kind);
@@ -609,6 +601,22 @@ awaitable<bool> proxy(ServerState& s, ClientConn& client, ClientRequest& req, Ap
   static const ApiError unreachable{503, "No worker could be reached for this request.", "service_unavailable", "",
                                     "upstream_unavailable"};
   co_return co_await reject(x, unreachable, "upstream_unavailable");
+}
+
+}  // namespace phases
+
+std::optional<ApiKind> proxied_api(const ClientRequest& req) {
+  if (req.method != http::verb::post) return std::nullopt;
+  const std::string_view target = std::string_view(req.target).substr(0, req.target.find('?'));
+  if (target == "/v1/chat/completions") return ApiKind::ChatCompletions;
+  if (target == "/v1/completions") return ApiKind::Completions;
+  if (target == "/v1/embeddings") return ApiKind::Embeddings;
+  return std::nullopt;
+}
+
+// Not a coroutine itself: the request's one frame is phases::run()'s.
+awaitable<bool> proxy(ServerState& s, ClientConn& client, ClientRequest& req, ApiKind kind, IoThread& io) {
+  return phases::run(s, client, req, kind, io);
 }
 
 // ---- tokenization by the engine

@@ -192,13 +192,18 @@ awaitable<void> serve_requests(ServerState& s, ClientConn& stream, bool admin, I
 
 }  // namespace
 
+// A connection's place under its listener's connection limit, taken by the
+// accept loop and given back when the session ends. (Not a local class: the
+// session's coroutine frame holds it.)
+struct ConnectionPlace {
+  std::atomic<int64_t>* n;
+  ~ConnectionPlace() {
+    if (n) n->fetch_sub(1, std::memory_order_relaxed);
+  }
+};
+
 awaitable<void> session(ServerState& s, Socket socket, bool admin, IoThread& io) {
-  struct Counted {  // the connection's place under router.max_connections (taken by the accept loop)
-    std::atomic<int64_t>* n;
-    ~Counted() {
-      if (n) n->fetch_sub(1, std::memory_order_relaxed);
-    }
-  } counted{admin ? &s.admin_connections : &s.connections};
+  ConnectionPlace place{admin ? &s.admin_connections : &s.connections};
   ClientConn stream(std::move(socket), io);
   try {
     co_await serve_requests(s, stream, admin, io);

@@ -1,6 +1,5 @@
 // HTTP/1 on the wire (wire.h): the parsers' callbacks, read_http() and the
-// heads kvroute writes. The only translation unit that instantiates Beast's
-// parser templates.
+// heads kvroute writes. Beast's parser templates are instantiated here only.
 #include "router/http/wire.h"
 
 #include <boost/asio/write.hpp>

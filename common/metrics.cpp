@@ -231,6 +231,43 @@ template class Family<Counter>;
 template class Family<Gauge>;
 template class Family<Histogram>;
 
+void Samples::add_text(std::initializer_list<std::string_view> values, std::string_view v) {
+  assert(values.size() == labels_.size() && "one value per label name");
+  out_ += name_;
+  if (!labels_.empty()) {
+    out_ += '{';
+    size_t i = 0;
+    for (std::string_view value : values) {
+      if (i) out_ += ',';
+      out_ += labels_[i++];
+      out_ += "=\"";
+      escape_label(out_, value);
+      out_ += '"';
+    }
+    out_ += '}';
+  }
+  out_ += ' ';
+  out_ += v;
+  out_ += '\n';
+}
+
+void Samples::add_double(std::initializer_list<std::string_view> values, double v) {
+  add_text(values, number(v));
+}
+
+void Registry::collect(Type type, std::string name, std::string help, std::vector<std::string> labels,
+                       std::function<void(Samples&)> collect) {
+  const std::string_view type_name = type == Type::Counter ? "counter" : type == Type::Gauge ? "gauge" : "histogram";
+  std::string head = fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type_name);
+  std::lock_guard lk(mu_);
+  renderers_.push_back([name = std::move(name), head = std::move(head), labels = std::move(labels),
+                        collect = std::move(collect)](std::string& out) {
+    out += head;
+    Samples samples(out, name, labels);
+    collect(samples);
+  });
+}
+
 CounterFamily& Registry::counter(std::string name, std::string help, std::vector<std::string> labels) {
   std::lock_guard lk(mu_);
   counters_.push_back(std::make_unique<CounterFamily>(std::move(name), std::move(help), std::move(labels)));

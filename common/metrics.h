@@ -20,6 +20,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 namespace kvroute::metrics {
@@ -149,9 +150,51 @@ using CounterFamily = Family<Counter>;
 using GaugeFamily = Family<Gauge>;
 using HistogramFamily = Family<Histogram>;
 
+// The samples of a collected metric (Registry::collect()), written straight
+// into the exposition while it renders. Valid only inside the collect call.
+class Samples {
+ public:
+  // One sample: its label values in label-name order, and its value
+  // (integers printed exactly).
+  template <class T>
+    requires std::is_arithmetic_v<T>
+  void add(std::initializer_list<std::string_view> values, T v) {
+    if constexpr (std::is_integral_v<T>) add_text(values, std::to_string(v));
+    else add_double(values, static_cast<double>(v));
+  }
+
+ private:
+  friend class Registry;
+  Samples(std::string& out, const std::string& name, const std::vector<std::string>& labels)
+      : out_(out), name_(name), labels_(labels) {}
+  void add_double(std::initializer_list<std::string_view> values, double v);
+  void add_text(std::initializer_list<std::string_view> values, std::string_view v);
+  std::string& out_;
+  const std::string& name_;
+  const std::vector<std::string>& labels_;
+};
+
 // Owns families and scrape-time callbacks; renders the exposition.
 class Registry {
  public:
+  // A metric read at scrape time from state its module keeps anyway (atomic
+  // counters in a stats struct, sizes, the fleet): `collect` adds its samples
+  // on every render (none: only the HELP and TYPE lines). It runs during
+  // render(), on the scraping thread, so what it reads must be thread-safe;
+  // it must outlive the registry's renders. Nothing is added to the code that
+  // counts, and a series disappears when `collect` stops adding it.
+  void collect(Type type, std::string name, std::string help, std::vector<std::string> labels,
+               std::function<void(Samples&)> collect);
+  // An unlabelled counter or gauge read at scrape time (collect() with one sample).
+  template <class F>
+  void counter_fn(std::string name, std::string help, F value) {
+    collect(Type::Counter, std::move(name), std::move(help), {}, [value](Samples& s) { s.add({}, value()); });
+  }
+  template <class F>
+  void gauge_fn(std::string name, std::string help, F value) {
+    collect(Type::Gauge, std::move(name), std::move(help), {}, [value](Samples& s) { s.add({}, value()); });
+  }
+
   CounterFamily& counter(std::string name, std::string help, std::vector<std::string> labels = {});
   GaugeFamily& gauge(std::string name, std::string help, std::vector<std::string> labels = {});
   HistogramFamily& histogram(std::string name, std::string help, std::vector<double> bounds,

@@ -50,6 +50,16 @@ std::string worker_json(const WorkerView& w) {
 
 }  // namespace
 
+void AdminApi::register_metrics(metrics::Registry& r) const {
+  r.collect(metrics::Type::Counter, "kvroute_config_reloads_total", "configuration updates by result", {"result"},
+            [this](metrics::Samples& s) {
+              s.add({"ok"}, stats_.reloads_ok.load());
+              s.add({"rejected"}, stats_.reloads_rejected.load());
+            });
+  r.counter_fn("kvroute_admin_auth_failures_total", "admin requests refused for a missing or wrong token",
+               [this] { return stats_.auth_failures.load(); });
+}
+
 bool AdminApi::authorized(std::string_view authorization) const {
   const auto cfg = config_.get();
   if (cfg->admin.token.empty()) return false;
@@ -108,7 +118,7 @@ AdminResponse AdminApi::explain(const ParsedRequest& parsed) const {
       }
     out += "]}";
   }
-  if (index_age_) {  // issue 15: the last-known index age of each candidate worker
+  if (index_age_) {  // the last-known index age of each candidate worker
     out.pop_back();  // the closing brace
     out += R"(,"index_age_ms":{)";
     for (size_t i = 0; i < r.candidates.size(); ++i) {

@@ -4,7 +4,7 @@
 // the status page itself (/ui: static files, no data, served without the
 // token; the page asks for the token and sends it as a bearer header). Plain
 // request -> response functions with no Beast types, so they are unit-tested
-// without sockets; router/http_server.cpp serves them.
+// without sockets; router/http/local_routes.cpp serves them.
 //
 // Thread-safe: called from HTTP io threads.
 #pragma once
@@ -14,6 +14,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/metrics.h"
 #include "config/config_store.h"
 #include "indexer/indexer.h"
 #include "router/explain.h"
@@ -64,6 +65,9 @@ class AdminApi {
   void count_rejected_reload() { stats_.reloads_rejected.fetch_add(1, std::memory_order_relaxed); }
 
   const AdminStats& stats() const { return stats_; }
+  // kvroute_config_reloads_total{result} and kvroute_admin_auth_failures_total,
+  // read from stats() at every scrape of `r` (this object must outlive them).
+  void register_metrics(metrics::Registry& r) const;
   // The status page's data (GET /admin/status, /admin/status/history,
   // /admin/decisions[/{id}]); without it those answer 404. Set before serving.
   void set_status(const FleetStatus* status) { status_ = status; }
@@ -79,8 +83,8 @@ class AdminApi {
   // True when `authorization` carries the admin token (the HTTP layer checks
   // before doing work for an admin request).
   bool authorized(std::string_view authorization) const;
-  // Issue 15: how old each worker's part of the index is (time since its last
-  // event or dump; nullopt = never heard), shown by explain as
+  // How old each worker's part of the index is (time since its last event or
+  // dump; nullopt = never heard), shown by explain as
   // "index_age_ms":{"<worker_id>":ms|null,...}. Unset: the field is omitted.
   void set_index_age(std::function<std::optional<Nanos>(WorkerId)> f) { index_age_ = std::move(f); }
   // Workers whose KV events carry no cache_salt while they are sent salted
@@ -101,7 +105,7 @@ class AdminApi {
   const FleetStatus* status_ = nullptr;
   AdminStats stats_;
   AdminFleetHooks fleet_;
-  std::function<std::optional<Nanos>(WorkerId)> index_age_;  // issue 15
+  std::function<std::optional<Nanos>(WorkerId)> index_age_;
   std::function<bool(WorkerId)> salt_blind_;
 };
 

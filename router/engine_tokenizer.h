@@ -3,9 +3,9 @@
 // for the request's token ids with the engine's own POST /tokenize, before the
 // routing decision. This file is the part without I/O: what to send, how to
 // read the answer (untrusted: bounded), the cache of exact answers, and the
-// per-model backoff after failures. The round trip itself is
-// HttpServer's (router/http_server.cpp, engine_tokens_cached(),
-// engine_tokens(), fetch_engine_tokens()).
+// per-model backoff after failures. The round trip itself is the HTTP
+// server's (router/http/proxy.cpp: engine_tokens_cached(), engine_tokens();
+// router/http/upstream.cpp: fetch_engine_tokens()).
 //
 // The wire shapes follow vLLM's `POST /tokenize`
 // (vllm/entrypoints/serve/tokenize/protocol.py, TokenizeCompletionRequest /

@@ -1,4 +1,6 @@
-// kvroute: the daemon. The only place that wires the modules together.
+// kvroute: the daemon. The only place that wires the modules together:
+// parse the options, build the parts, register their metrics, start, wait for
+// signals, stop.
 //
 // Start-up: defaults < YAML file (--config) < KVROUTE_* environment < flags.
 // Then: NATS connect -> event pipeline (index writer thread) -> HTTP and admin
@@ -14,8 +16,7 @@
 #include <csignal>
 #include <cstdio>
 #include <map>
-#include <mutex>
-#include <set>
+#include <memory>
 
 #include "common/clock.h"
 #include "common/log.h"
@@ -23,20 +24,24 @@
 #include "common/url_allow_list.h"
 #include "config/config.h"
 #include "config/config_store.h"
+#include "events/event_metrics.h"
 #include "events/event_pipeline.h"
 #include "events/nats_bus.h"
+#include "events/replica_sync.h"
 #include "events/salt_attribution.h"
 #include "events/zmq_source.h"
-#include "events/replica_sync.h"
 #include "fleet/fleet.h"
+#include "fleet/fleet_metrics.h"
 #include "indexer/approx_indexer.h"
 #include "indexer/event_sequencer.h"
+#include "indexer/indexer_metrics.h"
 #include "indexer/radix_indexer.h"
 #include "router/admin_api.h"
-#include "router/http_server.h"
+#include "router/http/server.h"
 #include "router/merged_index.h"
 #include "router/router_metrics.h"
 #include "router/routing.h"
+#include "router/session_affinity.h"
 #include "router/status.h"
 #include "scheduler/worker_registry.h"
 
@@ -61,208 +66,32 @@ struct ConfigSources {
   }
 };
 
-// Metrics of modules that keep plain atomic counters (events, indexer,
-// admin): rendered at scrape time in the exposition format.
-void render_module_metrics(std::string& out, const EventPipelineStats& st, const EventSequencer& seq,
-                           const RadixIndexer& index, const ApproxIndexer& approx, const AdminStats& admin,
-                           const NatsBus* bus) {
-  auto head = [&](std::string_view name, std::string_view type, std::string_view help) {
-    out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
-  };
-  auto line = [&](std::string_view name, std::string_view labels, double v) {
-    out += fmt::format("{}{} {}\n", name, labels, v);
-  };
-  // events: counters, then gauges
-  head("kvroute_events_messages_total", "counter", "kv_events messages received");
-  line("kvroute_events_messages_total", "", st.messages_total.load());
-  head("kvroute_events_rejected_total", "counter", "kv_events messages rejected, by reason");
-  for (size_t i = 1; i < st.rejected_total.size(); ++i)
-    line("kvroute_events_rejected_total", fmt::format("{{reason=\"{}\"}}", to_string(static_cast<DecodeError>(i))),
-         st.rejected_total[i].load());
-  head("kvroute_events_queue_dropped_total", "counter", "kv_events messages dropped on a full writer queue");
-  line("kvroute_events_queue_dropped_total", "", st.queue_dropped_total.load());
-  head("kvroute_events_heartbeats_total", "counter", "worker heartbeats accepted, or rejected");
-  line("kvroute_events_heartbeats_total", "{result=\"accepted\"}", st.heartbeats_total.load());
-  line("kvroute_events_heartbeats_total", "{result=\"rejected\"}", st.heartbeats_rejected_total.load());
-  head("kvroute_events_block_size_mismatch_total", "counter", "heartbeats announcing another block size");
-  line("kvroute_events_block_size_mismatch_total", "", st.block_size_mismatch_total.load());
-  head("kvroute_events_workers_expired_total", "counter", "workers removed after missing heartbeats");
-  line("kvroute_events_workers_expired_total", "", st.workers_expired_total.load());
-  head("kvroute_events_expiry_held_total", "counter",
-       "heartbeat expiry ticks skipped because NATS was down (heartbeat-only workers kept)");
-  line("kvroute_events_expiry_held_total", "", st.expiry_held_ticks_total.load());
-  head("kvroute_events_nats_reconnects_total", "counter", "NATS reconnections");
-  line("kvroute_events_nats_reconnects_total", "", bus ? bus->reconnects() : 0);
-  head("kvroute_events_nats_connected", "gauge", "1 when the NATS connection is up (0 without NATS)");
-  line("kvroute_events_nats_connected", "", bus && bus->connected() ? 1 : 0);
-  // indexer: counters, then gauges
-  head("kvroute_indexer_events_total", "counter", "index events applied, by type and result");
-  static constexpr std::string_view kTypes[] = {"stored", "removed", "cleared"};
-  for (size_t t = 0; t < st.applied_total.size(); ++t)
-    for (size_t i = 0; i < st.applied_total[t].size(); ++i)
-      line("kvroute_indexer_events_total",
-           fmt::format("{{type=\"{}\",result=\"{}\"}}", kTypes[t], to_string(static_cast<ApplyResult>(i))),
-           st.applied_total[t][i].load());
-  const auto& sq = seq.counters();
-  head("kvroute_indexer_event_gaps_total", "counter", "event_id gaps (lost events) detected");
-  line("kvroute_indexer_event_gaps_total", "", sq.gaps.load());
-  head("kvroute_indexer_event_duplicates_total", "counter", "events ignored as redelivered");
-  line("kvroute_indexer_event_duplicates_total", "", sq.duplicates.load());
-  head("kvroute_indexer_worker_restarts_total", "counter", "event_id went backwards: worker restarted");
-  line("kvroute_indexer_worker_restarts_total", "", sq.restarts.load());
-  head("kvroute_indexer_resyncs_total", "counter", "resyncs by result");
-  line("kvroute_indexer_resyncs_total", "{result=\"requested\"}", st.resync_requests_total.load());
-  line("kvroute_indexer_resyncs_total", "{result=\"failed\"}", st.resync_failures_total.load());
-  line("kvroute_indexer_resyncs_total", "{result=\"applied\"}", st.resync_applied_total.load());
-  head("kvroute_indexer_blocks_refused_total", "counter", "stored blocks refused, by reason");
-  line("kvroute_indexer_blocks_refused_total", "{reason=\"worker_limit\"}", index.blocks_refused());
-  const auto is = index.stats();
-  const auto as = approx.stats();
-  head("kvroute_indexer_stale_owners", "gauge", "cache owners whose entries are not trusted until a resync");
-  line("kvroute_indexer_stale_owners", "", sq.stale_owners.load());
-  head("kvroute_indexer_capped_owners", "gauge",
-       "cache owners that had blocks refused over their worker's limit (index partial until cleared)");
-  line("kvroute_indexer_capped_owners", "", index.capped_owners());
-  head("kvroute_indexer_blocks", "gauge", "distinct blocks in the index, by mode");
-  line("kvroute_indexer_blocks", "{mode=\"exact\"}", is.blocks);
-  line("kvroute_indexer_blocks", "{mode=\"approximate\"}", as.blocks);
-  head("kvroute_indexer_entries", "gauge", "(block, owner) entries in the index, by mode");
-  line("kvroute_indexer_entries", "{mode=\"exact\"}", is.entries);
-  line("kvroute_indexer_entries", "{mode=\"approximate\"}", as.entries);
-  head("kvroute_indexer_bytes", "gauge", "memory held by the index, by mode");
-  line("kvroute_indexer_bytes", "{mode=\"exact\"}", is.bytes);
-  line("kvroute_indexer_bytes", "{mode=\"approximate\"}", as.bytes);
-  // config
-  head("kvroute_config_reloads_total", "counter", "configuration updates by result");
-  line("kvroute_config_reloads_total", "{result=\"ok\"}", admin.reloads_ok.load());
-  line("kvroute_config_reloads_total", "{result=\"rejected\"}", admin.reloads_rejected.load());
-  head("kvroute_admin_auth_failures_total", "counter", "admin requests refused for a missing or wrong token");
-  line("kvroute_admin_auth_failures_total", "", admin.auth_failures.load());
-}
-
-// Issue 15 (bus): resync, unknown workers, heartbeat rejections by reason,
-// ingest queue bytes, and how old each worker's part of the index is.
-void render_bus_metrics(std::string& out, const EventPipeline& pipeline, const EventSequencer& seq) {
-  const auto& st = pipeline.stats();
-  auto head = [&](std::string_view name, std::string_view type, std::string_view help) {
-    out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
-  };
-  head("kvroute_events_unknown_worker_events_total", "counter", "kv events dropped: their worker is not known");
-  out += fmt::format("kvroute_events_unknown_worker_events_total {}\n", st.unknown_worker_events_total.load());
-  head("kvroute_events_heartbeats_rejected_total", "counter", "heartbeats rejected, by reason");
-  for (size_t i = 1; i < st.heartbeats_rejected_by_reason.size(); ++i)
-    out += fmt::format("kvroute_events_heartbeats_rejected_total{{reason=\"{}\"}} {}\n",
-                       EventPipelineStats::heartbeat_reason(i), st.heartbeats_rejected_by_reason[i].load());
-  head("kvroute_events_resync_chunks_total", "counter", "resync chunk requests sent, and repeated");
-  out += fmt::format("kvroute_events_resync_chunks_total{{result=\"sent\"}} {}\n", st.resync_chunks_total.load());
-  out += fmt::format("kvroute_events_resync_chunks_total{{result=\"retried\"}} {}\n",
-                     st.resync_chunk_retries_total.load());
-  head("kvroute_events_queue_dropped_bytes_total", "counter", "bytes of kv_events messages dropped on a full queue");
-  out += fmt::format("kvroute_events_queue_dropped_bytes_total {}\n", st.queue_dropped_bytes_total.load());
-  head("kvroute_events_queue_worker_dropped_total", "counter",
-       "kv_events messages dropped because their worker filled its share of the queue (events.queue_worker_share)");
-  out += fmt::format("kvroute_events_queue_worker_dropped_total {}\n", st.queue_worker_dropped_total.load());
-  head("kvroute_events_queue_bytes", "gauge", "bytes of decoded events waiting for the index writer");
-  out += fmt::format("kvroute_events_queue_bytes {}\n", st.queued_bytes.load());
-  head("kvroute_indexer_events_discarded_total", "counter",
-       "buffered events dropped after a dump: ids the worker cannot have reached (absurd or hostile)");
-  out += fmt::format("kvroute_indexer_events_discarded_total {}\n", seq.counters().discarded.load());
-  head("kvroute_indexer_worker_index_age_seconds", "gauge",
-       "time since the index last heard from a worker (an event or a dump)");
-  for (const auto& [w, age] : pipeline.index_ages())
-    out += fmt::format("kvroute_indexer_worker_index_age_seconds{{worker=\"{}\"}} {:.3f}\n", w.value,
-                       std::chrono::duration<double>(age).count());
-}
-
-// Fleet metrics: workers by source and health, scrapes, DNS, health signals.
-void render_fleet_metrics(std::string& out, const Fleet& fleet, const WorkerRegistry& registry) {
-  auto head = [&](std::string_view name, std::string_view type, std::string_view help) {
-    out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
-  };
-  const auto& sc = fleet.scrape_stats();
-  const auto& st = fleet.stats();
-  head("kvroute_fleet_scrapes_total", "counter", "worker /metrics scrapes by result");
-  out += fmt::format("kvroute_fleet_scrapes_total{{result=\"ok\"}} {}\n", sc.scrapes_ok.load());
-  out += fmt::format("kvroute_fleet_scrapes_total{{result=\"failed\"}} {}\n", sc.scrapes_failed.load());
-  head("kvroute_fleet_dns_lookups_total", "counter", "discovery.dns lookups by result");
-  out += fmt::format("kvroute_fleet_dns_lookups_total{{result=\"ok\"}} {}\n", st.dns_lookups_ok.load());
-  out += fmt::format("kvroute_fleet_dns_lookups_total{{result=\"not_found\"}} {}\n", st.dns_lookups_not_found.load());
-  out += fmt::format("kvroute_fleet_dns_lookups_total{{result=\"failed\"}} {}\n", st.dns_lookups_failed.load());
-  head("kvroute_fleet_worker_changes_total", "counter", "router-known workers added and removed");
-  out += fmt::format("kvroute_fleet_worker_changes_total{{change=\"added\"}} {}\n", st.workers_added.load());
-  out += fmt::format("kvroute_fleet_worker_changes_total{{change=\"removed\"}} {}\n", st.workers_removed.load());
-  head("kvroute_fleet_health_failures_total", "counter", "failures observed talking to workers, by signal");
-  const auto failures = registry.failure_counts();
-  for (size_t i = 0; i < failures.size(); ++i)
-    out += fmt::format("kvroute_fleet_health_failures_total{{signal=\"{}\"}} {}\n",
-                       to_string(static_cast<HealthSignal>(i)), failures[i]);
-  std::map<std::pair<std::string_view, std::string_view>, int> by;
-  for (const auto& w : registry.all()) by[{to_string(w.info->source), to_string(w.health)}] += 1;
-  head("kvroute_fleet_workers", "gauge", "workers known, by source and health");
-  for (auto src : {WorkerSource::Heartbeat, WorkerSource::Static, WorkerSource::Dns, WorkerSource::Admin})
-    for (auto h : {HealthState::Ok, HealthState::Down, HealthState::Ejected})
-      out += fmt::format("kvroute_fleet_workers{{source=\"{}\",health=\"{}\"}} {}\n", to_string(src), to_string(h),
-                         by[{to_string(src), to_string(h)}]);
-}
-
-// Tenant attribution of root blocks (events/salt_attribution.h).
-void render_salt_metrics(std::string& out, const SaltAttribution& s) {
-  out += "# HELP kvroute_events_salt_roots_total root blocks of ZMQ events by how their cache_salt was decided\n"
-         "# TYPE kvroute_events_salt_roots_total counter\n";
-  for (size_t i = 0; i < SaltAttribution::kNumHow; ++i) {
-    const auto how = static_cast<SaltAttribution::How>(i);
-    out += fmt::format("kvroute_events_salt_roots_total{{how=\"{}\"}} {}\n", to_string(how), s.resolved_total(how));
+// The command line: --config, --print-config, and every config key as a
+// flag. Returns an exit code when the program should end here (--help, a bad
+// flag).
+std::optional<int> parse_command_line(int argc, char** argv, ConfigSources& sources, bool& print_config) {
+  CLI::App app{
+      "kvroute: KV-cache-aware router for OpenAI-compatible LLM workers.\n"
+      "Configuration precedence: defaults < --config YAML < KVROUTE_<SECTION>_<KEY> environment < flags.\n"
+      "Every config key is also a flag (--section.key VALUE); config/README.md documents each.\n"
+      "Signals: SIGHUP re-reads the configuration; SIGTERM/SIGINT drain and exit."};
+  app.add_option("-c,--config", sources.path, "YAML configuration file");
+  app.add_flag("--print-config", print_config, "Print the effective configuration as YAML and exit");
+  std::map<std::string, std::string> flag_values;
+  for (const auto& k : config_keys()) {
+    std::string desc = std::string(k.doc);
+    if (!k.is_string) desc += fmt::format(" [{}..{}]", k.min, k.max);
+    if (k.reloadable) desc += " (reloadable)";
+    app.add_option("--" + std::string(k.path), flag_values[std::string(k.path)], desc);
   }
-  out += fmt::format("# HELP kvroute_events_salt_blind_workers workers sent salted requests whose KV events never "
-                     "carried a salt\n# TYPE kvroute_events_salt_blind_workers gauge\nkvroute_events_salt_blind_workers {}\n",
-                     s.salt_blind_workers());
-}
-
-// ZMQ KV event metrics (events/zmq_source.h).
-void render_zmq_metrics(std::string& out, const ZmqSourceStats& z) {
-  auto counter = [&](std::string_view name, std::string_view help, uint64_t v) {
-    out += fmt::format("# HELP {0} {1}\n# TYPE {0} counter\n{0} {2}\n", name, help, v);
-  };
-  counter("kvroute_events_zmq_frames_total", "ZMQ KV event frames received", z.frames_total.load());
-  counter("kvroute_events_zmq_bad_frames_total", "ZMQ frames with a wrong shape", z.bad_frames_total.load());
-  out += "# HELP kvroute_events_zmq_rejected_total ZMQ payloads that did not decode, by reason\n"
-         "# TYPE kvroute_events_zmq_rejected_total counter\n";
-  for (size_t i = 1; i < z.rejected_total.size(); ++i)
-    out += fmt::format("kvroute_events_zmq_rejected_total{{reason=\"{}\"}} {}\n",
-                       to_string(static_cast<DecodeError>(i)), z.rejected_total[i].load());
-  static constexpr std::string_view kSkips[] = {"none", "unknown_type", "block_size_mismatch", "token_count",
-                                                "not_full_attention"};
-  out += "# HELP kvroute_events_zmq_skipped_total ZMQ events not indexed, by reason\n"
-         "# TYPE kvroute_events_zmq_skipped_total counter\n";
-  for (size_t i = 1; i < z.skipped_total.size(); ++i)
-    out += fmt::format("kvroute_events_zmq_skipped_total{{reason=\"{}\"}} {}\n", kSkips[i], z.skipped_total[i].load());
-  counter("kvroute_events_zmq_blocks_stored_total", "blocks stored by ZMQ events", z.blocks_stored_total.load());
-  counter("kvroute_events_zmq_gaps_total", "ZMQ sequence gaps seen", z.gaps_total.load());
-  counter("kvroute_events_zmq_replay_requests_total", "replay requests sent", z.replay_requests_total.load());
-  counter("kvroute_events_zmq_replay_timeouts_total", "replay requests that timed out", z.replay_timeouts_total.load());
-  counter("kvroute_events_zmq_unrecoverable_total", "gaps replay could not cover (owner partial)",
-          z.unrecoverable_total.load());
-  counter("kvroute_events_zmq_restarts_total", "engine restarts seen (sequence went backwards)", z.restarts_total.load());
-  counter("kvroute_events_zmq_sink_refused_total", "batches dropped on a full writer queue", z.sink_refused_total.load());
-  counter("kvroute_events_zmq_disconnects_total",
-          "KV event connections lost (disconnect, frame over the size limit, failed handshake): owner partial until "
-          "replayed",
-          z.disconnects_total.load());
-  counter("kvroute_events_zmq_sockets_reopened_total", "SUB / replay sockets closed and made anew",
-          z.sockets_reopened_total.load());
-  counter("kvroute_events_zmq_held_dropped_total", "frames dropped over zmq.max_held_bytes (replayed later)",
-          z.held_dropped_total.load());
-  counter("kvroute_events_zmq_held_dropped_bytes_total", "payload bytes of those frames",
-          z.held_dropped_bytes_total.load());
-  out += fmt::format("# HELP kvroute_events_zmq_held_bytes payload bytes of frames held awaiting order or a replay\n"
-                     "# TYPE kvroute_events_zmq_held_bytes gauge\nkvroute_events_zmq_held_bytes {}\n",
-                     z.held_bytes.load());
-  out += fmt::format("# HELP kvroute_events_zmq_publishers ZMQ publishers subscribed\n"
-                     "# TYPE kvroute_events_zmq_publishers gauge\nkvroute_events_zmq_publishers {}\n",
-                     z.publishers.load());
-  out += fmt::format("# HELP kvroute_indexer_partial_owners cache owners whose index is known incomplete\n"
-                     "# TYPE kvroute_indexer_partial_owners gauge\nkvroute_indexer_partial_owners {}\n",
-                     z.partial_owners.load());
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  for (const auto& [key, value] : flag_values)
+    if (app.count("--" + key) > 0) sources.flags[key] = value;
+  return std::nullopt;
 }
 
 // Raises the soft RLIMIT_NOFILE to the hard limit (the common default of
@@ -322,29 +151,341 @@ void report_tokenization(const Config& cfg, const TokenizerSet& tokenizers) {
   }
 }
 
+
+// Warnings about a configuration that works but may not be what was meant.
+void warn_about_config(const Config& cfg, bool allow_any_worker_url) {
+  if (allow_any_worker_url && !cfg.events.nats_url.empty())
+    spdlog::warn("events.worker_url_allow is '*': anyone who may publish on {}.workers can make kvroute send "
+                 "requests to any URL; list the workers' subnets instead (config/README.md)",
+                 cfg.events.subject_prefix);
+  if (cfg.admin.token.empty())
+    spdlog::warn("admin.token is empty: the admin API refuses every request (set KVROUTE_ADMIN_TOKEN)");
+}
+
+// Signals are handled by sigwait on the main thread: blocked before any other
+// thread starts, so every thread inherits the mask.
+sigset_t block_signals() {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+  return signals;
+}
+
+// The daemon's parts, declared in the order they are built (so destroyed in
+// reverse); stop() stops their threads in the order that is safe.
+class Daemon {
+ public:
+  Daemon(const Config& cfg, uint64_t open_files);
+  // Each builds and starts one group of parts; false (the error printed) ends
+  // the process.
+  bool load_tokenizers(const Config& cfg);
+  bool start_events(const Config& cfg);
+  void start_fleet(const Config& cfg);
+  bool start_replicas(const Config& cfg);
+  void build_routing();
+  void build_server() { server_ = std::make_unique<HttpServer>(server_hooks()); }
+  void register_metrics(const Config& cfg);
+  bool start_server(const Config& cfg);
+  // Until SIGTERM/SIGINT (then drains); SIGHUP reloads from `sources`.
+  void serve(const sigset_t& signals, const ConfigSources& sources);
+  void stop();
+
+ private:
+  void build_status();
+  HttpServerHooks server_hooks();
+
+  const uint64_t open_files_;
+  ConfigStore config_;
+  SteadyClock& clock_ = SteadyClock::instance();
+  SeededRandom random_{std::random_device{}()};
+  metrics::Registry metrics_;
+  RouterMetrics router_metrics_{metrics_};
+  // Index: exact (from events, behind the sequencer) and approximate (from
+  // routing decisions, for workers that publish no events).
+  RadixIndexer radix_;
+  EventSequencer sequencer_{radix_};
+  ApproxIndexer approx_;
+  MergedIndex index_{sequencer_, approx_};
+  WorkerRegistry registry_{clock_};
+  TokenizerSet tokenizers_;  // the models' own tokenizers (tokenizer.models); others use the placeholder
+  std::unique_ptr<NatsBus> bus_;
+  std::unique_ptr<EventPipeline> pipeline_;
+  SaltAttribution salts_;
+  std::unique_ptr<ZmqEventSource> zmq_;
+  std::unique_ptr<Fleet> fleet_;
+  std::unique_ptr<ReplicaSync> replicas_;
+  std::unique_ptr<RoutingService> routing_;
+  std::unique_ptr<AdminApi> admin_;
+  SessionAffinity sessions_;  // scheduler.session_affinity
+  DecisionLog decisions_;
+  std::unique_ptr<StatusHistory> history_;
+  std::unique_ptr<FleetStatus> fleet_status_;
+  std::unique_ptr<HttpServer> server_;
+};
+
+Daemon::Daemon(const Config& cfg, uint64_t open_files)
+    : open_files_(open_files),
+      config_(cfg),
+      approx_(clock_, std::chrono::milliseconds(cfg.indexer.approx_ttl_ms), cfg.indexer.approx_max_entries) {
+  config_.on_change([](const Config& c) { setup_logging(c.log.level, c.log.format); });
+}
+
+bool Daemon::load_tokenizers(const Config& cfg) {
+  std::string err;
+  if (!tokenizers_.load(cfg.tokenizer.models, &err)) {
+    std::fprintf(stderr, "kvroute: tokenizer.models: %s\n", err.c_str());
+    return false;
+  }
+  if (tokenizers_.size() > 0) spdlog::info("tokenizers loaded for {} model(s)", tokenizers_.size());
+  report_tokenization(cfg, tokenizers_);
+  return true;
+}
+
+// NATS (optional: without it, workers come from workers.static /
+// discovery.dns and their KV events over ZMQ), the event pipeline, and the
+// ZMQ source for vLLM / SGLang workers' own sockets (tenants' root blocks
+// attributed from the router's own dispatches when the events carry no salt).
+bool Daemon::start_events(const Config& cfg) {
+  std::string err;
+  if (!cfg.events.nats_url.empty()) {
+    const auto& e = cfg.events;
+    NatsSecurity sec{e.nats_user,         e.nats_password,    e.nats_token,         e.nats_creds_file,
+                     e.nats_nkey_seed_file, e.nats_tls,        e.nats_tls_ca_file,   e.nats_tls_cert_file,
+                     e.nats_tls_key_file};
+    bus_ = NatsBus::connect(e.nats_url, "kvroute", std::chrono::milliseconds(e.connect_timeout_ms), sec, &err);
+    if (!bus_) {
+      std::fprintf(stderr, "kvroute: events.nats_url: %s\n", err.c_str());
+      return false;
+    }
+  }
+  pipeline_ = std::make_unique<EventPipeline>(cfg.events, cfg.indexer.block_size, index_, registry_, clock_);
+  sequencer_.set_resync_callback([this](CacheOwner owner) { pipeline_->request_resync(owner); });
+  pipeline_->set_sequencer(&sequencer_);  // dumps, resync marks, worker instances
+  pipeline_->set_block_limit_policy(cfg.indexer.max_blocks_per_worker, cfg.indexer.capacity_slack);
+  if (bus_ && !pipeline_->start(*bus_, &err)) {
+    std::fprintf(stderr, "kvroute: %s\n", err.c_str());
+    return false;
+  }
+  if (!bus_) pipeline_->start_writer();
+  zmq_ = std::make_unique<ZmqEventSource>(
+      cfg.zmq, cfg.indexer.block_size,
+      [this](std::vector<KvEvent>&& events) { return pipeline_->enqueue_events(std::move(events)); },
+      DecodeLimits{}, &salts_);
+  zmq_->start();
+  return true;
+}
+
+// Router-known workers (workers.static, discovery.dns, admin API): judged by
+// their own /metrics and connections; their KV events over ZMQ.
+void Daemon::start_fleet(const Config& cfg) {
+  FleetHooks hooks;
+  hooks.added = [this](const WorkerAnnouncement& w) {
+    if (w.kv_events.empty()) return;
+    std::string e;
+    if (!zmq_->add_worker(w.id, ZmqWorkerEndpoints{w.kv_events, w.replay, w.dp_size}, &e))
+      spdlog::error("worker {}: KV events endpoint not usable ({}); routing without its cache", w.id.value, e);
+  };
+  hooks.removed = [this](WorkerId id) {
+    zmq_->remove_worker(id);
+    salts_.remove_worker(id);
+    pipeline_->enqueue_remove_worker(id);
+  };
+  // Back from down: the engine may have restarted with an empty cache and a
+  // new event history. Clear its owners and sync again from its replay buffer.
+  hooks.recovered = [this](const WorkerAnnouncement& w) {
+    if (w.kv_events.empty()) return;
+    zmq_->remove_worker(w.id);
+    zmq_->add_worker(w.id, ZmqWorkerEndpoints{w.kv_events, w.replay, w.dp_size});
+  };
+  fleet_ = std::make_unique<Fleet>(registry_, cfg.indexer.block_size, std::move(hooks));
+  fleet_->start(cfg);
+  config_.on_change([this](const Config& c) { fleet_->apply_config(c); });
+}
+
+// Other replicas' in-flight requests count in predicted load (NATS only).
+bool Daemon::start_replicas(const Config& cfg) {
+  if (!cfg.events.replica_sync || !bus_) return true;
+  replicas_ = std::make_unique<ReplicaSync>(*bus_, registry_, clock_, cfg.events.subject_prefix,
+                                            std::chrono::milliseconds(cfg.events.replica_sync_interval_ms),
+                                            std::chrono::milliseconds(cfg.events.replica_ttl_ms));
+  std::string err;
+  if (replicas_->start(&err)) return true;
+  std::fprintf(stderr, "kvroute: %s\n", err.c_str());
+  return false;
+}
+
+// Routing, the admin API and the status page's data.
+void Daemon::build_routing() {
+  routing_ = std::make_unique<RoutingService>(index_, registry_, config_, random_, &tokenizers_);
+  admin_ = std::make_unique<AdminApi>(config_, *routing_, registry_, index_);
+  admin_->set_index_age([this](WorkerId w) { return pipeline_->index_age(w); });
+  admin_->set_fleet_hooks(AdminFleetHooks{[this](std::string_view entry) { return fleet_->add_worker(entry); },
+                                          [this](WorkerId id) { return fleet_->remove_worker(id); }});
+  admin_->set_salt_blind([this](WorkerId w) { return salts_.salt_blind(w); });
+  build_status();
+}
+
+// The status page's data (router/status.h): latest decisions, fleet totals
+// once a second for 15 minutes, the per-worker table.
+void Daemon::build_status() {
+  history_ = std::make_unique<StatusHistory>([this] {
+    FleetCounters c;
+    c.routed = decisions_.routed();
+    c.prompt_tokens = router_metrics_.prompt_tokens_total.get().value();
+    c.cached_tokens = router_metrics_.cached_tokens_total.get().value();
+    c.events = pipeline_->stats().messages_total.load() + zmq_->stats().frames_total.load();  // NATS messages, ZMQ frames
+    c.decision_buckets = decisions_.decision_buckets();
+    const auto is = radix_.stats();
+    c.index_blocks = is.blocks;
+    c.index_entries = is.entries;
+    c.workers = registry_.size();
+    c.inflight = server_ ? server_->inflight() : 0;
+    return c;
+  });
+  FleetSources sources;
+  sources.index_entries = [this] { return radix_.entries_by_worker(); };
+  sources.salt_blind = [this](WorkerId w) { return salts_.salt_blind(w); };
+  // Partial index: NATS events lost (the sequencer awaits a resync) or a ZMQ gap replay could not cover.
+  sources.partial_index = [this](CacheOwner o) {
+    return sequencer_.is_stale(o) || zmq_->is_partial(o) || radix_.is_capped(o);
+  };
+  sources.worker_tokens = [this](WorkerId w) {
+    auto t = router_metrics_.worker_tokens(w.value);
+    return std::pair<uint64_t, uint64_t>{t.prompt.value(), t.cached.value()};
+  };
+  // Stale: a scraped worker (its /metrics) missed two scrapes; a heartbeat-only
+  // worker was silent for half its TTL.
+  sources.stale_after = [this](const WorkerAnnouncement& w) {
+    const auto c = config_.get();
+    const auto ms = w.metrics_url.empty() ? std::chrono::milliseconds(c->events.worker_ttl_ms) / 2
+                                          : 3 * std::chrono::milliseconds(c->workers.scrape_interval_ms);
+    return std::chrono::duration_cast<Nanos>(ms);
+  };
+  fleet_status_ = std::make_unique<FleetStatus>(registry_, std::move(sources), *history_, decisions_);
+  admin_->set_status(fleet_status_.get());
+}
+
+// Each module's metrics, next to its stats, into the one registry (the
+// router's own families are declared by RouterMetrics).
+void Daemon::register_metrics(const Config& cfg) {
+  const bool allow_any = UrlAllowList::parse(cfg.events.worker_url_allow).value_or(UrlAllowList()).allows_any();
+  register_worker_load_metrics(metrics_, registry_);
+  register_pipeline_metrics(metrics_, *pipeline_, bus_.get(), registry_, allow_any);
+  register_index_metrics(metrics_, sequencer_, radix_, approx_);
+  admin_->register_metrics(metrics_);
+  register_fleet_metrics(metrics_, *fleet_, registry_);
+  register_zmq_metrics(metrics_, zmq_->stats());
+  register_salt_metrics(metrics_, salts_);
+  if (replicas_) register_replica_metrics(metrics_, *replicas_);
+  server_->register_metrics(metrics_);
+}
+
+HttpServerHooks Daemon::server_hooks() {
+  HttpServerHooks hooks;
+  hooks.routing = routing_.get();
+  hooks.registry = &registry_;
+  hooks.sessions = &sessions_;
+  hooks.config = &config_;
+  hooks.admin = admin_.get();
+  hooks.metrics = &router_metrics_;
+  // Ready while some worker can take requests; a NATS outage does not make
+  // the router unready (workers are judged by the router, not by the bus).
+  hooks.ready = [this] { return !registry_.candidates("").empty(); };
+  hooks.open_files_limit = open_files_;
+  hooks.render_metrics = [this] { return metrics_.render(); };
+  hooks.on_routed = [this](const ParsedRequest& request, const RouteResult& r) {
+    // Approximate mode: the chosen worker will cache the request's blocks.
+    const auto& w = r.workers[*r.decision.chosen];
+    const auto cfg = config_.get();
+    if (cfg->indexer.approximate || w.info->approximate)
+      approx_.record(r.candidates[*r.decision.chosen].owner, r.block_hashes, clock_.now());
+    decisions_.on_routed(request, r, cfg->scheduler, cfg->indexer.block_size);
+  };
+  // Only workers whose KV events come over ZMQ (token ids hashed here) need
+  // it; they leave with the fleet's `removed` hook, which bounds the table.
+  hooks.on_dispatch = [this](WorkerId worker, const RouteResult& r) {
+    if (!r.first_block) return;
+    for (const auto& w : r.workers)
+      if (w.info->id == worker) {
+        if (!w.info->kv_events.empty()) salts_.record_dispatch(worker, *r.first_block, r.salt_hash);
+        return;
+      }
+  };
+  return hooks;
+}
+
+// The server's listeners (the admin one binds where the router binds unless
+// admin.host says otherwise), then its io threads and the status sampler.
+bool Daemon::start_server(const Config& cfg) {
+  std::string err;
+  const std::string admin_host = cfg.admin.host.empty() ? cfg.router.host : cfg.admin.host;
+  if (!server_->listen(cfg.router.host, static_cast<uint16_t>(cfg.router.port), &err)) {
+    std::fprintf(stderr, "kvroute: router.port: %s\n", err.c_str());
+    return false;
+  }
+  if (!server_->listen_admin(admin_host, static_cast<uint16_t>(cfg.admin.port), &err)) {
+    // A second kvroute on one machine: say which key to change (documented in config/README.md).
+    std::fprintf(stderr,
+                 "kvroute: admin.port: cannot open the admin listener on %s:%u (%s); another process (a second "
+                 "kvroute?) holds it: set admin.port (--admin.port, KVROUTE_ADMIN_PORT; 0 = any free port)\n",
+                 admin_host.c_str(), cfg.admin.port, err.c_str());
+    return false;
+  }
+  server_->start(cfg.router.threads);
+  history_->start();
+  std::printf("kvroute listening on http://%s:%u admin http://%s:%u\n", cfg.router.host.c_str(), server_->port(),
+              admin_host.c_str(), server_->admin_port());
+  std::fflush(stdout);
+  if (cfg.events.nats_url.empty())
+    spdlog::info("no NATS (events.nats_url empty): workers from workers.static, discovery.dns and the admin API; "
+                 "block_size {}", cfg.indexer.block_size);
+  else
+    spdlog::info("nats {} prefix '{}', block_size {}, worker_ttl {} ms", cfg.events.nats_url,
+                 cfg.events.subject_prefix, cfg.indexer.block_size, cfg.events.worker_ttl_ms);
+  return true;
+}
+
+void Daemon::serve(const sigset_t& signals, const ConfigSources& sources) {
+  for (;;) {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    if (sig == SIGHUP) {
+      Config next;
+      auto e = sources.load(next);
+      if (e) admin_->count_rejected_reload();
+      else e = admin_->replace(next);
+      if (e) spdlog::error("SIGHUP: configuration not reloaded, the old one keeps serving: {}", *e);
+      else spdlog::info("SIGHUP: configuration reloaded");
+      continue;
+    }
+    const auto grace = std::chrono::milliseconds(config_.get()->router.shutdown_grace_ms);
+    spdlog::info("signal {}: draining {} in-flight requests for up to {} ms", sig, server_->inflight(), grace.count());
+    server_->shutdown(grace);
+    return;
+  }
+}
+
+// The bus's callbacks point into the pipeline: stop the pipeline's threads
+// (they use the bus), then close the bus while the pipeline still exists.
+void Daemon::stop() {
+  if (history_) history_->stop();
+  if (replicas_) replicas_->stop();
+  if (fleet_) fleet_->stop();
+  if (zmq_) zmq_->stop();
+  if (pipeline_) pipeline_->stop();
+  bus_.reset();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{
-      "kvroute: KV-cache-aware router for OpenAI-compatible LLM workers.\n"
-      "Configuration precedence: defaults < --config YAML < KVROUTE_<SECTION>_<KEY> environment < flags.\n"
-      "Every config key is also a flag (--section.key VALUE); config/README.md documents each.\n"
-      "Signals: SIGHUP re-reads the configuration; SIGTERM/SIGINT drain and exit."};
   ConfigSources sources;
   bool print_config = false;
-  app.add_option("-c,--config", sources.path, "YAML configuration file");
-  app.add_flag("--print-config", print_config, "Print the effective configuration as YAML and exit");
-  std::map<std::string, std::string> flag_values;
-  for (const auto& k : config_keys()) {
-    std::string desc = std::string(k.doc);
-    if (!k.is_string) desc += fmt::format(" [{}..{}]", k.min, k.max);
-    if (k.reloadable) desc += " (reloadable)";
-    app.add_option("--" + std::string(k.path), flag_values[std::string(k.path)], desc);
-  }
-  CLI11_PARSE(app, argc, argv);
-  for (const auto& [key, value] : flag_values)
-    if (app.count("--" + key) > 0) sources.flags[key] = value;
-
+  if (const auto exit_code = parse_command_line(argc, argv, sources, print_config)) return *exit_code;
   Config cfg;
   if (auto e = sources.load(cfg)) {
     std::fprintf(stderr, "kvroute: %s\n", e->c_str());
@@ -356,328 +497,19 @@ int main(int argc, char** argv) {
   }
   setup_logging(cfg.log.level, cfg.log.format);
   const uint64_t open_files = raise_open_files_limit();
-  const bool allow_any_worker_url = UrlAllowList::parse(cfg.events.worker_url_allow).value_or(UrlAllowList()).allows_any();
-  if (allow_any_worker_url && !cfg.events.nats_url.empty())
-    spdlog::warn("events.worker_url_allow is '*': anyone who may publish on {}.workers can make kvroute send "
-                 "requests to any URL; list the workers' subnets instead (config/README.md)",
-                 cfg.events.subject_prefix);
-  if (cfg.admin.token.empty())
-    spdlog::warn("admin.token is empty: the admin API refuses every request (set KVROUTE_ADMIN_TOKEN)");
+  warn_about_config(cfg, UrlAllowList::parse(cfg.events.worker_url_allow).value_or(UrlAllowList()).allows_any());
+  const sigset_t signals = block_signals();
 
-  // Signals are handled by sigwait on this thread: block them before any
-  // other thread starts so every thread inherits the mask.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGHUP);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  std::signal(SIGPIPE, SIG_IGN);
-
-  ConfigStore config(cfg);
-  config.on_change([](const Config& c) { setup_logging(c.log.level, c.log.format); });
-  SteadyClock& clock = SteadyClock::instance();
-  SeededRandom random(std::random_device{}());
-  metrics::Registry registry_metrics;
-  RouterMetrics router_metrics(registry_metrics);
-
-  // Index: exact (from events, behind the sequencer) and approximate (from
-  // routing decisions, for workers that publish no events).
-  RadixIndexer radix;
-  EventSequencer sequencer(radix);
-  ApproxIndexer approx(clock, std::chrono::milliseconds(cfg.indexer.approx_ttl_ms), cfg.indexer.approx_max_entries);
-  MergedIndex index(sequencer, approx);
-  WorkerRegistry registry(clock);
-
-  std::string err;
-  // The models' own tokenizers (tokenizer.models); others use the placeholder.
-  TokenizerSet tokenizers;
-  if (!tokenizers.load(cfg.tokenizer.models, &err)) {
-    std::fprintf(stderr, "kvroute: tokenizer.models: %s\n", err.c_str());
-    return 2;
-  }
-  if (tokenizers.size() > 0) spdlog::info("tokenizers loaded for {} model(s)", tokenizers.size());
-  report_tokenization(cfg, tokenizers);
-  // NATS is optional: without it, workers come from workers.static /
-  // discovery.dns and their KV events over ZMQ.
-  std::unique_ptr<NatsBus> bus;
-  if (!cfg.events.nats_url.empty()) {
-    NatsSecurity sec{cfg.events.nats_user,        cfg.events.nats_password,       cfg.events.nats_token,
-                     cfg.events.nats_creds_file,  cfg.events.nats_nkey_seed_file, cfg.events.nats_tls,
-                     cfg.events.nats_tls_ca_file, cfg.events.nats_tls_cert_file, cfg.events.nats_tls_key_file};
-    bus = NatsBus::connect(cfg.events.nats_url, "kvroute", std::chrono::milliseconds(cfg.events.connect_timeout_ms),
-                           sec, &err);
-    if (!bus) {
-      std::fprintf(stderr, "kvroute: events.nats_url: %s\n", err.c_str());
-      return 1;
-    }
-  }
-  EventPipeline pipeline(cfg.events, cfg.indexer.block_size, index, registry, clock);
-  sequencer.set_resync_callback([&](CacheOwner owner) { pipeline.request_resync(owner); });
-  pipeline.set_sequencer(&sequencer);  // dumps, resync marks, worker instances (issue 15)
-  pipeline.set_block_limit_policy(cfg.indexer.max_blocks_per_worker, cfg.indexer.capacity_slack);
-  if (bus) {
-    if (!pipeline.start(*bus, &err)) {
-      std::fprintf(stderr, "kvroute: %s\n", err.c_str());
-      return 1;
-    }
-  } else {
-    pipeline.start_writer();
-  }
-
-  // KV events of vLLM / SGLang workers over their own ZMQ sockets; tenants'
-  // root blocks attributed from the router's own dispatches when the events
-  // carry no salt.
-  SaltAttribution salts;
-  ZmqEventSource zmq(
-      cfg.zmq, cfg.indexer.block_size,
-      [&](std::vector<KvEvent>&& events) { return pipeline.enqueue_events(std::move(events)); }, DecodeLimits{},
-      &salts);
-  zmq.start();
-
-  // Router-known workers (workers.static, discovery.dns, admin API): judged
-  // by their own /metrics and connections; their KV events over ZMQ.
-  FleetHooks fleet_hooks;
-  fleet_hooks.added = [&](const WorkerAnnouncement& w) {
-    if (w.kv_events.empty()) return;
-    std::string e;
-    if (!zmq.add_worker(w.id, ZmqWorkerEndpoints{w.kv_events, w.replay, w.dp_size}, &e))
-      spdlog::error("worker {}: KV events endpoint not usable ({}); routing without its cache", w.id.value, e);
-  };
-  fleet_hooks.removed = [&](WorkerId id) {
-    zmq.remove_worker(id);
-    salts.remove_worker(id);
-    pipeline.enqueue_remove_worker(id);
-  };
-  // Back from down: the engine may have restarted with an empty cache and a
-  // new event history. Clear its owners and sync again from its replay buffer.
-  fleet_hooks.recovered = [&](const WorkerAnnouncement& w) {
-    if (w.kv_events.empty()) return;
-    zmq.remove_worker(w.id);
-    zmq.add_worker(w.id, ZmqWorkerEndpoints{w.kv_events, w.replay, w.dp_size});
-  };
-  Fleet fleet(registry, cfg.indexer.block_size, std::move(fleet_hooks));
-  fleet.start(cfg);
-  config.on_change([&](const Config& c) { fleet.apply_config(c); });
-
-  // Issue 15: other replicas' in-flight requests count in predicted load.
-  std::unique_ptr<ReplicaSync> replicas;
-  if (cfg.events.replica_sync && bus) {
-    replicas = std::make_unique<ReplicaSync>(*bus, registry, clock, cfg.events.subject_prefix,
-                                             std::chrono::milliseconds(cfg.events.replica_sync_interval_ms),
-                                             std::chrono::milliseconds(cfg.events.replica_ttl_ms));
-    if (!replicas->start(&err)) {
-      std::fprintf(stderr, "kvroute: %s\n", err.c_str());
-      return 1;
-    }
-  }
-
-  RoutingService routing(index, registry, config, random, &tokenizers);
-  AdminApi admin(config, routing, registry, index);
-  admin.set_index_age([&](WorkerId w) { return pipeline.index_age(w); });  // issue 15
-  admin.set_fleet_hooks(AdminFleetHooks{[&](std::string_view entry) { return fleet.add_worker(entry); },
-                                        [&](WorkerId id) { return fleet.remove_worker(id); }});
-  registry_metrics.on_scrape([&] {
-    // Per-worker load as reported and as predicted (bounded by the fleet).
-    static std::mutex mu;
-    static std::set<std::string> last;
-    std::lock_guard lk(mu);
-    static auto& kv = registry_metrics.gauge("kvroute_scheduler_worker_kv_usage_ratio",
-                                             "KV usage per worker, as reported and as predicted", {"worker", "source"});
-    static auto& act = registry_metrics.gauge("kvroute_scheduler_worker_active_requests",
-                                              "Active requests per worker, as reported and as predicted",
-                                              {"worker", "source"});
-    static auto& workers = registry_metrics.gauge("kvroute_scheduler_workers", "Workers known");
-    std::set<std::string> now;
-    const auto all = registry.all();
-    workers.get().set(static_cast<double>(all.size()));
-    for (const auto& w : all) {
-      const auto id = std::to_string(w.info->id.value);
-      now.insert(id);
-      auto ratio = [](const WorkerLoad& l) {
-        return l.kv_total_blocks ? double(l.kv_active_blocks) / double(l.kv_total_blocks) : 0.0;
-      };
-      kv.with({id, "reported"}).set(ratio(w.info->load));
-      kv.with({id, "predicted"}).set(ratio(w.predicted));
-      act.with({id, "reported"}).set(w.info->load.request_active_slots);
-      act.with({id, "predicted"}).set(w.predicted.request_active_slots);
-    }
-    for (const auto& id : last) {
-      if (now.count(id)) continue;
-      for (auto src : {"reported", "predicted"}) {
-        kv.remove({id, src});
-        act.remove({id, src});
-      }
-      router_metrics.worker_prompt_tokens_total.remove({id});
-      router_metrics.worker_cached_tokens_total.remove({id});
-    }
-    last = std::move(now);
-  });
-
-  HttpServerHooks hooks;
-  hooks.routing = &routing;
-  hooks.registry = &registry;
-  SessionAffinity sessions;  // scheduler.session_affinity
-  hooks.sessions = &sessions;
-  hooks.config = &config;
-  hooks.admin = &admin;
-  hooks.metrics = &router_metrics;
-  // Ready while some worker can take requests; a NATS outage does not make
-  // the router unready (workers are judged by the router, not by the bus).
-  hooks.ready = [&] { return !registry.candidates("").empty(); };
-  hooks.open_files_limit = open_files;
-  hooks.render_metrics = [&] {
-    std::string out = registry_metrics.render();
-    render_module_metrics(out, pipeline.stats(), sequencer, radix, approx, admin.stats(), bus.get());
-    render_fleet_metrics(out, fleet, registry);
-    render_zmq_metrics(out, zmq.stats());
-    render_salt_metrics(out, salts);
-    render_bus_metrics(out, pipeline, sequencer);
-    out += fmt::format(
-        "# HELP kvroute_events_worker_url_allow_any 1 when events.worker_url_allow is '*' (any URL may join by "
-        "heartbeat)\n# TYPE kvroute_events_worker_url_allow_any gauge\nkvroute_events_worker_url_allow_any {}\n"
-        "# HELP kvroute_events_bus_workers workers known by heartbeat only (limit events.max_bus_workers)\n"
-        "# TYPE kvroute_events_bus_workers gauge\nkvroute_events_bus_workers {}\n",
-        allow_any_worker_url ? 1 : 0, registry.bus_workers());
-    if (replicas) {
-      const auto& rs = replicas->stats();
-      out += "# HELP kvroute_events_replica_peers other router replicas whose in-flight requests count\n"
-             "# TYPE kvroute_events_replica_peers gauge\n";
-      out += fmt::format("kvroute_events_replica_peers {}\n", rs.peers.load());
-      out += "# HELP kvroute_events_replica_snapshots_total in-flight snapshots by direction\n"
-             "# TYPE kvroute_events_replica_snapshots_total counter\n";
-      out += fmt::format("kvroute_events_replica_snapshots_total{{direction=\"published\"}} {}\n",
-                         rs.published_total.load());
-      out += fmt::format("kvroute_events_replica_snapshots_total{{direction=\"received\"}} {}\n",
-                         rs.received_total.load());
-      out += fmt::format("kvroute_events_replica_snapshots_total{{direction=\"rejected\"}} {}\n",
-                         rs.rejected_total.load());
-    }
-    return out;
-  };
-  // ---- the status page's data (router/status.h): latest decisions, fleet
-  // totals once a second for 15 minutes, the per-worker table.
-  DecisionLog decisions;
-  const HttpServer* live_server = nullptr;  // set before history.start()
-  StatusHistory history([&] {
-    FleetCounters c;
-    c.routed = decisions.routed();
-    c.prompt_tokens = router_metrics.prompt_tokens_total.get().value();
-    c.cached_tokens = router_metrics.cached_tokens_total.get().value();
-    c.events = pipeline.stats().messages_total.load() + zmq.stats().frames_total.load();  // NATS messages, ZMQ frames
-    c.decision_buckets = decisions.decision_buckets();
-    const auto is = radix.stats();
-    c.index_blocks = is.blocks;
-    c.index_entries = is.entries;
-    c.workers = registry.size();
-    c.inflight = live_server ? live_server->inflight() : 0;
-    return c;
-  });
-  FleetSources fleet_sources;
-  fleet_sources.index_entries = [&] { return radix.entries_by_worker(); };
-  fleet_sources.salt_blind = [&](WorkerId w) { return salts.salt_blind(w); };
-  admin.set_salt_blind([&](WorkerId w) { return salts.salt_blind(w); });
-  // Partial index: NATS events lost (the sequencer awaits a resync) or a ZMQ gap replay could not cover.
-  fleet_sources.partial_index = [&](CacheOwner o) {
-    return sequencer.is_stale(o) || zmq.is_partial(o) || radix.is_capped(o);
-  };
-  fleet_sources.worker_tokens = [&](WorkerId w) {
-    auto t = router_metrics.worker_tokens(w.value);
-    return std::pair<uint64_t, uint64_t>{t.prompt.value(), t.cached.value()};
-  };
-  // Stale: no load report for half the heartbeat TTL (several missed heartbeats or scrapes).
-  // Stale: a scraped worker (its /metrics) missed two scrapes; a heartbeat-only
-  // worker was silent for half its TTL.
-  fleet_sources.stale_after = [&](const WorkerAnnouncement& w) {
-    const auto c = config.get();
-    const auto ms = w.metrics_url.empty() ? std::chrono::milliseconds(c->events.worker_ttl_ms) / 2
-                                          : 3 * std::chrono::milliseconds(c->workers.scrape_interval_ms);
-    return std::chrono::duration_cast<Nanos>(ms);
-  };
-  FleetStatus fleet_status(registry, std::move(fleet_sources), history, decisions);
-  admin.set_status(&fleet_status);
-
-  hooks.on_routed = [&](const ParsedRequest& request, const RouteResult& r) {
-    // Approximate mode: the chosen worker will cache the request's blocks.
-    const auto& w = r.workers[*r.decision.chosen];
-    const auto cfg = config.get();
-    if (cfg->indexer.approximate || w.info->approximate)
-      approx.record(r.candidates[*r.decision.chosen].owner, r.block_hashes, clock.now());
-    decisions.on_routed(request, r, cfg->scheduler, cfg->indexer.block_size);
-  };
-  // Only workers whose KV events come over ZMQ (token ids hashed here) need
-  // it; they leave with fleet_hooks.removed, which bounds the table.
-  hooks.on_dispatch = [&](WorkerId worker, const RouteResult& r) {
-    if (!r.first_block) return;
-    for (const auto& w : r.workers)
-      if (w.info->id == worker) {
-        if (!w.info->kv_events.empty()) salts.record_dispatch(worker, *r.first_block, r.salt_hash);
-        return;
-      }
-  };
-  HttpServer server(hooks);
-  live_server = &server;
-  registry_metrics.on_scrape(
-      [&] {
-        router_metrics.inflight_requests.get().set(static_cast<double>(server.inflight()));
-        const auto limits = server.limits();
-        router_metrics.connections.get().set(static_cast<double>(limits.connections));
-        router_metrics.connections_limit.get().set(static_cast<double>(limits.max_connections));
-        router_metrics.body_bytes.get().set(static_cast<double>(limits.body_bytes));
-        router_metrics.body_bytes_limit.get().set(static_cast<double>(limits.max_body_bytes));
-        router_metrics.open_files_limit.get().set(static_cast<double>(open_files));
-        router_metrics.ttft_mape_ratio.get().set(registry.ttft_stats().mape());  // scheduler/ttft_model.h
-      });
-  // The admin listener binds where the router binds unless admin.host says otherwise.
-  const std::string admin_host = cfg.admin.host.empty() ? cfg.router.host : cfg.admin.host;
-  if (!server.listen(cfg.router.host, static_cast<uint16_t>(cfg.router.port), &err)) {
-    std::fprintf(stderr, "kvroute: router.port: %s\n", err.c_str());
-    return 1;
-  }
-  if (!server.listen_admin(admin_host, static_cast<uint16_t>(cfg.admin.port), &err)) {
-    // A second kvroute on one machine: say which key to change (documented in config/README.md).
-    std::fprintf(stderr,
-                 "kvroute: admin.port: cannot open the admin listener on %s:%u (%s); another process (a second "
-                 "kvroute?) holds it: set admin.port (--admin.port, KVROUTE_ADMIN_PORT; 0 = any free port)\n",
-                 admin_host.c_str(), cfg.admin.port, err.c_str());
-    return 1;
-  }
-  server.start(cfg.router.threads);
-  history.start();
-  std::printf("kvroute listening on http://%s:%u admin http://%s:%u\n", cfg.router.host.c_str(), server.port(),
-              admin_host.c_str(), server.admin_port());
-  std::fflush(stdout);
-  if (cfg.events.nats_url.empty())
-    spdlog::info("no NATS (events.nats_url empty): workers from workers.static, discovery.dns and the admin API; "
-                 "block_size {}", cfg.indexer.block_size);
-  else
-    spdlog::info("nats {} prefix '{}', block_size {}, worker_ttl {} ms", cfg.events.nats_url,
-                 cfg.events.subject_prefix, cfg.indexer.block_size, cfg.events.worker_ttl_ms);
-
-  for (;;) {
-    int sig = 0;
-    sigwait(&signals, &sig);
-    if (sig == SIGHUP) {
-      Config next;
-      auto e = sources.load(next);
-      if (e) admin.count_rejected_reload();
-      else e = admin.replace(next);
-      if (e) spdlog::error("SIGHUP: configuration not reloaded, the old one keeps serving: {}", *e);
-      else spdlog::info("SIGHUP: configuration reloaded");
-      continue;
-    }
-    const auto grace = std::chrono::milliseconds(config.get()->router.shutdown_grace_ms);
-    spdlog::info("signal {}: draining {} in-flight requests for up to {} ms", sig, server.inflight(), grace.count());
-    server.shutdown(grace);
-    break;
-  }
-  // The bus's callbacks point into the pipeline: stop the pipeline's threads
-  // (they use the bus), then close the bus while the pipeline still exists.
-  history.stop();
-  if (replicas) replicas->stop();
-  fleet.stop();
-  zmq.stop();
-  pipeline.stop();
-  bus.reset();
+  Daemon daemon(cfg, open_files);
+  if (!daemon.load_tokenizers(cfg)) return 2;
+  if (!daemon.start_events(cfg)) return daemon.stop(), 1;
+  daemon.start_fleet(cfg);
+  if (!daemon.start_replicas(cfg)) return daemon.stop(), 1;
+  daemon.build_routing();
+  daemon.build_server();
+  daemon.register_metrics(cfg);  // before the listeners open: the first scrape sees every metric
+  if (!daemon.start_server(cfg)) return daemon.stop(), 1;
+  daemon.serve(signals, sources);
+  daemon.stop();
   return 0;
 }

@@ -7,6 +7,8 @@
 
 #include <array>
 #include <charconv>
+#include <mutex>
+#include <set>
 #include <string>
 #include <string_view>
 
@@ -67,8 +69,6 @@ struct RouterMetrics {
                            "Request body bytes being received or held (router.max_body_bytes_in_flight)")),
         body_bytes_limit(r.gauge("kvroute_router_body_bytes_limit", "router.max_body_bytes_in_flight in force")),
         open_files_limit(r.gauge("kvroute_router_open_files_limit", "RLIMIT_NOFILE of the process, after raising")),
-        ttft_mape_ratio(r.gauge("kvroute_scheduler_ttft_mape_ratio",
-                                "Mean absolute percentage error of the predicted TTFT (per-worker online model)")),
         // histograms
         request_duration_seconds(r.histogram("kvroute_router_request_duration_seconds",
                                              "Request duration from parsed request to end of response",
@@ -118,7 +118,6 @@ struct RouterMetrics {
   metrics::GaugeFamily& body_bytes;
   metrics::GaugeFamily& body_bytes_limit;
   metrics::GaugeFamily& open_files_limit;
-  metrics::GaugeFamily& ttft_mape_ratio;
   metrics::HistogramFamily& request_duration_seconds;
   metrics::HistogramFamily& ttfb_seconds;
   metrics::HistogramFamily& decision_seconds;
@@ -180,6 +179,20 @@ struct RouterMetrics {
     }
     return *memo.child;
   }
+  // Scrape time (HttpServer::register_metrics()): removes the per-worker
+  // series (kvroute_router_worker_*_tokens_total) of the workers that were
+  // present at the previous call and are not in `present` (a worker that
+  // left), so the label set stays bounded by the fleet.
+  void retain_workers(std::set<std::string> present) {
+    std::lock_guard lk(workers_mu_);
+    for (const auto& id : present_workers_) {
+      if (present.count(id)) continue;
+      worker_prompt_tokens_total.remove({id});
+      worker_cached_tokens_total.remove({id});
+    }
+    present_workers_ = std::move(present);
+  }
+
   struct WorkerTokens {
     metrics::Counter& prompt;
     metrics::Counter& cached;
@@ -204,6 +217,10 @@ struct RouterMetrics {
     }
     return {*memo.prompt, *memo.cached};
   }
+
+ private:
+  std::mutex workers_mu_;
+  std::set<std::string> present_workers_;  // at the last retain_workers()
 };
 
 }  // namespace kvroute

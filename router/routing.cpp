@@ -20,6 +20,54 @@ std::optional<uint32_t> steered_rank(const WorkerAnnouncement& info, uint32_t ov
   return rank;
 }
 
+uint32_t claimed_tokens(uint32_t overlap_blocks, uint32_t isl_tokens, uint32_t block_size) {
+  return static_cast<uint32_t>(cached_prefix_tokens(overlap_blocks, isl_tokens, block_size));
+}
+
+RouteTarget route_target(WorkerId worker, const WorkerAnnouncement& info, uint32_t overlap_blocks, uint32_t dp_rank,
+                         uint32_t isl_tokens, uint32_t block_size) {
+  const uint32_t cached = claimed_tokens(overlap_blocks, isl_tokens, block_size);
+  return RouteTarget{worker, info.url, cached, isl_tokens - cached, steered_rank(info, overlap_blocks, dp_rank)};
+}
+
+ApiError route_error(RouteError e, const RouteResult& r, const RouteErrorDetail& d) {
+  switch (e) {
+    case RouteError::None: break;
+    case RouteError::PromptExceedsKv:
+      return ApiError{400,
+                      fmt::format("This prompt needs {} KV blocks ({} tokens); the largest KV cache of the "
+                                  "workers serving '{}' holds {} blocks.",
+                                  r.request_blocks, r.isl_tokens, d.model, d.kv_capacity_blocks),
+                      "invalid_request_error", "prompt", "context_length_exceeded"};
+    case RouteError::ModelNotFound:
+      return ApiError{404, fmt::format("The model `{}` does not exist.", d.model), "invalid_request_error", "model",
+                      "model_not_found"};
+    case RouteError::NoWorker:
+      return ApiError{503, "No worker is available to serve this request.", "service_unavailable", "", "no_worker"};
+    case RouteError::WorkersBusy:
+      return ApiError{503, "Every worker is at capacity; retry later.", "service_unavailable", "", "workers_busy"};
+    case RouteError::WorkersDrained:
+      return ApiError{503,
+                      fmt::format("Every worker serving `{}` is drained by an operator "
+                                  "(POST /admin/workers/{{id}}/undrain); retry later.",
+                                  d.model),
+                      "service_unavailable", "", "workers_busy"};
+    case RouteError::QueueFull:
+      return ApiError{503, "Every worker is busy and the wait queue is full; retry later.", "service_unavailable", "",
+                      "workers_busy"};
+    case RouteError::QueueTimeout:
+      return ApiError{503, fmt::format("No worker became free within {} ms; retry later.", d.queue_timeout_ms),
+                      "service_unavailable", "", "workers_busy"};
+  }
+  return ApiError{};
+}
+
+void RouteResult::fail(RouteError e, const RouteErrorDetail& detail) {
+  ok = false;
+  failure = e;
+  error = route_error(e, *this, detail);
+}
+
 std::string_view to_string(TokenSource s) {
   switch (s) {
     case TokenSource::Client: return "client";
@@ -32,6 +80,7 @@ std::string_view to_string(TokenSource s) {
 
 void RouteResult::reset() {
   ok = false;
+  failure = RouteError::None;
   error = {};
   ranked.clear();
   isl_tokens = 0;
@@ -142,11 +191,6 @@ void warn_placeholder(std::string_view model, TokenizerFallback why, std::string
 namespace {
 using StageClock = std::chrono::steady_clock;
 
-// The prompt tokens a worker holding `blocks` of the prompt serves from its
-// cache, as the engine counts them (common/prefix_cache.h).
-uint32_t claimed_tokens(uint32_t blocks, uint32_t isl_tokens, uint32_t block_size) {
-  return static_cast<uint32_t>(cached_prefix_tokens(blocks, isl_tokens, block_size));
-}
 // The blocks looked up in the index: none when the engine will not read its cache.
 std::span<const LocalBlockHash> matchable(const RouteResult& r) {
   return r.skips_prefix_cache ? std::span<const LocalBlockHash>{} : std::span<const LocalBlockHash>(r.block_hashes);
@@ -230,11 +274,7 @@ void RoutingService::decide(const Config& cfg, std::string_view model, uint32_t 
   // at once, before it is counted as any worker's load (its in-flight blocks
   // would make healthy workers look full to every other request).
   if (uint64_t capacity = 0; registry_.exceeds_kv_capacity(model, out.request_blocks, &capacity)) {
-    out.error = ApiError{400,
-                         fmt::format("This prompt needs {} KV blocks ({} tokens); the largest KV cache of the "
-                                     "workers serving '{}' holds {} blocks.",
-                                     out.request_blocks, isl_tokens, model, capacity),
-                         "invalid_request_error", "prompt", "context_length_exceeded"};
+    out.fail(RouteError::PromptExceedsKv, RouteErrorDetail{.model = model, .kv_capacity_blocks = capacity});
     return;
   }
   const size_t limit = rank_all ? 0 : cfg.router.max_attempts;
@@ -277,9 +317,8 @@ bool RoutingService::decide_ranked(const Config& cfg, std::string_view model, si
     WorkerScore& s = d.scores.emplace_back(p.score);
     s.predicted_ttft_ms = predicted_ttft_ms(c, out.isl_tokens - s.cached_tokens);  // explain, affinity
     d.ranking.push_back(i);
-    const auto cached = claimed_tokens(p.overlap_blocks, out.isl_tokens, block_size);
-    out.ranked.push_back(RouteTarget{p.worker, out.workers[i].info->url, cached, out.isl_tokens - cached,
-                                     steered_rank(*out.workers[i].info, p.overlap_blocks, p.dp_rank)});
+    out.ranked.push_back(
+        route_target(p.worker, *out.workers[i].info, p.overlap_blocks, p.dp_rank, out.isl_tokens, block_size));
   }
   out.stage_seconds[3] = seconds_between(t1, StageClock::now());
   if (fd.ranked.empty()) {
@@ -302,13 +341,8 @@ void RoutingService::decide_all(const Config& cfg, std::string_view model, bool 
   const uint32_t isl_tokens = out.isl_tokens;
   registry_.candidates(model, out.workers);
   if (out.workers.empty()) {
-    if (!registry_.candidates("").empty()) {
-      out.error = ApiError{404, fmt::format("The model `{}` does not exist.", model), "invalid_request_error",
-                           "model", "model_not_found"};
-    } else {
-      out.error = ApiError{503, "No worker is available to serve this request.", "service_unavailable", "",
-                           "no_worker"};
-    }
+    out.fail(registry_.candidates("").empty() ? RouteError::NoWorker : RouteError::ModelNotFound,
+             RouteErrorDetail{.model = model});
     return;
   }
   auto t0 = StageClock::now();
@@ -355,20 +389,14 @@ void RoutingService::decide_all(const Config& cfg, std::string_view model, bool 
     // requests wait for it too); the message says which.
     const bool all_drained = std::all_of(out.decision.scores.begin(), out.decision.scores.end(),
                                          [](const WorkerScore& s) { return s.excluded == Exclusion::Draining; });
-    out.error = ApiError{503,
-                         all_drained ? fmt::format("Every worker serving `{}` is drained by an operator "
-                                                   "(POST /admin/workers/{{id}}/undrain); retry later.",
-                                                   model)
-                                     : std::string("Every worker is at capacity; retry later."),
-                         "service_unavailable", "", "workers_busy"};
+    out.fail(all_drained ? RouteError::WorkersDrained : RouteError::WorkersBusy, RouteErrorDetail{.model = model});
     return;
   }
   out.ranked.reserve(out.decision.ranking.size());
   for (size_t i : out.decision.ranking) {
     const auto& c = out.candidates[i];
-    const auto cached = claimed_tokens(c.overlap_blocks, isl_tokens, block_size);
-    out.ranked.push_back(RouteTarget{c.owner.worker, out.workers[i].info->url, cached, out.isl_tokens - cached,
-                                     steered_rank(*out.workers[i].info, c.overlap_blocks, c.owner.dp_rank)});
+    out.ranked.push_back(route_target(c.owner.worker, *out.workers[i].info, c.overlap_blocks, c.owner.dp_rank,
+                                      isl_tokens, block_size));
   }
   uint32_t best_overlap = 0;
   for (size_t i = 0; i < out.candidates.size(); ++i)

@@ -32,6 +32,29 @@ enum class TokenSource : uint8_t {
 // "client", "local", "engine", "placeholder".
 std::string_view to_string(TokenSource s);
 
+// Why a request has no worker. Each maps to one client-facing error
+// (route_error(): status, OpenAI code and message, written in one place) and
+// to one label of kvroute_router_rejected_total where one applies.
+enum class RouteError : uint8_t {
+  None,
+  PromptExceedsKv,  ///< 400 context_length_exceeded: more KV blocks than any worker of the model holds
+  ModelNotFound,    ///< 404 model_not_found: no worker serves the model (others serve other models)
+  NoWorker,         ///< 503 no_worker: no worker is available at all
+  WorkersBusy,      ///< 503 workers_busy: every worker of the model is at capacity
+  WorkersDrained,   ///< 503 workers_busy: every worker of the model is drained by an operator
+  QueueFull,        ///< 503 workers_busy: busy, and the wait queue (scheduler.queue_size) is full
+  QueueTimeout,     ///< 503 workers_busy: busy, and no worker became free within scheduler.queue_timeout_ms
+};
+// True for a busy fleet (busy or drained workers): the request may wait in
+// the queue for a worker to become free (or undrained).
+constexpr bool may_queue(RouteError e) { return e == RouteError::WorkersBusy || e == RouteError::WorkersDrained; }
+
+// The prompt tokens a worker holding `overlap_blocks` of the prompt's leading
+// blocks serves from its cache, as its engine counts them
+// (common/prefix_cache.h): what x-kvroute-cached-tokens, explain and the
+// status page claim.
+uint32_t claimed_tokens(uint32_t overlap_blocks, uint32_t isl_tokens, uint32_t block_size);
+
 struct RouteTarget {
   WorkerId worker;
   std::string_view url;  // in the worker's announcement, kept alive by RouteResult::workers
@@ -47,9 +70,24 @@ struct RouteTarget {
 // holds some of the prompt.
 std::optional<uint32_t> steered_rank(const WorkerAnnouncement& info, uint32_t overlap_blocks, uint32_t rank);
 
+// The target for `worker` (announced as `info`) whose best rank `dp_rank`
+// holds `overlap_blocks` of the prompt: its claimed cached tokens, the rest of
+// the prompt to prefill, and the rank to name.
+RouteTarget route_target(WorkerId worker, const WorkerAnnouncement& info, uint32_t overlap_blocks, uint32_t dp_rank,
+                         uint32_t isl_tokens, uint32_t block_size);
+
+// What the client-facing message of a RouteError names besides the
+// RouteResult's own figures.
+struct RouteErrorDetail {
+  std::string_view model;
+  uint64_t kv_capacity_blocks = 0;  // PromptExceedsKv: the largest KV cache of the model's workers
+  uint32_t queue_timeout_ms = 0;    // QueueTimeout
+};
+
 struct RouteResult {
   bool ok = false;
-  ApiError error;                    // when !ok: 404 unknown model, 503 no worker
+  RouteError failure = RouteError::None;  // when !ok: why
+  ApiError error;                    // when !ok: what the client is told (from `failure`, by fail())
   std::vector<RouteTarget> ranked;   // best first; the proxy fails over along it
   uint32_t isl_tokens = 0;
   // Set when the placeholder tokenized the request instead of the model's own
@@ -82,7 +120,14 @@ struct RouteResult {
 
   // Back to a default-constructed RouteResult, keeping the vectors' capacity.
   void reset();
+  // No worker, because of `e`: sets `failure` and the client's `error`
+  // (route_error()).
+  void fail(RouteError e, const RouteErrorDetail& detail);
 };
+
+// The error the client gets for `e` (status, OpenAI type and code, message):
+// the one place these are written.
+ApiError route_error(RouteError e, const RouteResult& r, const RouteErrorDetail& detail);
 
 class RoutingService {
  public:
@@ -110,7 +155,7 @@ class RoutingService {
   // Decides again for a request already routed into `out` (a queued request
   // waiting for a free worker): keeps its block hashes, token count and
   // tokenizer fallback, redoes only the decision (no template, tokenization
-  // or hashing per retry). Issue 15.
+  // or hashing per retry).
   void reroute(std::string_view model, RouteResult& out, bool score_all = false) const;
 
   // Off: every decision scores every candidate (schedule(), the O(workers)

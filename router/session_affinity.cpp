@@ -2,8 +2,6 @@
 
 #include <algorithm>
 
-#include "common/prefix_cache.h"
-
 namespace kvroute {
 
 namespace {
@@ -27,9 +25,8 @@ void promote(RouteResult& r, size_t i, uint32_t block_size) {
     t = *it;
     r.ranked.erase(it);
   } else {
-    const auto cached = static_cast<uint32_t>(cached_prefix_tokens(c.overlap_blocks, r.isl_tokens, block_size));
-    t = RouteTarget{c.owner.worker, r.workers[i].info->url, cached, r.isl_tokens - cached,
-                    steered_rank(*r.workers[i].info, c.overlap_blocks, c.owner.dp_rank)};
+    t = route_target(c.owner.worker, *r.workers[i].info, c.overlap_blocks, c.owner.dp_rank, r.isl_tokens,
+                     block_size);
   }
   r.ranked.insert(r.ranked.begin(), t);
   r.decision.chosen = i;

@@ -1,7 +1,7 @@
 // bench/proxy/floor_proxy: the floor of kvroute's proxy design on this machine.
 //
 // The same building blocks and the same socket calls per request as
-// router/http_server.cpp: one io_context per thread, C++20 coroutines on the
+// router/http/: one io_context per thread, C++20 coroutines on the
 // concrete executor, Beast's basic_parser driven by one loop over the socket's
 // async_read_some (kvroute's read_http), per-thread pools of keep-alive
 // upstream connections, hand-written heads, one async_write_some (gather: head

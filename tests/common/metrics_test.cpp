@@ -2,6 +2,7 @@
 // exposition stays consistent (cumulative buckets, +Inf bucket = count).
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <string>
 #include <thread>
 #include <vector>
@@ -90,4 +91,37 @@ TEST_CASE("families of different kinds never share cached children") {
     CHECK(gs[i]->with({"x"}).value() == i);
     CHECK(hs[i]->with({"x"}).count() == 3);
   }
+}
+
+TEST_CASE("a collected metric is read at every render, with its labels, exact integers and escaped values") {
+  Registry r;
+  std::atomic<uint64_t> messages{0};
+  std::vector<std::pair<std::string, double>> workers{{"1", 0.5}};
+  r.counter_fn("t_messages_total", "messages", [&] { return messages.load(); });
+  r.collect(Type::Gauge, "t_usage_ratio", "usage by worker", {"worker", "source"}, [&](Samples& s) {
+    for (const auto& [w, v] : workers) s.add({w, "reported"}, v);
+  });
+  r.gauge_fn("t_connected", "flag", [] { return true; });
+
+  messages = (uint64_t{1} << 60) + 1;  // beyond a double's exact integers
+  std::string text = r.render();
+  CHECK(text.find("# HELP t_messages_total messages\n# TYPE t_messages_total counter\n"
+                  "t_messages_total 1152921504606846977\n") != std::string::npos);
+  CHECK(text.find("# TYPE t_usage_ratio gauge\nt_usage_ratio{worker=\"1\",source=\"reported\"} 0.5\n") !=
+        std::string::npos);
+  CHECK(text.find("t_connected 1\n") != std::string::npos);
+
+  // Read again at the next render: a worker that left has no series, a new
+  // one has; label values are escaped as a family's are.
+  messages = 7;
+  workers = {{"a\"b\\", 2}};
+  text = r.render();
+  CHECK(text.find("t_messages_total 7\n") != std::string::npos);
+  CHECK(text.find("worker=\"1\"") == std::string::npos);
+  CHECK(text.find("t_usage_ratio{worker=\"a\\\"b\\\\\",source=\"reported\"} 2\n") != std::string::npos);
+
+  // No samples: the HELP and TYPE lines only.
+  workers.clear();
+  text = r.render();
+  CHECK(text.find("# TYPE t_usage_ratio gauge\n# HELP t_connected") != std::string::npos);
 }

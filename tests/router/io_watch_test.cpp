@@ -1,4 +1,4 @@
-// router/io_watch.h on real loopback sockets: deadlines cut a pending
+// router/http/io_watch.h on real loopback sockets: deadlines cut a pending
 // operation only once past, and only while armed; a client watch arms itself
 // after its delay and closes the upstream when the client goes away.
 #include <doctest/doctest.h>
@@ -9,7 +9,7 @@
 
 #include <optional>
 
-#include "router/io_watch.h"
+#include "router/http/io_watch.h"
 
 namespace {
 

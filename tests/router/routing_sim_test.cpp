@@ -359,3 +359,60 @@ TEST_CASE("reroute: a queued request decides again from its kept hashes, as a fr
   CHECK(fresh.ranked.front().cached_tokens == r.ranked.front().cached_tokens);
   CHECK(r.ranked.front().cached_tokens == 160);
 }
+
+TEST_CASE("a route failure is typed, and the client's error is derived from the type") {
+  Sim sim;
+  RouteResult r;
+  sim.routing.route(sim.request(prompt(1, 40)), r);
+  CHECK(r.failure == RouteError::NoWorker);
+  CHECK(r.error.status == 503);
+  CHECK(r.error.code == "no_worker");
+  CHECK_FALSE(may_queue(r.failure));
+
+  sim.add_worker(1, 0, 5);  // a KV cache of 5 blocks
+  sim.add_worker(2, 0, 5);
+  sim.routing.route(sim.request(prompt(1, 200)), r);  // 13 blocks
+  CHECK(r.failure == RouteError::PromptExceedsKv);
+  CHECK(r.error.status == 400);
+  CHECK(r.error.code == "context_length_exceeded");
+  CHECK(r.error.message.find("needs 13 KV blocks (200 tokens)") != std::string::npos);
+  CHECK(r.error.message.find("holds 5 blocks") != std::string::npos);
+
+  ParsedRequest other = sim.request(prompt(1, 40));
+  other.model = "nope";
+  sim.routing.route(other, r);
+  CHECK(r.failure == RouteError::ModelNotFound);
+  CHECK(r.error.status == 404);
+  CHECK(r.error.message == "The model `nope` does not exist.");
+
+  sim.registry.set_draining(WorkerId{1}, true);
+  sim.registry.set_draining(WorkerId{2}, true);
+  sim.routing.route(sim.request(prompt(1, 40)), r);
+  CHECK(r.failure == RouteError::WorkersDrained);
+  CHECK(may_queue(r.failure));
+  CHECK(r.error.code == "workers_busy");
+  CHECK(r.error.message.find("Every worker serving `m` is drained by an operator") == 0);
+
+  sim.registry.set_draining(WorkerId{2}, false);
+  sim.add_worker(2, 4, 5);  // KV full
+  sim.config.update([](Config& c) {
+    c.scheduler.busy_kv_usage = 0.5;
+    return std::nullopt;
+  });
+  sim.routing.route(sim.request(prompt(1, 40)), r);
+  CHECK(r.failure == RouteError::WorkersBusy);
+  CHECK(may_queue(r.failure));
+  CHECK(r.error.code == "workers_busy");
+  CHECK(r.error.message == "Every worker is at capacity; retry later.");
+
+  // What the wait queue sets: the same status and code, its own message.
+  r.fail(RouteError::QueueTimeout, RouteErrorDetail{.model = "m", .queue_timeout_ms = 250});
+  CHECK_FALSE(r.ok);
+  CHECK_FALSE(may_queue(r.failure));
+  CHECK(r.error.status == 503);
+  CHECK(r.error.code == "workers_busy");
+  CHECK(r.error.message == "No worker became free within 250 ms; retry later.");
+  r.fail(RouteError::QueueFull, RouteErrorDetail{});
+  CHECK(r.error.message == "Every worker is busy and the wait queue is full; retry later.");
+  CHECK(r.error.code == "workers_busy");
+}

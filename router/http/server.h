@@ -1,5 +1,7 @@
 // The OpenAI-compatible HTTP front end, streaming proxy and admin listener
-// (Boost.Beast). Every Beast template lives in http_server.cpp.
+// (Boost.Beast), as main() sees it: hooks in, listen, start, shutdown. The
+// parts are in router/http/ (router/README.md); no Beast or Asio type is in
+// this header.
 //
 // Threading: `start(n)` runs n io threads, each with its own io_context;
 // thread 0 accepts and hands each client connection to a thread
@@ -75,6 +77,11 @@ class HttpServer {
     uint64_t max_body_bytes = 0;
   };
   Limits limits() const;
+  // At every scrape of `r`: the server's gauges in hooks.metrics (requests
+  // in flight, connections and body bytes against their limits, the
+  // descriptor limit), and the per-worker series of workers that left the
+  // registry removed. The server must outlive `r`'s renders.
+  void register_metrics(metrics::Registry& r) const;
 
  private:
   struct Impl;

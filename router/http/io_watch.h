@@ -21,6 +21,9 @@
 #include <chrono>
 #include <memory>
 
+#include <sys/socket.h>
+#include <cerrno>
+
 namespace kvroute {
 
 // The proxy's sockets: bound to their io thread's io_context by type (no
@@ -122,7 +125,13 @@ class Deadline final : Swept {
 
 // True if the peer closed or reset the connection: readable with no data.
 // One non-blocking MSG_PEEK recv; never changes the socket's blocking mode.
-bool peer_closed(Socket& s);
+inline bool peer_closed(Socket& s) {
+  char b;
+  const ssize_t n = ::recv(s.native_handle(), &b, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (n > 0) return false;
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return false;
+  return true;  // eof, reset, or another socket error
+}
 
 // Watches a client connection while its request waits on a worker: if the
 // client goes away, the upstream connection is closed at once (the worker sees

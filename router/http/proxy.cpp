@@ -1,0 +1,711 @@
+// The exchange and its phases (proxy.h). Each phase is one function over the
+// Exchange, the request's state in the proxy coroutine's frame; proxy() at
+// the bottom reads as the request's life.
+#include "router/http/proxy.h"
+
+#include <boost/asio/write.hpp>
+#include <boost/beast/http/error.hpp>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <array>
+#include <functional>
+#include <limits>
+#include <span>
+
+#include "common/log.h"
+#include "router/proxy_policy.h"
+#include "router/http/upstream.h"
+
+namespace kvroute {
+
+// The phases and the Exchange they share: a named namespace (not an anonymous
+// one) because the coroutine frames of the public functions hold these types.
+namespace phases {
+
+std::string_view api_path(ApiKind kind) {
+  switch (kind) {
+    case ApiKind::ChatCompletions: return "/v1/chat/completions";
+    case ApiKind::Embeddings: return "/v1/embeddings";
+    default: return "/v1/completions";
+  }
+}
+
+std::string_view api_label(ApiKind kind) {
+  switch (kind) {
+    case ApiKind::ChatCompletions: return "chat_completions";
+    case ApiKind::Embeddings: return "embeddings";
+    default: return "completions";
+  }
+}
+
+// What a phase tells proxy() to do next.
+enum class Next : uint8_t { Go, NextWorker, Done };
+
+// One proxied request, in proxy()'s coroutine frame; its phases read and
+// update it. On its io thread's `exchanges` list: when the shutdown grace is
+// over, a walk of that list cuts it (its upstream operation is cancelled; a
+// stream ends with an error event and [DONE]). Runs on its io thread only.
+struct Exchange final : Swept {
+  Exchange(ServerState& st, ClientConn& c, ClientRequest& r, ApiKind k, IoThread& t,
+           std::shared_ptr<const Config> config)
+      : Swept(t.exchanges), s(st), client(c), req(r), kind(k), io(t), cfg_holder(std::move(config)),
+        cfg(*cfg_holder), up_deadline(t.sweeper), watch(t.sweeper, c.socket) {}
+
+  ServerState& s;
+  ClientConn& client;
+  ClientRequest& req;
+  const ApiKind kind;
+  IoThread& io;
+  const std::shared_ptr<const Config> cfg_holder;
+  const Config& cfg;
+  const Steady::time_point started = Steady::now();
+  AccessRecord rec;                      // the access log's record, written on every exit
+  std::string_view model_label = "unknown";
+  bool keep_result = false;              // what proxy() returns when a phase says Done
+  bool cut = false;                      // the shutdown grace is over
+
+  // The attempt in progress: one worker of the ranking.
+  const RouteTarget* target = nullptr;
+  UpstreamUrl url;
+  std::optional<InflightGuard> guard;
+  std::optional<Socket> upstream;
+  bool pooled = false;
+  Deadline up_deadline;  // after `upstream`: destroyed first
+  std::optional<UpstreamResponseParser> parser;
+  beast::error_code ec;
+  Steady::time_point sent_at{};
+  ClientWatch watch;  // last: stops first
+
+  RouterMetrics* metrics() const { return s.hooks.metrics; }
+
+ private:
+  void on_sweep(Steady::time_point) override {
+    cut = true;
+    beast::error_code ignored;
+    if (upstream) upstream->cancel(ignored);
+  }
+};
+
+// ---- outcomes
+
+// Passive health: a worker's failure as the proxy saw it; a success is
+// reported only after this thread reported a failure of the same worker.
+void report_failure(Exchange& x, HealthSignal signal) {
+  x.s.hooks.registry->report_failure(x.target->worker, signal);
+  x.io.suspect(x.target->worker);
+}
+
+void report_success(Exchange& x) {
+  auto& s = x.io.suspects;
+  if (s.empty()) return;
+  const auto it = std::find(s.begin(), s.end(), x.target->worker);
+  if (it == s.end()) return;
+  s.erase(it);
+  x.s.hooks.registry->report_success(x.target->worker);
+}
+
+// The access record and the request metrics, on every exit of proxy().
+void finish(Exchange& x, unsigned status, std::string_view outcome) {
+  x.rec.status = status;
+  x.rec.outcome = outcome;
+  const double seconds = seconds_since(x.started);
+  x.rec.duration_ms = seconds * 1e3;
+  x.s.count(api_label(x.kind), status, x.model_label);
+  if (RouterMetrics* m = x.metrics()) {
+    if (x.kind == ApiKind::ChatCompletions) m->duration_chat.observe(seconds);
+    else if (x.kind == ApiKind::Completions) m->duration_completions.observe(seconds);
+    else m->request_duration_seconds.with({api_label(x.kind)}).observe(seconds);
+  }
+  if (x.cfg.log.access_log) log_access(x.rec);
+}
+
+awaitable<bool> reject(Exchange& x, const ApiError& e, std::string_view outcome) {
+  finish(x, e.status, outcome);
+  co_return co_await respond_error(x.s, x.client, x.req.version, x.req.keep_alive, e);
+}
+
+// The client went away: count it and log `status` (499 if it never got one).
+void client_cancelled(Exchange& x, unsigned status) {
+  if (RouterMetrics* m = x.metrics()) m->cancels_total.get().inc();
+  finish(x, status, "client_cancel");
+}
+
+// A connection to a worker failed before its response head: counted, logged,
+// reported to passive health.
+void upstream_failed(Exchange& x, const char* phase, HealthSignal signal) {
+  if (RouterMetrics* m = x.metrics()) m->upstream_errors_total.with({phase}).inc();
+  report_failure(x, signal);
+  static RateLimiter rl;
+  if (rl.allow())
+    spdlog::warn("worker {} ({}): {} failed: {}; trying the next worker", x.target->worker.value, x.target->url,
+                 phase, x.ec.message());
+}
+
+// ---- route
+
+// The request's session (x-session-id, else the OpenAI `user` field).
+std::string_view session_key(const Exchange& x) {
+  return x.req.session.empty() ? std::string_view(x.client.parsed.user) : std::string_view(x.req.session);
+}
+
+// Session affinity applies (router/session_affinity.h): the decision scores
+// every eligible worker (not the fast path's few), so the session's worker is
+// compared with the choice wherever it ranks.
+bool sticky_session(const Exchange& x) {
+  return x.s.hooks.sessions && x.cfg.scheduler.session_affinity && !session_key(x).empty();
+}
+
+// Routes the parsed request into client.route. True: every worker is busy
+// and the request may wait in the queue (wait_in_queue()).
+bool route_request(Exchange& x) {
+  x.s.hooks.routing->route(x.client.parsed, x.client.route, /*rank_all=*/false, sticky_session(x));
+  const RouteResult& route = x.client.route;
+  return !route.ok && may_queue(route.failure) && x.cfg.scheduler.queue_size > 0;
+}
+
+// No eligible worker (all busy): waits in the bounded queue, re-routing as
+// load changes, until a worker is free, the queue timeout, or shutdown.
+awaitable<void> wait_in_queue(Exchange& x) {
+  RouterMetrics* m = x.metrics();
+  RouteResult& route = x.client.route;
+  const auto& sc = x.cfg.scheduler;
+  const std::function<bool()> still_busy = [&x, &route] {
+    x.s.hooks.routing->reroute(x.client.parsed.model, route, sticky_session(x));  // keeps tokens and hashes
+    return !route.ok && may_queue(route.failure);
+  };
+  const std::function<bool()> stop = [&x] { return x.s.stopping.load() || x.cut; };
+  const RouteErrorDetail detail{.model = x.client.parsed.model, .queue_timeout_ms = sc.queue_timeout_ms};
+  if (!co_await x.s.queue.wait(x.io.ioc.get_executor(), sc.queue_size, milliseconds(sc.queue_timeout_ms),
+                               still_busy, stop)) {
+    if (m) m->rejected_total.with({"queue_full"}).inc();
+    route.fail(RouteError::QueueFull, detail);
+    co_return;
+  }
+  if (!route.ok && may_queue(route.failure)) {
+    if (m) m->rejected_total.with({"queue_timeout"}).inc();
+    route.fail(RouteError::QueueTimeout, detail);
+  }
+}
+
+// The decision's metrics; false if there is no worker to send the request to.
+bool accept_route(Exchange& x) {
+  const RouteResult& route = x.client.route;
+  RouterMetrics* m = x.metrics();
+  if (m) {
+    for (int i = 0; i < 4; ++i) m->stage_seconds[i]->observe(route.stage_seconds[i]);
+    (!route.ok ? m->decided_no_worker : route.chose_best_overlap ? m->decided_best_overlap : m->decided_balance).inc();
+    if (route.ok && route.tokenizer_fallback != TokenizerFallback::None)
+      m->tokenizer_fallbacks_total.with({x.client.parsed.model, to_string(route.tokenizer_fallback)}).inc();
+    if (route.ok) m->tokenized(x.client.parsed.model, to_string(route.token_source)).inc();
+  }
+  x.rec.prompt_tokens = route.isl_tokens;
+  if (!route.ok && route.failure == RouteError::PromptExceedsKv && m)
+    m->rejected_total.with({"prompt_exceeds_kv"}).inc();
+  if (!route.ok) return false;
+  x.model_label = x.client.parsed.model;  // bounded: a model some worker announced
+  if (sticky_session(x)) x.s.hooks.sessions->apply(session_key(x), x.cfg.indexer.block_size, x.client.route);
+  if (x.s.hooks.on_routed) x.s.hooks.on_routed(x.client.parsed, route);
+  return true;
+}
+
+// ---- forward
+
+// Starts the attempt on the ranking's `attempt`-th worker: in-flight
+// accounting and the request head to send it. False if its url is unusable.
+bool begin_attempt(Exchange& x, size_t attempt) {
+  x.watch.client_gone();
+  x.up_deadline.disarm();
+  x.parser.reset();
+  x.upstream.reset();
+  x.guard.reset();
+  const RouteTarget& target = x.client.route.ranked[attempt];
+  x.target = &target;
+  x.rec.attempts = static_cast<uint32_t>(attempt + 1);
+  x.rec.worker = static_cast<int64_t>(target.worker.value);
+  x.rec.cached_tokens = target.cached_tokens;
+  if (attempt > 0 && x.metrics()) x.metrics()->retries_total.get().inc();
+  if (!parse_url(target.url, x.url)) {
+    static RateLimiter rl;
+    if (rl.allow()) spdlog::warn("worker {} has an unusable url '{}'", target.worker.value, target.url);
+    return false;
+  }
+  // A batch is routed on its first prompt; its load is counted as that many
+  // prompts like the first (n > 1 shares the prompt's prefill and blocks).
+  const uint64_t prompts = x.client.parsed.prompts;
+  x.guard.emplace(*x.s.hooks.registry, target.worker, x.client.route.request_blocks * prompts,
+                  target.prefill_tokens * prompts);
+  if (x.s.hooks.on_dispatch) x.s.hooks.on_dispatch(target.worker, x.client.route);
+  // The request to forward: unchanged but for hop-by-hop headers. Its head is
+  // written out here (fields as Beast parsed and validated them) and sent with
+  // the body in one gather write: no serializer on the hot path.
+  upstream_request_head(x.client.upstream_head, x.req, x.url, x.cfg.router.upstream_pool_size > 0, target.dp_rank);
+  return true;
+}
+
+// A pooled connection to the attempt's worker, if one is idle.
+bool take_pooled(Exchange& x) {
+  auto s = x.io.pool.take(x.target->url);
+  if (!s) return false;
+  x.upstream.emplace(std::move(*s));
+  return true;
+}
+
+// A fresh connection to the attempt's worker, within router.connect_timeout_ms.
+awaitable<Next> connect_upstream(Exchange& x) {
+  x.up_deadline.disarm();
+  x.upstream.emplace(x.io.ioc.get_executor());
+  x.up_deadline.arm(*x.upstream, milliseconds(x.cfg.router.connect_timeout_ms));
+  co_await connect_to(*x.upstream, x.url, x.ec);
+  x.up_deadline.settle(x.ec);
+  if (!x.ec) co_return Next::Go;
+  if (!x.cut)
+    upstream_failed(x, "connect",
+                    x.ec == asio::error::timed_out ? HealthSignal::ConnectTimeout : HealthSignal::ConnectRefused);
+  co_return Next::NextWorker;
+}
+
+// The first-byte timeout of this attempt: a multiple of the request's
+// predicted time to first token on its worker (its uncached prefill plus the
+// prefill the router already has in flight there), within the floor and
+// ceiling (router/proxy_policy.h).
+milliseconds first_byte_timeout(const Exchange& x) {
+  uint64_t prefill = x.target->prefill_tokens;
+  for (const WorkerView& w : x.client.route.workers)
+    if (w.info && w.info->id == x.target->worker) prefill += w.pending_prefill_tokens;
+  return adaptive_first_byte_timeout(x.cfg.router, estimated_ttft_seconds(x.cfg.router, prefill));
+}
+
+// Sends the request and reads the worker's response head (the first byte),
+// watching for the client going away meanwhile. A pooled connection that
+// fails (the worker closed it while idle) is not the worker's fault: the
+// caller retries on a fresh one.
+awaitable<Next> send_and_read_head(Exchange& x) {
+  Socket& up = *x.upstream;
+  x.ec = {};
+  x.up_deadline.arm(up, first_byte_timeout(x));
+  x.sent_at = Steady::now();
+  // One send nearly always takes the whole request; asio::async_write (a
+  // composed operation) only for what it leaves.
+  std::array<asio::const_buffer, 2> wire{asio::buffer(x.client.upstream_head), asio::buffer(x.req.body)};
+  std::span<asio::const_buffer> rest(wire);
+  const size_t sent = co_await up.async_write_some(rest, nothrow(x.ec));
+  if (!x.ec && consume(rest, sent)) co_await asio::async_write(up, rest, nothrow(x.ec));
+  x.parser.emplace(x.client.response);
+  x.parser->body_limit(std::numeric_limits<std::uint64_t>::max());
+  x.client.upstream_buffer.clear();
+  if (!x.ec) {
+    x.watch.watch(up, false);  // while the worker prefills
+    co_await read_http(up, x.client.upstream_buffer, *x.parser, ReadUntil::Header, x.ec);
+    if (x.ec && x.watch.client_gone()) {
+      client_cancelled(x, 499);
+      x.keep_result = false;
+      co_return Next::Done;
+    }
+  }
+  x.up_deadline.settle(x.ec);
+  if (!x.ec) co_return Next::Go;
+  x.watch.client_gone();
+  const bool timed_out = x.ec == asio::error::timed_out;
+  if (x.cut || (x.pooled && !timed_out)) co_return Next::NextWorker;
+  // The worker is at fault (a timeout, or a fresh connection it closed): the
+  // next worker, not a fresh connection to this one.
+  x.pooled = false;
+  upstream_failed(x, "first_byte", timed_out ? HealthSignal::FirstByteTimeout : HealthSignal::ServerError);
+  co_return Next::NextWorker;
+}
+
+// The worker answered: a 5xx counts against it and 502/503/504 move on to
+// the next worker while one is left; anything else (a 4xx is the client's
+// own error) is relayed as it is, never retried.
+Next check_status(Exchange& x, bool another_left) {
+  const unsigned status = x.client.response.status;
+  if (status < 500) {
+    report_success(x);
+    return Next::Go;
+  }
+  if (RouterMetrics* m = x.metrics()) m->upstream_errors_total.with({"status_5xx"}).inc();
+  report_failure(x, HealthSignal::ServerError);
+  if ((status == 502 || status == 503 || status == 504) && another_left) {
+    if (x.watch.client_gone()) {
+      client_cancelled(x, 499);
+      x.keep_result = false;
+      return Next::Done;
+    }
+    return Next::NextWorker;  // the connection (and any body) is dropped
+  }
+  return Next::Go;
+}
+
+// ---- relay
+
+// Committed to the worker: the first byte's metrics. The access log's
+// ttfb_ms is the client's: from the request read to its first response byte,
+// every failed-over attempt included; the histogram is the chosen worker's
+// (request sent to first byte).
+void record_first_byte(Exchange& x) {
+  const double ttfb = seconds_since(x.sent_at);
+  x.rec.ttfb_ms = seconds_since(x.started) * 1e3;
+  RouterMetrics* m = x.metrics();
+  if (!m) return;
+  const RouteResult& route = x.client.route;
+  const RouteTarget& target = *x.target;
+  m->ttfb_seconds.get().observe(ttfb);
+  m->prompt_tokens_total.get().inc(route.isl_tokens);
+  m->cached_tokens_total.get().inc(target.cached_tokens);
+  m->best_cached_tokens_total.get().inc(route.best_cached_tokens);  // decision-quality gap
+  const auto worker = m->worker_tokens(target.worker.value);
+  worker.prompt.inc(route.isl_tokens);
+  worker.cached.inc(target.cached_tokens);
+  m->overlap_ratio.get().observe(route.isl_tokens ? double(target.cached_tokens) / route.isl_tokens : 0.0);
+}
+
+// A small sized body (a non-streaming answer) is read whole first, so the
+// client gets head and body in one write: one send on the hot path.
+awaitable<bool> relay_small(Exchange& x, char* buf, uint64_t length, bool client_keep) {
+  UpstreamResponseParser& parser = *x.parser;
+  const unsigned status = x.client.response.status;
+  const milliseconds idle(x.cfg.router.idle_timeout_ms);
+  beast::error_code& ec = x.ec;
+  parser.body_into(buf, static_cast<size_t>(length));
+  if (!parser.is_done()) {
+    x.up_deadline.arm(*x.upstream, idle);
+    co_await read_http(*x.upstream, x.client.upstream_buffer, parser, ReadUntil::Message, ec);
+    x.up_deadline.settle(ec);
+  }
+  if (x.watch.client_gone()) {
+    client_cancelled(x, status);
+    co_return false;
+  }
+  if (ec == http::error::need_buffer) ec = {};
+  if (ec && x.cut) {
+    static const ApiError shutting_down{503, "The router is shutting down.", "service_unavailable", "",
+                                        "shutting_down"};
+    co_await reject(x, shutting_down, "shutdown");
+    co_return false;
+  }
+  if (ec) {
+    if (RouterMetrics* m = x.metrics()) m->upstream_errors_total.with({"mid_stream"}).inc();
+    finish(x, status, "upstream_error");
+    co_return false;  // nothing sent yet, but the worker is committed: close
+  }
+  const size_t body_size = static_cast<size_t>(length) - parser.room();
+  client_response_head(x.client.response_head, x.client.response, x.req.version, x.target->worker,
+                       x.target->cached_tokens, body_size, client_keep);
+  std::array<asio::const_buffer, 2> wire{asio::buffer(x.client.response_head), asio::buffer(buf, body_size)};
+  std::span<asio::const_buffer> rest(wire);
+  x.client.expires_after(idle);
+  const size_t sent = co_await x.client.socket.async_write_some(rest, nothrow(ec));  // as for the request
+  if (!ec && consume(rest, sent)) co_await asio::async_write(x.client.socket, rest, nothrow(ec));
+  x.client.deadline.settle(ec);
+  if (ec) {
+    client_cancelled(x, status);
+    co_return false;
+  }
+  co_return true;
+}
+
+constexpr std::string_view kCrlf = "\r\n";
+constexpr std::string_view kLastChunk = "0\r\n\r\n";
+
+// The worker failed mid-response, or the shutdown grace cut it. A stream
+// without a declared length ends with an OpenAI-style error event and
+// [DONE]; a sized body cannot signal it: the connection closes.
+awaitable<bool> end_stream_with_error(Exchange& x, bool chunked, bool sized) {
+  const unsigned status = x.client.response.status;
+  if (x.cut) {
+    finish(x, status, "shutdown");
+  } else {
+    if (RouterMetrics* m = x.metrics()) m->upstream_errors_total.with({"mid_stream"}).inc();
+    static RateLimiter rl;
+    if (rl.allow())
+      spdlog::warn("worker {} ({}): failed mid-response: {}", x.target->worker.value, x.target->url, x.ec.message());
+    finish(x, status, "upstream_error");
+  }
+  if (!x.client.response.event_stream || sized) co_return false;
+  const ApiError e = x.cut ? ApiError{503, "The router is shutting down; the response was cut.",
+                                      "service_unavailable", "", "shutting_down"}
+                           : ApiError{502, "The worker failed while streaming the response.", "upstream_error", "",
+                                      "upstream_failed"};
+  const std::string tail = fmt::format("data: {}\n\ndata: [DONE]\n\n", error_body(e));
+  char line[24];
+  const std::array<asio::const_buffer, 4> framed{asio::buffer(chunk_size_line(tail.size(), line)),
+                                                 asio::buffer(tail), asio::buffer(kCrlf), asio::buffer(kLastChunk)};
+  const std::array<asio::const_buffer, 1> raw{asio::buffer(tail)};  // close-delimited (HTTP/1.0)
+  x.watch.client_gone();
+  x.client.expires_after(milliseconds(x.cfg.router.idle_timeout_ms));
+  beast::error_code ec;
+  if (chunked) co_await asio::async_write(x.client.socket, framed, nothrow(ec));
+  else co_await asio::async_write(x.client.socket, raw, nothrow(ec));
+  x.client.deadline.settle(ec);
+  co_return false;
+}
+
+// A stream, or a large body: head first, then each piece as it arrives (a
+// chunk each when chunked), with one watch on the client to the end.
+awaitable<bool> relay_stream(Exchange& x, char* buf, std::optional<uint64_t> length, bool client_keep) {
+  UpstreamResponseParser& parser = *x.parser;
+  const unsigned status = x.client.response.status;
+  const milliseconds idle(x.cfg.router.idle_timeout_ms);
+  beast::error_code& ec = x.ec;
+  x.guard->first_byte();  // the worker's prefill is over
+  if (x.watch.client_gone()) {
+    client_cancelled(x, 499);
+    co_return false;
+  }
+  const bool chunked = !length && x.req.version >= 11;
+  client_response_head(x.client.response_head, x.client.response, x.req.version, x.target->worker,
+                       x.target->cached_tokens, length, client_keep);
+  x.client.expires_after(idle);
+  co_await asio::async_write(x.client.socket, asio::buffer(x.client.response_head), nothrow(ec));
+  x.client.deadline.settle(ec);
+  if (ec) {
+    client_cancelled(x, 499);
+    co_return false;
+  }
+  x.watch.watch(*x.upstream, true);
+  bool last = parser.is_done();  // an empty body: just the last chunk
+  while (!last || chunked) {
+    size_t n = 0;
+    if (!last) {
+      parser.body_into(buf, kRelayBufferBytes);
+      x.up_deadline.arm(*x.upstream, idle);
+      co_await read_http(*x.upstream, x.client.upstream_buffer, parser, ReadUntil::Some, ec);
+      x.up_deadline.settle(ec);
+      if (ec && x.watch.client_gone()) {
+        client_cancelled(x, status);
+        co_return false;
+      }
+      if (ec == http::error::need_buffer) ec = {};
+      if (ec) co_return co_await end_stream_with_error(x, chunked, length.has_value());
+      n = kRelayBufferBytes - parser.room();
+      last = parser.is_done();
+      if (n == 0 && !(last && chunked)) continue;  // only framing arrived: nothing to pass on yet
+    }
+    char line[24];
+    std::array<asio::const_buffer, 4> piece{};
+    size_t parts = 0;
+    if (chunked && n) piece[parts++] = asio::buffer(chunk_size_line(n, line));
+    if (n) piece[parts++] = asio::buffer(buf, n);
+    if (chunked && n) piece[parts++] = asio::buffer(kCrlf);
+    if (chunked && last) piece[parts++] = asio::buffer(kLastChunk);
+    x.client.expires_after(idle);
+    co_await asio::async_write(x.client.socket, std::span(piece.data(), parts), nothrow(ec));
+    x.client.deadline.settle(ec);
+    if (ec) {  // client gone: the upstream connection closes with this exchange
+      client_cancelled(x, status);
+      co_return false;
+    }
+    if (last) break;
+  }
+  co_return true;
+}
+
+// Relays the worker's response to the client: a small sized body whole, with
+// its head in one write; anything else piece by piece as it arrives. Then
+// the upstream connection goes back to the pool and the exchange finishes.
+awaitable<bool> relay(Exchange& x) {
+  record_first_byte(x);
+  UpstreamResponseParser& parser = *x.parser;
+  // A body without a length (chunked, or up to the connection's end) goes to
+  // the client chunked (an HTTP/1.0 client: up to the connection's close); a
+  // sized one keeps its length.
+  std::optional<uint64_t> length;
+  if (!parser.chunked()) {
+    if (const auto declared = parser.content_length()) length = *declared;
+    else if (parser.is_done()) length = 0;  // no body at all (e.g. 204)
+  }
+  const bool client_keep = x.req.keep_alive && !x.s.draining.load() && (length || x.req.version >= 11);
+  RelayBuffers::Lease lease = x.io.buffers.take();
+  bool relayed;
+  if (length && *length <= kRelayBufferBytes) relayed = co_await relay_small(x, lease.data(), *length, client_keep);
+  else relayed = co_await relay_stream(x, lease.data(), length, client_keep);
+  if (!relayed) co_return false;  // the outcome is recorded
+  x.watch.client_gone();
+  x.up_deadline.disarm();
+  if (parser.keep_alive() && x.cfg.router.upstream_pool_size > 0)
+    x.io.pool.give(x.target->url, std::move(*x.upstream), x.cfg.router.upstream_pool_size);
+  const unsigned status = x.client.response.status;
+  finish(x, status, status < 400 ? "ok" : "worker_error");
+  co_return client_keep;
+}
+
+// Concurrency limit: counted for the whole request, released on every exit
+// (the in-flight gauge reads the count at scrape time).
+struct InflightSlot {
+  std::atomic<int64_t>& n;
+  explicit InflightSlot(std::atomic<int64_t>& c) : n(c) { n.fetch_add(1); }
+  ~InflightSlot() { n.fetch_sub(1); }
+  InflightSlot(const InflightSlot&) = delete;
+  InflightSlot& operator=(const InflightSlot&) = delete;
+};
+
+// One proxied OpenAI request, as its phases: admit, parse, tokenize (by the
+// engine, when needed), route (maybe queue), then for each worker of the
+// ranking until one answers: connect (or a pooled connection), send and read
+// the response head; then relay and finish. (The phases that need no
+// suspension are plain functions, and the short ones are inline here: each
+// awaited coroutine is a frame per request.)
+awaitable<bool> run(ServerState& s, ClientConn& client, ClientRequest& req, ApiKind kind, IoThread& io) {
+  Exchange x(s, client, req, kind, io, s.hooks.config->get());
+  x.rec.method = "POST";
+  x.rec.path = api_path(kind);
+  InflightSlot slot(s.inflight);
+  if (s.inflight.load() > static_cast<int64_t>(x.cfg.router.max_concurrent_requests)) {
+    if (RouterMetrics* m = x.metrics()) m->rejected_total.with({"limit"}).inc();
+    static const ApiError e{503, "Too many concurrent requests; retry later.", "service_unavailable", "",
+                            "too_many_requests"};
+    co_return co_await reject(x, e, "rejected_limit");
+  }
+  ApiError err;
+  if (!parse_openai_request(kind, req.body, client.parsed, err)) co_return co_await reject(x, err, "bad_request");
+  x.rec.model = client.parsed.model;
+  x.rec.stream = client.parsed.stream;
+  if (s.hooks.routing->needs_engine_tokens(x.cfg, client.parsed)) {
+    thread_local std::string scratch;  // no allocation per request once grown; used before any suspension
+    if (!engine_tokens_cached(s, x.cfg, client.parsed, scratch)) {
+      const std::string body = scratch;  // in the frame: other requests use the scratch while this one waits
+      co_await engine_tokens(s, io, x.cfg, client.parsed, req.authorization, body);
+    }
+  }
+  if (route_request(x)) co_await wait_in_queue(x);
+  if (!accept_route(x)) co_return co_await reject(x, client.route.error, "no_worker");
+
+  const size_t attempts = std::min<size_t>(x.cfg.router.max_attempts, client.route.ranked.size());
+  for (size_t attempt = 0; attempt < attempts && !x.cut; ++attempt) {
+    if (!begin_attempt(x, attempt)) continue;
+    // The head kvroute forwards must fit what a worker accepts: over it, the
+    // worker would refuse it and be blamed.
+    if (client.upstream_head.size() > x.cfg.router.max_header_bytes) {
+      static const ApiError e{431, "Request headers too large.", "invalid_request_error", "", ""};
+      co_return co_await reject(x, e, "header_too_large");
+    }
+    // A pooled connection the worker closed meanwhile fails before the first
+    // response byte: retried once on a fresh connection to the same worker.
+    Next next = Next::NextWorker;
+    for (int fresh = 0; fresh < 2 && !x.cut; ++fresh) {
+      x.pooled = fresh == 0 && take_pooled(x);
+      if (!x.pooled && (next = co_await connect_upstream(x)) != Next::Go) break;
+      next = co_await send_and_read_head(x);
+      if (next != Next::NextWorker || !x.pooled) break;
+    }
+    if (next == Next::Go) next = check_status(x, attempt + 1 < attempts);
+    if (next == Next::Done) co_return x.keep_result;
+    if (next == Next::Go) co_return co_await relay(x);
+  }
+  if (x.cut) {
+    static const ApiError e{503, "The router is shutting down.", "service_unavailable", "", "shutting_down"};
+    co_return co_await reject(x, e, "shutdown");
+  }
+  static const ApiError unreachable{503, "No worker could be reached for this request.", "service_unavailable", "",
+                                    "upstream_unavailable"};
+  co_return co_await reject(x, unreachable, "upstream_unavailable");
+}
+
+}  // namespace phases
+
+std::optional<ApiKind> proxied_api(const ClientRequest& req) {
+  if (req.method != http::verb::post) return std::nullopt;
+  const std::string_view target = std::string_view(req.target).substr(0, req.target.find('?'));
+  if (target == "/v1/chat/completions") return ApiKind::ChatCompletions;
+  if (target == "/v1/completions") return ApiKind::Completions;
+  if (target == "/v1/embeddings") return ApiKind::Embeddings;
+  return std::nullopt;
+}
+
+// Not a coroutine itself: the request's one frame is phases::run()'s.
+awaitable<bool> proxy(ServerState& s, ClientConn& client, ClientRequest& req, ApiKind kind, IoThread& io) {
+  return phases::run(s, client, req, kind, io);
+}
+
+// ---- tokenization by the engine
+
+bool engine_tokens_cached(ServerState& s, const Config& cfg, ParsedRequest& parsed, std::string& body) {
+  RouterMetrics* m = s.hooks.metrics;
+  if (!engine_tokenize_body(parsed, body)) {
+    parsed.engine_failed = true;
+    return true;
+  }
+  if (s.engine_cache.get(EngineTokenCache::key_of(body), parsed.engine_tokens)) {
+    if (m) m->engine_cache_hit.inc();
+    parsed.has_engine_tokens = true;
+    return true;
+  }
+  if (m && cfg.tokenizer.remote_cache_bytes > 0) m->engine_cache_miss.inc();
+  return false;
+}
+
+namespace {
+
+// The workers to ask for a model's tokens, and the first to ask: any healthy
+// worker serving the model (a LoRA adapter: one serving it), non-draining
+// ones if there are any; one with an idle pooled connection on this thread
+// first (no connect), else round-robin from a per-thread cursor.
+size_t pick_tokenizing_worker(ServerState& s, IoThread& io, std::string_view model, std::vector<WorkerView>& workers) {
+  thread_local size_t cursor = 0;
+  s.hooks.registry->candidates(model, workers);
+  if (std::any_of(workers.begin(), workers.end(), [](const WorkerView& w) { return !w.draining; }))
+    std::erase_if(workers, [](const WorkerView& w) { return w.draining; });
+  const size_t n = workers.size();
+  const size_t first = n ? cursor++ % n : 0;
+  for (size_t i = 0; i < n; ++i)
+    if (io.pool.has_idle(workers[(first + i) % n].info->url)) return (first + i) % n;
+  return first;
+}
+
+// Asks the picked worker, and one more on a connection failure, by the deadline.
+awaitable<EngineTokenizeResult> ask_engines(ServerState& s, IoThread& io, const Config& cfg, ParsedRequest& parsed,
+                                            std::string_view authorization, const std::string& body,
+                                            Steady::time_point start) {
+  RouterMetrics* m = s.hooks.metrics;
+  std::vector<WorkerView> workers;
+  const size_t pick = pick_tokenizing_worker(s, io, parsed.model, workers);
+  const size_t n = workers.size();
+  EngineTokenizeResult result = EngineTokenizeResult::NoWorker;
+  const auto deadline = start + milliseconds(cfg.tokenizer.remote_timeout_ms);
+  for (size_t attempt = 0; attempt < std::min<size_t>(n, 2) && Steady::now() < deadline; ++attempt) {
+    const WorkerView& w = workers[(pick + attempt) % n];
+    const std::string url = w.info->url;
+    const WorkerId id = w.info->id;
+    const auto t0 = Steady::now();
+    result = co_await fetch_engine_tokens(io, cfg, url, body, authorization, deadline, parsed.engine_tokens);
+    if (m) m->engine_tokenize_seconds.get().observe(seconds_since(t0));
+    if (result != EngineTokenizeResult::Connect) break;
+    // Refused: counted and reported to passive health as the proxy does,
+    // so a dead worker leaves the candidates as fast either way.
+    if (m) m->upstream_errors_total.with({"connect"}).inc();
+    s.hooks.registry->report_failure(id, HealthSignal::ConnectRefused);
+    io.suspect(id);
+  }
+  co_return result;
+}
+
+}  // namespace
+
+awaitable<void> engine_tokens(ServerState& s, IoThread& io, const Config& cfg, ParsedRequest& parsed,
+                              std::string_view authorization, const std::string& body) {
+  RouterMetrics* m = s.hooks.metrics;
+  const bool chat = parsed.kind == ApiKind::ChatCompletions;
+  const auto start = Steady::now();
+  EngineTokenizeResult result = EngineTokenizeResult::Backoff;
+  if (s.engine_backoff.allow(parsed.model, chat, start))
+    result = co_await ask_engines(s, io, cfg, parsed, authorization, body, start);
+  if (m) m->engine_tokenize_total.with({to_string(result)}).inc();
+  if (result == EngineTokenizeResult::Ok) {
+    parsed.has_engine_tokens = true;
+    s.engine_backoff.on_success(parsed.model, chat);
+    s.engine_cache.put(EngineTokenCache::key_of(body), parsed.engine_tokens);
+    co_return;
+  }
+  parsed.engine_tokens.clear();
+  parsed.engine_failed = true;
+  if (EngineTokenizeBackoff::backs_off(result)) s.engine_backoff.on_failure(parsed.model, chat, Steady::now());
+  if (result == EngineTokenizeResult::NoWorker) co_return;  // an unknown model (404) or no healthy worker (503)
+  static RateLimiter rl;
+  if (rl.allow())
+    spdlog::warn("model '{}': the engine's POST /tokenize failed ({}); this request is routed on placeholder tokens",
+                 parsed.model, to_string(result));
+}
+
+}  // namespace kvroute

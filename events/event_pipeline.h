@@ -40,7 +40,7 @@
 #include "events/wire.h"
 #include "indexer/indexer.h"
 #include "common/url_allow_list.h"
-#include "scheduler/worker_registry.h"
+#include "fleet/worker_registry.h"
 
 namespace kvroute {
 

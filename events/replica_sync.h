@@ -37,7 +37,7 @@
 #include "common/types.h"
 #include "events/nats_bus.h"
 #include "events/wire.h"
-#include "scheduler/worker_registry.h"
+#include "fleet/worker_registry.h"
 
 namespace kvroute {
 

@@ -27,7 +27,7 @@
 
 #include "config/config.h"
 #include "fleet/scraper.h"
-#include "scheduler/worker_registry.h"
+#include "fleet/worker_registry.h"
 
 namespace kvroute {
 

@@ -19,7 +19,7 @@
 #include "router/explain.h"
 #include "router/routing.h"
 #include "router/status.h"
-#include "scheduler/worker_registry.h"
+#include "fleet/worker_registry.h"
 
 namespace kvroute {
 

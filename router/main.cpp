@@ -38,7 +38,7 @@
 #include "router/router_metrics.h"
 #include "router/routing.h"
 #include "router/status.h"
-#include "scheduler/worker_registry.h"
+#include "fleet/worker_registry.h"
 
 extern char** environ;
 

@@ -17,7 +17,7 @@
 #include "indexer/indexer.h"
 #include "router/openai_request.h"
 #include "scheduler/scheduler.h"
-#include "scheduler/worker_registry.h"
+#include "fleet/worker_registry.h"
 #include "tokenizer/model_tokenizer.h"
 
 namespace kvroute {

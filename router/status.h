@@ -29,7 +29,7 @@
 #include "common/metrics.h"
 #include "config/config_store.h"
 #include "router/routing.h"
-#include "scheduler/worker_registry.h"
+#include "fleet/worker_registry.h"
 
 namespace kvroute {
 

@@ -17,7 +17,7 @@
 namespace kvroute {
 
 // A worker's load as the scheduler sees it (reported, plus the router's own
-// in-flight requests; see worker_registry.h).
+// in-flight requests; see fleet/worker_registry.h).
 struct WorkerLoad {
   uint32_t request_active_slots = 0;
   uint32_t request_total_slots = 0;

@@ -1,4 +1,4 @@
-#include "scheduler/worker_registry.h"
+#include "fleet/worker_registry.h"
 
 #include <algorithm>
 #include <chrono>

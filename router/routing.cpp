@@ -238,7 +238,7 @@ void RoutingService::decide(const Config& cfg, std::string_view model, uint32_t 
     return;
   }
   const size_t limit = rank_all ? 0 : cfg.router.max_attempts;
-  if (fast_path_ && !score_all && !model.empty() && RankedFleet::supports(cfg.scheduler, limit) &&
+  if (fast_path_ && !score_all && !model.empty() && RankedCandidates::supports(cfg.scheduler, limit) &&
       decide_ranked(cfg, model, limit, out))
     return;
   decide_all(cfg, model, rank_all, out);
@@ -253,7 +253,7 @@ bool RoutingService::decide_ranked(const Config& cfg, std::string_view model, si
   index_.find_match_layers(matchable(out), match);
   auto t1 = StageClock::now();
   out.stage_seconds[2] = seconds_between(t0, t1);
-  thread_local FleetDecision fd;  // per-thread scratch: no allocation per decision
+  thread_local RankedDecision fd;  // per-thread scratch: no allocation per decision
   if (!registry_.decide(model, match, out.isl_tokens, block_size, cfg.scheduler, random_, limit, fd,
                         out.workers))
     return false;  // nobody serves the model: decide_all() tells 404 from 503
@@ -264,7 +264,7 @@ bool RoutingService::decide_ranked(const Config& cfg, std::string_view model, si
   out.candidates.reserve(fd.ranked.size());
   out.ranked.reserve(fd.ranked.size());
   for (size_t i = 0; i < fd.ranked.size(); ++i) {
-    const FleetPick& p = fd.ranked[i];
+    const RankedPick& p = fd.ranked[i];
     Candidate& c = out.candidates.emplace_back();
     c.owner = CacheOwner{p.worker, p.dp_rank};
     c.load = p.state.load;
@@ -321,7 +321,7 @@ void RoutingService::decide_all(const Config& cfg, std::string_view model, bool 
   lap(2);
 
   // A worker with several dp ranks is scored by its best rank's overlap
-  // (most blocks, then the lowest rank: RankedFleet's rule too).
+  // (most blocks, then the lowest rank: RankedCandidates's rule too).
   // Both lists are sorted by worker id (the registry's order), so one merge
   // pass pairs them: O(workers + owners log owners), no hashing.
   auto& owners = scores.owners;

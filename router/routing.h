@@ -154,7 +154,7 @@ class RoutingService {
   // decide_ranked().
   void decide(const Config& cfg, std::string_view model, uint32_t isl_tokens, bool rank_all, bool score_all,
               RouteResult& out) const;
-  // The registry's pre-ranked fleet (scheduler/ranked_fleet.h): the candidates
+  // The registry's pre-ranked fleet (scheduler/ranked_candidates.h): the candidates
   // are only the ranked workers. False when nobody serves the model.
   bool decide_ranked(const Config& cfg, std::string_view model, size_t limit, RouteResult& out) const;
   // Every candidate scored (schedule()): explain's full ranking, and the reference.

@@ -78,7 +78,7 @@ struct Decision {
 };
 
 // The pieces of the cost shared by schedule() (every candidate) and
-// RankedFleet::decide() (the fast path, scheduler/ranked_fleet.h), so both
+// RankedCandidates::decide() (the fast path, scheduler/ranked_candidates.h), so both
 // compute bit-identical costs and the same ranking.
 
 // Why `c` may not take a request (None = eligible).
@@ -111,8 +111,8 @@ inline double ranking_cost(double alpha, double load_ratio, double prefill_ratio
 
 // Scores `candidates` for a request of `isl_tokens` prompt tokens. O(candidates):
 // the reference scorer, used for explain (rank all), softmax sampling, and
-// wherever no RankedFleet exists; the fast path must agree with it
-// (tests/scheduler/ranked_fleet_test.cpp).
+// wherever no RankedCandidates exists; the fast path must agree with it
+// (tests/scheduler/ranked_candidates_test.cpp).
 // `block_size` converts overlap blocks to tokens. `rank_limit` > 0 ranks only
 // that many (a partial sort: routing needs the failover order of a few
 // workers, explain wants all); every candidate is scored either way.

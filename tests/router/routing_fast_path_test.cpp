@@ -187,7 +187,7 @@ TEST_CASE("routing: with cost=predicted_ttft the fast path is not used and resul
   for (int trial = 0; trial < 60; ++trial) {
     Config cfg = random_config(rng);
     cfg.scheduler.cost = "predicted_ttft";
-    CHECK_FALSE(RankedFleet::supports(cfg.scheduler, cfg.router.max_attempts));
+    CHECK_FALSE(RankedCandidates::supports(cfg.scheduler, cfg.router.max_attempts));
     World w;
     build(w, rng, cfg);
     teach_ttft(w, rng);

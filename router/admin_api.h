@@ -39,8 +39,8 @@ struct AdminStats {
   std::atomic<uint64_t> auth_failures{0};
 };
 
-// The fleet manager's admin entry points (fleet/fleet.h), wired by main.
-struct AdminFleetHooks {
+// The admin entry points of the router-known workers (fleet/known_workers.h), wired by main.
+struct AdminWorkerHooks {
   std::function<std::optional<std::string>(std::string_view entry)> add_worker;  // workers.static text form
   std::function<bool(WorkerId)> remove_worker;
 };
@@ -66,10 +66,10 @@ class AdminApi {
   const AdminStats& stats() const { return stats_; }
   // The status page's data (GET /admin/status, /admin/status/history,
   // /admin/decisions[/{id}]); without it those answer 404. Set before serving.
-  void set_status(const FleetStatus* status) { status_ = status; }
+  void set_status(const StatusReport* status) { status_ = status; }
   // POST /admin/workers ({"url":..,"model":..,...} or the text form) and
   // DELETE /admin/workers/{id}: 501 until set.
-  void set_fleet_hooks(AdminFleetHooks hooks) { fleet_ = std::move(hooks); }
+  void set_fleet_hooks(AdminWorkerHooks hooks) { fleet_ = std::move(hooks); }
 
   // Explain of one request body (the data plane's routing, no request sent).
   AdminResponse explain(ApiKind kind, std::string_view body) const;
@@ -98,10 +98,10 @@ class AdminApi {
   RoutingService& routing_;
   WorkerRegistry& registry_;
   const Indexer& index_;
-  const FleetStatus* status_ = nullptr;
+  const StatusReport* status_ = nullptr;
   AdminStats stats_;
-  AdminFleetHooks fleet_;
-  std::function<std::optional<Nanos>(WorkerId)> index_age_;  // issue 15
+  AdminWorkerHooks fleet_;
+  std::function<std::optional<Nanos>(WorkerId)> index_age_;  // explain's index_age_ms; unset: omitted
   std::function<bool(WorkerId)> salt_blind_;
 };
 

@@ -28,7 +28,7 @@
 #include "events/salt_attribution.h"
 #include "events/zmq_source.h"
 #include "events/replica_sync.h"
-#include "fleet/fleet.h"
+#include "fleet/known_workers.h"
 #include "indexer/approx_indexer.h"
 #include "indexer/event_sequencer.h"
 #include "indexer/radix_indexer.h"
@@ -175,7 +175,7 @@ void render_bus_metrics(std::string& out, const EventPipeline& pipeline, const E
 }
 
 // Fleet metrics: workers by source and health, scrapes, DNS, health signals.
-void render_fleet_metrics(std::string& out, const Fleet& fleet, const WorkerRegistry& registry) {
+void render_fleet_metrics(std::string& out, const KnownWorkers& fleet, const WorkerRegistry& registry) {
   auto head = [&](std::string_view name, std::string_view type, std::string_view help) {
     out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
   };
@@ -437,7 +437,7 @@ int main(int argc, char** argv) {
 
   // Router-known workers (workers.static, discovery.dns, admin API): judged
   // by their own /metrics and connections; their KV events over ZMQ.
-  FleetHooks fleet_hooks;
+  KnownWorkerHooks fleet_hooks;
   fleet_hooks.added = [&](const WorkerAnnouncement& w) {
     if (w.kv_events.empty()) return;
     std::string e;
@@ -456,7 +456,7 @@ int main(int argc, char** argv) {
     zmq.remove_worker(w.id);
     zmq.add_worker(w.id, ZmqWorkerEndpoints{w.kv_events, w.replay, w.dp_size});
   };
-  Fleet fleet(registry, cfg.indexer.block_size, std::move(fleet_hooks));
+  KnownWorkers fleet(registry, cfg.indexer.block_size, std::move(fleet_hooks));
   fleet.start(cfg);
   config.on_change([&](const Config& c) { fleet.apply_config(c); });
 
@@ -475,7 +475,7 @@ int main(int argc, char** argv) {
   RoutingService routing(index, registry, config, random, &tokenizers);
   AdminApi admin(config, routing, registry, index);
   admin.set_index_age([&](WorkerId w) { return pipeline.index_age(w); });  // issue 15
-  admin.set_fleet_hooks(AdminFleetHooks{[&](std::string_view entry) { return fleet.add_worker(entry); },
+  admin.set_fleet_hooks(AdminWorkerHooks{[&](std::string_view entry) { return fleet.add_worker(entry); },
                                         [&](WorkerId id) { return fleet.remove_worker(id); }});
   registry_metrics.on_scrape([&] {
     // Per-worker load as reported and as predicted (bounded by the fleet).
@@ -560,7 +560,7 @@ int main(int argc, char** argv) {
   DecisionLog decisions;
   const HttpServer* live_server = nullptr;  // set before history.start()
   StatusHistory history([&] {
-    FleetCounters c;
+    StatusCounters c;
     c.routed = decisions.routed();
     c.prompt_tokens = router_metrics.prompt_tokens_total.get().value();
     c.cached_tokens = router_metrics.cached_tokens_total.get().value();
@@ -573,7 +573,7 @@ int main(int argc, char** argv) {
     c.inflight = live_server ? live_server->inflight() : 0;
     return c;
   });
-  FleetSources fleet_sources;
+  StatusSources fleet_sources;
   fleet_sources.index_entries = [&] { return radix.entries_by_worker(); };
   fleet_sources.salt_blind = [&](WorkerId w) { return salts.salt_blind(w); };
   admin.set_salt_blind([&](WorkerId w) { return salts.salt_blind(w); });
@@ -594,7 +594,7 @@ int main(int argc, char** argv) {
                                           : 3 * std::chrono::milliseconds(c->workers.scrape_interval_ms);
     return std::chrono::duration_cast<Nanos>(ms);
   };
-  FleetStatus fleet_status(registry, std::move(fleet_sources), history, decisions);
+  StatusReport fleet_status(registry, std::move(fleet_sources), history, decisions);
   admin.set_status(&fleet_status);
 
   hooks.on_routed = [&](const ParsedRequest& request, const RouteResult& r) {

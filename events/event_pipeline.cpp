@@ -432,8 +432,7 @@ void EventPipeline::on_heartbeat_message(std::string_view data) {
   a.block_size = hb.block_size;
   a.dp_size = hb.dp_size;
   a.approximate = !hb.kv_events;
-  a.load = WorkerLoad{hb.load.request_active_slots, hb.load.request_total_slots, hb.load.num_requests_waiting,
-                      hb.load.kv_active_blocks, hb.load.kv_total_blocks};
+  a.load = hb.load;
   const HeartbeatVerdict verdict = registry_.admit_heartbeat(a, cfg_.max_bus_workers);
   if (verdict == HeartbeatVerdict::UrlChanged || verdict == HeartbeatVerdict::TooManyWorkers) {
     reject_heartbeat(verdict == HeartbeatVerdict::UrlChanged ? EventPipelineStats::kHeartbeatUrlChanged

@@ -265,9 +265,7 @@ struct MockerServer::Impl {
     hb.model = opts.model;
     hb.block_size = opts.engine.block_size;
     hb.instance_id = instance_id;
-    const auto l = engine.load();
-    hb.load = WorkerLoadReport{l.request_active_slots, l.request_total_slots, l.num_requests_waiting,
-                               l.kv_active_blocks, l.kv_total_blocks};
+    hb.load = engine.load();
     bus->publish(opts.subject_prefix + ".workers", encode_heartbeat(hb));
   }
 
@@ -346,7 +344,7 @@ struct MockerServer::Impl {
   }
 
   std::string stats_json() const {
-    EngineLoad l;
+    WorkerLoad l;
     uint64_t cached_blocks = 0, last_event_id = 0;
     std::string ranks;
     for (size_t r = 0; r < engines.size(); ++r) {

@@ -10,25 +10,16 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "common/load.h"
 #include "common/types.h"
 #include "config/config.h"
 #include "scheduler/ttft_model.h"
 
 namespace kvroute {
 
-// A worker's load as the scheduler sees it (reported, plus the router's own
-// in-flight requests; see fleet/worker_registry.h).
-struct WorkerLoad {
-  uint32_t request_active_slots = 0;
-  uint32_t request_total_slots = 0;
-  uint32_t num_requests_waiting = 0;
-  uint64_t kv_active_blocks = 0;
-  uint64_t kv_total_blocks = 0;
-};
-
 struct Candidate {
   CacheOwner owner;
-  WorkerLoad load;
+  WorkerLoad load;  // as the scheduler sees it: reported, raised by in-flight work (fleet/worker_registry.h)
   uint32_t overlap_blocks = 0;  // cached prefix length on this owner (all tiers)
   // Of overlap_blocks, how many per storage tier. If all zero, every
   // overlapping block counts as a device hit.

@@ -31,7 +31,7 @@
 #include "events/wire.h"
 #include "mocker/vllm_publisher.h"
 #include "router/openai_request.h"
-#include "router/routing.h"
+#include "tokenizer/request_tokens.h"
 
 namespace kvroute::mocker {
 
@@ -485,7 +485,7 @@ awaitable<void> MockerServer::Impl::session(tcp::socket socket) {
         TokenSource source;
         std::vector<TokenId> buffer;
         const auto tokens =
-            RoutingService::tokenize_request(parsed, buffer, model_tokenizer(), &source, &fallback, nullptr);
+            tokenize_request(parsed.prompt(), buffer, model_tokenizer(), &source, &fallback, nullptr);
         std::string data;
         for (uint32_t i = 0; i < parsed.prompts; ++i)
           data += fmt::format(R"({}{{"object":"embedding","index":{},"embedding":[{},0.5,-0.25,0.125]}})", i ? "," : "",
@@ -606,7 +606,7 @@ awaitable<bool> MockerServer::Impl::tokenize(beast::tcp_stream& s, const http::r
   TokenSource source;
   std::string terr;
   std::vector<TokenId> buffer;
-  const auto tokens = RoutingService::tokenize_request(parsed, buffer, model_tokenizer(), &source, &fallback, &terr);
+  const auto tokens = tokenize_request(parsed.prompt(), buffer, model_tokenizer(), &source, &fallback, &terr);
   if (opts.tokenizers && fallback != TokenizerFallback::None) {
     std::string body = error_body(ApiError{
         400, fallback == TokenizerFallback::NoChatTemplate ? std::string("The model has no chat template.") : terr,
@@ -662,7 +662,7 @@ awaitable<bool> MockerServer::Impl::generate(beast::tcp_stream& s, const http::r
   TokenSource source;
   std::string terr;
   std::vector<TokenId> buffer;
-  const auto span = RoutingService::tokenize_request(parsed, buffer, model_tokenizer(), &source, &fallback, &terr);
+  const auto span = tokenize_request(parsed.prompt(), buffer, model_tokenizer(), &source, &fallback, &terr);
   const std::vector<TokenId> tokens(span.begin(), span.end());
   if (opts.tokenizers && fallback != TokenizerFallback::None) {
     // As vLLM: a chat request its template cannot render is the client's error.

@@ -34,7 +34,7 @@
 #include "indexer/radix_indexer.h"
 #include "router/admin_api.h"
 #include "router/http_server.h"
-#include "router/merged_index.h"
+#include "indexer/merged_index.h"
 #include "router/router_metrics.h"
 #include "router/routing.h"
 #include "router/status.h"

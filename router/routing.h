@@ -19,18 +19,9 @@
 #include "scheduler/scheduler.h"
 #include "fleet/worker_registry.h"
 #include "tokenizer/model_tokenizer.h"
+#include "tokenizer/request_tokens.h"
 
 namespace kvroute {
-
-// Where a routed request's token ids came from (explain, metrics, status page).
-enum class TokenSource : uint8_t {
-  Client,       ///< the client sent token ids
-  Local,        ///< the model's tokenizer in kvroute (tokenizer.models; a LoRA adapter: its base model's)
-  Engine,       ///< the engine's own POST /tokenize (tokenizer.remote)
-  Placeholder,  ///< the placeholder tokenizer: cache overlap is approximate (RouteResult::tokenizer_fallback says why)
-};
-// "client", "local", "engine", "placeholder".
-std::string_view to_string(TokenSource s);
 
 struct RouteTarget {
   WorkerId worker;
@@ -110,7 +101,7 @@ class RoutingService {
   // Decides again for a request already routed into `out` (a queued request
   // waiting for a free worker): keeps its block hashes, token count and
   // tokenizer fallback, redoes only the decision (no template, tokenization
-  // or hashing per retry). Issue 15.
+  // or hashing per retry).
   void reroute(std::string_view model, RouteResult& out, bool score_all = false) const;
 
   // Off: every decision scores every candidate (schedule(), the O(workers)
@@ -132,7 +123,8 @@ class RoutingService {
                                             TokenizerFallback* fallback = nullptr, std::string* detail = nullptr);
   // The same with the model's tokenizer already looked up (`local`, may be
   // null), and the engine's tokens (request.engine_tokens) used when `local`
-  // cannot tokenize the request; *source says which was used.
+  // cannot tokenize the request; *source says which was used
+  // (tokenizer/request_tokens.h tokenize_request(), which the mocker calls too).
   static std::span<const TokenId> tokenize_request(const ParsedRequest& request, std::vector<TokenId>& buffer,
                                                    const ModelTokenizer* local, TokenSource* source,
                                                    TokenizerFallback* fallback, std::string* detail);

@@ -15,7 +15,7 @@
 #include "indexer/approx_indexer.h"
 #include "indexer/block_hash.h"
 #include "indexer/radix_indexer.h"
-#include "router/merged_index.h"
+#include "indexer/merged_index.h"
 #include "tests/indexer/doc_events.h"
 
 using namespace kvroute;

@@ -222,7 +222,7 @@ bool WorkerRegistry::serves(const WorkerAnnouncement& a, std::string_view model)
 
 void WorkerRegistry::view(const Entry& e, WorkerView& v, TimePoint now) const {
   v.info = e.info;
-  v.inflight_requests = e.inflight_requests + e.remote_requests;  // remote_*: issue 15 (other replicas)
+  v.inflight_requests = e.inflight_requests + e.remote_requests;  // remote_*: other replicas
   v.inflight_blocks = e.inflight_blocks + e.remote_blocks;
   v.pending_prefill_tokens = e.pending_prefill_tokens + e.remote_prefill_tokens;
   v.remote_requests = e.remote_requests;
@@ -240,7 +240,7 @@ void WorkerRegistry::view(const Entry& e, WorkerView& v, TimePoint now) const {
 
 WorkerLoad WorkerRegistry::predicted(const Entry& e) {
   // Reports lag by up to a scrape or heartbeat interval; what the routers
-  // (this one and, issue 15, the other replicas) have in flight on the worker
+  // (this one and the other replicas) have in flight on the worker
   // is a lower bound of its load right now.
   // A report older than this router's last completions still counts those
   // requests: they leave the predicted load at once.
@@ -435,7 +435,7 @@ bool WorkerRegistry::set_draining(WorkerId id, bool draining) {
 }
 
 TtftSample WorkerRegistry::begin_request(WorkerId id, uint64_t blocks, uint64_t prefill_tokens) {
-  inflight_generation_.fetch_add(1, std::memory_order_relaxed);  // issue 15: replica sync
+  inflight_generation_.fetch_add(1, std::memory_order_relaxed);  // replica sync publishes on change
   std::lock_guard lk(mu_);
   auto it = workers_.find(id);
   if (it == workers_.end()) return {};
@@ -454,7 +454,7 @@ TtftSample WorkerRegistry::begin_request(WorkerId id, uint64_t blocks, uint64_t 
 }
 
 void WorkerRegistry::first_byte(WorkerId id, uint64_t prefill_tokens, const TtftSample* sample) {
-  inflight_generation_.fetch_add(1, std::memory_order_relaxed);  // issue 15: replica sync
+  inflight_generation_.fetch_add(1, std::memory_order_relaxed);  // replica sync publishes on change
   std::lock_guard lk(mu_);
   auto it = workers_.find(id);
   if (it == workers_.end()) return;
@@ -477,7 +477,7 @@ TtftStats WorkerRegistry::ttft_stats() const {
 
 void WorkerRegistry::end_request(WorkerId id, uint64_t blocks, uint64_t prefill_tokens, bool prefilling,
                                  TimePoint started) {
-  inflight_generation_.fetch_add(1, std::memory_order_relaxed);  // issue 15: replica sync
+  inflight_generation_.fetch_add(1, std::memory_order_relaxed);  // replica sync publishes on change
   std::lock_guard lk(mu_);
   auto it = workers_.find(id);
   if (it == workers_.end()) return;  // expired meanwhile: nothing to release
@@ -497,7 +497,7 @@ void WorkerRegistry::end_request(WorkerId id, uint64_t blocks, uint64_t prefill_
 
 namespace kvroute {
 
-// --- issue 15 (bus): other router replicas' in-flight work -------------------
+// --- other router replicas' in-flight work -----------------------------------
 void WorkerRegistry::set_remote_inflight(WorkerId id, uint32_t requests, uint64_t blocks, uint64_t prefill_tokens) {
   std::lock_guard lk(mu_);
   auto it = workers_.find(id);

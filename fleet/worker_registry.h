@@ -112,7 +112,7 @@ struct WorkerView {
   uint32_t consecutive_failures = 0;
   uint64_t failures_total = 0;     // every HealthSignal, since the worker was added
   Nanos load_age{-1};              // since the last load report; -1 = never
-  // Issue 15: the part of inflight_* / pending_prefill_tokens other router
+  // The part of inflight_* / pending_prefill_tokens other router
   // replicas have in flight (the rest is this router's own).
   uint32_t remote_requests = 0;
   uint64_t remote_blocks = 0;
@@ -225,7 +225,7 @@ class WorkerRegistry {
   // Prediction error of every worker's TTFT model so far (MAPE metric).
   TtftStats ttft_stats() const;
 
-  // --- issue 15 (bus): other router replicas' in-flight work ---------------
+  // --- other router replicas' in-flight work ------------------------------
   // Replaces what the other replicas (summed, events/replica_sync.h) have in
   // flight on `id`. It adds to the router's own counts in every view
   // (inflight_*, predicted) and in the fast path's ranked rankings, and is
@@ -250,7 +250,7 @@ class WorkerRegistry {
     uint32_t inflight_requests = 0;
     uint64_t inflight_blocks = 0;
     uint64_t pending_prefill_tokens = 0;
-    uint32_t remote_requests = 0;  // issue 15: other replicas' (set_remote_inflight)
+    uint32_t remote_requests = 0;  // other replicas' (set_remote_inflight)
     uint64_t remote_blocks = 0;
     uint64_t remote_prefill_tokens = 0;
     uint32_t pending_prefill_requests = 0;
@@ -262,8 +262,8 @@ class WorkerRegistry {
     TtftModel ttft;
     std::vector<std::string> rankings;  // the rankings_ this worker is in (its model, its LoRA names)
   };
-  // Reported load raised by the routers' in-flight work (this router's and,
-  // issue 15, other replicas'; as view() reports it).
+  // Reported load raised by the routers' in-flight work (this router's and
+  // other replicas'; as view() reports it).
   static WorkerLoad predicted(const Entry& e);
   static uint64_t pending_prefill(const Entry& e);  // this router's + other replicas' (view())
   // Puts the worker into (or takes it out of) the rankings of the names it
@@ -279,7 +279,7 @@ class WorkerRegistry {
   static bool serves(const WorkerAnnouncement& a, std::string_view model);
 
   const Clock& clock_;
-  std::atomic<uint64_t> inflight_generation_{0};  // issue 15 (see inflight_generation())
+  std::atomic<uint64_t> inflight_generation_{0};  // see inflight_generation()
   mutable std::mutex mu_;
   std::map<WorkerId, Entry> workers_;
   size_t bus_workers_ = 0;  // entries whose source is Heartbeat

@@ -157,7 +157,7 @@ struct MockerServer::Impl {
   // "reject" answers 400, "error" 500, "hang" accepts and never answers.
   std::string tokenize_mode = "ok";
   uint64_t tokenize_total = 0;  // POST /tokenize requests received
-  // Issue 15: this process's instance id (new at each start) and the resync
+  // This process's instance id (new at each start) and the resync
   // snapshot being served in chunks (one at a time; a newer one replaces it).
   const uint64_t instance_id = std::random_device{}() | (uint64_t{std::random_device{}()} << 32) | 1;
   uint64_t resync_snapshot = 0;  // id of the newest snapshot
@@ -248,7 +248,7 @@ struct MockerServer::Impl {
     }
     if (!bus) return;
     KvEvent stamped = ev;
-    stamped.instance = instance_id;  // issue 15: restarts are told by instance, not by event ids
+    stamped.instance = instance_id;  // restarts are told by instance, not by event ids
     if (bus->publish(opts.subject_prefix + ".kv_events", encode_kv_event(stamped))) {
       ++events_published;
     } else {
@@ -473,8 +473,7 @@ awaitable<void> MockerServer::Impl::session(tcp::socket socket) {
     } else if (req.method() == http::verb::post && target == "/v1/chat/completions") {
       again = co_await generate(stream, req, ApiKind::ChatCompletions);
     } else if (req.method() == http::verb::post && target == "/v1/embeddings") {
-      // Added by helper proxy (kvroute's /v1/embeddings tests): one small
-      // deterministic vector per input, from its first prompt's tokens.
+      // vLLM's /v1/embeddings, simulated: one small deterministic vector per input, from its first prompt's tokens.
       ParsedRequest parsed;
       ApiError err;
       std::string body;
@@ -807,8 +806,8 @@ awaitable<bool> MockerServer::Impl::generate(beast::tcp_stream& s, const http::r
   }
   if (!parsed.stream) {
     // One choice per prompt of a batch and per `n` (the same text), index
-    // ordered as vLLM's (prompt-major). Added by helper proxy for kvroute's
-    // n > 1 and batch tests; streams still carry one choice.
+    // ordered as vLLM's (prompt-major), so a router's n > 1 and batched
+    // prompts can be checked; streams still carry one choice.
     std::string choice;
     for (uint32_t i = 0; i < parsed.n * parsed.prompts; ++i)
       choice += (i ? "," : "") +

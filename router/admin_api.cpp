@@ -108,7 +108,7 @@ AdminResponse AdminApi::explain(const ParsedRequest& parsed) const {
       }
     out += "]}";
   }
-  if (index_age_) {  // issue 15: the last-known index age of each candidate worker
+  if (index_age_) {  // the last-known index age of each candidate worker
     out.pop_back();  // the closing brace
     out += R"(,"index_age_ms":{)";
     for (size_t i = 0; i < r.candidates.size(); ++i) {

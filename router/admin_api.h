@@ -79,7 +79,7 @@ class AdminApi {
   // True when `authorization` carries the admin token (the HTTP layer checks
   // before doing work for an admin request).
   bool authorized(std::string_view authorization) const;
-  // Issue 15: how old each worker's part of the index is (time since its last
+  // How old each worker's part of the index is (time since its last
   // event or dump; nullopt = never heard), shown by explain as
   // "index_age_ms":{"<worker_id>":ms|null,...}. Unset: the field is omitted.
   void set_index_age(std::function<std::optional<Nanos>(WorkerId)> f) { index_age_ = std::move(f); }

@@ -414,7 +414,6 @@ int main(int argc, char** argv) {
   }
   EventPipeline pipeline(cfg.events, cfg.indexer.block_size, index, registry, clock);
   sequencer.set_resync_callback([&](CacheOwner owner) { pipeline.request_resync(owner); });
-  pipeline.set_sequencer(&sequencer);  // dumps, resync marks, worker instances (issue 15)
   pipeline.set_block_limit_policy(cfg.indexer.max_blocks_per_worker, cfg.indexer.capacity_slack);
   if (bus) {
     if (!pipeline.start(*bus, &err)) {

@@ -44,20 +44,24 @@ bool bind_publishers(const mocker::VllmPublisherOptions& base, uint32_t dp_size,
   return false;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  CLI::App app{"kvroute-mocker: a simulated OpenAI-compatible inference worker (paged KV cache, continuous\n"
-               "batching, Dynamo's prefill-time polynomial) that publishes KV events and heartbeats on NATS.\n"
-               "Prints 'kvroute-mocker listening on http://HOST:PORT' once it serves."};
+// The command line, parsed into the server's and the publishers' options.
+struct Flags {
   mocker::MockerOptions o;
+  mocker::VllmPublisherOptions zo;
   std::string nats_url, tier = "device", log_level = "info";
   uint16_t port = 0;
+  std::string tokenizer_dir;
+  std::string zmq_encoding = "positional", lora_modules;
+};
+
+void add_flags(CLI::App& app, Flags& f) {
+  auto& o = f.o;
+  auto& zo = f.zo;
   app.add_option("--host", o.host, "Address to bind (an IP)")->capture_default_str();
-  app.add_option("--port", port, "Port to bind (0 = a free one)")->capture_default_str();
+  app.add_option("--port", f.port, "Port to bind (0 = a free one)")->capture_default_str();
   app.add_option("--worker-id", o.worker_id, "Worker id in KV events and heartbeats (u64)")->capture_default_str();
   app.add_option("--model", o.model, "Model name served; requests for another model get 404")->capture_default_str();
-  app.add_option("--nats-url", nats_url, "NATS URL (empty = no events, no heartbeats)");
+  app.add_option("--nats-url", f.nats_url, "NATS URL (empty = no events, no heartbeats)");
   app.add_option("--subject-prefix", o.subject_prefix, "NATS subject prefix ({prefix}.kv_events, {prefix}.workers, {prefix}.kv_resync.{id})")->capture_default_str();
   app.add_option("--advertise-url", o.advertise_url, "URL announced in heartbeats (empty = http://HOST:PORT as bound)");
   app.add_option("--heartbeat-ms", o.heartbeat_ms, "Interval of heartbeats (with load) on {prefix}.workers, in ms")->capture_default_str()->check(CLI::Range(10u, 60000u));
@@ -73,26 +77,23 @@ int main(int argc, char** argv) {
   app.add_option("--prefill-c", o.engine.prefill_c, "see --prefill-a")->capture_default_str()->check(CLI::NonNegativeNumber);
   app.add_option("--decode-base-ms", o.engine.decode_base_ms, "Engine ms of a decode step: base + kv * (KV blocks referenced by running requests / capacity)")->capture_default_str()->check(CLI::NonNegativeNumber);
   app.add_option("--decode-kv-ms", o.engine.decode_kv_ms, "see --decode-base-ms")->capture_default_str()->check(CLI::NonNegativeNumber);
-  app.add_option("--storage-tier", tier, "Tier announced in KV events: device, host_pinned, disk, external")->capture_default_str();
-  app.add_option("--log-level", log_level, "trace, debug, info, warn, error")->capture_default_str();
-  std::string tokenizer_dir;
-  app.add_option("--tokenizer", tokenizer_dir,
+  app.add_option("--storage-tier", f.tier, "Tier announced in KV events: device, host_pinned, disk, external")->capture_default_str();
+  app.add_option("--log-level", f.log_level, "trace, debug, info, warn, error")->capture_default_str();
+  app.add_option("--tokenizer", f.tokenizer_dir,
                  "Directory with the model's tokenizer.json (+ chat template), tokenized as kvroute does; "
                  "empty = the placeholder tokenizer");
-  mocker::VllmPublisherOptions zo;
-  std::string zmq_encoding = "positional", lora_modules;
   app.add_option("--zmq-endpoint", zo.endpoint,
                  "vLLM mode: publish KV events as vLLM does on a ZMQ PUB socket bound here "
                  "(tcp://HOST:PORT, PORT 0 = a free one); empty = NATS mode");
   app.add_option("--zmq-replay-endpoint", zo.replay_endpoint,
                  "vLLM mode: ROUTER socket answering replay requests from the last --zmq-buffer-steps batches "
                  "(tcp://HOST:PORT, 0 = a free port); empty = no replay");
-  app.add_option("--zmq-encoding", zmq_encoding, "vLLM mode: msgpack layout: positional (array_like) or map (tagged maps)")
+  app.add_option("--zmq-encoding", f.zmq_encoding, "vLLM mode: msgpack layout: positional (array_like) or map (tagged maps)")
       ->capture_default_str()->check(CLI::IsMember({"positional", "map"}));
   app.add_option("--zmq-topic", zo.topic, "vLLM mode: topic frame of every message")->capture_default_str();
   app.add_option("--zmq-buffer-steps", zo.buffer_steps, "vLLM mode: batches kept for replay (vLLM's buffer_steps)")
       ->capture_default_str()->check(CLI::Range(size_t{0}, size_t{10000000}));
-  app.add_option("--lora-modules", lora_modules,
+  app.add_option("--lora-modules", f.lora_modules,
                  "LoRA adapter names served besides --model, comma-separated (their blocks are hashed under the name)");
   app.add_option("--data-parallel-size", o.data_parallel_size,
                  "vLLM mode: data-parallel ranks, each with its own KV cache and publisher (rank r at the ZMQ "
@@ -102,35 +103,62 @@ int main(int argc, char** argv) {
   app.add_flag("--no-extra-keys", o.no_extra_keys,
                "vLLM mode: BlockStored events without extra_keys (vLLM before that field): cache_salt still keys "
                "the engine's cache but is not on the wire (lora_name still is)");
-  CLI11_PARSE(app, argc, argv);
-  zo.encoding = zmq_encoding == "map" ? VllmEncoding::TaggedMap : VllmEncoding::Positional;
+}
+
+// Options that need more than CLI11 checks; an error is printed, false returned.
+bool finish_flags(Flags& f) {
+  auto& o = f.o;
+  f.zo.encoding = f.zmq_encoding == "map" ? VllmEncoding::TaggedMap : VllmEncoding::Positional;
+  const std::string& lora_modules = f.lora_modules;
   for (size_t b = 0; !lora_modules.empty() && b <= lora_modules.size();) {
     size_t e = lora_modules.find(',', b);
     if (e == std::string::npos) e = lora_modules.size();
     if (e > b) o.lora_modules.push_back(lora_modules.substr(b, e - b));
     b = e + 1;
   }
-  o.port = port;
-  if (!parse_storage_tier(tier, o.engine.tier)) {
+  o.port = f.port;
+  if (!parse_storage_tier(f.tier, o.engine.tier)) {
     std::fprintf(stderr, "kvroute-mocker: --storage-tier: '%s' is not one of device, host_pinned, disk, external\n",
-                 tier.c_str());
-    return 2;
+                 f.tier.c_str());
+    return false;
   }
-  setup_logging(log_level, "human");
-  if (!tokenizer_dir.empty()) {
-    auto set = std::make_shared<TokenizerSet>();
-    std::string terr;
-    auto t = ModelTokenizer::load(tokenizer_dir, &terr);
-    if (!t) {
-      std::fprintf(stderr, "kvroute-mocker: --tokenizer: %s\n", terr.c_str());
-      return 2;
-    }
-    set->add(o.model, std::move(t));
-    // A LoRA adapter tokenizes with its base model's tokenizer (vLLM does,
-    // unless the adapter ships its own).
-    for (const auto& lora : o.lora_modules) set->add(lora, ModelTokenizer::load(tokenizer_dir, &terr));
-    o.tokenizers = std::move(set);
+  return true;
+}
+
+// --tokenizer: the model's tokenizer, and its LoRA adapters'. False on error (printed).
+bool load_tokenizers(Flags& f) {
+  auto& o = f.o;
+  if (f.tokenizer_dir.empty()) return true;
+  auto set = std::make_shared<TokenizerSet>();
+  std::string terr;
+  auto t = ModelTokenizer::load(f.tokenizer_dir, &terr);
+  if (!t) {
+    std::fprintf(stderr, "kvroute-mocker: --tokenizer: %s\n", terr.c_str());
+    return false;
   }
+  set->add(o.model, std::move(t));
+  // A LoRA adapter tokenizes with its base model's tokenizer (vLLM does,
+  // unless the adapter ships its own).
+  for (const auto& lora : o.lora_modules) set->add(lora, ModelTokenizer::load(f.tokenizer_dir, &terr));
+  o.tokenizers = std::move(set);
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"kvroute-mocker: a simulated OpenAI-compatible inference worker (paged KV cache, continuous\n"
+               "batching, Dynamo's prefill-time polynomial) that publishes KV events and heartbeats on NATS.\n"
+               "Prints 'kvroute-mocker listening on http://HOST:PORT' once it serves."};
+  Flags f;
+  add_flags(app, f);
+  CLI11_PARSE(app, argc, argv);
+  if (!finish_flags(f)) return 2;
+  setup_logging(f.log_level, "human");
+  if (!load_tokenizers(f)) return 2;
+  auto& o = f.o;
+  auto& zo = f.zo;
+  const std::string& nats_url = f.nats_url;
 
   sigset_t signals;
   sigemptyset(&signals);

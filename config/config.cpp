@@ -2,12 +2,16 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
+#include <array>
 #include <cctype>
 #include <cmath>
 #include <charconv>
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <type_traits>
+#include <variant>
 
 #include <fmt/format.h>
 
@@ -274,38 +278,97 @@ std::optional<std::string> worker_entry_text(std::string_view body, std::string&
 }
 
 uint64_t worker_id_for_url(std::string_view url) {
-  // FNV-1a: stable across versions and platforms (an id may be stored by operators).
+  // FNV-1a with this (non-standard) offset basis: stable across versions and
+  // platforms (an id may be stored by operators), so never changed.
   uint64_t h = 1469598103934665603ull;
   for (unsigned char ch : url) h = (h ^ ch) * 1099511628211ull;
   return h & 0x7fffffffffffffffull;
 }
 
-std::optional<std::string> parse_worker_entries(std::string_view text, std::vector<WorkerEntry>& out) {
-  constexpr std::string_view P = "workers.static";
+namespace {
+
+// One field of an entry's text form: its name, where it goes, and for a
+// number its range. A list field takes ':'-separated names.
+template <class E>
+struct EntryField {
+  using Member = std::variant<std::string E::*, std::vector<std::string> E::*, uint32_t E::*, uint64_t E::*>;
+  std::string_view name;
+  Member member;
+  uint64_t min = 0, max = 0;
+};
+
+// Parses `text` (entries split by ';', fields `key=value` split by ',') into
+// `out` with `fields` (in the order the error message lists them), then
+// `check(entry, n, previous entries)` validates each whole entry. The first
+// error names the key path, the entry and the field.
+template <class E, size_t N, class Check>
+std::optional<std::string> parse_entries(std::string_view path, std::string_view text,
+                                         const std::array<EntryField<E>, N>& fields, Check&& check,
+                                         std::vector<E>& out) {
   std::vector<Fields> entries;
-  if (auto e = split_entries(P, text, entries)) return e;
+  if (auto e = split_entries(path, text, entries)) return e;
   out.clear();
   for (size_t i = 0; i < entries.size(); ++i) {
-    WorkerEntry w;
+    E entry;
     const size_t n = i + 1;
     for (const auto& [k, v] : entries[i]) {
+      const auto f = std::find_if(fields.begin(), fields.end(), [&](const EntryField<E>& x) { return x.name == k; });
+      if (f == fields.end()) {
+        std::string allowed;
+        for (const auto& x : fields) allowed += (allowed.empty() ? "" : ", ") + std::string(x.name);
+        return fmt::format("{}: entry {}: unknown field '{}' (allowed: {})", path, n, k, allowed);
+      }
       std::optional<std::string> err;
-      if (k == "url") w.url = v;
-      else if (k == "model") w.model = v;
-      else if (k == "metrics") w.metrics = v;
-      else if (k == "kv_events") w.kv_events = v;
-      else if (k == "replay") w.replay = v;
-      else if (k == "lora") w.lora = split_colon(v);
-      else if (k == "id") err = parse_uint(P, n, k, v, 1, ~0ull >> 1, w.id);
-      else if (k == "dp_size") err = parse_uint(P, n, k, v, 1, 1024, w.dp_size);
-      else if (k == "max_seqs") err = parse_uint(P, n, k, v, 1, 10000000, w.max_seqs);
-      else if (k == "kv_blocks") err = parse_uint(P, n, k, v, 0, uint64_t{1} << 40, w.kv_blocks);
-      else
-        err = fmt::format("{}: entry {}: unknown field '{}' (allowed: url, model, metrics, kv_events, replay, "
-                          "dp_size, max_seqs, kv_blocks, lora, id)",
-                          P, n, k);
+      std::visit(
+          [&](auto member) {
+            using T = std::remove_reference_t<decltype(entry.*member)>;
+            if constexpr (std::is_same_v<T, std::string>) entry.*member = v;
+            else if constexpr (std::is_same_v<T, std::vector<std::string>>) entry.*member = split_colon(v);
+            else err = parse_uint(path, n, k, v, f->min, f->max, entry.*member);
+          },
+          f->member);
       if (err) return err;
     }
+    if (auto err = check(entry, n, out)) return err;
+    out.push_back(std::move(entry));
+  }
+  return std::nullopt;
+}
+
+using W = WorkerEntry;
+const std::array<EntryField<W>, 10> kWorkerFields{{
+    {"url", &W::url},
+    {"model", &W::model},
+    {"metrics", &W::metrics},
+    {"kv_events", &W::kv_events},
+    {"replay", &W::replay},
+    {"dp_size", &W::dp_size, 1, 1024},
+    {"max_seqs", &W::max_seqs, 1, 10000000},
+    {"kv_blocks", &W::kv_blocks, 0, uint64_t{1} << 40},
+    {"lora", &W::lora},
+    {"id", &W::id, 1, ~0ull >> 1},
+}};
+
+using D = DnsEntry;
+const std::array<EntryField<D>, 11> kDnsFields{{
+    {"host", &D::host},
+    {"port", &D::port, 1, 65535},
+    {"scheme", &D::scheme},
+    {"model", &D::model},
+    {"kv_events_port", &D::kv_events_port, 0, 65535},
+    {"replay_port", &D::replay_port, 0, 65535},
+    {"metrics_path", &D::metrics_path},
+    {"dp_size", &D::dp_size, 1, 1024},
+    {"max_seqs", &D::max_seqs, 1, 10000000},
+    {"kv_blocks", &D::kv_blocks, 0, uint64_t{1} << 40},
+    {"lora", &D::lora},
+}};
+
+}  // namespace
+
+std::optional<std::string> parse_worker_entries(std::string_view text, std::vector<WorkerEntry>& out) {
+  constexpr std::string_view P = "workers.static";
+  auto check = [&](WorkerEntry& w, size_t n, const std::vector<WorkerEntry>& prev) -> std::optional<std::string> {
     if (!valid_http_url(w.url)) return fmt::format("{}: entry {}: url '{}' must start with http:// or https://", P, n, w.url);
     if (w.model.empty()) return fmt::format("{}: entry {}: model is required", P, n);
     if (!valid_zmq_endpoint(w.kv_events) || !valid_zmq_endpoint(w.replay))
@@ -314,50 +377,26 @@ std::optional<std::string> parse_worker_entries(std::string_view text, std::vect
     else if (w.metrics != "none" && !valid_http_url(w.metrics))
       return fmt::format("{}: entry {}: metrics '{}' must be an http(s) URL or 'none'", P, n, w.metrics);
     if (w.id == 0) w.id = worker_id_for_url(w.url);
-    for (const auto& prev : out)
-      if (prev.id == w.id || prev.url == w.url)
+    for (const auto& p : prev)
+      if (p.id == w.id || p.url == w.url)
         return fmt::format("{}: entry {}: duplicate worker (url {} / id {})", P, n, w.url, w.id);
-    out.push_back(std::move(w));
-  }
-  return std::nullopt;
+    return std::nullopt;
+  };
+  return parse_entries(P, text, kWorkerFields, check, out);
 }
 
 std::optional<std::string> parse_dns_entries(std::string_view text, std::vector<DnsEntry>& out) {
   constexpr std::string_view P = "discovery.dns";
-  std::vector<Fields> entries;
-  if (auto e = split_entries(P, text, entries)) return e;
-  out.clear();
-  for (size_t i = 0; i < entries.size(); ++i) {
-    DnsEntry d;
-    const size_t n = i + 1;
-    for (const auto& [k, v] : entries[i]) {
-      std::optional<std::string> err;
-      if (k == "host") d.host = v;
-      else if (k == "model") d.model = v;
-      else if (k == "scheme") d.scheme = v;
-      else if (k == "metrics_path") d.metrics_path = v;
-      else if (k == "lora") d.lora = split_colon(v);
-      else if (k == "port") err = parse_uint(P, n, k, v, 1, 65535, d.port);
-      else if (k == "kv_events_port") err = parse_uint(P, n, k, v, 0, 65535, d.kv_events_port);
-      else if (k == "replay_port") err = parse_uint(P, n, k, v, 0, 65535, d.replay_port);
-      else if (k == "dp_size") err = parse_uint(P, n, k, v, 1, 1024, d.dp_size);
-      else if (k == "max_seqs") err = parse_uint(P, n, k, v, 1, 10000000, d.max_seqs);
-      else if (k == "kv_blocks") err = parse_uint(P, n, k, v, 0, uint64_t{1} << 40, d.kv_blocks);
-      else
-        err = fmt::format("{}: entry {}: unknown field '{}' (allowed: host, port, scheme, model, kv_events_port, "
-                          "replay_port, metrics_path, dp_size, max_seqs, kv_blocks, lora)",
-                          P, n, k);
-      if (err) return err;
-    }
+  auto check = [&](const DnsEntry& d, size_t n, const std::vector<DnsEntry>&) -> std::optional<std::string> {
     if (d.host.empty()) return fmt::format("{}: entry {}: host is required", P, n);
     if (d.model.empty()) return fmt::format("{}: entry {}: model is required", P, n);
     if (d.scheme != "http" && d.scheme != "https")
       return fmt::format("{}: entry {}: scheme '{}' is not http or https", P, n, d.scheme);
     if (d.metrics_path.empty() || (d.metrics_path != "none" && d.metrics_path[0] != '/'))
       return fmt::format("{}: entry {}: metrics_path must start with '/' (or be 'none')", P, n);
-    out.push_back(std::move(d));
-  }
-  return std::nullopt;
+    return std::nullopt;
+  };
+  return parse_entries(P, text, kDnsFields, check, out);
 }
 
 std::optional<std::string> validate(const Config& c) {

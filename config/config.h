@@ -57,7 +57,7 @@ struct EventsConfig {
   uint32_t connect_timeout_ms = 10000;  // initial NATS connect retries
   uint32_t queue_capacity = 65536;      // decoded messages waiting for the index writer
   uint32_t resync_timeout_ms = 2000;    // wait for a worker's full dump after a gap
-  // --- issue 15 (bus): resync, ingest memory, NATS authentication and TLS ---
+  // --- resync, ingest memory, NATS authentication and TLS ---
   uint32_t resync_concurrency = 4;      // dumps fetched at once (router start, reconnect)
   uint32_t resync_backoff_ms = 500;     // least time between two dumps of one worker; doubles per dump
   uint32_t resync_backoff_max_ms = 30000;  // ceiling of that backoff
@@ -266,7 +266,9 @@ std::optional<std::string> parse_dns_entries(std::string_view text, std::vector<
 // One worker given as a YAML/JSON mapping ({"url": ..., "model": ..., "lora": [..]})
 // or already in the text form: the text form (admin API).
 std::optional<std::string> worker_entry_text(std::string_view body, std::string& out);
-// The id a worker gets when its entry names none: XXH3-64 of the URL, top bit
+// The id a worker gets when its entry names none: FNV-1a (64-bit prime) of the
+// URL from the offset basis 1469598103934665603 (one digit short of FNV's
+// 14695981039346656037; kept, since operators may have stored ids), top bit
 // cleared (so it never collides with a small heartbeat id by accident).
 uint64_t worker_id_for_url(std::string_view url);
 

@@ -9,7 +9,7 @@
 #include "events/replica_sync.h"
 #include "events/salt_attribution.h"
 #include "events/zmq_source.h"
-#include "scheduler/worker_registry.h"
+#include "fleet/worker_registry.h"
 
 namespace kvroute {
 

@@ -9,7 +9,6 @@
 #include <thread>
 
 #include "common/log.h"
-#include "indexer/event_sequencer.h"
 
 #include <pthread.h>
 
@@ -281,13 +280,12 @@ void EventPipeline::apply_control(QueueItem& item) {
   if (auto* rm = std::get_if<RemoveWorker>(&item)) {
     index_.remove_worker(rm->worker);
   } else if (auto* d = std::get_if<ResyncDump>(&item)) {
-    if (sequencer_) sequencer_->apply_resync(d->owner, d->last_event_id, d->events, d->instance);
-    else if (apply_resync_) apply_resync_(*d);
+    index_.apply_resync(d->owner, d->last_event_id, d->events, d->instance);
     stats_.resync_applied_total.fetch_add(1, std::memory_order_relaxed);
   } else if (auto* b = std::get_if<ResyncBegin>(&item)) {
-    if (sequencer_) sequencer_->begin_resync(b->owner);
+    index_.begin_resync(b->owner);
   } else if (auto* i = std::get_if<InstanceSeen>(&item)) {
-    if (sequencer_ && sequencer_->on_instance(i->worker, i->instance))
+    if (index_.on_instance(i->worker, i->instance))
       spdlog::info("worker {} restarted (instance {}): its blocks were dropped", i->worker.value, i->instance);
   }
 }
@@ -391,7 +389,7 @@ void EventPipeline::on_kv_message(std::string_view data) {
 
 bool EventPipeline::enqueue_events(std::vector<KvEvent>&& events) {
   const size_t n = events.size();
-  if (!push_item(std::move(events))) {  // bounded by messages and bytes (issue 15)
+  if (!push_item(std::move(events))) {  // bounded by messages and bytes
     stats_.queue_dropped_total.fetch_add(1, std::memory_order_relaxed);
     return false;
   }
@@ -432,8 +430,7 @@ void EventPipeline::on_heartbeat_message(std::string_view data) {
   a.block_size = hb.block_size;
   a.dp_size = hb.dp_size;
   a.approximate = !hb.kv_events;
-  a.load = WorkerLoad{hb.load.request_active_slots, hb.load.request_total_slots, hb.load.num_requests_waiting,
-                      hb.load.kv_active_blocks, hb.load.kv_total_blocks};
+  a.load = hb.load;
   const HeartbeatVerdict verdict = registry_.admit_heartbeat(a, cfg_.max_bus_workers);
   if (verdict == HeartbeatVerdict::UrlChanged || verdict == HeartbeatVerdict::TooManyWorkers) {
     reject_heartbeat(verdict == HeartbeatVerdict::UrlChanged ? EventPipelineStats::kHeartbeatUrlChanged
@@ -443,7 +440,7 @@ void EventPipeline::on_heartbeat_message(std::string_view data) {
   }
   const bool joined = verdict == HeartbeatVerdict::Joined;
   if (joined) spdlog::info("worker {} joined: {} model '{}'", a.id.value, a.url, a.model);
-  note_instance(a.id, hb.instance_id, joined, a.dp_size, !a.approximate);  // issue 15: restarts, first dumps
+  note_instance(a.id, hb.instance_id, joined, a.dp_size, !a.approximate);  // restarts, first dumps
 }
 
 // A well-formed heartbeat the trust rules refuse: counted by reason, warned

@@ -40,7 +40,7 @@
 #include "events/wire.h"
 #include "indexer/indexer.h"
 #include "common/url_allow_list.h"
-#include "scheduler/worker_registry.h"
+#include "fleet/worker_registry.h"
 
 namespace kvroute {
 
@@ -59,7 +59,7 @@ struct EventPipelineStats {
   std::atomic<uint64_t> resync_requests_total{0};   // NATS requests sent
   std::atomic<uint64_t> resync_failures_total{0};   // no answer in time, or a bad dump
   std::atomic<uint64_t> resync_applied_total{0};    // dumps applied
-  // --- issue 15 (bus) ---
+  // Chunked resyncs, unknown workers, queue bytes.
   std::atomic<uint64_t> resync_chunks_total{0};          // chunk requests sent (a dump is one or more)
   std::atomic<uint64_t> resync_chunk_retries_total{0};   // chunk requests repeated (lost or bad reply)
   std::atomic<uint64_t> unknown_worker_events_total{0};  // events dropped: the worker is not known
@@ -78,14 +78,12 @@ struct EventPipelineStats {
   static std::string_view heartbeat_reason(size_t i);
 };
 
-class EventSequencer;
-
-// What the writer thread does with a resync dump (the index's sequencer
-// clears the owner, applies the dump, resumes after its last event id).
-using ResyncApplier = std::function<void(const ResyncDump&)>;
-
 class EventPipeline {
  public:
+  // `index` is the one handle to what the writer thread feeds: events,
+  // removals, block limits, and resync dumps, resync marks and worker
+  // instances (the daemon's is the merged index in front of the event
+  // sequencer, which acts on the last three; a plain index ignores them).
   EventPipeline(const EventsConfig& events, uint32_t block_size, Indexer& index, WorkerRegistry& registry,
                 const Clock& clock);
   ~EventPipeline();
@@ -109,10 +107,6 @@ class EventPipeline {
   // asks `owner`'s worker for a full dump; retried until it arrives or the
   // worker expires. Duplicate requests for an owner already pending are merged.
   void request_resync(CacheOwner owner);
-  void set_resync_applier(ResyncApplier f) { apply_resync_ = std::move(f); }
-  // The sequencer in front of the index: dumps, begin_resync marks and worker
-  // instance changes go to it on the writer thread. Set before start().
-  void set_sequencer(EventSequencer* seq) { sequencer_ = seq; }
   // Asks every known event-publishing worker (each dp rank) for a dump: after
   // a NATS reconnect, its events may have been lost. Any thread.
   void resync_all();
@@ -151,7 +145,7 @@ class EventPipeline {
     WorkerId worker;
   };
   using QueueItem = std::variant<std::vector<KvEvent>, ResyncDump, RemoveWorker, ResyncBegin, InstanceSeen>;
-  // --- issue 15 (bus) ---
+  // Bounded queue and the writer's control items.
   bool push_item(QueueItem item);   // false: queue full (counted by the caller)
   void apply_control(QueueItem& item);            // writer: dumps, resync marks, instances
   bool fetch_dump(CacheOwner owner, ResyncDump& out, std::string& why);  // resync thread
@@ -194,11 +188,9 @@ class EventPipeline {
   std::thread writer_;
 
   NatsBus* bus_ = nullptr;
-  ResyncApplier apply_resync_;
   std::condition_variable resync_cv_;
   std::vector<CacheOwner> resync_pending_;  // guarded by mu_
-  // --- issue 15 (bus) ---
-  EventSequencer* sequencer_ = nullptr;
+  // Block limits, queue bytes, resync pacing, workers' last sign of life and instances.
   uint64_t block_ceiling_ = 0;  // 0: no limits set (the index's default ceiling)
   double capacity_slack_ = 2.0;
   uint64_t queued_bytes_ = 0;  // guarded by mu_

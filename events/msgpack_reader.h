@@ -29,7 +29,6 @@ class Reader {
   explicit Reader(std::span<const uint8_t> bytes) : p_(bytes.data()), end_(bytes.data() + bytes.size()) {}
 
   bool ok() const { return ok_; }
-  bool at_end() const { return p_ == end_; }
   size_t remaining() const { return static_cast<size_t>(end_ - p_); }
   void fail() { ok_ = false; p_ = end_; }
 

@@ -1,4 +1,4 @@
-// Replicas share in-flight load (issue 15). Each kvroute replica publishes,
+// Replicas share in-flight load. Each kvroute replica publishes,
 // on `{prefix}.replicas.inflight`, what it has in flight on each worker (the
 // running sum of its requests' lifecycle: routed +1 request, +blocks,
 // +prefill tokens; first byte -prefill; finished -request, -blocks), batched:
@@ -37,7 +37,7 @@
 #include "common/types.h"
 #include "events/nats_bus.h"
 #include "events/wire.h"
-#include "scheduler/worker_registry.h"
+#include "fleet/worker_registry.h"
 
 namespace kvroute {
 
@@ -64,7 +64,6 @@ class ReplicaSync {
   // One publishing / expiry round (the thread calls it every interval).
   void tick();
 
-  uint64_t replica_id() const { return replica_; }
   const ReplicaSyncStats& stats() const { return stats_; }
 
  private:

@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/load.h"
 #include "common/types.h"
 #include "indexer/kv_event.h"
 
@@ -29,14 +30,6 @@ enum class DecodeError : uint8_t {
 
 std::string_view to_string(DecodeError e);
 
-struct WorkerLoadReport {
-  uint32_t request_active_slots = 0;
-  uint32_t request_total_slots = 0;
-  uint32_t num_requests_waiting = 0;
-  uint64_t kv_active_blocks = 0;
-  uint64_t kv_total_blocks = 0;
-};
-
 // `{prefix}.workers` heartbeat.
 struct WorkerHeartbeat {
   WorkerId worker_id;
@@ -45,7 +38,7 @@ struct WorkerHeartbeat {
   uint32_t block_size = 0;
   uint32_t dp_size = 1;
   bool kv_events = true;  // false: the worker publishes no KV events (approximate mode)
-  WorkerLoadReport load;
+  WorkerLoad load;
   // Changes each time the worker process starts (random or start time); 0 =
   // not announced (older workers). Also carried by its KV events.
   uint64_t instance_id = 0;

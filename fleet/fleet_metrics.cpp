@@ -4,18 +4,18 @@
 #include <string>
 #include <utility>
 
-#include "fleet/fleet.h"
+#include "fleet/known_workers.h"
 #include "fleet/scraper.h"
-#include "scheduler/worker_registry.h"
+#include "fleet/worker_registry.h"
 
 namespace kvroute {
 
 using metrics::Samples;
 using metrics::Type;
 
-void register_fleet_metrics(metrics::Registry& r, const Fleet& fleet, const WorkerRegistry& registry) {
+void register_fleet_metrics(metrics::Registry& r, const KnownWorkers& fleet, const WorkerRegistry& registry) {
   const ScraperStats& sc = fleet.scrape_stats();
-  const FleetStats& st = fleet.stats();
+  const KnownWorkerStats& st = fleet.stats();
   // counters
   r.collect(Type::Counter, "kvroute_fleet_scrapes_total", "worker /metrics scrapes by result", {"result"},
             [&sc](Samples& s) {

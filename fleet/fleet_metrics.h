@@ -11,10 +11,10 @@
 
 namespace kvroute {
 
-class Fleet;
+class KnownWorkers;
 class WorkerRegistry;
 
-void register_fleet_metrics(metrics::Registry& r, const Fleet& fleet, const WorkerRegistry& registry);
+void register_fleet_metrics(metrics::Registry& r, const KnownWorkers& fleet, const WorkerRegistry& registry);
 // Per-worker series are rendered for the workers known at scrape time only:
 // a worker that left has none.
 void register_worker_load_metrics(metrics::Registry& r, const WorkerRegistry& registry);

@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "common/types.h"
-#include "scheduler/worker_registry.h"
+#include "fleet/worker_registry.h"
 
 namespace kvroute {
 

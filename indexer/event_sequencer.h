@@ -86,14 +86,14 @@ class EventSequencer final : public Indexer {
   // event `last_event_id`.
   // `instance` is the worker's instance when the dump was taken (0 = unknown).
   void apply_resync(CacheOwner owner, uint64_t last_event_id, const std::vector<KvEvent>& dump,
-                    uint64_t instance = 0);
+                    uint64_t instance = 0) override;
   // Writer thread. A dump was asked for while the owner may be trusted: keep
   // applying its events but remember them for replay after the dump.
-  void begin_resync(CacheOwner owner);
+  void begin_resync(CacheOwner owner) override;
   // Writer thread. The worker announced `instance` (heartbeat): if it differs
   // from the one its events carried, the worker restarted: its blocks are dropped.
   // Returns true when that happened.
-  bool on_instance(WorkerId worker, uint64_t instance);
+  bool on_instance(WorkerId worker, uint64_t instance) override;
 
   bool is_stale(CacheOwner owner) const;
   const SequencerCounters& counters() const { return counters_; }

@@ -115,6 +115,15 @@ class Indexer {
   // an index without limits ignores them.
   virtual void set_block_limits(const std::vector<std::pair<WorkerId, uint64_t>>& /*limits*/,
                                 uint64_t /*ceiling*/) {}
+
+  // Writer thread: an owner's resync and its worker's restarts, acted on by
+  // the event sequencer (indexer/event_sequencer.h, which documents each); an
+  // index that tracks no event sequence ignores them.
+  virtual void apply_resync(CacheOwner /*owner*/, uint64_t /*last_event_id*/, const std::vector<KvEvent>& /*dump*/,
+                            uint64_t /*instance*/ = 0) {}
+  virtual void begin_resync(CacheOwner /*owner*/) {}
+  // True when the worker restarted and its blocks were dropped.
+  virtual bool on_instance(WorkerId /*worker*/, uint64_t /*instance*/) { return false; }
 };
 
 }  // namespace kvroute

@@ -303,8 +303,8 @@ std::vector<EngineOutput> Engine::advance_to(double now_ms) {
   return out;
 }
 
-EngineLoad Engine::load() const {
-  EngineLoad l;
+WorkerLoad Engine::load() const {
+  WorkerLoad l;
   l.request_active_slots = static_cast<uint32_t>(running_.size());
   l.request_total_slots = cfg_.max_seqs;
   l.num_requests_waiting = static_cast<uint32_t>(waiting_.size());

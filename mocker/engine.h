@@ -41,6 +41,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/load.h"
 #include "common/types.h"
 #include "indexer/block_hash.h"
 #include "indexer/kv_event.h"
@@ -81,15 +82,6 @@ struct EngineOutput {
   uint32_t prompt_tokens = 0;  // FirstToken
 };
 
-// Same fields as events/wire.h WorkerLoadReport.
-struct EngineLoad {
-  uint32_t request_active_slots = 0;  // running requests
-  uint32_t request_total_slots = 0;   // max_seqs
-  uint32_t num_requests_waiting = 0;
-  uint64_t kv_active_blocks = 0;      // blocks referenced by running requests (shared + private)
-  uint64_t kv_total_blocks = 0;       // kv_blocks
-};
-
 class Engine {
  public:
   // `on_event` receives every stored/removed event, synchronously from inside
@@ -122,7 +114,9 @@ class Engine {
   // starts when the previous one ends), returning their outputs in order.
   std::vector<EngineOutput> advance_to(double now_ms);
 
-  EngineLoad load() const;
+  // running requests / max_seqs, waiting requests, blocks referenced by
+  // running requests (shared + private) / kv_blocks.
+  WorkerLoad load() const;
   // A cached block's tokens and namespace (keep_tokens only; nullptr for an
   // unknown block or without keep_tokens). Valid until the next engine call.
   struct BlockInfo {

@@ -44,67 +44,71 @@ bool bind_publishers(const mocker::VllmPublisherOptions& base, uint32_t dp_size,
   return false;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  CLI::App app{"kvroute-mocker: a simulated OpenAI-compatible inference worker (paged KV cache, continuous\n"
-               "batching, chunked prefill, step times from an engine profile) that publishes KV events and heartbeats on NATS.\n"
-               "Prints 'kvroute-mocker listening on http://HOST:PORT' once it serves."};
+// The command line, parsed into the server's and the publishers' options.
+struct Flags {
   mocker::MockerOptions o;
+  mocker::VllmPublisherOptions zo;
   std::string nats_url, tier = "device", log_level = "info";
   uint16_t port = 0;
+  std::string tokenizer_dir;
+  std::string zmq_encoding = "positional", lora_modules;
+  std::string engine_profile = mocker::kDefaultProfile;
+  CLI::Option* kv_blocks = nullptr;
+  // Polynomial coefficients: only with the dynamo-mocker profile (finish_flags checks).
+  double prefill_a = 0, prefill_b = 0, prefill_c = 0, decode_base_ms = 0, decode_kv_ms = 0;
+  std::vector<CLI::Option*> poly_flags;
+};
+
+void add_flags(CLI::App& app, Flags& f) {
+  auto& o = f.o;
+  auto& zo = f.zo;
   app.add_option("--host", o.host, "Address to bind (an IP)")->capture_default_str();
-  app.add_option("--port", port, "Port to bind (0 = a free one)")->capture_default_str();
+  app.add_option("--port", f.port, "Port to bind (0 = a free one)")->capture_default_str();
   app.add_option("--worker-id", o.worker_id, "Worker id in KV events and heartbeats (u64)")->capture_default_str();
   app.add_option("--model", o.model, "Model name served; requests for another model get 404")->capture_default_str();
-  app.add_option("--nats-url", nats_url, "NATS URL (empty = no events, no heartbeats)");
+  app.add_option("--nats-url", f.nats_url, "NATS URL (empty = no events, no heartbeats)");
   app.add_option("--subject-prefix", o.subject_prefix, "NATS subject prefix ({prefix}.kv_events, {prefix}.workers, {prefix}.kv_resync.{id})")->capture_default_str();
   app.add_option("--advertise-url", o.advertise_url, "URL announced in heartbeats (empty = http://HOST:PORT as bound)");
   app.add_option("--heartbeat-ms", o.heartbeat_ms, "Interval of heartbeats (with load) on {prefix}.workers, in ms")->capture_default_str()->check(CLI::Range(10u, 60000u));
   app.add_option("--speedup", o.speedup, "Engine time runs this many times faster than real time (100 = 100x faster; for tests)")
       ->capture_default_str()->check(CLI::Range(0.001, 100000.0));
   app.add_option("--block-size", o.engine.block_size, "Tokens per KV block")->capture_default_str()->check(CLI::Range(1u, 65536u));
-  std::string engine_profile = mocker::kDefaultProfile;
-  app.add_option("--engine-profile", engine_profile,
+  app.add_option("--engine-profile", f.engine_profile,
                  "Engine step times and KV capacity (mocker/profile.h): " + mocker::profile_list())
       ->capture_default_str();
-  auto* kv_blocks = app.add_option("--kv-blocks", o.engine.kv_blocks,
-                                   "KV cache capacity in blocks (default: the profile's capacity / --block-size; "
-                                   "16384 for a profile without one)")
-                        ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 40));
+  f.kv_blocks = app.add_option("--kv-blocks", o.engine.kv_blocks,
+                               "KV cache capacity in blocks (default: the profile's capacity / --block-size; "
+                               "16384 for a profile without one)")
+                    ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 40));
   app.add_option("--max-seqs", o.engine.max_seqs, "Running sequences (request slots)")->capture_default_str()->check(CLI::Range(1u, 1000000u));
   app.add_option("--max-batched-tokens", o.engine.max_batched_tokens, "Token budget of one engine step (vLLM's max_num_batched_tokens): one per decoding sequence + prefill chunks; a longer prompt is prefilled in chunks over several steps")
       ->capture_default_str()->check(CLI::Range(1u, 10000000u));
-  // Polynomial coefficients: only with the dynamo-mocker profile (checked below).
   const mocker::EngineProfile& poly = *mocker::find_profile("dynamo-mocker");
-  double prefill_a = poly.prefill_a, prefill_b = poly.prefill_b, prefill_c = poly.prefill_c;
-  double decode_base_ms = poly.decode_base_ms, decode_kv_ms = poly.decode_kv_ms;
-  std::vector<CLI::Option*> poly_flags = {
-      app.add_option("--prefill-a", prefill_a, "dynamo-mocker profile: engine ms of a step's prefill: a*t^2 + b*t + c, t = new (uncached) prompt tokens in the step (Dynamo's mocker polynomial)")->capture_default_str()->check(CLI::NonNegativeNumber),
-      app.add_option("--prefill-b", prefill_b, "see --prefill-a")->capture_default_str()->check(CLI::NonNegativeNumber),
-      app.add_option("--prefill-c", prefill_c, "see --prefill-a")->capture_default_str()->check(CLI::NonNegativeNumber),
-      app.add_option("--decode-base-ms", decode_base_ms, "dynamo-mocker profile: engine ms of a decode step: base + kv * (KV blocks referenced by running requests / capacity)")->capture_default_str()->check(CLI::NonNegativeNumber),
-      app.add_option("--decode-kv-ms", decode_kv_ms, "see --decode-base-ms")->capture_default_str()->check(CLI::NonNegativeNumber)};
-  app.add_option("--storage-tier", tier, "Tier announced in KV events: device, host_pinned, disk, external")->capture_default_str();
-  app.add_option("--log-level", log_level, "trace, debug, info, warn, error")->capture_default_str();
-  std::string tokenizer_dir;
-  app.add_option("--tokenizer", tokenizer_dir,
+  f.prefill_a = poly.prefill_a, f.prefill_b = poly.prefill_b, f.prefill_c = poly.prefill_c;
+  f.decode_base_ms = poly.decode_base_ms, f.decode_kv_ms = poly.decode_kv_ms;
+  f.poly_flags = {
+      app.add_option("--prefill-a", f.prefill_a, "dynamo-mocker profile: engine ms of a step's prefill: a*t^2 + b*t + c, t = new (uncached) prompt tokens in the step (Dynamo's mocker polynomial)")->capture_default_str()->check(CLI::NonNegativeNumber),
+      app.add_option("--prefill-b", f.prefill_b, "see --prefill-a")->capture_default_str()->check(CLI::NonNegativeNumber),
+      app.add_option("--prefill-c", f.prefill_c, "see --prefill-a")->capture_default_str()->check(CLI::NonNegativeNumber),
+      app.add_option("--decode-base-ms", f.decode_base_ms, "dynamo-mocker profile: engine ms of a decode step: base + kv * (KV blocks referenced by running requests / capacity)")->capture_default_str()->check(CLI::NonNegativeNumber),
+      app.add_option("--decode-kv-ms", f.decode_kv_ms, "see --decode-base-ms")->capture_default_str()->check(CLI::NonNegativeNumber)};
+  app.add_option("--storage-tier", f.tier, "Tier announced in KV events: device, host_pinned, disk, external")->capture_default_str();
+  app.add_option("--log-level", f.log_level, "trace, debug, info, warn, error")->capture_default_str();
+  app.add_option("--tokenizer", f.tokenizer_dir,
                  "Directory with the model's tokenizer.json (+ chat template), tokenized as kvroute does; "
                  "empty = the placeholder tokenizer");
-  mocker::VllmPublisherOptions zo;
-  std::string zmq_encoding = "positional", lora_modules;
   app.add_option("--zmq-endpoint", zo.endpoint,
                  "vLLM mode: publish KV events as vLLM does on a ZMQ PUB socket bound here "
                  "(tcp://HOST:PORT, PORT 0 = a free one); empty = NATS mode");
   app.add_option("--zmq-replay-endpoint", zo.replay_endpoint,
                  "vLLM mode: ROUTER socket answering replay requests from the last --zmq-buffer-steps batches "
                  "(tcp://HOST:PORT, 0 = a free port); empty = no replay");
-  app.add_option("--zmq-encoding", zmq_encoding, "vLLM mode: msgpack layout: positional (array_like) or map (tagged maps)")
+  app.add_option("--zmq-encoding", f.zmq_encoding, "vLLM mode: msgpack layout: positional (array_like) or map (tagged maps)")
       ->capture_default_str()->check(CLI::IsMember({"positional", "map"}));
   app.add_option("--zmq-topic", zo.topic, "vLLM mode: topic frame of every message")->capture_default_str();
   app.add_option("--zmq-buffer-steps", zo.buffer_steps, "vLLM mode: batches kept for replay (vLLM's buffer_steps)")
       ->capture_default_str()->check(CLI::Range(size_t{0}, size_t{10000000}));
-  app.add_option("--lora-modules", lora_modules,
+  app.add_option("--lora-modules", f.lora_modules,
                  "LoRA adapter names served besides --model, comma-separated (their blocks are hashed under the name)");
   app.add_option("--data-parallel-size", o.data_parallel_size,
                  "vLLM mode: data-parallel ranks, each with its own KV cache and publisher (rank r at the ZMQ "
@@ -114,59 +118,94 @@ int main(int argc, char** argv) {
   app.add_flag("--no-extra-keys", o.no_extra_keys,
                "vLLM mode: BlockStored events without extra_keys (vLLM before that field): cache_salt still keys "
                "the engine's cache but is not on the wire (lora_name still is)");
-  CLI11_PARSE(app, argc, argv);
-  zo.encoding = zmq_encoding == "map" ? VllmEncoding::TaggedMap : VllmEncoding::Positional;
+}
+
+// --engine-profile into the engine options: the profile's step times (the
+// polynomial flags apply to dynamo-mocker only) and, unless --kv-blocks is
+// given, its KV capacity. False on error (printed).
+bool apply_profile(Flags& f) {
+  auto& o = f.o;
+  const mocker::EngineProfile* profile = mocker::find_profile(f.engine_profile);
+  if (!profile) {
+    std::fprintf(stderr, "kvroute-mocker: --engine-profile: '%s' is not one of %s\n", f.engine_profile.c_str(),
+                 mocker::profile_list().c_str());
+    return false;
+  }
+  o.engine.profile = *profile;
+  const bool polynomial = profile->kind == mocker::EngineProfile::Kind::Polynomial;
+  for (const CLI::Option* flag : f.poly_flags) {
+    if (flag->count() == 0 || polynomial) continue;
+    std::fprintf(stderr, "kvroute-mocker: %s applies to the dynamo-mocker profile only (--engine-profile is %s)\n",
+                 flag->get_name().c_str(), f.engine_profile.c_str());
+    return false;
+  }
+  if (polynomial) {
+    o.engine.profile.prefill_a = f.prefill_a;
+    o.engine.profile.prefill_b = f.prefill_b;
+    o.engine.profile.prefill_c = f.prefill_c;
+    o.engine.profile.decode_base_ms = f.decode_base_ms;
+    o.engine.profile.decode_kv_ms = f.decode_kv_ms;
+  }
+  if (f.kv_blocks->count() == 0 && profile->kv_blocks(o.engine.block_size) > 0)
+    o.engine.kv_blocks = profile->kv_blocks(o.engine.block_size);
+  return true;
+}
+
+// Options that need more than CLI11 checks; an error is printed, false returned.
+bool finish_flags(Flags& f) {
+  auto& o = f.o;
+  f.zo.encoding = f.zmq_encoding == "map" ? VllmEncoding::TaggedMap : VllmEncoding::Positional;
+  const std::string& lora_modules = f.lora_modules;
   for (size_t b = 0; !lora_modules.empty() && b <= lora_modules.size();) {
     size_t e = lora_modules.find(',', b);
     if (e == std::string::npos) e = lora_modules.size();
     if (e > b) o.lora_modules.push_back(lora_modules.substr(b, e - b));
     b = e + 1;
   }
-  o.port = port;
-  const mocker::EngineProfile* profile = mocker::find_profile(engine_profile);
-  if (!profile) {
-    std::fprintf(stderr, "kvroute-mocker: --engine-profile: '%s' is not one of %s\n", engine_profile.c_str(),
-                 mocker::profile_list().c_str());
-    return 2;
-  }
-  o.engine.profile = *profile;
-  for (const CLI::Option* f : poly_flags) {
-    if (f->count() == 0) continue;
-    if (profile->kind != mocker::EngineProfile::Kind::Polynomial) {
-      std::fprintf(stderr, "kvroute-mocker: %s applies to the dynamo-mocker profile only (--engine-profile is %s)\n",
-                   f->get_name().c_str(), engine_profile.c_str());
-      return 2;
-    }
-  }
-  if (profile->kind == mocker::EngineProfile::Kind::Polynomial) {
-    o.engine.profile.prefill_a = prefill_a;
-    o.engine.profile.prefill_b = prefill_b;
-    o.engine.profile.prefill_c = prefill_c;
-    o.engine.profile.decode_base_ms = decode_base_ms;
-    o.engine.profile.decode_kv_ms = decode_kv_ms;
-  }
-  if (kv_blocks->count() == 0 && profile->kv_blocks(o.engine.block_size) > 0)
-    o.engine.kv_blocks = profile->kv_blocks(o.engine.block_size);
-  if (!parse_storage_tier(tier, o.engine.tier)) {
+  o.port = f.port;
+  if (!apply_profile(f)) return false;
+  if (!parse_storage_tier(f.tier, o.engine.tier)) {
     std::fprintf(stderr, "kvroute-mocker: --storage-tier: '%s' is not one of device, host_pinned, disk, external\n",
-                 tier.c_str());
-    return 2;
+                 f.tier.c_str());
+    return false;
   }
-  setup_logging(log_level, "human");
-  if (!tokenizer_dir.empty()) {
-    auto set = std::make_shared<TokenizerSet>();
-    std::string terr;
-    auto t = ModelTokenizer::load(tokenizer_dir, &terr);
-    if (!t) {
-      std::fprintf(stderr, "kvroute-mocker: --tokenizer: %s\n", terr.c_str());
-      return 2;
-    }
-    set->add(o.model, std::move(t));
-    // A LoRA adapter tokenizes with its base model's tokenizer (vLLM does,
-    // unless the adapter ships its own).
-    for (const auto& lora : o.lora_modules) set->add(lora, ModelTokenizer::load(tokenizer_dir, &terr));
-    o.tokenizers = std::move(set);
+  return true;
+}
+
+// --tokenizer: the model's tokenizer, and its LoRA adapters'. False on error (printed).
+bool load_tokenizers(Flags& f) {
+  auto& o = f.o;
+  if (f.tokenizer_dir.empty()) return true;
+  auto set = std::make_shared<TokenizerSet>();
+  std::string terr;
+  auto t = ModelTokenizer::load(f.tokenizer_dir, &terr);
+  if (!t) {
+    std::fprintf(stderr, "kvroute-mocker: --tokenizer: %s\n", terr.c_str());
+    return false;
   }
+  set->add(o.model, std::move(t));
+  // A LoRA adapter tokenizes with its base model's tokenizer (vLLM does,
+  // unless the adapter ships its own).
+  for (const auto& lora : o.lora_modules) set->add(lora, ModelTokenizer::load(f.tokenizer_dir, &terr));
+  o.tokenizers = std::move(set);
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"kvroute-mocker: a simulated OpenAI-compatible inference worker (paged KV cache, continuous\n"
+               "batching, chunked prefill, step times from an engine profile) that publishes KV events and heartbeats on NATS.\n"
+               "Prints 'kvroute-mocker listening on http://HOST:PORT' once it serves."};
+  Flags f;
+  add_flags(app, f);
+  CLI11_PARSE(app, argc, argv);
+  if (!finish_flags(f)) return 2;
+  setup_logging(f.log_level, "human");
+  if (!load_tokenizers(f)) return 2;
+  auto& o = f.o;
+  auto& zo = f.zo;
+  const std::string& nats_url = f.nats_url;
 
   sigset_t signals;
   sigemptyset(&signals);

@@ -31,7 +31,7 @@
 #include "events/wire.h"
 #include "mocker/vllm_publisher.h"
 #include "router/openai_request.h"
-#include "router/routing.h"
+#include "tokenizer/request_tokens.h"
 
 namespace kvroute::mocker {
 
@@ -157,7 +157,7 @@ struct MockerServer::Impl {
   // "reject" answers 400, "error" 500, "hang" accepts and never answers.
   std::string tokenize_mode = "ok";
   uint64_t tokenize_total = 0;  // POST /tokenize requests received
-  // Issue 15: this process's instance id (new at each start) and the resync
+  // This process's instance id (new at each start) and the resync
   // snapshot being served in chunks (one at a time; a newer one replaces it).
   const uint64_t instance_id = std::random_device{}() | (uint64_t{std::random_device{}()} << 32) | 1;
   uint64_t resync_snapshot = 0;  // id of the newest snapshot
@@ -248,7 +248,7 @@ struct MockerServer::Impl {
     }
     if (!bus) return;
     KvEvent stamped = ev;
-    stamped.instance = instance_id;  // issue 15: restarts are told by instance, not by event ids
+    stamped.instance = instance_id;  // restarts are told by instance, not by event ids
     if (bus->publish(opts.subject_prefix + ".kv_events", encode_kv_event(stamped))) {
       ++events_published;
     } else {
@@ -265,9 +265,7 @@ struct MockerServer::Impl {
     hb.model = opts.model;
     hb.block_size = opts.engine.block_size;
     hb.instance_id = instance_id;
-    const auto l = engine.load();
-    hb.load = WorkerLoadReport{l.request_active_slots, l.request_total_slots, l.num_requests_waiting,
-                               l.kv_active_blocks, l.kv_total_blocks};
+    hb.load = engine.load();
     bus->publish(opts.subject_prefix + ".workers", encode_heartbeat(hb));
   }
 
@@ -346,7 +344,7 @@ struct MockerServer::Impl {
   }
 
   std::string stats_json() const {
-    EngineLoad l;
+    WorkerLoad l;
     uint64_t cached_blocks = 0, last_event_id = 0;
     std::string ranks;
     for (size_t r = 0; r < engines.size(); ++r) {
@@ -420,6 +418,20 @@ struct MockerServer::Impl {
   awaitable<bool> respond(beast::tcp_stream& s, unsigned version, bool keep, http::status st, std::string body,
                           std::string_view type = "application/json");
   awaitable<bool> generate(beast::tcp_stream& s, const http::request<http::string_body>& req, ApiKind kind);
+  // generate()'s phases. A rejection is answered by generate() (counted once).
+  struct Reject {
+    http::status status;
+    ApiError error;
+  };
+  std::optional<Reject> parse_generation(const http::request<http::string_body>& req, ApiKind kind,
+                                         ParsedRequest& parsed, GenParams& gen, bool& lora) const;
+  // Tokenizes and queues the request on its rank's engine as `id`.
+  std::optional<Reject> admit_generation(const http::request<http::string_body>& req, const ParsedRequest& parsed,
+                                         const GenParams& gen, bool lora, uint64_t id, Engine*& engine,
+                                         uint32_t& prompt_len);
+  struct Reply;
+  awaitable<bool> relay_tokens(beast::tcp_stream& s, Pending& p, Reply& r);
+  awaitable<bool> finish_reply(beast::tcp_stream& s, Reply& r);
   awaitable<bool> tokenize(beast::tcp_stream& s, const http::request<http::string_body>& req);
   bool serves(std::string_view model) const {
     return model == opts.model ||
@@ -475,8 +487,7 @@ awaitable<void> MockerServer::Impl::session(tcp::socket socket) {
     } else if (req.method() == http::verb::post && target == "/v1/chat/completions") {
       again = co_await generate(stream, req, ApiKind::ChatCompletions);
     } else if (req.method() == http::verb::post && target == "/v1/embeddings") {
-      // Added by helper proxy (kvroute's /v1/embeddings tests): one small
-      // deterministic vector per input, from its first prompt's tokens.
+      // vLLM's /v1/embeddings, simulated: one small deterministic vector per input, from its first prompt's tokens.
       ParsedRequest parsed;
       ApiError err;
       std::string body;
@@ -487,7 +498,7 @@ awaitable<void> MockerServer::Impl::session(tcp::socket socket) {
         TokenSource source;
         std::vector<TokenId> buffer;
         const auto tokens =
-            RoutingService::tokenize_request(parsed, buffer, model_tokenizer(), &source, &fallback, nullptr);
+            tokenize_request(parsed.prompt(), buffer, model_tokenizer(), &source, &fallback, nullptr);
         std::string data;
         for (uint32_t i = 0; i < parsed.prompts; ++i)
           data += fmt::format(R"({}{{"object":"embedding","index":{},"embedding":[{},0.5,-0.25,0.125]}})", i ? "," : "",
@@ -608,7 +619,7 @@ awaitable<bool> MockerServer::Impl::tokenize(beast::tcp_stream& s, const http::r
   TokenSource source;
   std::string terr;
   std::vector<TokenId> buffer;
-  const auto tokens = RoutingService::tokenize_request(parsed, buffer, model_tokenizer(), &source, &fallback, &terr);
+  const auto tokens = tokenize_request(parsed.prompt(), buffer, model_tokenizer(), &source, &fallback, &terr);
   if (opts.tokenizers && fallback != TokenizerFallback::None) {
     std::string body = error_body(ApiError{
         400, fallback == TokenizerFallback::NoChatTemplate ? std::string("The model has no chat template.") : terr,
@@ -620,89 +631,62 @@ awaitable<bool> MockerServer::Impl::tokenize(beast::tcp_stream& s, const http::r
   co_return co_await respond(s, v, keep, http::status::ok, std::move(body));
 }
 
-awaitable<bool> MockerServer::Impl::generate(beast::tcp_stream& s, const http::request<http::string_body>& req,
-                                             ApiKind kind) {
-  const bool keep = req.keep_alive();
-  const unsigned v = req.version();
-  ++requests_total;
-  ParsedRequest parsed;
+std::optional<MockerServer::Impl::Reject> MockerServer::Impl::parse_generation(
+    const http::request<http::string_body>& req, ApiKind kind, ParsedRequest& parsed, GenParams& gen,
+    bool& lora) const {
   ApiError err;
-  GenParams gen;
   std::string gerr;
-  // Bodies are built before co_await: GCC 12 mishandles temporaries in co_await expressions.
-  if (!parse_openai_request(kind, req.body(), parsed, err)) {
-    ++rejected_total;
-    std::string body = error_body(err);
-    co_return co_await respond(s, v, keep, http::status::bad_request, std::move(body));
-  }
+  if (!parse_openai_request(kind, req.body(), parsed, err)) return Reject{http::status::bad_request, err};
   if (!parse_gen_params(req.body(), gen, gerr)) {
-    ++rejected_total;
     if (gerr.empty()) gerr = "the request body is not a JSON object";
-    std::string body = error_body(ApiError{400, gerr, "invalid_request_error", "max_tokens", ""});
-    co_return co_await respond(s, v, keep, http::status::bad_request, std::move(body));
+    return Reject{http::status::bad_request, ApiError{400, gerr, "invalid_request_error", "max_tokens", ""}};
   }
-  const bool lora = std::find(opts.lora_modules.begin(), opts.lora_modules.end(), parsed.model) !=
-                    opts.lora_modules.end();
-  if (parsed.model != opts.model && !lora) {
-    ++rejected_total;
-    std::string body = error_body(ApiError{404, fmt::format("The model `{}` does not exist.", parsed.model),
-                                           "invalid_request_error", "model", "model_not_found"});
-    co_return co_await respond(s, v, keep, http::status::not_found, std::move(body));
-  }
+  lora = std::find(opts.lora_modules.begin(), opts.lora_modules.end(), parsed.model) != opts.lora_modules.end();
+  if (parsed.model != opts.model && !lora)
+    return Reject{http::status::not_found, ApiError{404, fmt::format("The model `{}` does not exist.", parsed.model),
+                                                    "invalid_request_error", "model", "model_not_found"}};
+  return std::nullopt;
+}
 
-  if (hang) {
-    // Test hook: accept and never answer; return when the client gives up.
-    char b;
-    beast::error_code ec;
-    s.expires_never();
-    co_await s.socket().async_receive(asio::buffer(&b, 1), nothrow(ec));
-    co_return false;
-  }
-
-  const uint64_t id = next_id++;
+std::optional<MockerServer::Impl::Reject> MockerServer::Impl::admit_generation(
+    const http::request<http::string_body>& req, const ParsedRequest& parsed, const GenParams& gen, bool lora,
+    uint64_t id, Engine*& engine, uint32_t& prompt_len) {
   TokenizerFallback fallback = TokenizerFallback::None;
   TokenSource source;
   std::string terr;
   std::vector<TokenId> buffer;
-  const auto span = RoutingService::tokenize_request(parsed, buffer, model_tokenizer(), &source, &fallback, &terr);
+  const auto span = tokenize_request(parsed.prompt(), buffer, model_tokenizer(), &source, &fallback, &terr);
   const std::vector<TokenId> tokens(span.begin(), span.end());
   if (opts.tokenizers && fallback != TokenizerFallback::None) {
     // As vLLM: a chat request its template cannot render is the client's error.
-    ++rejected_total;
-    std::string body = error_body(ApiError{
-        400, fallback == TokenizerFallback::NoChatTemplate ? std::string("The model has no chat template.") : terr,
-        "invalid_request_error", "messages", ""});
-    co_return co_await respond(s, v, keep, http::status::bad_request, std::move(body));
+    return Reject{http::status::bad_request,
+                  ApiError{400,
+                           fallback == TokenizerFallback::NoChatTemplate ? std::string("The model has no chat template.")
+                                                                         : terr,
+                           "invalid_request_error", "messages", ""}};
   }
-  const uint32_t prompt_len = static_cast<uint32_t>(tokens.size());
-  if (tokens.empty()) {
-    ++rejected_total;
-    std::string body = error_body(ApiError{400, "The prompt is empty.", "invalid_request_error", "prompt", ""});
-    co_return co_await respond(s, v, keep, http::status::bad_request, std::move(body));
-  }
+  prompt_len = static_cast<uint32_t>(tokens.size());
+  if (tokens.empty())
+    return Reject{http::status::bad_request, ApiError{400, "The prompt is empty.", "invalid_request_error", "prompt", ""}};
   const HashNamespace ns{lora ? std::string_view(parsed.model) : std::string_view{}, gen.cache_salt};
   const int rank = pick_rank(req);
-  if (rank < 0) {
-    ++rejected_total;
-    std::string body = error_body(ApiError{
-        400, fmt::format("X-data-parallel-rank must be in [0, {}).", engines.size()), "invalid_request_error", "", ""});
-    co_return co_await respond(s, v, keep, http::status::bad_request, std::move(body));
-  }
-  Engine& engine = *engines[static_cast<size_t>(rank)];
-  if (!engine.add_request(id, tokens, gen.max_tokens, now_ms(), ns, /*read_cache=*/!parsed.prompt_logprobs)) {
-    ++rejected_total;
-    std::string body = error_body(ApiError{
-        400, fmt::format("This request needs more KV blocks than the worker has ({}).", opts.engine.kv_blocks),
-        "invalid_request_error", "messages", "context_length_exceeded"});
-    co_return co_await respond(s, v, keep, http::status::bad_request, std::move(body));
-  }
+  if (rank < 0)
+    return Reject{http::status::bad_request,
+                  ApiError{400, fmt::format("X-data-parallel-rank must be in [0, {}).", engines.size()),
+                           "invalid_request_error", "", ""}};
+  engine = engines[static_cast<size_t>(rank)].get();
+  if (!engine->add_request(id, tokens, gen.max_tokens, now_ms(), ns, /*read_cache=*/!parsed.prompt_logprobs))
+    return Reject{http::status::bad_request,
+                  ApiError{400,
+                           fmt::format("This request needs more KV blocks than the worker has ({}).",
+                                       opts.engine.kv_blocks),
+                           "invalid_request_error", "messages", "context_length_exceeded"}};
   ++requests_by_rank[static_cast<size_t>(rank)];
-  auto p = std::make_shared<Pending>(ioc.get_executor());
-  pending[id] = p;
-  schedule();
+  return std::nullopt;
+}
 
-  // Watch the client while generating: a close cancels the request.
-  auto& sock = s.socket();
+// Watches the client while generating: a close cancels the request.
+static void watch_client(tcp::socket& sock, const std::shared_ptr<Pending>& p) {
   sock.async_wait(tcp::socket::wait_read, [&sock, p](beast::error_code ec) {
     // Cancelled when the response is done: the session may be gone, touch nothing.
     if (ec == asio::error::operation_aborted || p->client_gone) return;
@@ -721,21 +705,36 @@ awaitable<bool> MockerServer::Impl::generate(beast::tcp_stream& s, const http::r
     p->client_gone = true;
     p->wake.cancel();
   });
+}
 
-  const bool chat = kind == ApiKind::ChatCompletions;
-  const std::string rid = fmt::format("{}-{}-{}", chat ? "chatcmpl" : "cmpl", opts.worker_id, id);
-  const int64_t created = std::chrono::duration_cast<std::chrono::seconds>(
-                              std::chrono::system_clock::now().time_since_epoch())
-                              .count();
-  const std::string model = json_escape(parsed.model);  // the base model or the LoRA adapter asked for
+// One generation's answer as it is written: ids, counts, the SSE framing.
+struct MockerServer::Impl::Reply {
+  Reply(const ParsedRequest& parsed, const GenParams& gen, uint64_t id, uint64_t worker_id, bool chat, bool keep,
+        unsigned version, uint32_t prompt_len)
+      : parsed(parsed), gen(gen), id(id), chat(chat), keep(keep), version(version), prompt_len(prompt_len),
+        rid(fmt::format("{}-{}-{}", chat ? "chatcmpl" : "cmpl", worker_id, id)),
+        created(std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+                    .count()),
+        model(json_escape(parsed.model)),  // the base model or the LoRA adapter asked for
+        head{http::status::ok, version}, sr{head} {}
+
+  const ParsedRequest& parsed;
+  const GenParams& gen;
+  const uint64_t id;
+  const bool chat, keep;
+  const unsigned version;
+  const uint32_t prompt_len;
+  const std::string rid;
+  const int64_t created;
+  const std::string model;
   uint32_t generated = 0, cached = 0;
   std::string text;
   bool header_sent = false;
   beast::error_code ec;
-  http::response<http::empty_body> head{http::status::ok, v};
-  http::response_serializer<http::empty_body> sr{head};
+  http::response<http::empty_body> head;
+  http::response_serializer<http::empty_body> sr;
 
-  auto chunk_json = [&](std::string_view piece, const char* finish) {
+  std::string chunk_json(std::string_view piece, const char* finish) const {
     const std::string fin = finish ? fmt::format("\"{}\"", finish) : "null";
     if (chat)
       return fmt::format(
@@ -745,93 +744,141 @@ awaitable<bool> MockerServer::Impl::generate(beast::tcp_stream& s, const http::r
     return fmt::format(
         R"({{"id":"{}","object":"text_completion","created":{},"model":"{}","choices":[{{"index":0,"text":"{}","logprobs":null,"finish_reason":{}}}]}})",
         rid, created, model, json_escape(piece), fin);
-  };
-  auto usage_json = [&] {
+  }
+  std::string usage_json() const {
     return fmt::format(
         R"({{"prompt_tokens":{},"completion_tokens":{},"total_tokens":{},"prompt_tokens_details":{{"cached_tokens":{}}}}})",
         prompt_len, generated, prompt_len + generated, cached);
-  };
-  auto write_chunk = [&](std::string payload) -> awaitable<bool> {
+  }
+  awaitable<bool> write_chunk(beast::tcp_stream& s, std::string payload) {
     std::string frame = "data: " + payload + "\n\n";
     co_await asio::async_write(s, http::make_chunk(asio::buffer(frame)), nothrow(ec));
     co_return !ec;
-  };
+  }
+};
 
-  bool finished = false, ok = true;
-  while (!finished && ok) {
-    if (p->outputs.empty()) {
-      p->wake.expires_at(asio::steady_timer::time_point::max());
-      co_await p->wake.async_wait(nothrow(ec));
-      ec = {};
-      if (p->client_gone) break;
+// Relays the engine's tokens as they come (streamed, or gathered into
+// r.text); true when the engine finished, false when the client left or a
+// write failed.
+awaitable<bool> MockerServer::Impl::relay_tokens(beast::tcp_stream& s, Pending& p, Reply& r) {
+  bool ok = true;
+  while (ok) {
+    if (p.outputs.empty()) {
+      p.wake.expires_at(asio::steady_timer::time_point::max());
+      co_await p.wake.async_wait(nothrow(r.ec));
+      r.ec = {};
+      if (p.client_gone) break;
       continue;
     }
-    const EngineOutput out = p->outputs.front();
-    p->outputs.pop_front();
-    if (out.kind == EngineOutput::Kind::Finished) {
-      finished = true;
-      break;
-    }
-    if (out.kind == EngineOutput::Kind::FirstToken) cached = out.cached_tokens;
-    const std::string piece = kWords[(id + generated) % std::size(kWords)];
-    ++generated;
-    text += piece;
-    if (!parsed.stream) continue;
-    if (!header_sent) {
-      head.set(http::field::server, "kvroute-mocker");
-      head.set(http::field::content_type, "text/event-stream");
-      head.set(http::field::cache_control, "no-cache");
-      head.chunked(true);
-      head.keep_alive(keep);
-      co_await http::async_write_header(s, sr, nothrow(ec));
-      header_sent = true;
-      if (ec) break;
-      if (chat) {
-        ok = co_await write_chunk(fmt::format(
+    const EngineOutput out = p.outputs.front();
+    p.outputs.pop_front();
+    if (out.kind == EngineOutput::Kind::Finished) co_return true;
+    if (out.kind == EngineOutput::Kind::FirstToken) r.cached = out.cached_tokens;
+    const std::string piece = kWords[(r.id + r.generated) % std::size(kWords)];
+    ++r.generated;
+    r.text += piece;
+    if (!r.parsed.stream) continue;
+    if (!r.header_sent) {
+      r.head.set(http::field::server, "kvroute-mocker");
+      r.head.set(http::field::content_type, "text/event-stream");
+      r.head.set(http::field::cache_control, "no-cache");
+      r.head.chunked(true);
+      r.head.keep_alive(r.keep);
+      co_await http::async_write_header(s, r.sr, nothrow(r.ec));
+      r.header_sent = true;
+      if (r.ec) break;
+      if (r.chat) {
+        ok = co_await r.write_chunk(s, fmt::format(
             R"({{"id":"{}","object":"chat.completion.chunk","created":{},"model":"{}","choices":[{{"index":0,"delta":{{"role":"assistant","content":""}},"logprobs":null,"finish_reason":null}}]}})",
-            rid, created, model));
+            r.rid, r.created, r.model));
         if (!ok) break;
       }
     }
-    ok = co_await write_chunk(chunk_json(piece, nullptr));
+    ok = co_await r.write_chunk(s, r.chunk_json(piece, nullptr));
   }
+  co_return false;
+}
+
+// The end of a finished generation: the whole answer, or the stream's last
+// chunks. Returns whether the connection goes on.
+awaitable<bool> MockerServer::Impl::finish_reply(beast::tcp_stream& s, Reply& r) {
+  if (!r.parsed.stream) {
+    // One choice per prompt of a batch and per `n` (the same text), index
+    // ordered as vLLM's (prompt-major), so a router's n > 1 and batched
+    // prompts can be checked; streams still carry one choice.
+    std::string choice;
+    for (uint32_t i = 0; i < r.parsed.n * r.parsed.prompts; ++i)
+      choice += (i ? "," : "") +
+                (r.chat ? fmt::format(R"({{"index":{},"message":{{"role":"assistant","content":"{}"}},"logprobs":null,"finish_reason":"length"}})",
+                                      i, json_escape(r.text))
+                        : fmt::format(R"({{"index":{},"text":"{}","logprobs":null,"finish_reason":"length"}})", i,
+                                      json_escape(r.text)));
+    co_return co_await respond(s, r.version, r.keep, http::status::ok,
+                               fmt::format(R"({{"id":"{}","object":"{}","created":{},"model":"{}","choices":[{}],"usage":{}}})",
+                                           r.rid, r.chat ? "chat.completion" : "text_completion", r.created, r.model,
+                                           choice, r.usage_json()));
+  }
+  if (!co_await r.write_chunk(s, r.chunk_json("", "length"))) co_return false;
+  if (r.gen.include_usage &&
+      !co_await r.write_chunk(s, fmt::format(R"({{"id":"{}","object":"{}","created":{},"model":"{}","choices":[],"usage":{}}})",
+                                             r.rid, r.chat ? "chat.completion.chunk" : "text_completion", r.created,
+                                             r.model, r.usage_json())))
+    co_return false;
+  if (!co_await r.write_chunk(s, "[DONE]")) co_return false;
+  co_await asio::async_write(s, http::make_chunk_last(), nothrow(r.ec));
+  co_return !r.ec && r.keep;
+}
+
+awaitable<bool> MockerServer::Impl::generate(beast::tcp_stream& s, const http::request<http::string_body>& req,
+                                             ApiKind kind) {
+  const bool keep = req.keep_alive();
+  const unsigned v = req.version();
+  ++requests_total;
+  ParsedRequest parsed;
+  GenParams gen;
+  bool lora = false;
+  auto reject = parse_generation(req, kind, parsed, gen, lora);
+  if (!reject && hang) {
+    // Test hook: accept and never answer; return when the client gives up.
+    char b;
+    beast::error_code ec;
+    s.expires_never();
+    co_await s.socket().async_receive(asio::buffer(&b, 1), nothrow(ec));
+    co_return false;
+  }
+  Engine* engine = nullptr;
+  uint32_t prompt_len = 0;
+  uint64_t id = 0;
+  if (!reject) {
+    id = next_id++;
+    reject = admit_generation(req, parsed, gen, lora, id, engine, prompt_len);
+  }
+  if (reject) {
+    ++rejected_total;
+    // Bodies are built before co_await: GCC 12 mishandles temporaries in co_await expressions.
+    std::string body = error_body(reject->error);
+    co_return co_await respond(s, v, keep, reject->status, std::move(body));
+  }
+  auto p = std::make_shared<Pending>(ioc.get_executor());
+  pending[id] = p;
+  schedule();
+  watch_client(s.socket(), p);
+
+  Reply r(parsed, gen, id, opts.worker_id, kind == ApiKind::ChatCompletions, keep, v, prompt_len);
+  const bool finished = co_await relay_tokens(s, *p, r);
   pending.erase(id);
   {
     beast::error_code ignored;
-    sock.cancel(ignored);  // stop the client watch
+    s.socket().cancel(ignored);  // stop the client watch
   }
   if (!finished) {
     // Client went away (or a write failed): stop generating, free the blocks.
-    engine.cancel(id);
+    engine->cancel(id);
     schedule();
     ++cancels_total;
     co_return false;
   }
-  if (!parsed.stream) {
-    // One choice per prompt of a batch and per `n` (the same text), index
-    // ordered as vLLM's (prompt-major). Added by helper proxy for kvroute's
-    // n > 1 and batch tests; streams still carry one choice.
-    std::string choice;
-    for (uint32_t i = 0; i < parsed.n * parsed.prompts; ++i)
-      choice += (i ? "," : "") +
-                (chat ? fmt::format(R"({{"index":{},"message":{{"role":"assistant","content":"{}"}},"logprobs":null,"finish_reason":"length"}})",
-                                    i, json_escape(text))
-                      : fmt::format(R"({{"index":{},"text":"{}","logprobs":null,"finish_reason":"length"}})", i,
-                                    json_escape(text)));
-    co_return co_await respond(s, v, keep, http::status::ok,
-                               fmt::format(R"({{"id":"{}","object":"{}","created":{},"model":"{}","choices":[{}],"usage":{}}})",
-                                           rid, chat ? "chat.completion" : "text_completion", created, model, choice,
-                                           usage_json()));
-  }
-  if (!co_await write_chunk(chunk_json("", "length"))) co_return false;
-  if (gen.include_usage &&
-      !co_await write_chunk(fmt::format(R"({{"id":"{}","object":"{}","created":{},"model":"{}","choices":[],"usage":{}}})",
-                                        rid, chat ? "chat.completion.chunk" : "text_completion", created, model,
-                                        usage_json())))
-    co_return false;
-  if (!co_await write_chunk("[DONE]")) co_return false;
-  co_await asio::async_write(s, http::make_chunk_last(), nothrow(ec));
-  co_return !ec && keep;
+  co_return co_await finish_reply(s, r);
 }
 
 MockerServer::MockerServer(MockerOptions opts, NatsBus* bus, VllmPublisher* vllm)

@@ -55,7 +55,6 @@ class VllmPublisher {
   uint64_t published() const { return published_.load(); }      // batches numbered
   uint64_t dropped_live() const { return dropped_.load(); }      // of those, not sent live
   uint64_t replays_served() const { return replays_.load(); }
-  uint64_t next_seq() const { return published_.load(); }
 
  private:
   void loop();

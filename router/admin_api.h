@@ -20,7 +20,7 @@
 #include "router/explain.h"
 #include "router/routing.h"
 #include "router/status.h"
-#include "scheduler/worker_registry.h"
+#include "fleet/worker_registry.h"
 
 namespace kvroute {
 
@@ -40,8 +40,8 @@ struct AdminStats {
   std::atomic<uint64_t> auth_failures{0};
 };
 
-// The fleet manager's admin entry points (fleet/fleet.h), wired by main.
-struct AdminFleetHooks {
+// The admin entry points of the router-known workers (fleet/known_workers.h), wired by main.
+struct AdminWorkerHooks {
   std::function<std::optional<std::string>(std::string_view entry)> add_worker;  // workers.static text form
   std::function<bool(WorkerId)> remove_worker;
 };
@@ -70,10 +70,10 @@ class AdminApi {
   void register_metrics(metrics::Registry& r) const;
   // The status page's data (GET /admin/status, /admin/status/history,
   // /admin/decisions[/{id}]); without it those answer 404. Set before serving.
-  void set_status(const FleetStatus* status) { status_ = status; }
+  void set_status(const StatusReport* status) { status_ = status; }
   // POST /admin/workers ({"url":..,"model":..,...} or the text form) and
   // DELETE /admin/workers/{id}: 501 until set.
-  void set_fleet_hooks(AdminFleetHooks hooks) { fleet_ = std::move(hooks); }
+  void set_fleet_hooks(AdminWorkerHooks hooks) { fleet_ = std::move(hooks); }
 
   // Explain of one request body (the data plane's routing, no request sent).
   AdminResponse explain(ApiKind kind, std::string_view body) const;
@@ -83,8 +83,8 @@ class AdminApi {
   // True when `authorization` carries the admin token (the HTTP layer checks
   // before doing work for an admin request).
   bool authorized(std::string_view authorization) const;
-  // How old each worker's part of the index is (time since its last event or
-  // dump; nullopt = never heard), shown by explain as
+  // How old each worker's part of the index is (time since its last
+  // event or dump; nullopt = never heard), shown by explain as
   // "index_age_ms":{"<worker_id>":ms|null,...}. Unset: the field is omitted.
   void set_index_age(std::function<std::optional<Nanos>(WorkerId)> f) { index_age_ = std::move(f); }
   // Workers whose KV events carry no cache_salt while they are sent salted
@@ -102,10 +102,10 @@ class AdminApi {
   RoutingService& routing_;
   WorkerRegistry& registry_;
   const Indexer& index_;
-  const FleetStatus* status_ = nullptr;
+  const StatusReport* status_ = nullptr;
   AdminStats stats_;
-  AdminFleetHooks fleet_;
-  std::function<std::optional<Nanos>(WorkerId)> index_age_;
+  AdminWorkerHooks fleet_;
+  std::function<std::optional<Nanos>(WorkerId)> index_age_;  // explain's index_age_ms; unset: omitted
   std::function<bool(WorkerId)> salt_blind_;
 };
 

@@ -30,20 +30,20 @@
 #include "events/replica_sync.h"
 #include "events/salt_attribution.h"
 #include "events/zmq_source.h"
-#include "fleet/fleet.h"
 #include "fleet/fleet_metrics.h"
+#include "fleet/known_workers.h"
+#include "fleet/worker_registry.h"
 #include "indexer/approx_indexer.h"
 #include "indexer/event_sequencer.h"
 #include "indexer/indexer_metrics.h"
 #include "indexer/radix_indexer.h"
+#include "indexer/merged_index.h"
 #include "router/admin_api.h"
 #include "router/http/server.h"
-#include "router/merged_index.h"
 #include "router/router_metrics.h"
 #include "router/routing.h"
 #include "router/session_affinity.h"
 #include "router/status.h"
-#include "scheduler/worker_registry.h"
 
 extern char** environ;
 
@@ -216,14 +216,14 @@ class Daemon {
   std::unique_ptr<EventPipeline> pipeline_;
   SaltAttribution salts_;
   std::unique_ptr<ZmqEventSource> zmq_;
-  std::unique_ptr<Fleet> fleet_;
+  std::unique_ptr<KnownWorkers> fleet_;
   std::unique_ptr<ReplicaSync> replicas_;
   std::unique_ptr<RoutingService> routing_;
   std::unique_ptr<AdminApi> admin_;
   SessionAffinity sessions_;  // scheduler.session_affinity
   DecisionLog decisions_;
   std::unique_ptr<StatusHistory> history_;
-  std::unique_ptr<FleetStatus> fleet_status_;
+  std::unique_ptr<StatusReport> fleet_status_;
   std::unique_ptr<HttpServer> server_;
 };
 
@@ -264,7 +264,6 @@ bool Daemon::start_events(const Config& cfg) {
   }
   pipeline_ = std::make_unique<EventPipeline>(cfg.events, cfg.indexer.block_size, index_, registry_, clock_);
   sequencer_.set_resync_callback([this](CacheOwner owner) { pipeline_->request_resync(owner); });
-  pipeline_->set_sequencer(&sequencer_);  // dumps, resync marks, worker instances
   pipeline_->set_block_limit_policy(cfg.indexer.max_blocks_per_worker, cfg.indexer.capacity_slack);
   if (bus_ && !pipeline_->start(*bus_, &err)) {
     std::fprintf(stderr, "kvroute: %s\n", err.c_str());
@@ -282,7 +281,7 @@ bool Daemon::start_events(const Config& cfg) {
 // Router-known workers (workers.static, discovery.dns, admin API): judged by
 // their own /metrics and connections; their KV events over ZMQ.
 void Daemon::start_fleet(const Config& cfg) {
-  FleetHooks hooks;
+  KnownWorkerHooks hooks;
   hooks.added = [this](const WorkerAnnouncement& w) {
     if (w.kv_events.empty()) return;
     std::string e;
@@ -301,7 +300,7 @@ void Daemon::start_fleet(const Config& cfg) {
     zmq_->remove_worker(w.id);
     zmq_->add_worker(w.id, ZmqWorkerEndpoints{w.kv_events, w.replay, w.dp_size});
   };
-  fleet_ = std::make_unique<Fleet>(registry_, cfg.indexer.block_size, std::move(hooks));
+  fleet_ = std::make_unique<KnownWorkers>(registry_, cfg.indexer.block_size, std::move(hooks));
   fleet_->start(cfg);
   config_.on_change([this](const Config& c) { fleet_->apply_config(c); });
 }
@@ -323,7 +322,7 @@ void Daemon::build_routing() {
   routing_ = std::make_unique<RoutingService>(index_, registry_, config_, random_, &tokenizers_);
   admin_ = std::make_unique<AdminApi>(config_, *routing_, registry_, index_);
   admin_->set_index_age([this](WorkerId w) { return pipeline_->index_age(w); });
-  admin_->set_fleet_hooks(AdminFleetHooks{[this](std::string_view entry) { return fleet_->add_worker(entry); },
+  admin_->set_fleet_hooks(AdminWorkerHooks{[this](std::string_view entry) { return fleet_->add_worker(entry); },
                                           [this](WorkerId id) { return fleet_->remove_worker(id); }});
   admin_->set_salt_blind([this](WorkerId w) { return salts_.salt_blind(w); });
   build_status();
@@ -333,7 +332,7 @@ void Daemon::build_routing() {
 // once a second for 15 minutes, the per-worker table.
 void Daemon::build_status() {
   history_ = std::make_unique<StatusHistory>([this] {
-    FleetCounters c;
+    StatusCounters c;
     c.routed = decisions_.routed();
     c.prompt_tokens = router_metrics_.prompt_tokens_total.get().value();
     c.cached_tokens = router_metrics_.cached_tokens_total.get().value();
@@ -346,7 +345,7 @@ void Daemon::build_status() {
     c.inflight = server_ ? server_->inflight() : 0;
     return c;
   });
-  FleetSources sources;
+  StatusSources sources;
   sources.index_entries = [this] { return radix_.entries_by_worker(); };
   sources.salt_blind = [this](WorkerId w) { return salts_.salt_blind(w); };
   // Partial index: NATS events lost (the sequencer awaits a resync) or a ZMQ gap replay could not cover.
@@ -365,7 +364,7 @@ void Daemon::build_status() {
                                           : 3 * std::chrono::milliseconds(c->workers.scrape_interval_ms);
     return std::chrono::duration_cast<Nanos>(ms);
   };
-  fleet_status_ = std::make_unique<FleetStatus>(registry_, std::move(sources), *history_, decisions_);
+  fleet_status_ = std::make_unique<StatusReport>(registry_, std::move(sources), *history_, decisions_);
   admin_->set_status(fleet_status_.get());
 }
 

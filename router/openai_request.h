@@ -10,6 +10,7 @@
 
 #include "common/types.h"
 #include "tokenizer/placeholder.h"
+#include "tokenizer/request_tokens.h"
 
 namespace kvroute {
 
@@ -78,6 +79,24 @@ struct ParsedRequest {
 
   // Back to a default-constructed request, keeping the strings' and vectors'
   // capacity (the server reuses one per connection).
+  // The fields tokenize_request() reads (tokenizer/request_tokens.h), as
+  // views valid while this request is unchanged.
+  RequestPrompt prompt() const {
+    RequestPrompt p;
+    p.completions = kind == ApiKind::Completions;
+    p.chat = kind == ApiKind::ChatCompletions;
+    p.has_prompt_tokens = has_prompt_tokens;
+    p.prompt_tokens = prompt_tokens;
+    p.prompt_text = prompt_text;
+    p.messages = &messages;
+    p.body = body;
+    p.add_special_tokens = add_special_tokens;
+    p.has_engine_tokens = has_engine_tokens;
+    p.engine_tokens = engine_tokens;
+    p.engine_failed = engine_failed;
+    return p;
+  }
+
   void reset() {
     kind = ApiKind::Completions;
     model.clear();

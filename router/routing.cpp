@@ -68,16 +68,6 @@ void RouteResult::fail(RouteError e, const RouteErrorDetail& detail) {
   error = route_error(e, *this, detail);
 }
 
-std::string_view to_string(TokenSource s) {
-  switch (s) {
-    case TokenSource::Client: return "client";
-    case TokenSource::Local: return "local";
-    case TokenSource::Engine: return "engine";
-    case TokenSource::Placeholder: return "placeholder";
-  }
-  return "client";
-}
-
 void RouteResult::reset() {
   ok = false;
   failure = RouteError::None;
@@ -117,39 +107,7 @@ std::span<const TokenId> RoutingService::tokens_of(const ParsedRequest& r, std::
 std::span<const TokenId> RoutingService::tokenize_request(const ParsedRequest& r, std::vector<TokenId>& buffer,
                                                           const ModelTokenizer* mt, TokenSource* source,
                                                           TokenizerFallback* fallback, std::string* detail) {
-  auto why = [&](TokenizerFallback f) {
-    if (fallback) *fallback = f;
-  };
-  why(TokenizerFallback::None);
-  *source = TokenSource::Client;
-  if (r.has_prompt_tokens) return r.prompt_tokens;
-  *source = TokenSource::Local;
-  if (mt && r.kind == ApiKind::Completions) {
-    mt->encode_prompt(r.prompt_text, r.add_special_tokens.value_or(true), buffer);
-    return buffer;
-  }
-  if (mt && mt->chat_template()) {
-    std::string err;
-    if (mt->encode_chat(r.body, r.add_special_tokens.value_or(false), buffer, &err)) return buffer;
-    why(TokenizerFallback::TemplateError);  // the client's error, as the engine will say: never asked
-    if (detail) *detail = std::move(err);
-  } else if (r.has_engine_tokens) {
-    *source = TokenSource::Engine;
-    return r.engine_tokens;
-  } else if (r.engine_failed) {
-    why(TokenizerFallback::EngineError);
-  } else {
-    why(mt ? TokenizerFallback::NoChatTemplate : TokenizerFallback::NoTokenizer);
-  }
-  *source = TokenSource::Placeholder;
-  if (r.kind == ApiKind::ChatCompletions) {
-    thread_local std::string prompt;  // per-thread scratch: no allocation per request
-    placeholder_chat_prompt(r.messages, prompt);
-    placeholder_tokenize(prompt, buffer);
-  } else {
-    placeholder_tokenize(r.prompt_text, buffer);
-  }
-  return buffer;
+  return kvroute::tokenize_request(r.prompt(), buffer, mt, source, fallback, detail);
 }
 
 const ModelTokenizer* RoutingService::local_tokenizer(std::string_view model) const {
@@ -278,7 +236,7 @@ void RoutingService::decide(const Config& cfg, std::string_view model, uint32_t 
     return;
   }
   const size_t limit = rank_all ? 0 : cfg.router.max_attempts;
-  if (fast_path_ && !score_all && !model.empty() && RankedFleet::supports(cfg.scheduler, limit) &&
+  if (fast_path_ && !score_all && !model.empty() && RankedCandidates::supports(cfg.scheduler, limit) &&
       decide_ranked(cfg, model, limit, out))
     return;
   decide_all(cfg, model, rank_all, out);
@@ -293,7 +251,7 @@ bool RoutingService::decide_ranked(const Config& cfg, std::string_view model, si
   index_.find_match_layers(matchable(out), match);
   auto t1 = StageClock::now();
   out.stage_seconds[2] = seconds_between(t0, t1);
-  thread_local FleetDecision fd;  // per-thread scratch: no allocation per decision
+  thread_local RankedDecision fd;  // per-thread scratch: no allocation per decision
   if (!registry_.decide(model, match, out.isl_tokens, block_size, cfg.scheduler, random_, limit, fd,
                         out.workers))
     return false;  // nobody serves the model: decide_all() tells 404 from 503
@@ -304,7 +262,7 @@ bool RoutingService::decide_ranked(const Config& cfg, std::string_view model, si
   out.candidates.reserve(fd.ranked.size());
   out.ranked.reserve(fd.ranked.size());
   for (size_t i = 0; i < fd.ranked.size(); ++i) {
-    const FleetPick& p = fd.ranked[i];
+    const RankedPick& p = fd.ranked[i];
     Candidate& c = out.candidates.emplace_back();
     c.owner = CacheOwner{p.worker, p.dp_rank};
     c.load = p.state.load;
@@ -355,7 +313,7 @@ void RoutingService::decide_all(const Config& cfg, std::string_view model, bool 
   lap(2);
 
   // A worker with several dp ranks is scored by its best rank's overlap
-  // (most blocks, then the lowest rank: RankedFleet's rule too).
+  // (most blocks, then the lowest rank: RankedCandidates's rule too).
   // Both lists are sorted by worker id (the registry's order), so one merge
   // pass pairs them: O(workers + owners log owners), no hashing.
   auto& owners = scores.owners;

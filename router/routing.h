@@ -17,20 +17,11 @@
 #include "indexer/indexer.h"
 #include "router/openai_request.h"
 #include "scheduler/scheduler.h"
-#include "scheduler/worker_registry.h"
+#include "fleet/worker_registry.h"
 #include "tokenizer/model_tokenizer.h"
+#include "tokenizer/request_tokens.h"
 
 namespace kvroute {
-
-// Where a routed request's token ids came from (explain, metrics, status page).
-enum class TokenSource : uint8_t {
-  Client,       ///< the client sent token ids
-  Local,        ///< the model's tokenizer in kvroute (tokenizer.models; a LoRA adapter: its base model's)
-  Engine,       ///< the engine's own POST /tokenize (tokenizer.remote)
-  Placeholder,  ///< the placeholder tokenizer: cache overlap is approximate (RouteResult::tokenizer_fallback says why)
-};
-// "client", "local", "engine", "placeholder".
-std::string_view to_string(TokenSource s);
 
 // Why a request has no worker. Each maps to one client-facing error
 // (route_error(): status, OpenAI code and message, written in one place) and
@@ -177,7 +168,8 @@ class RoutingService {
                                             TokenizerFallback* fallback = nullptr, std::string* detail = nullptr);
   // The same with the model's tokenizer already looked up (`local`, may be
   // null), and the engine's tokens (request.engine_tokens) used when `local`
-  // cannot tokenize the request; *source says which was used.
+  // cannot tokenize the request; *source says which was used
+  // (tokenizer/request_tokens.h tokenize_request(), which the mocker calls too).
   static std::span<const TokenId> tokenize_request(const ParsedRequest& request, std::vector<TokenId>& buffer,
                                                    const ModelTokenizer* local, TokenSource* source,
                                                    TokenizerFallback* fallback, std::string* detail);
@@ -199,7 +191,7 @@ class RoutingService {
   // decide_ranked().
   void decide(const Config& cfg, std::string_view model, uint32_t isl_tokens, bool rank_all, bool score_all,
               RouteResult& out) const;
-  // The registry's pre-ranked fleet (scheduler/ranked_fleet.h): the candidates
+  // The registry's pre-ranked fleet (scheduler/ranked_candidates.h): the candidates
   // are only the ranked workers. False when nobody serves the model.
   bool decide_ranked(const Config& cfg, std::string_view model, size_t limit, RouteResult& out) const;
   // Every candidate scored (schedule()): explain's full ranking, and the reference.

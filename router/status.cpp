@@ -26,8 +26,8 @@ void add_into(std::vector<uint64_t>& into, const std::vector<uint64_t>& v) {
 }
 
 // The period's sample from two consecutive readings.
-FleetSample delta(const FleetCounters& a, const FleetCounters& b, double unix_time, double seconds) {
-  FleetSample s;
+StatusSample delta(const StatusCounters& a, const StatusCounters& b, double unix_time, double seconds) {
+  StatusSample s;
   s.unix_time = unix_time;
   s.seconds = seconds;
   auto d = [](uint64_t x, uint64_t y) { return y >= x ? y - x : 0; };  // a counter never goes back
@@ -46,7 +46,7 @@ FleetSample delta(const FleetCounters& a, const FleetCounters& b, double unix_ti
 }
 
 // Rates and quantiles from the summed deltas.
-void finish(FleetSample& s) {
+void finish(StatusSample& s) {
   const double secs = s.seconds > 0 ? s.seconds : 1;
   s.requests_per_s = static_cast<double>(s.routed) / secs;
   s.events_per_s = static_cast<double>(s.events) / secs;
@@ -82,7 +82,7 @@ double histogram_quantile(const std::vector<double>& bounds, const std::vector<u
 
 // ---- StatusHistory ----------------------------------------------------------
 
-StatusHistory::StatusHistory(std::function<FleetCounters()> read, size_t capacity)
+StatusHistory::StatusHistory(std::function<StatusCounters()> read, size_t capacity)
     : read_(std::move(read)), capacity_(capacity) {}
 
 StatusHistory::~StatusHistory() { stop(); }
@@ -112,10 +112,10 @@ void StatusHistory::stop() {
 }
 
 void StatusHistory::sample(double unix_time) {
-  FleetCounters now = read_();
+  StatusCounters now = read_();
   std::lock_guard lk(mu_);
   if (last_) {
-    FleetSample s = delta(*last_, now, unix_time, unix_time - last_time_);
+    StatusSample s = delta(*last_, now, unix_time, unix_time - last_time_);
     finish(s);
     ring_.push_back(std::move(s));
     while (ring_.size() > capacity_) ring_.pop_front();
@@ -124,14 +124,14 @@ void StatusHistory::sample(double unix_time) {
   last_time_ = unix_time;
 }
 
-std::vector<FleetSample> StatusHistory::samples() const {
+std::vector<StatusSample> StatusHistory::samples() const {
   std::lock_guard lk(mu_);
   return {ring_.begin(), ring_.end()};
 }
 
-FleetSample StatusHistory::window(size_t n) const {
+StatusSample StatusHistory::window(size_t n) const {
   std::lock_guard lk(mu_);
-  FleetSample w;
+  StatusSample w;
   const size_t from = ring_.size() > n ? ring_.size() - n : 0;
   for (size_t i = from; i < ring_.size(); ++i) {
     const auto& s = ring_[i];
@@ -166,15 +166,15 @@ std::string StatusHistory::json() const {
   out += R"(,"t":[)";  // unix seconds to the millisecond (num()'s 6 digits would round them)
   for (size_t i = 0; i < all.size(); ++i) out += fmt::format("{}{:.3f}", i ? "," : "", all[i].unix_time);
   out += ']';
-  series("requests_per_s", [](const FleetSample& s) { return s.requests_per_s; });
-  series("hit_rate", [](const FleetSample& s) { return s.hit_rate; });
-  series("decision_p50_us", [](const FleetSample& s) { return s.decision_p50_us; });
-  series("decision_p99_us", [](const FleetSample& s) { return s.decision_p99_us; });
-  series("events_per_s", [](const FleetSample& s) { return s.events_per_s; });
-  series("index_entries", [](const FleetSample& s) { return s.index_entries; });
-  series("index_blocks", [](const FleetSample& s) { return s.index_blocks; });
-  series("workers", [](const FleetSample& s) { return s.workers; });
-  series("inflight", [](const FleetSample& s) { return s.inflight; });
+  series("requests_per_s", [](const StatusSample& s) { return s.requests_per_s; });
+  series("hit_rate", [](const StatusSample& s) { return s.hit_rate; });
+  series("decision_p50_us", [](const StatusSample& s) { return s.decision_p50_us; });
+  series("decision_p99_us", [](const StatusSample& s) { return s.decision_p99_us; });
+  series("events_per_s", [](const StatusSample& s) { return s.events_per_s; });
+  series("index_entries", [](const StatusSample& s) { return s.index_entries; });
+  series("index_blocks", [](const StatusSample& s) { return s.index_blocks; });
+  series("workers", [](const StatusSample& s) { return s.workers; });
+  series("inflight", [](const StatusSample& s) { return s.inflight; });
   return out + "}";
 }
 
@@ -238,7 +238,7 @@ std::optional<std::string> DecisionLog::explain(uint64_t id) const {
   return std::nullopt;
 }
 
-// ---- FleetStatus ------------------------------------------------------------
+// ---- StatusReport ------------------------------------------------------------
 
 std::string_view worker_state(const WorkerView& w, bool partial_index, Nanos stale_after) {
   if (w.health == HealthState::Ejected) return "ejected";
@@ -249,7 +249,7 @@ std::string_view worker_state(const WorkerView& w, bool partial_index, Nanos sta
   return "ok";
 }
 
-std::string FleetStatus::workers_json() const {
+std::string StatusReport::workers_json() const {
   std::map<WorkerId, uint64_t> entries;
   if (sources_.index_entries)
     for (const auto& [w, n] : sources_.index_entries()) entries[w] += n;
@@ -282,8 +282,8 @@ std::string FleetStatus::workers_json() const {
   return out + "]";
 }
 
-std::string FleetStatus::status_json(double unix_time) const {
-  const FleetSample t = history_.window(10);
+std::string StatusReport::status_json(double unix_time) const {
+  const StatusSample t = history_.window(10);
   return fmt::format(
       R"({{"unix_time":{:.3f},"totals":{{"window_s":{},"requests_per_s":{},"hit_rate":{},"decision_p50_us":{},)"
       R"("decision_p99_us":{},"events_per_s":{},"index_blocks":{},"index_entries":{},"workers":{},"inflight":{},)"

@@ -4,7 +4,7 @@
 //   size, workers, in flight) for the page's charts and totals.
 // - DecisionLog: counts every routing decision, times it, and keeps the
 //   latest ones (at most one per `min_gap`) with their explain.
-// - FleetStatus: both, plus the per-worker table, as JSON for the admin API.
+// - StatusReport: both, plus the per-worker table, as JSON for the admin API.
 //
 // Threading: DecisionLog::on_routed runs on the HTTP io threads (the request
 // path: one striped counter, one histogram observation, one relaxed atomic
@@ -29,12 +29,12 @@
 #include "common/metrics.h"
 #include "config/config_store.h"
 #include "router/routing.h"
-#include "scheduler/worker_registry.h"
+#include "fleet/worker_registry.h"
 
 namespace kvroute {
 
 // Cumulative counters and current gauges of the whole fleet, read once a second.
-struct FleetCounters {
+struct StatusCounters {
   uint64_t routed = 0;          // routing decisions that chose a worker
   uint64_t prompt_tokens = 0;   // of routed requests
   uint64_t cached_tokens = 0;   // of those, found cached on the chosen worker
@@ -47,7 +47,7 @@ struct FleetCounters {
 };
 
 // One second of the fleet (rates over the sampling period). NaN = no data.
-struct FleetSample {
+struct StatusSample {
   double unix_time = 0;
   double seconds = 0;           // length of the period
   double requests_per_s = 0;
@@ -74,7 +74,7 @@ double histogram_quantile(const std::vector<double>& bounds, const std::vector<u
 class StatusHistory {
  public:
   // `read` is called from the sampler thread (or sample()'s caller).
-  explicit StatusHistory(std::function<FleetCounters()> read, size_t capacity = 900);
+  explicit StatusHistory(std::function<StatusCounters()> read, size_t capacity = 900);
   ~StatusHistory();
   StatusHistory(const StatusHistory&) = delete;
   StatusHistory& operator=(const StatusHistory&) = delete;
@@ -87,18 +87,18 @@ class StatusHistory {
   // call (the first call only sets the baseline). `unix_time` in seconds.
   void sample(double unix_time);
 
-  std::vector<FleetSample> samples() const;
+  std::vector<StatusSample> samples() const;
   // Totals over the last `window` samples (rates: sum / seconds).
-  FleetSample window(size_t samples) const;
+  StatusSample window(size_t samples) const;
   // {"period_s":..,"t":[..],"requests_per_s":[..],...} (NaN as null).
   std::string json() const;
 
  private:
-  std::function<FleetCounters()> read_;
+  std::function<StatusCounters()> read_;
   const size_t capacity_;
   mutable std::mutex mu_;
-  std::deque<FleetSample> ring_;
-  std::optional<FleetCounters> last_;
+  std::deque<StatusSample> ring_;
+  std::optional<StatusCounters> last_;
   double last_time_ = 0;
   std::thread thread_;
   std::condition_variable cv_;
@@ -139,7 +139,7 @@ class DecisionLog {
 };
 
 // Per-worker facts the registry does not hold, supplied by the daemon.
-struct FleetSources {
+struct StatusSources {
   std::function<std::vector<std::pair<WorkerId, uint64_t>>()> index_entries;  // per worker, any order
   std::function<bool(CacheOwner)> partial_index;  // events lost, index incomplete until a resync
   // Prompt and cached tokens routed to a worker since start.
@@ -157,9 +157,9 @@ struct FleetSources {
 // incomplete until a resync), stale (load report late), ok.
 std::string_view worker_state(const WorkerView& w, bool partial_index, Nanos stale_after);
 
-class FleetStatus {
+class StatusReport {
  public:
-  FleetStatus(const WorkerRegistry& registry, FleetSources sources, StatusHistory& history, DecisionLog& decisions)
+  StatusReport(const WorkerRegistry& registry, StatusSources sources, StatusHistory& history, DecisionLog& decisions)
       : registry_(registry), sources_(std::move(sources)), history_(history), decisions_(decisions) {}
 
   // {"unix_time","totals":{...last 10 s},"workers":[...]} for GET /admin/status.
@@ -171,7 +171,7 @@ class FleetStatus {
   std::string workers_json() const;
 
   const WorkerRegistry& registry_;
-  FleetSources sources_;
+  StatusSources sources_;
   StatusHistory& history_;
   DecisionLog& decisions_;
 };

@@ -132,7 +132,7 @@ void schedule(const std::vector<Candidate>& candidates, uint32_t isl_tokens, uin
     if (predicted_cost) {
       // Both costs keep the load terms (KV, slots, queue): TTFT alone fills a
       // worker's KV and slots with the requests that hit its cache. (Never on
-      // the fast path: RankedFleet::supports() refuses this cost.)
+      // the fast path: RankedCandidates::supports() refuses this cost.)
       const double load = d.alpha * s.load_deviation + cfg.gamma * s.slot_ratio + cfg.delta * s.queue_ratio;
       s.cost = load + s.predicted_ttft_ms / 1000.0;
       r.cost = s.cost;

@@ -10,25 +10,16 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "common/load.h"
 #include "common/types.h"
 #include "config/config.h"
 #include "scheduler/ttft_model.h"
 
 namespace kvroute {
 
-// A worker's load as the scheduler sees it (reported, plus the router's own
-// in-flight requests; see worker_registry.h).
-struct WorkerLoad {
-  uint32_t request_active_slots = 0;
-  uint32_t request_total_slots = 0;
-  uint32_t num_requests_waiting = 0;
-  uint64_t kv_active_blocks = 0;
-  uint64_t kv_total_blocks = 0;
-};
-
 struct Candidate {
   CacheOwner owner;
-  WorkerLoad load;
+  WorkerLoad load;  // as the scheduler sees it: reported, raised by in-flight work (fleet/worker_registry.h)
   uint32_t overlap_blocks = 0;  // cached prefix length on this owner (all tiers)
   // Of overlap_blocks, how many per storage tier. If all zero, every
   // overlapping block counts as a device hit.
@@ -78,7 +69,7 @@ struct Decision {
 };
 
 // The pieces of the cost shared by schedule() (every candidate) and
-// RankedFleet::decide() (the fast path, scheduler/ranked_fleet.h), so both
+// RankedCandidates::decide() (the fast path, scheduler/ranked_candidates.h), so both
 // compute bit-identical costs and the same ranking.
 
 // Why `c` may not take a request (None = eligible).
@@ -111,8 +102,8 @@ inline double ranking_cost(double alpha, double load_ratio, double prefill_ratio
 
 // Scores `candidates` for a request of `isl_tokens` prompt tokens. O(candidates):
 // the reference scorer, used for explain (rank all), softmax sampling, and
-// wherever no RankedFleet exists; the fast path must agree with it
-// (tests/scheduler/ranked_fleet_test.cpp).
+// wherever no RankedCandidates exists; the fast path must agree with it
+// (tests/scheduler/ranked_candidates_test.cpp).
 // `block_size` converts overlap blocks to tokens. `rank_limit` > 0 ranks only
 // that many (a partial sort: routing needs the failover order of a few
 // workers, explain wants all); every candidate is scored either way.

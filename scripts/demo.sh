@@ -47,7 +47,7 @@ trap cleanup EXIT INT TERM
 
 NATS_PORT=$(free_port 4222)
 ROUTER_PORT=$(free_port "${KVROUTE_PORT:-8080}")
-# ---- admin listener and status page (issue 18): a token, a free port ----
+# ---- admin listener and status page: a token, a free port ----
 ADMIN_PORT=$(free_port "${KVROUTE_ADMIN_PORT:-8081}")
 [ "$ADMIN_PORT" = "$ROUTER_PORT" ] && ADMIN_PORT=$(free_port 0)
 export KVROUTE_ADMIN_TOKEN=${KVROUTE_ADMIN_TOKEN:-$(head -c 18 /dev/urandom | base64 | tr '+/' '-_')}

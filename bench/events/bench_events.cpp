@@ -26,7 +26,7 @@
 //   must end with the same entry count (checked). The zmq path's split into
 //   decode, hash and apply is printed too (separate passes), and the decode
 //   with each payload already in cache (what bounds the decode phase).
-// Target (issue 14): zmq >= 2M blocks/s on one core.
+// Target: zmq >= 2M blocks/s on one core.
 //
 // Run: build/bench/events/bench_events [--trace PATH] [--quick] [--reps N] [--vocab N]
 // (--quick: first 2,000 requests; registered in CTest, label bench).

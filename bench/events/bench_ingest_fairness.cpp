@@ -24,7 +24,7 @@
 #include "common/clock.h"
 #include "events/event_pipeline.h"
 #include "indexer/radix_indexer.h"
-#include "scheduler/worker_registry.h"
+#include "fleet/worker_registry.h"
 
 using namespace kvroute;
 

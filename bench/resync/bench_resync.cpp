@@ -1,5 +1,5 @@
 // bench_resync: how fast a router that starts next to a fleet rebuilds the
-// fleet's caches (issue 15 target: 1M blocks within 5 s). A real nats-server
+// fleet's caches (target: 1M blocks within 5 s). A real nats-server
 // (default max_payload, 1 MiB) is started on a free port; WORKERS in-process
 // workers each hold BLOCKS/WORKERS blocks and answer chunked resync requests
 // as kvroute-mocker does (snapshot on chunk 0, events/wire.h); the router side
@@ -121,7 +121,6 @@ int main(int argc, char** argv) {
   ec.subject_prefix = "bench";
   EventPipeline pipeline(ec, 16, sequencer, registry, SteadyClock::instance());
   sequencer.set_resync_callback([&](CacheOwner o) { pipeline.request_resync(o); });
-  pipeline.set_sequencer(&sequencer);
   auto bus = NatsBus::connect(url, "router", std::chrono::seconds(10), &err);
   if (!bus || !pipeline.start(*bus, &err)) {
     std::fprintf(stderr, "router: %s\n", err.c_str());

@@ -68,7 +68,8 @@ std::vector<TokenId> prefix_tokens(uint32_t p, size_t n, bool system_prompt) {
   return t;
 }
 
-struct Fleet {
+// One run's routing stack: the index, the registry of `workers` workers and the requests.
+struct Testbed {
   uint32_t workers = 0;
   ManualClock clock;
   RadixIndexer index;
@@ -77,8 +78,8 @@ struct Fleet {
   std::vector<ParsedRequest> reqs;
 };
 
-std::unique_ptr<Fleet> build(uint32_t workers, const Scenario& sc) {
-  auto f = std::make_unique<Fleet>();
+std::unique_ptr<Testbed> build(uint32_t workers, const Scenario& sc) {
+  auto f = std::make_unique<Testbed>();
   f->workers = workers;
   Config cfg;
   cfg.indexer.block_size = kBlock;
@@ -152,7 +153,7 @@ double clock_overhead() {
 // released at the end, so the next run starts from the same registry state.
 // `timed`: per-decision clocks (latency); otherwise only the whole loop's
 // thread CPU time (throughput, no clock calls inside).
-Run run(Fleet& f, bool fast, size_t decisions, bool timed) {
+Run run(Testbed& f, bool fast, size_t decisions, bool timed) {
   SeededRandom random(7);
   RoutingService routing(f.index, f.registry, *f.config, random);
   routing.set_fast_path(fast);
@@ -203,7 +204,7 @@ Run run(Fleet& f, bool fast, size_t decisions, bool timed) {
 }
 
 // One latency run and one throughput run of the same scorer.
-Run both(Fleet& f, bool fast, size_t decisions) {
+Run both(Testbed& f, bool fast, size_t decisions) {
   Run r = run(f, fast, decisions, true);
   r.per_s = run(f, fast, decisions, false).per_s;
   return r;
@@ -220,7 +221,7 @@ struct Row {
 
 bool fast_only = false;  // --fast-only: no reference runs (profiling)
 
-Row measure(Fleet& f, size_t decisions, int rounds) {
+Row measure(Testbed& f, size_t decisions, int rounds) {
   if (fast_only) {
     Run r = both(f, true, decisions);
     return Row{r, r};

@@ -22,7 +22,7 @@
 #include "router/router_metrics.h"
 #include "router/routing.h"
 #include "router/session_affinity.h"
-#include "scheduler/worker_registry.h"
+#include "fleet/worker_registry.h"
 
 namespace kvroute {
 

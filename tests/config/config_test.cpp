@@ -215,7 +215,7 @@ discovery:
   CHECK(apply_yaml(bad, "workers: {eject_base_ms: 5000, eject_max_ms: 1000}").has_value());
 }
 
-TEST_CASE("nan and inf are refused for floating-point keys, naming the key (issue 15)") {
+TEST_CASE("nan and inf are refused for floating-point keys, naming the key") {
   for (const char* bad : {"nan", "NaN", "-nan", "inf", "-inf", "infinity"}) {
     Config c;
     auto e = set_key(c, "scheduler.gamma", bad);
@@ -248,4 +248,13 @@ TEST_CASE("limits of bodies, connections and bus-announced workers validate") {
   e = apply_yaml(c, "scheduler:\n  busy_kv_usage: 0\n");
   REQUIRE(e.has_value());
   CHECK(has_text(*e, "scheduler.busy_kv_usage"));
+}
+
+TEST_CASE("a worker's default id is the FNV-1a hash its header documents") {
+  // FNV-1a over the URL's bytes from offset basis 1469598103934665603, top bit cleared.
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char ch : std::string_view("http://10.0.0.7:8000")) h = (h ^ ch) * 1099511628211ull;
+  CHECK(worker_id_for_url("http://10.0.0.7:8000") == (h & 0x7fffffffffffffffull));
+  CHECK(worker_id_for_url("") == 1469598103934665603ull);
+  CHECK(worker_id_for_url("a") == 0x44bd8ad473cd9906ull);
 }

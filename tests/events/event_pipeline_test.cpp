@@ -153,7 +153,7 @@ TEST_CASE("the writer serves workers round-robin: a backlog delays another worke
   p.stop();
 }
 
-// ---- issue 15 (bus) ----
+// ---- resync, bounded queue, instances ----
 
 TEST_CASE("events of workers the router does not know are dropped and counted, never indexed") {
   Harness h;

@@ -1,4 +1,4 @@
-// Replicas share in-flight load (issue 15): two ReplicaSync instances over a
+// Replicas share in-flight load: two ReplicaSync instances over a
 // real nats-server (started here on a free port), each with its own registry.
 #include "events/replica_sync.h"
 

@@ -1,4 +1,4 @@
-// Issue 15 (bus): instance ids on the wire, and the chunked, compact resync.
+// Instance ids on the wire, and the chunked, compact resync.
 #include <doctest/doctest.h>
 
 #include <random>

@@ -1,4 +1,4 @@
-"""Helpers for the bus fault tests (issue 15): a raw NATS client (plain or
+"""Helpers for the bus fault tests: a raw NATS client (plain or
 TLS, with user/password) to inject hostile messages, nats-server with a
 config file, direct cache fills on mockers, and the index-vs-workers check.
 Reuses tests/integration/fleet.py for processes and HTTP. Standard library only.

@@ -1,4 +1,4 @@
-// Issue 15 (bus): a sequencer that cannot be turned against the fleet.
+// A sequencer that cannot be turned against the fleet.
 #include <doctest/doctest.h>
 
 #include "indexer/event_sequencer.h"

@@ -250,20 +250,20 @@ TEST_CASE("the status page's files are served without the token; its data needs 
   CHECK(f.api.handle("GET", "/ui/nope.js", "", "").status == 401);
   CHECK(f.api.handle("POST", "/ui", "", "").status == 401);
   CHECK(f.api.handle("GET", "/admin/status", "", "").status == 401);
-  CHECK(f.api.handle("GET", "/admin/status", kAuth, "").status == 404);  // no FleetStatus set
+  CHECK(f.api.handle("GET", "/admin/status", kAuth, "").status == 404);  // no StatusReport set
 
   // With the daemon's status sources.
   DecisionLog decisions(4, std::chrono::milliseconds(0));
   StatusHistory history([&] {
-    FleetCounters c;
+    StatusCounters c;
     c.routed = decisions.routed();
     return c;
   });
-  FleetSources sources;
+  StatusSources sources;
   sources.index_entries = [] { return std::vector<std::pair<WorkerId, uint64_t>>{{WorkerId{4}, 17}}; };
   sources.partial_index = [](CacheOwner o) { return o.worker == WorkerId{4}; };
   sources.worker_tokens = [](WorkerId) { return std::pair<uint64_t, uint64_t>{100, 25}; };
-  FleetStatus status(f.registry, sources, history, decisions);
+  StatusReport status(f.registry, sources, history, decisions);
   f.api.set_status(&status);
   auto r = f.api.handle("GET", "/admin/status", kAuth, "");
   REQUIRE(r.status == 200);
@@ -291,7 +291,7 @@ TEST_CASE("the status page's files are served without the token; its data needs 
 }
 
 TEST_CASE("status history: per-second rates, hit rate, decision latency quantiles, a bounded ring") {
-  FleetCounters now;
+  StatusCounters now;
   StatusHistory h([&] { return now; }, 3);
   h.sample(100);  // baseline
   CHECK(h.samples().empty());

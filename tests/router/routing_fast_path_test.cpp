@@ -15,7 +15,7 @@
 #include "indexer/approx_indexer.h"
 #include "indexer/block_hash.h"
 #include "indexer/radix_indexer.h"
-#include "router/merged_index.h"
+#include "indexer/merged_index.h"
 #include "tests/indexer/doc_events.h"
 
 using namespace kvroute;
@@ -71,7 +71,7 @@ void build(World& w, std::mt19937_64& rng, Config cfg) {
     if (pick(4)) w.index.apply(ev);
     // In-flight work the router has on it.
     for (uint64_t k = pick(3); k-- > 0;) w.registry.begin_request(a.id, 1 + pick(64), pick(2) ? pick(2000) : 0);
-    // Other router replicas' in-flight work on it (issue 15).
+    // Other router replicas' in-flight work on it.
     if (pick(4) == 0) w.registry.set_remote_inflight(a.id, static_cast<uint32_t>(pick(40)), pick(900), pick(3000));
   }
 }
@@ -162,7 +162,7 @@ TEST_CASE("routing: the pre-ranked fast path chooses as the O(workers) reference
       routed += a.ok;
       // The chosen worker takes the request: load changes between decisions.
       if (a.ok && rng() % 2) w.registry.begin_request(a.ranked[0].worker, a.request_blocks, a.ranked[0].prefill_tokens);
-      // Another replica's in-flight counts on some worker change (issue 15).
+      // Another replica's in-flight counts on some worker change.
       if (rng() % 3 == 0)
         w.registry.set_remote_inflight(w.ids[rng() % w.ids.size()], static_cast<uint32_t>(rng() % 40), rng() % 900,
                                        rng() % 3000);
@@ -187,7 +187,7 @@ TEST_CASE("routing: with cost=predicted_ttft the fast path is not used and resul
   for (int trial = 0; trial < 60; ++trial) {
     Config cfg = random_config(rng);
     cfg.scheduler.cost = "predicted_ttft";
-    CHECK_FALSE(RankedFleet::supports(cfg.scheduler, cfg.router.max_attempts));
+    CHECK_FALSE(RankedCandidates::supports(cfg.scheduler, cfg.router.max_attempts));
     World w;
     build(w, rng, cfg);
     teach_ttft(w, rng);

@@ -331,7 +331,7 @@ TEST_CASE("a RouteResult routed into again reads exactly as a fresh one, failure
   CHECK(out.error.code == "model_not_found");
 }
 
-TEST_CASE("reroute: a queued request decides again from its kept hashes, as a fresh route would (issue 15)") {
+TEST_CASE("reroute: a queued request decides again from its kept hashes, as a fresh route would") {
   Sim sim;
   sim.add_worker(1);
   sim.add_worker(2);

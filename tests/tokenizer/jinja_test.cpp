@@ -33,7 +33,7 @@ bool is_error(const std::string& s) { return s.rfind("ERR: ", 0) == 0; }
 
 }  // namespace
 
-TEST_CASE("Python semantics where @huggingface/jinja differed (issue 19)") {
+TEST_CASE("Python semantics where @huggingface/jinja differed") {
   const char* ctx = R"({"s": {"minimum": 0.0, "a": 2.0, "b": -0.0, "c": 1e-05, "d": 1e16, "big": 18446744073709551617,
                         "id": 9007199254740993, "inf": 1e400, "10": 1, "2": 2}, "r": "\n think \n\n"})";
   CHECK(render("{{ s | tojson }}", ctx) ==

@@ -49,6 +49,13 @@ class MergedIndex final : public Indexer {
     out.extra.insert(out.extra.end(), predicted.owners.begin(), predicted.owners.end());
   }
   IndexStats stats() const override { return exact_.stats(); }
+  // Resyncs and restarts concern the exact index's event sequence.
+  void apply_resync(CacheOwner owner, uint64_t last_event_id, const std::vector<KvEvent>& dump,
+                    uint64_t instance = 0) override {
+    exact_.apply_resync(owner, last_event_id, dump, instance);
+  }
+  void begin_resync(CacheOwner owner) override { exact_.begin_resync(owner); }
+  bool on_instance(WorkerId worker, uint64_t instance) override { return exact_.on_instance(worker, instance); }
   void set_block_limits(const std::vector<std::pair<WorkerId, uint64_t>>& limits, uint64_t ceiling) override {
     exact_.set_block_limits(limits, ceiling);
   }

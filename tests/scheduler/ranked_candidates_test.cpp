@@ -1,4 +1,4 @@
-#include "scheduler/ranked_fleet.h"
+#include "scheduler/ranked_candidates.h"
 
 #include <doctest/doctest.h>
 
@@ -17,7 +17,7 @@ namespace {
 // One random fleet and request; loads drawn from small sets so that equal
 // costs (ties) are common.
 struct Case {
-  std::map<WorkerId, FleetWorkerState> workers;  // by id: the registry's candidate order
+  std::map<WorkerId, CandidateState> workers;  // by id: the registry's candidate order
   std::vector<OwnerOverlap> owners;
   SchedulerConfig cfg;
   uint32_t isl = 0, block = 16;
@@ -25,8 +25,8 @@ struct Case {
   std::vector<WorkerId> strangers;  // upserted into the fleet, not workers of the case
 };
 
-FleetWorkerState random_state(std::mt19937_64& rng, bool ties) {
-  FleetWorkerState s;
+CandidateState random_state(std::mt19937_64& rng, bool ties) {
+  CandidateState s;
   auto pick = [&](uint64_t n) { return rng() % n; };
   s.load.kv_total_blocks = ties ? 1000 : 500 + pick(2000);
   s.load.kv_active_blocks = ties ? 100 * pick(4) : pick(s.load.kv_total_blocks + 50);
@@ -55,7 +55,7 @@ SchedulerConfig random_config(std::mt19937_64& rng) {
   return cfg;
 }
 
-Case random_case(std::mt19937_64& rng, RankedFleet& fleet) {
+Case random_case(std::mt19937_64& rng, RankedCandidates& fleet) {
   Case c;
   auto pick = [&](uint64_t n) { return rng() % n; };
   const bool ties = pick(2) == 0;
@@ -138,14 +138,14 @@ TEST_CASE("fast path = reference scorer on random fleets with seeded ties (weigh
   std::mt19937_64 rng(20261124);
   int compared = 0, with_walk = 0;
   for (int trial = 0; trial < 1500; ++trial) {
-    RankedFleet fleet;
+    RankedCandidates fleet;
     const Case c = random_case(rng, fleet);
     for (WorkerId id : c.strangers) fleet.erase(id);
     std::vector<Candidate> cands;
     const uint64_t seed = rng();
     const Decision ref = reference(c, seed, cands);
     SeededRandom rnd(seed);
-    FleetDecision fast;
+    RankedDecision fast;
     fleet.decide(c.owners, c.isl, c.block, c.cfg, rnd, c.limit, fast);
     INFO("trial " << trial << " workers " << c.workers.size() << " owners " << c.owners.size());
     REQUIRE(fast.ranked.size() == ref.ranking.size());
@@ -167,15 +167,15 @@ TEST_CASE("fast path = reference scorer on random fleets with seeded ties (weigh
 TEST_CASE("incremental updates give the decision of a fleet built from scratch") {
   std::mt19937_64 rng(99);
   for (int trial = 0; trial < 300; ++trial) {
-    RankedFleet updated;
+    RankedCandidates updated;
     const Case c = random_case(rng, updated);
     for (WorkerId id : c.strangers) updated.erase(id);
-    RankedFleet fresh;
+    RankedCandidates fresh;
     for (const auto& [id, st] : c.workers) fresh.upsert(id, st);
     REQUIRE(updated.size() == fresh.size());
     const uint64_t seed = rng();
     SeededRandom r1(seed), r2(seed);
-    FleetDecision a, b;
+    RankedDecision a, b;
     updated.decide(c.owners, c.isl, c.block, c.cfg, r1, c.limit, a);
     fresh.decide(c.owners, c.isl, c.block, c.cfg, r2, c.limit, b);
     REQUIRE(a.ranked.size() == b.ranked.size());
@@ -186,17 +186,17 @@ TEST_CASE("incremental updates give the decision of a fleet built from scratch")
 TEST_CASE("a decision reads the owners' depths, not every worker") {
   // 4,096 workers with distinct loads; a system prompt (32 blocks) on every
   // worker and the request's 128 blocks on 8 of them.
-  RankedFleet fleet;
+  RankedCandidates fleet;
   SchedulerConfig cfg;
   std::vector<OwnerOverlap> owners;
   for (uint64_t w = 0; w < 4096; ++w) {
-    FleetWorkerState s;
+    CandidateState s;
     s.load = WorkerLoad{static_cast<uint32_t>(w % 50), 256, static_cast<uint32_t>(w % 3), 1000 + 3 * w, 16384};
     fleet.upsert(WorkerId{w}, s);
     owners.push_back(OwnerOverlap{CacheOwner{WorkerId{w}, 0}, (w % 512 == 7) ? 128u : 32u, {}});
   }
   SeededRandom rnd(1);
-  FleetDecision d;
+  RankedDecision d;
   fleet.decide(owners, 2048, 16, cfg, rnd, 3, d);
   REQUIRE(d.ranked.size() == 3);
   CHECK(d.groups == 2);
@@ -208,9 +208,9 @@ TEST_CASE("a decision reads the owners' depths, not every worker") {
 }
 
 TEST_CASE("excluded, drained and removed workers never rank; config changes rebuild") {
-  RankedFleet fleet;
+  RankedCandidates fleet;
   SchedulerConfig cfg;
-  FleetWorkerState idle, full, drained;
+  CandidateState idle, full, drained;
   idle.load = WorkerLoad{0, 10, 0, 0, 100};
   full.load = WorkerLoad{10, 10, 0, 0, 100};
   drained = idle;
@@ -219,7 +219,7 @@ TEST_CASE("excluded, drained and removed workers never rank; config changes rebu
   fleet.upsert(WorkerId{2}, drained);
   fleet.upsert(WorkerId{3}, idle);
   SeededRandom rnd(3);
-  FleetDecision d;
+  RankedDecision d;
   fleet.decide(kNobody, 100, 16, cfg, rnd, 3, d);
   REQUIRE(d.ranked.size() == 1);
   CHECK(d.ranked[0].worker == WorkerId{3});
@@ -227,7 +227,7 @@ TEST_CASE("excluded, drained and removed workers never rank; config changes rebu
   CHECK_FALSE(fleet.erase(WorkerId{3}));
   fleet.decide(kNobody, 100, 16, cfg, rnd, 3, d);
   CHECK(d.ranked.empty());
-  fleet.upsert(WorkerId{1}, FleetWorkerState{WorkerLoad{5, 10, 0, 0, 100}, 0, false});
+  fleet.upsert(WorkerId{1}, CandidateState{WorkerLoad{5, 10, 0, 0, 100}, 0, false});
   cfg.busy_slot_usage = 0.4;  // now 5/10 is busy: the rebuild at decide() excludes it
   fleet.decide(kNobody, 100, 16, cfg, rnd, 3, d);
   CHECK(d.ranked.empty());
@@ -247,7 +247,7 @@ TEST_CASE("layers from a real index: the same choices as the reference, while th
   auto pick = [&](uint64_t n) { return rng() % n; };
   int decisions = 0, with_large = 0, walked = 0;
   for (int trial = 0; trial < 60; ++trial) {
-    RankedFleet fleet;
+    RankedCandidates fleet;
     RadixIndexer idx;
     Case c;
     c.cfg = random_config(rng);
@@ -293,7 +293,7 @@ TEST_CASE("layers from a real index: the same choices as the reference, while th
       const uint64_t seed = rng();
       const Decision ref = reference(c, seed, cands);
       SeededRandom rnd(seed);
-      FleetDecision fast;
+      RankedDecision fast;
       fleet.decide(m, c.isl, c.block, c.cfg, rnd, c.limit, fast);
       INFO("trial " << trial << " step " << step << " layers " << m.layers.size() << " listed " << m.extra.size());
       REQUIRE(fast.ranked.size() == ref.ranking.size());
@@ -310,7 +310,7 @@ TEST_CASE("layers from a real index: the same choices as the reference, while th
         if (ref.scores[i].excluded == Exclusion::None) best = std::max(best, cands[i].overlap_blocks);
       CHECK(fast.best_overlap_blocks == best);
       ++decisions;
-      for (const auto& l : m.layers) with_large += l.set->owners.size() > RankedFleet::kSmallGroup;
+      for (const auto& l : m.layers) with_large += l.set->owners.size() > RankedCandidates::kSmallGroup;
       walked += fast.scored < c.workers.size();
     }
   }
@@ -330,14 +330,14 @@ TEST_CASE("a cached layer bitmap follows workers joining and leaving") {
   idx.find_match_layers(q, m);
   REQUIRE(m.layers.size() == 1);
   REQUIRE(m.layers[0].set->owners.size() == 40);
-  RankedFleet fleet;
+  RankedCandidates fleet;
   SchedulerConfig cfg;
-  FleetWorkerState busy, idle;
+  CandidateState busy, idle;
   busy.load = WorkerLoad{8, 16, 0, 500, 1000};
   idle.load = WorkerLoad{0, 16, 0, 0, 1000};
   for (uint64_t w = 1; w < 40; ++w) fleet.upsert(WorkerId{w}, busy);
   SeededRandom rnd(5);
-  FleetDecision d;
+  RankedDecision d;
   fleet.decide(m, 1024, 16, cfg, rnd, 1, d);  // caches the layer's bitmap
   REQUIRE(d.ranked.size() == 1);
   CHECK(d.ranked[0].overlap_blocks == 64);

@@ -1,4 +1,4 @@
-#include "scheduler/worker_registry.h"
+#include "fleet/worker_registry.h"
 
 #include <doctest/doctest.h>
 
@@ -293,4 +293,32 @@ TEST_CASE("KV capacity per served model: the largest worker's, unknown when one 
   CHECK_FALSE(r.exceeds_kv_capacity("m", 1u << 30));
   CHECK(r.remove(WorkerId{3}));
   CHECK(r.exceeds_kv_capacity("m", 150));
+}
+
+TEST_CASE("the registry learns from first bytes and reports its MAPE") {
+  ManualClock clock;
+  WorkerRegistry reg(clock);
+  WorkerAnnouncement a;
+  a.id = WorkerId{1};
+  a.url = "http://w1";
+  a.model = "m";
+  a.load = WorkerLoad{0, 64, 0, 0, 1000};
+  reg.on_heartbeat(a);
+  for (int i = 0; i < 50; ++i) {
+    InflightGuard g(reg, WorkerId{1}, 10, 4000);  // 4,000 new tokens on an idle worker
+    CHECK(reg.candidates("m")[0].pending_prefill_requests == 1);
+    clock.advance(std::chrono::milliseconds(200));  // this worker is slower than the prior: 200 ms
+    g.first_byte();
+    CHECK(reg.candidates("m")[0].pending_prefill_requests == 0);
+  }
+  const auto stats = reg.ttft_stats();
+  CHECK(stats.samples == 50);
+  CHECK(stats.mape() > 0);
+  const auto view = reg.candidates("m")[0];
+  CHECK(view.ttft.samples == 50);
+  CHECK(view.ttft.predict_ms(TtftFeatures{4000, 0, 0, 0}) == doctest::Approx(200).epsilon(0.05));
+  // A request that never answered releases its pending count at the end.
+  { InflightGuard g(reg, WorkerId{1}, 10, 100); }
+  CHECK(reg.candidates("m")[0].pending_prefill_requests == 0);
+  CHECK(reg.ttft_stats().samples == 50);
 }

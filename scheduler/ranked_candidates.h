@@ -9,7 +9,7 @@
 // key_w(alpha) = load part + the pending term priced at a typical prompt
 // length isl_ref (a request with another isl corrects the bound by at most
 // |1/isl - 1/isl_ref|·(1 - alpha)·weight·max pending).
-// The fleet keeps one ordered set per alpha (balanced, imbalanced) by key,
+// The ranking keeps one ordered set per alpha (balanced, imbalanced) by key,
 // updated in O(log W) when a worker's load changes (heartbeat, in-flight
 // begin / first byte / end, drain). A decision groups the request's owners
 // (find_match_layers) by cached tokens (the depth, weighted by tier): a
@@ -27,7 +27,7 @@
 //
 // The result is exactly schedule()'s (reference) ranking prefix: the same cost
 // doubles (ranking_cost), the same tie keys (tie_key by worker id from one
-// draw), the same best-dp-rank rule. tests/scheduler/ranked_fleet_test.cpp
+// draw), the same best-dp-rank rule. tests/scheduler/ranked_candidates_test.cpp
 // checks it on random fleets. Only alpha (std vs balance_threshold·mean) is
 // computed from running sums (recomputed exactly every kExactEvery updates);
 // it can differ from the reference only when std is within rounding of the
@@ -58,34 +58,34 @@
 
 namespace kvroute {
 
-// What the fleet knows of one worker (the registry's predicted view).
-struct FleetWorkerState {
+// What the ranking knows of one worker (the registry's predicted view).
+struct CandidateState {
   WorkerLoad load;  // predicted: reported, raised by the router's own in-flight work
   uint64_t pending_prefill_tokens = 0;
   bool draining = false;
 };
 
 // One ranked worker of a fast decision, with every term (as WorkerScore).
-struct FleetPick {
+struct RankedPick {
   WorkerId worker;
   uint32_t dp_rank = 0;
   uint32_t overlap_blocks = 0;
   std::array<uint32_t, kNumStorageTiers> overlap_by_tier{};
-  FleetWorkerState state;
+  CandidateState state;
   WorkerScore score;
 };
 
-struct FleetDecision {
-  std::vector<FleetPick> ranked;  // best first, at most rank_limit; empty = nobody eligible
+struct RankedDecision {
+  std::vector<RankedPick> ranked;  // best first, at most rank_limit; empty = nobody eligible
   double alpha = 0, load_mean = 0, load_std = 0;
-  uint32_t eligible = 0;           // eligible workers of the fleet
+  uint32_t eligible = 0;           // eligible workers of the ranking
   uint32_t best_overlap_blocks = 0;  // longest overlap among eligible owners
   uint32_t scored = 0;             // exact costs computed (the decision's work)
   uint32_t groups = 0;             // distinct cached depths among eligible owners
   void reset();
 };
 
-class RankedFleet {
+class RankedCandidates {
  public:
   // An update count after which running sums are recomputed exactly.
   static constexpr uint32_t kExactEvery = 4096;
@@ -95,9 +95,9 @@ class RankedFleet {
   // Whether decide() gives schedule()'s ranking under `cfg`.
   static bool supports(const SchedulerConfig& cfg, size_t rank_limit);
 
-  // Adds or updates a worker. O(log W); O(W log W) when the fleet's largest
+  // Adds or updates a worker. O(log W); O(W log W) when the ranking's largest
   // num_requests_waiting changes (every key's queue term changes).
-  void upsert(WorkerId id, const FleetWorkerState& s);
+  void upsert(WorkerId id, const CandidateState& s);
   // Removes a worker; false if it was not there.
   bool erase(WorkerId id);
   size_t size() const { return live_; }
@@ -105,19 +105,19 @@ class RankedFleet {
 
   // The rank_limit best workers for a request of `isl_tokens` whose overlaps
   // are `match` (MatchLayers' rule; several dp ranks per worker allowed, the
-  // best counts; owners not in the fleet are ignored). Requires
+  // best counts; owners not in the ranking are ignored). Requires
   // supports(cfg, rank_limit). Rebuilds first if cfg's weights or thresholds
   // changed since the last call.
   void decide(const MatchLayers& match, uint32_t isl_tokens, uint32_t block_size, const SchedulerConfig& cfg,
-              Random& random, size_t rank_limit, FleetDecision& out);
+              Random& random, size_t rank_limit, RankedDecision& out);
   // The same with every owner listed (find_matches' answer).
   void decide(std::span<const OwnerOverlap> owners, uint32_t isl_tokens, uint32_t block_size,
-              const SchedulerConfig& cfg, Random& random, size_t rank_limit, FleetDecision& out);
+              const SchedulerConfig& cfg, Random& random, size_t rank_limit, RankedDecision& out);
   // Sets whose slot bitmaps are kept (each W/8 bytes).
   static constexpr size_t kMaxCachedSets = 64;
 
  private:
-  class Pass;  // one decision's phases (ranked_fleet.cpp)
+  class Pass;  // one decision's phases (ranked_candidates.cpp)
   // The slots of one large layer's set: a bitmap, and the lowest dp rank per
   // slot where it is not 0.
   struct SetSlots {
@@ -128,7 +128,7 @@ class RankedFleet {
   void forget_sets();  // a worker joined: every cached bitmap is void
   void decide_impl(std::span<const MatchLayers::Layer> layers, std::span<const OwnerOverlap> extra,
                    uint32_t isl_tokens, uint32_t block_size, const SchedulerConfig& cfg, Random& random,
-                   size_t rank_limit, FleetDecision& out);
+                   size_t rank_limit, RankedDecision& out);
 
   struct Key {
     double key;
@@ -138,7 +138,7 @@ class RankedFleet {
   using Order = std::set<Key>;
   struct Slot {
     WorkerId id;
-    FleetWorkerState st;
+    CandidateState st;
     bool live = false;
     bool eligible = false;
     double load_ratio = 0, slot_ratio = 0;

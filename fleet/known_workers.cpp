@@ -1,4 +1,4 @@
-#include "fleet/fleet.h"
+#include "fleet/known_workers.h"
 
 #include <pthread.h>
 #include <spdlog/spdlog.h>
@@ -78,21 +78,21 @@ bool same_endpoints(const WorkerAnnouncement& a, const WorkerAnnouncement& b) {
 
 }  // namespace
 
-struct Fleet::Impl {
-  Impl(WorkerRegistry& r, uint32_t bs, FleetHooks h, FleetStats& st)
+struct KnownWorkers::Impl {
+  Impl(WorkerRegistry& r, uint32_t bs, KnownWorkerHooks h, KnownWorkerStats& st)
       : registry(r), block_size(bs), hooks(std::move(h)), stats(st), work(asio::make_work_guard(ioc)),
         scraper(ioc, r, [this](WorkerId id) { on_recovered(id); }) {}
 
   WorkerRegistry& registry;
   const uint32_t block_size;
-  FleetHooks hooks;
-  FleetStats& stats;
+  KnownWorkerHooks hooks;
+  KnownWorkerStats& stats;
   asio::io_context ioc;
   asio::executor_work_guard<asio::io_context::executor_type> work;
   Scraper scraper;
   std::thread fleet_thread, dns_thread;
 
-  // Fleet thread only.
+  // The kvroute-fleet thread only.
   std::vector<WorkerEntry> statics;
   std::vector<DnsEntry> dns_entries;
   std::vector<std::vector<std::string>> dns_addrs;  // parallel to dns_entries; last answer
@@ -120,7 +120,7 @@ struct Fleet::Impl {
   void apply(const Config& cfg);
 };
 
-void Fleet::Impl::reconcile() {
+void KnownWorkers::Impl::reconcile() {
   std::map<uint64_t, Desired> next;
   auto put = [&](Desired d) {
     if (admin_removed.count(d.info.id.value)) return;
@@ -159,7 +159,7 @@ void Fleet::Impl::reconcile() {
   scraper.set_targets(targets);
 }
 
-void Fleet::Impl::apply(const Config& cfg) {
+void KnownWorkers::Impl::apply(const Config& cfg) {
   std::vector<WorkerEntry> st;
   std::vector<DnsEntry> dns;
   // Validated by the caller; a bad list here keeps the old one.
@@ -195,7 +195,7 @@ void Fleet::Impl::apply(const Config& cfg) {
   reconcile();
 }
 
-void Fleet::Impl::on_dns_answer(uint64_t generation, size_t index, std::vector<std::string> addrs) {
+void KnownWorkers::Impl::on_dns_answer(uint64_t generation, size_t index, std::vector<std::string> addrs) {
   {
     std::lock_guard lk(dns_mu);
     if (generation != dns_generation) return;  // answers for a replaced entry list
@@ -205,7 +205,7 @@ void Fleet::Impl::on_dns_answer(uint64_t generation, size_t index, std::vector<s
   reconcile();
 }
 
-void Fleet::Impl::dns_loop() {
+void KnownWorkers::Impl::dns_loop() {
   pthread_setname_np(pthread_self(), "kvroute-dns");
   std::unique_lock lk(dns_mu);
   while (!stopping) {
@@ -237,12 +237,12 @@ void Fleet::Impl::dns_loop() {
   }
 }
 
-Fleet::Fleet(WorkerRegistry& registry, uint32_t block_size, FleetHooks hooks)
+KnownWorkers::KnownWorkers(WorkerRegistry& registry, uint32_t block_size, KnownWorkerHooks hooks)
     : impl_(std::make_unique<Impl>(registry, block_size, std::move(hooks), stats_)) {}
 
-Fleet::~Fleet() { stop(); }
+KnownWorkers::~KnownWorkers() { stop(); }
 
-void Fleet::start(const Config& cfg) {
+void KnownWorkers::start(const Config& cfg) {
   apply_config(cfg);
   impl_->fleet_thread = std::thread([this] {
     pthread_setname_np(pthread_self(), "kvroute-fleet");
@@ -251,11 +251,11 @@ void Fleet::start(const Config& cfg) {
   impl_->dns_thread = std::thread([this] { impl_->dns_loop(); });
 }
 
-void Fleet::apply_config(const Config& cfg) {
+void KnownWorkers::apply_config(const Config& cfg) {
   asio::post(impl_->ioc, [this, cfg] { impl_->apply(cfg); });
 }
 
-void Fleet::stop() {
+void KnownWorkers::stop() {
   {
     std::lock_guard lk(impl_->dns_mu);
     if (impl_->stopping) return;
@@ -268,7 +268,7 @@ void Fleet::stop() {
   if (impl_->dns_thread.joinable()) impl_->dns_thread.join();
 }
 
-std::optional<std::string> Fleet::add_worker(std::string_view entry) {
+std::optional<std::string> KnownWorkers::add_worker(std::string_view entry) {
   std::vector<WorkerEntry> parsed;
   if (auto e = parse_worker_entries(entry, parsed)) return e;
   if (parsed.size() != 1) return std::string("workers: exactly one entry expected");
@@ -282,7 +282,7 @@ std::optional<std::string> Fleet::add_worker(std::string_view entry) {
   return std::nullopt;
 }
 
-bool Fleet::remove_worker(WorkerId id) {
+bool KnownWorkers::remove_worker(WorkerId id) {
   auto found = std::make_shared<std::promise<bool>>();
   auto f = found->get_future();
   asio::post(impl_->ioc, [this, id, found] {
@@ -296,9 +296,9 @@ bool Fleet::remove_worker(WorkerId id) {
   return f.get();
 }
 
-const ScraperStats& Fleet::scrape_stats() const { return impl_->scraper.stats(); }
+const ScraperStats& KnownWorkers::scrape_stats() const { return impl_->scraper.stats(); }
 
-void Fleet::sync() {
+void KnownWorkers::sync() {
   auto done = std::make_shared<std::promise<void>>();
   auto f = done->get_future();
   asio::post(impl_->ioc, [done] { done->set_value(); });

@@ -41,7 +41,7 @@
 
 #include "common/clock.h"
 #include "common/types.h"
-#include "scheduler/ranked_fleet.h"
+#include "scheduler/ranked_candidates.h"
 #include "scheduler/scheduler.h"
 #include "scheduler/ttft_model.h"
 
@@ -112,7 +112,7 @@ struct WorkerView {
   uint32_t consecutive_failures = 0;
   uint64_t failures_total = 0;     // every HealthSignal, since the worker was added
   Nanos load_age{-1};              // since the last load report; -1 = never
-  // Issue 15: the part of inflight_* / pending_prefill_tokens other router
+  // The part of inflight_* / pending_prefill_tokens other router
   // replicas have in flight (the rest is this router's own).
   uint32_t remote_requests = 0;
   uint64_t remote_blocks = 0;
@@ -177,15 +177,15 @@ class WorkerRegistry {
   void candidates(std::string_view model, std::vector<WorkerView>& out) const;
   std::vector<WorkerView> all() const;
   // The routing decision's fast read path: the healthy workers serving
-  // `model` are kept pre-ranked (one RankedFleet per model and LoRA name,
+  // `model` are kept pre-ranked (one RankedCandidates per model and LoRA name,
   // updated by every change below), and the decision is taken under the lock
-  // without copying every worker (scheduler/ranked_fleet.h; requires
-  // RankedFleet::supports(cfg, rank_limit)). `views` gets the WorkerView of
+  // without copying every worker (scheduler/ranked_candidates.h; requires
+  // RankedCandidates::supports(cfg, rank_limit)). `views` gets the WorkerView of
   // each ranked worker, parallel to out.ranked. Returns false when no healthy
   // worker with a URL serves `model` (the caller tells 404 from 503).
   bool decide(std::string_view model, const MatchLayers& match, uint32_t isl_tokens,
               uint32_t block_size, const SchedulerConfig& cfg, Random& random, size_t rank_limit,
-              FleetDecision& out, std::vector<WorkerView>& views);
+              RankedDecision& out, std::vector<WorkerView>& views);
   bool known(WorkerId id) const;
   // The most KV blocks one worker serving `model` (or the LoRA adapter
   // `model`) can hold: the largest kv_total_blocks reported, whatever the
@@ -225,10 +225,10 @@ class WorkerRegistry {
   // Prediction error of every worker's TTFT model so far (MAPE metric).
   TtftStats ttft_stats() const;
 
-  // --- issue 15 (bus): other router replicas' in-flight work ---------------
+  // --- other router replicas' in-flight work ------------------------------
   // Replaces what the other replicas (summed, events/replica_sync.h) have in
   // flight on `id`. It adds to the router's own counts in every view
-  // (inflight_*, predicted) and in the fast path's ranked fleets, and is
+  // (inflight_*, predicted) and in the fast path's ranked rankings, and is
   // reported apart in WorkerView::remote_*.
   void set_remote_inflight(WorkerId id, uint32_t requests, uint64_t blocks, uint64_t prefill_tokens);
   // Changes each time this router's own in-flight counts change (begin_request,
@@ -250,7 +250,7 @@ class WorkerRegistry {
     uint32_t inflight_requests = 0;
     uint64_t inflight_blocks = 0;
     uint64_t pending_prefill_tokens = 0;
-    uint32_t remote_requests = 0;  // issue 15: other replicas' (set_remote_inflight)
+    uint32_t remote_requests = 0;  // other replicas' (set_remote_inflight)
     uint64_t remote_blocks = 0;
     uint64_t remote_prefill_tokens = 0;
     uint32_t pending_prefill_requests = 0;
@@ -260,16 +260,16 @@ class WorkerRegistry {
     uint32_t ended_requests = 0;
     uint64_t ended_blocks = 0;
     TtftModel ttft;
-    std::vector<std::string> fleets;  // the fleets_ this worker is in (its model, its LoRA names)
+    std::vector<std::string> rankings;  // the rankings_ this worker is in (its model, its LoRA names)
   };
-  // Reported load raised by the routers' in-flight work (this router's and,
-  // issue 15, other replicas'; as view() reports it).
+  // Reported load raised by the routers' in-flight work (this router's and
+  // other replicas'; as view() reports it).
   static WorkerLoad predicted(const Entry& e);
   static uint64_t pending_prefill(const Entry& e);  // this router's + other replicas' (view())
-  // Puts the worker into (or takes it out of) the fleets of the names it
+  // Puts the worker into (or takes it out of) the rankings of the names it
   // serves, with its current state; call after every change of `e`.
   void sync(WorkerId id, Entry& e, TimePoint now);
-  void unsync(WorkerId id, Entry& e);  // out of every fleet (before erasing)
+  void unsync(WorkerId id, Entry& e);  // out of every ranking (before erasing)
   // Re-syncs workers whose ejection has ended (health is read lazily).
   void end_ejections(TimePoint now);
   // Fills `v` (default-constructed, in place in the caller's vector).
@@ -279,11 +279,11 @@ class WorkerRegistry {
   static bool serves(const WorkerAnnouncement& a, std::string_view model);
 
   const Clock& clock_;
-  std::atomic<uint64_t> inflight_generation_{0};  // issue 15 (see inflight_generation())
+  std::atomic<uint64_t> inflight_generation_{0};  // see inflight_generation()
   mutable std::mutex mu_;
   std::map<WorkerId, Entry> workers_;
   size_t bus_workers_ = 0;  // entries whose source is Heartbeat
-  std::map<std::string, RankedFleet, std::less<>> fleets_;  // by served model / LoRA name
+  std::map<std::string, RankedCandidates, std::less<>> rankings_;  // by served model / LoRA name
   std::set<std::pair<TimePoint, WorkerId>> ejections_;     // ejected workers by end of ejection
   HealthPolicy policy_;
   std::array<uint64_t, kNumHealthSignals> failures_by_signal_{};

@@ -1,4 +1,4 @@
-#include "scheduler/ranked_fleet.h"
+#include "scheduler/ranked_candidates.h"
 
 #include <algorithm>
 #include <bit>
@@ -35,10 +35,10 @@ struct Offer {
 struct Group {
   double cached;
   uint32_t count;
-  std::array<uint32_t, RankedFleet::kSmallGroup> members;
+  std::array<uint32_t, RankedCandidates::kSmallGroup> members;
 };
 
-// A large layer of the request: its members' slots (RankedFleet::SetSlots).
+// A large layer of the request: its members' slots (RankedCandidates::SetSlots).
 struct Large {
   uint32_t layer;
   const std::vector<uint64_t>* bits;
@@ -94,19 +94,19 @@ void offer(std::vector<Offer>& top, size_t limit, const Offer& o) {
 
 }  // namespace
 
-void FleetDecision::reset() {
+void RankedDecision::reset() {
   ranked.clear();
   alpha = load_mean = load_std = 0;
   eligible = best_overlap_blocks = scored = groups = 0;
 }
 
-bool RankedFleet::supports(const SchedulerConfig& cfg, size_t rank_limit) {
+bool RankedCandidates::supports(const SchedulerConfig& cfg, size_t rank_limit) {
   // scheduler.cost = predicted_ttft prices each worker by its own TTFT model
-  // (schedule()): not the weighted terms the fleet is ranked by.
+  // (schedule()): not the weighted terms the candidates are ranked by.
   return cfg.temperature <= 0 && rank_limit > 0 && cfg.pending_prefill_weight >= 0 && cfg.cost != "predicted_ttft";
 }
 
-RankedFleet::Params RankedFleet::params_of(const SchedulerConfig& cfg) {
+RankedCandidates::Params RankedCandidates::params_of(const SchedulerConfig& cfg) {
   Params p;
   p.alpha[0] = cfg.alpha_balanced;
   p.alpha[1] = cfg.alpha_imbalanced;
@@ -119,14 +119,14 @@ RankedFleet::Params RankedFleet::params_of(const SchedulerConfig& cfg) {
   return p;
 }
 
-double RankedFleet::key_of(const Slot& s, int a) const {
+double RankedCandidates::key_of(const Slot& s, int a) const {
   const double queue =
       max_waiting_ > 0 ? static_cast<double>(s.st.load.num_requests_waiting) / max_waiting_ : 0.0;
   return params_.alpha[a] * s.load_ratio + params_.gamma * s.slot_ratio + params_.delta * queue +
          (1 - params_.alpha[a]) * params_.ppw * static_cast<double>(s.st.pending_prefill_tokens) / isl_ref_;
 }
 
-void RankedFleet::add_waiting(uint32_t w) {
+void RankedCandidates::add_waiting(uint32_t w) {
   ++waiting_[w];
   if (w > max_waiting_) {
     max_waiting_ = w;
@@ -134,7 +134,7 @@ void RankedFleet::add_waiting(uint32_t w) {
   }
 }
 
-void RankedFleet::remove_waiting(uint32_t w) {
+void RankedCandidates::remove_waiting(uint32_t w) {
   auto it = waiting_.find(w);
   if (it == waiting_.end()) return;
   if (--it->second == 0) waiting_.erase(it);
@@ -145,7 +145,7 @@ void RankedFleet::remove_waiting(uint32_t w) {
   }
 }
 
-void RankedFleet::add_eligible(uint32_t slot) {
+void RankedCandidates::add_eligible(uint32_t slot) {
   Slot& s = slots_[slot];
   s.eligible = true;
   eligible_flag_[slot] = 1;
@@ -158,7 +158,7 @@ void RankedFleet::add_eligible(uint32_t slot) {
   add_waiting(s.st.load.num_requests_waiting);
 }
 
-void RankedFleet::remove_eligible(uint32_t slot) {
+void RankedCandidates::remove_eligible(uint32_t slot) {
   Slot& s = slots_[slot];
   s.eligible = false;
   eligible_flag_[slot] = 0;
@@ -170,7 +170,7 @@ void RankedFleet::remove_eligible(uint32_t slot) {
   remove_waiting(s.st.load.num_requests_waiting);
 }
 
-void RankedFleet::exact_sums() {
+void RankedCandidates::exact_sums() {
   sum_lr_ = sum_lr2_ = 0;
   for (const auto& s : slots_)
     if (s.live && s.eligible) {
@@ -180,7 +180,7 @@ void RankedFleet::exact_sums() {
   updates_ = 0;
 }
 
-void RankedFleet::rebuild() {
+void RankedCandidates::rebuild() {
   for (auto& o : order_) o.clear();
   waiting_.clear();
   eligible_ = 0;
@@ -207,7 +207,7 @@ void RankedFleet::rebuild() {
   exact_sums();
 }
 
-void RankedFleet::upsert(WorkerId id, const FleetWorkerState& st) {
+void RankedCandidates::upsert(WorkerId id, const CandidateState& st) {
   uint32_t slot;
   if (const uint32_t* at = index_.find(id.value)) {
     slot = *at;
@@ -237,7 +237,7 @@ void RankedFleet::upsert(WorkerId id, const FleetWorkerState& st) {
   else if (++updates_ >= kExactEvery) exact_sums();
 }
 
-bool RankedFleet::erase(WorkerId id) {
+bool RankedCandidates::erase(WorkerId id) {
   const uint32_t* at = index_.find(id.value);
   if (!at) return false;
   const uint32_t slot = *at;
@@ -250,19 +250,19 @@ bool RankedFleet::erase(WorkerId id) {
   return true;
 }
 
-void RankedFleet::forget_sets() {
+void RankedCandidates::forget_sets() {
   sets_.clear();
   set_at_.clear();
 }
 
-const RankedFleet::SetSlots& RankedFleet::slots_of(const OwnerSet& set) {
+const RankedCandidates::SetSlots& RankedCandidates::slots_of(const OwnerSet& set) {
   if (const uint32_t* at = set_at_.find(set.serial)) return sets_[*at];
   SetSlots& ss = sets_.emplace_back();
   set_at_.put(set.serial, static_cast<uint32_t>(sets_.size() - 1));
   ss.bits.assign((slots_.size() + 63) / 64, 0);
   for (const CacheOwner& o : set.owners) {
     const uint32_t* at = index_.find(o.worker.value);
-    if (!at) continue;  // not a worker of this fleet
+    if (!at) continue;  // not a candidate of this ranking
     const uint32_t s = *at;
     uint64_t& word = ss.bits[s >> 6];
     const uint64_t bit = uint64_t{1} << (s & 63);
@@ -284,14 +284,14 @@ const RankedFleet::SetSlots& RankedFleet::slots_of(const OwnerSet& set) {
 // One decision, phase by phase: mark the owners (layers, then listed ones),
 // count who holds the prompt, score the small groups, walk the ranked order
 // for the rest, emit the picks.
-class RankedFleet::Pass {
+class RankedCandidates::Pass {
  public:
-  Pass(RankedFleet& fleet, std::span<const MatchLayers::Layer> layers, std::span<const OwnerOverlap> extra,
+  Pass(RankedCandidates& ranking, std::span<const MatchLayers::Layer> layers, std::span<const OwnerOverlap> extra,
        uint32_t isl_tokens, uint32_t block_size, const SchedulerConfig& cfg, size_t limit, int a, uint64_t draw,
-       FleetDecision& out)
-      : f_(fleet), layers_(layers), extra_(extra), isl_tokens_(isl_tokens), block_size_(block_size),
+       RankedDecision& out)
+      : f_(ranking), layers_(layers), extra_(extra), isl_tokens_(isl_tokens), block_size_(block_size),
         isl_(std::max<uint32_t>(isl_tokens, 1)), cfg_(cfg),
-        limit_(limit), a_(a), alpha_(fleet.params_.alpha[a]), draw_(draw), out_(out), sc_(scratch) {
+        limit_(limit), a_(a), alpha_(ranking.params_.alpha[a]), draw_(draw), out_(out), sc_(scratch) {
     sc_.begin(f_.slots_.size());
     if (!layers_.empty() && layers_[0].set->owners.size() > kSmallGroup) l0_ = &f_.slots_of(*layers_[0].set).bits;
   }
@@ -442,7 +442,7 @@ class RankedFleet::Pass {
     out_.ranked.reserve(sc_.top.size());
     for (const Offer& o : sc_.top) {
       const Slot& w = f_.slots_[o.slot];
-      FleetPick& p = out_.ranked.emplace_back();
+      RankedPick& p = out_.ranked.emplace_back();
       p.worker = w.id;
       p.state = w.st;
       if (o.source != kNoSource) {
@@ -532,7 +532,7 @@ class RankedFleet::Pass {
                 s, source, dp_rank, cached});
   }
 
-  RankedFleet& f_;
+  RankedCandidates& f_;
   std::span<const MatchLayers::Layer> layers_;
   std::span<const OwnerOverlap> extra_;
   uint32_t isl_tokens_, block_size_;
@@ -542,7 +542,7 @@ class RankedFleet::Pass {
   int a_;
   double alpha_;
   uint64_t draw_;
-  FleetDecision& out_;
+  RankedDecision& out_;
   Scratch& sc_;
   const std::vector<uint64_t>* l0_ = nullptr;  // the shallowest layer's bitmap, when large
   uint32_t marked_ = 0, marked_in_l0_ = 0, none_ = 0, best_blocks_ = 0;
@@ -551,19 +551,19 @@ class RankedFleet::Pass {
   uint16_t last_group_ = kOverflowGroup;
 };
 
-void RankedFleet::decide(const MatchLayers& match, uint32_t isl_tokens, uint32_t block_size,
-                         const SchedulerConfig& cfg, Random& random, size_t rank_limit, FleetDecision& out) {
+void RankedCandidates::decide(const MatchLayers& match, uint32_t isl_tokens, uint32_t block_size,
+                         const SchedulerConfig& cfg, Random& random, size_t rank_limit, RankedDecision& out) {
   decide_impl(match.layers, match.extra, isl_tokens, block_size, cfg, random, rank_limit, out);
 }
 
-void RankedFleet::decide(std::span<const OwnerOverlap> owners, uint32_t isl_tokens, uint32_t block_size,
-                         const SchedulerConfig& cfg, Random& random, size_t rank_limit, FleetDecision& out) {
+void RankedCandidates::decide(std::span<const OwnerOverlap> owners, uint32_t isl_tokens, uint32_t block_size,
+                         const SchedulerConfig& cfg, Random& random, size_t rank_limit, RankedDecision& out) {
   decide_impl({}, owners, isl_tokens, block_size, cfg, random, rank_limit, out);
 }
 
-void RankedFleet::decide_impl(std::span<const MatchLayers::Layer> layers, std::span<const OwnerOverlap> extra,
+void RankedCandidates::decide_impl(std::span<const MatchLayers::Layer> layers, std::span<const OwnerOverlap> extra,
                               uint32_t isl_tokens, uint32_t block_size, const SchedulerConfig& cfg, Random& random,
-                              size_t rank_limit, FleetDecision& out) {
+                              size_t rank_limit, RankedDecision& out) {
   out.reset();
   if (const Params p = params_of(cfg); !(p == params_)) {
     params_ = p;

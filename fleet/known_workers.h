@@ -27,11 +27,11 @@
 
 #include "config/config.h"
 #include "fleet/scraper.h"
-#include "scheduler/worker_registry.h"
+#include "fleet/worker_registry.h"
 
 namespace kvroute {
 
-struct FleetHooks {
+struct KnownWorkerHooks {
   // A router-known worker appeared, or its KV event endpoints changed (then
   // `removed` ran first). Subscribe to its events here.
   std::function<void(const WorkerAnnouncement&)> added;
@@ -42,7 +42,7 @@ struct FleetHooks {
   std::function<void(const WorkerAnnouncement&)> recovered;
 };
 
-struct FleetStats {
+struct KnownWorkerStats {
   std::atomic<uint64_t> dns_lookups_ok{0};
   std::atomic<uint64_t> dns_lookups_not_found{0};
   std::atomic<uint64_t> dns_lookups_failed{0};  // timeouts, SERVFAIL: the last answer is kept
@@ -50,12 +50,12 @@ struct FleetStats {
   std::atomic<uint64_t> workers_removed{0};
 };
 
-class Fleet {
+class KnownWorkers {
  public:
-  Fleet(WorkerRegistry& registry, uint32_t block_size, FleetHooks hooks);
-  ~Fleet();
-  Fleet(const Fleet&) = delete;
-  Fleet& operator=(const Fleet&) = delete;
+  KnownWorkers(WorkerRegistry& registry, uint32_t block_size, KnownWorkerHooks hooks);
+  ~KnownWorkers();
+  KnownWorkers(const KnownWorkers&) = delete;
+  KnownWorkers& operator=(const KnownWorkers&) = delete;
 
   // Starts both threads with `cfg` (validated). Returns at once; the first
   // reconciliation and DNS resolution follow asynchronously.
@@ -76,13 +76,13 @@ class Fleet {
   // (tests, admin API answers).
   void sync();
 
-  const FleetStats& stats() const { return stats_; }
+  const KnownWorkerStats& stats() const { return stats_; }
   const ScraperStats& scrape_stats() const;
 
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
-  FleetStats stats_;
+  KnownWorkerStats stats_;
 };
 
 }  // namespace kvroute

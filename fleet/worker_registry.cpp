@@ -1,4 +1,4 @@
-#include "scheduler/worker_registry.h"
+#include "fleet/worker_registry.h"
 
 #include <algorithm>
 #include <chrono>
@@ -222,7 +222,7 @@ bool WorkerRegistry::serves(const WorkerAnnouncement& a, std::string_view model)
 
 void WorkerRegistry::view(const Entry& e, WorkerView& v, TimePoint now) const {
   v.info = e.info;
-  v.inflight_requests = e.inflight_requests + e.remote_requests;  // remote_*: issue 15 (other replicas)
+  v.inflight_requests = e.inflight_requests + e.remote_requests;  // remote_*: other replicas
   v.inflight_blocks = e.inflight_blocks + e.remote_blocks;
   v.pending_prefill_tokens = e.pending_prefill_tokens + e.remote_prefill_tokens;
   v.remote_requests = e.remote_requests;
@@ -240,7 +240,7 @@ void WorkerRegistry::view(const Entry& e, WorkerView& v, TimePoint now) const {
 
 WorkerLoad WorkerRegistry::predicted(const Entry& e) {
   // Reports lag by up to a scrape or heartbeat interval; what the routers
-  // (this one and, issue 15, the other replicas) have in flight on the worker
+  // (this one and the other replicas) have in flight on the worker
   // is a lower bound of its load right now.
   // A report older than this router's last completions still counts those
   // requests: they leave the predicted load at once.
@@ -264,30 +264,30 @@ void WorkerRegistry::sync(WorkerId id, Entry& e, TimePoint now) {
     return in && !name.empty() &&
            (name == a.model || std::find(a.lora_adapters.begin(), a.lora_adapters.end(), name) != a.lora_adapters.end());
   };
-  for (size_t k = 0; k < e.fleets.size();) {
-    if (wanted(e.fleets[k])) { ++k; continue; }
-    if (auto f = fleets_.find(e.fleets[k]); f != fleets_.end()) f->second.erase(id);
-    e.fleets[k] = std::move(e.fleets.back());
-    e.fleets.pop_back();
+  for (size_t k = 0; k < e.rankings.size();) {
+    if (wanted(e.rankings[k])) { ++k; continue; }
+    if (auto f = rankings_.find(e.rankings[k]); f != rankings_.end()) f->second.erase(id);
+    e.rankings[k] = std::move(e.rankings.back());
+    e.rankings.pop_back();
   }
   if (h == HealthState::Ejected) ejections_.emplace(e.ejected_until, id);
   if (!in) return;
-  const FleetWorkerState st{predicted(e), pending_prefill(e), e.draining};
+  const CandidateState st{predicted(e), pending_prefill(e), e.draining};
   auto put = [&](const std::string& name) {
     if (name.empty()) return;
-    auto f = fleets_.find(name);
-    if (f == fleets_.end()) f = fleets_.emplace(name, RankedFleet{}).first;
+    auto f = rankings_.find(name);
+    if (f == rankings_.end()) f = rankings_.emplace(name, RankedCandidates{}).first;
     f->second.upsert(id, st);
-    if (std::find(e.fleets.begin(), e.fleets.end(), name) == e.fleets.end()) e.fleets.push_back(name);
+    if (std::find(e.rankings.begin(), e.rankings.end(), name) == e.rankings.end()) e.rankings.push_back(name);
   };
   put(a.model);
   for (const auto& l : a.lora_adapters) put(l);
 }
 
 void WorkerRegistry::unsync(WorkerId id, Entry& e) {
-  for (const auto& name : e.fleets)
-    if (auto f = fleets_.find(name); f != fleets_.end()) f->second.erase(id);
-  e.fleets.clear();
+  for (const auto& name : e.rankings)
+    if (auto f = rankings_.find(name); f != rankings_.end()) f->second.erase(id);
+  e.rankings.clear();
 }
 
 void WorkerRegistry::end_ejections(TimePoint now) {
@@ -300,14 +300,14 @@ void WorkerRegistry::end_ejections(TimePoint now) {
 
 bool WorkerRegistry::decide(std::string_view model, const MatchLayers& match, uint32_t isl_tokens,
                             uint32_t block_size, const SchedulerConfig& cfg, Random& random, size_t rank_limit,
-                            FleetDecision& out, std::vector<WorkerView>& views) {
+                            RankedDecision& out, std::vector<WorkerView>& views) {
   out.reset();
   views.clear();
   std::lock_guard lk(mu_);
   const auto now = clock_.now();
   end_ejections(now);
-  auto f = fleets_.find(model);
-  if (f == fleets_.end() || f->second.size() == 0) return false;
+  auto f = rankings_.find(model);
+  if (f == rankings_.end() || f->second.size() == 0) return false;
   f->second.decide(match, isl_tokens, block_size, cfg, random, rank_limit, out);
   for (const auto& p : out.ranked) view(workers_.find(p.worker)->second, views.emplace_back(), now);
   return true;
@@ -435,7 +435,7 @@ bool WorkerRegistry::set_draining(WorkerId id, bool draining) {
 }
 
 TtftSample WorkerRegistry::begin_request(WorkerId id, uint64_t blocks, uint64_t prefill_tokens) {
-  inflight_generation_.fetch_add(1, std::memory_order_relaxed);  // issue 15: replica sync
+  inflight_generation_.fetch_add(1, std::memory_order_relaxed);  // replica sync publishes on change
   std::lock_guard lk(mu_);
   auto it = workers_.find(id);
   if (it == workers_.end()) return {};
@@ -454,7 +454,7 @@ TtftSample WorkerRegistry::begin_request(WorkerId id, uint64_t blocks, uint64_t 
 }
 
 void WorkerRegistry::first_byte(WorkerId id, uint64_t prefill_tokens, const TtftSample* sample) {
-  inflight_generation_.fetch_add(1, std::memory_order_relaxed);  // issue 15: replica sync
+  inflight_generation_.fetch_add(1, std::memory_order_relaxed);  // replica sync publishes on change
   std::lock_guard lk(mu_);
   auto it = workers_.find(id);
   if (it == workers_.end()) return;
@@ -477,7 +477,7 @@ TtftStats WorkerRegistry::ttft_stats() const {
 
 void WorkerRegistry::end_request(WorkerId id, uint64_t blocks, uint64_t prefill_tokens, bool prefilling,
                                  TimePoint started) {
-  inflight_generation_.fetch_add(1, std::memory_order_relaxed);  // issue 15: replica sync
+  inflight_generation_.fetch_add(1, std::memory_order_relaxed);  // replica sync publishes on change
   std::lock_guard lk(mu_);
   auto it = workers_.find(id);
   if (it == workers_.end()) return;  // expired meanwhile: nothing to release
@@ -497,7 +497,7 @@ void WorkerRegistry::end_request(WorkerId id, uint64_t blocks, uint64_t prefill_
 
 namespace kvroute {
 
-// --- issue 15 (bus): other router replicas' in-flight work -------------------
+// --- other router replicas' in-flight work -----------------------------------
 void WorkerRegistry::set_remote_inflight(WorkerId id, uint32_t requests, uint64_t blocks, uint64_t prefill_tokens) {
   std::lock_guard lk(mu_);
   auto it = workers_.find(id);
@@ -505,7 +505,7 @@ void WorkerRegistry::set_remote_inflight(WorkerId id, uint32_t requests, uint64_
   it->second.remote_requests = requests;
   it->second.remote_blocks = blocks;
   it->second.remote_prefill_tokens = prefill_tokens;
-  sync(id, it->second, clock_.now());  // remote counts are in the fleets' predicted load too
+  sync(id, it->second, clock_.now());  // remote counts are in the rankings' predicted load too
 }
 
 }  // namespace kvroute

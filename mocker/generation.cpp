@@ -1,0 +1,356 @@
+// MockerServer::Impl: completions and POST /tokenize. A request is parsed,
+// tokenized, admitted to a rank's engine, and its tokens relayed (SSE or one body).
+
+#include "mocker/server_impl.h"
+
+namespace kvroute::mocker {
+
+bool parse_gen_params(std::string_view body, GenParams& p, std::string& err) {
+  thread_local simdjson::dom::parser parser;
+  auto doc = parser.parse(body.data(), body.size(), true);
+  if (doc.error()) return false;
+  simdjson::dom::object o;
+  if (doc.value_unsafe().get_object().get(o)) return false;
+  for (const char* key : {"max_tokens", "max_completion_tokens"}) {
+    auto v = o.at_key(key);
+    if (v.error() || v.value_unsafe().is_null()) continue;
+    uint64_t n = 0;
+    if (v.value_unsafe().get_uint64().get(n) || n == 0 || n > 1000000) {
+      err = fmt::format("'{}' must be an integer in [1, 1000000]", key);
+      return false;
+    }
+    p.max_tokens = static_cast<uint32_t>(n);
+  }
+  auto salt = o.at_key("cache_salt");
+  if (!salt.error() && !salt.value_unsafe().is_null()) {
+    std::string_view sv;
+    if (salt.value_unsafe().get_string().get(sv) || sv.empty()) {
+      err = "'cache_salt' must be a non-empty string";
+      return false;
+    }
+    p.cache_salt.assign(sv);
+  }
+  auto so = o.at_key("stream_options");
+  if (!so.error() && so.value_unsafe().is_object()) {
+    auto iu = so.value_unsafe().at_key("include_usage");
+    if (!iu.error() && iu.value_unsafe().is_bool()) p.include_usage = iu.value_unsafe().get_bool().value_unsafe();
+  }
+  return true;
+}
+
+// POST /tokenize as vLLM serves it (vllm/entrypoints/serve/tokenize/
+// protocol.py and serving.py): {"model"?, "prompt", "add_special_tokens"?}
+// or {"model"?, "messages", "add_generation_prompt"?, ...} -> {"count",
+// "max_model_len", "tokens", "token_strs": null}, tokenized exactly as this
+// worker's completions and chat endpoints tokenize (same code); a missing
+// model is the served one, an unknown one 404, a template error 400.
+awaitable<bool> MockerServer::Impl::tokenize(beast::tcp_stream& s, const http::request<http::string_body>& req) {
+  const bool keep = req.keep_alive();
+  const unsigned v = req.version();
+  ++tokenize_total;
+  if (tokenize_mode == "hang") {
+    char b;
+    beast::error_code ec;
+    s.expires_never();
+    co_await s.socket().async_receive(asio::buffer(&b, 1), nothrow(ec));
+    co_return false;
+  }
+  if (tokenize_mode == "reject") {
+    std::string body = error_body(ApiError{400, "rejected (test hook)", "BadRequestError", "", ""});
+    co_return co_await respond(s, v, keep, http::status::bad_request, std::move(body));
+  }
+  if (tokenize_mode == "error") {
+    std::string body = error_body(ApiError{500, "tokenizer unavailable (test hook)", "InternalServerError", "", ""});
+    co_return co_await respond(s, v, keep, http::status::internal_server_error, std::move(body));
+  }
+  std::string text = req.body();
+  simdjson::dom::parser p;
+  simdjson::dom::element doc;
+  if (p.parse(text).get(doc) || !doc.is_object()) {
+    std::string body = error_body(ApiError{400, "the body must be a JSON object", "BadRequestError", "", ""});
+    co_return co_await respond(s, v, keep, http::status::bad_request, std::move(body));
+  }
+  const bool chat = !doc["messages"].error();
+  if (doc["model"].error()) {  // optional in vLLM: the served model
+    const size_t open = text.find('{');
+    const bool empty = text.find_first_not_of(" \t\r\n", open + 1) == text.find('}', open + 1);
+    text.insert(open + 1, fmt::format(R"("model":"{}"{})", json_escape(opts.model), empty ? "" : ","));
+  }
+  ParsedRequest parsed;
+  ApiError err;
+  if (!parse_openai_request(chat ? ApiKind::ChatCompletions : ApiKind::Completions, text, parsed, err)) {
+    std::string body = error_body(err);
+    co_return co_await respond(s, v, keep, http::status::bad_request, std::move(body));
+  }
+  if (!serves(parsed.model)) {
+    std::string body = error_body(ApiError{404, fmt::format("The model `{}` does not exist.", parsed.model),
+                                           "NotFoundError", "model", "model_not_found"});
+    co_return co_await respond(s, v, keep, http::status::not_found, std::move(body));
+  }
+  TokenizerFallback fallback = TokenizerFallback::None;
+  TokenSource source;
+  std::string terr;
+  std::vector<TokenId> buffer;
+  const auto tokens = tokenize_request(parsed.prompt(), buffer, model_tokenizer(), &source, &fallback, &terr);
+  if (opts.tokenizers && fallback != TokenizerFallback::None) {
+    std::string body = error_body(ApiError{
+        400, fallback == TokenizerFallback::NoChatTemplate ? std::string("The model has no chat template.") : terr,
+        "BadRequestError", "", ""});
+    co_return co_await respond(s, v, keep, http::status::bad_request, std::move(body));
+  }
+  std::string body = fmt::format(R"({{"count":{},"max_model_len":{},"tokens":[{}],"token_strs":null}})", tokens.size(),
+                                 uint64_t{opts.engine.kv_blocks} * opts.engine.block_size, fmt::join(tokens, ","));
+  co_return co_await respond(s, v, keep, http::status::ok, std::move(body));
+}
+
+std::optional<MockerServer::Impl::Reject> MockerServer::Impl::parse_generation(
+    const http::request<http::string_body>& req, ApiKind kind, ParsedRequest& parsed, GenParams& gen,
+    bool& lora) const {
+  ApiError err;
+  std::string gerr;
+  if (!parse_openai_request(kind, req.body(), parsed, err)) return Reject{http::status::bad_request, err};
+  if (!parse_gen_params(req.body(), gen, gerr)) {
+    if (gerr.empty()) gerr = "the request body is not a JSON object";
+    return Reject{http::status::bad_request, ApiError{400, gerr, "invalid_request_error", "max_tokens", ""}};
+  }
+  lora = std::find(opts.lora_modules.begin(), opts.lora_modules.end(), parsed.model) != opts.lora_modules.end();
+  if (parsed.model != opts.model && !lora)
+    return Reject{http::status::not_found, ApiError{404, fmt::format("The model `{}` does not exist.", parsed.model),
+                                                    "invalid_request_error", "model", "model_not_found"}};
+  return std::nullopt;
+}
+
+std::optional<MockerServer::Impl::Reject> MockerServer::Impl::admit_generation(
+    const http::request<http::string_body>& req, const ParsedRequest& parsed, const GenParams& gen, bool lora,
+    uint64_t id, Engine*& engine, uint32_t& prompt_len) {
+  TokenizerFallback fallback = TokenizerFallback::None;
+  TokenSource source;
+  std::string terr;
+  std::vector<TokenId> buffer;
+  const auto span = tokenize_request(parsed.prompt(), buffer, model_tokenizer(), &source, &fallback, &terr);
+  const std::vector<TokenId> tokens(span.begin(), span.end());
+  if (opts.tokenizers && fallback != TokenizerFallback::None) {
+    // As vLLM: a chat request its template cannot render is the client's error.
+    return Reject{http::status::bad_request,
+                  ApiError{400,
+                           fallback == TokenizerFallback::NoChatTemplate ? std::string("The model has no chat template.")
+                                                                         : terr,
+                           "invalid_request_error", "messages", ""}};
+  }
+  prompt_len = static_cast<uint32_t>(tokens.size());
+  if (tokens.empty())
+    return Reject{http::status::bad_request, ApiError{400, "The prompt is empty.", "invalid_request_error", "prompt", ""}};
+  const HashNamespace ns{lora ? std::string_view(parsed.model) : std::string_view{}, gen.cache_salt};
+  const int rank = pick_rank(req);
+  if (rank < 0)
+    return Reject{http::status::bad_request,
+                  ApiError{400, fmt::format("X-data-parallel-rank must be in [0, {}).", engines.size()),
+                           "invalid_request_error", "", ""}};
+  engine = engines[static_cast<size_t>(rank)].get();
+  if (!engine->add_request(id, tokens, gen.max_tokens, now_ms(), ns, /*read_cache=*/!parsed.prompt_logprobs))
+    return Reject{http::status::bad_request,
+                  ApiError{400,
+                           fmt::format("This request needs more KV blocks than the worker has ({}).",
+                                       opts.engine.kv_blocks),
+                           "invalid_request_error", "messages", "context_length_exceeded"}};
+  ++requests_by_rank[static_cast<size_t>(rank)];
+  return std::nullopt;
+}
+
+// Watches the client while generating: a close cancels the request.
+static void watch_client(tcp::socket& sock, const std::shared_ptr<Pending>& p) {
+  sock.async_wait(tcp::socket::wait_read, [&sock, p](beast::error_code ec) {
+    // Cancelled when the response is done: the session may be gone, touch nothing.
+    if (ec == asio::error::operation_aborted || p->client_gone) return;
+    if (ec) {  // the socket failed: the client is gone
+      p->client_gone = true;
+      p->wake.cancel();
+      return;
+    }
+    char b;
+    beast::error_code rec;
+    sock.non_blocking(true, rec);
+    const size_t n = sock.receive(asio::buffer(&b, 1), tcp::socket::message_peek, rec);
+    beast::error_code ignored;
+    sock.non_blocking(false, ignored);
+    if (n > 0 || rec == asio::error::would_block || rec == asio::error::try_again) return;  // alive
+    p->client_gone = true;
+    p->wake.cancel();
+  });
+}
+
+// One generation's answer as it is written: ids, counts, the SSE framing.
+struct MockerServer::Impl::Reply {
+  Reply(const ParsedRequest& parsed, const GenParams& gen, uint64_t id, uint64_t worker_id, bool chat, bool keep,
+        unsigned version, uint32_t prompt_len)
+      : parsed(parsed), gen(gen), id(id), chat(chat), keep(keep), version(version), prompt_len(prompt_len),
+        rid(fmt::format("{}-{}-{}", chat ? "chatcmpl" : "cmpl", worker_id, id)),
+        created(std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+                    .count()),
+        model(json_escape(parsed.model)),  // the base model or the LoRA adapter asked for
+        head{http::status::ok, version}, sr{head} {}
+
+  const ParsedRequest& parsed;
+  const GenParams& gen;
+  const uint64_t id;
+  const bool chat, keep;
+  const unsigned version;
+  const uint32_t prompt_len;
+  const std::string rid;
+  const int64_t created;
+  const std::string model;
+  uint32_t generated = 0, cached = 0;
+  std::string text;
+  bool header_sent = false;
+  beast::error_code ec;
+  http::response<http::empty_body> head;
+  http::response_serializer<http::empty_body> sr;
+
+  std::string chunk_json(std::string_view piece, const char* finish) const {
+    const std::string fin = finish ? fmt::format("\"{}\"", finish) : "null";
+    if (chat)
+      return fmt::format(
+          R"({{"id":"{}","object":"chat.completion.chunk","created":{},"model":"{}","choices":[{{"index":0,"delta":{},"logprobs":null,"finish_reason":{}}}]}})",
+          rid, created, model,
+          finish ? std::string("{}") : fmt::format(R"({{"content":"{}"}})", json_escape(piece)), fin);
+    return fmt::format(
+        R"({{"id":"{}","object":"text_completion","created":{},"model":"{}","choices":[{{"index":0,"text":"{}","logprobs":null,"finish_reason":{}}}]}})",
+        rid, created, model, json_escape(piece), fin);
+  }
+  std::string usage_json() const {
+    return fmt::format(
+        R"({{"prompt_tokens":{},"completion_tokens":{},"total_tokens":{},"prompt_tokens_details":{{"cached_tokens":{}}}}})",
+        prompt_len, generated, prompt_len + generated, cached);
+  }
+  awaitable<bool> write_chunk(beast::tcp_stream& s, std::string payload) {
+    std::string frame = "data: " + payload + "\n\n";
+    co_await asio::async_write(s, http::make_chunk(asio::buffer(frame)), nothrow(ec));
+    co_return !ec;
+  }
+};
+
+// Relays the engine's tokens as they come (streamed, or gathered into
+// r.text); true when the engine finished, false when the client left or a
+// write failed.
+awaitable<bool> MockerServer::Impl::relay_tokens(beast::tcp_stream& s, Pending& p, Reply& r) {
+  bool ok = true;
+  while (ok) {
+    if (p.outputs.empty()) {
+      p.wake.expires_at(asio::steady_timer::time_point::max());
+      co_await p.wake.async_wait(nothrow(r.ec));
+      r.ec = {};
+      if (p.client_gone) break;
+      continue;
+    }
+    const EngineOutput out = p.outputs.front();
+    p.outputs.pop_front();
+    if (out.kind == EngineOutput::Kind::Finished) co_return true;
+    if (out.kind == EngineOutput::Kind::FirstToken) r.cached = out.cached_tokens;
+    const std::string piece = kWords[(r.id + r.generated) % std::size(kWords)];
+    ++r.generated;
+    r.text += piece;
+    if (!r.parsed.stream) continue;
+    if (!r.header_sent) {
+      r.head.set(http::field::server, "kvroute-mocker");
+      r.head.set(http::field::content_type, "text/event-stream");
+      r.head.set(http::field::cache_control, "no-cache");
+      r.head.chunked(true);
+      r.head.keep_alive(r.keep);
+      co_await http::async_write_header(s, r.sr, nothrow(r.ec));
+      r.header_sent = true;
+      if (r.ec) break;
+      if (r.chat) {
+        ok = co_await r.write_chunk(s, fmt::format(
+            R"({{"id":"{}","object":"chat.completion.chunk","created":{},"model":"{}","choices":[{{"index":0,"delta":{{"role":"assistant","content":""}},"logprobs":null,"finish_reason":null}}]}})",
+            r.rid, r.created, r.model));
+        if (!ok) break;
+      }
+    }
+    ok = co_await r.write_chunk(s, r.chunk_json(piece, nullptr));
+  }
+  co_return false;
+}
+
+// The end of a finished generation: the whole answer, or the stream's last
+// chunks. Returns whether the connection goes on.
+awaitable<bool> MockerServer::Impl::finish_reply(beast::tcp_stream& s, Reply& r) {
+  if (!r.parsed.stream) {
+    // One choice per prompt of a batch and per `n` (the same text), index
+    // ordered as vLLM's (prompt-major), so a router's n > 1 and batched
+    // prompts can be checked; streams still carry one choice.
+    std::string choice;
+    for (uint32_t i = 0; i < r.parsed.n * r.parsed.prompts; ++i)
+      choice += (i ? "," : "") +
+                (r.chat ? fmt::format(R"({{"index":{},"message":{{"role":"assistant","content":"{}"}},"logprobs":null,"finish_reason":"length"}})",
+                                      i, json_escape(r.text))
+                        : fmt::format(R"({{"index":{},"text":"{}","logprobs":null,"finish_reason":"length"}})", i,
+                                      json_escape(r.text)));
+    co_return co_await respond(s, r.version, r.keep, http::status::ok,
+                               fmt::format(R"({{"id":"{}","object":"{}","created":{},"model":"{}","choices":[{}],"usage":{}}})",
+                                           r.rid, r.chat ? "chat.completion" : "text_completion", r.created, r.model,
+                                           choice, r.usage_json()));
+  }
+  if (!co_await r.write_chunk(s, r.chunk_json("", "length"))) co_return false;
+  if (r.gen.include_usage &&
+      !co_await r.write_chunk(s, fmt::format(R"({{"id":"{}","object":"{}","created":{},"model":"{}","choices":[],"usage":{}}})",
+                                             r.rid, r.chat ? "chat.completion.chunk" : "text_completion", r.created,
+                                             r.model, r.usage_json())))
+    co_return false;
+  if (!co_await r.write_chunk(s, "[DONE]")) co_return false;
+  co_await asio::async_write(s, http::make_chunk_last(), nothrow(r.ec));
+  co_return !r.ec && r.keep;
+}
+
+awaitable<bool> MockerServer::Impl::generate(beast::tcp_stream& s, const http::request<http::string_body>& req,
+                                             ApiKind kind) {
+  const bool keep = req.keep_alive();
+  const unsigned v = req.version();
+  ++requests_total;
+  ParsedRequest parsed;
+  GenParams gen;
+  bool lora = false;
+  auto reject = parse_generation(req, kind, parsed, gen, lora);
+  if (!reject && hang) {
+    // Test hook: accept and never answer; return when the client gives up.
+    char b;
+    beast::error_code ec;
+    s.expires_never();
+    co_await s.socket().async_receive(asio::buffer(&b, 1), nothrow(ec));
+    co_return false;
+  }
+  Engine* engine = nullptr;
+  uint32_t prompt_len = 0;
+  uint64_t id = 0;
+  if (!reject) {
+    id = next_id++;
+    reject = admit_generation(req, parsed, gen, lora, id, engine, prompt_len);
+  }
+  if (reject) {
+    ++rejected_total;
+    // Bodies are built before co_await: GCC 12 mishandles temporaries in co_await expressions.
+    std::string body = error_body(reject->error);
+    co_return co_await respond(s, v, keep, reject->status, std::move(body));
+  }
+  auto p = std::make_shared<Pending>(ioc.get_executor());
+  pending[id] = p;
+  schedule();
+  watch_client(s.socket(), p);
+
+  Reply r(parsed, gen, id, opts.worker_id, kind == ApiKind::ChatCompletions, keep, v, prompt_len);
+  const bool finished = co_await relay_tokens(s, *p, r);
+  pending.erase(id);
+  {
+    beast::error_code ignored;
+    s.socket().cancel(ignored);  // stop the client watch
+  }
+  if (!finished) {
+    // Client went away (or a write failed): stop generating, free the blocks.
+    engine->cancel(id);
+    schedule();
+    ++cancels_total;
+    co_return false;
+  }
+  co_return co_await finish_reply(s, r);
+}
+
+}  // namespace kvroute::mocker

@@ -1,0 +1,209 @@
+// Internal to mocker/ (included only by the kvroute_mocker_server sources):
+// MockerServer::Impl, the io thread's state, and what its files share. Its
+// members are defined by concept:
+//   server.cpp         the public API, accept loop and HTTP session (routes), NATS resync answers
+//   generation.cpp     completions: parse, tokenize, admit to a rank's engine, stream or gather the reply
+//   engine_events.cpp  the engine clock (tick timer, rank choice) and its KV events (NATS or vLLM ZMQ)
+//   telemetry.cpp      heartbeats, GET /mocker/stats, vLLM-named Prometheus metrics
+// The four are compiled as one translation unit (mocker/CMakeLists.txt): each
+// alone would parse Beast and Asio's coroutines again.
+#pragma once
+
+#include "mocker/server.h"
+
+#include <utility>  // Boost 1.74's awaitable.hpp uses std::exchange without it
+
+#include <boost/asio.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <random>
+#include <simdjson.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <atomic>
+#include <charconv>
+#include <chrono>
+#include <deque>
+#include <functional>
+#include <unordered_map>
+
+#include "common/json_escape.h"
+#include "events/nats_bus.h"
+#include "events/vllm_wire.h"
+#include "events/wire.h"
+#include "mocker/vllm_publisher.h"
+#include "router/openai_request.h"
+#include "tokenizer/request_tokens.h"
+
+namespace kvroute::mocker {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+using asio::awaitable;
+using asio::use_awaitable;
+
+inline auto nothrow(beast::error_code& ec) { return asio::redirect_error(use_awaitable, ec); }
+
+inline constexpr const char* kWords[] = {"the ", "cache ", "router ", "sends ", "each ", "request ", "to ", "a ",
+                                  "worker ", "that ", "already ", "holds ", "its ", "prefix ", "and ", "streams "};
+
+// What the engine produced for one request, waiting for its session.
+struct Pending {
+  explicit Pending(asio::any_io_executor ex) : wake(ex) { wake.expires_at(asio::steady_timer::time_point::max()); }
+  std::deque<EngineOutput> outputs;
+  asio::steady_timer wake;  // cancelled to wake the session
+  bool client_gone = false;
+};
+
+// Fields of a completion request the router does not need.
+struct GenParams {
+  uint32_t max_tokens = 16;
+  bool include_usage = false;
+  std::string cache_salt;  // vLLM's per-tenant prefix cache isolation
+};
+
+// Reads GenParams from a completion request's body (generation.cpp).
+bool parse_gen_params(std::string_view body, GenParams& p, std::string& err);
+
+struct MockerServer::Impl {
+  Impl(MockerOptions o, NatsBus* b, std::vector<VllmPublisher*> v)
+      : opts(std::move(o)),
+        bus(b),
+        publishers(std::move(v)),
+        vllm(publishers.empty() ? nullptr : publishers[0]),
+        acceptor(ioc),
+        tick(ioc),
+        heartbeat(ioc),
+        start(std::chrono::steady_clock::now()),
+        engines(make_engines(opts, !publishers.empty(), [this](const KvEvent& ev) { publish_event(ev); })),
+        engine(*engines[0]) {
+    vllm_batch.resize(engines.size());
+    requests_by_rank.resize(engines.size(), 0);
+    vllm_flush_posted.resize(engines.size(), false);
+  }
+
+  static std::vector<std::unique_ptr<Engine>> make_engines(const MockerOptions& o, bool vllm_mode,
+                                                           const std::function<void(const KvEvent&)>& sink) {
+    std::vector<std::unique_ptr<Engine>> out;
+    for (uint32_t r = 0; r < std::max<uint32_t>(o.data_parallel_size, 1); ++r) {
+      EngineConfig c = o.engine;
+      c.owner = CacheOwner{WorkerId{o.worker_id}, r};
+      c.keep_tokens = vllm_mode;  // BlockStored carries token ids
+      out.push_back(std::make_unique<Engine>(c, sink));
+    }
+    return out;
+  }
+
+  MockerOptions opts;
+  NatsBus* bus;
+  std::vector<VllmPublisher*> publishers;  // per rank (vLLM mode); empty: NATS mode
+  VllmPublisher* vllm;                     // rank 0's, or null
+  std::vector<VllmEventBatch> vllm_batch;  // per rank: this engine step's events (vLLM mode)
+  std::vector<bool> vllm_flush_posted;
+  asio::io_context ioc;
+  tcp::acceptor acceptor;
+  asio::steady_timer tick;
+  asio::steady_timer heartbeat;
+  const std::chrono::steady_clock::time_point start;
+  std::vector<std::unique_ptr<Engine>> engines;  // one per data-parallel rank
+  Engine& engine;                                // rank 0 (NATS mode has only it)
+  std::unordered_map<uint64_t, std::shared_ptr<Pending>> pending;
+  uint64_t next_id = 1;
+  std::optional<double> scheduled;  // engine time the tick timer is set for
+  // Stats and test hooks (io thread only).
+  uint64_t requests_total = 0;   // completion requests received (valid or not)
+  uint64_t rejected_total = 0;   // of those, answered with a 4xx error
+  uint64_t cancels_total = 0;    // generations stopped because the client went away
+  uint64_t events_published = 0, events_dropped = 0, events_publish_failed = 0;
+  uint64_t drop_remaining = 0;
+  bool hang = false;
+  uint64_t steered_total = 0;            // requests whose X-data-parallel-rank chose their rank
+  std::vector<uint64_t> requests_by_rank;  // requests queued on each rank
+  // Test hook for POST /tokenize (POST /mocker/tokenize): "ok" serves it,
+  // "reject" answers 400, "error" 500, "hang" accepts and never answers.
+  std::string tokenize_mode = "ok";
+  uint64_t tokenize_total = 0;  // POST /tokenize requests received
+  // This process's instance id (new at each start) and the resync
+  // snapshot being served in chunks (one at a time; a newer one replaces it).
+  const uint64_t instance_id = std::random_device{}() | (uint64_t{std::random_device{}()} << 32) | 1;
+  uint64_t resync_snapshot = 0;  // id of the newest snapshot
+  // The last few snapshots' chunks (several routers may pull at once).
+  std::deque<std::pair<uint64_t, std::vector<std::string>>> resync_snapshots;
+  uint64_t resync_publish_failed = 0;
+
+  std::string advertised_url() const {
+    return opts.advertise_url.empty() ? fmt::format("http://{}:{}", opts.host, acceptor.local_endpoint().port())
+                                      : opts.advertise_url;
+  }
+
+  double now_ms() const {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() *
+           opts.speedup;
+  }
+
+  static const char* medium_of(StorageTier t) {
+    switch (t) {
+      case StorageTier::Device: return "GPU";
+      case StorageTier::HostPinned: return "CPU";
+      case StorageTier::Disk: return "DISK";
+      case StorageTier::External: return "EXTERNAL";
+    }
+    return "GPU";
+  }
+
+  awaitable<void> accept_loop();
+  awaitable<void> session(tcp::socket socket);
+  awaitable<bool> respond(beast::tcp_stream& s, unsigned version, bool keep, http::status st, std::string body,
+                          std::string_view type = "application/json");
+  awaitable<bool> generate(beast::tcp_stream& s, const http::request<http::string_body>& req, ApiKind kind);
+  // generate()'s phases. A rejection is answered by generate() (counted once).
+  struct Reject {
+    http::status status;
+    ApiError error;
+  };
+  std::optional<Reject> parse_generation(const http::request<http::string_body>& req, ApiKind kind,
+                                         ParsedRequest& parsed, GenParams& gen, bool& lora) const;
+  // Tokenizes and queues the request on its rank's engine as `id`.
+  std::optional<Reject> admit_generation(const http::request<http::string_body>& req, const ParsedRequest& parsed,
+                                         const GenParams& gen, bool lora, uint64_t id, Engine*& engine,
+                                         uint32_t& prompt_len);
+  struct Reply;
+  awaitable<bool> relay_tokens(beast::tcp_stream& s, Pending& p, Reply& r);
+  awaitable<bool> finish_reply(beast::tcp_stream& s, Reply& r);
+  awaitable<bool> tokenize(beast::tcp_stream& s, const http::request<http::string_body>& req);
+  bool serves(std::string_view model) const {
+    return model == opts.model ||
+           std::find(opts.lora_modules.begin(), opts.lora_modules.end(), model) != opts.lora_modules.end();
+  }
+  // The served model's tokenizer: a LoRA adapter tokenizes with its base
+  // model's, as vLLM does (null: the placeholder).
+  const ModelTokenizer* model_tokenizer() const { return opts.tokenizers ? opts.tokenizers->find(opts.model) : nullptr; }
+
+  // ---- NATS resync (server.cpp) ----
+  void answer_resync(const std::string& reply, const std::string& body);
+
+  // ---- engine clock and KV events (engine_events.cpp) ----
+  void queue_vllm_event(const KvEvent& ev);
+  void publish_event(const KvEvent& ev);
+  void on_tick();
+  std::optional<double> next_event_time() const;
+  int pick_rank(const http::request<http::string_body>& req);
+  void schedule();
+
+  // ---- heartbeats, stats and metrics (telemetry.cpp) ----
+  void publish_heartbeat();
+  void heartbeat_loop();
+  std::string stats_json() const;
+  std::string metrics_text() const;
+};
+
+}  // namespace kvroute::mocker

@@ -1,6 +1,5 @@
 // MockerServer::Impl: the engine clock (one tick timer for all ranks, the rank
 // a request goes to) and the engine's KV events (NATS JSON or vLLM ZMQ batches).
-
 #include "mocker/server_impl.h"
 
 namespace kvroute::mocker {

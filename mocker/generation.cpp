@@ -1,6 +1,5 @@
 // MockerServer::Impl: completions and POST /tokenize. A request is parsed,
 // tokenized, admitted to a rank's engine, and its tokens relayed (SSE or one body).
-
 #include "mocker/server_impl.h"
 
 namespace kvroute::mocker {

@@ -1,6 +1,5 @@
 // The mocker's Beast server: MockerServer's public API, the accept loop and
 // the HTTP session (routes), NATS resync answers. See server_impl.h.
-
 #include "mocker/server_impl.h"
 
 namespace kvroute::mocker {

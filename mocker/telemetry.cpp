@@ -1,6 +1,5 @@
 // MockerServer::Impl: NATS heartbeats, GET /mocker/stats, and vLLM-named
 // Prometheus metrics.
-
 #include "mocker/server_impl.h"
 
 namespace kvroute::mocker {

@@ -3,6 +3,7 @@
 // pre-tokenizers, added tokens, SentencePiece word splitting, post-processor).
 #include "tokenizer/hf_tokenizer_impl.h"
 
+#include <atomic>
 #include <cstdio>
 #include <filesystem>
 

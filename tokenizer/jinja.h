@@ -8,7 +8,8 @@
 //
 // Layout: jinja_lexer.cpp (source -> tokens, whitespace control), jinja_parser.cpp
 // (tokens -> AST), jinja_values.cpp (Value, printing, equality, JSON in and out),
-// jinja_filters.cpp (filters, tests, str/dict/list methods), jinja_interp.cpp
+// jinja_filters.cpp (filters), jinja_tests.cpp (tests), jinja_str_methods.cpp
+// (str/dict/list methods), jinja_format.cpp (str % args), jinja_interp.cpp
 // (evaluation, statements, Template); jinja_internal.h is what they share.
 //
 // Untrusted input: templates and contexts may be anything. parse() and render() return

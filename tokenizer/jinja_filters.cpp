@@ -1,5 +1,5 @@
-// Jinja2's builtin filters and tests (with transformers' `tojson`), Python's str / dict /
-// list methods as the immutable sandbox exposes them, and printf-style `str % args`.
+// Jinja2's builtin filters (with transformers' `tojson`), and what the other builtins
+// share: argument binding, Python number conversions, list building.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -36,34 +36,7 @@ std::vector<Value> iterate(const Value& v) {
   }
 }
 
-namespace {
-
 // ---------------------------------------------------------------- argument binding
-
-// Binds positional and keyword arguments to named parameters (Python call semantics).
-struct Params {
-  std::vector<Value> v;
-  std::vector<bool> given;
-  Params(const char* fn, std::initializer_list<const char*> names, const Array& args, const Kwargs& kws,
-         std::initializer_list<Value> defaults = {}) {
-    std::vector<const char*> n(names);
-    v.assign(n.size(), Value());
-    given.assign(n.size(), false);
-    size_t k = 0;
-    for (auto& d : defaults) { if (k < v.size()) v[k] = d; ++k; }
-    if (args.size() > n.size()) fail(std::string(fn) + "() takes at most " + std::to_string(n.size()) + " arguments");
-    for (size_t i = 0; i < args.size(); ++i) { v[i] = args[i]; given[i] = true; }
-    for (auto& [key, val] : kws) {
-      size_t i = 0;
-      while (i < n.size() && key != n[i]) ++i;
-      if (i == n.size()) fail(std::string(fn) + "() got an unexpected keyword argument '" + key + "'");
-      if (given[i]) fail(std::string(fn) + "() got multiple values for argument '" + key + "'");
-      v[i] = val;
-      given[i] = true;
-    }
-  }
-  const Value& operator[](size_t i) const { return v[i]; }
-};
 
 std::string soft_str(const Value& v) { return py_str(v); }
 
@@ -77,6 +50,8 @@ const std::string& need_str(const Value& v, const char* what) {
   if (v.type != Type::String) fail(std::string(what) + " must be str, not " + type_name(v));
   return *v.s;
 }
+
+namespace {
 
 // ---------------------------------------------------------------- Python number parsing
 
@@ -135,6 +110,8 @@ bool parse_py_float(std::string_view s, double* out) {
   return true;
 }
 
+}  // namespace
+
 Value int_of_double(double d) {
   if (!std::isfinite(d)) fail("cannot convert float infinity or NaN to integer");
   double t = std::trunc(d);
@@ -144,56 +121,9 @@ Value int_of_double(double d) {
   return Value::big_integer(buf, t);
 }
 
-// ---------------------------------------------------------------- string helpers
+namespace {
 
-// Title case of one code point (Python's full mapping for the common special cases:
-// the Latin digraphs, ß and the ligatures).
-void append_title(std::string& r, char32_t c) {
-  switch (c) {
-    case 0x1C4: case 0x1C5: case 0x1C6: append_utf8(r, 0x1C5); return;
-    case 0x1C7: case 0x1C8: case 0x1C9: append_utf8(r, 0x1C8); return;
-    case 0x1CA: case 0x1CB: case 0x1CC: append_utf8(r, 0x1CB); return;
-    case 0x1F1: case 0x1F2: case 0x1F3: append_utf8(r, 0x1F2); return;
-    case 0xDF: r += "Ss"; return;
-    case 0xFB00: r += "Ff"; return;
-    case 0xFB01: r += "Fi"; return;
-    case 0xFB02: r += "Fl"; return;
-    case 0xFB03: r += "Ffi"; return;
-    case 0xFB04: r += "Ffl"; return;
-    case 0xFB05: case 0xFB06: r += "St"; return;
-    default: append_utf8(r, to_upper_cp(c));
-  }
-}
-
-// Lower case of one code point (İ -> i + combining dot, as Python).
-void append_lower(std::string& r, char32_t c) {
-  if (c == 0x130) { r += "i\xCC\x87"; return; }
-  append_utf8(r, to_lower_cp(c));
-}
-
-std::string py_capitalize(std::string_view s) {
-  std::string r;
-  bool first = true;
-  for (size_t i = 0, n; i < s.size(); i += n) {
-    char32_t c = decode(s, i, &n);
-    if (first) append_title(r, c); else append_lower(r, c);
-    first = false;
-  }
-  return r;
-}
-
-bool is_cased(char32_t c) { return is_cased_upper(c) || is_cased_lower(c); }
-
-std::string py_title_method(std::string_view s) {
-  std::string r;
-  bool prev_cased = false;
-  for (size_t i = 0, n; i < s.size(); i += n) {
-    char32_t c = decode(s, i, &n);
-    if (prev_cased) append_lower(r, c); else append_title(r, c);
-    prev_cased = is_cased(c);
-  }
-  return r;
-}
+// ---------------------------------------------------------------- filter-only string helpers
 
 // Jinja2's do_title: words split at runs of [-\s({\[<], first char upper, rest lower.
 std::string jinja_title(std::string_view s) {
@@ -207,110 +137,6 @@ std::string jinja_title(std::string_view s) {
     at_start = false;
   }
   return r;
-}
-
-std::string py_replace(const std::string& s, const std::string& from, const std::string& to, int64_t count) {
-  std::string out;
-  if (count < 0) count = INT64_MAX;
-  if (from.empty()) {
-    auto cps = code_points(s);
-    for (size_t i = 0; i <= cps.size(); ++i) {
-      if (count > 0) { out += to; --count; }
-      if (i < cps.size()) out.append(cps[i]);
-      check_built(out.size());
-    }
-    return out;
-  }
-  size_t i = 0;
-  while (count > 0) {
-    size_t p = s.find(from, i);
-    if (p == std::string::npos) break;
-    out.append(s, i, p - i);
-    out += to;
-    check_built(out.size());
-    --count;
-    i = p + from.size();
-  }
-  out.append(s, i, std::string::npos);
-  return out;
-}
-
-std::vector<std::string> py_split(const std::string& s, const Value& sep, int64_t maxsplit, bool right) {
-  std::vector<std::string> parts;
-  if (sep.type == Type::Null || sep.type == Type::Undefined) {
-    // Runs of whitespace; leading/trailing whitespace ignored.
-    std::vector<std::pair<size_t, size_t>> words;
-    size_t i = 0;
-    while (i < s.size()) {
-      size_t n;
-      while (i < s.size() && py_space(decode(s, i, &n))) i += n;
-      if (i >= s.size()) break;
-      size_t b = i;
-      while (i < s.size() && !py_space(decode(s, i, &n))) i += n;
-      words.emplace_back(b, i);
-    }
-    if (maxsplit < 0 || size_t(maxsplit) >= words.size()) {
-      for (auto& [b, e] : words) parts.push_back(s.substr(b, e - b));
-      return parts;
-    }
-    if (!right) {
-      for (int64_t k = 0; k < maxsplit; ++k) parts.push_back(s.substr(words[size_t(k)].first, words[size_t(k)].second - words[size_t(k)].first));
-      parts.push_back(s.substr(words[size_t(maxsplit)].first));
-    } else {
-      size_t first = words.size() - size_t(maxsplit);
-      parts.push_back(s.substr(0, words[first - 1].second));
-      for (size_t k = first; k < words.size(); ++k) parts.push_back(s.substr(words[k].first, words[k].second - words[k].first));
-    }
-    return parts;
-  }
-  const std::string& sp = need_str(sep, "separator");
-  if (sp.empty()) fail("empty separator");
-  std::vector<std::string> all;
-  size_t i = 0;
-  for (;;) {
-    size_t p = s.find(sp, i);
-    if (p == std::string::npos) { all.push_back(s.substr(i)); break; }
-    all.push_back(s.substr(i, p - i));
-    i = p + sp.size();
-  }
-  if (maxsplit < 0 || size_t(maxsplit) + 1 >= all.size()) return all;
-  if (!right) {
-    for (int64_t k = 0; k < maxsplit; ++k) parts.push_back(all[size_t(k)]);
-    std::string rest;
-    for (size_t k = size_t(maxsplit); k < all.size(); ++k) { if (k > size_t(maxsplit)) rest += sp; rest += all[k]; }
-    parts.push_back(rest);
-  } else {
-    size_t head_n = all.size() - size_t(maxsplit);
-    std::string head;
-    for (size_t k = 0; k < head_n; ++k) { if (k) head += sp; head += all[k]; }
-    parts.push_back(head);
-    for (size_t k = head_n; k < all.size(); ++k) parts.push_back(all[k]);
-  }
-  return parts;
-}
-
-bool line_break(char32_t c) {
-  return c == '\n' || c == '\r' || c == 0x0B || c == 0x0C || c == 0x1C || c == 0x1D || c == 0x1E || c == 0x85 ||
-         c == 0x2028 || c == 0x2029;
-}
-
-std::vector<std::string> py_splitlines(const std::string& s) {
-  std::vector<std::string> out;
-  size_t b = 0, i = 0;
-  while (i < s.size()) {
-    size_t n;
-    char32_t c = decode(s, i, &n);
-    if (line_break(c)) {
-      out.push_back(s.substr(b, i - b));
-      i += n;
-      if (c == '\r' && i < s.size() && s[i] == '\n') ++i;
-      b = i;
-    } else {
-      i += n;
-    }
-  }
-  if (b < s.size()) out.push_back(s.substr(b));
-  return out;
 }
 
 std::string jinja_indent(std::string s, const std::string& pad, bool first, bool blank) {
@@ -348,21 +174,6 @@ std::string html_escape(const std::string& s) {
     }
   }
   return out;
-}
-
-std::string repeat(const std::string& s, int64_t n) {
-  if (n <= 0) return {};
-  check_built(s.size() * size_t(n));
-  std::string out;
-  for (int64_t k = 0; k < n; ++k) out += s;
-  return out;
-}
-
-std::string center(const std::string& s, int64_t width, const std::string& fill = " ") {
-  auto len = int64_t(cp_count(s));
-  if (width <= len) return s;
-  int64_t marg = width - len, left = marg / 2 + (marg & width & 1);
-  return repeat(fill, left) + s + repeat(fill, marg - left);
 }
 
 // ---------------------------------------------------------------- attribute paths
@@ -678,10 +489,6 @@ Value filter_slice(const Value& v, const Array& args, const Kwargs& kws, const C
   return checked_list(std::move(out), cx);
 }
 
-void no_args(const char* name, const Array& args, const Kwargs& kws) {
-  if (!args.empty() || !kws.empty()) fail(std::string(name) + "() takes no arguments");
-}
-
 Value filter_length(const Value& v) {
   switch (v.type) {
     case Type::Undefined: return Value::integer(0);
@@ -710,14 +517,6 @@ Value filter_reverse(const Value& v, const CallContext& cx) {
   return checked_list(std::move(items), cx);
 }
 
-Value filter_items(const Value& v, const CallContext& cx) {
-  if (v.type == Type::Undefined) return checked_list({}, cx);
-  if (!is_mapping(v)) fail("Can only get item pairs from a mapping.");
-  Array out;
-  for (auto& [k, x] : v.o->items) out.push_back(Value::make_tuple({Value::string(k), x}));
-  return checked_list(std::move(out), cx);
-}
-
 Value filter_attr(const Value& v, const Value& name) {
   std::string n = soft_str(name);
   if (v.type == Type::Namespace) { const Value* x = v.o->get(n); return x ? *x : Value(); }
@@ -740,6 +539,17 @@ size_t word_count(const std::string& s) {
 
 }  // namespace
 
+void no_args(const char* name, const Array& args, const Kwargs& kws) {
+  if (!args.empty() || !kws.empty()) fail(std::string(name) + "() takes no arguments");
+}
+
+Value filter_items(const Value& v, const CallContext& cx) {
+  if (v.type == Type::Undefined) return checked_list({}, cx);
+  if (!is_mapping(v)) fail("Can only get item pairs from a mapping.");
+  Array out;
+  for (auto& [k, x] : v.o->items) out.push_back(Value::make_tuple({Value::string(k), x}));
+  return checked_list(std::move(out), cx);
+}
 
 static const char* const kFilters[] = {
     "abs", "attr", "batch", "capitalize", "center", "count", "d", "default", "dictsort", "e", "escape", "first", "float",
@@ -832,386 +642,6 @@ Value apply_filter(const std::string& f, const Value& v, const Array& args, cons
     fail(std::string("bad operand type for abs(): '") + type_name(v) + "'");
   }
   fail("No filter named '" + f + "'.");
-}
-
-// ---------------------------------------------------------------- tests
-
-static const char* const kTests[] = {
-    "boolean", "callable", "defined", "divisibleby", "eq", "equalto", "==", "escaped", "even", "false", "filter",
-    "float", "ge", ">=", "gt", "greaterthan", ">", "in", "integer", "iterable", "le", "<=", "lower", "lt",
-    "lessthan", "<", "mapping", "ne", "!=", "none", "number", "odd", "sameas", "sequence", "string", "test",
-    "true", "undefined", "upper"};
-
-bool test_exists(const std::string& name) {
-  for (auto* t : kTests) if (name == t) return true;
-  return false;
-}
-
-
-bool apply_test(const std::string& t, const Value& v, const Array& args, const CallContext& cx) {
-  auto arg = [&](size_t i) -> const Value& {
-    if (i >= args.size()) fail("test '" + t + "' is missing an argument");
-    return args[i];
-  };
-  if (t == "defined") return v.type != Type::Undefined;
-  if (t == "undefined") return v.type == Type::Undefined;
-  if (t == "none") return v.type == Type::Null;
-  if (t == "boolean") return v.type == Type::Bool;
-  if (t == "true") return v.type == Type::Bool && v.b;
-  if (t == "false") return v.type == Type::Bool && !v.b;
-  if (t == "integer") return v.type == Type::Int;
-  if (t == "float") return v.type == Type::Float;
-  if (t == "number") return is_number(v);
-  if (t == "string") return v.type == Type::String;
-  if (t == "mapping") return v.type == Type::Object;
-  if (t == "iterable") return v.type == Type::String || v.type == Type::Array || v.type == Type::Object || v.type == Type::Undefined;
-  if (t == "sequence") return v.type == Type::String || v.type == Type::Array || v.type == Type::Object || v.type == Type::Undefined;
-  if (t == "callable") return v.type == Type::Function || v.type == Type::Undefined;
-  if (t == "escaped") return false;
-  if (t == "lower" || t == "upper") {
-    std::string s = soft_str(v);
-    bool cased = false;
-    for (size_t i = 0, n; i < s.size(); i += n) {
-      char32_t c = decode(s, i, &n);
-      if (t == "lower" ? is_cased_upper(c) : is_cased_lower(c)) return false;
-      if (is_cased(c)) cased = true;
-    }
-    return cased;
-  }
-  if (t == "odd" || t == "even") {
-    Value r = binary_mod(v, Value::integer(2));
-    bool odd = truthy(r);
-    return t == "odd" ? odd : !odd;
-  }
-  if (t == "divisibleby") return !truthy(binary_mod(v, arg(0)));
-  if (t == "eq" || t == "equalto" || t == "==") return py_equal(v, arg(0));
-  if (t == "ne" || t == "!=") return !py_equal(v, arg(0));
-  if (t == "lt" || t == "lessthan" || t == "<") return py_compare(v, arg(0)) == -1;
-  if (t == "le" || t == "<=") { int c = py_compare(v, arg(0)); return c == -1 || c == 0; }
-  if (t == "gt" || t == "greaterthan" || t == ">") return py_compare(v, arg(0)) == 1;
-  if (t == "ge" || t == ">=") { int c = py_compare(v, arg(0)); return c == 1 || c == 0; }
-  if (t == "in") {
-    const Value& seq = arg(0);
-    if (seq.type == Type::String) {
-      if (v.type != Type::String) fail("'in <string>' requires string as left operand, not " + std::string(type_name(v)));
-      return seq.s->find(*v.s) != std::string::npos;
-    }
-    if (seq.type == Type::Object) return v.type == Type::String && seq.o->get(*v.s);
-    for (auto& x : iterate(seq)) if (py_equal(x, v)) return true;
-    return false;
-  }
-  if (t == "sameas") {
-    const Value& o = arg(0);
-    if (v.type != o.type) return false;
-    switch (v.type) {
-      case Type::Undefined: case Type::Null: return true;
-      case Type::Bool: return v.b == o.b;
-      case Type::Int: return !v.big && !o.big && v.i == o.i && v.i >= -5 && v.i <= 256;
-      case Type::String: return v.s == o.s;
-      case Type::Array: return v.a == o.a;
-      case Type::Object: case Type::Namespace: return v.o == o.o;
-      case Type::Function: return v.f == o.f;
-      default: return false;
-    }
-  }
-  if (t == "filter") return v.type == Type::String && filter_exists(*v.s);
-  if (t == "test") return v.type == Type::String && test_exists(*v.s);
-  (void)cx;
-  fail("No test named '" + t + "'.");
-}
-
-// ---------------------------------------------------------------- methods
-
-namespace {
-const char* const kStrMethods[] = {"capitalize", "center", "count", "endswith", "find", "index", "isalnum", "isalpha",
-                                   "isdigit", "islower", "isspace", "isupper", "join", "ljust", "lower", "lstrip",
-                                   "removeprefix", "removesuffix", "replace", "rfind", "rindex", "rjust", "rsplit",
-                                   "rstrip", "split", "splitlines", "startswith", "strip", "title", "upper", "zfill"};
-const char* const kDictMethods[] = {"get", "items", "keys", "values", "copy",
-                                    "pop", "popitem", "setdefault", "update", "clear"};  // last five: unsafe
-const char* const kListMethods[] = {"count", "index", "copy",
-                                    "append", "extend", "insert", "pop", "remove", "reverse", "sort", "clear"};  // unsafe after copy
-bool in_list(const std::string& n, const char* const* b, const char* const* e) {
-  for (; b != e; ++b) if (n == *b) return true;
-  return false;
-}
-}  // namespace
-
-bool has_method(const Value& self, const std::string& name) {
-  if (self.type == Type::String) return in_list(name, std::begin(kStrMethods), std::end(kStrMethods));
-  if (self.type == Type::Object) return in_list(name, std::begin(kDictMethods), std::end(kDictMethods));
-  if (self.type == Type::Array) {
-    if (self.tuple) return name == "count" || name == "index";
-    return in_list(name, std::begin(kListMethods), std::end(kListMethods));
-  }
-  return false;
-}
-
-namespace {
-
-// center, ljust, rjust, zfill, removeprefix, removesuffix; false for another method.
-bool str_padding_method(const std::string& s, const std::string& m, const Array& args, const Kwargs& kws, Value* out) {
-  if (m == "center" || m == "ljust" || m == "rjust") {
-    Params p(m.c_str(), {"width", "fillchar"}, args, kws, {Value(), Value::string(" ")});
-    int64_t w = need_int(p[0], "width");
-    const std::string& fill = need_str(p[1], "fillchar");
-    if (cp_count(fill) != 1) fail("The fill character must be exactly one character long");
-    if (w > int64_t(t_max_bytes)) fail("Output too large");
-    if (m == "center") { *out = str_value(center(s, w, fill)); return true; }
-    auto len = int64_t(cp_count(s));
-    std::string pad = repeat(fill, w - len);
-    *out = str_value(m == "ljust" ? s + pad : pad + s);
-    return true;
-  }
-  if (m == "zfill") {
-    Params p("zfill", {"width"}, args, kws);
-    int64_t w = need_int(p[0], "width");
-    auto len = int64_t(cp_count(s));
-    if (w <= len) { *out = str_value(s); return true; }
-    if (w > int64_t(t_max_bytes)) fail("Output too large");
-    std::string zeros(size_t(w - len), '0');
-    if (!s.empty() && (s[0] == '+' || s[0] == '-')) { *out = str_value(s.substr(0, 1) + zeros + s.substr(1)); return true; }
-    *out = str_value(zeros + s);
-    return true;
-  }
-  if (m == "removeprefix" || m == "removesuffix") {
-    if (args.size() != 1) fail(m + "() takes exactly one argument");
-    const std::string& a = need_str(args[0], m.c_str());
-    if (m == "removeprefix") { *out = str_value(s.rfind(a, 0) == 0 ? s.substr(a.size()) : s); return true; }
-    bool suffix = s.size() >= a.size() && s.compare(s.size() - a.size(), a.size(), a) == 0;
-    *out = str_value(suffix ? s.substr(0, s.size() - a.size()) : s);
-    return true;
-  }
-  return false;
-}
-
-Value str_method(const std::string& s, const std::string& m, const Array& args, const Kwargs& kws, const CallContext& cx) {
-  auto opt_chars = [&](const char* fn) -> Value {
-    Params p(fn, {"chars"}, args, kws, {Value::null()});
-    return p[0];
-  };
-  if (m == "strip" || m == "lstrip" || m == "rstrip") {
-    Value chars = opt_chars(m.c_str());
-    bool l = m != "rstrip", r = m != "lstrip";
-    if (chars.type == Type::Null) return str_value(std::string(py_strip(s, l, r)));
-    return str_value(std::string(py_strip_chars(s, need_str(chars, "chars"), l, r)));
-  }
-  if (m == "split" || m == "rsplit") {
-    Params p(m.c_str(), {"sep", "maxsplit"}, args, kws, {Value::null(), Value::integer(-1)});
-    Array out;
-    for (auto& part : py_split(s, p[0], need_int(p[1], "maxsplit"), m == "rsplit")) out.push_back(Value::string(std::move(part)));
-    return checked_list(std::move(out), cx);
-  }
-  if (m == "splitlines") {
-    Array out;
-    for (auto& part : py_splitlines(s)) out.push_back(Value::string(std::move(part)));
-    return checked_list(std::move(out), cx);
-  }
-  if (m == "startswith" || m == "endswith") {
-    if (args.empty()) fail(m + "() takes at least 1 argument");
-    bool start = m == "startswith";
-    auto test = [&](const std::string& p) {
-      if (p.size() > s.size()) return false;
-      return start ? s.compare(0, p.size(), p) == 0 : s.compare(s.size() - p.size(), p.size(), p) == 0;
-    };
-    if (args[0].type == Type::String) return Value::boolean(test(*args[0].s));
-    if (args[0].type == Type::Array && args[0].tuple) {
-      for (auto& it : args[0].a->items) if (test(need_str(it, m.c_str()))) return Value::boolean(true);
-      return Value::boolean(false);
-    }
-    fail(m + " first arg must be str or a tuple of str, not " + type_name(args[0]));
-  }
-  if (m == "replace") {
-    Params p("replace", {"old", "new", "count"}, args, kws, {Value(), Value(), Value::integer(-1)});
-    return str_value(py_replace(s, need_str(p[0], "replace() argument 1"), need_str(p[1], "replace() argument 2"), need_int(p[2], "count")));
-  }
-  if (m == "find" || m == "rfind" || m == "index" || m == "rindex" || m == "count") {
-    if (args.empty()) fail(m + "() takes at least 1 argument");
-    const std::string& sub = need_str(args[0], m.c_str());
-    if (m == "count") {
-      if (sub.empty()) return Value::integer(int64_t(cp_count(s) + 1));
-      int64_t n = 0;
-      for (size_t p = s.find(sub); p != std::string::npos; p = s.find(sub, p + sub.size())) ++n;
-      return Value::integer(n);
-    }
-    size_t p = m[0] == 'r' ? s.rfind(sub) : s.find(sub);
-    if (p == std::string::npos) {
-      if (m == "index" || m == "rindex") fail("substring not found");
-      return Value::integer(-1);
-    }
-    return Value::integer(int64_t(cp_count(std::string_view(s).substr(0, p))));
-  }
-  if (m == "join") {
-    if (args.size() != 1) fail("join() takes exactly one argument");
-    std::string out;
-    bool first = true;
-    for (auto& x : iterate(args[0])) {
-      if (!first) out += s;
-      first = false;
-      out += need_str(x, "sequence item");
-      check_built(out.size());
-    }
-    return str_value(std::move(out));
-  }
-  if (Value v; str_padding_method(s, m, args, kws, &v)) return v;
-  no_args(m.c_str(), args, kws);
-  if (m == "upper") return str_value(py_upper(s));
-  if (m == "lower") return str_value(py_lower(s));
-  if (m == "title") return str_value(py_title_method(s));
-  if (m == "capitalize") return str_value(py_capitalize(s));
-  if (m == "isspace" || m == "isdigit" || m == "isalpha" || m == "isalnum") {
-    if (s.empty()) return Value::boolean(false);
-    for (size_t i = 0, n; i < s.size(); i += n) {
-      char32_t c = decode(s, i, &n);
-      bool ok = m == "isspace" ? py_space(c)
-                : m == "isdigit" ? (c < 0x80 ? is_digit(char(c)) : bool(std::iswdigit(wint_t(c))))
-                : m == "isalpha" ? (c < 0x80 ? (is_word_start(char(c)) && c != '_') : bool(std::iswalpha(wint_t(c))))
-                                 : (c < 0x80 ? (is_word(char(c)) && c != '_') : bool(std::iswalnum(wint_t(c))));
-      if (!ok) return Value::boolean(false);
-    }
-    return Value::boolean(true);
-  }
-  if (m == "islower" || m == "isupper") return Value::boolean(apply_test(m.substr(2), Value::string(s), {}, cx));
-  fail("str has no method '" + m + "'");
-}
-
-}  // namespace
-
-Value call_method(const Function& f, const Array& args, const Kwargs& kws, const CallContext& cx) {
-  const Value& self = f.self;
-  const std::string& m = f.name;
-  if (self.type == Type::String) return str_method(*self.s, m, args, kws, cx);
-  if (self.type == Type::Object) {
-    if (m == "get") {
-      if (args.empty() || args.size() > 2 || !kws.empty()) fail("get() takes 1 or 2 arguments");
-      if (args[0].type == Type::String) if (const Value* v = self.o->get(*args[0].s)) return *v;
-      return args.size() > 1 ? args[1] : Value::null();
-    }
-    no_args(m.c_str(), args, kws);
-    Value view;
-    if (m == "items") { view = filter_items(self, cx); view.view = 1; return view; }
-    if (m == "keys") { view = checked_list(iterate(self), cx); view.view = 2; return view; }
-    if (m == "values") {
-      Array out;
-      for (auto& [k, v] : self.o->items) out.push_back(v);
-      view = checked_list(std::move(out), cx);
-      view.view = 3;
-      return view;
-    }
-    if (m == "copy") return Value::object(std::make_shared<Object>(*self.o));
-    fail("access to attribute '" + m + "' of 'dict' object is unsafe.");
-  }
-  if (self.type == Type::Array) {
-    if (m == "count" || m == "index") {
-      if (args.size() != 1) fail(m + "() takes exactly one argument");
-      int64_t n = 0;
-      for (size_t i = 0; i < self.a->items.size(); ++i) {
-        if (!py_equal(self.a->items[i], args[0])) continue;
-        if (m == "index") return Value::integer(int64_t(i));
-        ++n;
-      }
-      if (m == "index") fail("value is not in list");
-      return Value::integer(n);
-    }
-    if (m == "copy") return checked_list(self.a->items, cx);
-    fail("access to attribute '" + m + "' of '" + type_name(self) + "' object is unsafe.");
-  }
-  fail("'" + std::string(type_name(self)) + "' object has no method '" + m + "'");
-}
-
-// ---------------------------------------------------------------- printf-style formatting
-
-Value py_format(const std::string& fmt, const Value& argv) {
-  Array pos;
-  const Object* mapping = nullptr;
-  if (argv.type == Type::Array && argv.tuple) pos = argv.a->items;
-  else if (argv.type == Type::Object) mapping = argv.o.get();
-  else pos.push_back(argv);
-  size_t next = 0;
-  bool used_mapping = false;
-  std::string out;
-  for (size_t i = 0; i < fmt.size(); ++i) {
-    if (fmt[i] != '%') { out += fmt[i]; continue; }
-    if (++i >= fmt.size()) fail("incomplete format");
-    const Value* arg = nullptr;
-    Value keyed;
-    if (fmt[i] == '(') {
-      size_t e = fmt.find(')', i);
-      if (e == std::string::npos) fail("incomplete format key");
-      if (!mapping) fail("format requires a mapping");
-      const Value* v = mapping->get(fmt.substr(i + 1, e - i - 1));
-      if (!v) fail("KeyError: '" + fmt.substr(i + 1, e - i - 1) + "'");
-      keyed = *v;
-      arg = &keyed;
-      used_mapping = true;
-      i = e + 1;
-    }
-    std::string flags;
-    while (i < fmt.size() && std::strchr("-+ #0", fmt[i])) flags += fmt[i++];
-    std::string width, prec;
-    while (i < fmt.size() && is_digit(fmt[i])) width += fmt[i++];
-    bool has_prec = false;
-    if (i < fmt.size() && fmt[i] == '.') { has_prec = true; ++i; while (i < fmt.size() && is_digit(fmt[i])) prec += fmt[i++]; }
-    if (i >= fmt.size()) fail("incomplete format");
-    char conv = fmt[i];
-    if (conv == '%') { out += '%'; continue; }
-    if (!arg) {
-      if (mapping && !(argv.type == Type::Array)) { keyed = argv; arg = &keyed; used_mapping = true; }
-      else {
-        if (next >= pos.size()) fail("not enough arguments for format string");
-        arg = &pos[next++];
-      }
-    }
-    if (width.size() > 6 || prec.size() > 3) fail("format width too large");
-    std::string body;
-    if (conv == 's' || conv == 'r' || conv == 'a') {
-      body = conv == 's' ? py_str(*arg) : py_repr(*arg);
-      if (has_prec) {
-        auto cps = code_points(body);
-        size_t p = prec.empty() ? 0 : std::stoul(prec);
-        if (p < cps.size()) { std::string t; for (size_t k = 0; k < p; ++k) t.append(cps[k]); body = t; }
-      }
-      auto len = cp_count(body);
-      size_t w = width.empty() ? 0 : std::stoul(width);
-      if (len < w) body = flags.find('-') != std::string::npos ? body + std::string(w - len, ' ') : std::string(w - len, ' ') + body;
-    } else if (std::strchr("diouxXeEfFgGc", conv)) {
-      if (!is_number(*arg)) fail(std::string("%") + conv + " format: a real number is required, not " + type_name(*arg));
-      char spec[64], buf[512];
-      if (std::strchr("diouxX", conv)) {
-        Value iv = arg->type == Type::Float ? int_of_double(arg->num) : arg->type == Type::Bool ? Value::integer(arg->b) : *arg;
-        if (arg->type == Type::Float && conv != 'd' && conv != 'i') fail(std::string("%") + conv + " format: an integer is required, not float");
-        if (iv.big) { body = *iv.s; }
-        else {
-          char c = conv == 'i' || conv == 'u' ? 'd' : conv;
-          std::snprintf(spec, sizeof spec, "%%%s%s%s%sll%c", flags.c_str(), width.c_str(), has_prec ? "." : "", prec.c_str(), c);
-          std::snprintf(buf, sizeof buf, spec, (long long)iv.i);
-          body = buf;
-        }
-      } else if (conv == 'c') {
-        Value iv = *arg;
-        std::string ch;
-        append_utf8(ch, char32_t(iv.i));
-        body = ch;
-      } else {
-        double d = as_double(*arg);
-        if (!std::isfinite(d)) {
-          body = std::isnan(d) ? "nan" : d < 0 ? "-inf" : "inf";
-          if (std::isupper(static_cast<unsigned char>(conv))) body = py_upper(body);
-        } else {
-          std::snprintf(spec, sizeof spec, "%%%s%s.%s%c", flags.c_str(), width.c_str(), has_prec ? (prec.empty() ? "0" : prec.c_str()) : "6", conv);
-          std::snprintf(buf, sizeof buf, spec, d);
-          body = buf;
-        }
-      }
-    } else {
-      fail(std::string("unsupported format character '") + conv + "'");
-    }
-    out += body;
-    check_built(out.size());
-  }
-  if (!mapping && next < pos.size()) fail("not all arguments converted during string formatting");
-  (void)used_mapping;
-  return str_value(std::move(out));
 }
 
 }  // namespace kvroute::jinja

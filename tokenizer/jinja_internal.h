@@ -136,7 +136,8 @@ std::string json_dumps(const Value& v, const JsonOptions& o);
 Value get_attr(const Value& obj, const std::string& name);
 Value get_item(const Value& obj, const Value& key);
 
-// ---------------------------------------------------------------- filters (jinja_filters.cpp)
+// ---------------------------------------------------------------- builtins: filters (jinja_filters.cpp),
+// tests (jinja_tests.cpp), methods (jinja_str_methods.cpp), str % args (jinja_format.cpp)
 using Kwargs = std::vector<std::pair<std::string, Value>>;
 struct CallContext {
   const Limits* limits;
@@ -153,6 +154,47 @@ bool has_method(const Value& self, const std::string& name);
 Value py_format(const std::string& fmt, const Value& args);  // str % args
 std::vector<Value> iterate(const Value& v);  // list(v): str -> chars, dict -> keys; TypeError otherwise
 Value checked_list(Array items, const CallContext& cx);
+
+// ---------------------------------------------------------------- builtins' shared helpers
+// What the filters, tests, str/dict/list methods and `str % args` share: argument
+// binding and numbers (jinja_filters.cpp), Python str helpers (jinja_str_methods.cpp).
+// Binds positional and keyword arguments to named parameters (Python call semantics).
+struct Params {
+  std::vector<Value> v;
+  std::vector<bool> given;
+  Params(const char* fn, std::initializer_list<const char*> names, const Array& args, const Kwargs& kws,
+         std::initializer_list<Value> defaults = {}) {
+    std::vector<const char*> n(names);
+    v.assign(n.size(), Value());
+    given.assign(n.size(), false);
+    size_t k = 0;
+    for (auto& d : defaults) { if (k < v.size()) v[k] = d; ++k; }
+    if (args.size() > n.size()) fail(std::string(fn) + "() takes at most " + std::to_string(n.size()) + " arguments");
+    for (size_t i = 0; i < args.size(); ++i) { v[i] = args[i]; given[i] = true; }
+    for (auto& [key, val] : kws) {
+      size_t i = 0;
+      while (i < n.size() && key != n[i]) ++i;
+      if (i == n.size()) fail(std::string(fn) + "() got an unexpected keyword argument '" + key + "'");
+      if (given[i]) fail(std::string(fn) + "() got multiple values for argument '" + key + "'");
+      v[i] = val;
+      given[i] = true;
+    }
+  }
+  const Value& operator[](size_t i) const { return v[i]; }
+};
+std::string soft_str(const Value& v);  // str() of an operand or argument
+int64_t need_int(const Value& v, const char* what);  // an int (or bool), else TypeError
+const std::string& need_str(const Value& v, const char* what);
+Value int_of_double(double d);  // Python int(float): truncates; inf and nan fail
+void no_args(const char* name, const Array& args, const Kwargs& kws);
+Value filter_items(const Value& v, const CallContext& cx);  // the `items` filter and dict.items()
+bool is_cased(char32_t c);
+void append_lower(std::string& r, char32_t c);  // Python lower() of one code point
+std::string py_capitalize(std::string_view s);
+std::string py_replace(const std::string& s, const std::string& from, const std::string& to, int64_t count);
+std::vector<std::string> py_splitlines(const std::string& s);
+std::string repeat(const std::string& s, int64_t n);  // s * n, checked against the output limit
+std::string center(const std::string& s, int64_t width, const std::string& fill = " ");
 
 // ---------------------------------------------------------------- operators (jinja_interp.cpp)
 Value add_values(const Value& a, const Value& b);  // a + b

@@ -134,6 +134,9 @@ struct SchedulerConfig {
   uint32_t busy_waiting_requests = 0;   // num_requests_waiting; 0 = no limit
   uint32_t queue_size = 0;              // requests that may wait for a free worker; 0 = 503 at once
   uint32_t queue_timeout_ms = 5000;     // longest wait in that queue
+  // Every worker busy and no queue (queue_size 0): false = the request goes to
+  // the best busy worker (its engine queues it); true = 503 at once.
+  bool reject_when_busy = false;
   double temperature = 0;               // 0 = lowest cost; > 0 = softmax sampling over -cost/T
   // "weighted" (the alpha/gamma/delta formula) or "predicted_ttft" (each
   // candidate's expected time to first token from an online model).
@@ -463,10 +466,15 @@ void for_each_key(C& c, F&& f) {
   f(KeyInfo{"scheduler.busy_waiting_requests", "Skip workers with this many waiting requests (0 = no limit).", 0,
             kMaxU32, !S, R},
     c.scheduler.busy_waiting_requests);
-  f(KeyInfo{"scheduler.queue_size", "Requests that may wait for a free worker (0 = 503 at once).", 0, 1e7, !S, R},
+  f(KeyInfo{"scheduler.queue_size",
+            "Requests that may wait for a free worker (0 = no queue: see reject_when_busy).", 0, 1e7, !S, R},
     c.scheduler.queue_size);
   f(KeyInfo{"scheduler.queue_timeout_ms", "Longest wait for a free worker before 503.", 1, 3600000, !S, R},
     c.scheduler.queue_timeout_ms);
+  f(KeyInfo{"scheduler.reject_when_busy",
+            "Every worker busy and queue_size 0: 503 at once (true) or send to the best busy worker (false).", 0, 1,
+            !S, R},
+    c.scheduler.reject_when_busy);
   f(KeyInfo{"scheduler.temperature", "0 = lowest cost wins; > 0 = softmax sampling over -cost/temperature.", 0,
             100, !S, R},
     c.scheduler.temperature);

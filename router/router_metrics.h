@@ -42,6 +42,9 @@ struct RouterMetrics {
             "1 - cached_tokens_total / this")),
         decisions_total(r.counter("kvroute_scheduler_decisions_total",
                                   "Routing decisions by outcome (best_overlap, balance, no_worker)", {"outcome"})),
+        all_busy_total(r.counter("kvroute_scheduler_all_busy_total",
+                                 "Requests sent to a busy worker because every worker was busy "
+                                 "(scheduler.reject_when_busy false, queue_size 0)")),
         tokenizer_fallbacks_total(r.counter(
             "kvroute_router_tokenizer_fallbacks_total",
             "Routed requests tokenized by the placeholder, by model and reason (no_tokenizer, "
@@ -107,6 +110,7 @@ struct RouterMetrics {
   metrics::CounterFamily& worker_cached_tokens_total;
   metrics::CounterFamily& best_cached_tokens_total;
   metrics::CounterFamily& decisions_total;
+  metrics::CounterFamily& all_busy_total;
   metrics::CounterFamily& tokenizer_fallbacks_total;
   metrics::CounterFamily& tokenized_requests_total;
   metrics::CounterFamily& engine_tokenize_total;

@@ -83,6 +83,7 @@ void RouteResult::reset() {
   skips_prefix_cache = false;
   stage_seconds = {};
   chose_best_overlap = false;
+  all_busy = false;
   best_cached_tokens = 0;
   workers.clear();
   candidates.clear();
@@ -341,6 +342,18 @@ void RoutingService::decide_all(const Config& cfg, std::string_view model, bool 
 
   schedule(out.candidates, out.isl_tokens, block_size, cfg.scheduler, random_, rank_all ? 0 : cfg.router.max_attempts,
            out.decision);
+  if (!out.decision.chosen && !cfg.scheduler.reject_when_busy && cfg.scheduler.queue_size == 0) {
+    // Every worker not drained is busy. The prompt fits some worker's cache
+    // (decide() checked), and an engine whose KV or batch is full queues the
+    // request itself (vLLM's scheduler waits for free blocks; cached blocks no
+    // running request holds are free to it), so a momentarily full fleet is
+    // no reason to refuse: rank the busy workers by the same cost (the least
+    // loaded, cache hits considered, first). Rejecting is the operator's
+    // choice (reject_when_busy, or a queue with a deadline).
+    schedule(out.candidates, out.isl_tokens, block_size, without_busy_limits(cfg.scheduler), random_,
+             rank_all ? 0 : cfg.router.max_attempts, out.decision);
+    out.all_busy = out.decision.chosen.has_value();
+  }
   lap(3);
   if (!out.decision.chosen) {
     // The same code either way (a drained worker may come back: queued

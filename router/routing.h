@@ -99,6 +99,10 @@ struct RouteResult {
   std::array<double, 4> stage_seconds{};
   // True when the chosen worker has the longest cached prefix among the eligible.
   bool chose_best_overlap = false;
+  // True when every worker serving the model was busy (over a scheduler.busy_*
+  // threshold or full) and the request was ranked among the busy ones
+  // (scheduler.reject_when_busy false, queue_size 0): their engines queue it.
+  bool all_busy = false;
   // The longest cached prefix among eligible workers (tokens): with the chosen
   // worker's cached tokens, the decision-quality gap metric.
   uint32_t best_cached_tokens = 0;

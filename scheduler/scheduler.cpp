@@ -32,14 +32,27 @@ struct Ranked {
 
 }  // namespace
 
+namespace {
+// A busy threshold above 1 (set only by without_busy_limits(); the config
+// keys are 0.01-1) turns that dimension's exclusion off, full workers included.
+constexpr double kNoBusyLimit = 2.0;
+}  // namespace
+
+SchedulerConfig without_busy_limits(const SchedulerConfig& cfg) {
+  SchedulerConfig c = cfg;
+  c.busy_kv_usage = c.busy_slot_usage = kNoBusyLimit;
+  c.busy_waiting_requests = 0;
+  return c;
+}
+
 Exclusion exclusion_of(const WorkerLoad& l, bool draining, const SchedulerConfig& cfg) {
   if (draining) return Exclusion::Draining;
   // A worker that reports a total of 0 does not report that dimension.
-  if (l.request_total_slots > 0 &&
+  if (cfg.busy_slot_usage < kNoBusyLimit && l.request_total_slots > 0 &&
       (l.request_active_slots >= l.request_total_slots ||
        ratio(l.request_active_slots, l.request_total_slots) >= cfg.busy_slot_usage))
     return Exclusion::NoFreeSlot;
-  if (l.kv_total_blocks > 0 &&
+  if (cfg.busy_kv_usage < kNoBusyLimit && l.kv_total_blocks > 0 &&
       (l.kv_active_blocks >= l.kv_total_blocks ||
        ratio(static_cast<double>(l.kv_active_blocks), static_cast<double>(l.kv_total_blocks)) >= cfg.busy_kv_usage))
     return Exclusion::NoFreeBlock;

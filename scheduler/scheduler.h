@@ -74,6 +74,10 @@ struct Decision {
 
 // Why `c` may not take a request (None = eligible).
 Exclusion exclusion_of(const WorkerLoad& load, bool draining, const SchedulerConfig& cfg);
+// `cfg` with its busy thresholds lifted: exclusion_of() then excludes only
+// drained workers. For ranking the busy workers when every worker is busy and
+// requests are not rejected for it (scheduler.reject_when_busy false).
+SchedulerConfig without_busy_limits(const SchedulerConfig& cfg);
 // Σ_tier overlap_by_tier · tier_weight (all device when by_tier is all zero).
 double tier_weighted_blocks(uint32_t overlap_blocks, const std::array<uint32_t, kNumStorageTiers>& by_tier,
                             const SchedulerConfig& cfg);

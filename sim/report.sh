@@ -134,10 +134,11 @@ PY
   echo "|---|---|---|---|---|---|"
   cat "$OUT/affinity.txt"
   echo
-  echo "Off by default (scheduler.session_affinity). On the h100-llama3-8b profile's capacity it helps at x1"
-  echo "(hit rate 0.55 -> 0.62, TTFT p50 579 -> 369 ms, p99 -6 %) and is within a few percent either way at"
-  echo "x2 and x3, where the fleet is saturated; the default was chosen on the old engine model and is left to"
-  echo "a tune that weighs sessions (the trace's train slice has none)."
+  echo "Off by default (scheduler.session_affinity). On the h100-llama3-8b profile's capacity, with nothing"
+  echo "rejected, it is the difference between an overloaded fleet and a working one at x1 (hit rate 0.51 -> 0.81,"
+  echo "TTFT p50 143 s -> 304 ms, p99 818 -> 10.8 s) and cuts p50 by 3x at x2 and x3 (521 -> 166 s, 700 -> 243 s),"
+  echo "below both peers there; the default was chosen on the old engine model and is left to a tune that"
+  echo "weighs sessions (the trace's train slice has none)."
   echo
   echo "## Tuning (train slice) and held-out results"
   echo

@@ -60,6 +60,12 @@ Config policy_config(const SimOptions& o, const std::string& policy, const Sched
         std::exit(2);
       }
   if (scheduler) cfg.scheduler = *scheduler;
+  // The daemon's wait queue (scheduler.queue_size > 0) is not modelled: a
+  // request finding every worker busy would be rejected here and queued there.
+  if (cfg.scheduler.queue_size > 0) {
+    std::fprintf(stderr, "kvroute-sim: scheduler.queue_size > 0 (the router's wait queue) is not simulated\n");
+    std::exit(2);
+  }
   if (policy == "kvroute_weighted") cfg.scheduler.cost = "weighted";
   if (policy == "dynamo_v01") {  // the baseline weighted cost with its default weights (Dynamo v0.1)
     cfg.scheduler = SchedulerConfig{};
@@ -214,7 +220,7 @@ void Simulation::dispatch(size_t id, double now) {
   clock_.set(at(now));
   const std::optional<Pick> pick = choose(r, hashes);
   if (!pick) {
-    ++rejected_;
+    ++rejected_;  // 503 (every worker busy under scheduler.reject_when_busy, or drained) or 400 (too large)
     return;
   }
   const uint32_t w = pick->worker;

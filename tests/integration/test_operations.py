@@ -161,6 +161,37 @@ class AdminAndReloadTest(OpsFleet):
 
 
 class BusyQueueTest(OpsFleet):
+    def test_every_worker_busy_still_served_unless_rejecting(self):
+        f = self.fleet
+        workers = [int(w["worker_id"]) for w in f.admin("GET", "/admin/workers").json()]
+        busy = workers[0]
+        for w in workers[1:]:
+            self.assertEqual(f.admin("POST", f"/admin/workers/{w}/drain").status, 200)
+        # Three long streams on the one worker left: 3 of 256 slots, over a 1 % busy threshold.
+        streams = [open_stream(f.router_port, completion(f"busy stream {i} " + uuid.uuid4().hex + PREFIX,
+                                                         max_tokens=2000, stream=True))[0] for i in range(3)]
+        try:
+            self.assertEqual(f.admin("PUT", "/admin/config", "scheduler:\n  busy_slot_usage: 0.01\n").status, 200)
+            placed = f.metric("kvroute_scheduler_all_busy_total")
+            # Default: the busy worker still takes the request (its engine queues it).
+            r = f.post("/v1/completions", completion("served anyway " + uuid.uuid4().hex))
+            self.assertEqual(r.status, 200, r.body)
+            self.assertEqual(int(r.header("x-kvroute-worker")), busy)
+            self.assertEqual(f.metric("kvroute_scheduler_all_busy_total"), placed + 1)
+            # Opt-in shedding: 503 at once.
+            self.assertEqual(f.admin("PUT", "/admin/config",
+                                     "scheduler:\n  busy_slot_usage: 0.01\n  reject_when_busy: true\n").status, 200)
+            r = f.post("/v1/completions", completion("shed " + uuid.uuid4().hex))
+            self.assertEqual(r.status, 503)
+            self.assertEqual(r.json()["error"]["code"], "workers_busy")
+        finally:
+            for s in streams:
+                s.close()
+            f.admin("PUT", "/admin/config", "scheduler:\n  busy_slot_usage: 1\n  reject_when_busy: false\n")
+            for w in workers[1:]:
+                f.admin("POST", f"/admin/workers/{w}/undrain")
+        self.assertTrue(wait_until(lambda: f.metric("kvroute_router_inflight_requests") == 0, 10))
+
     def test_thresholds_queue_then_503(self):
         f = self.fleet
         # No worker is eligible (every one drained): no queue -> 503 at once.

@@ -184,6 +184,18 @@ TEST_CASE("busy thresholds exclude workers; none left is a 503 'workers_busy'") 
   CHECK(r.decision.scores[1].excluded == Exclusion::NoFreeBlock);
 
   sim.registry.set_draining(WorkerId{3}, true);
+  // Every worker left is busy: by default the request goes to the best busy
+  // one (its engine queues it), never to the drained worker.
+  r = sim.routing.route(sim.request(prompt(1, 100)));
+  REQUIRE(r.ok);
+  CHECK(r.all_busy);
+  CHECK(r.ranked.size() == 2);
+  for (const auto& t : r.ranked) CHECK(t.worker != WorkerId{3});
+  // Rejecting is the operator's choice.
+  sim.config.update([](Config& c) {
+    c.scheduler.reject_when_busy = true;
+    return std::nullopt;
+  });
   r = sim.routing.route(sim.request(prompt(1, 100)));
   CHECK_FALSE(r.ok);
   CHECK(r.error.status == 503);
@@ -193,6 +205,66 @@ TEST_CASE("busy thresholds exclude workers; none left is a 503 'workers_busy'") 
   r = sim.routing.route(sim.request(prompt(1, 100)));
   REQUIRE(r.ok);
   CHECK(r.ranked.front().worker == WorkerId{1});
+}
+
+TEST_CASE("every worker momentarily full: the request still goes to the best worker unless rejecting is asked for") {
+  // Defaults: busy_kv_usage 1.0, busy_slot_usage 1.0, queue_size 0. Every
+  // worker reports (or the router predicts) a full KV cache or a full batch.
+  Sim sim;
+  sim.add_worker(1, 10000, 10000);             // KV full
+  sim.add_worker(2, 10000, 10000, 0, 256, 3);  // KV full, 3 waiting
+  sim.add_worker(3, 5000, 10000, 256, 256);    // every slot taken
+  const auto p = prompt(9, 160);
+  sim.cache(2, p);  // worker 2 holds the prompt's prefix
+  auto r = sim.routing.route(sim.request(with_suffix(p, 1, 20)), /*rank_all=*/true);
+  REQUIRE(r.ok);
+  CHECK(r.all_busy);
+  CHECK(r.ranked.size() == 3);
+  for (const auto& s : r.decision.scores) CHECK(s.excluded == Exclusion::None);
+  // The fast path (no explain) decides the same way.
+  const auto fast = sim.routing.route(sim.request(with_suffix(p, 1, 20)));
+  REQUIRE(fast.ok);
+  CHECK(fast.all_busy);
+  CHECK(fast.ranked.front().worker == r.ranked.front().worker);
+
+  // A prompt no worker's cache could ever hold is still refused (400), busy or not.
+  auto huge = sim.routing.route(sim.request(prompt(3, 10001 * kBlock)));
+  CHECK_FALSE(huge.ok);
+  CHECK(huge.error.status == 400);
+
+  // A drained worker stays out; all drained is a 503.
+  sim.registry.set_draining(WorkerId{1}, true);
+  sim.registry.set_draining(WorkerId{2}, true);
+  r = sim.routing.route(sim.request(with_suffix(p, 2, 20)));
+  REQUIRE(r.ok);
+  CHECK(r.ranked.size() == 1);
+  CHECK(r.ranked.front().worker == WorkerId{3});
+  sim.registry.set_draining(WorkerId{3}, true);
+  r = sim.routing.route(sim.request(with_suffix(p, 3, 20)));
+  CHECK_FALSE(r.ok);
+  CHECK(r.error.code == "workers_busy");
+  for (uint64_t w = 1; w <= 3; ++w) sim.registry.set_draining(WorkerId{w}, false);
+
+  // Opt-in shedding: 503 at once.
+  sim.config.update([](Config& c) {
+    c.scheduler.reject_when_busy = true;
+    return std::nullopt;
+  });
+  r = sim.routing.route(sim.request(with_suffix(p, 4, 20)));
+  CHECK_FALSE(r.ok);
+  CHECK(r.error.status == 503);
+  CHECK(r.error.code == "workers_busy");
+  CHECK_FALSE(r.all_busy);
+  // A router queue (queue_size > 0) keeps its own rule: the request waits
+  // there (router/http_server.cpp) and is not placed on a busy worker.
+  sim.config.update([](Config& c) {
+    c.scheduler.reject_when_busy = false;
+    c.scheduler.queue_size = 10;
+    return std::nullopt;
+  });
+  r = sim.routing.route(sim.request(with_suffix(p, 5, 20)));
+  CHECK_FALSE(r.ok);
+  CHECK(r.error.code == "workers_busy");
 }
 
 TEST_CASE("unknown model is 404, no worker at all is 503") {

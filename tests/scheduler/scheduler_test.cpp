@@ -135,6 +135,15 @@ TEST_CASE("busy thresholds exclude, each with its reason") {
   CHECK(d.scores[3].excluded == Exclusion::None);
   CHECK(d.scores[4].excluded == Exclusion::Draining);
   CHECK(d.ranking == std::vector<size_t>{3});
+  // Lifted (every worker busy, not rejecting): only the drained one stays
+  // out, full ones included; the ranking is by the same cost.
+  cs[0] = cand(1, 0, 1000, 1000, 100, 100);  // KV and slots full
+  const SchedulerConfig lifted = without_busy_limits(cfg);
+  d = schedule(cs, 100, 10, lifted, rnd);
+  for (size_t i = 0; i < 4; ++i) CHECK(d.scores[i].excluded == Exclusion::None);
+  CHECK(d.scores[4].excluded == Exclusion::Draining);
+  CHECK(d.ranking.size() == 4);
+  CHECK(d.ranking.front() != 0);  // the full worker ranks below the others
 }
 
 TEST_CASE("pending prefill on a worker counts like its own new tokens, weighted; weight 0 is the baseline") {

@@ -19,7 +19,7 @@ dom::parser& thread_parser() {
   return p;
 }
 
-bool fail(ApiError& err, std::string message, std::string param) {
+bool invalid_request(ApiError& err, std::string message, std::string param) {
   err.status = 400;
   err.type = "invalid_request_error";
   err.message = std::move(message);
@@ -37,19 +37,19 @@ bool flatten_content(dom::element content, std::string& out, ApiError& err, size
     out = std::string(content.get_string().value_unsafe());
     return true;
   }
-  if (!content.is_array()) return fail(err, "content must be a string, an array of parts, or null", param);
+  if (!content.is_array()) return invalid_request(err, "content must be a string, an array of parts, or null", param);
   dom::array parts = content.get_array().value_unsafe();
   bool first = true;
   for (dom::element part : parts) {
-    if (!part.is_object()) return fail(err, "each content part must be an object", param);
+    if (!part.is_object()) return invalid_request(err, "each content part must be an object", param);
     dom::object po = part.get_object().value_unsafe();
     auto type = po.at_key("type");
     if (type.error() || !type.value_unsafe().is_string())
-      return fail(err, "each content part needs a string 'type'", param);
+      return invalid_request(err, "each content part needs a string 'type'", param);
     if (type.value_unsafe().get_string().value_unsafe() != "text") continue;  // images etc. do not tokenize here
     auto text = po.at_key("text");
     if (text.error() || !text.value_unsafe().is_string())
-      return fail(err, "a text content part needs a string 'text'", param);
+      return invalid_request(err, "a text content part needs a string 'text'", param);
     if (!first) out += '\n';
     out += text.value_unsafe().get_string().value_unsafe();
     first = false;
@@ -65,7 +65,7 @@ bool parse_tokens(dom::array arr, const char* name, ParsedRequest& out, ApiError
   out.prompt_tokens.reserve(arr.size());
   for (dom::element t : arr) {
     if (!t.is_uint64() || t.get_uint64().value_unsafe() > 0xffffffffull)
-      return fail(err, fmt::format("token ids in '{}' must be integers in [0, 2^32)", name), name);
+      return invalid_request(err, fmt::format("token ids in '{}' must be integers in [0, 2^32)", name), name);
     out.prompt_tokens.push_back(static_cast<TokenId>(t.get_uint64().value_unsafe()));
   }
   return true;
@@ -80,19 +80,19 @@ bool parse_prompt(dom::element p, const char* name, ParsedRequest& out, ApiError
     return true;
   }
   const auto what = fmt::format("'{}' must be a string, an array of strings, token ids, or arrays of token ids", name);
-  if (!p.is_array()) return fail(err, what, name);
+  if (!p.is_array()) return invalid_request(err, what, name);
   dom::array arr = p.get_array().value_unsafe();
-  if (arr.size() == 0) return fail(err, fmt::format("'{}' must not be empty", name), name);
+  if (arr.size() == 0) return invalid_request(err, fmt::format("'{}' must not be empty", name), name);
   dom::element first = arr.at(0).value_unsafe();
   if (!first.is_string() && !first.is_array()) return parse_tokens(arr, name, out, err);  // one prompt of ids
   for (dom::element e : arr) {
-    if (e.is_string() != first.is_string() || e.is_array() != first.is_array()) return fail(err, what, name);
+    if (e.is_string() != first.is_string() || e.is_array() != first.is_array()) return invalid_request(err, what, name);
     if (!e.is_array()) continue;
     const dom::array ids = e.get_array().value_unsafe();
-    if (ids.size() == 0) return fail(err, fmt::format("a prompt in '{}' must not be empty", name), name);
+    if (ids.size() == 0) return invalid_request(err, fmt::format("a prompt in '{}' must not be empty", name), name);
     for (dom::element t : ids)
       if (!t.is_uint64() || t.get_uint64().value_unsafe() > 0xffffffffull)
-        return fail(err, fmt::format("token ids in '{}' must be integers in [0, 2^32)", name), name);
+        return invalid_request(err, fmt::format("token ids in '{}' must be integers in [0, 2^32)", name), name);
   }
   out.prompts = static_cast<uint32_t>(std::min<size_t>(arr.size(), UINT32_MAX));
   if (first.is_string()) {
@@ -135,45 +135,45 @@ bool parse_request_fields(ApiKind kind, std::string_view body, ParsedRequest& ou
     doc = thread_parser().parse(in_range.data(), in_range.size(), true);
   if (in_range.capacity() > kKeptParserCapacity) std::string().swap(in_range);  // the document owns no view into it
   if (doc.error())
-    return fail(err, fmt::format("We could not parse the JSON body of your request ({}).",
+    return invalid_request(err, fmt::format("We could not parse the JSON body of your request ({}).",
                                  simdjson::error_message(doc.error())),
                 "");
   dom::element root = doc.value_unsafe();
-  if (!root.is_object()) return fail(err, "The request body must be a JSON object.", "");
+  if (!root.is_object()) return invalid_request(err, "The request body must be a JSON object.", "");
   dom::object o = root.get_object().value_unsafe();
 
   auto model = o.at_key("model");
-  if (model.error()) return fail(err, "you must provide a model parameter", "model");
-  if (!model.value_unsafe().is_string()) return fail(err, "'model' must be a string", "model");
+  if (model.error()) return invalid_request(err, "you must provide a model parameter", "model");
+  if (!model.value_unsafe().is_string()) return invalid_request(err, "'model' must be a string", "model");
   out.model.assign(model.value_unsafe().get_string().value_unsafe());
 
   if (auto stream = o.at_key("stream"); !stream.error() && !stream.value_unsafe().is_null()) {
-    if (!stream.value_unsafe().is_bool()) return fail(err, "'stream' must be a boolean", "stream");
+    if (!stream.value_unsafe().is_bool()) return invalid_request(err, "'stream' must be a boolean", "stream");
     out.stream = stream.value_unsafe().get_bool().value_unsafe();
   }
   // vLLM's extension: whether the tokenizer adds special tokens (BOS).
   if (auto ast = o.at_key("add_special_tokens"); !ast.error() && !ast.value_unsafe().is_null()) {
     if (!ast.value_unsafe().is_bool())
-      return fail(err, "'add_special_tokens' must be a boolean", "add_special_tokens");
+      return invalid_request(err, "'add_special_tokens' must be a boolean", "add_special_tokens");
     out.add_special_tokens = ast.value_unsafe().get_bool().value_unsafe();
   }
   // vLLM's per-tenant prefix cache isolation: enters the first block's hash.
   if (auto salt = o.at_key("cache_salt"); !salt.error() && !salt.value_unsafe().is_null()) {
     if (!salt.value_unsafe().is_string() || salt.value_unsafe().get_string().value_unsafe().empty())
-      return fail(err, "Parameter 'cache_salt' must be a non-empty string if provided.", "cache_salt");
+      return invalid_request(err, "Parameter 'cache_salt' must be a non-empty string if provided.", "cache_salt");
     out.cache_salt.assign(salt.value_unsafe().get_string().value_unsafe());
   }
   if (auto pl = o.at_key("prompt_logprobs"); !pl.error() && !pl.value_unsafe().is_null()) out.prompt_logprobs = true;
   // OpenAI's end-user id: the session key when no x-session-id header is given.
   if (auto user = o.at_key("user"); !user.error() && !user.value_unsafe().is_null()) {
-    if (!user.value_unsafe().is_string()) return fail(err, "'user' must be a string", "user");
+    if (!user.value_unsafe().is_string()) return invalid_request(err, "'user' must be a string", "user");
     out.user.assign(user.value_unsafe().get_string().value_unsafe());
   }
 
   if (auto n = o.at_key("n"); !n.error() && !n.value_unsafe().is_null()) {
     if (!n.value_unsafe().is_uint64() || n.value_unsafe().get_uint64().value_unsafe() < 1 ||
         n.value_unsafe().get_uint64().value_unsafe() > kMaxChoices)
-      return fail(err, fmt::format("'n' must be an integer from 1 to {}", kMaxChoices), "n");
+      return invalid_request(err, fmt::format("'n' must be an integer from 1 to {}", kMaxChoices), "n");
     out.n = static_cast<uint32_t>(n.value_unsafe().get_uint64().value_unsafe());
   }
 
@@ -181,23 +181,23 @@ bool parse_request_fields(ApiKind kind, std::string_view body, ParsedRequest& ou
     out.kind = ApiKind::Completions;  // tokenized and routed as a completion prompt
     const char* name = kind == ApiKind::Embeddings ? "input" : "prompt";
     auto prompt = o.at_key(name);
-    if (prompt.error() || prompt.value_unsafe().is_null()) return fail(err, fmt::format("'{}' is required", name), name);
+    if (prompt.error() || prompt.value_unsafe().is_null()) return invalid_request(err, fmt::format("'{}' is required", name), name);
     return parse_prompt(prompt.value_unsafe(), name, out, err);
   }
 
   auto messages = o.at_key("messages");
-  if (messages.error()) return fail(err, "'messages' is required", "messages");
-  if (!messages.value_unsafe().is_array()) return fail(err, "'messages' must be an array", "messages");
+  if (messages.error()) return invalid_request(err, "'messages' is required", "messages");
+  if (!messages.value_unsafe().is_array()) return invalid_request(err, "'messages' must be an array", "messages");
   dom::array msgs = messages.value_unsafe().get_array().value_unsafe();
-  if (msgs.size() == 0) return fail(err, "'messages' must not be empty", "messages");
+  if (msgs.size() == 0) return invalid_request(err, "'messages' must not be empty", "messages");
   size_t i = 0;
   for (dom::element m : msgs) {
-    if (!m.is_object()) return fail(err, "each message must be an object", fmt::format("messages[{}]", i));
+    if (!m.is_object()) return invalid_request(err, "each message must be an object", fmt::format("messages[{}]", i));
     dom::object mo = m.get_object().value_unsafe();
     ChatMessage cm;
     auto role = mo.at_key("role");
     if (role.error() || !role.value_unsafe().is_string())
-      return fail(err, "each message needs a string 'role'", fmt::format("messages[{}].role", i));
+      return invalid_request(err, "each message needs a string 'role'", fmt::format("messages[{}].role", i));
     cm.role = std::string(role.value_unsafe().get_string().value_unsafe());
     if (auto content = mo.at_key("content"); !content.error()) {
       if (!flatten_content(content.value_unsafe(), cm.content, err, i)) return false;

@@ -27,6 +27,10 @@ struct ApiError {
   std::string code;   // empty = null
 };
 
+// Sets `err` to a 400 invalid_request_error with this message and param
+// (empty: null). Returns false, for `return invalid_request(...)`.
+bool invalid_request(ApiError& err, std::string message, std::string param);
+
 struct ParsedRequest {
   ApiKind kind = ApiKind::Completions;
   std::string model;

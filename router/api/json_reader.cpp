@@ -142,4 +142,12 @@ JsonReader& thread_json_reader() {
   return reader;
 }
 
+bool finish_body(bool ok, ApiError& err) {
+  JsonReader& reader = thread_json_reader();
+  if (!ok && reader.overflowed())
+    err.message += fmt::format(" (a JSON array or object of more than {} elements)", JsonReader::kMaxElements);
+  reader.trim(size_t{1} << 20);
+  return ok;
+}
+
 }  // namespace kvroute::api

@@ -25,6 +25,8 @@
 
 #include <simdjson.h>
 
+#include "router/openai_request.h"
+
 namespace kvroute::api {
 
 enum class JsonType : uint8_t { Null, Bool, Number, String, Array, Object };
@@ -95,5 +97,11 @@ class JsonReader {
 
 // The calling thread's reader (the io thread's, reused from request to request).
 JsonReader& thread_json_reader();
+
+// The end of parsing one body on this thread's reader: a failure caused by
+// kMaxElements says so in err's message, and the reader gives back what one
+// large body grew it by (over 1 MiB, as router/openai_request.cpp's parsers
+// do), so one 8 MiB body does not pin that much on every io thread. Returns ok.
+bool finish_body(bool ok, ApiError& err);
 
 }  // namespace kvroute::api

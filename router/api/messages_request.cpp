@@ -377,16 +377,10 @@ bool convert_tool(api::JsonReader& reader, const JsonValue& v, size_t i, std::st
   return true;
 }
 
-bool parse_fields(std::string_view body, ParsedRequest& out, std::string& chat_body, ApiError& err) {
-  out.reset();
-  out.kind = ApiKind::ChatCompletions;
-  chat_body.clear();
-  api::JsonReader& reader = api::thread_json_reader();
-  std::string error;
-  if (!reader.load(body, &error)) return fail(err, std::move(error));
-  JsonObject o;
-  if (!reader.root(o)) return fail(err, "The request body could not be read.");
-
+// The request's scalar fields: model, max_tokens, stream, metadata.user_id
+// into `out`; the sampling and tool_choice fields are only checked (the
+// engine reads them from the client's body).
+bool parse_scalars(api::JsonReader& reader, const JsonObject& o, ParsedRequest& out, ApiError& err) {
   const JsonValue* model = o.get("model");
   if (model == nullptr || !model->is(JsonType::String)) return fail(err, "model: Field required (a string)");
   if (model->str.empty()) return fail(err, "model: Model is required");
@@ -434,12 +428,17 @@ bool parse_fields(std::string_view body, ParsedRequest& out, std::string& chat_b
   }
   if (!o.absent("chat_template_kwargs") && !o.get("chat_template_kwargs")->is(JsonType::Object))
     return fail(err, "chat_template_kwargs: Input should be a valid dictionary");
+  return true;
+}
 
+// The conversation: the system prompt (`system` and every system message's
+// text, in `system`, with the count of its parts) and the other messages,
+// converted as vLLM converts them.
+bool collect_messages(api::JsonReader& reader, const JsonObject& o, std::string& system, size_t& system_parts,
+                      std::vector<Message>& msgs, ApiError& err) {
   // The system prompt: the top-level `system`, then every system message's text.
   // vLLM joins the parts with "" and sends a system message when there is any
   // part (an empty system message's "" is a part).
-  std::string system;
-  size_t system_parts = 0;
   if (const JsonValue* v = o.get("system"); v != nullptr && !v->null()) {
     if (v->is(JsonType::String)) {
       system.assign(v->str);
@@ -455,7 +454,6 @@ bool parse_fields(std::string_view body, ParsedRequest& out, std::string& chat_b
   std::vector<JsonValue> list;
   if (!reader.array(messages->raw, kList, list)) return fail(err, "messages could not be read");
   if (list.empty()) return fail(err, "messages: at least one message is required");
-  std::vector<Message> msgs;
   JsonObject m;
   for (size_t i = 0; i < list.size(); ++i) {
     const std::string at = fmt::format("messages.{}", i);
@@ -490,9 +488,14 @@ bool parse_fields(std::string_view body, ParsedRequest& out, std::string& chat_b
     }
     if (!convert_blocks(reader, r, *content, at + ".content", msgs, err)) return false;
   }
-  const bool has_system = system_parts > 0;
-  if (msgs.empty() && !has_system) return fail(err, "messages: the request has no message to send");
+  return true;
+}
 
+// The OpenAI chat body vLLM renders: the model, the system message (when the
+// system prompt has any part) and the messages, the tools, the template's
+// kwargs. Also fills out.messages.
+bool write_chat_body(api::JsonReader& reader, const JsonObject& o, std::string system, bool has_system,
+                     std::vector<Message>& msgs, ParsedRequest& out, std::string& chat_body, ApiError& err) {
   chat_body = "{\"model\":";
   append_string(chat_body, out.model);
   chat_body += ",\"messages\":[";
@@ -528,21 +531,34 @@ bool parse_fields(std::string_view body, ParsedRequest& out, std::string& chat_b
     chat_body += trim_right(o.get("chat_template_kwargs")->raw);
   }
   chat_body += '}';
+  return true;
+}
+
+bool parse_fields(std::string_view body, ParsedRequest& out, std::string& chat_body, ApiError& err) {
+  out.reset();
+  out.kind = ApiKind::ChatCompletions;
+  chat_body.clear();
+  api::JsonReader& reader = api::thread_json_reader();
+  std::string error;
+  if (!reader.load(body, &error)) return fail(err, std::move(error));
+  JsonObject o;
+  if (!reader.root(o)) return fail(err, "The request body could not be read.");
+  if (!parse_scalars(reader, o, out, err)) return false;
+  std::string system;
+  size_t system_parts = 0;
+  std::vector<Message> msgs;
+  if (!collect_messages(reader, o, system, system_parts, msgs, err)) return false;
+  const bool has_system = system_parts > 0;
+  if (msgs.empty() && !has_system) return fail(err, "messages: the request has no message to send");
+  if (!write_chat_body(reader, o, std::move(system), has_system, msgs, out, chat_body, err)) return false;
   out.body = chat_body;
   return true;
 }
 
-constexpr size_t kKeptReaderCapacity = 1 << 20;
-
 }  // namespace
 
 bool parse_messages_request(std::string_view body, ParsedRequest& out, std::string& chat_body, ApiError& err) {
-  api::JsonReader& reader = api::thread_json_reader();
-  const bool ok = parse_fields(body, out, chat_body, err);
-  if (!ok && reader.overflowed())
-    err.message += fmt::format(" (a JSON array or object of more than {} elements)", api::JsonReader::kMaxElements);
-  reader.trim(kKeptReaderCapacity);
-  return ok;
+  return api::finish_body(parse_fields(body, out, chat_body, err), err);
 }
 
 std::string anthropic_error_body(const ApiError& e) {

@@ -25,12 +25,7 @@ constexpr size_t kMaxTools = 10'000;
 enum Level { kBody = 0, kList = 1, kItem = 2, kParts = 3, kPart = 4 };
 
 bool fail(ApiError& err, std::string message, std::string param) {
-  err.status = 400;
-  err.type = "invalid_request_error";
-  err.message = std::move(message);
-  err.param = std::move(param);
-  err.code.clear();
-  return false;
+  return invalid_request(err, std::move(message), std::move(param));
 }
 
 void append_string(std::string& out, std::string_view s) {
@@ -112,6 +107,71 @@ Message* last_assistant(std::vector<Message>& msgs) {
 
 // One `input` item -> a new chat message, or a merge into the previous
 // assistant message (vLLM's _construct_message_from_response_item).
+// A reasoning item (dict form): its first content text, else its first
+// summary text, on the last assistant message unless that has reasoning.
+bool convert_reasoning(api::JsonReader& reader, const JsonObject& item, const std::string& param,
+                       std::vector<Message>& msgs, ApiError& err) {
+  std::string text;
+  std::vector<JsonValue> content, summary;
+  if (!item.absent("content") && !read_list(reader, *item.get("content"), content, param + ".content", err)) return false;
+  if (!content.empty()) {
+    if (!first_text(reader, content, text, param + ".content", err)) return false;
+  } else if (!item.absent("summary")) {
+    if (!read_list(reader, *item.get("summary"), summary, param + ".summary", err) ||
+        !first_text(reader, summary, text, param + ".summary", err))
+      return false;
+  }
+  if (Message* prev = last_assistant(msgs); prev != nullptr && !prev->reasoning) {
+    prev->reasoning = std::move(text);
+    return true;
+  }
+  Message m;
+  m.role = "assistant";
+  m.reasoning = std::move(text);
+  msgs.push_back(std::move(m));
+  return true;
+}
+
+// A message item: an assistant message (dict form: a string or its first
+// part's text, merged into the last assistant message without content), or a
+// user, system or developer message handed to the chat preprocessing as is.
+bool convert_message(api::JsonReader& reader, const JsonValue& v, const JsonObject& item, const std::string& param,
+                     std::vector<Message>& msgs, ApiError& err) {
+  const JsonValue* role = item.get("role");
+  if (role == nullptr || !role->is(JsonType::String)) return fail(err, "a message item needs a string 'role'", param + ".role");
+  const JsonValue* content = item.get("content");
+  if (content == nullptr || !(content->is(JsonType::String) || content->is(JsonType::Array)))
+    return fail(err, "a message item needs 'content', a string or an array of parts", param + ".content");
+  if (role->str == "assistant") {
+    // Dict-form assistant message: a string, or the first part's text.
+    std::string text;
+    std::vector<JsonValue> parts;
+    if (content->is(JsonType::String)) text.assign(content->str);
+    else if (!read_list(reader, *content, parts, param + ".content", err) ||
+             !first_text(reader, parts, text, param + ".content", err))
+      return false;
+    if (Message* prev = last_assistant(msgs); prev != nullptr && !prev->content) {
+      prev->flat = text;
+      prev->content = std::move(text);
+      return true;
+    }
+    Message m;
+    m.role = "assistant";
+    m.flat = text;
+    m.content = std::move(text);
+    msgs.push_back(std::move(m));
+    return true;
+  }
+  if (role->str != "user" && role->str != "system" && role->str != "developer")
+    return fail(err, "'role' must be one of user, assistant, system, developer", param + ".role");
+  Message m;
+  m.raw = v.raw;  // vLLM hands the item itself to the chat preprocessing
+  m.role.assign(role->str);
+  if (!flatten_parts(reader, *content, m.flat, param + ".content", err)) return false;
+  msgs.push_back(std::move(m));
+  return true;
+}
+
 bool convert_item(api::JsonReader& reader, const JsonValue& v, size_t i, std::vector<Message>& msgs, ApiError& err) {
   const std::string param = fmt::format("input[{}]", i);
   if (!v.is(JsonType::Object)) return fail(err, "each input item must be an object", param);
@@ -174,66 +234,13 @@ bool convert_item(api::JsonReader& reader, const JsonValue& v, size_t i, std::ve
     msgs.push_back(std::move(m));
     return true;
   }
-  if (type == "reasoning") {
-    // Dict-form reasoning item: the first content text, else the first summary text.
-    std::string text;
-    std::vector<JsonValue> content, summary;
-    if (!item.absent("content") && !read_list(reader, *item.get("content"), content, param + ".content", err)) return false;
-    if (!content.empty()) {
-      if (!first_text(reader, content, text, param + ".content", err)) return false;
-    } else if (!item.absent("summary")) {
-      if (!read_list(reader, *item.get("summary"), summary, param + ".summary", err) ||
-          !first_text(reader, summary, text, param + ".summary", err))
-        return false;
-    }
-    if (Message* prev = last_assistant(msgs); prev != nullptr && !prev->reasoning) {
-      prev->reasoning = std::move(text);
-      return true;
-    }
-    Message m;
-    m.role = "assistant";
-    m.reasoning = std::move(text);
-    msgs.push_back(std::move(m));
-    return true;
-  }
+  if (type == "reasoning") return convert_reasoning(reader, item, param, msgs, err);
   if (type != "message")
     return fail(err, fmt::format("input items of type '{}' are not supported (kvroute routes message, function_call, "
                                  "function_call_output and reasoning items)",
                                  type),
                 param + ".type");
-  const JsonValue* role = item.get("role");
-  if (role == nullptr || !role->is(JsonType::String)) return fail(err, "a message item needs a string 'role'", param + ".role");
-  const JsonValue* content = item.get("content");
-  if (content == nullptr || !(content->is(JsonType::String) || content->is(JsonType::Array)))
-    return fail(err, "a message item needs 'content', a string or an array of parts", param + ".content");
-  if (role->str == "assistant") {
-    // Dict-form assistant message: a string, or the first part's text.
-    std::string text;
-    std::vector<JsonValue> parts;
-    if (content->is(JsonType::String)) text.assign(content->str);
-    else if (!read_list(reader, *content, parts, param + ".content", err) ||
-             !first_text(reader, parts, text, param + ".content", err))
-      return false;
-    if (Message* prev = last_assistant(msgs); prev != nullptr && !prev->content) {
-      prev->flat = text;
-      prev->content = std::move(text);
-      return true;
-    }
-    Message m;
-    m.role = "assistant";
-    m.flat = text;
-    m.content = std::move(text);
-    msgs.push_back(std::move(m));
-    return true;
-  }
-  if (role->str != "user" && role->str != "system" && role->str != "developer")
-    return fail(err, "'role' must be one of user, assistant, system, developer", param + ".role");
-  Message m;
-  m.raw = v.raw;  // vLLM hands the item itself to the chat preprocessing
-  m.role.assign(role->str);
-  if (!flatten_parts(reader, *content, m.flat, param + ".content", err)) return false;
-  msgs.push_back(std::move(m));
-  return true;
+  return convert_message(reader, v, item, param, msgs, err);
 }
 
 void write_message(const Message& m, std::string& out) {
@@ -325,16 +332,9 @@ bool continue_final(api::JsonReader& reader, const std::vector<JsonValue>& items
   return status != nullptr && status->is(JsonType::String) && (status->str == "in_progress" || status->str == "incomplete");
 }
 
-bool parse_fields(std::string_view body, ParsedRequest& out, std::string& chat_body, ApiError& err) {
-  out.reset();
-  out.kind = ApiKind::ChatCompletions;
-  chat_body.clear();
-  api::JsonReader& reader = api::thread_json_reader();
-  std::string error;
-  if (!reader.load(body, &error)) return fail(err, std::move(error), "");
-  JsonObject o;
-  if (!reader.root(o)) return fail(err, "The request body could not be read.", "");
-
+// The request's scalar fields into `out`: model, stream, cache_salt,
+// max_output_tokens, priority, the session key, previous_response_id.
+bool parse_scalars(const JsonObject& o, ParsedRequest& out, ApiError& err) {
   const JsonValue* model = o.get("model");
   if (model == nullptr || model->null()) return fail(err, "you must provide a model parameter", "model");
   if (!model->is(JsonType::String)) return fail(err, "'model' must be a string", "model");
@@ -373,13 +373,19 @@ bool parse_fields(std::string_view body, ParsedRequest& out, std::string& chat_b
   if (!o.absent("previous_response") && !out.previous_response_id.empty())
     return fail(err, "Cannot set both 'previous_response_id' and 'previous_response'.", "previous_response");
   if (!o.absent("prompt")) return fail(err, "prompt template is not supported", "prompt");
+  return true;
+}
+
+// The conversation vLLM builds: instructions as a system message, then the
+// input (a string, or items converted one by one); `cont` when the final
+// item continues an assistant message; reasoning.effort as written (JSON).
+bool collect_messages(api::JsonReader& reader, const JsonObject& o, std::vector<Message>& msgs, bool& cont,
+                      std::string& effort, bool& has_effort, ApiError& err) {
   std::string instructions;
   if (const JsonValue* v = o.get("instructions"); v != nullptr && !v->null()) {
     if (!v->is(JsonType::String)) return fail(err, "'instructions' must be a string", "instructions");
     instructions.assign(v->str);
   }
-  std::string effort;  // reasoning.effort, passed to the template as reasoning_effort
-  bool has_effort = false;
   if (const JsonValue* v = o.get("reasoning"); v != nullptr && !v->null()) {
     JsonObject r;
     if (!v->is(JsonType::Object) || !reader.object(v->raw, kList, r)) return fail(err, "'reasoning' must be an object", "reasoning");
@@ -391,7 +397,6 @@ bool parse_fields(std::string_view body, ParsedRequest& out, std::string& chat_b
   }
 
   // Messages: instructions, then the input.
-  std::vector<Message> msgs;
   if (!instructions.empty()) {
     Message m;
     m.role = "system";
@@ -401,7 +406,6 @@ bool parse_fields(std::string_view body, ParsedRequest& out, std::string& chat_b
   }
   const JsonValue* input = o.get("input");
   if (input == nullptr || input->null()) return fail(err, "'input' is required", "input");
-  bool cont = false;
   if (input->is(JsonType::String)) {
     Message m;
     m.role = "user";
@@ -418,7 +422,15 @@ bool parse_fields(std::string_view body, ParsedRequest& out, std::string& chat_b
     return fail(err, "'input' must be a string or an array of items", "input");
   }
   if (msgs.empty()) return fail(err, "'input' must not be empty", "input");
+  return true;
+}
 
+// The OpenAI chat body vLLM renders: model, messages, function tools, the
+// generation-prompt flags, reasoning_effort for the template. Also fills
+// out.messages.
+bool write_chat_body(api::JsonReader& reader, const JsonObject& o, std::vector<Message>& msgs, bool cont,
+                     const std::string& effort, bool has_effort, ParsedRequest& out, std::string& chat_body,
+                     ApiError& err) {
   chat_body = "{\"model\":";
   append_string(chat_body, out.model);
   chat_body += ",\"messages\":[";
@@ -442,23 +454,33 @@ bool parse_fields(std::string_view body, ParsedRequest& out, std::string& chat_b
                     : ",\"add_generation_prompt\":true,\"continue_final_message\":false";
   if (has_effort) chat_body += ",\"chat_template_kwargs\":{\"reasoning_effort\":" + effort + "}";
   chat_body += '}';
+  return true;
+}
+
+bool parse_fields(std::string_view body, ParsedRequest& out, std::string& chat_body, ApiError& err) {
+  out.reset();
+  out.kind = ApiKind::ChatCompletions;
+  chat_body.clear();
+  api::JsonReader& reader = api::thread_json_reader();
+  std::string error;
+  if (!reader.load(body, &error)) return fail(err, std::move(error), "");
+  JsonObject o;
+  if (!reader.root(o)) return fail(err, "The request body could not be read.", "");
+  if (!parse_scalars(o, out, err)) return false;
+  std::vector<Message> msgs;
+  bool cont = false;
+  std::string effort;  // reasoning.effort, passed to the template as reasoning_effort
+  bool has_effort = false;
+  if (!collect_messages(reader, o, msgs, cont, effort, has_effort, err)) return false;
+  if (!write_chat_body(reader, o, msgs, cont, effort, has_effort, out, chat_body, err)) return false;
   out.body = chat_body;
   return true;
 }
 
-// As router/openai_request.cpp: a reader grown past this by one large body is
-// given back, so one 8 MiB body does not pin that much on every io thread.
-constexpr size_t kKeptReaderCapacity = 1 << 20;
-
 }  // namespace
 
 bool parse_responses_request(std::string_view body, ParsedRequest& out, std::string& chat_body, ApiError& err) {
-  api::JsonReader& reader = api::thread_json_reader();
-  const bool ok = parse_fields(body, out, chat_body, err);
-  if (!ok && reader.overflowed())
-    err.message += fmt::format(" (a JSON array or object of more than {} elements)", api::JsonReader::kMaxElements);
-  reader.trim(kKeptReaderCapacity);
-  return ok;
+  return api::finish_body(parse_fields(body, out, chat_body, err), err);
 }
 
 }  // namespace kvroute

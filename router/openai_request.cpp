@@ -19,6 +19,8 @@ dom::parser& thread_parser() {
   return p;
 }
 
+}  // namespace
+
 bool invalid_request(ApiError& err, std::string message, std::string param) {
   err.status = 400;
   err.type = "invalid_request_error";
@@ -27,6 +29,8 @@ bool invalid_request(ApiError& err, std::string message, std::string param) {
   err.code.clear();
   return false;
 }
+
+namespace {
 
 // Flattens a chat message's content the way vLLM does: a string as is, an
 // array of parts as the concatenation of its text parts, null as "".

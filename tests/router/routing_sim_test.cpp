@@ -469,6 +469,7 @@ TEST_CASE("a route failure is typed, and the client's error is derived from the 
   sim.add_worker(2, 4, 5);  // KV full
   sim.config.update([](Config& c) {
     c.scheduler.busy_kv_usage = 0.5;
+    c.scheduler.reject_when_busy = true;  // else a busy fleet is still served
     return std::nullopt;
   });
   sim.routing.route(sim.request(prompt(1, 40)), r);

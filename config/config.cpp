@@ -311,7 +311,10 @@ std::optional<std::string> parse_entries(std::string_view path, std::string_view
   for (size_t i = 0; i < entries.size(); ++i) {
     E entry;
     const size_t n = i + 1;
-    for (const auto& [k, v] : entries[i]) {
+    for (const auto& kv : entries[i]) {
+      // Named, not a structured binding: clang before 16 cannot capture one.
+      const auto& k = kv.first;
+      const auto& v = kv.second;
       const auto f = std::find_if(fields.begin(), fields.end(), [&](const EntryField<E>& x) { return x.name == k; });
       if (f == fields.end()) {
         std::string allowed;

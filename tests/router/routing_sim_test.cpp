@@ -256,7 +256,7 @@ TEST_CASE("every worker momentarily full: the request still goes to the best wor
   CHECK(r.error.code == "workers_busy");
   CHECK_FALSE(r.all_busy);
   // A router queue (queue_size > 0) keeps its own rule: the request waits
-  // there (router/http_server.cpp) and is not placed on a busy worker.
+  // there (router/http/proxy.cpp) and is not placed on a busy worker.
   sim.config.update([](Config& c) {
     c.scheduler.reject_when_busy = false;
     c.scheduler.queue_size = 10;

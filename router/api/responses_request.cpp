@@ -24,10 +24,6 @@ constexpr size_t kMaxTools = 10'000;
 // content / summary, 4 one part.
 enum Level { kBody = 0, kList = 1, kItem = 2, kParts = 3, kPart = 4 };
 
-bool fail(ApiError& err, std::string message, std::string param) {
-  return invalid_request(err, std::move(message), std::move(param));
-}
-
 void append_string(std::string& out, std::string_view s) {
   out += '"';
   json_escape_append(out, s);
@@ -55,15 +51,15 @@ bool flatten_parts(api::JsonReader& reader, const JsonValue& content, std::strin
     return true;
   }
   if (content.null()) return true;
-  if (!content.is(JsonType::Array)) return fail(err, "content must be a string or an array of parts", param);
+  if (!content.is(JsonType::Array)) return invalid_request(err, "content must be a string or an array of parts", param);
   std::vector<JsonValue> parts;
-  if (!reader.array(content.raw, kParts, parts)) return fail(err, "content could not be read", param);
+  if (!reader.array(content.raw, kParts, parts)) return invalid_request(err, "content could not be read", param);
   JsonObject part;
   bool first = true;
   for (size_t j = 0; j < parts.size(); ++j) {
     if (!parts[j].is(JsonType::Object))
-      return fail(err, "each content part must be an object", fmt::format("{}[{}]", param, j));
-    if (!reader.object(parts[j].raw, kPart, part)) return fail(err, "content part could not be read", param);
+      return invalid_request(err, "each content part must be an object", fmt::format("{}[{}]", param, j));
+    if (!reader.object(parts[j].raw, kPart, part)) return invalid_request(err, "content part could not be read", param);
     const JsonValue* text = part.get("text");
     if (text == nullptr || !text->is(JsonType::String)) continue;  // images, files: no text to route on
     if (!first) flat += '\n';
@@ -78,7 +74,7 @@ bool flatten_parts(api::JsonReader& reader, const JsonValue& content, std::strin
 bool read_list(api::JsonReader& reader, const JsonValue& list, std::vector<JsonValue>& elems, const std::string& param,
                ApiError& err) {
   if (!list.is(JsonType::Array) || !reader.array(list.raw, kParts, elems))
-    return fail(err, "must be an array of objects with a string 'text'", param);
+    return invalid_request(err, "must be an array of objects with a string 'text'", param);
   return true;
 }
 
@@ -91,10 +87,10 @@ bool first_text(api::JsonReader& reader, const std::vector<JsonValue>& elems, st
   }
   JsonObject o;
   if (!elems[0].is(JsonType::Object) || !reader.object(elems[0].raw, kPart, o))
-    return fail(err, "must be an array of objects with a string 'text'", param + "[0]");
+    return invalid_request(err, "must be an array of objects with a string 'text'", param + "[0]");
   const JsonValue* text = o.get("text");
   if (text == nullptr) return true;  // vLLM: item.get("text", "")
-  if (!text->is(JsonType::String)) return fail(err, "'text' must be a string", param + "[0].text");
+  if (!text->is(JsonType::String)) return invalid_request(err, "'text' must be a string", param + "[0].text");
   out.assign(text->str);
   return true;
 }
@@ -138,10 +134,10 @@ bool convert_reasoning(api::JsonReader& reader, const JsonObject& item, const st
 bool convert_message(api::JsonReader& reader, const JsonValue& v, const JsonObject& item, const std::string& param,
                      std::vector<Message>& msgs, ApiError& err) {
   const JsonValue* role = item.get("role");
-  if (role == nullptr || !role->is(JsonType::String)) return fail(err, "a message item needs a string 'role'", param + ".role");
+  if (role == nullptr || !role->is(JsonType::String)) return invalid_request(err, "a message item needs a string 'role'", param + ".role");
   const JsonValue* content = item.get("content");
   if (content == nullptr || !(content->is(JsonType::String) || content->is(JsonType::Array)))
-    return fail(err, "a message item needs 'content', a string or an array of parts", param + ".content");
+    return invalid_request(err, "a message item needs 'content', a string or an array of parts", param + ".content");
   if (role->str == "assistant") {
     // Dict-form assistant message: a string, or the first part's text.
     std::string text;
@@ -163,7 +159,7 @@ bool convert_message(api::JsonReader& reader, const JsonValue& v, const JsonObje
     return true;
   }
   if (role->str != "user" && role->str != "system" && role->str != "developer")
-    return fail(err, "'role' must be one of user, assistant, system, developer", param + ".role");
+    return invalid_request(err, "'role' must be one of user, assistant, system, developer", param + ".role");
   Message m;
   m.raw = v.raw;  // vLLM hands the item itself to the chat preprocessing
   m.role.assign(role->str);
@@ -174,21 +170,21 @@ bool convert_message(api::JsonReader& reader, const JsonValue& v, const JsonObje
 
 bool convert_item(api::JsonReader& reader, const JsonValue& v, size_t i, std::vector<Message>& msgs, ApiError& err) {
   const std::string param = fmt::format("input[{}]", i);
-  if (!v.is(JsonType::Object)) return fail(err, "each input item must be an object", param);
+  if (!v.is(JsonType::Object)) return invalid_request(err, "each input item must be an object", param);
   JsonObject item;
-  if (!reader.object(v.raw, kItem, item)) return fail(err, "input item could not be read", param);
+  if (!reader.object(v.raw, kItem, item)) return invalid_request(err, "input item could not be read", param);
   std::string_view type = "message";
   if (const JsonValue* t = item.get("type"); t != nullptr && !t->null()) {
-    if (!t->is(JsonType::String)) return fail(err, "'type' must be a string", param + ".type");
+    if (!t->is(JsonType::String)) return invalid_request(err, "'type' must be a string", param + ".type");
     type = t->str;
   }
   auto string_field = [&](std::string_view key, bool required, std::string& out) {
     const JsonValue* f = item.get(key);
     if (f == nullptr || f->null()) {
-      if (required) return fail(err, fmt::format("a {} item needs a string '{}'", type, key), param + "." + std::string(key));
+      if (required) return invalid_request(err, fmt::format("a {} item needs a string '{}'", type, key), param + "." + std::string(key));
       return true;
     }
-    if (!f->is(JsonType::String)) return fail(err, fmt::format("'{}' must be a string", key), param + "." + std::string(key));
+    if (!f->is(JsonType::String)) return invalid_request(err, fmt::format("'{}' must be a string", key), param + "." + std::string(key));
     out.assign(f->str);
     return true;
   };
@@ -221,7 +217,7 @@ bool convert_item(api::JsonReader& reader, const JsonValue& v, size_t i, std::ve
     if (!string_field("call_id", true, call_id)) return false;
     const JsonValue* output = item.get("output");
     if (output == nullptr || !(output->is(JsonType::String) || output->is(JsonType::Array)))
-      return fail(err, "a function_call_output item needs 'output', a string or an array of parts", param + ".output");
+      return invalid_request(err, "a function_call_output item needs 'output', a string or an array of parts", param + ".output");
     Message m;
     m.role = "tool";
     if (!flatten_parts(reader, *output, m.flat, param + ".output", err)) return false;
@@ -236,7 +232,7 @@ bool convert_item(api::JsonReader& reader, const JsonValue& v, size_t i, std::ve
   }
   if (type == "reasoning") return convert_reasoning(reader, item, param, msgs, err);
   if (type != "message")
-    return fail(err, fmt::format("input items of type '{}' are not supported (kvroute routes message, function_call, "
+    return invalid_request(err, fmt::format("input items of type '{}' are not supported (kvroute routes message, function_call, "
                                  "function_call_output and reasoning items)",
                                  type),
                 param + ".type");
@@ -275,21 +271,21 @@ void write_message(const Message& m, std::string& out) {
 bool convert_tool(api::JsonReader& reader, const JsonValue& v, size_t i, std::string& out, bool& wrote, ApiError& err) {
   const std::string param = fmt::format("tools[{}]", i);
   JsonObject tool;
-  if (!v.is(JsonType::Object) || !reader.object(v.raw, kItem, tool)) return fail(err, "each tool must be an object", param);
+  if (!v.is(JsonType::Object) || !reader.object(v.raw, kItem, tool)) return invalid_request(err, "each tool must be an object", param);
   const JsonValue* type = tool.get("type");
-  if (type == nullptr || !type->is(JsonType::String)) return fail(err, "each tool needs a string 'type'", param + ".type");
+  if (type == nullptr || !type->is(JsonType::String)) return invalid_request(err, "each tool needs a string 'type'", param + ".type");
   if (type->str != "function") return true;  // built-in tools (web_search, mcp, ...) are not rendered
   const JsonValue* name = tool.get("name");
-  if (name == nullptr || !name->is(JsonType::String)) return fail(err, "a function tool needs a string 'name'", param + ".name");
+  if (name == nullptr || !name->is(JsonType::String)) return invalid_request(err, "a function tool needs a string 'name'", param + ".name");
   const JsonValue* desc = tool.get("description");
   if (desc != nullptr && !desc->null() && !desc->is(JsonType::String))
-    return fail(err, "'description' must be a string", param + ".description");
+    return invalid_request(err, "'description' must be a string", param + ".description");
   const JsonValue* params = tool.get("parameters");
   if (params != nullptr && !params->null() && !params->is(JsonType::Object))
-    return fail(err, "'parameters' must be an object", param + ".parameters");
+    return invalid_request(err, "'parameters' must be an object", param + ".parameters");
   const JsonValue* strict = tool.get("strict");
   if (strict != nullptr && !strict->null() && !strict->is(JsonType::Bool))
-    return fail(err, "'strict' must be a boolean", param + ".strict");
+    return invalid_request(err, "'strict' must be a boolean", param + ".strict");
   if (wrote) out += ',';
   wrote = true;
   out += "{\"type\":\"function\",\"function\":{\"name\":";
@@ -336,43 +332,43 @@ bool continue_final(api::JsonReader& reader, const std::vector<JsonValue>& items
 // max_output_tokens, priority, the session key, previous_response_id.
 bool parse_scalars(const JsonObject& o, ParsedRequest& out, ApiError& err) {
   const JsonValue* model = o.get("model");
-  if (model == nullptr || model->null()) return fail(err, "you must provide a model parameter", "model");
-  if (!model->is(JsonType::String)) return fail(err, "'model' must be a string", "model");
+  if (model == nullptr || model->null()) return invalid_request(err, "you must provide a model parameter", "model");
+  if (!model->is(JsonType::String)) return invalid_request(err, "'model' must be a string", "model");
   out.model.assign(model->str);
   if (const JsonValue* v = o.get("stream"); v != nullptr && !v->null()) {
-    if (!v->is(JsonType::Bool)) return fail(err, "'stream' must be a boolean", "stream");
+    if (!v->is(JsonType::Bool)) return invalid_request(err, "'stream' must be a boolean", "stream");
     out.stream = v->boolean;
   }
   if (const JsonValue* v = o.get("cache_salt"); v != nullptr && !v->null()) {
     if (!v->is(JsonType::String) || v->str.empty())
-      return fail(err, "Parameter 'cache_salt' must be a non-empty string if provided.", "cache_salt");
+      return invalid_request(err, "Parameter 'cache_salt' must be a non-empty string if provided.", "cache_salt");
     out.cache_salt.assign(v->str);
   }
   if (const JsonValue* v = o.get("max_output_tokens"); v != nullptr && !v->null()) {
     const auto n = v->integer();
-    if (!n || *n < 1) return fail(err, "'max_output_tokens' must be a positive integer", "max_output_tokens");
+    if (!n || *n < 1) return invalid_request(err, "'max_output_tokens' must be a positive integer", "max_output_tokens");
     out.max_tokens = static_cast<uint64_t>(*n);
   }
   if (const JsonValue* v = o.get("priority"); v != nullptr && !v->null()) {
     const auto n = v->integer();
-    if (!n) return fail(err, "'priority' must be an integer", "priority");
+    if (!n) return invalid_request(err, "'priority' must be an integer", "priority");
     out.priority = *n;
   }
   // The session key: prompt_cache_key (OpenAI's cache-routing hint; vLLM ignores
   // it), else the end-user id.
   for (const char* key : {"user", "prompt_cache_key"}) {
     if (const JsonValue* v = o.get(key); v != nullptr && !v->null()) {
-      if (!v->is(JsonType::String)) return fail(err, fmt::format("'{}' must be a string", key), key);
+      if (!v->is(JsonType::String)) return invalid_request(err, fmt::format("'{}' must be a string", key), key);
       out.user.assign(v->str);
     }
   }
   if (const JsonValue* v = o.get("previous_response_id"); v != nullptr && !v->null()) {
-    if (!v->is(JsonType::String)) return fail(err, "'previous_response_id' must be a string", "previous_response_id");
+    if (!v->is(JsonType::String)) return invalid_request(err, "'previous_response_id' must be a string", "previous_response_id");
     out.previous_response_id.assign(v->str);
   }
   if (!o.absent("previous_response") && !out.previous_response_id.empty())
-    return fail(err, "Cannot set both 'previous_response_id' and 'previous_response'.", "previous_response");
-  if (!o.absent("prompt")) return fail(err, "prompt template is not supported", "prompt");
+    return invalid_request(err, "Cannot set both 'previous_response_id' and 'previous_response'.", "previous_response");
+  if (!o.absent("prompt")) return invalid_request(err, "prompt template is not supported", "prompt");
   return true;
 }
 
@@ -383,14 +379,14 @@ bool collect_messages(api::JsonReader& reader, const JsonObject& o, std::vector<
                       std::string& effort, bool& has_effort, ApiError& err) {
   std::string instructions;
   if (const JsonValue* v = o.get("instructions"); v != nullptr && !v->null()) {
-    if (!v->is(JsonType::String)) return fail(err, "'instructions' must be a string", "instructions");
+    if (!v->is(JsonType::String)) return invalid_request(err, "'instructions' must be a string", "instructions");
     instructions.assign(v->str);
   }
   if (const JsonValue* v = o.get("reasoning"); v != nullptr && !v->null()) {
     JsonObject r;
-    if (!v->is(JsonType::Object) || !reader.object(v->raw, kList, r)) return fail(err, "'reasoning' must be an object", "reasoning");
+    if (!v->is(JsonType::Object) || !reader.object(v->raw, kList, r)) return invalid_request(err, "'reasoning' must be an object", "reasoning");
     if (const JsonValue* e = r.get("effort"); e != nullptr && !e->null()) {
-      if (!e->is(JsonType::String)) return fail(err, "'effort' must be a string", "reasoning.effort");
+      if (!e->is(JsonType::String)) return invalid_request(err, "'effort' must be a string", "reasoning.effort");
       effort.assign(e->raw);  // as written (a JSON string)
       has_effort = true;
     }
@@ -405,7 +401,7 @@ bool collect_messages(api::JsonReader& reader, const JsonObject& o, std::vector<
     msgs.push_back(std::move(m));
   }
   const JsonValue* input = o.get("input");
-  if (input == nullptr || input->null()) return fail(err, "'input' is required", "input");
+  if (input == nullptr || input->null()) return invalid_request(err, "'input' is required", "input");
   if (input->is(JsonType::String)) {
     Message m;
     m.role = "user";
@@ -414,14 +410,14 @@ bool collect_messages(api::JsonReader& reader, const JsonObject& o, std::vector<
     msgs.push_back(std::move(m));
   } else if (input->is(JsonType::Array)) {
     std::vector<JsonValue> items;
-    if (!reader.array(input->raw, kList, items)) return fail(err, "'input' could not be read", "input");
+    if (!reader.array(input->raw, kList, items)) return invalid_request(err, "'input' could not be read", "input");
     for (size_t i = 0; i < items.size(); ++i)
       if (!convert_item(reader, items[i], i, msgs, err)) return false;
     cont = continue_final(reader, items);
   } else {
-    return fail(err, "'input' must be a string or an array of items", "input");
+    return invalid_request(err, "'input' must be a string or an array of items", "input");
   }
-  if (msgs.empty()) return fail(err, "'input' must not be empty", "input");
+  if (msgs.empty()) return invalid_request(err, "'input' must not be empty", "input");
   return true;
 }
 
@@ -442,8 +438,8 @@ bool write_chat_body(api::JsonReader& reader, const JsonObject& o, std::vector<M
   chat_body += ']';
   if (const JsonValue* v = o.get("tools"); v != nullptr && !v->null()) {
     std::vector<JsonValue> tools;
-    if (!v->is(JsonType::Array) || !reader.array(v->raw, kList, tools)) return fail(err, "'tools' must be an array", "tools");
-    if (tools.size() > kMaxTools) return fail(err, fmt::format("'tools' holds more than {} tools", kMaxTools), "tools");
+    if (!v->is(JsonType::Array) || !reader.array(v->raw, kList, tools)) return invalid_request(err, "'tools' must be an array", "tools");
+    if (tools.size() > kMaxTools) return invalid_request(err, fmt::format("'tools' holds more than {} tools", kMaxTools), "tools");
     std::string rendered;
     bool wrote = false;
     for (size_t i = 0; i < tools.size(); ++i)
@@ -463,9 +459,9 @@ bool parse_fields(std::string_view body, ParsedRequest& out, std::string& chat_b
   chat_body.clear();
   api::JsonReader& reader = api::thread_json_reader();
   std::string error;
-  if (!reader.load(body, &error)) return fail(err, std::move(error), "");
+  if (!reader.load(body, &error)) return invalid_request(err, std::move(error), "");
   JsonObject o;
-  if (!reader.root(o)) return fail(err, "The request body could not be read.", "");
+  if (!reader.root(o)) return invalid_request(err, "The request body could not be read.", "");
   if (!parse_scalars(o, out, err)) return false;
   std::vector<Message> msgs;
   bool cont = false;

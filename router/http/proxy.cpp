@@ -470,6 +470,12 @@ awaitable<bool> relay_stream(Exchange& x, char* buf, std::optional<uint64_t> len
   while (!last || chunked) {
     size_t n = 0;
     if (!last) {
+      // The grace may end while this coroutine writes to the client, when no
+      // upstream read is pending for the sweep to cancel: checked here.
+      if (x.cut) {
+        x.ec = asio::error::operation_aborted;
+        co_return co_await end_stream_with_error(x, chunked, length.has_value());
+      }
       parser.body_into(buf, kRelayBufferBytes);
       x.up_deadline.arm(*x.upstream, idle);
       co_await read_http(*x.upstream, x.client.upstream_buffer, parser, ReadUntil::Some, ec);

@@ -13,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${1:-1000}; SPEEDUP=${2:-10}
 BIN=${BUILD_DIR:-build}
-TRACE=${TRACE:-../shared/traces/mooncake_conversation_trace.jsonl}
+TRACE=${TRACE:-traces/mooncake_conversation_trace.jsonl}
 export PATH="$PATH:/usr/sbin:/sbin"
 W=$(mktemp -d); pids=()
 cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$W"; }

@@ -37,7 +37,7 @@ void usage() {
       "  --goodput-steps N goodput: bisection steps after bracketing (default 6)\n"
       "  --workload NAME   trace (default), agentic, api or bursts (sim/workload.h)\n"
       "  --slice S         all (default), train or test: the trace's time split at 50%%\n"
-      "  --trace PATH      JSONL trace (default: ../shared/traces/mooncake_conversation_trace.jsonl)\n"
+      "  --trace PATH      JSONL trace (default: traces/mooncake_conversation_trace.jsonl in the source tree)\n"
       "  --workers N       engines (default 8)\n"
       "  --engine-profile NAME  the engines' step times and KV capacity (mocker/profile.h): %s\n"
       "                    (default %s)\n"

@@ -13,7 +13,7 @@ import time
 import uuid
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
-from fleet import Fleet, find_nats_server, free_port, wait_until, run_unittest_main, read_line_matching  # noqa: E402,F401
+from fleet import Fleet, FleetTestCase, find_nats_server, free_port, wait_until, run_unittest_main, read_line_matching  # noqa: E402,F401
 
 ENTRIES = 'kvroute_indexer_entries{mode="exact"}'
 PREFIX = "System: you are a careful assistant for an airline's rebooking desk. " * 30

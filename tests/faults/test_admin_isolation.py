@@ -11,13 +11,11 @@ kvroute).
 - Each value that would disable routing or lock the operator out is 400
   naming the key, and nothing changes."""
 import socket
-import tempfile
 import threading
 import time
-import unittest
 import uuid
 
-from busfleet import Fleet, completion, run_unittest_main, wait_until, FAST_MOCKER
+from busfleet import FleetTestCase, completion, run_unittest_main, wait_until, FAST_MOCKER
 
 BUILD_DIR = "build"
 
@@ -38,25 +36,10 @@ def percentile(values, p):
     return v[min(len(v) - 1, int(p * len(v)))]
 
 
-class AdminIsolation(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.tmp = tempfile.TemporaryDirectory(prefix="kvroute-admin-")
-        cls.f = Fleet(BUILD_DIR, cls.tmp.name, router_args=("--admin.max_body_bytes", str(8 << 20)))
-        try:
-            cls.f.start_nats()
-            for w in (1, 2):
-                cls.f.start_mocker(w, FAST_MOCKER)
-            cls.f.start_router()
-            cls.f.wait_ready(2)
-        except Exception:
-            cls.f.close()
-            raise
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.f.close()
-        cls.tmp.cleanup()
+class AdminIsolation(FleetTestCase):
+    tmp_prefix = "kvroute-admin-"
+    fleet_options = {"router_args": ("--admin.max_body_bytes", str(8 << 20))}
+    mocker_args = FAST_MOCKER
 
     def client_latencies(self, seconds):
         """About 20 requests a second for `seconds`, each on a new connection (so on every io thread)."""

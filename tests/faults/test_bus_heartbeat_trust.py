@@ -11,13 +11,11 @@ reaches it).
   known workers keep serving."""
 import http.server
 import json
-import tempfile
 import threading
 import time
-import unittest
 import uuid
 
-from busfleet import Fleet, NatsRaw, completion, free_port, wait_until, run_unittest_main, FAST_MOCKER
+from busfleet import FleetTestCase, NatsRaw, completion, free_port, wait_until, run_unittest_main, FAST_MOCKER
 
 BUILD_DIR = "build"
 MAX_BUS_WORKERS = 8
@@ -67,32 +65,26 @@ def heartbeat(worker_id, url):
                                                     "kv_total_blocks": 100000}})
 
 
-class HeartbeatTrust(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.tmp = tempfile.TemporaryDirectory(prefix="kvroute-hbtrust-")
-        cls.unlisted = Forger()
-        cls.listed = Forger()  # an allowed host the attacker controls
-        cls.f = Fleet(BUILD_DIR, cls.tmp.name)
-        try:
-            cls.f.start_nats()
-            for w in (1, 2):
-                cls.f.start_mocker(w, FAST_MOCKER)
-            allow = ",".join([cls.f.mocker_urls[1], cls.f.mocker_urls[2], cls.listed.url])
-            cls.f.router_args = ["--events.worker_url_allow", allow,
-                                 "--events.max_bus_workers", str(MAX_BUS_WORKERS)]
-            cls.f.start_router()
-            cls.f.wait_ready(2)
-        except Exception:
-            cls.f.close()
-            raise
+class HeartbeatTrust(FleetTestCase):
+    tmp_prefix = "kvroute-hbtrust-"
 
     @classmethod
-    def tearDownClass(cls):
-        cls.f.close()
-        cls.unlisted.close()
-        cls.listed.close()
-        cls.tmp.cleanup()
+    def start(cls, f):
+        cls.unlisted = Forger()
+        cls.listed = Forger()  # an allowed host the attacker controls
+        f.start_nats()
+        for w in (1, 2):
+            f.start_mocker(w, FAST_MOCKER)
+        allow = ",".join([f.mocker_urls[1], f.mocker_urls[2], cls.listed.url])
+        f.router_args = ["--events.worker_url_allow", allow, "--events.max_bus_workers", str(MAX_BUS_WORKERS)]
+        f.start_router()
+        f.wait_ready(2)
+
+    @classmethod
+    def stop(cls):
+        for forger in ("unlisted", "listed"):
+            if hasattr(cls, forger):
+                getattr(cls, forger).close()
 
     def setUp(self):
         # Forged workers of an earlier test expire (events.worker_ttl_ms) first.

@@ -5,12 +5,10 @@
 - Events for worker ids the router does not know are dropped and counted,
   never indexed."""
 import json
-import tempfile
 import time
-import unittest
 import uuid
 
-from busfleet import Fleet, NatsRaw, PREFIX, completion, index_matches, worker_blocks, wait_until, \
+from busfleet import FleetTestCase, NatsRaw, PREFIX, completion, index_matches, worker_blocks, wait_until, \
     run_unittest_main, ENTRIES, FAST_MOCKER
 
 BUILD_DIR = "build"
@@ -23,25 +21,8 @@ def stored(worker, event_id, blocks, base=1):
             {"block_hash": base + i, "tokens_hash": base * 1000003 + i} for i in range(blocks)]}}}})
 
 
-class HostileEvents(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.tmp = tempfile.TemporaryDirectory()
-        cls.f = Fleet(BUILD_DIR, cls.tmp.name)
-        try:
-            cls.f.start_nats()
-            for w in (1, 2):
-                cls.f.start_mocker(w, FAST_MOCKER)
-            cls.f.start_router()
-            cls.f.wait_ready(2)
-        except Exception:
-            cls.f.close()
-            raise
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.f.close()
-        cls.tmp.cleanup()
+class HostileEvents(FleetTestCase):
+    mocker_args = FAST_MOCKER
 
     def holder(self, prefix):
         r = self.f.post("/v1/completions", completion(prefix + " first"))

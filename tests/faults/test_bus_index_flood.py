@@ -13,13 +13,11 @@ own KV events) beside two real mockers and a legitimate client.
 """
 import json
 import os
-import tempfile
 import threading
 import time
-import unittest
 import uuid
 
-from busfleet import Fleet, NatsRaw, completion, worker_blocks, wait_until, run_unittest_main, ENTRIES, \
+from busfleet import FleetTestCase, NatsRaw, completion, worker_blocks, wait_until, run_unittest_main, ENTRIES, \
     FAST_MOCKER, PREFIX
 
 BUILD_DIR = "build"
@@ -111,25 +109,8 @@ def rss_mb(pid):
     return 0.0
 
 
-class IndexFlood(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.tmp = tempfile.TemporaryDirectory()
-        cls.f = Fleet(BUILD_DIR, cls.tmp.name)
-        try:
-            cls.f.start_nats()
-            for w in (1, 2):
-                cls.f.start_mocker(w, FAST_MOCKER)
-            cls.f.start_router()
-            cls.f.wait_ready(2)
-        except Exception:
-            cls.f.close()
-            raise
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.f.close()
-        cls.tmp.cleanup()
+class IndexFlood(FleetTestCase):
+    mocker_args = FAST_MOCKER
 
     def fake_worker(self, worker, capacity):
         f = self.f

@@ -15,12 +15,10 @@ import json
 import os
 import resource
 import socket
-import tempfile
 import time
-import unittest
 import uuid
 
-from busfleet import Fleet, wait_until, run_unittest_main
+from busfleet import FleetTestCase, wait_until, run_unittest_main
 
 BUILD_DIR = "build"
 KV_BLOCKS = 256  # per mocker: 4,096 tokens at block size 16
@@ -51,33 +49,23 @@ def read_all(s, timeout=10):
         got += chunk
 
 
-class ClientLimits(unittest.TestCase):
+class ClientLimits(FleetTestCase):
+    tmp_prefix = "kvroute-clients-"
+    fleet_options = {"speedup": 1.0, "router_args": (
+        "--router.max_body_bytes", str(BUDGET), "--router.max_body_bytes_in_flight", str(BUDGET),
+        "--router.client_read_timeout_ms", "20000")}
+    mocker_args = ("--kv-blocks", str(KV_BLOCKS))
+
     @classmethod
-    def setUpClass(cls):
-        cls.tmp = tempfile.TemporaryDirectory(prefix="kvroute-clients-")
+    def start(cls, f):
         # The router starts with a soft descriptor limit below the hard one.
         cls.nofile = resource.getrlimit(resource.RLIMIT_NOFILE)
         soft = min(1024, cls.nofile[1])
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, cls.nofile[1]))
-        cls.f = Fleet(BUILD_DIR, cls.tmp.name, speedup=1.0, router_args=(
-            "--router.max_body_bytes", str(BUDGET), "--router.max_body_bytes_in_flight", str(BUDGET),
-            "--router.client_read_timeout_ms", "20000"))
         try:
-            cls.f.start_nats()
-            for w in (1, 2):
-                cls.f.start_mocker(w, ("--kv-blocks", str(KV_BLOCKS)))
-            cls.f.start_router()
-            cls.f.wait_ready(2)
-        except Exception:
-            cls.f.close()
-            raise
+            super().start(f)
         finally:
             resource.setrlimit(resource.RLIMIT_NOFILE, cls.nofile)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.f.close()
-        cls.tmp.cleanup()
 
     def connect(self):
         return socket.create_connection(("127.0.0.1", self.f.router_port), timeout=10)

@@ -12,7 +12,10 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
+import tempfile
 import time
+import unittest
 
 
 def free_port():
@@ -86,6 +89,50 @@ def run_unittest_main(module_globals):
     unittest.main(argv=[sys.argv[0], "-v", *rest])
 
 
+class FleetTestCase(unittest.TestCase):
+    """One fleet shared by the tests of a class, as `cls.f`.
+
+    setUpClass makes a temporary directory (`tmp_prefix`) and a Fleet built
+    with `fleet_options`, then calls `start(f)`; when the start fails,
+    everything it started is closed before the error goes on. The default
+    start is nats-server, two mockers (ids 1 and 2, `mocker_args`) and kvroute,
+    ready. A subclass with servers of its own closes them in `stop()`. The
+    build directory is the test module's BUILD_DIR (set by run_unittest_main).
+    """
+    tmp_prefix = "kvroute-"
+    fleet_options = {}
+    mocker_args = ()
+
+    @classmethod
+    def start(cls, f):
+        f.start_nats()
+        for w in (1, 2):
+            f.start_mocker(w, cls.mocker_args)
+        f.start_router()
+        f.wait_ready(2)
+
+    @classmethod
+    def stop(cls):
+        pass
+
+    @classmethod
+    def setUpClass(cls):
+        build_dir = sys.modules[cls.__module__].BUILD_DIR
+        cls.tmp = tempfile.TemporaryDirectory(prefix=cls.tmp_prefix)
+        cls.f = Fleet(build_dir, cls.tmp.name, **cls.fleet_options)
+        try:
+            cls.start(cls.f)
+        except BaseException:
+            cls.tearDownClass()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.f.close()
+        cls.stop()
+        cls.tmp.cleanup()
+
+
 class Response:
     def __init__(self, status, headers, body, chunks=None, chunk_times=None):
         self.status = status
@@ -110,6 +157,7 @@ class Fleet:
         self.speedup = speedup
         self.router_args = list(router_args)
         self.procs = {}
+        self.logs = []  # each process's stderr file, closed with the fleet
         self.mocker_urls = {}
         self.nats_port = None
         self.router_port = None
@@ -119,6 +167,7 @@ class Fleet:
     # -- processes --------------------------------------------------------
     def _spawn(self, name, args, stdout=subprocess.PIPE):
         log = open(os.path.join(self.workdir, f"{name}.log"), "wb")
+        self.logs.append(log)
         proc = subprocess.Popen(args, stdout=stdout, stderr=log, stdin=subprocess.DEVNULL)
         self.procs[name] = proc
         return proc
@@ -214,6 +263,11 @@ class Fleet:
                 proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 pass
+            if proc.stdout:
+                proc.stdout.close()
+        for log in self.logs:
+            log.close()
+        self.logs = []
 
     def __enter__(self):
         return self

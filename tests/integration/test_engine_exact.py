@@ -25,11 +25,9 @@ import re
 import signal
 import subprocess
 import sys
-import tempfile
-import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from fleet import Fleet, run_unittest_main, wait_until  # noqa: E402
+from fleet import FleetTestCase, run_unittest_main, wait_until  # noqa: E402
 
 BUILD_DIR = "build"
 BLOCK = 16
@@ -101,27 +99,18 @@ def config(endpoints, extra_fields, lora=""):
     return "\n".join(lines) + "\n"
 
 
-class EventModes(unittest.TestCase):
+class EventModes(FleetTestCase):
     """Five vLLM-mode workers, one per event mode; the placeholder tokenizer, prompts as token ids."""
+    tmp_prefix = "kvroute-exact-"
+    fleet_options = {"block_size": BLOCK, "speedup": 20.0}
 
     @classmethod
-    def setUpClass(cls):
-        cls.tmp = tempfile.TemporaryDirectory(prefix="kvroute-exact-")
-        cls.f = Fleet(BUILD_DIR, cls.tmp.name, block_size=BLOCK, speedup=20.0)
+    def start(cls, f):
         endpoints = {}
-        try:
-            for i, (flags, _) in MODES.items():
-                endpoints[i] = cls.f.start_vllm_mocker(i, extra=flags)
-            cls.f.start_router_config(config(endpoints, {i: x for i, (_, x) in MODES.items()}))
-            cls.f.wait_ready(len(MODES))
-        except Exception:
-            cls.f.close()
-            raise
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.f.close()
-        cls.tmp.cleanup()
+        for i, (flags, _) in MODES.items():
+            endpoints[i] = f.start_vllm_mocker(i, extra=flags)
+        f.start_router_config(config(endpoints, {i: x for i, (_, x) in MODES.items()}))
+        f.wait_ready(len(MODES))
 
     def tearDown(self):
         unpin(self.f)
@@ -215,29 +204,20 @@ class EventModes(unittest.TestCase):
         self.assertEqual(mocker_get(f, 5, "/mocker/stats")["steered_total"], after["steered_total"])
 
 
-class SmallCacheAffinity(unittest.TestCase):
+class SmallCacheAffinity(FleetTestCase):
     """A worker with a small KV cache keeps the prompt it holds: the usage it
     reported while that prompt's request ran is not held against it once the
     request is over (worker 1: 40 blocks, worker 2: 4,000; real time)."""
+    tmp_prefix = "kvroute-small-"
+    fleet_options = {"block_size": BLOCK, "speedup": 1.0}
 
     @classmethod
-    def setUpClass(cls):
-        cls.tmp = tempfile.TemporaryDirectory(prefix="kvroute-small-")
-        cls.f = Fleet(BUILD_DIR, cls.tmp.name, block_size=BLOCK, speedup=1.0)
+    def start(cls, f):
         endpoints = {}
-        try:
-            endpoints[1] = cls.f.start_vllm_mocker(1, extra=["--kv-blocks", "40"])
-            endpoints[2] = cls.f.start_vllm_mocker(2, extra=["--kv-blocks", "4000"])
-            cls.f.start_router_config(config(endpoints, {}).replace("scrape_interval_ms: 100", "scrape_interval_ms: 500"))
-            cls.f.wait_ready(2)
-        except Exception:
-            cls.f.close()
-            raise
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.f.close()
-        cls.tmp.cleanup()
+        endpoints[1] = f.start_vllm_mocker(1, extra=["--kv-blocks", "40"])
+        endpoints[2] = f.start_vllm_mocker(2, extra=["--kv-blocks", "4000"])
+        f.start_router_config(config(endpoints, {}).replace("scrape_interval_ms: 100", "scrape_interval_ms: 500"))
+        f.wait_ready(2)
 
     def test_small_cache_worker_keeps_affinity(self):
         f = self.f
@@ -256,32 +236,23 @@ class SmallCacheAffinity(unittest.TestCase):
         self.assertEqual(kept, 6)
 
 
-class Operations(unittest.TestCase):
+class Operations(FleetTestCase):
     """Reloads, states and messages an operator meets (two vLLM-mode workers, LoRA on both)."""
+    tmp_prefix = "kvroute-ops-"
+    fleet_options = {"block_size": BLOCK, "speedup": 20.0}
 
     @classmethod
-    def setUpClass(cls):
-        cls.tmp = tempfile.TemporaryDirectory(prefix="kvroute-ops-")
-        cls.f = Fleet(BUILD_DIR, cls.tmp.name, block_size=BLOCK, speedup=20.0)
+    def start(cls, f):
         endpoints = {}
-        try:
-            for i in (1, 2):
-                endpoints[i] = cls.f.start_vllm_mocker(i, extra=["--lora-modules", "lora-a"])
-            cls.f.start_router_config(
-                config(endpoints, {}, lora=", lora: [lora-a]").replace("scrape_interval_ms: 100",
-                                                                       "scrape_interval_ms: 20000"),
-                extra=["--events.worker_ttl_ms", "600000", "--workers.eject_after_failures", "1000",
-                       "--workers.scrape_timeout_ms", "100", "--router.first_byte_timeout_ms", "400",
-                       "--router.first_byte_timeout_min_ms", "400"])
-            cls.f.wait_ready(2)
-        except Exception:
-            cls.f.close()
-            raise
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.f.close()
-        cls.tmp.cleanup()
+        for i in (1, 2):
+            endpoints[i] = f.start_vllm_mocker(i, extra=["--lora-modules", "lora-a"])
+        f.start_router_config(
+            config(endpoints, {}, lora=", lora: [lora-a]").replace("scrape_interval_ms: 100",
+                                                                   "scrape_interval_ms: 20000"),
+            extra=["--events.worker_ttl_ms", "600000", "--workers.eject_after_failures", "1000",
+                   "--workers.scrape_timeout_ms", "100", "--router.first_byte_timeout_ms", "400",
+                   "--router.first_byte_timeout_min_ms", "400"])
+        f.wait_ready(2)
 
     def load_ages(self):
         return [w["load_age_ms"] for w in self.f.admin("GET", "/admin/workers").json()]
@@ -359,32 +330,23 @@ def ensure_reference():
         subprocess.run(["bash", os.path.join(ROOT, "tests", "tokenizer", "setup_reference.sh")], check=True)
 
 
-class MixedTraffic(unittest.TestCase):
+class MixedTraffic(FleetTestCase):
     """Three workers (positional, map, map without extra_keys), the qwen3 tokenizer on both sides, a LoRA."""
+    tmp_prefix = "kvroute-mixed-"
+    fleet_options = {"block_size": BLOCK, "speedup": 50.0}
 
     @classmethod
-    def setUpClass(cls):
+    def start(cls, f):
         ensure_reference()
         qwen = os.path.join(MODELS, "qwen3")
-        cls.tmp = tempfile.TemporaryDirectory(prefix="kvroute-mixed-")
-        cls.f = Fleet(BUILD_DIR, cls.tmp.name, block_size=BLOCK, speedup=50.0)
         endpoints = {}
         modes = {1: [], 2: ["--zmq-encoding", "map"], 3: ["--zmq-encoding", "map", "--no-extra-keys"]}
-        try:
-            for i, flags in modes.items():
-                endpoints[i] = cls.f.start_vllm_mocker(
-                    i, extra=[*flags, "--tokenizer", qwen, "--lora-modules", "lora-a"])
-            cls.f.start_router_config(config(endpoints, {}, lora=", lora: [lora-a]"),
-                                      extra=["--tokenizer.models", f"mock-model={qwen},lora-a={qwen}"])
-            cls.f.wait_ready(3)
-        except Exception:
-            cls.f.close()
-            raise
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.f.close()
-        cls.tmp.cleanup()
+        for i, flags in modes.items():
+            endpoints[i] = f.start_vllm_mocker(
+                i, extra=[*flags, "--tokenizer", qwen, "--lora-modules", "lora-a"])
+        f.start_router_config(config(endpoints, {}, lora=", lora: [lora-a]"),
+                                  extra=["--tokenizer.models", f"mock-model={qwen},lora-a={qwen}"])
+        f.wait_ready(3)
 
     def test_200_mixed_requests_claim_what_the_engine_serves(self):
         f = self.f

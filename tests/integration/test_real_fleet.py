@@ -19,13 +19,11 @@ import json
 import os
 import socket
 import sys
-import tempfile
 import threading
 import time
-import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from fleet import Fleet, free_port, run_unittest_main, wait_until  # noqa: E402
+from fleet import FleetTestCase, free_port, run_unittest_main, wait_until  # noqa: E402
 
 BUILD_DIR = "build"
 BLOCK = 16
@@ -82,27 +80,18 @@ def static_config(endpoints):
     return "\n".join(lines) + "\n"
 
 
-class StaticFleet(unittest.TestCase):
+class StaticFleet(FleetTestCase):
     """workers.static, three vLLM-mode mockers, no NATS. Tests run in name order."""
+    tmp_prefix = "kvroute-realfleet-"
+    fleet_options = {"block_size": BLOCK, "speedup": 20.0}
 
     @classmethod
-    def setUpClass(cls):
-        cls.tmp = tempfile.TemporaryDirectory(prefix="kvroute-realfleet-")
-        cls.f = Fleet(BUILD_DIR, cls.tmp.name, block_size=BLOCK, speedup=20.0)
+    def start(cls, f):
         cls.endpoints = {}
-        try:
-            for i in (1, 2, 3):
-                cls.endpoints[i] = cls.f.start_vllm_mocker(i)
-            cls.f.start_router_config(static_config(cls.endpoints))
-            cls.f.wait_ready(3)
-        except Exception:
-            cls.f.close()
-            raise
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.f.close()
-        cls.tmp.cleanup()
+        for i in (1, 2, 3):
+            cls.endpoints[i] = f.start_vllm_mocker(i)
+        f.start_router_config(static_config(cls.endpoints))
+        f.wait_ready(3)
 
     def test_1_no_nats_process_and_workers_from_config(self):
         self.assertNotIn("nats", self.f.procs)
@@ -263,40 +252,33 @@ def common_free_port(hosts):
     raise RuntimeError("no port free on every loopback address")
 
 
-class DnsFleet(unittest.TestCase):
+class DnsFleet(FleetTestCase):
     """discovery.dns: one name, three A records (127.0.0.1-3), same ports."""
 
     HOSTS = ("127.0.0.1", "127.0.0.2", "127.0.0.3")
+    tmp_prefix = "kvroute-dnsfleet-"
+    fleet_options = {"block_size": BLOCK, "speedup": 20.0}
+    dns = None
 
     @classmethod
-    def setUpClass(cls):
-        cls.tmp = tempfile.TemporaryDirectory(prefix="kvroute-dnsfleet-")
-        cls.f = Fleet(BUILD_DIR, cls.tmp.name, block_size=BLOCK, speedup=20.0)
-        cls.dns = None
-        try:
-            http_port, zmq_port, replay_port = (common_free_port(cls.HOSTS) for _ in range(3))
-            for i, h in enumerate(cls.HOSTS, start=1):
-                cls.f.start_vllm_mocker(i, host=h, port=http_port, zmq_port=zmq_port, replay_port=replay_port)
-            cls.dns = DnsServer("workers.kvroute.test", cls.HOSTS)
-            cfg = (f"workers: {{scrape_interval_ms: {SCRAPE_MS}}}\n"
-                   "discovery:\n"
-                   "  dns_interval_ms: 200\n"
-                   f"  dns_servers: \"127.0.0.1:{cls.dns.port}\"\n"
-                   f"  dns: [{{host: workers.kvroute.test, port: {http_port}, model: mock-model, "
-                   f"kv_events_port: {zmq_port}, replay_port: {replay_port}}}]\n")
-            cls.f.start_router_config(cfg)
-            cls.f.wait_ready(3)
-        except Exception:
-            cls.f.close()
-            if cls.dns:
-                cls.dns.stop()
-            raise
+    def start(cls, f):
+        http_port, zmq_port, replay_port = (common_free_port(cls.HOSTS) for _ in range(3))
+        for i, h in enumerate(cls.HOSTS, start=1):
+            f.start_vllm_mocker(i, host=h, port=http_port, zmq_port=zmq_port, replay_port=replay_port)
+        cls.dns = DnsServer("workers.kvroute.test", cls.HOSTS)
+        cfg = (f"workers: {{scrape_interval_ms: {SCRAPE_MS}}}\n"
+               "discovery:\n"
+               "  dns_interval_ms: 200\n"
+               f"  dns_servers: \"127.0.0.1:{cls.dns.port}\"\n"
+               f"  dns: [{{host: workers.kvroute.test, port: {http_port}, model: mock-model, "
+               f"kv_events_port: {zmq_port}, replay_port: {replay_port}}}]\n")
+        f.start_router_config(cfg)
+        f.wait_ready(3)
 
     @classmethod
-    def tearDownClass(cls):
-        cls.f.close()
-        cls.dns.stop()
-        cls.tmp.cleanup()
+    def stop(cls):
+        if cls.dns:
+            cls.dns.stop()
 
     def test_1_every_record_is_a_worker_with_affinity(self):
         f = self.f

@@ -331,6 +331,18 @@ void WorkerRegistry::candidates(std::string_view model, std::vector<WorkerView>&
   }
 }
 
+void WorkerRegistry::holders(std::string_view model, std::span<const OwnerOverlap> owners,
+                             std::vector<CacheHolder>& out) const {
+  out.clear();
+  std::lock_guard lk(mu_);
+  const auto now = clock_.now();
+  for (const OwnerOverlap& o : owners) {
+    const auto it = workers_.find(o.owner.worker);
+    if (it == workers_.end() || !serves(*it->second.info, model)) continue;
+    out.push_back(CacheHolder{o, it->second.info, state(it->second, now), it->second.draining});
+  }
+}
+
 std::vector<WorkerView> WorkerRegistry::all() const {
   std::lock_guard lk(mu_);
   const auto now = clock_.now();

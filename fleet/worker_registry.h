@@ -176,6 +176,18 @@ class WorkerRegistry {
   // The same into `out` (replaced; its capacity is reused: no allocation per request).
   void candidates(std::string_view model, std::vector<WorkerView>& out) const;
   std::vector<WorkerView> all() const;
+  // A known worker holding some of a prefix, as the KV location API shows it.
+  struct CacheHolder {
+    OwnerOverlap overlap;
+    std::shared_ptr<const WorkerAnnouncement> info;
+    HealthState health = HealthState::Ok;
+    bool draining = false;
+  };
+  // The owners of `owners` that belong to a known worker serving `model`
+  // (empty = any), with that worker's announcement and state, into `out`
+  // (replaced; its capacity reused). One lock, no per-worker view: cheap at
+  // thousands of workers.
+  void holders(std::string_view model, std::span<const OwnerOverlap> owners, std::vector<CacheHolder>& out) const;
   // The routing decision's fast read path: the healthy workers serving
   // `model` are kept pre-ranked (one RankedCandidates per model and LoRA name,
   // updated by every change below), and the decision is taken under the lock

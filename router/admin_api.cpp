@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "common/json_escape.h"
+#include "router/kv_lookup.h"
 #include "router/openai_request.h"
 
 namespace kvroute {
@@ -132,6 +133,22 @@ AdminResponse AdminApi::explain(const ParsedRequest& parsed) const {
   return AdminResponse{200, out};
 }
 
+AdminResponse AdminApi::kv_lookup(std::string_view body) const {
+  ParsedRequest parsed;
+  size_t max_workers = 0;
+  ApiError err;
+  if (!parse_kv_lookup(body, parsed, max_workers, err)) return AdminResponse{err.status, error_body(err)};
+  return kv_lookup(parsed, max_workers);
+}
+
+AdminResponse AdminApi::kv_lookup(const ParsedRequest& parsed, size_t max_workers) const {
+  thread_local RouteResult scratch;
+  thread_local KvLookupResult result;
+  kvroute::kv_lookup(KvLookupSources{routing_, index_, registry_}, parsed, config_.get()->indexer.block_size,
+                     max_workers, scratch, result);
+  return AdminResponse{200, kv_lookup_json(result)};
+}
+
 AdminResponse AdminApi::config_yaml() const {
   Config shown = *config_.get();
   if (!shown.admin.token.empty()) shown.admin.token = kRedacted;  // no API returns a secret
@@ -186,6 +203,8 @@ AdminResponse AdminApi::handle(std::string_view method, std::string_view path, s
     // A chat body has "messages"; anything else is explained as a completion.
     const bool chat = body.find("\"messages\"") != std::string_view::npos;
     return explain(chat ? ApiKind::ChatCompletions : ApiKind::Completions, body);
+  } else if (path == "/v1/kv/lookup" && method == "POST") {
+    return kv_lookup(body);
   } else if (path == "/admin/workers" && method == "GET") {
     std::string out = "[";
     bool first = true;

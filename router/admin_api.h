@@ -80,6 +80,10 @@ class AdminApi {
   // The same for a request already parsed (the HTTP layer may first have had
   // its engine tokenize it, as the data plane does: tokenizer.remote).
   AdminResponse explain(const ParsedRequest& parsed) const;
+  // POST /v1/kv/lookup (router/kv_lookup.h): a body, or one already parsed
+  // (and tokenized by its engine when the data plane would have).
+  AdminResponse kv_lookup(std::string_view body) const;
+  AdminResponse kv_lookup(const ParsedRequest& parsed, size_t max_workers) const;
   // True when `authorization` carries the admin token (the HTTP layer checks
   // before doing work for an admin request).
   bool authorized(std::string_view authorization) const;

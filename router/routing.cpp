@@ -165,31 +165,36 @@ RouteResult RoutingService::route(const ParsedRequest& request, bool rank_all) c
   return out;
 }
 
-void RoutingService::route(const ParsedRequest& request, RouteResult& out, bool rank_all, bool score_all) const {
-  out.reset();
-  const auto cfg = config_.get();
+uint32_t RoutingService::hash_request(const ParsedRequest& request, uint32_t block_size, RouteResult& out,
+                                      std::string* detail) const {
   const auto t0 = StageClock::now();
-  std::string detail;
   thread_local std::vector<TokenId> buffer;  // per-thread scratch: no allocation per request
   const auto tokens = tokenize_request(request, buffer, local_tokenizer(request.model), &out.token_source,
-                                       &out.tokenizer_fallback, &detail);
+                                       &out.tokenizer_fallback, detail);
 
   const auto t1 = StageClock::now();
   // The engine's cache namespace: a LoRA adapter named as the model, and the
   // request's cache_salt (indexer/block_hash.h), exactly as ZMQ events are hashed.
   const HashNamespace ns{registry_.is_lora_adapter(request.model) ? std::string_view(request.model) : std::string_view{},
                          request.cache_salt};
-  hash_blocks(tokens, cfg->indexer.block_size, ns, out.block_hashes);
+  hash_blocks(tokens, block_size, ns, out.block_hashes);
   out.skips_prefix_cache = request.prompt_logprobs;
   if (!out.block_hashes.empty()) {
     out.salt_hash = salt_hash(request.cache_salt);
     out.first_block = out.salt_hash == 0 ? out.block_hashes[0]
-                                         : hash_block(tokens.subspan(0, cfg->indexer.block_size),
-                                                      block_hash_seed(ns.lora_name));
+                                         : hash_block(tokens.subspan(0, block_size), block_hash_seed(ns.lora_name));
   }
   out.stage_seconds[0] = seconds_between(t0, t1);
   out.stage_seconds[1] = seconds_between(t1, StageClock::now());
-  decide(*cfg, request.model, static_cast<uint32_t>(tokens.size()), rank_all, score_all, out);
+  return static_cast<uint32_t>(tokens.size());
+}
+
+void RoutingService::route(const ParsedRequest& request, RouteResult& out, bool rank_all, bool score_all) const {
+  out.reset();
+  const auto cfg = config_.get();
+  std::string detail;
+  const uint32_t isl_tokens = hash_request(request, cfg->indexer.block_size, out, &detail);
+  decide(*cfg, request.model, isl_tokens, rank_all, score_all, out);
   // Never silent: placeholder tokens make every cache overlap a guess. Only
   // for a model some worker serves (a client's unknown model is a 404).
   if (out.tokenizer_fallback != TokenizerFallback::None && out.ok)

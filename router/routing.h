@@ -143,6 +143,14 @@ class RoutingService {
   // path could decide: session affinity (router/session_affinity.h) compares
   // the session's worker, wherever it ranks, with the choice.
   void route(const ParsedRequest& request, RouteResult& out, bool rank_all = false, bool score_all = false) const;
+  // The tokenize and hash stages of route(), for callers that need the request's blocks
+  // without a decision (the KV location API): the request's tokens as its
+  // engine computes them, hashed into out.block_hashes under its cache
+  // namespace (LoRA adapter, cache_salt), with the token source, fallback,
+  // first block and salt hash set. Returns the token count; `detail` gets the
+  // chat template's error when the placeholder was used.
+  uint32_t hash_request(const ParsedRequest& request, uint32_t block_size, RouteResult& out,
+                        std::string* detail) const;
   // The same decision from a request's block hashes (already tokenized and
   // hashed; the simulator uses it). Resets and fills `out` (stages 2 and 3 timed).
   void route_blocks(std::string_view model, uint32_t isl_tokens, std::vector<LocalBlockHash> hashes, bool rank_all,

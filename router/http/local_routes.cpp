@@ -10,6 +10,7 @@
 
 #include "common/json_escape.h"
 #include "router/http/proxy.h"
+#include "router/kv_lookup.h"
 
 namespace kvroute {
 
@@ -122,19 +123,24 @@ awaitable<bool> handle_admin(ServerState& s, ClientConn& client, ClientRequest& 
   std::string_view target = req.target;
   target = target.substr(0, target.find('?'));
   AdminApi* admin = s.hooks.admin;
-  // Route explain tokenizes as the data plane does: a model without a local
-  // tokenizer is first tokenized by its engine (tokenizer.remote).
-  if (admin && s.hooks.routing && target == "/admin/route/explain" && req.method == http::verb::post &&
+  // Route explain and the KV location API tokenize as the data plane does: a
+  // model without a local tokenizer is first tokenized by its engine
+  // (tokenizer.remote).
+  const bool explain = target == "/admin/route/explain", lookup = target == "/v1/kv/lookup";
+  if (admin && s.hooks.routing && (explain || lookup) && req.method == http::verb::post &&
       admin->authorized(req.authorization)) {
     const auto cfg = s.hooks.config->get();
     const bool chat = req.body.find("\"messages\"") != std::string::npos;
     ParsedRequest parsed;
+    size_t max_workers = 0;
     ApiError err;
-    if (parse_openai_request(chat ? ApiKind::ChatCompletions : ApiKind::Completions, req.body, parsed, err) &&
-        s.hooks.routing->needs_engine_tokens(*cfg, parsed)) {
+    const bool parsed_ok = explain ? parse_openai_request(chat ? ApiKind::ChatCompletions : ApiKind::Completions,
+                                                          req.body, parsed, err)
+                                   : parse_kv_lookup(req.body, parsed, max_workers, err);
+    if (parsed_ok && s.hooks.routing->needs_engine_tokens(*cfg, parsed)) {
       std::string body;
       if (!engine_tokens_cached(s, *cfg, parsed, body)) co_await engine_tokens(s, io, *cfg, parsed, {}, body);
-      AdminResponse r = admin->explain(parsed);
+      AdminResponse r = explain ? admin->explain(parsed) : admin->kv_lookup(parsed, max_workers);
       co_return co_await respond(s, client, req.version, req.keep_alive, static_cast<http::status>(r.status),
                                  std::move(r.body), r.content_type);
     }

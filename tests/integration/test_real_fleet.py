@@ -135,6 +135,29 @@ class StaticFleet(FleetTestCase):
         _, cached_none, worker_cached_none = completion(f, text)
         self.assertEqual((cached_none, worker_cached_none), (0, 0))
 
+    def test_3b_kv_lookup_names_the_worker_holding_the_prompt(self):
+        f = self.f
+        text = prompt("lookup")
+        w, _, _ = completion(f, text)
+        self.assertTrue(index_matches(f, (1, 2, 3), 5))
+        r = f.admin("POST", "/v1/kv/lookup", json.dumps({"model": "mock-model", "prompt": text}))
+        self.assertEqual(r.status, 200, r.body)
+        ans = r.json()
+        self.assertEqual([h["worker_id"] for h in ans["workers"]], [w])
+        held = ans["workers"][0]["matched_tokens"]
+        self.assertGreater(held, 0)
+        self.assertEqual(ans["layout_info"], {str(w): ["device", held]})
+        # The engine then serves from its cache exactly what the lookup said it
+        # holds (all but the last token when the whole prompt is held, as vLLM).
+        w2, _, worker_cached = completion(f, text)
+        self.assertEqual(w2, w)
+        self.assertEqual(worker_cached, held if held < ans["prompt_tokens"] else held - ans["block_size"])
+        # Another tenant's salt names another cache; no token, no answer.
+        salted = f.admin("POST", "/v1/kv/lookup", json.dumps({"model": "mock-model", "prompt": text,
+                                                              "cache_salt": "tenant-x"}))
+        self.assertEqual(salted.json()["workers"], [])
+        self.assertEqual(f.admin("POST", "/v1/kv/lookup", json.dumps({"tokens": [1]}), token=None).status, 401)
+
     def test_4_index_equals_the_workers_contents(self):
         f = self.f
         for k in range(6):

@@ -1,0 +1,230 @@
+// bench/scheduler: what one KV location lookup (POST /v1/kv/lookup's work,
+// router/kv_lookup.h) costs, against one routing decision of the production
+// RoutingService (fast path) on the same requests, index and registry, in the
+// same run: the lookup must be cheap enough to call per request.
+//
+// Work timed per call (thread CPU time, net of the clock's own cost; token ids
+// given, i.e. after tokenization): hashing the request's blocks,
+// find_matches, the holders from the worker table, and (separately) the JSON
+// answer. 1,024 workers, block size 16, requests of 128 blocks (2,048 tokens:
+// a cached prefix of 124 blocks + 64 random tokens), 256 prefixes of 128
+// blocks. Scenarios:
+//   by8    - each prefix held by 8 workers (the answer lists 8)
+//   shared - the same plus a 32-block system prompt on every worker (the
+//            answer lists all 1,024: its JSON is ~210 KB, and that is the cost)
+//   shared16 - the same, the body asking for the 16 longest (max_workers)
+// Figures: p50 / p99 over the calls of each of --rounds rounds (median of
+// rounds); the whole answer (lookup + JSON) / the decision as a ratio. Seed 7.
+//
+// Run: build/bench/scheduler/bench_kv_lookup [--quick] [--rounds N] [--calls N]
+// The last line is one JSON object.
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "indexer/block_hash.h"
+#include "indexer/radix_indexer.h"
+#include "router/kv_lookup.h"
+#include "router/routing.h"
+
+using namespace kvroute;
+
+namespace {
+
+constexpr uint32_t kBlock = 16, kPrefixBlocks = 128, kSystemBlocks = 32, kWorkers = 1024, kPrefixes = 256,
+                   kHolders = 8;
+
+std::vector<TokenId> prefix_tokens(uint32_t p, size_t n, bool system_prompt) {
+  std::vector<TokenId> t(n);
+  for (size_t i = 0; i < n; ++i)
+    t[i] = (system_prompt && i < kSystemBlocks * kBlock) ? static_cast<TokenId>(i)
+                                                         : p * 1000003u + static_cast<TokenId>(i) + 7;
+  return t;
+}
+
+struct Testbed {
+  ManualClock clock;
+  RadixIndexer index;
+  WorkerRegistry registry{clock};
+  std::unique_ptr<ConfigStore> config;
+  std::vector<ParsedRequest> reqs;
+};
+
+std::unique_ptr<Testbed> build(bool system_prompt) {
+  auto f = std::make_unique<Testbed>();
+  Config cfg;
+  cfg.indexer.block_size = kBlock;
+  f->config = std::make_unique<ConfigStore>(cfg);
+  for (uint32_t w = 0; w < kWorkers; ++w) {
+    WorkerAnnouncement a;
+    a.id = WorkerId{w};
+    a.url = "http://10.0.0.1:" + std::to_string(8000 + w);
+    a.model = "m";
+    a.block_size = kBlock;
+    a.load = WorkerLoad{w % 50, 256, w % 3, 1000 + 7 * (w % 2048), 16384};
+    f->registry.on_heartbeat(a);
+  }
+  auto store = [&](WorkerId w, const std::vector<LocalBlockHash>& hashes) {
+    KvEvent ev;
+    ev.owner = CacheOwner{w, 0};
+    KvStored st;
+    SequenceHash parent{0};
+    for (auto h : hashes) st.blocks.push_back({parent = sequence_hash(parent, h), h});
+    ev.data = st;
+    f->index.apply(ev);
+  };
+  for (uint32_t p = 0; p < kPrefixes; ++p) {
+    const auto hashes = hash_blocks(prefix_tokens(p, kPrefixBlocks * kBlock, system_prompt), kBlock);
+    for (uint32_t r = 0; r < kHolders; ++r) store(WorkerId{(p * kHolders + r) % kWorkers}, hashes);
+  }
+  if (system_prompt) {
+    const auto sys = hash_blocks(prefix_tokens(0, kSystemBlocks * kBlock, true), kBlock);
+    for (uint32_t w = 0; w < kWorkers; ++w) store(WorkerId{w}, sys);
+  }
+  std::mt19937_64 rng(7);
+  f->reqs.resize(1024);
+  for (auto& r : f->reqs) {
+    r.model = "m";
+    r.has_prompt_tokens = true;
+    r.prompt_tokens = prefix_tokens(static_cast<uint32_t>(rng() % kPrefixes), kPrefixBlocks * kBlock - 64,
+                                    system_prompt);
+    for (int i = 0; i < 64; ++i) r.prompt_tokens.push_back(static_cast<TokenId>(rng()));
+  }
+  return f;
+}
+
+double cpu_us() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
+}
+
+double clock_overhead() {
+  std::vector<double> d(2001);
+  for (auto& x : d) {
+    const double a = cpu_us();
+    x = cpu_us() - a;
+  }
+  std::sort(d.begin(), d.end());
+  return d[d.size() / 2];
+}
+
+struct Percentiles {
+  double p50 = 0, p99 = 0;
+};
+
+Percentiles percentiles(std::vector<double>& v) {
+  std::sort(v.begin(), v.end());
+  return {v[v.size() / 2], v[std::min(v.size() - 1, v.size() * 99 / 100)]};
+}
+
+struct Row {
+  Percentiles decision, lookup, lookup_json;
+  size_t holders = 0, json_bytes = 0;
+};
+
+// One round: `calls` of each kind over the same requests, interleaved per
+// request so that the machine's drift hits all three alike.
+Row round(Testbed& f, size_t calls, size_t max_holders, double overhead) {
+  SeededRandom random(7);
+  RoutingService routing(f.index, f.registry, *f.config, random);
+  const KvLookupSources src{routing, f.index, f.registry};
+  RouteResult decision, scratch;
+  KvLookupResult result;
+  std::vector<double> d, l, j;
+  Row row;
+  for (size_t i = 0; i < calls; ++i) {
+    const ParsedRequest& req = f.reqs[i % f.reqs.size()];
+    double t = cpu_us();
+    routing.route(req, decision);
+    d.push_back(cpu_us() - t - overhead);
+    t = cpu_us();
+    kv_lookup(src, req, kBlock, max_holders, scratch, result);
+    l.push_back(cpu_us() - t - overhead);
+    t = cpu_us();
+    kv_lookup(src, req, kBlock, max_holders, scratch, result);
+    const std::string json = kv_lookup_json(result);
+    j.push_back(cpu_us() - t - overhead);
+    row.holders = std::max(row.holders, result.holders.size());
+    row.json_bytes = std::max(row.json_bytes, json.size());
+    if (!decision.ok) {
+      std::fprintf(stderr, "routing failed\n");
+      std::exit(1);
+    }
+  }
+  row.decision = percentiles(d);
+  row.lookup = percentiles(l);
+  row.lookup_json = percentiles(j);
+  return row;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  size_t rounds = 3, calls = 20000;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--quick")) {
+      rounds = 1;
+      calls = 2000;
+    } else if (!std::strcmp(argv[i], "--rounds") && i + 1 < argc) {
+      rounds = std::strtoul(argv[++i], nullptr, 10);
+    } else if (!std::strcmp(argv[i], "--calls") && i + 1 < argc) {
+      calls = std::strtoul(argv[++i], nullptr, 10);
+    } else {
+      std::fprintf(stderr, "usage: bench_kv_lookup [--quick] [--rounds N] [--calls N]\n");
+      return 2;
+    }
+  }
+  const double overhead = clock_overhead();
+  std::printf("KV lookup vs routing decision, %u workers, %u-block requests (thread CPU us, clock overhead %.2f us "
+              "subtracted; medians of %zu rounds of %zu calls)\n",
+              kWorkers, kPrefixBlocks, overhead, rounds, calls);
+  std::printf("%-8s %8s %10s %10s %10s %10s %12s %12s %10s %10s\n", "scenario", "holders", "decide_p50",
+              "decide_p99", "lookup_p50", "lookup_p99", "w/json_p50", "w/json_p99", "json_KB", "p99_vs_dec");
+  struct Scenario {
+    const char* name;
+    bool shared;
+    size_t max_holders;
+  };
+  const Scenario scenarios[] = {{"by8", false, kMaxLookupHolders},
+                                {"shared", true, kMaxLookupHolders},
+                                {"shared16", true, 16}};
+  std::string json = "{";
+  std::unique_ptr<Testbed> f;
+  bool built_shared = false;
+  for (const Scenario& sc : scenarios) {
+    if (!f || built_shared != sc.shared) f = build(built_shared = sc.shared);
+    std::vector<double> dp50, dp99, lp50, lp99, jp50, jp99;
+    Row last;
+    for (size_t r = 0; r < rounds; ++r) {
+      last = round(*f, calls, sc.max_holders, overhead);
+      dp50.push_back(last.decision.p50);
+      dp99.push_back(last.decision.p99);
+      lp50.push_back(last.lookup.p50);
+      lp99.push_back(last.lookup.p99);
+      jp50.push_back(last.lookup_json.p50);
+      jp99.push_back(last.lookup_json.p99);
+    }
+    const double ratio = median(jp99) / median(dp99);
+    std::printf("%-8s %8zu %10.2f %10.2f %10.2f %10.2f %12.2f %12.2f %10.1f %10.2f\n", sc.name, last.holders,
+                median(dp50), median(dp99), median(lp50), median(lp99), median(jp50), median(jp99),
+                last.json_bytes / 1024.0, ratio);
+    json += std::string(json.size() > 1 ? "," : "") + "\"" + sc.name + "\":{" +
+            "\"holders\":" + std::to_string(last.holders) + ",\"decision_p99_us\":" + std::to_string(median(dp99)) +
+            ",\"lookup_p50_us\":" + std::to_string(median(lp50)) + ",\"lookup_p99_us\":" +
+            std::to_string(median(lp99)) + ",\"lookup_json_p99_us\":" + std::to_string(median(jp99)) +
+            ",\"lookup_json_vs_decision_p99\":" + std::to_string(ratio) + "}";
+  }
+  std::printf("%s}\n", json.c_str());
+  return 0;
+}

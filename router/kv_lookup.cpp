@@ -1,0 +1,162 @@
+#include "router/kv_lookup.h"
+
+#include <fmt/format.h>
+#include <simdjson.h>
+
+#include <algorithm>
+
+#include "common/json_escape.h"
+
+namespace kvroute {
+
+namespace {
+
+namespace dom = simdjson::dom;
+
+// LMCache's shape: {"tokens": [ids], "model"?: str, "cache_salt"?: str}.
+bool parse_token_lookup(dom::object o, std::string_view body, ParsedRequest& out, ApiError& err) {
+  out.reset();
+  out.kind = ApiKind::Completions;
+  out.body = body;
+  if (auto model = o.at_key("model"); !model.error() && !model.value_unsafe().is_null()) {
+    if (!model.value_unsafe().is_string()) return invalid_request(err, "'model' must be a string", "model");
+    out.model.assign(model.value_unsafe().get_string().value_unsafe());
+  }
+  if (auto salt = o.at_key("cache_salt"); !salt.error() && !salt.value_unsafe().is_null()) {
+    if (!salt.value_unsafe().is_string() || salt.value_unsafe().get_string().value_unsafe().empty())
+      return invalid_request(err, "Parameter 'cache_salt' must be a non-empty string if provided.", "cache_salt");
+    out.cache_salt.assign(salt.value_unsafe().get_string().value_unsafe());
+  }
+  dom::element tokens = o.at_key("tokens").value_unsafe();
+  if (!tokens.is_array()) return invalid_request(err, "'tokens' must be an array of token ids", "tokens");
+  dom::array ids = tokens.get_array().value_unsafe();
+  if (ids.size() > kMaxLookupTokens)
+    return invalid_request(err, fmt::format("'tokens' holds more than {} token ids", kMaxLookupTokens), "tokens");
+  out.prompt_tokens.reserve(ids.size());
+  for (dom::element id : ids) {
+    uint64_t v = 0;
+    if (!id.is_uint64() || (v = id.get_uint64().value_unsafe()) > UINT32_MAX)
+      return invalid_request(err, "'tokens' must hold token ids (integers from 0 to 4294967295)", "tokens");
+    out.prompt_tokens.push_back(static_cast<TokenId>(v));
+  }
+  out.has_prompt_tokens = true;
+  return true;
+}
+
+}  // namespace
+
+bool parse_kv_lookup(std::string_view body, ParsedRequest& out, size_t& max_workers, ApiError& err) {
+  thread_local dom::parser parser;
+  auto doc = parser.parse(body.data(), body.size(), true);
+  if (doc.error())
+    return invalid_request(
+        err, fmt::format("We could not parse the JSON body of your request ({}).", simdjson::error_message(doc.error())),
+        "");
+  if (!doc.value_unsafe().is_object()) return invalid_request(err, "The request body must be a JSON object.", "");
+  dom::object o = doc.value_unsafe().get_object().value_unsafe();
+  max_workers = kMaxLookupHolders;
+  if (auto m = o.at_key("max_workers"); !m.error() && !m.value_unsafe().is_null()) {
+    const dom::element v = m.value_unsafe();
+    if (!v.is_uint64() || v.get_uint64().value_unsafe() < 1 || v.get_uint64().value_unsafe() > kMaxLookupHolders)
+      return invalid_request(err, fmt::format("'max_workers' must be an integer from 1 to {}", kMaxLookupHolders),
+                             "max_workers");
+    max_workers = v.get_uint64().value_unsafe();
+  }
+  const bool has_tokens = !o.at_key("tokens").error();
+  const bool has_prompt = !o.at_key("prompt").error();
+  const bool has_messages = !o.at_key("messages").error();
+  if (has_tokens + has_prompt + has_messages != 1)
+    return invalid_request(err, "Give exactly one of 'tokens', 'prompt' or 'messages'.", "");
+  if (has_tokens) return parse_token_lookup(o, body, out, err);
+  return parse_openai_request(has_messages ? ApiKind::ChatCompletions : ApiKind::Completions, body, out, err);
+}
+
+void kv_lookup(const KvLookupSources& src, const ParsedRequest& request, uint32_t block_size, size_t max_holders,
+               RouteResult& scratch, KvLookupResult& out) {
+  scratch.reset();
+  out.holders_total = 0;
+  out.model = request.model;
+  out.block_size = block_size;
+  out.prompt_tokens = src.routing.hash_request(request, block_size, scratch, nullptr);
+  out.complete_blocks = static_cast<uint32_t>(scratch.block_hashes.size());
+  out.token_source = scratch.token_source;
+  out.tokenizer_fallback = scratch.tokenizer_fallback;
+  out.holders.clear();
+  // prompt_logprobs: the engine will not read its cache for this request.
+  if (scratch.skips_prefix_cache || scratch.block_hashes.empty()) return;
+  const OverlapScores scores = src.index.find_matches(scratch.block_hashes);
+  thread_local std::vector<WorkerRegistry::CacheHolder> holders;
+  src.registry.holders(request.model, scores.owners, holders);
+  out.holders_total = static_cast<uint32_t>(holders.size());
+  // The longest first (ties by worker id, then rank); only the kept ones are described.
+  const auto longest_first = [](const WorkerRegistry::CacheHolder& a, const WorkerRegistry::CacheHolder& b) {
+    if (a.overlap.blocks != b.overlap.blocks) return a.overlap.blocks > b.overlap.blocks;
+    return a.overlap.owner < b.overlap.owner;
+  };
+  const size_t keep = std::min(holders.size(), max_holders);
+  std::partial_sort(holders.begin(), holders.begin() + static_cast<ptrdiff_t>(keep), holders.end(), longest_first);
+  out.holders.resize(keep);
+  for (size_t i = 0; i < keep; ++i) {
+    WorkerRegistry::CacheHolder& h = holders[i];
+    KvLookupHolder& k = out.holders[i];
+    k.worker = h.overlap.owner.worker;
+    k.dp_rank = h.overlap.owner.dp_rank;
+    k.info = std::move(h.info);
+    k.matched_tokens = h.overlap.blocks * block_size;
+    for (int t = 0; t < kNumStorageTiers; ++t) k.tier_tokens[t] = h.overlap.by_tier[t] * block_size;
+    k.health = h.health;
+    k.draining = h.draining;
+  }
+  holders.clear();  // drops the announcements of the holders not kept
+}
+
+namespace {
+
+// The slowest tier the matched prefix touches: what loading it waits on
+// (LMCache's `location` names one backend per instance).
+std::string_view location(const KvLookupHolder& h) {
+  for (int t = kNumStorageTiers - 1; t > 0; --t)
+    if (h.tier_tokens[t] > 0) return to_string(static_cast<StorageTier>(t));
+  return to_string(StorageTier::Device);
+}
+
+// "7" for rank 0, "7:1" for a data-parallel rank: one key per cache.
+std::string instance_id(const KvLookupHolder& h) {
+  return h.dp_rank == 0 ? fmt::format("{}", h.worker.value) : fmt::format("{}:{}", h.worker.value, h.dp_rank);
+}
+
+}  // namespace
+
+std::string kv_lookup_json(const KvLookupResult& r) {
+  fmt::memory_buffer out;
+  out.reserve(256 + r.holders.size() * 220);
+  const auto put = [&out](std::string_view s) { out.append(s.data(), s.data() + s.size()); };
+  thread_local std::string escaped;
+  escaped.clear();
+  json_escape_append(escaped, r.model);
+  fmt::format_to(std::back_inserter(out),
+                 R"({{"model":"{}","prompt_tokens":{},"block_size":{},"complete_blocks":{},"token_source":"{}","tokenizer_fallback":"{}","workers_total":{},"layout_info":{{)",
+                 escaped, r.prompt_tokens, r.block_size, r.complete_blocks, to_string(r.token_source),
+                 to_string(r.tokenizer_fallback), r.holders_total);
+  for (size_t i = 0; i < r.holders.size(); ++i)
+    fmt::format_to(std::back_inserter(out), R"({}"{}":["{}",{}])", i ? "," : "", instance_id(r.holders[i]),
+                   location(r.holders[i]), r.holders[i].matched_tokens);
+  put(R"(},"workers":[)");
+  for (size_t i = 0; i < r.holders.size(); ++i) {
+    const KvLookupHolder& h = r.holders[i];
+    escaped.clear();
+    json_escape_append(escaped, h.info->url);
+    fmt::format_to(std::back_inserter(out),
+                   R"({}{{"worker_id":{},"dp_rank":{},"url":"{}","matched_tokens":{},"tiers":{{)", i ? "," : "",
+                   h.worker.value, h.dp_rank, escaped, h.matched_tokens);
+    for (int t = 0; t < kNumStorageTiers; ++t)
+      fmt::format_to(std::back_inserter(out), R"({}"{}":{})", t ? "," : "", to_string(static_cast<StorageTier>(t)),
+                     h.tier_tokens[t]);
+    fmt::format_to(std::back_inserter(out), R"(}},"health":"{}","draining":{},"approximate":{}}})",
+                   to_string(h.health), h.draining, h.info->approximate);
+  }
+  put("]}");
+  return fmt::to_string(out);
+}
+
+}  // namespace kvroute

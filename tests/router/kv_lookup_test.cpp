@@ -1,0 +1,176 @@
+#include "router/kv_lookup.h"
+
+#include <doctest/doctest.h>
+#include <simdjson.h>
+
+#include <numeric>
+
+#include "indexer/block_hash.h"
+#include "indexer/radix_indexer.h"
+#include "router/admin_api.h"
+
+using namespace kvroute;
+
+namespace {
+
+constexpr uint32_t kBlock = 16;
+
+struct Fixture {
+  ManualClock clock;
+  SeededRandom random{1};
+  RadixIndexer index;
+  WorkerRegistry registry{clock};
+  ConfigStore config{[] {
+    Config c;
+    c.admin.token = "s3cret";
+    c.indexer.block_size = kBlock;
+    return c;
+  }()};
+  RoutingService routing{index, registry, config, random};
+  AdminApi api{config, routing, registry, index};
+  uint64_t next_id = 1;
+
+  void add_worker(uint32_t id, std::string model, std::vector<std::string> loras = {}) {
+    WorkerAnnouncement a;
+    a.id = WorkerId{id};
+    a.url = "http://127.0.0.1:" + std::to_string(9000 + id);
+    a.model = std::move(model);
+    a.lora_adapters = std::move(loras);
+    a.load = WorkerLoad{0, 10, 0, 0, 1000};
+    registry.upsert(a);  // a router-known worker (heartbeats carry no LoRA adapters)
+  }
+  // `owner` stores blocks [from, to) of `tokens` (hashed as the router hashes
+  // them, under `lora`) in `tier`, as children of block from-1.
+  void store(CacheOwner owner, const std::vector<TokenId>& tokens, size_t from, size_t to, StorageTier tier,
+             std::string_view lora = {}) {
+    std::vector<LocalBlockHash> h;
+    hash_blocks(tokens, kBlock, HashNamespace{lora, {}}, h);
+    KvStored s;
+    if (from > 0) s.parent = SequenceHash{owner.worker.value * 1000000 + from - 1};
+    for (size_t i = from; i < to; ++i) s.blocks.push_back(StoredBlock{SequenceHash{owner.worker.value * 1000000 + i}, h[i]});
+    KvEvent e;
+    e.owner = owner;
+    e.tier = tier;
+    e.data = std::move(s);
+    REQUIRE(index.apply(e) == ApplyResult::Applied);
+  }
+};
+
+std::vector<TokenId> prompt(size_t n) {
+  std::vector<TokenId> t(n);
+  std::iota(t.begin(), t.end(), 100);
+  return t;
+}
+
+std::string tokens_body(const std::vector<TokenId>& t, std::string_view extra = "") {
+  std::string s = R"({"tokens":[)";
+  for (size_t i = 0; i < t.size(); ++i) s += (i ? "," : "") + std::to_string(t[i]);
+  return s + "]" + std::string(extra) + "}";
+}
+
+constexpr std::string_view kAuth = "Bearer s3cret";
+
+}  // namespace
+
+TEST_CASE("kv lookup: every holder with its prefix and tiers, longest first, LMCache's layout_info") {
+  Fixture f;
+  f.add_worker(1, "m");
+  f.add_worker(2, "m");
+  f.add_worker(3, "other");
+  const auto t = prompt(5 * kBlock + 3);  // 5 complete blocks and a partial one
+  f.store({WorkerId{1}, 0}, t, 0, 2, StorageTier::Device);
+  f.store({WorkerId{2}, 0}, t, 0, 2, StorageTier::Device);
+  f.store({WorkerId{2}, 0}, t, 2, 4, StorageTier::HostPinned);
+  f.store({WorkerId{3}, 0}, t, 0, 5, StorageTier::Device);
+
+  const auto r = f.api.handle("POST", "/v1/kv/lookup", kAuth, tokens_body(t, R"(,"model":"m")"));
+  REQUIRE(r.status == 200);
+  simdjson::dom::parser p;
+  const simdjson::dom::element doc = p.parse(r.body);
+  CHECK(doc["prompt_tokens"].get_uint64().value() == 5 * kBlock + 3);
+  CHECK(doc["complete_blocks"].get_uint64().value() == 5);
+  CHECK(doc["token_source"].get_string().value() == "client");
+  const auto workers = doc["workers"].get_array().value();
+  REQUIRE(workers.size() == 2);  // worker 3 serves another model
+  CHECK(workers.at(0)["worker_id"].get_uint64().value() == 2);
+  CHECK(workers.at(0)["matched_tokens"].get_uint64().value() == 4 * kBlock);
+  CHECK(workers.at(0)["tiers"]["device"].get_uint64().value() == 2 * kBlock);
+  CHECK(workers.at(0)["tiers"]["host_pinned"].get_uint64().value() == 2 * kBlock);
+  CHECK(workers.at(0)["url"].get_string().value() == "http://127.0.0.1:9002");
+  CHECK(workers.at(1)["worker_id"].get_uint64().value() == 1);
+  CHECK(workers.at(1)["matched_tokens"].get_uint64().value() == 2 * kBlock);
+  // LMCache's shape: instance -> [location, matched prefix tokens]; the
+  // location is the slowest tier the prefix touches.
+  CHECK(doc["layout_info"]["2"].at(0).get_string().value() == "host_pinned");
+  CHECK(doc["layout_info"]["2"].at(1).get_uint64().value() == 4 * kBlock);
+  CHECK(doc["layout_info"]["1"].at(0).get_string().value() == "device");
+
+  CHECK(doc["workers_total"].get_uint64().value() == 2);
+
+  // max_workers keeps the longest matches and says how many there were.
+  const auto top = f.api.handle("POST", "/v1/kv/lookup", kAuth, tokens_body(t, R"(,"model":"m","max_workers":1)"));
+  REQUIRE(top.status == 200);
+  const simdjson::dom::element one = p.parse(top.body);
+  CHECK(one["workers"].get_array().value().size() == 1);
+  CHECK(one["workers"].at(0)["worker_id"].get_uint64().value() == 2);
+  CHECK(one["workers_total"].get_uint64().value() == 2);
+
+  // Without a model (LMCache's shape has none), every worker is looked at.
+  const auto any = f.api.handle("POST", "/v1/kv/lookup", kAuth, tokens_body(t));
+  REQUIRE(any.status == 200);
+  const simdjson::dom::element all = p.parse(any.body);
+  CHECK(all["workers"].get_array().value().size() == 3);
+  CHECK(all["workers"].at(0)["worker_id"].get_uint64().value() == 3);
+}
+
+TEST_CASE("kv lookup hashes as the data plane: a LoRA adapter's and a salted prompt's blocks are their own") {
+  Fixture f;
+  f.add_worker(1, "m", {"adapter"});
+  const auto t = prompt(3 * kBlock);
+  f.store({WorkerId{1}, 0}, t, 0, 3, StorageTier::Device, "adapter");
+  auto matched = [&](std::string_view extra) {
+    const auto r = f.api.handle("POST", "/v1/kv/lookup", kAuth, tokens_body(t, extra));
+    REQUIRE(r.status == 200);
+    simdjson::dom::parser p;
+    const auto workers = p.parse(r.body)["workers"].get_array().value();
+    return workers.size() == 0 ? uint64_t{0} : workers.at(0)["matched_tokens"].get_uint64().value();
+  };
+  CHECK(matched(R"(,"model":"adapter")") == 3 * kBlock);
+  CHECK(matched(R"(,"model":"m")") == 0);  // the base model's blocks hash without the adapter
+  CHECK(matched(R"(,"model":"adapter","cache_salt":"tenant-a")") == 0);
+  // A completion body with token ids reads the same as LMCache's shape.
+  std::string body = R"({"model":"adapter","prompt":[)";
+  for (size_t i = 0; i < t.size(); ++i) body += (i ? "," : "") + std::to_string(t[i]);
+  body += "]}";
+  const auto r = f.api.handle("POST", "/v1/kv/lookup", kAuth, body);
+  CHECK(r.status == 200);
+  CHECK(r.body.find(R"("matched_tokens":48)") != std::string::npos);
+}
+
+TEST_CASE("kv lookup refuses bad bodies with a clear 400 and wants the admin token") {
+  Fixture f;
+  f.add_worker(1, "m");
+  CHECK(f.api.handle("POST", "/v1/kv/lookup", "", R"({"tokens":[1,2]})").status == 401);
+  for (std::string_view bad : {R"([1,2])", R"({"tokens":[1,-2]})", R"({"tokens":[1,4294967296]})",
+                               R"({"tokens":"1 2"})", R"({"tokens":[1],"prompt":"x","model":"m"})", R"({})",
+                               R"({"tokens":[1],"model":7})", R"({"tokens":[1],"cache_salt":""})", "{",
+                               R"({"tokens":[1],"max_workers":0})", R"({"tokens":[1],"max_workers":1.5})"}) {
+    const auto r = f.api.handle("POST", "/v1/kv/lookup", kAuth, bad);
+    INFO(bad);
+    CHECK(r.status == 400);
+    CHECK(r.body.find("invalid_request_error") != std::string::npos);
+  }
+}
+
+TEST_CASE("kv lookup of a prompt the engine does not read its cache for (prompt_logprobs) matches nothing") {
+  Fixture f;
+  f.add_worker(1, "m");
+  const auto t = prompt(2 * kBlock);
+  f.store({WorkerId{1}, 0}, t, 0, 2, StorageTier::Device);
+  std::string body = R"({"model":"m","prompt_logprobs":1,"prompt":[)";
+  for (size_t i = 0; i < t.size(); ++i) body += (i ? "," : "") + std::to_string(t[i]);
+  body += "]}";
+  const auto r = f.api.handle("POST", "/v1/kv/lookup", kAuth, body);
+  REQUIRE(r.status == 200);
+  CHECK(r.body.find(R"("workers":[])") != std::string::npos);
+}

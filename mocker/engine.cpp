@@ -30,7 +30,7 @@ void Engine::emit(KvEvent ev) {
 }
 
 bool Engine::add_request(uint64_t id, std::span<const TokenId> prompt, uint32_t max_tokens, double now_ms,
-                         const HashNamespace& ns, bool read_cache) {
+                         const HashNamespace& ns, bool read_cache, PdOptions pd) {
   if (prompt.empty() || prompt.size() > UINT32_MAX) return false;
   std::vector<LocalBlockHash> locals;
   hash_blocks(prompt, cfg_.block_size, ns, locals);
@@ -46,7 +46,40 @@ bool Engine::add_request(uint64_t id, std::span<const TokenId> prompt, uint32_t 
     }
   }
   return add_request_impl(id, static_cast<uint32_t>(prompt.size()), locals, max_tokens, now_ms, std::move(infos),
-                          read_cache);
+                          read_cache, pd);
+}
+
+std::vector<SequenceHash> Engine::prompt_blocks(std::span<const TokenId> prompt, const HashNamespace& ns) const {
+  std::vector<LocalBlockHash> locals;
+  hash_blocks(prompt, cfg_.block_size, ns, locals);
+  std::vector<SequenceHash> out;
+  out.reserve(locals.size());
+  SequenceHash parent{0};
+  for (LocalBlockHash h : locals) out.push_back(parent = sequence_hash(parent, h));
+  return out;
+}
+
+uint32_t Engine::cached_prefix(std::span<const SequenceHash> blocks) const {
+  uint32_t k = 0;
+  for (; k < blocks.size(); ++k) {
+    auto it = blocks_.find(blocks[k]);
+    if (it == blocks_.end() || !it->second.computed) break;
+  }
+  return k;
+}
+
+const std::vector<SequenceHash>* Engine::held(uint64_t id) const {
+  auto it = held_.find(id);
+  return it == held_.end() ? nullptr : &it->second;
+}
+
+bool Engine::release_held(uint64_t id) {
+  auto it = held_.find(id);
+  if (it == held_.end()) return false;
+  held_block_refs_ -= it->second.size();
+  release_shared(it->second);
+  held_.erase(it);
+  return true;
 }
 
 const Engine::BlockInfo* Engine::block_info(SequenceHash block) const {
@@ -61,8 +94,8 @@ bool Engine::add_request_hashed(uint64_t id, uint32_t prompt_tokens, std::span<c
 
 bool Engine::add_request_impl(uint64_t id, uint32_t prompt_tokens, std::span<const LocalBlockHash> blocks,
                               uint32_t max_tokens, double now_ms, std::vector<std::shared_ptr<BlockInfo>> infos,
-                              bool read_cache) {
-  if (prompt_tokens == 0 || max_tokens == 0 || requests_.count(id)) return false;
+                              bool read_cache, PdOptions pd) {
+  if (prompt_tokens == 0 || max_tokens == 0 || requests_.count(id) || held_.count(id)) return false;
   if (static_cast<uint64_t>(blocks.size()) * cfg_.block_size > prompt_tokens) return false;
   if (blocks_needed(prompt_tokens, max_tokens) > cfg_.kv_blocks) return false;
   Request r;
@@ -72,6 +105,8 @@ bool Engine::add_request_impl(uint64_t id, uint32_t prompt_tokens, std::span<con
   r.locals.assign(blocks.begin(), blocks.end());
   r.infos = std::move(infos);
   r.read_cache = read_cache;
+  r.pd = pd;
+  r.pd.imported_blocks = std::min<uint32_t>(pd.imported_blocks, static_cast<uint32_t>(blocks.size()));
   r.blocks.reserve(blocks.size());
   SequenceHash parent{0};
   for (LocalBlockHash h : blocks) r.blocks.push_back(parent = sequence_hash(parent, h));
@@ -119,10 +154,9 @@ bool Engine::try_admit(Request& r) {
   const uint64_t evictable = lru_.size() - reusable_unreferenced;
   if (need > free + evictable) return false;
 
-  r.cached_tokens = cached_tokens(r);
-  r.computed = r.cached_tokens;
+  const uint32_t local_hit = cached_tokens(r);  // the local prefix cache, before any import
   prefix_queries_ += r.prompt_tokens;
-  prefix_hits_ += r.cached_tokens;
+  prefix_hits_ += local_hit;
   for (SequenceHash h : r.blocks) {
     auto it = blocks_.find(h);
     if (it != blocks_.end() && it->second.refs++ == 0) lru_.erase(it->second.lru);
@@ -154,12 +188,54 @@ bool Engine::try_admit(Request& r) {
   }
   private_blocks_ += private_blocks;
   r.private_blocks = private_blocks;
+  import_blocks(r);
+  // Tokens the prefill skips: cached locally or pulled (vLLM counts both in
+  // num_cached_tokens).
+  r.cached_tokens = r.pd.imported_blocks ? cached_tokens(r) : local_hit;
+  r.computed = r.cached_tokens;
   return true;
 }
 
+void Engine::import_blocks(Request& r) {
+  KvStored st;
+  for (uint32_t i = 0; i < r.pd.imported_blocks; ++i) {
+    Block& b = blocks_.at(r.blocks[i]);
+    if (b.computed) {  // cached here already: not transferred, not announced again
+      if (!st.blocks.empty()) {
+        KvEvent ev;
+        ev.data = std::move(st);
+        emit(std::move(ev));
+        st = KvStored{};
+      }
+      continue;
+    }
+    if (st.blocks.empty() && i > 0) st.parent = r.blocks[i - 1];
+    b.computed = b.available = true;
+    ++stored_blocks_;
+    st.blocks.push_back({r.blocks[i], b.local});
+  }
+  if (!st.blocks.empty()) {
+    KvEvent ev;
+    ev.data = std::move(st);
+    emit(std::move(ev));
+  }
+  r.announced = r.pd.imported_blocks;
+}
+
 void Engine::release(Request& r) {
+  private_blocks_ -= r.private_blocks;
+  r.private_blocks = 0;
+  if (r.pd.hold && r.prefilled) {  // finished on a prefill worker: the prompt blocks wait for the pull
+    held_block_refs_ += r.blocks.size();
+    held_.emplace(r.id, std::move(r.blocks));
+    return;
+  }
+  release_shared(r.blocks);
+}
+
+void Engine::release_shared(std::span<const SequenceHash> blocks) {
   // Tail first, so the tail of a prompt is evicted before its head.
-  for (auto h = r.blocks.rbegin(); h != r.blocks.rend(); ++h) {
+  for (auto h = blocks.rbegin(); h != blocks.rend(); ++h) {
     auto it = blocks_.find(*h);
     assert(it != blocks_.end() && it->second.refs > 0);
     Block& b = it->second;
@@ -171,8 +247,6 @@ void Engine::release(Request& r) {
       blocks_.erase(it);  // cancelled during its prefill: never computed, never announced
     }
   }
-  private_blocks_ -= r.private_blocks;
-  r.private_blocks = 0;
 }
 
 bool Engine::cancel(uint64_t id) {
@@ -180,6 +254,7 @@ bool Engine::cancel(uint64_t id) {
   if (it == requests_.end()) return false;
   Request& r = it->second;
   if (r.running) {
+    r.pd.hold = false;  // an aborted request frees its blocks at once (vLLM returns no transfer params)
     release(r);
     running_.erase(std::find(running_.begin(), running_.end(), id));
   } else {

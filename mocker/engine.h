@@ -69,6 +69,19 @@ struct EngineConfig {
   bool keep_tokens = false;
 };
 
+// What a request does in a prefill/decode disaggregated fleet (mocker/README.md "PD").
+struct PdOptions {
+  // Prefill side: when the request finishes, its complete prompt blocks stay
+  // referenced (held for the decode worker's pull, never evicted) until
+  // release_held(id); its private blocks are freed as usual.
+  bool hold = false;
+  // Decode side: this many leading complete prompt blocks arrive from the
+  // prefill worker: at admission they become computed without prefill work
+  // and are announced (stored) at once, as vLLM caches pulled blocks when
+  // their transfer completes.
+  uint32_t imported_blocks = 0;
+};
+
 struct EngineOutput {
   enum class Kind : uint8_t {
     FirstToken,  // prefill done, first token produced
@@ -97,7 +110,20 @@ class Engine {
   // reading the prefix cache for prompt_logprobs requests); its blocks are
   // still shared and stored.
   bool add_request(uint64_t id, std::span<const TokenId> prompt, uint32_t max_tokens, double now_ms,
-                   const HashNamespace& ns = {}, bool read_cache = true);
+                   const HashNamespace& ns = {}, bool read_cache = true, PdOptions pd = {});
+  // The ids of a prompt's complete blocks, as add_request() hashes them.
+  std::vector<SequenceHash> prompt_blocks(std::span<const TokenId> prompt, const HashNamespace& ns = {}) const;
+  // How many leading blocks of `blocks` are computed in the cache now.
+  uint32_t cached_prefix(std::span<const SequenceHash> blocks) const;
+  // Prefill side (PdOptions::hold): the prompt blocks a finished request
+  // holds (nullptr: none held under this id), and their release (they stay
+  // cached, unreferenced). False if nothing is held under `id`.
+  const std::vector<SequenceHash>* held(uint64_t id) const;
+  bool release_held(uint64_t id);
+  // Requests holding blocks, and the blocks they reference (a block shared by
+  // two holds counts twice, as vLLM's per-request block lists do).
+  uint64_t held_requests() const { return held_.size(); }
+  uint64_t held_blocks() const { return held_block_refs_; }
   // The same with the prompt given as its complete blocks' local hashes (as a
   // trace replay has them) and its length in tokens (>= blocks·block_size).
   bool add_request_hashed(uint64_t id, uint32_t prompt_tokens, std::span<const LocalBlockHash> blocks,
@@ -165,6 +191,7 @@ class Engine {
     uint32_t scheduled = 0;  // tokens in the step in progress (a chunk, or 1 to decode)
     uint32_t announced = 0;  // prompt blocks checked for announcement
     bool read_cache = true;
+    PdOptions pd;
     bool running = false;
     bool prefilled = false;
     std::vector<std::shared_ptr<BlockInfo>> infos;  // keep_tokens only: per complete block
@@ -172,7 +199,7 @@ class Engine {
 
   bool add_request_impl(uint64_t id, uint32_t prompt_tokens, std::span<const LocalBlockHash> blocks,
                         uint32_t max_tokens, double now_ms, std::vector<std::shared_ptr<BlockInfo>> infos,
-                        bool read_cache = true);
+                        bool read_cache = true, PdOptions pd = {});
   bool enqueue(Request r, double now_ms);
   uint32_t cached_prefix_blocks(const Request& r) const;
   // Prompt tokens served from the cache, as vLLM counts them
@@ -180,6 +207,9 @@ class Engine {
   uint32_t cached_tokens(const Request& r) const;
   bool try_admit(Request& r);  // allocates blocks; false if they do not fit now
   void release(Request& r);
+  void release_shared(std::span<const SequenceHash> blocks);
+  // Marks r's imported blocks computed and announces them (admission).
+  void import_blocks(Request& r);
   void start_step(double now_ms);
   // Schedules `n` prompt tokens of `r` in this step (its next chunk).
   void schedule_chunk(Request& r, uint32_t n, StepShape& shape);
@@ -200,6 +230,8 @@ class Engine {
   std::optional<double> step_end_;
   uint64_t event_id_ = 0;
   uint64_t prefix_queries_ = 0, prefix_hits_ = 0;
+  std::unordered_map<uint64_t, std::vector<SequenceHash>> held_;  // finished requests holding their blocks
+  uint64_t held_block_refs_ = 0;
 };
 
 }  // namespace kvroute::mocker

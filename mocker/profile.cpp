@@ -32,6 +32,7 @@ EngineProfile roofline(std::string name, std::string what, const double (&c)[9],
   p.knee_tokens = c[7];
   p.knee_width = c[8];
   p.kv_capacity_tokens = kv_capacity_tokens(kH100Bytes, params, kv_bytes);
+  p.kv_bytes_per_token = kv_bytes;
   return p;
 }
 
@@ -51,6 +52,7 @@ std::vector<EngineProfile> make_profiles() {
   d.prefill_c = 16.50142;
   d.decode_base_ms = 8.0;
   d.decode_kv_ms = 12.0;
+  d.kv_bytes_per_token = 131072.0;  // Dynamo's mocker models no memory: Llama-3-8B's, as the default profile
   v.push_back(d);
   return v;
 }

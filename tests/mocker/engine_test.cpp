@@ -491,3 +491,83 @@ TEST_CASE("deterministic: the same calls give the same events and outputs") {
   };
   CHECK(run() == run());
 }
+
+TEST_CASE("prefill role: a held request keeps its prompt blocks referenced until released") {
+  EngineConfig c = small_cfg();
+  c.kv_blocks = 10;
+  Run r(c);
+  double now = 0;
+  REQUIRE(r.engine->add_request(1, tokens(1, 18), 1, now, {}, true, PdOptions{.hold = true}));
+  auto out = r.drain(now);
+  REQUIRE(out[1].back().kind == EngineOutput::Kind::Finished);
+  REQUIRE(r.engine->held(1) != nullptr);
+  CHECK(r.engine->held(1)->size() == 4);  // complete prompt blocks only (18 tokens, blocks of 4)
+  CHECK(*r.engine->held(1) == r.engine->prompt_blocks(tokens(1, 18)));
+  CHECK(r.engine->held_requests() == 1);
+  CHECK(r.engine->held_blocks() == 4);
+  CHECK(r.engine->load().kv_active_blocks == 4);  // held blocks are in use; the private ones were freed
+  // Under pressure the held blocks are not evicted: a request needing the 6
+  // other blocks runs, one needing 7 waits.
+  REQUIRE(r.engine->add_request(2, tokens(2, 20), 4, now));  // 5 prompt blocks + 1
+  r.drain(now);
+  REQUIRE(r.engine->add_request(3, tokens(3, 24), 4, now));  // 6 + 1 = 7 > 10 - 4 held
+  r.engine->advance_to(now + 1000);
+  CHECK(r.engine->load().num_requests_waiting == 1);
+  for (const auto* rm : r.removed())
+    for (auto h : rm->block_hashes)
+      CHECK(std::find(r.engine->held(1)->begin(), r.engine->held(1)->end(), h) == r.engine->held(1)->end());
+  // Released: the blocks stay cached, unreferenced, and the waiting request runs.
+  CHECK(r.engine->release_held(1));
+  CHECK_FALSE(r.engine->release_held(1));
+  CHECK(r.engine->held_blocks() == 0);
+  CHECK(r.engine->held(1) == nullptr);
+  r.engine->advance_to(now);  // nothing due; wake the queue with a step
+  REQUIRE(r.engine->add_request(4, tokens(4, 4), 1, now));
+  out = r.drain(now);
+  CHECK(out[3].back().kind == EngineOutput::Kind::Finished);
+}
+
+TEST_CASE("prefill role: a cancelled hold request holds nothing") {
+  Run r(small_cfg());
+  double now = 0;
+  REQUIRE(r.engine->add_request(1, tokens(1, 16), 5, now, {}, true, PdOptions{.hold = true}));
+  r.engine->advance_to(*r.engine->next_event_time());  // prefilled, decoding
+  CHECK(r.engine->cancel(1));
+  CHECK(r.engine->held(1) == nullptr);
+  CHECK(r.engine->held_blocks() == 0);
+  CHECK(r.engine->load().kv_active_blocks == 0);
+}
+
+TEST_CASE("decode role: imported blocks are stored at admission, skip prefill, and locally cached ones are not announced again") {
+  EngineConfig c = small_cfg();
+  Run r(c);
+  double now = 0;
+  // The decode worker holds the first 2 blocks of the prompt already.
+  REQUIRE(r.engine->add_request(1, tokens(1, 8), 1, now));
+  r.drain(now);
+  const size_t events_before = r.events.size();
+  const auto prompt = tokens(1, 22);  // 5 complete blocks + 2 tokens
+  const auto blocks = r.engine->prompt_blocks(prompt);
+  CHECK(r.engine->cached_prefix(blocks) == 2);
+  const double t0 = now;
+  REQUIRE(r.engine->add_request(2, prompt, 1, now, {}, true, PdOptions{.imported_blocks = 5}));
+  // Announced at admission: one chain of the 3 pulled blocks under block 1.
+  REQUIRE(r.events.size() == events_before + 1);
+  const auto& st = std::get<KvStored>(r.events.back().data);
+  REQUIRE(st.blocks.size() == 3);
+  CHECK(st.parent == blocks[1]);
+  CHECK(st.blocks[0].block_hash == blocks[2]);
+  CHECK(st.blocks[2].block_hash == blocks[4]);
+  CHECK(r.engine->cached_prefix(blocks) == 5);
+  auto out = r.drain(now);
+  CHECK(out[2][0].cached_tokens == 20);
+  // Only the 2 tokens after the pulled blocks are prefilled: the step costs
+  // what a 2-token prefill does, far less than 22 tokens would.
+  CHECK(out[2][0].time_ms - t0 == doctest::Approx(c.profile.prefill_ms(2, 20)));
+  CHECK(r.engine->cached_blocks() == 5);
+  // A block-aligned prompt fully imported still computes its last token's block (vLLM's rule).
+  const auto aligned = tokens(7, 8);
+  REQUIRE(r.engine->add_request(3, aligned, 1, now, {}, true, PdOptions{.imported_blocks = 9}));  // clipped to 2
+  out = r.drain(now);
+  CHECK(out[3][0].cached_tokens == 4);
+}

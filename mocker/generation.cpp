@@ -119,15 +119,15 @@ std::optional<MockerServer::Impl::Reject> MockerServer::Impl::parse_generation(
   return std::nullopt;
 }
 
-std::optional<MockerServer::Impl::Reject> MockerServer::Impl::admit_generation(
+std::optional<MockerServer::Impl::Reject> MockerServer::Impl::prepare_generation(
     const http::request<http::string_body>& req, const ParsedRequest& parsed, const GenParams& gen, bool lora,
-    uint64_t id, Engine*& engine, uint32_t& prompt_len) {
+    Prepared& out) {
   TokenizerFallback fallback = TokenizerFallback::None;
   TokenSource source;
   std::string terr;
   std::vector<TokenId> buffer;
   const auto span = tokenize_request(parsed.prompt(), buffer, model_tokenizer(), &source, &fallback, &terr);
-  const std::vector<TokenId> tokens(span.begin(), span.end());
+  out.tokens.assign(span.begin(), span.end());
   if (opts.tokenizers && fallback != TokenizerFallback::None) {
     // As vLLM: a chat request its template cannot render is the client's error.
     return Reject{http::status::bad_request,
@@ -136,23 +136,33 @@ std::optional<MockerServer::Impl::Reject> MockerServer::Impl::admit_generation(
                                                                          : terr,
                            "invalid_request_error", "messages", ""}};
   }
-  prompt_len = static_cast<uint32_t>(tokens.size());
-  if (tokens.empty())
+  if (out.tokens.empty())
     return Reject{http::status::bad_request, ApiError{400, "The prompt is empty.", "invalid_request_error", "prompt", ""}};
-  const HashNamespace ns{lora ? std::string_view(parsed.model) : std::string_view{}, gen.cache_salt};
-  const int rank = pick_rank(req);
-  if (rank < 0)
+  if (lora) out.lora_name = parsed.model;
+  out.read_cache = !parsed.prompt_logprobs;
+  out.ns = HashNamespace{out.lora_name, gen.cache_salt};
+  out.rank = pick_rank(req);
+  if (out.rank < 0)
     return Reject{http::status::bad_request,
                   ApiError{400, fmt::format("X-data-parallel-rank must be in [0, {}).", engines.size()),
                            "invalid_request_error", "", ""}};
-  engine = engines[static_cast<size_t>(rank)].get();
-  if (!engine->add_request(id, tokens, gen.max_tokens, now_ms(), ns, /*read_cache=*/!parsed.prompt_logprobs))
+  return std::nullopt;
+}
+
+std::optional<MockerServer::Impl::Reject> MockerServer::Impl::admit_generation(const Prepared& prep,
+                                                                               const GenParams& gen, uint64_t id,
+                                                                               Engine*& engine) {
+  engine = engines[static_cast<size_t>(prep.rank)].get();
+  PdOptions pd;
+  pd.hold = gen.leg == PdLeg::NixlPrefill || gen.leg == PdLeg::SglPrefill;
+  pd.imported_blocks = prep.imported_blocks;
+  if (!engine->add_request(id, prep.tokens, gen.max_tokens, now_ms(), prep.ns, prep.read_cache, pd))
     return Reject{http::status::bad_request,
                   ApiError{400,
                            fmt::format("This request needs more KV blocks than the worker has ({}).",
                                        opts.engine.kv_blocks),
                            "invalid_request_error", "messages", "context_length_exceeded"}};
-  ++requests_by_rank[static_cast<size_t>(rank)];
+  ++requests_by_rank[static_cast<size_t>(prep.rank)];
   return std::nullopt;
 }
 
@@ -200,6 +210,7 @@ struct MockerServer::Impl::Reply {
   const std::string model;
   uint32_t generated = 0, cached = 0;
   std::string text;
+  std::string extra;  // more top-level fields of a non-streamed body (",\"kv_transfer_params\":{...}")
   bool header_sent = false;
   beast::error_code ec;
   http::response<http::empty_body> head;
@@ -285,9 +296,9 @@ awaitable<bool> MockerServer::Impl::finish_reply(beast::tcp_stream& s, Reply& r)
                         : fmt::format(R"({{"index":{},"text":"{}","logprobs":null,"finish_reason":"length"}})", i,
                                       json_escape(r.text)));
     co_return co_await respond(s, r.version, r.keep, http::status::ok,
-                               fmt::format(R"({{"id":"{}","object":"{}","created":{},"model":"{}","choices":[{}],"usage":{}}})",
+                               fmt::format(R"({{"id":"{}","object":"{}","created":{},"model":"{}","choices":[{}],"usage":{}{}}})",
                                            r.rid, r.chat ? "chat.completion" : "text_completion", r.created, r.model,
-                                           choice, r.usage_json()));
+                                           choice, r.usage_json(), r.extra));
   }
   if (!co_await r.write_chunk(s, r.chunk_json("", "length"))) co_return false;
   if (r.gen.include_usage &&
@@ -309,6 +320,11 @@ awaitable<bool> MockerServer::Impl::generate(beast::tcp_stream& s, const http::r
   GenParams gen;
   bool lora = false;
   auto reject = parse_generation(req, kind, parsed, gen, lora);
+  {
+    // Classified even when refused already: a refused decode leg still frees its transfer (below).
+    auto pd_reject = classify_pd(req, gen);
+    if (!reject) reject = std::move(pd_reject);
+  }
   if (!reject && hang) {
     // Test hook: accept and never answer; return when the client gives up.
     char b;
@@ -318,14 +334,23 @@ awaitable<bool> MockerServer::Impl::generate(beast::tcp_stream& s, const http::r
     co_return false;
   }
   Engine* engine = nullptr;
-  uint32_t prompt_len = 0;
+  Prepared prep;
   uint64_t id = 0;
+  bool pulled = false;  // a decode leg reached the prefill worker's side channel (it freed or refused the transfer)
+  if (!reject) reject = prepare_generation(req, parsed, gen, lora, prep);
+  // A disaggregated leg meets its other half before the engine sees it.
+  if (!reject && gen.leg == PdLeg::NixlDecode) reject = co_await nixl_pull(gen, prep, pulled);
+  if (!reject && gen.leg == PdLeg::SglDecode) reject = co_await sgl_take(gen, prep);
+  if (!reject && gen.leg == PdLeg::SglPrefill) reject = co_await sgl_wait_decode(gen);
   if (!reject) {
     id = next_id++;
-    reject = admit_generation(req, parsed, gen, lora, id, engine, prompt_len);
+    reject = admit_generation(prep, gen, id, engine);
   }
   if (reject) {
     ++rejected_total;
+    // vLLM: a decode leg refused before its pull frees the prefill worker's blocks
+    // (_with_kv_transfer_rejection_cleanup, vllm/entrypoints/generate/base/serving.py).
+    if (gen.leg == PdLeg::NixlDecode && !pulled) nixl_notify_free(gen);
     // Bodies are built before co_await: GCC 12 mishandles temporaries in co_await expressions.
     std::string body = error_body(reject->error);
     co_return co_await respond(s, v, keep, reject->status, std::move(body));
@@ -335,7 +360,8 @@ awaitable<bool> MockerServer::Impl::generate(beast::tcp_stream& s, const http::r
   schedule();
   watch_client(s.socket(), p);
 
-  Reply r(parsed, gen, id, opts.worker_id, kind == ApiKind::ChatCompletions, keep, v, prompt_len);
+  Reply r(parsed, gen, id, opts.worker_id, kind == ApiKind::ChatCompletions, keep, v,
+          static_cast<uint32_t>(prep.tokens.size()));
   const bool finished = co_await relay_tokens(s, *p, r);
   pending.erase(id);
   {
@@ -343,11 +369,25 @@ awaitable<bool> MockerServer::Impl::generate(beast::tcp_stream& s, const http::r
     s.socket().cancel(ignored);  // stop the client watch
   }
   if (!finished) {
-    // Client went away (or a write failed): stop generating, free the blocks.
+    // Client went away (or a write failed): stop generating, free the blocks
+    // (an aborted prefill leg holds nothing, as vLLM's request_finished()).
     engine->cancel(id);
     schedule();
     ++cancels_total;
     co_return false;
+  }
+  if (gen.leg == PdLeg::NixlPrefill) {
+    // Streams carry no kv_transfer_params (vLLM's completion_stream_generator
+    // never emits them): the blocks are held until the lease ends.
+    std::string params = nixl_hold(gen, prep, r.rid, id);
+    if (!r.parsed.stream && !params.empty()) r.extra = ",\"kv_transfer_params\":" + params;
+  }
+  if (gen.leg == PdLeg::SglPrefill) {
+    auto failed = co_await sgl_hand_over(gen, prep, id);
+    if (failed && !r.parsed.stream) {
+      std::string body = error_body(failed->error);
+      co_return co_await respond(s, v, keep, failed->status, std::move(body));
+    }
   }
   co_return co_await finish_reply(s, r);
 }

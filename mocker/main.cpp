@@ -57,6 +57,11 @@ struct Flags {
   // Polynomial coefficients: only with the dynamo-mocker profile (finish_flags checks).
   double prefill_a = 0, prefill_b = 0, prefill_c = 0, decode_base_ms = 0, decode_kv_ms = 0;
   std::vector<CLI::Option*> poly_flags;
+  // Prefill/decode disaggregation.
+  std::string role = "both", disaggregation_mode = "null", bad_params = "reject";
+  uint16_t bootstrap_port = 8998;
+  CLI::Option* side_channel_port = nullptr;
+  CLI::Option* bootstrap_port_flag = nullptr;
 };
 
 void add_flags(CLI::App& app, Flags& f) {
@@ -115,6 +120,50 @@ void add_flags(CLI::App& app, Flags& f) {
                  "endpoints' port + r, as vLLM); a request's rank is its X-data-parallel-rank header, else the "
                  "rank with the lowest waiting*4 + running (vLLM's DP balancer)")
       ->capture_default_str()->check(CLI::Range(1u, 64u));
+  auto& pd = o.pd;
+  app.add_option("--role", f.role,
+                 "vLLM NIXL disaggregation: prefill (a request with kv_transfer_params.do_remote_decode holds its "
+                 "blocks and returns the params), decode (do_remote_prefill pulls the blocks from the prefill "
+                 "mocker), both (no PD protocol)")
+      ->capture_default_str()->check(CLI::IsMember({"prefill", "decode", "both"}));
+  app.add_option("--pd-engine-id", pd.engine_id, "vLLM remote_engine_id of this worker (empty = a uuid4, as vLLM)");
+  app.add_option("--pd-side-channel-host", pd.side_channel_host,
+                 "remote_host reported in kv_transfer_params (vLLM's VLLM_NIXL_SIDE_CHANNEL_HOST; empty = --host)");
+  f.side_channel_port = app.add_option("--pd-side-channel-port", pd.side_channel_port,
+                                       "Port of the side channel decode workers pull from (vLLM's "
+                                       "VLLM_NIXL_SIDE_CHANNEL_PORT; 0 = a free one)")
+                            ->capture_default_str();
+  app.add_option("--pd-lease-ms", pd.lease_ms,
+                 "Prefill: a held transfer not pulled within this many ms is freed (vLLM's kv_lease_duration 30 s; "
+                 "480000 = the older connector's VLLM_NIXL_ABORT_REQUEST_TIMEOUT)")
+      ->capture_default_str()->check(CLI::Range(1.0, 86400000.0));
+  app.add_option("--pd-max-held", pd.max_held, "Prefill: transfers held at once; a prefill leg beyond it gets 503")
+      ->capture_default_str()->check(CLI::Range(size_t{1}, size_t{1000000}));
+  app.add_option("--kv-link-gbps", pd.link_gbps,
+                 "Decode: link bandwidth in Gbit/s a transfer takes (blocks x block size x KV bytes per token); 0 = instantaneous")
+      ->capture_default_str()->check(CLI::Range(0.0, 1e6));
+  app.add_option("--kv-bytes-per-token", pd.kv_bytes_per_token,
+                 "KV bytes of one token for the transfer time (0 = the engine profile's)")
+      ->capture_default_str()->check(CLI::Range(0.0, 1e9));
+  app.add_option("--pd-bad-params", f.bad_params,
+                 "Decode: missing, forged or expired kv_transfer_params (or a failed pull): reject (HTTP 400, "
+                 "the default: a test can tell a transfer from a recompute) or recompute (stock vLLM: compute locally)")
+      ->capture_default_str()->check(CLI::IsMember({"reject", "recompute"}));
+  app.add_option("--disaggregation-mode", f.disaggregation_mode,
+                 "SGLang disaggregation: prefill (runs the bootstrap server, waits for the decode leg of each "
+                 "bootstrap_room) or decode (takes the KV of its room from bootstrap_host:bootstrap_port); null = none")
+      ->capture_default_str()->check(CLI::IsMember({"null", "prefill", "decode"}));
+  f.bootstrap_port_flag = app.add_option("--disaggregation-bootstrap-port", f.bootstrap_port,
+                                         "SGLang prefill: the bootstrap server's port (0 = a free one)")
+                              ->capture_default_str();
+  app.add_option("--disaggregation-bootstrap-timeout-ms", pd.bootstrap_timeout_ms,
+                 "SGLang prefill: fail a request whose decode leg has not come (SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT)")
+      ->capture_default_str()->check(CLI::Range(1.0, 86400000.0));
+  app.add_option("--disaggregation-waiting-timeout-ms", pd.waiting_timeout_ms,
+                 "SGLang decode: fail a request whose KV has not come (SGLANG_DISAGGREGATION_WAITING_TIMEOUT)")
+      ->capture_default_str()->check(CLI::Range(1.0, 86400000.0));
+  app.add_option("--pd-max-rooms", pd.max_rooms, "SGLang: bootstrap rooms open at once; more get 503")
+      ->capture_default_str()->check(CLI::Range(size_t{1}, size_t{1000000}));
   app.add_flag("--no-extra-keys", o.no_extra_keys,
                "vLLM mode: BlockStored events without extra_keys (vLLM before that field): cache_salt still keys "
                "the engine's cache but is not on the wire (lora_name still is)");
@@ -164,6 +213,27 @@ bool finish_flags(Flags& f) {
   }
   o.port = f.port;
   if (!apply_profile(f)) return false;
+  auto& pd = o.pd;
+  if (f.role != "both" && f.disaggregation_mode != "null") {
+    std::fprintf(stderr, "kvroute-mocker: --role (vLLM) and --disaggregation-mode (SGLang) exclude each other\n");
+    return false;
+  }
+  if (f.role != "both") {
+    pd.protocol = mocker::PdProtocol::VllmNixl;
+    pd.role = f.role == "prefill" ? mocker::PdRole::Prefill : mocker::PdRole::Decode;
+  } else if (f.disaggregation_mode != "null") {
+    pd.protocol = mocker::PdProtocol::Sglang;
+    pd.role = f.disaggregation_mode == "prefill" ? mocker::PdRole::Prefill : mocker::PdRole::Decode;
+    if (f.side_channel_port->count() > 0) {
+      std::fprintf(stderr, "kvroute-mocker: --pd-side-channel-port is vLLM's; SGLang uses --disaggregation-bootstrap-port\n");
+      return false;
+    }
+    pd.side_channel_port = f.bootstrap_port;
+  } else if (f.side_channel_port->count() > 0 || f.bootstrap_port_flag->count() > 0) {
+    std::fprintf(stderr, "kvroute-mocker: a side-channel or bootstrap port needs --role or --disaggregation-mode\n");
+    return false;
+  }
+  pd.recompute_bad_params = f.bad_params == "recompute";
   if (!parse_storage_tier(f.tier, o.engine.tier)) {
     std::fprintf(stderr, "kvroute-mocker: --storage-tier: '%s' is not one of device, host_pinned, disk, external\n",
                  f.tier.c_str());
@@ -243,13 +313,18 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "kvroute-mocker: %s\n", err.c_str());
     return 1;
   }
-  // vLLM mode: one line with everything (a harness reads one line), the URL last.
+  // One line with everything (a harness reads one line), the URL last.
+  std::string pd_part;
+  if (o.pd.protocol != mocker::PdProtocol::None)
+    pd_part = std::string(" pd ") + (o.pd.role == mocker::PdRole::Prefill ? "prefill" : "decode") +
+              (o.pd.protocol == mocker::PdProtocol::Sglang ? " bootstrap " : " side_channel ") + o.host + ":" +
+              std::to_string(server.side_channel_port());
   if (vllm)
-    std::printf("kvroute-mocker zmq kv_events %s replay %s listening on http://%s:%u\n", vllm->endpoint().c_str(),
-                vllm->replay_endpoint().empty() ? "-" : vllm->replay_endpoint().c_str(), o.host.c_str(),
-                server.port());
+    std::printf("kvroute-mocker%s zmq kv_events %s replay %s listening on http://%s:%u\n", pd_part.c_str(),
+                vllm->endpoint().c_str(), vllm->replay_endpoint().empty() ? "-" : vllm->replay_endpoint().c_str(),
+                o.host.c_str(), server.port());
   else
-    std::printf("kvroute-mocker listening on http://%s:%u\n", o.host.c_str(), server.port());
+    std::printf("kvroute-mocker%s listening on http://%s:%u\n", pd_part.c_str(), o.host.c_str(), server.port());
   std::fflush(stdout);
   std::thread io([&] { server.run(); });
   int sig = 0;

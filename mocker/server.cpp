@@ -4,16 +4,17 @@
 
 namespace kvroute::mocker {
 
-awaitable<void> MockerServer::Impl::accept_loop() {
+// `side`: the PD side channel / SGLang bootstrap port, which serves only its own routes.
+awaitable<void> MockerServer::Impl::accept_loop(tcp::acceptor& a, bool side) {
   for (;;) {
     beast::error_code ec;
-    tcp::socket socket = co_await acceptor.async_accept(nothrow(ec));
+    tcp::socket socket = co_await a.async_accept(nothrow(ec));
     if (ec) {
-      if (!acceptor.is_open()) co_return;
+      if (!a.is_open()) co_return;
       continue;
     }
     socket.set_option(tcp::no_delay(true), ec);
-    asio::co_spawn(ioc, session(std::move(socket)), asio::detached);
+    asio::co_spawn(ioc, session(std::move(socket), side), asio::detached);
   }
 }
 
@@ -30,12 +31,12 @@ awaitable<bool> MockerServer::Impl::respond(beast::tcp_stream& s, unsigned versi
   co_return !ec && keep;
 }
 
-awaitable<void> MockerServer::Impl::session(tcp::socket socket) {
+awaitable<void> MockerServer::Impl::session(tcp::socket socket, bool side) {
   beast::tcp_stream stream(std::move(socket));
   beast::flat_buffer buffer;
   for (;;) {
     http::request_parser<http::string_body> parser;
-    parser.body_limit(64 << 20);
+    parser.body_limit(side ? (4 << 20) : (64 << 20));
     beast::error_code ec;
     co_await http::async_read(stream, buffer, parser, nothrow(ec));
     if (ec) break;
@@ -44,7 +45,11 @@ awaitable<void> MockerServer::Impl::session(tcp::socket socket) {
     const bool keep = req.keep_alive();
     const unsigned v = req.version();
     bool again = false;
-    if (req.method() == http::verb::post && target == "/v1/completions") {
+    if (side) {
+      if (!co_await side_channel(stream, req, again))
+        again = co_await respond(stream, v, keep, http::status::not_found,
+                                 R"({"error":{"message":"not found","type":"invalid_request_error","param":null,"code":null}})");
+    } else if (req.method() == http::verb::post && target == "/v1/completions") {
       again = co_await generate(stream, req, ApiKind::Completions);
     } else if (req.method() == http::verb::post && target == "/v1/chat/completions") {
       again = co_await generate(stream, req, ApiKind::ChatCompletions);
@@ -158,10 +163,30 @@ bool MockerServer::listen(std::string* error) {
     if (error) *error = fmt::format("cannot listen on {}:{}: {}", impl_->opts.host, impl_->opts.port, ec.message());
     return false;
   }
+  if (impl_->opts.pd.protocol == PdProtocol::None) return true;
+  // PD: the side channel (vLLM NIXL's, VLLM_NIXL_SIDE_CHANNEL_PORT) or SGLang's bootstrap server, on the same host.
+  tcp::endpoint sep(addr, impl_->opts.pd.side_channel_port);
+  auto& sa = impl_->side_acceptor;
+  sa.open(sep.protocol(), ec);
+  if (!ec) sa.set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) sa.bind(sep, ec);
+  if (!ec) sa.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    if (error)
+      *error = fmt::format("cannot listen on {}:{} ({}): {}", impl_->opts.host, impl_->opts.pd.side_channel_port,
+                           impl_->opts.pd.protocol == PdProtocol::Sglang ? "--disaggregation-bootstrap-port"
+                                                                         : "--pd-side-channel-port",
+                           ec.message());
+    return false;
+  }
   return true;
 }
 
 uint16_t MockerServer::port() const { return impl_->acceptor.local_endpoint().port(); }
+
+uint16_t MockerServer::side_channel_port() const {
+  return impl_->side_acceptor.is_open() ? impl_->side_acceptor.local_endpoint().port() : 0;
+}
 
 bool MockerServer::start_nats(std::string* error) {
   if (!impl_->bus) return true;
@@ -207,7 +232,9 @@ bool MockerServer::start_nats(std::string* error) {
 }
 
 void MockerServer::run() {
-  asio::co_spawn(impl_->ioc, impl_->accept_loop(), asio::detached);
+  asio::co_spawn(impl_->ioc, impl_->accept_loop(impl_->acceptor, false), asio::detached);
+  if (impl_->side_acceptor.is_open())
+    asio::co_spawn(impl_->ioc, impl_->accept_loop(impl_->side_acceptor, true), asio::detached);
   if (impl_->bus) impl_->heartbeat_loop();
   impl_->ioc.run();
 }
@@ -216,6 +243,7 @@ void MockerServer::stop() {
   asio::post(impl_->ioc, [impl = impl_.get()] {
     beast::error_code ec;
     impl->acceptor.close(ec);
+    impl->side_acceptor.close(ec);
     impl->ioc.stop();
   });
 }

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "mocker/engine.h"
+#include "mocker/pd.h"
 #include "tokenizer/model_tokenizer.h"
 
 namespace kvroute {
@@ -24,6 +25,24 @@ class NatsBus;
 namespace kvroute::mocker {
 
 class VllmPublisher;
+
+// Prefill/decode disaggregation (mocker/README.md "Prefill/decode
+// disaggregation"; the pure parts in mocker/pd.h).
+struct PdConfig {
+  PdRole role = PdRole::Both;               // Both: no PD protocol (aggregated only)
+  PdProtocol protocol = PdProtocol::None;  // VllmNixl (--role) or Sglang (--disaggregation-mode)
+  std::string engine_id;                   // vLLM remote_engine_id; empty = a uuid4 at start
+  std::string side_channel_host;           // remote_host reported; empty = --host
+  uint16_t side_channel_port = 0;          // vLLM side channel / SGLang bootstrap port to bind (0 = a free one)
+  double lease_ms = 30000;                 // vLLM kv_lease_duration: a held transfer without a pull is freed
+  size_t max_held = 4096;                  // transfers held at once; more: 503
+  double link_gbps = 100;                  // KV link bandwidth for the transfer time (0 = instantaneous)
+  double kv_bytes_per_token = 0;           // 0 = the engine profile's
+  bool recompute_bad_params = false;       // stock vLLM: bad/failed decode params compute locally (default: 400)
+  double bootstrap_timeout_ms = 300000;    // SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT (prefill waits for decode)
+  double waiting_timeout_ms = 300000;      // SGLANG_DISAGGREGATION_WAITING_TIMEOUT (decode waits for the KV)
+  size_t max_rooms = 4096;                 // SGLang rooms waiting at once; more: 503
+};
 
 struct MockerOptions {
   std::string host = "127.0.0.1";
@@ -50,6 +69,7 @@ struct MockerOptions {
   // field: the engine's cache stays keyed by cache_salt, the events no longer
   // say so (lora_name, a field of its own, is still sent).
   bool no_extra_keys = false;
+  PdConfig pd;
 };
 
 class MockerServer {
@@ -64,6 +84,8 @@ class MockerServer {
   ~MockerServer();
   bool listen(std::string* error);
   uint16_t port() const;
+  // The PD side channel's port (vLLM) or SGLang bootstrap port, once bound by listen(); 0 without a PD role.
+  uint16_t side_channel_port() const;
   // Subscribes to resync requests (if a bus is given). False + error on failure.
   bool start_nats(std::string* error);
   void run();   // serves until stop()

@@ -5,7 +5,8 @@
 //   generation.cpp     completions: parse, tokenize, admit to a rank's engine, stream or gather the reply
 //   engine_events.cpp  the engine clock (tick timer, rank choice) and its KV events (NATS or vLLM ZMQ)
 //   telemetry.cpp      heartbeats, GET /mocker/stats, vLLM-named Prometheus metrics
-// The four are compiled as one translation unit (mocker/CMakeLists.txt): each
+//   pd_server.cpp      prefill/decode disaggregation: vLLM NIXL legs and side channel, SGLang rooms
+// The five are compiled as one translation unit (mocker/CMakeLists.txt): each
 // alone would parse Beast and Asio's coroutines again.
 #pragma once
 
@@ -64,11 +65,64 @@ struct Pending {
   bool client_gone = false;
 };
 
+// Which leg of a disaggregated request this is (none: aggregated).
+enum class PdLeg : uint8_t { None, NixlPrefill, NixlDecode, SglPrefill, SglDecode };
+
 // Fields of a completion request the router does not need.
 struct GenParams {
   uint32_t max_tokens = 16;
   bool include_usage = false;
   std::string cache_salt;  // vLLM's per-tenant prefix cache isolation
+  // Prefill/decode disaggregation (pd_server.cpp classify_pd()).
+  PdLeg leg = PdLeg::None;
+  KvTransferParams kv;               // vLLM: the request's kv_transfer_params
+  uint64_t room = 0;                 // SGLang: bootstrap_room
+  std::string bootstrap_host;        // SGLang: the prefill worker's host
+  uint16_t bootstrap_port = 8998;    // SGLang: its bootstrap port (null = SGLang's default)
+  std::string request_id_header;     // X-Request-Id, vLLM's base request id
+};
+
+// A tokenized request ready for its rank's engine (generation.cpp prepare_generation()).
+struct Prepared {
+  std::vector<TokenId> tokens;
+  HashNamespace ns;
+  std::string lora_name;  // owns ns.lora_name's text
+  int rank = 0;
+  bool read_cache = true;        // false with prompt_logprobs (vLLM reads no cache for it)
+  uint32_t imported_blocks = 0;  // decode leg: complete prompt blocks that came from the prefill worker
+};
+
+// SGLang: one bootstrap room on the prefill worker, where its two legs meet.
+struct Room {
+  explicit Room(asio::any_io_executor ex) : prefill_wake(ex), decode_wake(ex) {}
+  asio::steady_timer prefill_wake, decode_wake;  // each side waits on its own, the other cancels it
+  bool prefill_arrived = false, decode_arrived = false;
+  bool ready = false;   // prefill finished: `blocks` are held for the decode leg
+  bool taken = false;   // the decode leg took them
+  bool failed = false;  // a side gave up: the other fails too
+  std::vector<SequenceHash> blocks;
+};
+
+// Counters of the PD emulation (io thread only).
+struct PdStats {
+  uint64_t transfers_served = 0;     // prefill: pulls answered
+  uint64_t transfers_expired = 0;    // prefill: leases that ran out
+  uint64_t transfers_freed = 0;      // prefill: freed by the decode side without a pull
+  uint64_t transfers_completed = 0;  // decode: pulls done (the request then ran)
+  uint64_t blocks_pulled = 0, bytes_pulled = 0;
+  uint64_t blocks_local = 0;         // decode: blocks already cached here, not transferred
+  uint64_t rooms_completed = 0;      // SGLang: rendezvous done (counted on each side)
+  uint64_t prefill_legs = 0;         // requests served as a prefill leg
+  uint64_t recomputed = 0;           // decode: bad params served aggregated (--pd-bad-params recompute)
+  std::unordered_map<std::string, uint64_t> rejected;               // decode / leg refusals by reason
+  std::unordered_map<std::string, uint64_t> side_channel_rejected;  // prefill: reads refused by reason
+};
+
+// The answer of a side-channel call to another mocker.
+struct PeerReply {
+  unsigned status = 0;  // 0: no answer (error says why)
+  std::string body;
+  std::string error;
 };
 
 // Reads GenParams from a completion request's body (generation.cpp).
@@ -81,6 +135,9 @@ struct MockerServer::Impl {
         publishers(std::move(v)),
         vllm(publishers.empty() ? nullptr : publishers[0]),
         acceptor(ioc),
+        side_acceptor(ioc),
+        lease_timer(ioc),
+        transfers(opts.pd.max_held, opts.pd.lease_ms),
         tick(ioc),
         heartbeat(ioc),
         start(std::chrono::steady_clock::now()),
@@ -89,6 +146,14 @@ struct MockerServer::Impl {
     vllm_batch.resize(engines.size());
     requests_by_rank.resize(engines.size(), 0);
     vllm_flush_posted.resize(engines.size(), false);
+    engine_id = opts.pd.engine_id.empty() ? uuid4() : opts.pd.engine_id;
+  }
+
+  // vLLM's default engine_id (vllm/config/kv_transfer.py __post_init__: str(uuid.uuid4())).
+  std::string uuid4() {
+    const uint64_t a = rng(), b = rng();
+    return fmt::format("{:08x}-{:04x}-4{:03x}-{:04x}-{:012x}", a >> 32, (a >> 16) & 0xffff, a & 0xfff,
+                       0x8000 | ((b >> 48) & 0x3fff), b & 0xffffffffffffULL);
   }
 
   static std::vector<std::unique_ptr<Engine>> make_engines(const MockerOptions& o, bool vllm_mode,
@@ -111,6 +176,14 @@ struct MockerServer::Impl {
   std::vector<bool> vllm_flush_posted;
   asio::io_context ioc;
   tcp::acceptor acceptor;
+  tcp::acceptor side_acceptor;  // PD: vLLM side channel or SGLang bootstrap server
+  asio::steady_timer lease_timer;
+  TransferTable transfers;      // prefill: held for their pull
+  std::unordered_map<uint64_t, std::shared_ptr<Room>> rooms;  // SGLang bootstrap rooms
+  PdStats pd;
+  std::string engine_id;        // vLLM remote_engine_id
+  std::mt19937_64 rng{std::random_device{}()};
+  uint64_t next_block_id = 1;   // prefill: the block ids reported in remote_block_ids
   asio::steady_timer tick;
   asio::steady_timer heartbeat;
   const std::chrono::steady_clock::time_point start;
@@ -160,8 +233,8 @@ struct MockerServer::Impl {
     return "GPU";
   }
 
-  awaitable<void> accept_loop();
-  awaitable<void> session(tcp::socket socket);
+  awaitable<void> accept_loop(tcp::acceptor& a, bool side);
+  awaitable<void> session(tcp::socket socket, bool side);
   awaitable<bool> respond(beast::tcp_stream& s, unsigned version, bool keep, http::status st, std::string body,
                           std::string_view type = "application/json");
   awaitable<bool> generate(beast::tcp_stream& s, const http::request<http::string_body>& req, ApiKind kind);
@@ -172,10 +245,11 @@ struct MockerServer::Impl {
   };
   std::optional<Reject> parse_generation(const http::request<http::string_body>& req, ApiKind kind,
                                          ParsedRequest& parsed, GenParams& gen, bool& lora) const;
-  // Tokenizes and queues the request on its rank's engine as `id`.
-  std::optional<Reject> admit_generation(const http::request<http::string_body>& req, const ParsedRequest& parsed,
-                                         const GenParams& gen, bool lora, uint64_t id, Engine*& engine,
-                                         uint32_t& prompt_len);
+  // Tokenizes the request and picks its rank.
+  std::optional<Reject> prepare_generation(const http::request<http::string_body>& req, const ParsedRequest& parsed,
+                                           const GenParams& gen, bool lora, Prepared& out);
+  // Queues it on its rank's engine as `id`.
+  std::optional<Reject> admit_generation(const Prepared& prep, const GenParams& gen, uint64_t id, Engine*& engine);
   struct Reply;
   awaitable<bool> relay_tokens(beast::tcp_stream& s, Pending& p, Reply& r);
   awaitable<bool> finish_reply(beast::tcp_stream& s, Reply& r);
@@ -187,6 +261,36 @@ struct MockerServer::Impl {
   // The served model's tokenizer: a LoRA adapter tokenizes with its base
   // model's, as vLLM does (null: the placeholder).
   const ModelTokenizer* model_tokenizer() const { return opts.tokenizers ? opts.tokenizers->find(opts.model) : nullptr; }
+
+  // ---- prefill/decode disaggregation (pd_server.cpp) ----
+  static Reject pd_reject(http::status st, PdError e, std::string message);
+  std::optional<Reject> classify_pd(const http::request<http::string_body>& req, GenParams& gen);
+  void count_rejection(PdError e) { ++pd.rejected[pd_error_name(e)]; }
+  // Decode leg, before admission: pulls (vLLM) or takes (SGLang) the prompt's
+  // KV from the prefill worker; sets prep.imported_blocks.
+  awaitable<std::optional<Reject>> nixl_pull(const GenParams& gen, Prepared& prep, bool& contacted);
+  awaitable<std::optional<Reject>> sgl_take(const GenParams& gen, Prepared& prep);
+  // SGLang prefill leg, before admission: waits for the decode leg of its room.
+  awaitable<std::optional<Reject>> sgl_wait_decode(const GenParams& gen);
+  // Prefill leg, after its engine request finished: registers the held
+  // transfer (vLLM; returns the kv_transfer_params JSON, empty when none) or
+  // hands the blocks to the room's decode leg and waits for it (SGLang).
+  std::string nixl_hold(const GenParams& gen, const Prepared& prep, const std::string& rid, uint64_t id);
+  awaitable<std::optional<Reject>> sgl_hand_over(const GenParams& gen, const Prepared& prep, uint64_t id);
+  // vLLM: a decode leg refused before its pull tells the prefill worker to free the blocks.
+  void nixl_notify_free(const GenParams& gen);
+  void arm_lease_timer();
+  double wall_ms() const {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  }
+  awaitable<PeerReply> peer_post(std::string host, uint16_t port, std::string target, std::string body,
+                                 std::chrono::milliseconds timeout);
+  // The side channel's routes; false: not a side-channel route.
+  awaitable<bool> side_channel(beast::tcp_stream& s, const http::request<http::string_body>& req, bool& again);
+  awaitable<std::pair<http::status, std::string>> sgl_room_request(std::string_view body);
+  std::shared_ptr<Room> room_for(uint64_t id);
+  std::string pd_stats_json() const;
+  std::string pd_metrics_text() const;
 
   // ---- NATS resync (server.cpp) ----
   void answer_resync(const std::string& reply, const std::string& body);

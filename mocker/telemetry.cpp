@@ -46,6 +46,7 @@ std::string MockerServer::Impl::stats_json() const {
       opts.worker_id, requests_total, rejected_total, cancels_total, l.request_active_slots, l.num_requests_waiting,
       cached_blocks, l.kv_active_blocks, l.kv_total_blocks, events_published, events_dropped,
       events_publish_failed, drop_remaining, last_event_id, hang, steered_total, ranks, tokenize_total);
+  if (opts.pd.protocol != PdProtocol::None) out.insert(out.size() - 1, ",\"pd\":" + pd_stats_json());
   if (vllm)  // vLLM mode: ZMQ batches numbered (next seq), not sent live (test hook), replays served
     out.insert(out.size() - 1, fmt::format(R"(,"zmq_batches":{},"zmq_dropped_live":{},"zmq_replays":{})",
                                            vllm->published(), vllm->dropped_live(), vllm->replays_served()));
@@ -91,6 +92,7 @@ std::string MockerServer::Impl::metrics_text() const {
         "vllm:cache_config_info{{block_size=\"{}\",cache_dtype=\"auto\",enable_prefix_caching=\"True\","
         "engine=\"{}\",num_cpu_blocks=\"None\",num_gpu_blocks=\"{}\",prefix_caching_hash_algo=\"sha256\"}} 1.0\n",
         opts.engine.block_size, r, opts.engine.kv_blocks);
+  if (opts.pd.protocol != PdProtocol::None) out += pd_metrics_text();
   return out;
 }
 

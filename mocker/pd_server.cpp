@@ -1,0 +1,683 @@
+// MockerServer::Impl: prefill/decode disaggregation (mocker/README.md
+// "Prefill/decode disaggregation"). vLLM NIXL: a prefill leg holds its blocks
+// and returns kv_transfer_params; a decode leg pulls the blocks over the
+// prefill worker's side channel (HTTP here, NIXL in vLLM). SGLang: both legs
+// meet in a bootstrap room on the prefill worker's bootstrap server. The pure
+// parts (parameters, held transfers, lease) are mocker/pd.h.
+#include "mocker/server_impl.h"
+
+namespace kvroute::mocker {
+
+namespace {
+
+thread_local simdjson::dom::parser pd_parser;
+
+// Degraded input is logged at warn, rate-limited: the 1st, 2nd, 4th, 8th... time per process.
+bool log_now(uint64_t n) { return (n & (n - 1)) == 0; }
+
+std::string join_hashes(const std::vector<SequenceHash>& v) {
+  std::string out;
+  for (size_t i = 0; i < v.size(); ++i) fmt::format_to(std::back_inserter(out), "{}{}", i ? "," : "", v[i].value);
+  return out;
+}
+
+PdError pd_error_from_name(std::string_view name) {
+  for (PdError e : kPdErrors)
+    if (name == pd_error_name(e)) return e;
+  return PdError::Unreachable;
+}
+
+std::string side_error(PdError e, std::string_view message) {
+  return error_body(ApiError{400, std::string(message), "invalid_request_error", "", pd_error_name(e)});
+}
+
+}  // namespace
+
+MockerServer::Impl::Reject MockerServer::Impl::pd_reject(http::status st, PdError e, std::string message) {
+  const bool server_side = st >= http::status::internal_server_error;
+  return Reject{st, ApiError{static_cast<unsigned>(st), std::move(message),
+                             server_side ? "InternalServerError" : "invalid_request_error",
+                             e == PdError::Missing || e == PdError::Malformed ? "kv_transfer_params" : "",
+                             pd_error_name(e)}};
+}
+
+// ---- classification ----
+
+// Which leg a request is, from its body and this worker's role. Role Both
+// (the default) ignores every PD field, as before PD existed.
+std::optional<MockerServer::Impl::Reject> MockerServer::Impl::classify_pd(const http::request<http::string_body>& req,
+                                                                          GenParams& gen) {
+  const PdConfig& c = opts.pd;
+  if (c.protocol == PdProtocol::None) return std::nullopt;
+  if (auto h = req.find("X-Request-Id"); h != req.end() && h->value().size() <= kMaxParamString)
+    gen.request_id_header.assign(h->value().data(), h->value().size());
+  simdjson::dom::object body;
+  if (pd_parser.parse(req.body()).get_object().get(body)) return std::nullopt;  // parse_generation checked it
+  std::string detail;
+  PdError err = PdError::None;
+  if (c.protocol == PdProtocol::VllmNixl) {
+    auto kv = parse_kv_transfer_params(body, err, detail);
+    // Refused here, or (--pd-bad-params recompute, stock vLLM) served aggregated.
+    auto refuse = [&](PdError e, std::string msg) -> std::optional<Reject> {
+      count_rejection(e);
+      if (c.recompute_bad_params) {
+        if (log_now(++pd.recomputed))
+          spdlog::warn("kvroute-mocker: invalid kv_transfer_params ({}), computed locally ({} so far)", msg,
+                       pd.recomputed);
+        gen.leg = PdLeg::None;
+        return std::nullopt;
+      }
+      return pd_reject(http::status::bad_request, e, std::move(msg));
+    };
+    if (err != PdError::None) return refuse(err, detail);
+    if (!kv || (!kv->do_remote_decode && !kv->do_remote_prefill)) return std::nullopt;  // aggregated, as vLLM
+    if (kv->do_remote_decode && kv->do_remote_prefill)
+      return refuse(PdError::Malformed, "kv_transfer_params sets both do_remote_decode and do_remote_prefill");
+    if (kv->do_remote_decode) {
+      if (c.role != PdRole::Prefill)
+        return refuse(PdError::WrongRole, "kv_transfer_params.do_remote_decode sent to a decode worker");
+      if (transfers.full()) {
+        count_rejection(PdError::HeldFull);
+        return pd_reject(http::status::service_unavailable, PdError::HeldFull,
+                         fmt::format("this prefill worker holds {} transfers already", opts.pd.max_held));
+      }
+      gen.leg = PdLeg::NixlPrefill;
+      gen.kv = std::move(*kv);
+      return std::nullopt;
+    }
+    if (c.role != PdRole::Decode)
+      return refuse(PdError::WrongRole, "kv_transfer_params.do_remote_prefill sent to a prefill worker");
+    if (PdError e = check_decode_params(*kv, detail); e != PdError::None) return refuse(e, detail);
+    if (!pd_host_allowed(kv->remote_host))
+      return refuse(PdError::BadHost,
+                    fmt::format("kv_transfer_params.remote_host '{}' is not an IP address or localhost", kv->remote_host));
+    gen.leg = PdLeg::NixlDecode;
+    gen.kv = std::move(*kv);
+    return std::nullopt;
+  }
+  // SGLang (io_struct.py GenerateReqInput): bootstrap_host, bootstrap_port, bootstrap_room.
+  auto room = body.at_key("bootstrap_room");
+  if (room.error() || room.value_unsafe().is_null()) {
+    count_rejection(PdError::Missing);
+    // SGLang's answer to a request that bypasses the PD router.
+    return pd_reject(http::status::bad_request, PdError::Missing,
+                     "Disaggregated request received without bootstrap room id");
+  }
+  int64_t signed_room = 0;
+  if (room.value_unsafe().get_uint64().get(gen.room) &&
+      (room.value_unsafe().get_int64().get(signed_room) || signed_room < 0)) {
+    count_rejection(PdError::Malformed);
+    return pd_reject(http::status::bad_request, PdError::Malformed,
+                     "bootstrap_room must be a non-negative integer (batched rooms are not emulated)");
+  }
+  auto host = body.at_key("bootstrap_host");
+  std::string_view hv;
+  if (!host.error() && !host.value_unsafe().is_null()) {
+    if (host.value_unsafe().get_string().get(hv) || hv.size() > kMaxParamString) {
+      count_rejection(PdError::Malformed);
+      return pd_reject(http::status::bad_request, PdError::Malformed, "bootstrap_host must be a string");
+    }
+    gen.bootstrap_host.assign(hv);
+  }
+  auto port = body.at_key("bootstrap_port");
+  if (!port.error() && !port.value_unsafe().is_null()) {
+    uint64_t n = 0;
+    if (port.value_unsafe().get_uint64().get(n) || n == 0 || n > 65535) {
+      count_rejection(PdError::Malformed);
+      return pd_reject(http::status::bad_request, PdError::Malformed, "bootstrap_port must be an integer in [1, 65535]");
+    }
+    gen.bootstrap_port = static_cast<uint16_t>(n);
+  }
+  if (c.role == PdRole::Prefill) {
+    gen.leg = PdLeg::SglPrefill;
+    gen.max_tokens = 1;  // the prefill server computes the prompt and its first token only
+    return std::nullopt;
+  }
+  if (gen.bootstrap_host.empty()) {
+    count_rejection(PdError::Missing);
+    return pd_reject(http::status::bad_request, PdError::Missing, "bootstrap_host is required on a decode worker");
+  }
+  if (!pd_host_allowed(gen.bootstrap_host)) {
+    count_rejection(PdError::BadHost);
+    return pd_reject(http::status::bad_request, PdError::BadHost,
+                     fmt::format("bootstrap_host '{}' is not an IP address or localhost", gen.bootstrap_host));
+  }
+  gen.leg = PdLeg::SglDecode;
+  return std::nullopt;
+}
+
+// ---- side-channel client ----
+
+awaitable<PeerReply> MockerServer::Impl::peer_post(std::string host, uint16_t port, std::string target,
+                                                   std::string body, std::chrono::milliseconds timeout) {
+  PeerReply out;
+  beast::error_code ec;
+  const auto addr = asio::ip::make_address(host == "localhost" ? std::string("127.0.0.1") : host, ec);
+  if (ec) {
+    out.error = fmt::format("'{}' is not an IP address", host);
+    co_return out;
+  }
+  beast::tcp_stream s(ioc);
+  s.expires_after(timeout);
+  co_await s.async_connect(tcp::endpoint(addr, port), nothrow(ec));
+  if (ec) {
+    out.error = fmt::format("connect {}:{}: {}", host, port, ec.message());
+    co_return out;
+  }
+  http::request<http::string_body> req{http::verb::post, target, 11};
+  req.set(http::field::host, fmt::format("{}:{}", host, port));
+  req.set(http::field::content_type, "application/json");
+  req.keep_alive(false);
+  req.body() = std::move(body);
+  req.prepare_payload();
+  co_await http::async_write(s, req, nothrow(ec));
+  beast::flat_buffer buf;
+  http::response_parser<http::string_body> parser;
+  parser.body_limit(16 << 20);
+  if (!ec) co_await http::async_read(s, buf, parser, nothrow(ec));
+  if (ec) {
+    out.error = fmt::format("{}:{}{}: {}", host, port, target, ec.message());
+    co_return out;
+  }
+  out.status = parser.get().result_int();
+  out.body = std::move(parser.get().body());
+  co_return out;
+}
+
+// Reads {"blocks":[u64...]} from a side-channel answer.
+static bool read_blocks(std::string_view body, std::vector<SequenceHash>& out) {
+  simdjson::dom::array a;
+  if (pd_parser.parse(body.data(), body.size(), true)["blocks"].get_array().get(a)) return false;
+  for (simdjson::dom::element e : a) {
+    uint64_t h = 0;
+    if (e.get_uint64().get(h) || out.size() >= kMaxRemoteBlocks) return false;
+    out.push_back(SequenceHash{h});
+  }
+  return true;
+}
+
+static PdError read_error_code(std::string_view body) {
+  std::string_view code;
+  if (pd_parser.parse(body.data(), body.size(), true)["error"]["code"].get_string().get(code)) return PdError::Unreachable;
+  return pd_error_from_name(code);
+}
+
+// ---- vLLM NIXL: decode leg ----
+
+// The decode side of update_state_after_alloc() + the NIXL read
+// (pull_scheduler.py): the blocks this worker does not hold already are read
+// from the prefill worker named by remote_engine_id/host/port, which frees
+// them; the read takes the link's transfer time.
+awaitable<std::optional<MockerServer::Impl::Reject>> MockerServer::Impl::nixl_pull(const GenParams& gen,
+                                                                                   Prepared& prep, bool& contacted) {
+  const KvTransferParams& kv = gen.kv;
+  Engine& engine = *engines[static_cast<size_t>(prep.rank)];
+  const std::vector<SequenceHash> blocks = engine.prompt_blocks(prep.tokens, prep.ns);
+  auto fail = [&](PdError e, std::string msg) -> std::optional<Reject> {
+    count_rejection(e);
+    if (opts.pd.recompute_bad_params) {  // kv_load_failure_policy=recompute: compute locally
+      if (log_now(++pd.recomputed))
+        spdlog::warn("kvroute-mocker: KV pull failed ({}), computed locally ({} so far)", msg, pd.recomputed);
+      prep.imported_blocks = 0;
+      return std::nullopt;
+    }
+    return pd_reject(http::status::bad_request, e, std::move(msg));
+  };
+  const std::vector<uint64_t>& ids = *kv.remote_block_ids;
+  if (ids.size() != blocks.size())
+    co_return fail(PdError::PromptMismatch,
+                   fmt::format("kv_transfer_params.remote_block_ids lists {} blocks; this prompt has {} complete blocks",
+                               ids.size(), blocks.size()));
+  const uint32_t local = engine.cached_prefix(blocks);
+  std::string body = fmt::format(R"({{"engine_id":"{}","request_id":"{}","block_ids":[{}]}})",
+                                 json_escape(kv.remote_engine_id), json_escape(kv.remote_request_id),
+                                 fmt::join(ids.begin() + local, ids.end(), ","));
+  const PeerReply reply =
+      co_await peer_post(kv.remote_host, *kv.remote_port, "/nixl/read", std::move(body), std::chrono::seconds(10));
+  if (reply.status == 0)
+    co_return fail(PdError::Unreachable, fmt::format("the prefill worker's side channel did not answer: {}", reply.error));
+  contacted = true;
+  if (reply.status != 200) {
+    const PdError e = read_error_code(reply.body);
+    co_return fail(e, fmt::format("the prefill worker refused the KV transfer ({}): remote_request_id '{}'",
+                                  pd_error_name(e), kv.remote_request_id));
+  }
+  std::vector<SequenceHash> got;
+  if (!read_blocks(reply.body, got) ||
+      !std::equal(got.begin(), got.end(), blocks.begin() + local, blocks.end()))
+    co_return fail(PdError::PromptMismatch, "the pulled KV blocks are not this prompt's");
+  const uint64_t moved = blocks.size() - local;
+  const double kv_bytes = opts.pd.kv_bytes_per_token > 0 ? opts.pd.kv_bytes_per_token
+                                                         : opts.engine.profile.kv_bytes_per_token;
+  const double ms = pd_transfer_ms(moved, opts.engine.block_size, kv_bytes, opts.pd.link_gbps) / opts.speedup;
+  if (ms > 0) {
+    asio::steady_timer t(ioc);
+    t.expires_after(std::chrono::microseconds(static_cast<int64_t>(ms * 1000)));
+    beast::error_code ec;
+    co_await t.async_wait(nothrow(ec));
+  }
+  ++pd.transfers_completed;
+  pd.blocks_pulled += moved;
+  pd.bytes_pulled += static_cast<uint64_t>(double(moved) * opts.engine.block_size * kv_bytes);
+  pd.blocks_local += local;
+  prep.imported_blocks = static_cast<uint32_t>(blocks.size());
+  co_return std::nullopt;
+}
+
+void MockerServer::Impl::nixl_notify_free(const GenParams& gen) {
+  std::string body = fmt::format(R"({{"engine_id":"{}","request_id":"{}"}})", json_escape(gen.kv.remote_engine_id),
+                                 json_escape(gen.kv.remote_request_id));
+  asio::co_spawn(
+      ioc,
+      [this, host = gen.kv.remote_host, port = *gen.kv.remote_port, body = std::move(body)]() -> awaitable<void> {
+        co_await peer_post(host, port, "/nixl/free", body, std::chrono::seconds(5));
+      },
+      asio::detached);
+}
+
+// ---- vLLM NIXL: prefill leg ----
+
+// request_finished() of the prefill side (pull_scheduler.py): the blocks stay
+// held and the dict the decode leg needs is returned.
+std::string MockerServer::Impl::nixl_hold(const GenParams& gen, const Prepared& prep, const std::string& rid,
+                                          uint64_t id) {
+  Engine& engine = *engines[static_cast<size_t>(prep.rank)];
+  const std::vector<SequenceHash>* held = engine.held(id);
+  if (!held) return {};
+  TransferTable::Held h;
+  // vLLM's internal request id: the serving layer's base id (from
+  // X-Request-Id when given) plus 8 random hex digits.
+  const std::string base = gen.request_id_header.empty()
+                               ? rid
+                               : fmt::format("{}-{}", rid.substr(0, rid.find('-')), gen.request_id_header);
+  h.request_id = fmt::format("{}-{:08x}", base, static_cast<uint32_t>(rng()));
+  h.engine_request = id;
+  h.rank = static_cast<uint32_t>(prep.rank);
+  h.blocks = *held;
+  for (size_t i = 0; i < h.blocks.size(); ++i) {
+    h.block_ids.push_back(next_block_id);
+    next_block_id = next_block_id % opts.engine.kv_blocks + 1;  // block ids stay within the cache, as vLLM's
+  }
+  const std::string request_id = h.request_id, block_ids = fmt::format("{}", fmt::join(h.block_ids, ","));
+  if (!transfers.add(std::move(h), wall_ms())) {  // full since admission: hold nothing, return nothing
+    engine.release_held(id);
+    schedule();
+    count_rejection(PdError::HeldFull);
+    return {};
+  }
+  arm_lease_timer();
+  ++pd.prefill_legs;
+  const std::string host = opts.pd.side_channel_host.empty() ? opts.host : opts.pd.side_channel_host;
+  return fmt::format(
+      R"({{"do_remote_prefill":true,"do_remote_decode":false,"remote_block_ids":[[{}]],"remote_engine_id":"{}",)"
+      R"("remote_request_id":"{}","remote_host":"{}","remote_port":{},"tp_size":1,"dcp_size":1,"pp_size":1,)"
+      R"("remote_num_tokens":{},"remote_blocks_expiry_time":null,"transfer_mode":"pull"}})",
+      block_ids, json_escape(engine_id), json_escape(request_id), json_escape(host),
+      side_acceptor.local_endpoint().port(), prep.tokens.size());
+}
+
+// The lease sweep (vLLM frees expired leases every scheduler step).
+void MockerServer::Impl::arm_lease_timer() {
+  const auto next = transfers.next_expiry();
+  if (!next) {
+    lease_timer.cancel();
+    return;
+  }
+  lease_timer.expires_after(std::chrono::microseconds(static_cast<int64_t>(std::max(0.0, *next - wall_ms()) * 1000)));
+  lease_timer.async_wait([this](beast::error_code ec) {
+    if (ec) return;  // re-armed or stopped
+    for (const auto& h : transfers.expire(wall_ms())) {
+      engines[h.rank]->release_held(h.engine_request);
+      ++pd.transfers_expired;
+      if (log_now(pd.transfers_expired))
+        spdlog::warn("kvroute-mocker: transfer {} expired after {} ms without a pull ({} so far)", h.request_id,
+                     opts.pd.lease_ms, pd.transfers_expired);
+    }
+    schedule();
+    arm_lease_timer();
+  });
+}
+
+// ---- SGLang ----
+
+std::shared_ptr<Room> MockerServer::Impl::room_for(uint64_t id) {
+  auto it = rooms.find(id);
+  if (it != rooms.end()) return it->second;
+  if (rooms.size() >= opts.pd.max_rooms) return nullptr;
+  auto room = std::make_shared<Room>(ioc.get_executor());
+  rooms.emplace(id, room);
+  return room;
+}
+
+static void erase_room(std::unordered_map<uint64_t, std::shared_ptr<Room>>& rooms, uint64_t id,
+                       const std::shared_ptr<Room>& room) {
+  auto it = rooms.find(id);
+  if (it != rooms.end() && it->second == room) rooms.erase(it);
+}
+
+// Waits on `timer` until `done()` or the deadline; true when done.
+template <typename Pred>
+static awaitable<bool> wait_for(asio::steady_timer& timer, std::chrono::steady_clock::time_point deadline, Pred done) {
+  while (!done() && std::chrono::steady_clock::now() < deadline) {
+    timer.expires_at(deadline);
+    beast::error_code ec;
+    co_await timer.async_wait(nothrow(ec));
+  }
+  co_return done();
+}
+
+static std::chrono::steady_clock::time_point deadline_in(double ms) {
+  return std::chrono::steady_clock::now() + std::chrono::microseconds(static_cast<int64_t>(ms * 1000));
+}
+
+// Prefill leg: SGLang's prefill request stays in KVPoll.Bootstrapping until
+// its decode leg connects (common/conn.py), failing after the bootstrap timeout.
+awaitable<std::optional<MockerServer::Impl::Reject>> MockerServer::Impl::sgl_wait_decode(const GenParams& gen) {
+  auto room = room_for(gen.room);
+  if (!room) {
+    count_rejection(PdError::RoomsFull);
+    co_return pd_reject(http::status::service_unavailable, PdError::RoomsFull,
+                        fmt::format("{} bootstrap rooms are waiting already", opts.pd.max_rooms));
+  }
+  if (room->prefill_arrived) {
+    count_rejection(PdError::DuplicateRoom);
+    co_return pd_reject(http::status::bad_request, PdError::DuplicateRoom,
+                        fmt::format("bootstrap_room {} has a prefill request already", gen.room));
+  }
+  room->prefill_arrived = true;
+  const auto t0 = std::chrono::steady_clock::now();
+  const bool met = co_await wait_for(room->prefill_wake, deadline_in(opts.pd.bootstrap_timeout_ms),
+                                     [&] { return room->decode_arrived || room->failed; });
+  if (met && !room->failed) co_return std::nullopt;
+  room->failed = true;
+  room->decode_wake.cancel();
+  erase_room(rooms, gen.room, room);
+  count_rejection(PdError::RoomTimeout);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  co_return pd_reject(http::status::internal_server_error, PdError::RoomTimeout,
+                      fmt::format("Prefill bootstrap failed for request bootstrap_room={0} with exception "
+                                  "KVTransferError(bootstrap_room={0}): Request {0} timed out after {1:.1f}s in "
+                                  "KVPoll.Bootstrapping",
+                                  gen.room, s));
+}
+
+// Prefill leg after its prefill: the room's decode leg takes the held blocks;
+// they are released either way.
+awaitable<std::optional<MockerServer::Impl::Reject>> MockerServer::Impl::sgl_hand_over(const GenParams& gen,
+                                                                                       const Prepared& prep,
+                                                                                       uint64_t id) {
+  Engine& engine = *engines[static_cast<size_t>(prep.rank)];
+  auto it = rooms.find(gen.room);
+  std::shared_ptr<Room> room = it == rooms.end() ? nullptr : it->second;
+  bool taken = false;
+  if (room && engine.held(id)) {
+    room->blocks = *engine.held(id);
+    room->ready = true;
+    room->decode_wake.cancel();
+    taken = co_await wait_for(room->prefill_wake, deadline_in(opts.pd.waiting_timeout_ms),
+                              [&] { return room->taken || room->failed; }) &&
+            room->taken;
+    erase_room(rooms, gen.room, room);
+  }
+  engine.release_held(id);
+  schedule();
+  if (taken) {
+    ++pd.rooms_completed;
+    ++pd.prefill_legs;
+    co_return std::nullopt;
+  }
+  count_rejection(PdError::RoomTimeout);
+  co_return pd_reject(http::status::internal_server_error, PdError::RoomTimeout,
+                      fmt::format("Prefill transfer failed for request bootstrap_room={0} with exception "
+                                  "KVTransferError(bootstrap_room={0}): the decode instance did not take the KV cache",
+                                  gen.room));
+}
+
+// The bootstrap server's side of a decode leg (this emulation's stand-in for
+// the decode's metadata message and the transfer): waits for the room's
+// prefill, then takes its blocks.
+awaitable<std::pair<http::status, std::string>> MockerServer::Impl::sgl_room_request(std::string_view body) {
+  uint64_t id = 0, wait_ms = 0;
+  auto doc = pd_parser.parse(body.data(), body.size(), true);
+  if (doc["room"].get_uint64().get(id) || doc["wait_ms"].get_uint64().get(wait_ms))
+    co_return std::pair{http::status::bad_request, side_error(PdError::Malformed, R"(body must be {"room": N, "wait_ms": N})")};
+  auto room = room_for(id);
+  if (!room) {
+    ++pd.side_channel_rejected[pd_error_name(PdError::RoomsFull)];
+    co_return std::pair{http::status::service_unavailable, side_error(PdError::RoomsFull, "too many rooms waiting")};
+  }
+  if (room->decode_arrived) {
+    ++pd.side_channel_rejected[pd_error_name(PdError::DuplicateRoom)];
+    co_return std::pair{http::status::conflict,
+                        side_error(PdError::DuplicateRoom, fmt::format("room {} has a decode request already", id))};
+  }
+  room->decode_arrived = true;
+  room->prefill_wake.cancel();
+  const double cap = std::min<double>(double(wait_ms), opts.pd.waiting_timeout_ms);
+  const bool ready = co_await wait_for(room->decode_wake, deadline_in(cap), [&] { return room->ready || room->failed; });
+  if (ready && room->ready && !room->failed) {
+    room->taken = true;
+    room->prefill_wake.cancel();
+    ++pd.transfers_served;
+    co_return std::pair{http::status::ok, fmt::format(R"({{"blocks":[{}]}})", join_hashes(room->blocks))};
+  }
+  room->failed = true;
+  room->prefill_wake.cancel();
+  if (!room->prefill_arrived) erase_room(rooms, id, room);
+  ++pd.side_channel_rejected[pd_error_name(PdError::RoomTimeout)];
+  co_return std::pair{http::status::gateway_timeout,
+                      side_error(PdError::RoomTimeout, fmt::format("no prefill for room {} in time", id))};
+}
+
+// Decode leg: SGLang's decode registers with the prefill's bootstrap server
+// and waits in KVPoll.WaitingForInput for the KV, failing after the waiting
+// timeout with HTTP 500 (disaggregation/decode.py pop_transferred():
+// prepare_abort(..., status_code=INTERNAL_SERVER_ERROR)).
+awaitable<std::optional<MockerServer::Impl::Reject>> MockerServer::Impl::sgl_take(const GenParams& gen,
+                                                                                  Prepared& prep) {
+  Engine& engine = *engines[static_cast<size_t>(prep.rank)];
+  const std::vector<SequenceHash> blocks = engine.prompt_blocks(prep.tokens, prep.ns);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto fail = [&](PdError e, std::string why) -> std::optional<Reject> {
+    count_rejection(e);
+    return pd_reject(http::status::internal_server_error, e,
+                     fmt::format("Decode transfer failed for request bootstrap_room={0} with exception "
+                                 "KVTransferError(bootstrap_room={0}): {1}",
+                                 gen.room, why));
+  };
+  std::string body = fmt::format(R"({{"room":{},"wait_ms":{}}})", gen.room,
+                                 static_cast<uint64_t>(opts.pd.waiting_timeout_ms));
+  const PeerReply reply =
+      co_await peer_post(gen.bootstrap_host, gen.bootstrap_port, "/mocker/sglang/room", std::move(body),
+                         std::chrono::milliseconds(static_cast<int64_t>(opts.pd.waiting_timeout_ms) + 10000));
+  if (reply.status == 0)
+    co_return fail(PdError::Unreachable, "Failed to get kvcache from prefill instance, it might be dead");
+  if (reply.status == 504) {
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    co_return fail(PdError::RoomTimeout,
+                   fmt::format("Request {} timed out after {:.1f}s in KVPoll.WaitingForInput", gen.room, s));
+  }
+  if (reply.status != 200) {
+    const PdError e = read_error_code(reply.body);
+    co_return fail(e, fmt::format("the prefill instance refused the room ({})", pd_error_name(e)));
+  }
+  std::vector<SequenceHash> got;
+  if (!read_blocks(reply.body, got) || got != blocks)
+    co_return fail(PdError::PromptMismatch, "the KV cache received is not this prompt's");
+  // Pages this worker caches already are not sent (send_metadata's decode_prefix_len, common/conn.py).
+  const uint32_t local = engine.cached_prefix(blocks);
+  const uint64_t moved = blocks.size() - local;
+  const double kv_bytes = opts.pd.kv_bytes_per_token > 0 ? opts.pd.kv_bytes_per_token
+                                                         : opts.engine.profile.kv_bytes_per_token;
+  const double ms = pd_transfer_ms(moved, opts.engine.block_size, kv_bytes, opts.pd.link_gbps) / opts.speedup;
+  if (ms > 0) {
+    asio::steady_timer t(ioc);
+    t.expires_after(std::chrono::microseconds(static_cast<int64_t>(ms * 1000)));
+    beast::error_code ec;
+    co_await t.async_wait(nothrow(ec));
+  }
+  ++pd.transfers_completed;
+  ++pd.rooms_completed;
+  pd.blocks_pulled += moved;
+  pd.bytes_pulled += static_cast<uint64_t>(double(moved) * opts.engine.block_size * kv_bytes);
+  pd.blocks_local += local;
+  prep.imported_blocks = static_cast<uint32_t>(blocks.size());
+  co_return std::nullopt;
+}
+
+// ---- the side channel's routes ----
+
+awaitable<bool> MockerServer::Impl::side_channel(beast::tcp_stream& s, const http::request<http::string_body>& req,
+                                                 bool& again) {
+  const std::string_view target(req.target().data(), req.target().size());
+  const bool keep = req.keep_alive();
+  const unsigned v = req.version();
+  if (target == "/health") {  // SGLang's bootstrap server answers "OK"
+    again = co_await respond(s, v, keep, http::status::ok, "OK", "text/plain");
+    co_return true;
+  }
+  if (req.method() != http::verb::post) co_return false;
+  if (opts.pd.protocol == PdProtocol::Sglang && target == "/mocker/sglang/room") {
+    auto [st, body] = co_await sgl_room_request(req.body());
+    again = co_await respond(s, v, keep, st, std::move(body));
+    co_return true;
+  }
+  if (opts.pd.protocol != PdProtocol::VllmNixl || (target != "/nixl/read" && target != "/nixl/free")) co_return false;
+  // {"engine_id", "request_id", "block_ids"?}
+  simdjson::dom::object o;
+  std::string_view eid, rid;
+  std::vector<uint64_t> ids;
+  bool ok = !pd_parser.parse(req.body()).get_object().get(o) && !o["engine_id"].get_string().get(eid) &&
+            !o["request_id"].get_string().get(rid);
+  if (ok && target == "/nixl/read") {
+    simdjson::dom::array a;
+    ok = !o["block_ids"].get_array().get(a) && a.size() <= kMaxRemoteBlocks;
+    if (ok)
+      for (simdjson::dom::element e : a) {
+        uint64_t id = 0;
+        if (e.get_uint64().get(id)) ok = false;
+        ids.push_back(id);
+      }
+  }
+  auto refuse = [&](http::status st, PdError e, std::string msg) -> awaitable<void> {
+    ++pd.side_channel_rejected[pd_error_name(e)];
+    again = co_await respond(s, v, keep, st, side_error(e, msg));
+  };
+  if (!ok) {
+    co_await refuse(http::status::bad_request, PdError::Malformed,
+                    R"(body must be {"engine_id": S, "request_id": S, "block_ids": [N...]})");
+    co_return true;
+  }
+  if (eid != engine_id) {
+    co_await refuse(http::status::not_found, PdError::UnknownEngine, fmt::format("engine '{}' is not this worker", eid));
+    co_return true;
+  }
+  if (target == "/nixl/free") {  // the decode side refused or aborted the request: free without a read
+    auto h = transfers.drop(rid);
+    if (h) {
+      engines[h->rank]->release_held(h->engine_request);
+      ++pd.transfers_freed;
+      schedule();
+      arm_lease_timer();
+    }
+    again = co_await respond(s, v, keep, http::status::ok, fmt::format(R"({{"freed":{}}})", h.has_value()));
+    co_return true;
+  }
+  TransferTable::Held h;
+  std::vector<SequenceHash> hashes;
+  switch (transfers.take(rid, ids, wall_ms(), h, hashes)) {
+    case TransferTable::Take::Unknown:
+      co_await refuse(http::status::not_found, PdError::UnknownTransfer, fmt::format("no transfer '{}' is held", rid));
+      co_return true;
+    case TransferTable::Take::Expired:
+      co_await refuse(http::status::gone, PdError::Expired,
+                      fmt::format("transfer '{}' expired after {} ms without a pull", rid, opts.pd.lease_ms));
+      co_return true;
+    case TransferTable::Take::Forged:
+      co_await refuse(http::status::bad_request, PdError::ForgedBlocks,
+                      fmt::format("transfer '{}' does not hold those block ids", rid));
+      co_return true;
+    case TransferTable::Take::Ok: break;
+  }
+  engines[h.rank]->release_held(h.engine_request);  // the read is done: the prefill worker frees the blocks
+  ++pd.transfers_served;
+  schedule();
+  arm_lease_timer();
+  again = co_await respond(s, v, keep, http::status::ok, fmt::format(R"({{"blocks":[{}]}})", join_hashes(hashes)));
+  co_return true;
+}
+
+// ---- telemetry ----
+
+std::string MockerServer::Impl::pd_stats_json() const {
+  auto reasons = [](const std::unordered_map<std::string, uint64_t>& m) {
+    std::string out;
+    for (const auto& [k, n] : m) out += fmt::format(R"({}"{}":{})", out.empty() ? "" : ",", k, n);
+    return "{" + out + "}";
+  };
+  const char* role = opts.pd.role == PdRole::Prefill ? "prefill" : opts.pd.role == PdRole::Decode ? "decode" : "both";
+  const char* proto = opts.pd.protocol == PdProtocol::VllmNixl ? "vllm-nixl"
+                      : opts.pd.protocol == PdProtocol::Sglang ? "sglang"
+                                                                 : "none";
+  uint64_t held_blocks = 0, ready_rooms = 0;
+  for (const auto& e : engines) held_blocks += e->held_blocks();
+  for (const auto& [id, r] : rooms) ready_rooms += r->ready && !r->taken;
+  return fmt::format(
+      R"({{"role":"{}","protocol":"{}","engine_id":"{}","side_channel_port":{},"held_transfers":{},"held_blocks":{},)"
+      R"("transfers_served":{},"transfers_expired":{},"transfers_freed":{},)"
+      R"("transfers_completed":{},"blocks_pulled":{},"bytes_pulled":{},"blocks_local":{},"prefill_legs":{},)"
+      R"("recomputed":{},"rooms_waiting":{},"rooms_completed":{},"rejected":{},"side_channel_rejected":{}}})",
+      role, proto, json_escape(engine_id), side_acceptor.is_open() ? side_acceptor.local_endpoint().port() : 0,
+      transfers.held_transfers() + ready_rooms, held_blocks, pd.transfers_served, pd.transfers_expired,
+      pd.transfers_freed, pd.transfers_completed, pd.blocks_pulled, pd.bytes_pulled, pd.blocks_local,
+      pd.prefill_legs, pd.recomputed, rooms.size(), pd.rooms_completed, reasons(pd.rejected),
+      reasons(pd.side_channel_rejected));
+}
+
+// kvroute_mocker_pd_*: counters, then gauges.
+std::string MockerServer::Impl::pd_metrics_text() const {
+  std::string out;
+  auto family = [&](const char* name, const char* type, const char* help) {
+    out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+  };
+  auto one = [&](const char* name, const char* type, const char* help, uint64_t v) {
+    family(name, type, help);
+    out += fmt::format("{} {}\n", name, v);
+  };
+  one("kvroute_mocker_pd_transfers_served_total", "counter", "Prefill: KV transfers read by their decode worker.",
+      pd.transfers_served);
+  one("kvroute_mocker_pd_transfers_expired_total", "counter", "Prefill: held transfers whose lease ran out.",
+      pd.transfers_expired);
+  one("kvroute_mocker_pd_transfers_freed_total", "counter", "Prefill: held transfers freed by the decode side unread.",
+      pd.transfers_freed);
+  one("kvroute_mocker_pd_transfers_completed_total", "counter", "Decode: KV transfers pulled before the request ran.",
+      pd.transfers_completed);
+  one("kvroute_mocker_pd_blocks_pulled_total", "counter", "Decode: KV blocks transferred.", pd.blocks_pulled);
+  one("kvroute_mocker_pd_bytes_pulled_total", "counter", "Decode: KV bytes transferred.", pd.bytes_pulled);
+  one("kvroute_mocker_pd_blocks_local_total", "counter", "Decode: blocks cached here already, not transferred.",
+      pd.blocks_local);
+  one("kvroute_mocker_pd_rooms_completed_total", "counter", "SGLang: bootstrap rooms whose KV changed hands.",
+      pd.rooms_completed);
+  family("kvroute_mocker_pd_rejected_total", "counter", "PD legs refused, by reason.");
+  for (PdError e : kPdErrors) {
+    auto it = pd.rejected.find(pd_error_name(e));
+    out += fmt::format("kvroute_mocker_pd_rejected_total{{reason=\"{}\"}} {}\n", pd_error_name(e),
+                       it == pd.rejected.end() ? 0 : it->second);
+  }
+  family("kvroute_mocker_pd_side_channel_rejected_total", "counter", "Prefill: side-channel reads refused, by reason.");
+  for (PdError e : kPdErrors) {
+    auto it = pd.side_channel_rejected.find(pd_error_name(e));
+    out += fmt::format("kvroute_mocker_pd_side_channel_rejected_total{{reason=\"{}\"}} {}\n", pd_error_name(e),
+                       it == pd.side_channel_rejected.end() ? 0 : it->second);
+  }
+  uint64_t held_blocks = 0, ready_rooms = 0;
+  for (const auto& e : engines) held_blocks += e->held_blocks();
+  for (const auto& [id, r] : rooms) ready_rooms += r->ready && !r->taken;
+  one("kvroute_mocker_pd_held_transfers", "gauge", "Prefill: transfers holding blocks for their decode worker.",
+      transfers.held_transfers() + ready_rooms);
+  one("kvroute_mocker_pd_held_blocks", "gauge", "Prefill: KV blocks held for transfers (not evictable).", held_blocks);
+  one("kvroute_mocker_pd_rooms_waiting", "gauge", "SGLang: bootstrap rooms open on this prefill worker.", rooms.size());
+  return out;
+}
+
+}  // namespace kvroute::mocker

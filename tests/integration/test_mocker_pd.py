@@ -1,0 +1,293 @@
+"""kvroute-mocker's prefill/decode disaggregation, two mockers driven directly
+(no router) over real HTTP on loopback: the vLLM NIXL shape (--role) and the
+SGLang bootstrap-room shape (--disaggregation-mode).
+
+Run: python3 tests/integration/test_mocker_pd.py --build-dir build
+"""
+import json
+import os
+import re
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from fleet import Fleet, read_line_matching, run_unittest_main, wait_until  # noqa: E402
+
+BUILD_DIR = "build"
+BLOCK = 16
+PROMPT = "Disaggregated serving moves the KV cache from prefill to decode. " * 12
+
+
+class PdFleet(Fleet):
+    def start_pd_mocker(self, name, args):
+        """A mocker with PD flags; returns (http port, side-channel or bootstrap port)."""
+        argv = [os.path.join(self.build_dir, "mocker", "kvroute-mocker"), "--port", "0",
+                "--block-size", str(BLOCK), "--speedup", "20", *args]
+        proc = self._spawn(name, argv)
+        line = read_line_matching(proc, "listening on", 20)
+        m = re.search(r" pd (\w+) (side_channel|bootstrap) [^:]+:(\d+) .*listening on http://[^:]+:(\d+)$", line)
+        assert m, line
+        return int(m.group(4)), int(m.group(3))
+
+    def stats(self, port):
+        return self.get("/mocker/stats", port=port).json()
+
+    def pd(self, port):
+        return self.stats(port)["pd"]
+
+    def metric(self, port, name):
+        for line in self.get("/metrics", port=port).body.decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.rsplit(" ", 1)[1])
+        return None
+
+
+def completion(prompt=PROMPT, max_tokens=4, **extra):
+    body = {"model": "mock-model", "prompt": prompt, "max_tokens": max_tokens}
+    body.update(extra)
+    return body
+
+
+PREFILL_LEG = {"do_remote_decode": True, "do_remote_prefill": False, "remote_engine_id": None,
+               "remote_block_ids": None, "remote_host": None, "remote_port": None}
+
+
+class VllmNixlTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory(prefix="kvroute-pd-")
+        cls.fleet = PdFleet(BUILD_DIR, cls.tmp.name)
+        cls.p_port, cls.p_side = cls.fleet.start_pd_mocker("prefill", ["--role", "prefill", "--worker-id", "1"])
+        cls.d_port, _ = cls.fleet.start_pd_mocker("decode", ["--role", "decode", "--worker-id", "2",
+                                                             "--kv-link-gbps", "100"])
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.fleet.close()
+        cls.tmp.cleanup()
+
+    def prefill(self, prompt=PROMPT, port=None, headers=None):
+        r = self.fleet.post("/v1/completions", completion(prompt, 1, kv_transfer_params=PREFILL_LEG),
+                            port=port or self.p_port, headers=headers)
+        self.assertEqual(r.status, 200, r.body)
+        return r.json()
+
+    def decode(self, params, prompt=PROMPT, port=None, **extra):
+        return self.fleet.post("/v1/completions", completion(prompt, 4, kv_transfer_params=params, **extra),
+                               port=port or self.d_port)
+
+    def wait_released(self, port=None):
+        port = port or self.p_port
+        self.assertTrue(wait_until(lambda: self.fleet.pd(port)["held_blocks"] == 0, 20), self.fleet.pd(port))
+
+    def test_prefill_returns_nixl_params_and_holds_blocks_until_the_pull(self):
+        prompt = "params and pull. " + PROMPT
+        before_p, before_d = self.fleet.pd(self.p_port), self.fleet.pd(self.d_port)
+        j = self.prefill(prompt, headers={"X-Request-Id": "req-7"})
+        self.assertEqual(j["choices"][0]["finish_reason"], "length")
+        self.assertEqual(j["usage"]["completion_tokens"], 1)
+        kv = j["kv_transfer_params"]
+        # The newest NixlConnector's request_finished() dict.
+        self.assertEqual(set(kv), {"do_remote_prefill", "do_remote_decode", "remote_block_ids", "remote_engine_id",
+                                   "remote_request_id", "remote_host", "remote_port", "tp_size", "dcp_size",
+                                   "pp_size", "remote_num_tokens", "remote_blocks_expiry_time", "transfer_mode"})
+        self.assertIs(kv["do_remote_prefill"], True)
+        self.assertIs(kv["do_remote_decode"], False)
+        self.assertEqual(kv["remote_host"], "127.0.0.1")
+        self.assertEqual(kv["remote_port"], self.p_side)
+        self.assertEqual(kv["remote_engine_id"], self.fleet.pd(self.p_port)["engine_id"])
+        self.assertRegex(kv["remote_request_id"], r"^cmpl-req-7-[0-9a-f]{8}$")
+        self.assertEqual(kv["transfer_mode"], "pull")
+        prompt_tokens = j["usage"]["prompt_tokens"]
+        self.assertEqual(kv["remote_num_tokens"], prompt_tokens)
+        blocks = prompt_tokens // BLOCK
+        self.assertEqual(len(kv["remote_block_ids"]), 1)
+        self.assertEqual(len(kv["remote_block_ids"][0]), blocks)
+        held = self.fleet.pd(self.p_port)
+        self.assertEqual(held["held_transfers"], before_p["held_transfers"] + 1)
+        self.assertEqual(held["held_blocks"], before_p["held_blocks"] + blocks)
+        self.assertEqual(self.fleet.metric(self.p_port, "kvroute_mocker_pd_held_blocks"), held["held_blocks"])
+
+        r = self.decode(kv, prompt)
+        self.assertEqual(r.status, 200, r.body)
+        d = r.json()
+        self.assertEqual(d["usage"]["completion_tokens"], 4)
+        self.assertNotIn("kv_transfer_params", d)
+        # Every prompt block came over the link, and the decode worker caches (announces) them.
+        self.assertEqual(d["usage"]["prompt_tokens_details"]["cached_tokens"], blocks * BLOCK)
+        after_d = self.fleet.pd(self.d_port)
+        self.assertEqual(after_d["transfers_completed"], before_d["transfers_completed"] + 1)
+        self.assertEqual(after_d["blocks_pulled"], before_d["blocks_pulled"] + blocks)
+        self.assertEqual(after_d["bytes_pulled"] - before_d["bytes_pulled"], blocks * BLOCK * 131072)
+        self.assertEqual(self.fleet.metric(self.d_port, "kvroute_mocker_pd_transfers_completed_total"),
+                         after_d["transfers_completed"])
+        after_p = self.fleet.pd(self.p_port)
+        self.assertEqual(after_p["transfers_served"], before_p["transfers_served"] + 1)
+        self.wait_released()
+        # Pulled once: a second decode with the same params is refused.
+        r = self.decode(kv, prompt)
+        self.assertEqual(r.status, 400)
+        self.assertEqual(r.json()["error"]["code"], "unknown_transfer")
+
+    def test_decode_pulls_only_the_blocks_it_lacks(self):
+        shared = "a prefix the decode worker has seen. " * 8
+        prompt = shared + "and a new question for it"
+        r = self.fleet.post("/v1/completions", completion(shared, 1), port=self.d_port)  # aggregated: caches the prefix
+        self.assertEqual(r.status, 200)
+        local = r.json()["usage"]["prompt_tokens"] // BLOCK
+        kv = self.prefill(prompt)["kv_transfer_params"]
+        before = self.fleet.pd(self.d_port)
+        cached_before = self.fleet.stats(self.d_port)["kv_cached_blocks"]
+        r = self.decode(kv, prompt)
+        self.assertEqual(r.status, 200, r.body)
+        after = self.fleet.pd(self.d_port)
+        total = len(kv["remote_block_ids"][0])
+        self.assertGreater(total, local)
+        self.assertEqual(after["blocks_local"] - before["blocks_local"], local)
+        self.assertEqual(after["blocks_pulled"] - before["blocks_pulled"], total - local)
+        # The pulled blocks are stored (announced) on the decode worker, the local ones not again.
+        self.assertEqual(self.fleet.stats(self.d_port)["kv_cached_blocks"] - cached_before, total - local)
+        self.wait_released()
+
+    def test_forged_and_missing_params_are_refused_with_400(self):
+        prompt = "forgery. " + PROMPT
+        kv = self.prefill(prompt)["kv_transfer_params"]
+        before = self.fleet.pd(self.d_port)["rejected"]
+        cases = [
+            ({**kv, "remote_engine_id": "not-the-engine"}, "unknown_engine"),
+            ({**kv, "remote_request_id": kv["remote_request_id"][:-1] + "x"}, "unknown_transfer"),
+            ({**kv, "remote_block_ids": [[b + 100000 for b in kv["remote_block_ids"][0]]]}, "forged_blocks"),
+            ({k: v for k, v in kv.items() if k != "remote_host"}, "missing"),
+            ({**kv, "remote_host": "prefill.example.com"}, "bad_host"),
+            ({**kv, "remote_port": "x"}, "malformed"),
+        ]
+        for params, code in cases:
+            with self.subTest(code=code):
+                r = self.decode(params, prompt)
+                self.assertEqual(r.status, 400, r.body)
+                err = r.json()["error"]
+                self.assertEqual(err["code"], code)
+                self.assertEqual(err["type"], "invalid_request_error")
+                self.assertTrue(err["message"])
+        after = self.fleet.pd(self.d_port)["rejected"]
+        for _, code in cases:
+            self.assertGreater(after.get(code, 0), before.get(code, 0), code)
+        # None of them took the blocks: the genuine params still pull.
+        self.assertEqual(self.fleet.pd(self.p_port)["side_channel_rejected"].get("forged_blocks", 0) > 0, True)
+        r = self.decode(kv, prompt)
+        self.assertEqual(r.status, 200, r.body)
+        self.wait_released()
+
+    def test_params_of_another_prompt_are_refused(self):
+        prompt = "mismatch. " + PROMPT
+        kv = self.prefill(prompt)["kv_transfer_params"]
+        other = "MISMATCH. " + PROMPT  # as many tokens, other blocks
+        r = self.decode(kv, other)
+        self.assertEqual(r.status, 400, r.body)
+        self.assertEqual(r.json()["error"]["code"], "prompt_mismatch")
+        kv = self.prefill(prompt)["kv_transfer_params"]
+        r = self.decode({**kv, "remote_block_ids": kv["remote_block_ids"][0][:-1]}, prompt)  # flat list, one short
+        self.assertEqual(r.status, 400, r.body)
+        self.assertEqual(r.json()["error"]["code"], "prompt_mismatch")
+        # Either way the prefill worker's blocks are not left held.
+        self.wait_released()
+
+    def test_decode_without_params_is_served_aggregated(self):
+        before = self.fleet.pd(self.d_port)
+        r = self.fleet.post("/v1/completions", completion("no params here " * 10), port=self.d_port)
+        self.assertEqual(r.status, 200, r.body)
+        after = self.fleet.pd(self.d_port)
+        self.assertEqual(after["transfers_completed"], before["transfers_completed"])
+        self.assertEqual(after["rejected"], before["rejected"])
+
+    def test_a_leg_sent_to_the_wrong_role_is_refused(self):
+        r = self.fleet.post("/v1/completions", completion(kv_transfer_params=PREFILL_LEG), port=self.d_port)
+        self.assertEqual(r.status, 400)
+        self.assertEqual(r.json()["error"]["code"], "wrong_role")
+        kv = self.prefill("wrong role. " + PROMPT)["kv_transfer_params"]
+        r = self.decode(kv, "wrong role. " + PROMPT, port=self.p_port)
+        self.assertEqual(r.status, 400)
+        self.assertEqual(r.json()["error"]["code"], "wrong_role")
+        r = self.decode(kv, "wrong role. " + PROMPT)
+        self.assertEqual(r.status, 200)
+        self.wait_released()
+
+    def test_a_refused_decode_leg_frees_the_prefill_blocks(self):
+        prompt = "refused elsewhere. " + PROMPT
+        kv = self.prefill(prompt)["kv_transfer_params"]
+        freed = self.fleet.pd(self.p_port)["transfers_freed"]
+        r = self.fleet.post("/v1/completions", {"model": "other-model", "prompt": prompt, "kv_transfer_params": kv},
+                            port=self.d_port)
+        self.assertEqual(r.status, 404)
+        self.wait_released()
+        self.assertEqual(self.fleet.pd(self.p_port)["transfers_freed"], freed + 1)
+
+    def test_bounds_on_kv_transfer_params(self):
+        big = {"do_remote_prefill": True, "remote_engine_id": "e" * 300, "remote_request_id": "r",
+               "remote_host": "127.0.0.1", "remote_port": 1, "remote_block_ids": [[1]]}
+        r = self.decode(big)
+        self.assertEqual(r.status, 400)
+        self.assertEqual(r.json()["error"]["code"], "too_large")
+        r = self.decode({**big, "remote_engine_id": "e", "junk": "x" * (1 << 20)})
+        self.assertEqual(r.status, 400)
+        self.assertEqual(r.json()["error"]["code"], "too_large")
+        r = self.decode("not an object")
+        self.assertEqual(r.status, 400)
+        self.assertEqual(r.json()["error"]["code"], "malformed")
+
+
+class VllmLeaseTest(unittest.TestCase):
+    """A short lease and a bound of 2 held transfers."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory(prefix="kvroute-pd-lease-")
+        cls.fleet = PdFleet(BUILD_DIR, cls.tmp.name)
+        cls.p_port, _ = cls.fleet.start_pd_mocker("prefill", ["--role", "prefill", "--pd-lease-ms", "1500",
+                                                              "--pd-max-held", "2"])
+        cls.d_port, _ = cls.fleet.start_pd_mocker("decode", ["--role", "decode"])
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.fleet.close()
+        cls.tmp.cleanup()
+
+    def prefill(self, prompt):
+        return self.fleet.post("/v1/completions", completion(prompt, 1, kv_transfer_params=PREFILL_LEG),
+                               port=self.p_port)
+
+    def test_the_lease_frees_unpulled_blocks_and_a_late_pull_is_expired(self):
+        r = self.prefill("expiring. " + PROMPT)
+        self.assertEqual(r.status, 200)
+        kv = r.json()["kv_transfer_params"]
+        self.assertGreater(self.fleet.pd(self.p_port)["held_blocks"], 0)
+        self.assertTrue(wait_until(lambda: self.fleet.pd(self.p_port)["held_blocks"] == 0, 20))
+        pd = self.fleet.pd(self.p_port)
+        self.assertEqual(pd["held_transfers"], 0)
+        self.assertGreaterEqual(pd["transfers_expired"], 1)
+        self.assertEqual(self.fleet.metric(self.p_port, "kvroute_mocker_pd_transfers_expired_total"),
+                         pd["transfers_expired"])
+        r = self.fleet.post("/v1/completions", completion("expiring. " + PROMPT, 2, kv_transfer_params=kv),
+                            port=self.d_port)
+        self.assertEqual(r.status, 400)
+        self.assertEqual(r.json()["error"]["code"], "expired")
+        self.assertGreaterEqual(self.fleet.pd(self.d_port)["rejected"]["expired"], 1)
+
+    def test_held_transfers_are_bounded(self):
+        self.assertTrue(wait_until(lambda: self.fleet.pd(self.p_port)["held_transfers"] == 0, 20))
+        for i in range(2):
+            self.assertEqual(self.prefill(f"hold {i}. " + PROMPT).status, 200)
+        r = self.prefill("one too many. " + PROMPT)
+        self.assertEqual(r.status, 503)
+        self.assertEqual(r.json()["error"]["code"], "held_full")
+        self.assertGreaterEqual(self.fleet.pd(self.p_port)["rejected"]["held_full"], 1)
+        # Aggregated requests still run.
+        self.assertEqual(self.fleet.post("/v1/completions", completion("plain"), port=self.p_port).status, 200)
+        self.assertTrue(wait_until(lambda: self.fleet.pd(self.p_port)["held_transfers"] == 0, 20))
+
+
+if __name__ == "__main__":
+    run_unittest_main(globals())

@@ -289,5 +289,129 @@ class VllmLeaseTest(unittest.TestCase):
         self.assertTrue(wait_until(lambda: self.fleet.pd(self.p_port)["held_transfers"] == 0, 20))
 
 
+class SglangTest(unittest.TestCase):
+    """An SGLang-mode pair: both legs carry the same bootstrap fields and meet in the room."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory(prefix="kvroute-pd-sgl-")
+        cls.fleet = PdFleet(BUILD_DIR, cls.tmp.name)
+        cls.p_port, cls.bootstrap = cls.fleet.start_pd_mocker(
+            "prefill", ["--disaggregation-mode", "prefill", "--disaggregation-bootstrap-port", "0",
+                        "--disaggregation-bootstrap-timeout-ms", "1500", "--disaggregation-waiting-timeout-ms", "3000"])
+        cls.d_port, _ = cls.fleet.start_pd_mocker(
+            "decode", ["--disaggregation-mode", "decode", "--disaggregation-waiting-timeout-ms", "1500"])
+        cls.next_room = 4611686018427387904
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.fleet.close()
+        cls.tmp.cleanup()
+
+    def room(self):
+        SglangTest.next_room += 1
+        return SglangTest.next_room
+
+    def body(self, room, prompt=PROMPT, max_tokens=5):
+        return completion(prompt, max_tokens, bootstrap_host="127.0.0.1", bootstrap_port=self.bootstrap,
+                          bootstrap_room=room)
+
+    def both_legs(self, room, decode_first, prompt=PROMPT):
+        """Sends both legs concurrently (one of them first); returns (prefill, decode) responses."""
+        out = {}
+
+        def leg(name, port):
+            out[name] = self.fleet.post("/v1/completions", self.body(room, prompt), port=port)
+
+        first, second = (("d", self.d_port), ("p", self.p_port)) if decode_first else \
+            (("p", self.p_port), ("d", self.d_port))
+        t = threading.Thread(target=leg, args=first)
+        t.start()
+        time.sleep(0.05)  # ordering only; the rendezvous itself waits as long as needed
+        leg(*second)
+        t.join(30)
+        return out["p"], out["d"]
+
+    def test_the_legs_meet_in_their_room_in_either_order(self):
+        for decode_first in (False, True):
+            with self.subTest(decode_first=decode_first):
+                prompt = f"sglang room {decode_first}. " + PROMPT
+                before_d, before_p = self.fleet.pd(self.d_port), self.fleet.pd(self.p_port)
+                p, d = self.both_legs(self.room(), decode_first, prompt)
+                self.assertEqual(p.status, 200, p.body)
+                self.assertEqual(d.status, 200, d.body)
+                self.assertEqual(p.json()["usage"]["completion_tokens"], 1)  # the prefill server's one token
+                dj = d.json()
+                self.assertEqual(dj["usage"]["completion_tokens"], 5)
+                blocks = dj["usage"]["prompt_tokens"] // BLOCK
+                self.assertEqual(dj["usage"]["prompt_tokens_details"]["cached_tokens"], blocks * BLOCK)
+                after_d, after_p = self.fleet.pd(self.d_port), self.fleet.pd(self.p_port)
+                self.assertEqual(after_d["transfers_completed"], before_d["transfers_completed"] + 1)
+                self.assertEqual(after_d["rooms_completed"], before_d["rooms_completed"] + 1)
+                self.assertEqual(after_d["blocks_pulled"] - before_d["blocks_pulled"], blocks)
+                self.assertEqual(after_p["rooms_completed"], before_p["rooms_completed"] + 1)
+                self.assertEqual(after_p["held_blocks"], 0)
+                self.assertEqual(after_p["rooms_waiting"], 0)
+
+    def test_a_decode_leg_whose_room_never_fills_fails_as_sglang(self):
+        before = self.fleet.pd(self.d_port)["rejected"].get("room_timeout", 0)
+        t0 = time.time()
+        r = self.fleet.post("/v1/completions", self.body(self.room()), port=self.d_port)
+        self.assertEqual(r.status, 500, r.body)
+        err = r.json()["error"]
+        self.assertEqual(err["code"], "room_timeout")
+        self.assertIn("KVPoll.WaitingForInput", err["message"])
+        self.assertGreaterEqual(time.time() - t0, 1.4)  # the waiting timeout, 1.5 s
+        self.assertEqual(self.fleet.pd(self.d_port)["rejected"]["room_timeout"], before + 1)
+        self.assertTrue(wait_until(lambda: self.fleet.pd(self.p_port)["rooms_waiting"] == 0, 10))
+
+    def test_a_prefill_leg_whose_decode_never_comes_fails_and_holds_nothing(self):
+        r = self.fleet.post("/v1/completions", self.body(self.room()), port=self.p_port)
+        self.assertEqual(r.status, 500, r.body)
+        self.assertIn("KVPoll.Bootstrapping", r.json()["error"]["message"])
+        pd = self.fleet.pd(self.p_port)
+        self.assertEqual(pd["held_blocks"], 0)
+        self.assertEqual(pd["rooms_waiting"], 0)
+
+    def test_requests_without_a_room_and_hostile_fields_are_refused(self):
+        for port in (self.p_port, self.d_port):
+            r = self.fleet.post("/v1/completions", completion(), port=port)
+            self.assertEqual(r.status, 400)
+            self.assertIn("without bootstrap room id", r.json()["error"]["message"])
+        cases = [({"bootstrap_room": -1}, "malformed"), ({"bootstrap_room": [1, 2]}, "malformed"),
+                 ({"bootstrap_host": "decode.example.com"}, "bad_host"), ({"bootstrap_port": 0}, "malformed")]
+        for fields, code in cases:
+            with self.subTest(fields=fields):
+                body = {**self.body(self.room()), **fields}
+                r = self.fleet.post("/v1/completions", body, port=self.d_port)
+                self.assertEqual(r.status, 400, r.body)
+                self.assertEqual(r.json()["error"]["code"], code)
+
+    def test_a_dead_bootstrap_server_fails_the_decode_leg(self):
+        body = {**self.body(self.room()), "bootstrap_port": 1}
+        r = self.fleet.post("/v1/completions", body, port=self.d_port)
+        self.assertEqual(r.status, 500)
+        self.assertEqual(r.json()["error"]["code"], "unreachable")
+        self.assertIn("it might be dead", r.json()["error"]["message"])
+
+
+class SglangRoomBoundTest(unittest.TestCase):
+    def test_rooms_waiting_are_bounded(self):
+        with tempfile.TemporaryDirectory(prefix="kvroute-pd-rooms-") as tmp, PdFleet(BUILD_DIR, tmp) as fleet:
+            p_port, bootstrap = fleet.start_pd_mocker(
+                "prefill", ["--disaggregation-mode", "prefill", "--disaggregation-bootstrap-port", "0",
+                            "--pd-max-rooms", "1", "--disaggregation-bootstrap-timeout-ms", "3000"])
+            body = completion(bootstrap_host="127.0.0.1", bootstrap_port=bootstrap)
+            holder = threading.Thread(target=lambda: fleet.post("/v1/completions", {**body, "bootstrap_room": 1},
+                                                                port=p_port))
+            holder.start()
+            self.assertTrue(wait_until(lambda: fleet.pd(p_port)["rooms_waiting"] == 1, 10))
+            r = fleet.post("/v1/completions", {**body, "bootstrap_room": 2}, port=p_port)
+            self.assertEqual(r.status, 503)
+            self.assertEqual(r.json()["error"]["code"], "rooms_full")
+            holder.join(30)
+            self.assertEqual(fleet.pd(p_port)["rooms_waiting"], 0)
+
+
 if __name__ == "__main__":
     run_unittest_main(globals())

@@ -228,6 +228,11 @@ bool finish_flags(Flags& f) {
       std::fprintf(stderr, "kvroute-mocker: --pd-side-channel-port is vLLM's; SGLang uses --disaggregation-bootstrap-port\n");
       return false;
     }
+    if (pd.role == mocker::PdRole::Decode && f.bootstrap_port_flag->count() > 0) {
+      std::fprintf(stderr, "kvroute-mocker: --disaggregation-bootstrap-port is the prefill side's (a decode worker "
+                           "finds it in each request's bootstrap_port)\n");
+      return false;
+    }
     pd.side_channel_port = f.bootstrap_port;
   } else if (f.side_channel_port->count() > 0 || f.bootstrap_port_flag->count() > 0) {
     std::fprintf(stderr, "kvroute-mocker: a side-channel or bootstrap port needs --role or --disaggregation-mode\n");

@@ -164,6 +164,8 @@ bool MockerServer::listen(std::string* error) {
     return false;
   }
   if (impl_->opts.pd.protocol == PdProtocol::None) return true;
+  // An SGLang decode worker runs no bootstrap server (only the prefill side does).
+  if (impl_->opts.pd.protocol == PdProtocol::Sglang && impl_->opts.pd.role == PdRole::Decode) return true;
   // PD: the side channel (vLLM NIXL's, VLLM_NIXL_SIDE_CHANNEL_PORT) or SGLang's bootstrap server, on the same host.
   tcp::endpoint sep(addr, impl_->opts.pd.side_channel_port);
   auto& sa = impl_->side_acceptor;

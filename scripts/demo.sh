@@ -5,6 +5,10 @@
 #   --vllm              no NATS at all: the three mockers act as vLLM servers (ZMQ KV
 #                       events + replay, vLLM /metrics) listed in kvroute's config
 #                       (workers.static), as a real vLLM fleet is connected
+#   --pd                a disaggregated vLLM fleet (NixlConnector protocol): 2 prefill +
+#                       2 decode mockers (--role), listed with `role:` in kvroute's config
+#   --pd-sglang         the same as an SGLang fleet (--disaggregation-mode; the prefill
+#                       entries carry their `bootstrap_port:`)
 #   KVROUTE_PORT        router port (default 8080, or a free one if taken)
 #   KVROUTE_ADMIN_PORT  admin port: API and status page (default 8081, or a free one if taken)
 #   KVROUTE_ADMIN_TOKEN admin token (default: a random one, printed)
@@ -13,8 +17,10 @@ cd "$(dirname "$0")/.."
 MODE=nats
 case "${1:-}" in
   --vllm) MODE=vllm ;;
+  --pd) MODE=pd ;;
+  --pd-sglang) MODE=pd-sglang ;;
   "") ;;
-  *) echo "usage: scripts/demo.sh [--vllm]" >&2; exit 2 ;;
+  *) echo "usage: scripts/demo.sh [--vllm | --pd | --pd-sglang]" >&2; exit 2 ;;
 esac
 [ "${KVROUTE_SKIP_SETUP:-0}" = 1 ] || bash scripts/setup.sh   # tests/integration/test_demo.py skips it
 export PATH="$PATH:/usr/sbin:/sbin"
@@ -36,8 +42,12 @@ for port in (want, 0):
         s.close()
 PY
 }
-wait_for() {  # url, seconds
-  for _ in $(seq 1 $((${2} * 10))); do curl -fs "$1" >/dev/null 2>&1 && return 0; sleep 0.1; done
+wait_for() {  # url, seconds; gives up at once if the last process started (kvroute) exited
+  for _ in $(seq 1 $((${2} * 10))); do
+    curl -fs "$1" >/dev/null 2>&1 && return 0
+    kill -0 "${pids[-1]}" 2>/dev/null || break
+    sleep 0.1
+  done
   echo "demo: $1 did not come up; see $RUN/*.log" >&2; return 1
 }
 
@@ -62,7 +72,7 @@ if [ "$MODE" = nats ]; then
   done
   NATS_URL="nats://127.0.0.1:$NATS_PORT"
   WHAT="nats on $NATS_PORT, 3 simulated workers"
-else
+elif [ "$MODE" = vllm ]; then
   # vLLM mode: each mocker prints "kvroute-mocker zmq kv_events E replay R listening on URL".
   CONFIG="$RUN/kvroute-vllm.yaml"
   printf 'workers:\n  static:\n' >"$CONFIG"
@@ -77,6 +87,32 @@ else
   done
   NATS_URL=""
   WHAT="no NATS: 3 simulated vLLM workers from $CONFIG"
+elif [ "$MODE" = pd ] || [ "$MODE" = pd-sglang ]; then
+  # Disaggregated: workers 1-2 prefill, 3-4 decode, vLLM-mode KV events. Each
+  # prints "kvroute-mocker pd ROLE side_channel|bootstrap H:P zmq kv_events E replay R listening on URL".
+  CONFIG="$RUN/kvroute-$MODE.yaml"
+  printf 'workers:\n  static:\n' >"$CONFIG"
+  for i in 1 2 3 4; do
+    role=prefill; [ "$i" -gt 2 ] && role=decode
+    if [ "$MODE" = pd ]; then
+      pd_flags=(--role "$role")
+    else
+      pd_flags=(--disaggregation-mode "$role")
+      [ "$role" = prefill ] && pd_flags+=(--disaggregation-bootstrap-port 0)
+    fi
+    "$BIN/mocker/kvroute-mocker" --worker-id "$i" --port 0 --zmq-endpoint tcp://127.0.0.1:0 \
+      --zmq-replay-endpoint tcp://127.0.0.1:0 "${pd_flags[@]}" >"$RUN/mocker-$i.out" 2>"$RUN/mocker-$i.log" &
+    pids+=($!)
+    for _ in $(seq 1 100); do grep -q "listening on" "$RUN/mocker-$i.out" 2>/dev/null && break; sleep 0.1; done
+    read -r _ _ _ _ side _ _ kv _ replay _ _ url < "$RUN/mocker-$i.out"
+    extra=""
+    [ "$MODE" = pd-sglang ] && [ "$role" = prefill ] && extra=", bootstrap_port: ${side##*:}"
+    printf '    - {id: %s, url: "%s", model: mock-model, kv_events: "%s", replay: "%s", role: %s%s}\n' \
+      "$i" "$url" "$kv" "$replay" "$role" "$extra" >>"$CONFIG"
+  done
+  NATS_URL=""
+  WHAT="no NATS: 2 prefill + 2 decode simulated ${MODE#pd-} workers from $CONFIG"
+  [ "$MODE" = pd ] && WHAT="no NATS: 2 prefill + 2 decode simulated vLLM (NIXL) workers from $CONFIG"
 fi
 # The token reaches kvroute through KVROUTE_ADMIN_TOKEN (not argv: ps would show it).
 "$BIN/router/kvroute" ${CONFIG:+--config "$CONFIG"} --router.host 127.0.0.1 --router.port "$ROUTER_PORT" \

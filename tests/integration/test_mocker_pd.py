@@ -225,6 +225,22 @@ class VllmNixlTest(unittest.TestCase):
         self.wait_released()
         self.assertEqual(self.fleet.pd(self.p_port)["transfers_freed"], freed + 1)
 
+    def test_chat_legs(self):
+        messages = [{"role": "user", "content": "chat over a disaggregated pair. " * 20}]
+        r = self.fleet.post("/v1/chat/completions", {"model": "mock-model", "messages": messages, "max_tokens": 1,
+                                                     "kv_transfer_params": PREFILL_LEG},
+                            port=self.p_port, headers={"X-Request-Id": "chat-1"})
+        self.assertEqual(r.status, 200, r.body)
+        kv = r.json()["kv_transfer_params"]
+        self.assertRegex(kv["remote_request_id"], r"^chatcmpl-chat-1-[0-9a-f]{8}$")
+        before = self.fleet.pd(self.d_port)["transfers_completed"]
+        r = self.fleet.post("/v1/chat/completions", {"model": "mock-model", "messages": messages, "max_tokens": 3,
+                                                     "stream": True, "kv_transfer_params": kv}, port=self.d_port)
+        self.assertEqual(r.status, 200)
+        self.assertEqual(r.chunks[-1], "[DONE]")
+        self.assertEqual(self.fleet.pd(self.d_port)["transfers_completed"], before + 1)
+        self.wait_released()
+
     def test_bounds_on_kv_transfer_params(self):
         big = {"do_remote_prefill": True, "remote_engine_id": "e" * 300, "remote_request_id": "r",
                "remote_host": "127.0.0.1", "remote_port": 1, "remote_block_ids": [[1]]}
@@ -239,15 +255,48 @@ class VllmNixlTest(unittest.TestCase):
         self.assertEqual(r.json()["error"]["code"], "malformed")
 
 
+class VllmModesTest(unittest.TestCase):
+    """--role both ignores PD fields; --pd-bad-params recompute serves bad params aggregated; flags are checked."""
+
+    def test_role_both_and_recompute(self):
+        with tempfile.TemporaryDirectory(prefix="kvroute-pd-modes-") as tmp, PdFleet(BUILD_DIR, tmp) as fleet:
+            proc = fleet._spawn("both", [os.path.join(BUILD_DIR, "mocker", "kvroute-mocker"), "--port", "0"])
+            both = int(read_line_matching(proc, "listening on", 20).rsplit(":", 1)[1])
+            r = fleet.post("/v1/completions", completion(kv_transfer_params=PREFILL_LEG), port=both)
+            self.assertEqual(r.status, 200)
+            self.assertNotIn("kv_transfer_params", r.json())
+            self.assertNotIn("pd", fleet.stats(both))
+            d_port, _ = fleet.start_pd_mocker("decode", ["--role", "decode", "--pd-bad-params", "recompute"])
+            forged = {"do_remote_prefill": True, "remote_engine_id": "e", "remote_request_id": "r",
+                      "remote_host": "127.0.0.1", "remote_port": 1, "remote_block_ids": [[1, 2]]}
+            for params in (forged, {"do_remote_prefill": True}):
+                r = fleet.post("/v1/completions", completion(kv_transfer_params=params), port=d_port)
+                self.assertEqual(r.status, 200, r.body)
+            pd = fleet.pd(d_port)
+            self.assertEqual(pd["recomputed"], 2)
+            self.assertEqual(pd["transfers_completed"], 0)
+            self.assertEqual(pd["rejected"], {"prompt_mismatch": 1, "missing": 1})
+
+    def test_conflicting_flags_exit_2(self):
+        exe = os.path.join(BUILD_DIR, "mocker", "kvroute-mocker")
+        for args in (["--role", "prefill", "--disaggregation-mode", "decode"],
+                     ["--pd-side-channel-port", "5600"],
+                     ["--disaggregation-mode", "decode", "--disaggregation-bootstrap-port", "8998"]):
+            with self.subTest(args=args):
+                import subprocess
+                p = subprocess.run([exe, *args], capture_output=True, timeout=20)
+                self.assertEqual(p.returncode, 2, p.stderr)
+                self.assertTrue(p.stderr)
+
+
 class VllmLeaseTest(unittest.TestCase):
-    """A short lease and a bound of 2 held transfers."""
+    """A short lease (3 s)."""
 
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.TemporaryDirectory(prefix="kvroute-pd-lease-")
         cls.fleet = PdFleet(BUILD_DIR, cls.tmp.name)
-        cls.p_port, _ = cls.fleet.start_pd_mocker("prefill", ["--role", "prefill", "--pd-lease-ms", "1500",
-                                                              "--pd-max-held", "2"])
+        cls.p_port, _ = cls.fleet.start_pd_mocker("prefill", ["--role", "prefill", "--pd-lease-ms", "3000"])
         cls.d_port, _ = cls.fleet.start_pd_mocker("decode", ["--role", "decode"])
 
     @classmethod
@@ -276,31 +325,57 @@ class VllmLeaseTest(unittest.TestCase):
         self.assertEqual(r.json()["error"]["code"], "expired")
         self.assertGreaterEqual(self.fleet.pd(self.d_port)["rejected"]["expired"], 1)
 
+    def test_a_streamed_prefill_leg_returns_no_params_and_holds_until_the_lease(self):
+        self.assertTrue(wait_until(lambda: self.fleet.pd(self.p_port)["held_transfers"] == 0, 20))
+        r = self.fleet.post("/v1/completions", completion("streamed prefill. " + PROMPT, 1, stream=True,
+                                                          kv_transfer_params=PREFILL_LEG), port=self.p_port)
+        self.assertEqual(r.status, 200)
+        self.assertEqual(r.chunks[-1], "[DONE]")
+        self.assertFalse(any("kv_transfer_params" in c for c in r.chunks), r.chunks)
+        self.assertEqual(self.fleet.pd(self.p_port)["held_transfers"], 1)
+        self.assertTrue(wait_until(lambda: self.fleet.pd(self.p_port)["held_transfers"] == 0, 20))
+
+
+
+class VllmHeldBoundTest(unittest.TestCase):
     def test_held_transfers_are_bounded(self):
-        self.assertTrue(wait_until(lambda: self.fleet.pd(self.p_port)["held_transfers"] == 0, 20))
-        for i in range(2):
-            self.assertEqual(self.prefill(f"hold {i}. " + PROMPT).status, 200)
-        r = self.prefill("one too many. " + PROMPT)
-        self.assertEqual(r.status, 503)
-        self.assertEqual(r.json()["error"]["code"], "held_full")
-        self.assertGreaterEqual(self.fleet.pd(self.p_port)["rejected"]["held_full"], 1)
-        # Aggregated requests still run.
-        self.assertEqual(self.fleet.post("/v1/completions", completion("plain"), port=self.p_port).status, 200)
-        self.assertTrue(wait_until(lambda: self.fleet.pd(self.p_port)["held_transfers"] == 0, 20))
+        with tempfile.TemporaryDirectory(prefix="kvroute-pd-bound-") as tmp, PdFleet(BUILD_DIR, tmp) as fleet:
+            p_port, _ = fleet.start_pd_mocker("prefill", ["--role", "prefill", "--pd-max-held", "2"])
+            d_port, _ = fleet.start_pd_mocker("decode", ["--role", "decode"])
+            prefill = lambda prompt: fleet.post(  # noqa: E731
+                "/v1/completions", completion(prompt, 1, kv_transfer_params=PREFILL_LEG), port=p_port)
+            held = []
+            for i in range(2):
+                r = prefill(f"hold {i}. " + PROMPT)
+                self.assertEqual(r.status, 200)
+                held.append((f"hold {i}. " + PROMPT, r.json()["kv_transfer_params"]))
+            r = prefill("one too many. " + PROMPT)
+            self.assertEqual(r.status, 503)
+            self.assertEqual(r.json()["error"]["code"], "held_full")
+            self.assertEqual(fleet.pd(p_port)["rejected"]["held_full"], 1)
+            # Aggregated requests still run; pulls make room again.
+            self.assertEqual(fleet.post("/v1/completions", completion("plain"), port=p_port).status, 200)
+            for prompt, kv in held:
+                r = fleet.post("/v1/completions", completion(prompt, 2, kv_transfer_params=kv), port=d_port)
+                self.assertEqual(r.status, 200, r.body)
+            self.assertEqual(fleet.pd(p_port)["held_transfers"], 0)
+            self.assertEqual(prefill("room again. " + PROMPT).status, 200)
 
 
-class SglangTest(unittest.TestCase):
+class SglangPair:
     """An SGLang-mode pair: both legs carry the same bootstrap fields and meet in the room."""
+    TIMEOUT_MS = 20000  # the rendezvous waits this long; generous for a loaded machine
 
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.TemporaryDirectory(prefix="kvroute-pd-sgl-")
         cls.fleet = PdFleet(BUILD_DIR, cls.tmp.name)
+        t = str(cls.TIMEOUT_MS)
         cls.p_port, cls.bootstrap = cls.fleet.start_pd_mocker(
             "prefill", ["--disaggregation-mode", "prefill", "--disaggregation-bootstrap-port", "0",
-                        "--disaggregation-bootstrap-timeout-ms", "1500", "--disaggregation-waiting-timeout-ms", "3000"])
+                        "--disaggregation-bootstrap-timeout-ms", t, "--disaggregation-waiting-timeout-ms", t])
         cls.d_port, _ = cls.fleet.start_pd_mocker(
-            "decode", ["--disaggregation-mode", "decode", "--disaggregation-waiting-timeout-ms", "1500"])
+            "decode", ["--disaggregation-mode", "decode", "--disaggregation-waiting-timeout-ms", t])
         cls.next_room = 4611686018427387904
 
     @classmethod
@@ -309,8 +384,8 @@ class SglangTest(unittest.TestCase):
         cls.tmp.cleanup()
 
     def room(self):
-        SglangTest.next_room += 1
-        return SglangTest.next_room
+        type(self).next_room += 1
+        return type(self).next_room
 
     def body(self, room, prompt=PROMPT, max_tokens=5):
         return completion(prompt, max_tokens, bootstrap_host="127.0.0.1", bootstrap_port=self.bootstrap,
@@ -332,6 +407,7 @@ class SglangTest(unittest.TestCase):
         t.join(30)
         return out["p"], out["d"]
 
+class SglangTest(SglangPair, unittest.TestCase):
     def test_the_legs_meet_in_their_room_in_either_order(self):
         for decode_first in (False, True):
             with self.subTest(decode_first=decode_first):
@@ -353,25 +429,31 @@ class SglangTest(unittest.TestCase):
                 self.assertEqual(after_p["held_blocks"], 0)
                 self.assertEqual(after_p["rooms_waiting"], 0)
 
-    def test_a_decode_leg_whose_room_never_fills_fails_as_sglang(self):
-        before = self.fleet.pd(self.d_port)["rejected"].get("room_timeout", 0)
-        t0 = time.time()
-        r = self.fleet.post("/v1/completions", self.body(self.room()), port=self.d_port)
-        self.assertEqual(r.status, 500, r.body)
-        err = r.json()["error"]
-        self.assertEqual(err["code"], "room_timeout")
-        self.assertIn("KVPoll.WaitingForInput", err["message"])
-        self.assertGreaterEqual(time.time() - t0, 1.4)  # the waiting timeout, 1.5 s
-        self.assertEqual(self.fleet.pd(self.d_port)["rejected"]["room_timeout"], before + 1)
-        self.assertTrue(wait_until(lambda: self.fleet.pd(self.p_port)["rooms_waiting"] == 0, 10))
+    def test_blocks_the_decode_worker_caches_are_not_transferred(self):
+        prompt = "sglang twice. " + PROMPT
+        p, d = self.both_legs(self.room(), False, prompt)
+        self.assertEqual((p.status, d.status), (200, 200))
+        before = self.fleet.pd(self.d_port)
+        p, d = self.both_legs(self.room(), False, prompt)
+        self.assertEqual((p.status, d.status), (200, 200))
+        after = self.fleet.pd(self.d_port)
+        blocks = d.json()["usage"]["prompt_tokens"] // BLOCK
+        self.assertEqual(after["blocks_local"] - before["blocks_local"], blocks)
+        self.assertEqual(after["blocks_pulled"], before["blocks_pulled"])
 
-    def test_a_prefill_leg_whose_decode_never_comes_fails_and_holds_nothing(self):
-        r = self.fleet.post("/v1/completions", self.body(self.room()), port=self.p_port)
-        self.assertEqual(r.status, 500, r.body)
-        self.assertIn("KVPoll.Bootstrapping", r.json()["error"]["message"])
-        pd = self.fleet.pd(self.p_port)
-        self.assertEqual(pd["held_blocks"], 0)
-        self.assertEqual(pd["rooms_waiting"], 0)
+    def test_a_second_prefill_leg_for_a_room_is_refused(self):
+        room = self.room()
+        first = {}
+        t = threading.Thread(target=lambda: first.setdefault(
+            "r", self.fleet.post("/v1/completions", self.body(room), port=self.p_port)))
+        t.start()
+        self.assertTrue(wait_until(lambda: self.fleet.pd(self.p_port)["rooms_waiting"] >= 1, 10))
+        r = self.fleet.post("/v1/completions", self.body(room), port=self.p_port)
+        self.assertEqual(r.status, 400)
+        self.assertEqual(r.json()["error"]["code"], "duplicate_room")
+        d = self.fleet.post("/v1/completions", self.body(room), port=self.d_port)  # the first one completes
+        t.join(30)
+        self.assertEqual((first["r"].status, d.status), (200, 200))
 
     def test_requests_without_a_room_and_hostile_fields_are_refused(self):
         for port in (self.p_port, self.d_port):
@@ -393,6 +475,31 @@ class SglangTest(unittest.TestCase):
         self.assertEqual(r.status, 500)
         self.assertEqual(r.json()["error"]["code"], "unreachable")
         self.assertIn("it might be dead", r.json()["error"]["message"])
+
+
+class SglangTimeoutTest(SglangPair, unittest.TestCase):
+    """Short timeouts (1.5 s): a leg whose other half never comes fails as SGLang's does."""
+    TIMEOUT_MS = 1500
+
+    def test_a_decode_leg_whose_room_never_fills_fails_as_sglang(self):
+        before = self.fleet.pd(self.d_port)["rejected"].get("room_timeout", 0)
+        t0 = time.time()
+        r = self.fleet.post("/v1/completions", self.body(self.room()), port=self.d_port)
+        self.assertEqual(r.status, 500, r.body)
+        err = r.json()["error"]
+        self.assertEqual(err["code"], "room_timeout")
+        self.assertIn("KVPoll.WaitingForInput", err["message"])
+        self.assertGreaterEqual(time.time() - t0, 1.4)  # the waiting timeout, 1.5 s
+        self.assertEqual(self.fleet.pd(self.d_port)["rejected"]["room_timeout"], before + 1)
+        self.assertTrue(wait_until(lambda: self.fleet.pd(self.p_port)["rooms_waiting"] == 0, 10))
+
+    def test_a_prefill_leg_whose_decode_never_comes_fails_and_holds_nothing(self):
+        r = self.fleet.post("/v1/completions", self.body(self.room()), port=self.p_port)
+        self.assertEqual(r.status, 500, r.body)
+        self.assertIn("KVPoll.Bootstrapping", r.json()["error"]["message"])
+        pd = self.fleet.pd(self.p_port)
+        self.assertEqual(pd["held_blocks"], 0)
+        self.assertEqual(pd["rooms_waiting"], 0)
 
 
 class SglangRoomBoundTest(unittest.TestCase):

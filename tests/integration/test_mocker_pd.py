@@ -277,6 +277,23 @@ class VllmModesTest(unittest.TestCase):
             self.assertEqual(pd["transfers_completed"], 0)
             self.assertEqual(pd["rejected"], {"prompt_mismatch": 1, "missing": 1})
 
+    def test_data_parallel_ranks_share_one_side_channel(self):
+        with tempfile.TemporaryDirectory(prefix="kvroute-pd-dp-") as tmp, PdFleet(BUILD_DIR, tmp) as fleet:
+            dp = ["--data-parallel-size", "2", "--zmq-endpoint", "tcp://127.0.0.1:0"]
+            p_port, p_side = fleet.start_pd_mocker("prefill", ["--role", "prefill", *dp])
+            d_port, _ = fleet.start_pd_mocker("decode", ["--role", "decode", *dp])
+            r = fleet.post("/v1/completions", completion(kv_transfer_params=PREFILL_LEG, max_tokens=1), port=p_port,
+                           headers={"X-data-parallel-rank": "1"})
+            self.assertEqual(r.status, 200)
+            kv = r.json()["kv_transfer_params"]
+            self.assertEqual(kv["remote_port"], p_side)
+            self.assertEqual([x["requests"] for x in fleet.stats(p_port)["ranks"]], [0, 1])
+            r = fleet.post("/v1/completions", completion(kv_transfer_params=kv), port=d_port,
+                           headers={"X-data-parallel-rank": "0"})
+            self.assertEqual(r.status, 200, r.body)
+            self.assertEqual(fleet.pd(p_port)["held_blocks"], 0)
+            self.assertEqual(fleet.stats(d_port)["ranks"][0]["kv_cached_blocks"], len(kv["remote_block_ids"][0]))
+
     def test_conflicting_flags_exit_2(self):
         exe = os.path.join(BUILD_DIR, "mocker", "kvroute-mocker")
         for args in (["--role", "prefill", "--disaggregation-mode", "decode"],

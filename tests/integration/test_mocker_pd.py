@@ -7,6 +7,7 @@ Run: python3 tests/integration/test_mocker_pd.py --build-dir build
 import json
 import os
 import re
+import subprocess
 import sys
 import tempfile
 import threading
@@ -22,6 +23,18 @@ PROMPT = "Disaggregated serving moves the KV cache from prefill to decode. " * 1
 
 
 class PdFleet(Fleet):
+    @classmethod
+    def for_class(cls, test_class, prefix, start):
+        """A class's shared fleet: `start(fleet)` runs; a failed start closes what it started."""
+        test_class.tmp = tempfile.TemporaryDirectory(prefix=prefix)
+        test_class.fleet = cls(BUILD_DIR, test_class.tmp.name)
+        try:
+            start(test_class.fleet)
+        except BaseException:
+            test_class.fleet.close()
+            test_class.tmp.cleanup()
+            raise
+
     def start_pd_mocker(self, name, args):
         """A mocker with PD flags; returns (http port, side-channel or bootstrap port)."""
         argv = [os.path.join(self.build_dir, "mocker", "kvroute-mocker"), "--port", "0",
@@ -58,11 +71,11 @@ PREFILL_LEG = {"do_remote_decode": True, "do_remote_prefill": False, "remote_eng
 class VllmNixlTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.tmp = tempfile.TemporaryDirectory(prefix="kvroute-pd-")
-        cls.fleet = PdFleet(BUILD_DIR, cls.tmp.name)
-        cls.p_port, cls.p_side = cls.fleet.start_pd_mocker("prefill", ["--role", "prefill", "--worker-id", "1"])
-        cls.d_port, _ = cls.fleet.start_pd_mocker("decode", ["--role", "decode", "--worker-id", "2",
-                                                             "--kv-link-gbps", "100"])
+        def start(f):
+            cls.p_port, cls.p_side = f.start_pd_mocker("prefill", ["--role", "prefill", "--worker-id", "1"])
+            cls.d_port, _ = f.start_pd_mocker("decode", ["--role", "decode", "--worker-id", "2",
+                                                         "--kv-link-gbps", "100"])
+        PdFleet.for_class(cls, "kvroute-pd-", start)
 
     @classmethod
     def tearDownClass(cls):
@@ -300,7 +313,6 @@ class VllmModesTest(unittest.TestCase):
                      ["--pd-side-channel-port", "5600"],
                      ["--disaggregation-mode", "decode", "--disaggregation-bootstrap-port", "8998"]):
             with self.subTest(args=args):
-                import subprocess
                 p = subprocess.run([exe, *args], capture_output=True, timeout=20)
                 self.assertEqual(p.returncode, 2, p.stderr)
                 self.assertTrue(p.stderr)
@@ -311,10 +323,10 @@ class VllmLeaseTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.tmp = tempfile.TemporaryDirectory(prefix="kvroute-pd-lease-")
-        cls.fleet = PdFleet(BUILD_DIR, cls.tmp.name)
-        cls.p_port, _ = cls.fleet.start_pd_mocker("prefill", ["--role", "prefill", "--pd-lease-ms", "3000"])
-        cls.d_port, _ = cls.fleet.start_pd_mocker("decode", ["--role", "decode"])
+        def start(f):
+            cls.p_port, _ = f.start_pd_mocker("prefill", ["--role", "prefill", "--pd-lease-ms", "3000"])
+            cls.d_port, _ = f.start_pd_mocker("decode", ["--role", "decode"])
+        PdFleet.for_class(cls, "kvroute-pd-lease-", start)
 
     @classmethod
     def tearDownClass(cls):
@@ -385,14 +397,15 @@ class SglangPair:
 
     @classmethod
     def setUpClass(cls):
-        cls.tmp = tempfile.TemporaryDirectory(prefix="kvroute-pd-sgl-")
-        cls.fleet = PdFleet(BUILD_DIR, cls.tmp.name)
         t = str(cls.TIMEOUT_MS)
-        cls.p_port, cls.bootstrap = cls.fleet.start_pd_mocker(
-            "prefill", ["--disaggregation-mode", "prefill", "--disaggregation-bootstrap-port", "0",
-                        "--disaggregation-bootstrap-timeout-ms", t, "--disaggregation-waiting-timeout-ms", t])
-        cls.d_port, _ = cls.fleet.start_pd_mocker(
-            "decode", ["--disaggregation-mode", "decode", "--disaggregation-waiting-timeout-ms", t])
+
+        def start(f):
+            cls.p_port, cls.bootstrap = f.start_pd_mocker(
+                "prefill", ["--disaggregation-mode", "prefill", "--disaggregation-bootstrap-port", "0",
+                            "--disaggregation-bootstrap-timeout-ms", t, "--disaggregation-waiting-timeout-ms", t])
+            cls.d_port, _ = f.start_pd_mocker(
+                "decode", ["--disaggregation-mode", "decode", "--disaggregation-waiting-timeout-ms", t])
+        PdFleet.for_class(cls, "kvroute-pd-sgl-", start)
         cls.next_room = 4611686018427387904
 
     @classmethod

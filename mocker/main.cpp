@@ -58,7 +58,7 @@ struct Flags {
   double prefill_a = 0, prefill_b = 0, prefill_c = 0, decode_base_ms = 0, decode_kv_ms = 0;
   std::vector<CLI::Option*> poly_flags;
   // Prefill/decode disaggregation.
-  std::string role = "both", disaggregation_mode = "null", bad_params = "reject";
+  std::string role = "both", disaggregation_mode = "null", bad_params = "reject", nixl_params = "newest";
   uint16_t bootstrap_port = 8998;
   CLI::Option* side_channel_port = nullptr;
   CLI::Option* bootstrap_port_flag = nullptr;
@@ -145,6 +145,10 @@ void add_flags(CLI::App& app, Flags& f) {
   app.add_option("--kv-bytes-per-token", pd.kv_bytes_per_token,
                  "KV bytes of one token for the transfer time (0 = the engine profile's)")
       ->capture_default_str()->check(CLI::Range(0.0, 1e9));
+  app.add_option("--pd-nixl-params", f.nixl_params,
+                 "Prefill: the kv_transfer_params dict returned: newest (grouped remote_block_ids, dcp/pp sizes, "
+                 "remote_num_tokens, transfer_mode) or legacy (the older connector's 8 keys, a flat block list)")
+      ->capture_default_str()->check(CLI::IsMember({"newest", "legacy"}));
   app.add_option("--pd-bad-params", f.bad_params,
                  "Decode: missing, forged or expired kv_transfer_params (or a failed pull): reject (HTTP 400, "
                  "the default: a test can tell a transfer from a recompute) or recompute (stock vLLM: compute locally)")
@@ -239,6 +243,7 @@ bool finish_flags(Flags& f) {
     return false;
   }
   pd.recompute_bad_params = f.bad_params == "recompute";
+  pd.legacy_params = f.nixl_params == "legacy";
   if (!parse_storage_tier(f.tier, o.engine.tier)) {
     std::fprintf(stderr, "kvroute-mocker: --storage-tier: '%s' is not one of device, host_pinned, disk, external\n",
                  f.tier.c_str());

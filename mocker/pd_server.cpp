@@ -308,6 +308,12 @@ std::string MockerServer::Impl::nixl_hold(const GenParams& gen, const Prepared& 
   arm_lease_timer();
   ++pd.prefill_legs;
   const std::string host = opts.pd.side_channel_host.empty() ? opts.host : opts.pd.side_channel_host;
+  if (opts.pd.legacy_params)  // nixl/scheduler.py at 053da34: one flat block list, no lease fields
+    return fmt::format(
+        R"({{"do_remote_prefill":true,"do_remote_decode":false,"remote_block_ids":[{}],"remote_engine_id":"{}",)"
+        R"("remote_request_id":"{}","remote_host":"{}","remote_port":{},"tp_size":1}})",
+        block_ids, json_escape(engine_id), json_escape(request_id), json_escape(host),
+        side_acceptor.local_endpoint().port());
   return fmt::format(
       R"({{"do_remote_prefill":true,"do_remote_decode":false,"remote_block_ids":[[{}]],"remote_engine_id":"{}",)"
       R"("remote_request_id":"{}","remote_host":"{}","remote_port":{},"tp_size":1,"dcp_size":1,"pp_size":1,)"

@@ -39,6 +39,7 @@ struct PdConfig {
   double link_gbps = 100;                  // KV link bandwidth for the transfer time (0 = instantaneous)
   double kv_bytes_per_token = 0;           // 0 = the engine profile's
   bool recompute_bad_params = false;       // stock vLLM: bad/failed decode params compute locally (default: 400)
+  bool legacy_params = false;              // the older connector's dict (flat remote_block_ids, 8 keys)
   double bootstrap_timeout_ms = 300000;    // SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT (prefill waits for decode)
   double waiting_timeout_ms = 300000;      // SGLANG_DISAGGREGATION_WAITING_TIMEOUT (decode waits for the KV)
   size_t max_rooms = 4096;                 // SGLang rooms waiting at once; more: 503

@@ -307,6 +307,19 @@ class VllmModesTest(unittest.TestCase):
             self.assertEqual(fleet.pd(p_port)["held_blocks"], 0)
             self.assertEqual(fleet.stats(d_port)["ranks"][0]["kv_cached_blocks"], len(kv["remote_block_ids"][0]))
 
+    def test_the_older_connectors_params(self):
+        with tempfile.TemporaryDirectory(prefix="kvroute-pd-legacy-") as tmp, PdFleet(BUILD_DIR, tmp) as fleet:
+            p_port, _ = fleet.start_pd_mocker("prefill", ["--role", "prefill", "--pd-nixl-params", "legacy"])
+            d_port, _ = fleet.start_pd_mocker("decode", ["--role", "decode"])
+            r = fleet.post("/v1/completions", completion(kv_transfer_params=PREFILL_LEG, max_tokens=1), port=p_port)
+            kv = r.json()["kv_transfer_params"]
+            self.assertEqual(set(kv), {"do_remote_prefill", "do_remote_decode", "remote_block_ids", "remote_engine_id",
+                                       "remote_request_id", "remote_host", "remote_port", "tp_size"})
+            self.assertTrue(all(isinstance(b, int) for b in kv["remote_block_ids"]))
+            r = fleet.post("/v1/completions", completion(kv_transfer_params=kv), port=d_port)
+            self.assertEqual(r.status, 200, r.body)
+            self.assertEqual(fleet.pd(d_port)["blocks_pulled"], len(kv["remote_block_ids"]))
+
     def test_conflicting_flags_exit_2(self):
         exe = os.path.join(BUILD_DIR, "mocker", "kvroute-mocker")
         for args in (["--role", "prefill", "--disaggregation-mode", "decode"],

@@ -190,10 +190,12 @@ static void watch_client(tcp::socket& sock, const std::shared_ptr<Pending>& p) {
 
 // One generation's answer as it is written: ids, counts, the SSE framing.
 struct MockerServer::Impl::Reply {
+  // `base_id`: the id after "cmpl-"/"chatcmpl-" (vLLM's X-Request-Id); empty = "WORKER-N".
   Reply(const ParsedRequest& parsed, const GenParams& gen, uint64_t id, uint64_t worker_id, bool chat, bool keep,
-        unsigned version, uint32_t prompt_len)
+        unsigned version, uint32_t prompt_len, std::string_view base_id = {})
       : parsed(parsed), gen(gen), id(id), chat(chat), keep(keep), version(version), prompt_len(prompt_len),
-        rid(fmt::format("{}-{}-{}", chat ? "chatcmpl" : "cmpl", worker_id, id)),
+        rid(base_id.empty() ? fmt::format("{}-{}-{}", chat ? "chatcmpl" : "cmpl", worker_id, id)
+                            : fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", base_id)),
         created(std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
                     .count()),
         model(json_escape(parsed.model)),  // the base model or the LoRA adapter asked for
@@ -360,8 +362,10 @@ awaitable<bool> MockerServer::Impl::generate(beast::tcp_stream& s, const http::r
   schedule();
   watch_client(s.socket(), p);
 
+  // A PD-role worker names its answer after X-Request-Id as vLLM does (cmpl-{X-Request-Id}), so
+  // a test can tell that both legs of a request carried one id.
   Reply r(parsed, gen, id, opts.worker_id, kind == ApiKind::ChatCompletions, keep, v,
-          static_cast<uint32_t>(prep.tokens.size()));
+          static_cast<uint32_t>(prep.tokens.size()), gen.request_id_header);
   const bool finished = co_await relay_tokens(s, *p, r);
   pending.erase(id);
   {

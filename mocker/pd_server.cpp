@@ -287,10 +287,7 @@ std::string MockerServer::Impl::nixl_hold(const GenParams& gen, const Prepared& 
   TransferTable::Held h;
   // vLLM's internal request id: the serving layer's base id (from
   // X-Request-Id when given) plus 8 random hex digits.
-  const std::string base = gen.request_id_header.empty()
-                               ? rid
-                               : fmt::format("{}-{}", rid.substr(0, rid.find('-')), gen.request_id_header);
-  h.request_id = fmt::format("{}-{:08x}", base, static_cast<uint32_t>(rng()));
+  h.request_id = fmt::format("{}-{:08x}", rid, static_cast<uint32_t>(rng()));
   h.engine_request = id;
   h.rank = static_cast<uint32_t>(prep.rank);
   h.blocks = *held;

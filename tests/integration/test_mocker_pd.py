@@ -113,6 +113,7 @@ class VllmNixlTest(unittest.TestCase):
         self.assertEqual(kv["remote_port"], self.p_side)
         self.assertEqual(kv["remote_engine_id"], self.fleet.pd(self.p_port)["engine_id"])
         self.assertRegex(kv["remote_request_id"], r"^cmpl-req-7-[0-9a-f]{8}$")
+        self.assertEqual(j["id"], "cmpl-req-7")  # vLLM's response id: cmpl-{X-Request-Id}
         self.assertEqual(kv["transfer_mode"], "pull")
         prompt_tokens = j["usage"]["prompt_tokens"]
         self.assertEqual(kv["remote_num_tokens"], prompt_tokens)
@@ -124,9 +125,11 @@ class VllmNixlTest(unittest.TestCase):
         self.assertEqual(held["held_blocks"], before_p["held_blocks"] + blocks)
         self.assertEqual(self.fleet.metric(self.p_port, "kvroute_mocker_pd_held_blocks"), held["held_blocks"])
 
-        r = self.decode(kv, prompt)
+        r = self.fleet.post("/v1/completions", completion(prompt, 4, kv_transfer_params=kv), port=self.d_port,
+                            headers={"X-Request-Id": "req-7"})
         self.assertEqual(r.status, 200, r.body)
         d = r.json()
+        self.assertEqual(d["id"], "cmpl-req-7")
         self.assertEqual(d["usage"]["completion_tokens"], 4)
         self.assertNotIn("kv_transfer_params", d)
         # Every prompt block came over the link, and the decode worker caches (announces) them.

@@ -343,7 +343,7 @@ awaitable<bool> MockerServer::Impl::generate(beast::tcp_stream& s, const http::r
   // A disaggregated leg meets its other half before the engine sees it.
   if (!reject && gen.leg == PdLeg::NixlDecode) reject = co_await nixl_pull(gen, prep, pulled);
   if (!reject && gen.leg == PdLeg::SglDecode) reject = co_await sgl_take(gen, prep);
-  if (!reject && gen.leg == PdLeg::SglPrefill) reject = co_await sgl_wait_decode(gen);
+  if (!reject && gen.leg == PdLeg::SglPrefill) reject = co_await sgl_wait_decode(gen, s.socket());
   if (!reject) {
     id = next_id++;
     reject = admit_generation(prep, gen, id, engine);
@@ -387,7 +387,7 @@ awaitable<bool> MockerServer::Impl::generate(beast::tcp_stream& s, const http::r
     if (!r.parsed.stream && !params.empty()) r.extra = ",\"kv_transfer_params\":" + params;
   }
   if (gen.leg == PdLeg::SglPrefill) {
-    auto failed = co_await sgl_hand_over(gen, prep, id);
+    auto failed = co_await sgl_hand_over(gen, prep, id, s.socket());
     if (failed && !r.parsed.stream) {
       std::string body = error_body(failed->error);
       co_return co_await respond(s, v, keep, failed->status, std::move(body));

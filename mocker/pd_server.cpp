@@ -369,13 +369,39 @@ static awaitable<bool> wait_for(asio::steady_timer& timer, std::chrono::steady_c
   co_return done();
 }
 
+// Watches a waiting leg's client: when it closes its connection, `gone` is
+// set and `wake` runs. Cancel the socket's operations to end the watch (the
+// handler then touches nothing). As watch_client() in generation.cpp.
+static void watch_gone(tcp::socket& sock, std::shared_ptr<bool> gone, std::function<void()> wake) {
+  sock.async_wait(tcp::socket::wait_read, [&sock, gone, wake = std::move(wake)](beast::error_code ec) {
+    if (ec == asio::error::operation_aborted) return;
+    if (!ec) {
+      char b;
+      beast::error_code rec;
+      sock.non_blocking(true, rec);
+      const size_t n = sock.receive(asio::buffer(&b, 1), tcp::socket::message_peek, rec);
+      beast::error_code ignored;
+      sock.non_blocking(false, ignored);
+      if (n > 0 || rec == asio::error::would_block || rec == asio::error::try_again) return;  // alive
+    }
+    *gone = true;
+    wake();
+  });
+}
+
+static void end_watch(tcp::socket& sock) {
+  beast::error_code ignored;
+  sock.cancel(ignored);
+}
+
 static std::chrono::steady_clock::time_point deadline_in(double ms) {
   return std::chrono::steady_clock::now() + std::chrono::microseconds(static_cast<int64_t>(ms * 1000));
 }
 
 // Prefill leg: SGLang's prefill request stays in KVPoll.Bootstrapping until
 // its decode leg connects (common/conn.py), failing after the bootstrap timeout.
-awaitable<std::optional<MockerServer::Impl::Reject>> MockerServer::Impl::sgl_wait_decode(const GenParams& gen) {
+awaitable<std::optional<MockerServer::Impl::Reject>> MockerServer::Impl::sgl_wait_decode(const GenParams& gen,
+                                                                                         tcp::socket& client) {
   auto room = room_for(gen.room);
   if (!room) {
     count_rejection(PdError::RoomsFull);
@@ -389,12 +415,19 @@ awaitable<std::optional<MockerServer::Impl::Reject>> MockerServer::Impl::sgl_wai
   }
   room->prefill_arrived = true;
   const auto t0 = std::chrono::steady_clock::now();
+  auto gone = std::make_shared<bool>(false);
+  watch_gone(client, gone, [room] { room->prefill_wake.cancel(); });
   const bool met = co_await wait_for(room->prefill_wake, deadline_in(opts.pd.bootstrap_timeout_ms),
-                                     [&] { return room->decode_arrived || room->failed; });
-  if (met && !room->failed) co_return std::nullopt;
+                                     [&] { return room->decode_arrived || room->failed || *gone; });
+  end_watch(client);
+  if (met && !room->failed && !*gone) co_return std::nullopt;
   room->failed = true;
   room->decode_wake.cancel();
   erase_room(rooms, gen.room, room);
+  if (*gone) {  // the client left (the router cancelled the leg): nothing to answer
+    ++cancels_total;
+    co_return pd_reject(http::status::bad_request, PdError::RoomTimeout, "the client went away");
+  }
   count_rejection(PdError::RoomTimeout);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   co_return pd_reject(http::status::internal_server_error, PdError::RoomTimeout,
@@ -408,7 +441,8 @@ awaitable<std::optional<MockerServer::Impl::Reject>> MockerServer::Impl::sgl_wai
 // they are released either way.
 awaitable<std::optional<MockerServer::Impl::Reject>> MockerServer::Impl::sgl_hand_over(const GenParams& gen,
                                                                                        const Prepared& prep,
-                                                                                       uint64_t id) {
+                                                                                       uint64_t id,
+                                                                                       tcp::socket& client) {
   Engine& engine = *engines[static_cast<size_t>(prep.rank)];
   auto it = rooms.find(gen.room);
   std::shared_ptr<Room> room = it == rooms.end() ? nullptr : it->second;
@@ -417,9 +451,16 @@ awaitable<std::optional<MockerServer::Impl::Reject>> MockerServer::Impl::sgl_han
     room->blocks = *engine.held(id);
     room->ready = true;
     room->decode_wake.cancel();
+    auto gone = std::make_shared<bool>(false);
+    watch_gone(client, gone, [room] { room->prefill_wake.cancel(); });
     taken = co_await wait_for(room->prefill_wake, deadline_in(opts.pd.waiting_timeout_ms),
-                              [&] { return room->taken || room->failed; }) &&
+                              [&] { return room->taken || room->failed || *gone; }) &&
             room->taken;
+    end_watch(client);
+    if (!taken) {  // the decode leg will not get it now
+      room->failed = true;
+      room->decode_wake.cancel();
+    }
     erase_room(rooms, gen.room, room);
   }
   engine.release_held(id);

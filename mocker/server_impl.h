@@ -271,12 +271,14 @@ struct MockerServer::Impl {
   awaitable<std::optional<Reject>> nixl_pull(const GenParams& gen, Prepared& prep, bool& contacted);
   awaitable<std::optional<Reject>> sgl_take(const GenParams& gen, Prepared& prep);
   // SGLang prefill leg, before admission: waits for the decode leg of its room.
-  awaitable<std::optional<Reject>> sgl_wait_decode(const GenParams& gen);
+  // `client`: its leaving ends the wait (the room fails).
+  awaitable<std::optional<Reject>> sgl_wait_decode(const GenParams& gen, tcp::socket& client);
   // Prefill leg, after its engine request finished: registers the held
   // transfer (vLLM; returns the kv_transfer_params JSON, empty when none) or
   // hands the blocks to the room's decode leg and waits for it (SGLang).
   std::string nixl_hold(const GenParams& gen, const Prepared& prep, const std::string& rid, uint64_t id);
-  awaitable<std::optional<Reject>> sgl_hand_over(const GenParams& gen, const Prepared& prep, uint64_t id);
+  awaitable<std::optional<Reject>> sgl_hand_over(const GenParams& gen, const Prepared& prep, uint64_t id,
+                                                 tcp::socket& client);
   // vLLM: a decode leg refused before its pull tells the prefill worker to free the blocks.
   void nixl_notify_free(const GenParams& gen);
   void arm_lease_timer();

@@ -7,6 +7,7 @@ Run: python3 tests/integration/test_mocker_pd.py --build-dir build
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import tempfile
@@ -500,6 +501,17 @@ class SglangTest(SglangPair, unittest.TestCase):
         d = self.fleet.post("/v1/completions", self.body(room), port=self.d_port)  # the first one completes
         t.join(30)
         self.assertEqual((first["r"].status, d.status), (200, 200))
+
+    def test_a_prefill_leg_whose_client_leaves_closes_its_room(self):
+        body = json.dumps(self.body(self.room())).encode()
+        sock = socket.create_connection(("127.0.0.1", self.p_port))
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        self.assertTrue(wait_until(lambda: self.fleet.pd(self.p_port)["rooms_waiting"] == 1, 10))
+        sock.close()
+        # Well before the 20 s bootstrap timeout: the leg noticed its client leave.
+        self.assertTrue(wait_until(lambda: self.fleet.pd(self.p_port)["rooms_waiting"] == 0, 10))
+        self.assertEqual(self.fleet.pd(self.p_port)["held_blocks"], 0)
 
     def test_requests_without_a_room_and_hostile_fields_are_refused(self):
         for port in (self.p_port, self.d_port):

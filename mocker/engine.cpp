@@ -55,13 +55,13 @@ const Engine::BlockInfo* Engine::block_info(SequenceHash block) const {
 }
 
 bool Engine::add_request_hashed(uint64_t id, uint32_t prompt_tokens, std::span<const LocalBlockHash> blocks,
-                                uint32_t max_tokens, double now_ms) {
-  return add_request_impl(id, prompt_tokens, blocks, max_tokens, now_ms, {});
+                                uint32_t max_tokens, double now_ms, bool kv_transferred) {
+  return add_request_impl(id, prompt_tokens, blocks, max_tokens, now_ms, {}, true, kv_transferred);
 }
 
 bool Engine::add_request_impl(uint64_t id, uint32_t prompt_tokens, std::span<const LocalBlockHash> blocks,
                               uint32_t max_tokens, double now_ms, std::vector<std::shared_ptr<BlockInfo>> infos,
-                              bool read_cache) {
+                              bool read_cache, bool kv_transferred) {
   if (prompt_tokens == 0 || max_tokens == 0 || requests_.count(id)) return false;
   if (static_cast<uint64_t>(blocks.size()) * cfg_.block_size > prompt_tokens) return false;
   if (blocks_needed(prompt_tokens, max_tokens) > cfg_.kv_blocks) return false;
@@ -72,6 +72,7 @@ bool Engine::add_request_impl(uint64_t id, uint32_t prompt_tokens, std::span<con
   r.locals.assign(blocks.begin(), blocks.end());
   r.infos = std::move(infos);
   r.read_cache = read_cache;
+  r.kv_transferred = kv_transferred;
   r.blocks.reserve(blocks.size());
   SequenceHash parent{0};
   for (LocalBlockHash h : blocks) r.blocks.push_back(parent = sequence_hash(parent, h));
@@ -154,6 +155,13 @@ bool Engine::try_admit(Request& r) {
   }
   private_blocks_ += private_blocks;
   r.private_blocks = private_blocks;
+  if (r.kv_transferred) {
+    // The transferred KV: every prompt token but the last is in the cache now
+    // (the hit counters above keep the local hits only); the last is computed
+    // in the next step, which yields the first token.
+    r.computed = std::max(r.computed, r.prompt_tokens - 1);
+    announce_computed(r);
+  }
   return true;
 }
 

@@ -100,8 +100,12 @@ class Engine {
                    const HashNamespace& ns = {}, bool read_cache = true);
   // The same with the prompt given as its complete blocks' local hashes (as a
   // trace replay has them) and its length in tokens (>= blocks·block_size).
+  // `kv_transferred`: the prompt's KV arrives from a prefill engine (a
+  // disaggregated decode leg): at admission every prompt block counts as
+  // computed (stored events for the ones not cached here) and only the last
+  // prompt token is computed, in one step that produces the first token.
   bool add_request_hashed(uint64_t id, uint32_t prompt_tokens, std::span<const LocalBlockHash> blocks,
-                          uint32_t max_tokens, double now_ms);
+                          uint32_t max_tokens, double now_ms, bool kv_transferred = false);
   // Blocks a request of this size needs (prompt blocks + room to generate).
   uint64_t blocks_needed(uint64_t prompt_tokens, uint32_t max_tokens) const;
   // Drops a request wherever it is (its outputs stop at once); its computed
@@ -165,6 +169,7 @@ class Engine {
     uint32_t scheduled = 0;  // tokens in the step in progress (a chunk, or 1 to decode)
     uint32_t announced = 0;  // prompt blocks checked for announcement
     bool read_cache = true;
+    bool kv_transferred = false;  // add_request_hashed(..., kv_transferred)
     bool running = false;
     bool prefilled = false;
     std::vector<std::shared_ptr<BlockInfo>> infos;  // keep_tokens only: per complete block
@@ -172,7 +177,7 @@ class Engine {
 
   bool add_request_impl(uint64_t id, uint32_t prompt_tokens, std::span<const LocalBlockHash> blocks,
                         uint32_t max_tokens, double now_ms, std::vector<std::shared_ptr<BlockInfo>> infos,
-                        bool read_cache = true);
+                        bool read_cache = true, bool kv_transferred = false);
   bool enqueue(Request r, double now_ms);
   uint32_t cached_prefix_blocks(const Request& r) const;
   // Prompt tokens served from the cache, as vLLM counts them

@@ -32,6 +32,7 @@ EngineProfile roofline(std::string name, std::string what, const double (&c)[9],
   p.knee_tokens = c[7];
   p.knee_width = c[8];
   p.kv_capacity_tokens = kv_capacity_tokens(kH100Bytes, params, kv_bytes);
+  p.kv_bytes_per_token = kv_bytes;
   return p;
 }
 

@@ -73,6 +73,9 @@ struct EngineProfile {
 
   // KV capacity in tokens (0: none given; the engine's kv_blocks stands).
   uint64_t kv_capacity_tokens = 0;
+  // KV cache bytes of one token (all layers, K and V; 0: not given), what a
+  // disaggregated fleet moves per prompt token (kvroute-sim's PD fleets).
+  double kv_bytes_per_token = 0;
 
   double step_ms(const StepShape& s) const;
   // One sequence's prefill of `new_tokens` after `cached` tokens, alone, in one step.

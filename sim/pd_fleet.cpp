@@ -295,6 +295,7 @@ PdResult PdSimulation::run() {
   res.itl_p99 = percentile(itl_, 0.99);
   res.e2e_p50 = percentile(e2e_, 0.5);
   res.e2e_p99 = percentile(e2e_, 0.99);
+  res.ttft_ms = ttft_;
   res.hit_rate = prompt_tokens_ ? double(cached_tokens_) / double(prompt_tokens_) : 0;
   res.transfer_ms_mean = disaggregated_ ? transfer_ms_sum_ / double(disaggregated_) : 0;
   res.transferred_share = disagg_prompt_tokens_ ? double(moved_tokens_) / double(disagg_prompt_tokens_) : 0;

@@ -59,6 +59,7 @@ struct PdResult {
   double hit_rate = 0;            // prompt tokens served from the computing engine's cache / prompt tokens
   double transfer_ms_mean = 0;    // per disaggregated request, link wait included
   double transferred_share = 0;   // KV tokens moved / prompt tokens of disaggregated requests
+  std::vector<double> ttft_ms;    // every request's, in the order of their first tokens
 };
 
 double kv_bytes_per_token(const PdOptions& o);

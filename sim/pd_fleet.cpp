@@ -1,6 +1,7 @@
 #include "sim/pd_fleet.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -10,14 +11,17 @@
 #include <random>
 
 #include "common/prefix_cache.h"
+#include "fleet/worker_registry.h"
 #include "indexer/radix_indexer.h"
 #include "mocker/engine.h"
+#include "router/routing.h"
+#include "scheduler/pd_decision.h"
 #include "sim/policies.h"
 
 namespace kvroute::sim {
 
 const std::vector<std::string>& pd_policies() {
-  static const std::vector<std::string> p = {"dynamo_pd", "llmd_pd", "kvroute_pd"};
+  static const std::vector<std::string> p = {"dynamo_pd", "llmd_pd", "kvroute_pd", "kvroute_pd_sim"};
   return p;
 }
 
@@ -47,6 +51,22 @@ std::vector<SimRequest> pd_workload(const std::string& name, uint64_t seed, size
 
 namespace {
 
+TimePoint at(double ms) {
+  return TimePoint{} + std::chrono::duration_cast<Nanos>(std::chrono::duration<double, std::milli>(ms));
+}
+
+// kvroute_pd's configuration: the daemon's defaults, plus --set keys (pd.*, scheduler.*).
+Config pd_config(const SimOptions& o) {
+  Config cfg;
+  cfg.indexer.block_size = kBlock;
+  for (const auto& [k, v] : o.sets)
+    if (auto e = set_key(cfg, k, v)) {
+      std::fprintf(stderr, "kvroute-sim: --set %s\n", e->c_str());
+      std::exit(2);
+    }
+  return cfg;
+}
+
 // The router's bookkeeping for one engine (what it sent there and has not
 // seen finish), as every policy may use it.
 struct Tracked {
@@ -65,13 +85,16 @@ struct Live {
   double predicted_ms = 0;            // its predicted prefill
   uint32_t computed_cached = 0;       // cached tokens where the prompt was computed
   std::vector<LocalBlockHash> hashes;  // while in flight
+  // kvroute_pd: the router's in-flight accounting (fleet/worker_registry.h) per leg.
+  std::unique_ptr<InflightGuard> prefill_guard, decode_guard;
 };
 
 class PdSimulation {
  public:
   PdSimulation(const std::vector<SimRequest>& w, const PdOptions& o, const std::string& policy)
-      : w_(w), o_(o), policy_(policy), n_(o.prefill + o.decode), rng_(o.sim.seed), dynamo_(n_), tracked_(n_),
-        scraped_(n_), link_free_(n_, 0.0), live_(w.size()) {
+      : w_(w), o_(o), policy_(policy), n_(o.prefill + o.decode), rng_(o.sim.seed), random_(o.sim.seed),
+        registry_(clock_), config_(pd_config(o.sim)), routing_(index_, registry_, config_, random_), dynamo_(n_),
+        tracked_(n_), scraped_(n_), link_free_(n_, 0.0), live_(w.size()) {
     ec_ = engine_config(o.sim);
     bytes_ = kv_bytes_per_token(o);
     for (uint32_t i = 0; i < n_; ++i) {
@@ -90,6 +113,8 @@ class PdSimulation {
   void on_engine(uint32_t e, double now);
   void start_transfer(size_t id, double now);
   void on_transfer(size_t id, double now);
+  // kvroute_pd: decide_pd() over the registry's candidates with their roles; false = no decode worker.
+  bool decide(const SimRequest& r, const std::vector<LocalBlockHash>& hashes, PdChoice& c);
   // Bookkeeping when a prompt is sent to engine e / its prefill is seen done there.
   void track_prefill(uint32_t e, Live& l, double now);
   void untrack_prefill(uint32_t e, const Live& l, double now);
@@ -103,7 +128,15 @@ class PdSimulation {
   mocker::EngineConfig ec_;
   double bytes_ = 0;
   std::mt19937_64 rng_;
+  // kvroute_pd: the production registry (load reports + in-flight + TTFT
+  // models), candidates from RoutingService, the decision from decide_pd().
+  ManualClock clock_;
+  SeededRandom random_;
   RadixIndexer index_;
+  WorkerRegistry registry_;
+  ConfigStore config_;
+  RoutingService routing_;
+  RouteResult route_;
   DynamoActive dynamo_;
   std::vector<std::unique_ptr<mocker::Engine>> engines_;
   std::vector<Tracked> tracked_;
@@ -119,7 +152,18 @@ class PdSimulation {
 };
 
 void PdSimulation::report() {
-  for (uint32_t i = 0; i < n_; ++i) scraped_[i] = engines_[i]->load();
+  for (uint32_t i = 0; i < n_; ++i) {
+    scraped_[i] = engines_[i]->load();
+    WorkerAnnouncement a;
+    a.id = WorkerId{i};
+    a.url = "sim://" + std::to_string(i);
+    a.model = "m";
+    a.block_size = kBlock;
+    const auto& l = scraped_[i];
+    a.load = WorkerLoad{l.request_active_slots, l.request_total_slots, l.num_requests_waiting, l.kv_active_blocks,
+                        l.kv_total_blocks};
+    registry_.on_heartbeat(a);
+  }
 }
 
 PdEngineView PdSimulation::view(uint32_t e, const OverlapScores& ov, double now, const std::vector<LocalBlockHash>& h,
@@ -151,7 +195,26 @@ void PdSimulation::untrack_prefill(uint32_t e, const Live& l, double now) {
   t.busy_until = now + t.prefill_ms;  // what is left, from now
 }
 
+bool PdSimulation::decide(const SimRequest& r, const std::vector<LocalBlockHash>& hashes, PdChoice& c) {
+  routing_.route_blocks("m", r.input_tokens, hashes, true, route_);
+  for (auto& cand : route_.candidates)
+    cand.role = is_prefill(static_cast<uint32_t>(cand.owner.worker.value)) ? WorkerRole::Prefill : WorkerRole::Decode;
+  PdRequest req;
+  req.isl_tokens = r.input_tokens;
+  req.block_size = kBlock;
+  req.request_blocks = (uint64_t{r.input_tokens} + r.output_tokens + kBlock - 1) / kBlock;
+  const auto cfg = config_.get();
+  const PdDecision d = decide_pd(route_.candidates, req, cfg->scheduler, cfg->pd, random_);
+  if (!d.decode) return false;
+  const auto worker = [&](size_t i) { return static_cast<uint32_t>(route_.candidates[i].owner.worker.value); };
+  c.decode = worker(*d.decode) - o_.prefill;
+  c.disaggregate = d.disaggregate;
+  if (d.disaggregate) c.prefill = worker(*d.prefill);
+  return true;
+}
+
 void PdSimulation::dispatch(size_t id, double now) {
+  clock_.set(at(now));
   const SimRequest& r = w_[id];
   Live& l = live_[id];
   l.arrival = now;
@@ -171,7 +234,12 @@ void PdSimulation::dispatch(size_t id, double now) {
   PdChoice c;
   if (policy_ == "dynamo_pd") c = pd_dynamo(in, rng_);
   else if (policy_ == "llmd_pd") c = pd_llmd(in, rng_, o_.llmd_non_cached_tokens);
-  else c = pd_kvroute(in, o_.kvroute, rng_);
+  else if (policy_ == "kvroute_pd_sim") c = pd_kvroute(in, o_.kvroute, rng_);
+  else if (!decide(r, l.hashes, c)) {
+    ++rejected_;  // no decode worker (every one busy under scheduler.reject_when_busy)
+    l.hashes = {};
+    return;
+  }
   l.disaggregate = c.disaggregate;
   l.d = o_.prefill + static_cast<uint32_t>(c.decode);
   l.p = c.disaggregate ? static_cast<uint32_t>(c.prefill) : l.d;
@@ -186,6 +254,11 @@ void PdSimulation::dispatch(size_t id, double now) {
     return;
   }
   l.started = true;
+  if (policy_ == "kvroute_pd") {  // the router's in-flight accounting for each leg it sends
+    const uint64_t blocks = (uint64_t{r.input_tokens} + kBlock - 1) / kBlock;
+    l.prefill_guard = std::make_unique<InflightGuard>(registry_, WorkerId{l.p}, blocks, l.uncached);
+    if (c.disaggregate) l.decode_guard = std::make_unique<InflightGuard>(registry_, WorkerId{l.d}, blocks, 0);
+  }
   track_prefill(l.p, l, now);
   tracked_[l.p].requests += 1;
   if (c.disaggregate) {
@@ -219,6 +292,8 @@ void PdSimulation::on_transfer(size_t id, double now) {
   Live& l = live_[id];
   if (!engines_[l.d]->add_request_hashed(id, r.input_tokens, l.hashes, r.output_tokens, now, true)) {
     ++rejected_;
+    clock_.set(at(now));
+    l.decode_guard.reset();
     tracked_[l.d].requests -= 1;
     tracked_[l.d].context_tokens -= uint64_t{r.input_tokens} + r.output_tokens;
     dynamo_.remove(l.d, l.hashes, r.input_tokens % kBlock != 0);
@@ -227,6 +302,7 @@ void PdSimulation::on_transfer(size_t id, double now) {
 }
 
 void PdSimulation::on_engine(uint32_t e, double now) {
+  clock_.set(at(now));  // first_byte() times the TTFT model's observation
   for (const auto& out : engines_[e]->advance_to(now)) {
     const size_t id = out.request;
     Live& l = live_[id];
@@ -234,6 +310,7 @@ void PdSimulation::on_engine(uint32_t e, double now) {
     const bool prefill_leg = l.disaggregate && e == l.p;
     if (out.kind == mocker::EngineOutput::Kind::FirstToken) {
       if (e == l.p) {  // the prompt was computed here
+        if (l.prefill_guard) l.prefill_guard->first_byte();
         untrack_prefill(e, l, now);
         prompt_tokens_ += r.input_tokens;
         cached_tokens_ += out.cached_tokens;
@@ -247,9 +324,12 @@ void PdSimulation::on_engine(uint32_t e, double now) {
     } else {  // Finished
       tracked_[e].requests -= 1;
       if (prefill_leg) {
+        l.prefill_guard.reset();
         start_transfer(id, now);
         continue;
       }
+      l.prefill_guard.reset();
+      l.decode_guard.reset();
       e2e_.push_back(now - l.arrival);
       tracked_[e].context_tokens -= uint64_t{r.input_tokens} + r.output_tokens;
       dynamo_.remove(e, l.hashes, r.input_tokens % kBlock != 0);
@@ -310,7 +390,8 @@ PdResult simulate_pd(const std::vector<SimRequest>& w, const PdOptions& o, const
     std::exit(2);
   }
   if (std::find(pd_policies().begin(), pd_policies().end(), policy) == pd_policies().end()) {
-    std::fprintf(stderr, "kvroute-sim: unknown PD policy '%s' (dynamo_pd, llmd_pd, kvroute_pd)\n", policy.c_str());
+    std::fprintf(stderr, "kvroute-sim: unknown PD policy '%s' (dynamo_pd, llmd_pd, kvroute_pd, kvroute_pd_sim)\n",
+                 policy.c_str());
     std::exit(2);
   }
   PdSimulation s(w, o, policy);

@@ -29,8 +29,11 @@
 //               default 0 disables disaggregation), then the prefill profile
 //               (the same scorers over the prefill pool). Prompt lengths are tokens
 //               here (llm-d estimates them as characters / 4).
-//   kvroute_pd  kvroute's own (sim-local until the router's PD decision is
-//               shared with the simulator): decode by predicted milliseconds
+//   kvroute_pd  the router's own decision, scheduler/pd_decision.h decide_pd()
+//               on the production registry's candidates (sim/pd_fleet.cpp), with
+//               the pd.* config keys (--set): not here.
+//   kvroute_pd_sim  a sim-local kvroute policy written before decide_pd() existed,
+//               kept for comparison: decode by predicted milliseconds
 //               (its step with the router's in-flight requests + its pending
 //               prefills + the transfer of the blocks it does not hold), run
 //               aggregated there when it would compute fewer than
@@ -79,10 +82,13 @@ struct PdChoice {
   size_t decode = 0;   // into PdInput::decode: the aggregated engine, or the decode leg's
 };
 
-// kvroute_pd's thresholds (tuned on the trace's train slice: kvroute-sim pd-tune).
+// kvroute_pd_sim's thresholds, tuned on the trace's train slice (8 engines, 4P+4D,
+// rates 0.5, 1, 1.5) as pd-tune tunes kvroute_pd: the best TTFT among settings
+// keeping ITL p99 within 1.25x the better peer's. Every busy threshold tried
+// (500, 2000 ms) pushed ITL p99 past that bound or scored worse, so the busy rule is off (1e9 ms).
 struct KvroutePdParams {
-  double min_uncached_tokens = 2048;  // fewer uncached tokens on the decode engine: aggregated
-  double prefill_busy_ms = 1000;      // the prefill pool's best predicted queue above this: aggregated if faster
+  double min_uncached_tokens = 4096;  // fewer uncached tokens on the decode engine: aggregated
+  double prefill_busy_ms = 1e9;       // the prefill pool's best predicted queue above this: aggregated if faster
 };
 
 // Time to move `tokens` tokens of KV at `gbps` gigabits per second, in ms.
@@ -93,6 +99,7 @@ double chunked_prefill_ms(const mocker::EngineProfile& p, uint64_t new_tokens, u
 
 PdChoice pd_dynamo(const PdInput& in, std::mt19937_64& rng);
 PdChoice pd_llmd(const PdInput& in, std::mt19937_64& rng, uint32_t non_cached_tokens = 16);
+// kvroute_pd_sim.
 PdChoice pd_kvroute(const PdInput& in, const KvroutePdParams& k, std::mt19937_64& rng);
 
 }  // namespace kvroute::sim

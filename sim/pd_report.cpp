@@ -10,8 +10,11 @@
 //            kvroute_pd; then kvroute_pd's TTFT p50/p99 over the better peer's
 //            with a verdict; markdown, then one JSON line per cell (--expect
 //            compares a published file within --tolerance).
-//   pd-tune  kvroute_pd's two thresholds on the trace's train slice only,
-//            scored by TTFT p50 and p99 over the better PD peer's at each rate;
+//   pd-tune  kvroute_pd's two thresholds (pd.min_uncached_tokens,
+//            pd.prefill_busy_tokens) on the trace's train slice only,
+//            scored by TTFT p50 and p99 over the better PD peer's at each rate
+//            (mean of p50, p99 and the worse of the two), among the settings
+//            whose ITL p99 stays within 1.25x the better peer's at every rate;
 //            the best and the defaults are then shown on the test slice.
 //
 // Threading: single-threaded.
@@ -170,9 +173,12 @@ int pd(const Args& a) {
                       100 * r.disagg, r.hit, r.transfer_ms, r.rejected);
         json.push_back(json_row(name, rate, r));
       }
-      const Row& dy = rows[4];
-      const Row& ld = rows[5];
-      const Row& kv = rows[6];
+      auto row = [&](const std::string& policy) -> const Row& {
+        return *std::find_if(rows.begin(), rows.end(), [&](const Row& x) { return x.policy == policy; });
+      };
+      const Row& dy = row("dynamo_pd");
+      const Row& ld = row("llmd_pd");
+      const Row& kv = row("kvroute_pd");
       const double b50 = std::min(dy.ttft_p50, ld.ttft_p50), b99 = std::min(dy.ttft_p99, ld.ttft_p99);
       char v[512];
       std::snprintf(v, sizeof v, "| %s | x%g | %.2f | %.2f | %s | %s | %.2f | %.2f |", name.c_str(), rate,
@@ -195,35 +201,43 @@ int pd(const Args& a) {
 }
 
 int pd_tune(const Args& a) {
+  // kvroute_pd's reloadable keys (config/README.md): pd.min_uncached_tokens and pd.prefill_busy_tokens (0 = off).
   const std::vector<double> uncached = {0, 512, 1024, 2048, 4096, 8192};
-  const std::vector<double> busy = {250, 1000, 4000, 1e9};
+  const std::vector<double> busy = {0, 16384, 65536};
   struct Scored {
     double t = 0, b = 0, score = 0;
+    bool itl_ok = true;  // ITL p99 within 1.25x the better peer's at every rate
+    double itl_worst = 0;  // the highest ITL p99 / better peer's over the rates
   };
   auto evaluate = [&](const std::vector<SimRequest>& w, const std::string& label, std::vector<Scored>& out) {
     std::vector<std::pair<double, double>> peer(a.rates.size());  // better peer's p50, p99 per rate
+    std::vector<double> peer_itl(a.rates.size());                 // better peer's ITL p99
     for (size_t i = 0; i < a.rates.size(); ++i) {
       const PdOptions o = pd_options(a, a.rates[i]);
       const PdResult dy = simulate_pd(w, o, "dynamo_pd"), ld = simulate_pd(w, o, "llmd_pd");
       peer[i] = {std::min(dy.ttft_p50, ld.ttft_p50), std::min(dy.ttft_p99, ld.ttft_p99)};
-      std::printf("%s x%g: better peer TTFT p50 %.0f ms, p99 %.0f ms (dynamo_pd %.0f/%.0f, llmd_pd %.0f/%.0f)\n",
-                  label.c_str(), a.rates[i], peer[i].first, peer[i].second, dy.ttft_p50, dy.ttft_p99, ld.ttft_p50,
-                  ld.ttft_p99);
+      peer_itl[i] = std::min(dy.itl_p99, ld.itl_p99);
+      std::printf("%s x%g: better peer TTFT p50 %.0f ms, p99 %.0f ms, ITL p99 %.1f ms (dynamo_pd %.0f/%.0f, llmd_pd "
+                  "%.0f/%.0f)\n",
+                  label.c_str(), a.rates[i], peer[i].first, peer[i].second, peer_itl[i], dy.ttft_p50, dy.ttft_p99,
+                  ld.ttft_p50, ld.ttft_p99);
     }
     for (auto& s : out) {
       double sum = 0;
       for (size_t i = 0; i < a.rates.size(); ++i) {
         PdOptions o = pd_options(a, a.rates[i]);
-        o.kvroute.min_uncached_tokens = s.t;
-        o.kvroute.prefill_busy_ms = s.b;
+        o.sim.sets.emplace_back("pd.min_uncached_tokens", std::to_string(static_cast<uint64_t>(s.t)));
+        o.sim.sets.emplace_back("pd.prefill_busy_tokens", std::to_string(static_cast<uint64_t>(s.b)));
         const PdResult k = simulate_pd(w, o, "kvroute_pd");
         // Both percentiles count; the worse ratio counts twice, so "never worse" weighs.
         const double r50 = k.ttft_p50 / peer[i].first, r99 = k.ttft_p99 / peer[i].second;
         sum += r50 + r99 + std::max(r50, r99);
+        s.itl_worst = std::max(s.itl_worst, k.itl_p99 / peer_itl[i]);
+        s.itl_ok = s.itl_ok && k.itl_p99 <= 1.25 * peer_itl[i];
       }
       s.score = sum / (3.0 * double(a.rates.size()));
-      std::printf("%s min_uncached_tokens %-6.0f prefill_busy_ms %-10.0f score %.3f\n", label.c_str(), s.t, s.b,
-                  s.score);
+      std::printf("%s pd.min_uncached_tokens %-6.0f pd.prefill_busy_tokens %-6.0f score %.3f  ITL p99 up to %.2fx%s\n",
+                  label.c_str(), s.t, s.b, s.score, s.itl_worst, s.itl_ok ? "" : "  (above 1.25x the better peer's)");
       std::fflush(stdout);
     }
   };
@@ -232,13 +246,17 @@ int pd_tune(const Args& a) {
     for (double b : busy) grid.push_back({t, b});
   const auto train = pd_slice(a, "trace", "train");
   evaluate(train, "train", grid);
-  const auto best = *std::min_element(grid.begin(), grid.end(),
-                                      [](const Scored& x, const Scored& y) { return x.score < y.score; });
-  const KvroutePdParams d;
-  std::vector<Scored> shown = {{best.t, best.b}, {d.min_uncached_tokens, d.prefill_busy_ms}};
-  std::printf("best on train: min_uncached_tokens %.0f, prefill_busy_ms %.0f (score %.3f: mean of p50, p99 and the "
-              "worse of the two over the better PD peer)\n",
-              best.t, best.b, best.score);
+  // The best TTFT score among the settings that keep the decodes' ITL p99
+  // within 1.25x the better peer's (a PD fleet exists to protect them).
+  const auto best = *std::min_element(grid.begin(), grid.end(), [](const Scored& x, const Scored& y) {
+    return x.itl_ok != y.itl_ok ? x.itl_ok : x.score < y.score;
+  });
+  const PdConfig d;
+  std::vector<Scored> shown = {{best.t, best.b}, {double(d.min_uncached_tokens), double(d.prefill_busy_tokens)}};
+  std::printf("best on train: pd.min_uncached_tokens %.0f, pd.prefill_busy_tokens %.0f (score %.3f: mean of p50, p99 "
+              "and the worse of the two over the better PD peer; ITL p99 up to %.2fx); then it and the defaults on "
+              "test\n",
+              best.t, best.b, best.score, best.itl_worst);
   evaluate(pd_slice(a, "trace", "test"), "test", shown);
   return 0;
 }

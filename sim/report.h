@@ -34,7 +34,7 @@ struct Args {
   // pd, pd-tune (sim/pd_report.cpp): the disaggregated fleet and its link.
   uint32_t pd_prefill = 2, pd_decode = 2;  // --pd X:Y
   double kv_link_gbps = 400, kv_bytes_per_token = 0;
-  double pd_min_uncached = -1, pd_busy_ms = -1;  // kvroute_pd's thresholds (< 0: its defaults)
+  double pd_min_uncached = -1, pd_busy_ms = -1;  // kvroute_pd_sim's thresholds (< 0: its defaults)
   bool workloads_set = false;                    // --workloads given
 };
 

@@ -137,11 +137,19 @@ int pd(const Args& a) {
   const std::string agg_fleet = std::to_string(n) + " agg", pd_fleet =
       std::to_string(a.pd_prefill) + "P+" + std::to_string(a.pd_decode) + "D";
   const PdOptions o0 = pd_options(a, 1.0);
+  Config keys;  // kvroute_pd's pd.* keys: the daemon's defaults plus --set
+  for (const auto& [k, v] : a.sim.sets)
+    if (auto e = set_key(keys, k, v)) {
+      std::fprintf(stderr, "kvroute-sim: --set %s\n", e->c_str());
+      return 2;
+    }
   std::printf("engines: %s, %llu blocks of 512 tokens each, max_batched_tokens %u, max_seqs %u; link %.0f Gbit/s per "
-              "decode engine, %.0f KV bytes per token; kvroute_pd min_uncached_tokens %.0f, prefill_busy_ms %.0f; "
-              "seed %llu\n\n",
+              "decode engine, %.0f KV bytes per token; kvroute_pd: pd.policy %s, pd.min_uncached_tokens %u, "
+              "pd.prefill_busy_tokens %llu; kvroute_pd_sim: min_uncached_tokens %.0f, prefill_busy_ms %.0f; seed "
+              "%llu\n\n",
               a.sim.engine_profile.c_str(), (unsigned long long)engine_config(a.sim).kv_blocks,
               a.sim.max_batched_tokens, a.sim.max_seqs, a.kv_link_gbps, kv_bytes_per_token(o0),
+              keys.pd.policy.c_str(), keys.pd.min_uncached_tokens, (unsigned long long)keys.pd.prefill_busy_tokens,
               o0.kvroute.min_uncached_tokens, o0.kvroute.prefill_busy_ms, (unsigned long long)a.sim.seed);
   std::printf("| workload | rate | fleet | policy | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms | disaggregated "
               "| hit rate | transfer ms (mean) | rejected |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
@@ -202,8 +210,8 @@ int pd(const Args& a) {
 
 int pd_tune(const Args& a) {
   // kvroute_pd's reloadable keys (config/README.md): pd.min_uncached_tokens and pd.prefill_busy_tokens (0 = off).
-  const std::vector<double> uncached = {0, 512, 1024, 2048, 4096, 8192};
-  const std::vector<double> busy = {0, 16384, 65536};
+  const std::vector<double> uncached = {0, 1024, 4096, 8192, 12288, 16384};
+  const std::vector<double> busy = {0, 65536, 262144};
   struct Scored {
     double t = 0, b = 0, score = 0;
     bool itl_ok = true;  // ITL p99 within 1.25x the better peer's at every rate

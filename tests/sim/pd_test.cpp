@@ -218,3 +218,23 @@ TEST_CASE("pd_kvroute: aggregated below min_uncached_tokens on the decode engine
   in.decode[0].queue_ms = in.decode[1].queue_ms = 8000;
   CHECK(pd_kvroute(in, k, rng).disaggregate);
 }
+
+TEST_CASE("PD fleet: kvroute_pd is the router's decide_pd, with its pd.* keys") {
+  auto o = one_one();
+  const auto& p = *mocker::find_profile("h100-llama3-8b");
+  // 1,024 uncached tokens >= pd.min_uncached_tokens (512 by default): split,
+  // with the same TTFT as any split on an idle fleet.
+  auto res = simulate_pd({req(0, 1024, 2, {1, 2})}, o, "kvroute_pd");
+  REQUIRE(res.completed == 1);
+  CHECK(res.disaggregated == 1);
+  CHECK(res.ttft_p50 ==
+        doctest::Approx(p.prefill_ms(1024, 0) + transfer_ms(1024, 131072, 400) + p.prefill_ms(1, 1023)));
+  // Raised above the prompt: aggregated on the decode engine, which computes it all.
+  o.sim.sets = {{"pd.min_uncached_tokens", "2000"}};
+  res = simulate_pd({req(0, 1024, 2, {1, 2})}, o, "kvroute_pd");
+  REQUIRE(res.completed == 1);
+  CHECK(res.disaggregated == 0);
+  CHECK(res.ttft_p50 == doctest::Approx(p.prefill_ms(1024, 0)));
+  o.sim.sets = {{"pd.policy", "never"}};
+  CHECK(simulate_pd({req(0, 100000, 2, {})}, o, "kvroute_pd").disaggregated == 0);
+}

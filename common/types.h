@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <string_view>
 
 namespace kvroute {
@@ -58,6 +59,29 @@ constexpr bool parse_storage_tier(std::string_view s, StorageTier& out) {
   for (int i = 0; i < kNumStorageTiers; ++i) {
     auto t = static_cast<StorageTier>(i);
     if (to_string(t) == s) { out = t; return true; }
+  }
+  return false;
+}
+
+// What a worker does in a disaggregated (prefill/decode) fleet. `Both` is an
+// ordinary aggregated worker and the default of every worker source; a
+// `Prefill` worker computes prompts whose KV a `Decode` worker then pulls
+// (scheduler/pd_decision.h decides the pair per request).
+enum class WorkerRole : uint8_t { Both = 0, Prefill = 1, Decode = 2 };
+
+constexpr std::string_view to_string(WorkerRole r) {
+  switch (r) {
+    case WorkerRole::Both: return "both";
+    case WorkerRole::Prefill: return "prefill";
+    case WorkerRole::Decode: return "decode";
+  }
+  return "both";
+}
+
+// Parses a role name ("both", "prefill", "decode"); false for anything else.
+constexpr bool parse_worker_role(std::string_view s, WorkerRole& out) {
+  for (auto r : {WorkerRole::Both, WorkerRole::Prefill, WorkerRole::Decode}) {
+    if (to_string(r) == s) { out = r; return true; }
   }
   return false;
 }

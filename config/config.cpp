@@ -425,6 +425,8 @@ std::optional<std::string> validate(const Config& c) {
     return fmt::format("log.level: '{}' is not one of trace, debug, info, warn, error", c.log.level);
   if (c.scheduler.cost != "weighted" && c.scheduler.cost != "predicted_ttft")
     return fmt::format("scheduler.cost: '{}' is not one of weighted, predicted_ttft", c.scheduler.cost);
+  if (c.pd.policy != "conditional" && c.pd.policy != "always" && c.pd.policy != "never")
+    return fmt::format("pd.policy: '{}' is not one of conditional, always, never", c.pd.policy);
   if (c.tokenizer.remote != "auto" && c.tokenizer.remote != "off")
     return fmt::format("tokenizer.remote: '{}' is not one of auto, off", c.tokenizer.remote);
   if (c.log.format != "human" && c.log.format != "json")

@@ -146,6 +146,18 @@ struct SchedulerConfig {
   bool session_affinity = false;
 };
 
+// Disaggregated (prefill/decode) routing: when a request is split between a
+// prefill and a decode worker (scheduler/pd_decision.h). Applies only to models
+// with workers of role prefill or decode.
+struct PdConfig {
+  // "conditional": disaggregate unless the decode worker's uncached tokens are
+  // below min_uncached_tokens or the prefill pool is busy; "always": whenever
+  // a prefill worker exists; "never": every request aggregated on the decode side.
+  std::string policy = "conditional";
+  uint32_t min_uncached_tokens = 512;   // conditional: fewer uncached tokens on the decode worker run there whole
+  uint64_t prefill_busy_tokens = 0;     // conditional: best prefill worker's queued prefill tokens at which the pool is busy; 0 = off
+};
+
 struct TokenizerConfig {
   // "model=dir,model=dir": each dir holds the model's tokenizer.json (and its
   // chat template); a LoRA adapter uses its base model's. Other models ask
@@ -185,6 +197,7 @@ struct Config {
   DiscoveryConfig discovery;
   IndexerConfig indexer;
   SchedulerConfig scheduler;
+  PdConfig pd;
   TokenizerConfig tokenizer;
   LogConfig log;
   ZmqConfig zmq;
@@ -485,6 +498,21 @@ void for_each_key(C& c, F&& f) {
             "Keep a session (x-session-id header, else the user field) on its worker while not overloaded.", 0, 1,
             !S, R},
     c.scheduler.session_affinity);
+  // pd
+  f(KeyInfo{"pd.policy",
+            "Disaggregated fleets: conditional (split unless few uncached tokens or a busy prefill pool), always or "
+            "never.",
+            0, 0, S, R},
+    c.pd.policy);
+  f(KeyInfo{"pd.min_uncached_tokens",
+            "conditional: a request whose decode worker lacks fewer prompt tokens than this runs there whole.", 0,
+            kMaxU32, !S, R},
+    c.pd.min_uncached_tokens);
+  f(KeyInfo{"pd.prefill_busy_tokens",
+            "conditional: the best prefill worker's queued prefill tokens at which requests run on the decode "
+            "worker whole (0 = off).",
+            0, 1e12, !S, R},
+    c.pd.prefill_busy_tokens);
   // tokenizer
   f(KeyInfo{"tokenizer.models",
             "MODEL=DIR list, comma-separated: each DIR holds tokenizer.json (+ chat template); "

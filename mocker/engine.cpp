@@ -88,8 +88,10 @@ const Engine::BlockInfo* Engine::block_info(SequenceHash block) const {
 }
 
 bool Engine::add_request_hashed(uint64_t id, uint32_t prompt_tokens, std::span<const LocalBlockHash> blocks,
-                                uint32_t max_tokens, double now_ms) {
-  return add_request_impl(id, prompt_tokens, blocks, max_tokens, now_ms, {});
+                                uint32_t max_tokens, double now_ms, bool kv_transferred) {
+  PdOptions pd;
+  pd.kv_transferred = kv_transferred;
+  return add_request_impl(id, prompt_tokens, blocks, max_tokens, now_ms, {}, true, pd);
 }
 
 bool Engine::add_request_impl(uint64_t id, uint32_t prompt_tokens, std::span<const LocalBlockHash> blocks,
@@ -193,6 +195,13 @@ bool Engine::try_admit(Request& r) {
   // num_cached_tokens).
   r.cached_tokens = r.pd.imported_blocks ? cached_tokens(r) : local_hit;
   r.computed = r.cached_tokens;
+  if (r.pd.kv_transferred) {
+    // The transferred KV: every prompt token but the last is in the cache now
+    // (the hit counters above keep the local hits only); the last is computed
+    // in the next step, which yields the first token.
+    r.computed = std::max(r.computed, r.prompt_tokens - 1);
+    announce_computed(r);
+  }
   return true;
 }
 

@@ -80,6 +80,12 @@ struct PdOptions {
   // and are announced (stored) at once, as vLLM caches pulled blocks when
   // their transfer completes.
   uint32_t imported_blocks = 0;
+  // Decode side, the whole prompt (the simulator's PD fleets,
+  // add_request_hashed): the prompt's KV arrives entire, so every prompt
+  // token but the last counts as computed at admission (stored events for the
+  // blocks not cached here) and one step computes the last, yielding the
+  // first token.
+  bool kv_transferred = false;
 };
 
 struct EngineOutput {
@@ -126,8 +132,12 @@ class Engine {
   uint64_t held_blocks() const { return held_block_refs_; }
   // The same with the prompt given as its complete blocks' local hashes (as a
   // trace replay has them) and its length in tokens (>= blocks·block_size).
+  // `kv_transferred`: the prompt's KV arrives from a prefill engine (a
+  // disaggregated decode leg): at admission every prompt block counts as
+  // computed (stored events for the ones not cached here) and only the last
+  // prompt token is computed, in one step that produces the first token.
   bool add_request_hashed(uint64_t id, uint32_t prompt_tokens, std::span<const LocalBlockHash> blocks,
-                          uint32_t max_tokens, double now_ms);
+                          uint32_t max_tokens, double now_ms, bool kv_transferred = false);
   // Blocks a request of this size needs (prompt blocks + room to generate).
   uint64_t blocks_needed(uint64_t prompt_tokens, uint32_t max_tokens) const;
   // Drops a request wherever it is (its outputs stop at once); its computed

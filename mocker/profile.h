@@ -73,8 +73,9 @@ struct EngineProfile {
 
   // KV capacity in tokens (0: none given; the engine's kv_blocks stands).
   uint64_t kv_capacity_tokens = 0;
-  // KV bytes of one token (all layers, K and V): what a prefill/decode
-  // transfer moves per token (kvroute-mocker --kv-link-gbps).
+  // KV bytes of one token (all layers, K and V; 0: not given): what a
+  // prefill/decode transfer moves per token (kvroute-mocker --kv-link-gbps,
+  // kvroute-sim's PD fleets).
   double kv_bytes_per_token = 0;
 
   double step_ms(const StepShape& s) const;

@@ -29,6 +29,9 @@ struct Candidate {
   // For scheduler.cost = predicted_ttft (scheduler/ttft_model.h):
   uint32_t pending_prefill_requests = 0;  // router's in-flight requests not yet answered
   TtftCoefficients ttft;                  // the worker's fitted TTFT model
+  // Its part in a disaggregated fleet; only scheduler/pd_decision.h reads it
+  // (schedule() ranks whatever it is given).
+  WorkerRole role = WorkerRole::Both;
 };
 
 // Why a candidate was not eligible. Maps one-to-one to a metric label.

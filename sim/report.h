@@ -31,6 +31,11 @@ struct Args {
   double tolerance = 0.05;
   double slo_ttft_ms = 2000, slo_itl_ms = 1000;  // goodput's SLOs (p99 of each)
   int goodput_steps = 6;                        // bisection steps after bracketing
+  // pd, pd-tune (sim/pd_report.cpp): the disaggregated fleet and its link.
+  uint32_t pd_prefill = 2, pd_decode = 2;  // --pd X:Y
+  double kv_link_gbps = 400, kv_bytes_per_token = 0;
+  double pd_min_uncached = -1, pd_busy_ms = -1;  // kvroute_pd_sim's thresholds (< 0: its defaults)
+  bool workloads_set = false;                    // --workloads given
 };
 
 // The workload's requests; for the trace, `slice` all, train or test (time split at 50%).
@@ -46,5 +51,7 @@ int check_run(const std::vector<SimRequest>& w, const Args& a, const std::vector
 int tune(const Args& a);
 int goodput(const Args& a);
 int targets(const Args& a);
+int pd(const Args& a);       // sim/pd_report.cpp
+int pd_tune(const Args& a);
 
 }  // namespace kvroute::sim

@@ -5,12 +5,15 @@
 //   kvroute-sim [flags]        one workload, every policy: a table, then one JSON line
 //   kvroute-sim tune [flags]   tune on the trace's train slice, report on its test slice and the workloads
 //   kvroute-sim targets [flags] the target table (workloads x rates), optionally checked against a file
+//   kvroute-sim pd [flags]     aggregated vs disaggregated fleets and the PD policies (sim/pd_report.cpp)
+//   kvroute-sim pd-tune [flags] kvroute_pd's thresholds on the trace's train slice
 // `--help` lists the flags. Same seed, same numbers.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -32,6 +35,16 @@ void usage() {
       "                    the trace's test slice and each generated workload (markdown, then JSON)\n"
       "  goodput           per workload and policy (default kvroute,dynamo,llmd): the highest rate with TTFT\n"
       "                    p99 <= --slo-ttft-ms and inter-token latency p99 <= --slo-itl-ms (bisection)\n"
+      "  pd                aggregated fleet (X+Y engines) vs X prefill + Y decode engines: TTFT and ITL p50/p99\n"
+      "                    per policy (dynamo_pd, llmd_pd, kvroute_pd, kvroute_pd_sim) on the trace's test slice, long_prompt and\n"
+      "                    long_output at --rates (markdown, then JSON; --expect compares)\n"
+      "  pd-tune           kvroute_pd's thresholds on the trace's train slice; the best, shown on the test slice\n"
+      "  --pd X:Y          pd: prefill and decode engines (default 2:2)\n"
+      "  --kv-link-gbps G  pd: each decode engine's link, Gbit/s (default 400)\n"
+      "  --kv-bytes-per-token B  pd: KV bytes per token (default: the profile's; 131072 for llama3-8b)\n"
+      "  --pd-min-uncached T  kvroute_pd_sim: aggregated below T uncached tokens on the decode engine\n"
+      "  --pd-busy-ms X    kvroute_pd_sim: prefill pool busy above X ms of predicted queue\n"
+      "                    (kvroute_pd is the router's decide_pd(): --set pd.min_uncached_tokens=T etc.)\n"
       "  --slo-ttft-ms X   goodput: TTFT p99 SLO (default 2000)\n"
       "  --slo-itl-ms X    goodput: inter-token latency p99 SLO (default 1000)\n"
       "  --goodput-steps N goodput: bisection steps after bracketing (default 6)\n"
@@ -106,7 +119,31 @@ void parse(int argc, char** argv, Args& a) {
       else if (f == "--rates") {
         a.rates.clear();
         for (const auto& x : split_list(need("--rates"))) a.rates.push_back(std::stod(x));
-      } else if (f == "--workloads") a.workloads = split_list(need("--workloads"));
+      } else if (f == "--workloads") a.workloads = split_list(need("--workloads")), a.workloads_set = true;
+      else if (f == "--pd") {
+        const std::string v = need("--pd");
+        const auto colon = v.find(':');
+        if (colon == std::string::npos) throw std::invalid_argument("--pd");
+        a.pd_prefill = static_cast<uint32_t>(std::stoul(v.substr(0, colon)));
+        a.pd_decode = static_cast<uint32_t>(std::stoul(v.substr(colon + 1)));
+        if (a.pd_prefill == 0 || a.pd_decode == 0 || a.pd_prefill + a.pd_decode > 1024) {
+          std::fprintf(stderr, "kvroute-sim: --pd X:Y needs 1 <= X, Y and X + Y <= 1024\n");
+          std::exit(2);
+        }
+      } else if (f == "--kv-link-gbps") {
+        a.kv_link_gbps = std::stod(need("--kv-link-gbps"));
+        if (!(a.kv_link_gbps > 0)) {
+          std::fprintf(stderr, "kvroute-sim: --kv-link-gbps must be > 0\n");
+          std::exit(2);
+        }
+      } else if (f == "--kv-bytes-per-token") {
+        a.kv_bytes_per_token = std::stod(need("--kv-bytes-per-token"));
+        if (!(a.kv_bytes_per_token > 0)) {
+          std::fprintf(stderr, "kvroute-sim: --kv-bytes-per-token must be > 0\n");
+          std::exit(2);
+        }
+      } else if (f == "--pd-min-uncached") a.pd_min_uncached = std::stod(need("--pd-min-uncached"));
+      else if (f == "--pd-busy-ms") a.pd_busy_ms = std::stod(need("--pd-busy-ms"));
       else if (f == "--requests") a.requests = std::stoull(need("--requests"));
       else if (f == "--report-ms") a.sim.report_ms = std::stod(need("--report-ms"));
       else if (f == "--seed") a.sim.seed = std::stoull(need("--seed"));
@@ -184,7 +221,8 @@ int main(int argc, char** argv) {
   Args a;
   std::string command;
   if (argc > 1 && (std::string(argv[1]) == "tune" || std::string(argv[1]) == "targets" ||
-                   std::string(argv[1]) == "goodput")) {
+                   std::string(argv[1]) == "goodput" || std::string(argv[1]) == "pd" ||
+                   std::string(argv[1]) == "pd-tune")) {
     command = argv[1];
     --argc;
     ++argv;
@@ -192,6 +230,8 @@ int main(int argc, char** argv) {
   parse(argc, argv, a);
   if (command == "tune") return tune(a);
   if (command == "targets") return targets(a);
+  if (command == "pd") return pd(a);
+  if (command == "pd-tune") return pd_tune(a);
   if (command == "goodput") {
     if (!a.policies_set) a.policies = {"kvroute", "dynamo", "llmd"};
     return goodput(a);

@@ -92,6 +92,23 @@ TEST_CASE("booleans, enums and reloadability") {
   CHECK(e->find("router.port") != std::string::npos);
 }
 
+TEST_CASE("pd: policy is one of three names, thresholds reload") {
+  Config c;
+  REQUIRE_FALSE(apply_yaml(c, "pd:\n  policy: always\n  min_uncached_tokens: 64\n  prefill_busy_tokens: 8192\n"));
+  CHECK(c.pd.policy == "always");
+  CHECK(c.pd.min_uncached_tokens == 64);
+  CHECK(c.pd.prefill_busy_tokens == 8192);
+  auto e = apply_yaml(c, "pd:\n  policy: sometimes\n");
+  REQUIRE(e.has_value());
+  CHECK(e->find("pd.policy") != std::string::npos);
+  CHECK(c.pd.policy == "always");  // nothing applied
+  Config next = c;
+  next.pd.policy = "never";
+  next.pd.min_uncached_tokens = 1;
+  next.pd.prefill_busy_tokens = 0;
+  CHECK_FALSE(check_reload(c, next).has_value());
+}
+
 TEST_CASE("config/README.md documents every key") {
   std::ifstream in(KVROUTE_SOURCE_DIR "/config/README.md");
   REQUIRE(in.good());

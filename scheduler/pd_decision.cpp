@@ -1,0 +1,168 @@
+#include "scheduler/pd_decision.h"
+
+#include <algorithm>
+
+#include "common/prefix_cache.h"
+
+namespace kvroute {
+
+std::string_view to_string(PdReason r) {
+  switch (r) {
+    case PdReason::Disaggregated: return "disaggregated";
+    case PdReason::PolicyNever: return "policy_never";
+    case PdReason::NoDecodeWorker: return "no_decode_worker";
+    case PdReason::AggregatedWorker: return "aggregated_worker";
+    case PdReason::FewUncachedTokens: return "few_uncached_tokens";
+    case PdReason::NoPrefillWorker: return "no_prefill_worker";
+    case PdReason::PrefillPoolBusy: return "prefill_pool_busy";
+    case PdReason::MultipleConsumers: return "multiple_consumers";
+  }
+  return "no_decode_worker";
+}
+
+namespace {
+
+double cached_tokens_of(const Candidate& c, const PdRequest& r, const SchedulerConfig& cfg) {
+  return cached_prefix_tokens(tier_weighted_blocks(c.overlap_blocks, c.overlap_by_tier, cfg), r.isl_tokens,
+                              r.block_size);
+}
+
+// Step 1: the decode worker, by schedule()'s cost over the decode side among
+// the workers with KV headroom for what they would hold of the request.
+void choose_decode(const std::vector<Candidate>& candidates, const PdRequest& r, const SchedulerConfig& cfg,
+                   Random& random, PdDecision& d) {
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    const Candidate& c = candidates[i];
+    if (c.role == WorkerRole::Prefill) continue;
+    PdDecodeTerms t;
+    t.candidate = i;
+    t.cached_tokens = cached_tokens_of(c, r, cfg);
+    t.uncached_tokens = std::max(0.0, r.isl_tokens - t.cached_tokens);
+    if (c.load.kv_total_blocks > 0 && r.request_blocks > 0) {
+      // Blocks it already holds are shared with the request, not allocated again.
+      const auto held = static_cast<uint64_t>(t.cached_tokens) / std::max<uint32_t>(r.block_size, 1);
+      const int64_t needed = static_cast<int64_t>(r.request_blocks) - static_cast<int64_t>(held);
+      const int64_t free_blocks = static_cast<int64_t>(c.load.kv_total_blocks) -
+                                  static_cast<int64_t>(std::min(c.load.kv_active_blocks, c.load.kv_total_blocks));
+      t.kv_headroom_blocks = free_blocks - needed;
+    } else {
+      t.kv_headroom_blocks = -1;  // unknown: never left out for it
+    }
+    d.decode_terms.push_back(t);
+  }
+  if (d.decode_terms.empty()) return;
+  const bool someone_fits = std::any_of(d.decode_terms.begin(), d.decode_terms.end(), [](const PdDecodeTerms& t) {
+    return t.kv_headroom_blocks >= 0 || t.kv_headroom_blocks == -1;
+  });
+  std::vector<Candidate> side;
+  std::vector<size_t> side_terms;  // side index -> decode_terms index
+  for (size_t k = 0; k < d.decode_terms.size(); ++k) {
+    auto& t = d.decode_terms[k];
+    const Candidate& c = candidates[t.candidate];
+    const bool known = c.load.kv_total_blocks > 0 && r.request_blocks > 0;
+    t.lacks_headroom = someone_fits && known && t.kv_headroom_blocks < 0;
+    if (t.lacks_headroom) continue;
+    side.push_back(c);
+    side_terms.push_back(k);
+  }
+  Decision dec;
+  schedule(side, r.isl_tokens, r.block_size, cfg, random, 0, dec);
+  if (!dec.chosen && !cfg.reject_when_busy) {
+    schedule(side, r.isl_tokens, r.block_size, without_busy_limits(cfg), random, 0, dec);
+    d.decode_all_busy = dec.chosen.has_value();
+  } else if (!dec.chosen) {
+    d.decode_all_busy = true;
+  }
+  for (size_t s = 0; s < side.size(); ++s) d.decode_terms[side_terms[s]].score = dec.scores[s];
+  d.decode_alpha = dec.alpha;
+  if (!dec.chosen) return;
+  for (size_t s : dec.ranking) d.decode_ranking.push_back(d.decode_terms[side_terms[s]].candidate);
+  d.decode = d.decode_ranking.front();
+  for (const auto& t : d.decode_terms)
+    if (t.candidate == *d.decode) d.decode_uncached_tokens = t.uncached_tokens;
+}
+
+// Step 3's terms: every prefill worker priced by its predicted time to first
+// token for this request (cached prefix, queue, fitted model).
+void price_prefill(const std::vector<Candidate>& candidates, const PdRequest& r, const SchedulerConfig& cfg,
+                   PdDecision& d) {
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    const Candidate& c = candidates[i];
+    if (c.role != WorkerRole::Prefill) continue;
+    PdPrefillTerms t;
+    t.candidate = i;
+    t.excluded = exclusion_of(c.load, c.draining, cfg);
+    t.cached_tokens = cached_tokens_of(c, r, cfg);
+    t.new_tokens = std::max(0.0, r.isl_tokens - t.cached_tokens);
+    t.queued_tokens = c.pending_prefill_tokens;
+    t.queued_requests = c.pending_prefill_requests;
+    t.predicted_ttft_ms = predicted_ttft_ms(c, t.new_tokens);
+    d.prefill_terms.push_back(t);
+  }
+}
+
+// The prefill workers `admit` lets in, by predicted TTFT, random among equals.
+template <class Admit>
+std::vector<size_t> rank_prefill(const std::vector<Candidate>& candidates, const PdDecision& d, uint64_t draw,
+                                 Admit&& admit) {
+  struct Ranked {
+    double cost;
+    uint64_t tie;
+    size_t candidate;
+  };
+  std::vector<Ranked> order;
+  for (const auto& t : d.prefill_terms)
+    if (admit(t))
+      order.push_back({t.predicted_ttft_ms, tie_key(draw, candidates[t.candidate].owner.worker), t.candidate});
+  std::sort(order.begin(), order.end(),
+            [](const Ranked& a, const Ranked& b) { return a.cost != b.cost ? a.cost < b.cost : a.tie < b.tie; });
+  std::vector<size_t> out;
+  out.reserve(order.size());
+  for (const auto& o : order) out.push_back(o.candidate);
+  return out;
+}
+
+}  // namespace
+
+PdDecision decide_pd(const std::vector<Candidate>& candidates, const PdRequest& r, const SchedulerConfig& cfg,
+                     const PdConfig& pd, Random& random) {
+  PdDecision d;
+  choose_decode(candidates, r, cfg, random, d);
+  price_prefill(candidates, r, cfg, d);
+  if (!d.decode) {
+    d.reason = PdReason::NoDecodeWorker;
+    return d;
+  }
+  const bool conditional = pd.policy == "conditional";
+  auto aggregated = [&](PdReason why) {
+    d.reason = why;
+    return d;
+  };
+  if (candidates[*d.decode].role == WorkerRole::Both) return aggregated(PdReason::AggregatedWorker);
+  if (pd.policy == "never") return aggregated(PdReason::PolicyNever);
+  if (!r.single_consumer) return aggregated(PdReason::MultipleConsumers);
+  const bool any_prefill = std::any_of(d.prefill_terms.begin(), d.prefill_terms.end(),
+                                       [](const PdPrefillTerms& t) { return t.excluded != Exclusion::Draining; });
+  if (!any_prefill) return aggregated(PdReason::NoPrefillWorker);
+  if (conditional && d.decode_uncached_tokens < pd.min_uncached_tokens)
+    return aggregated(PdReason::FewUncachedTokens);
+
+  const uint64_t draw = random.below(~0ull);
+  auto ranking = rank_prefill(candidates, d, draw, [](const PdPrefillTerms& t) { return t.excluded == Exclusion::None; });
+  if (ranking.empty()) {
+    if (conditional) return aggregated(PdReason::PrefillPoolBusy);
+    // always: the busy prefill workers queue it (drained ones never take work).
+    ranking = rank_prefill(candidates, d, draw, [](const PdPrefillTerms& t) { return t.excluded != Exclusion::Draining; });
+    d.prefill_all_busy = true;
+  }
+  if (conditional && pd.prefill_busy_tokens > 0 &&
+      candidates[ranking.front()].pending_prefill_tokens >= pd.prefill_busy_tokens)
+    return aggregated(PdReason::PrefillPoolBusy);
+  d.disaggregate = true;
+  d.reason = PdReason::Disaggregated;
+  d.prefill_ranking = std::move(ranking);
+  d.prefill = d.prefill_ranking.front();
+  return d;
+}
+
+}  // namespace kvroute

@@ -1,0 +1,157 @@
+#include "sim/pd_policies.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "common/prefix_cache.h"
+
+namespace kvroute::sim {
+
+double transfer_ms(uint64_t tokens, double kv_bytes_per_token, double gbps) {
+  if (tokens == 0 || !(gbps > 0)) return 0;
+  return double(tokens) * kv_bytes_per_token * 8.0 / (gbps * 1e9) * 1000.0;
+}
+
+double chunked_prefill_ms(const mocker::EngineProfile& p, uint64_t new_tokens, uint64_t cached, uint32_t budget) {
+  double ms = 0;
+  const uint64_t b = std::max<uint32_t>(budget, 1);
+  while (new_tokens > 0) {
+    const uint64_t n = std::min(new_tokens, b);
+    ms += p.prefill_ms(n, cached);
+    cached += n;
+    new_tokens -= n;
+  }
+  return ms;
+}
+
+namespace {
+
+// Index of the lowest (better = less) or highest score, ties at random (reservoir sampling).
+template <class Better>
+size_t best_of(const std::vector<double>& score, std::mt19937_64& rng, Better better) {
+  size_t best = 0, ties = 0;
+  for (size_t i = 0; i < score.size(); ++i) {
+    if (i == 0 || better(score[i], score[best])) {
+      best = i;
+      ties = 1;
+    } else if (score[i] == score[best] && rng() % ++ties == 0) {
+      best = i;
+    }
+  }
+  return best;
+}
+size_t argmin(const std::vector<double>& s, std::mt19937_64& rng) {
+  return best_of(s, rng, [](double a, double b) { return a < b; });
+}
+size_t argmax(const std::vector<double>& s, std::mt19937_64& rng) {
+  return best_of(s, rng, [](double a, double b) { return a > b; });
+}
+
+// Prompt tokens an engine serves from its cache, as vLLM counts them (whole blocks, at most prompt - 1).
+uint64_t cached_on(const PdEngineView& e, const PdInput& in) {
+  return static_cast<uint64_t>(cached_prefix_tokens(e.overlap_blocks, in.prompt_tokens, in.block_size));
+}
+
+// llm-d's profile scorers: prefix-cache-scorer (matched blocks / request blocks)
+// weight 2 + queue-scorer ((max − waiting) / (max − min), 1 when all equal)
+// weight 1, on the scraped waiting queues; the highest sum wins.
+size_t llmd_pick(const std::vector<PdEngineView>& pool, uint32_t request_blocks, std::mt19937_64& rng) {
+  constexpr double kPrefixWeight = 2, kQueueWeight = 1;
+  uint32_t qmin = std::numeric_limits<uint32_t>::max(), qmax = 0;
+  for (const auto& e : pool) {
+    qmin = std::min(qmin, e.scraped.num_requests_waiting);
+    qmax = std::max(qmax, e.scraped.num_requests_waiting);
+  }
+  std::vector<double> score(pool.size());
+  for (size_t i = 0; i < pool.size(); ++i) {
+    const auto& e = pool[i];
+    const double prefix = request_blocks ? double(e.overlap_blocks) / double(request_blocks) : 0;
+    const double queue = qmax == qmin ? 1.0 : double(qmax - e.scraped.num_requests_waiting) / double(qmax - qmin);
+    score[i] = kPrefixWeight * prefix + kQueueWeight * queue;
+  }
+  return argmax(score, rng);
+}
+
+// kvroute_pd: one decode step on engine e with its in-flight requests and this one.
+double decode_step_ms(const PdEngineView& e, const PdInput& in) {
+  mocker::StepShape s;
+  s.decodes = e.inflight_requests + 1;
+  s.decode_context = e.inflight_context_tokens + in.prompt_tokens;
+  return in.profile->step_ms(s);
+}
+
+}  // namespace
+
+PdChoice pd_dynamo(const PdInput& in, std::mt19937_64& rng) {
+  constexpr double kEffIslThreshold = 2048, kEffIslRatioThreshold = 0.7;
+  constexpr double kPrefillLoadScale = 1.0, kOverlapScoreCredit = 1.0;
+  PdChoice c;
+  // Decode router: overlap credit forced to 0 and no prefill tracking, so the
+  // prefill term is the same for every worker; the potential active blocks decide.
+  std::vector<double> dlogit(in.decode.size());
+  for (size_t i = 0; i < in.decode.size(); ++i) dlogit[i] = in.decode[i].dynamo_active_blocks;
+  c.decode = argmin(dlogit, rng);
+  // Conditional disaggregation (isl_bounding) on the peeked decode worker's overlap.
+  const double isl = in.prompt_tokens;
+  const double eff_isl = std::max(0.0, isl - double(in.decode[c.decode].overlap_blocks) * in.block_size);
+  const double ratio = eff_isl / std::max(isl, 1.0);
+  if (eff_isl < kEffIslThreshold && ratio < kEffIslRatioThreshold) return c;  // bypass: aggregated
+  c.disaggregate = true;
+  // Prefill router: tracked in-flight prefill tokens, no active blocks.
+  std::vector<double> plogit(in.prefill.size());
+  for (size_t i = 0; i < in.prefill.size(); ++i) {
+    const auto& e = in.prefill[i];
+    const double raw = double(e.inflight_prefill_tokens + in.prompt_tokens) / in.block_size;
+    plogit[i] = kPrefillLoadScale * std::max(0.0, raw - kOverlapScoreCredit * e.overlap_blocks);
+  }
+  c.prefill = argmin(plogit, rng);
+  return c;
+}
+
+PdChoice pd_llmd(const PdInput& in, std::mt19937_64& rng, uint32_t non_cached_tokens) {
+  PdChoice c;
+  c.decode = llmd_pick(in.decode, in.request_blocks, rng);
+  // prefix_based_pd_decider.go: 0 disables; short prompts stay on decode.
+  if (non_cached_tokens == 0 || in.prompt_tokens < non_cached_tokens) return c;
+  const uint64_t hit = uint64_t{in.decode[c.decode].overlap_blocks} * in.block_size;
+  if (in.prompt_tokens < hit + non_cached_tokens) return c;
+  c.disaggregate = true;
+  c.prefill = llmd_pick(in.prefill, in.request_blocks, rng);
+  return c;
+}
+
+PdChoice pd_kvroute(const PdInput& in, const KvroutePdParams& k, std::mt19937_64& rng) {
+  PdChoice c;
+  const auto& prof = *in.profile;
+  // Decode: predicted ms to its first token there, were it disaggregated: its
+  // pending (aggregated) prefills, the transfer of what it lacks, one step with its batch.
+  std::vector<double> dcost(in.decode.size());
+  for (size_t i = 0; i < in.decode.size(); ++i) {
+    const auto& e = in.decode[i];
+    const uint64_t lacking = in.prompt_tokens - cached_on(e, in);
+    dcost[i] = e.queue_ms + transfer_ms(lacking, in.kv_bytes_per_token, in.link_gbps) + decode_step_ms(e, in);
+  }
+  c.decode = argmin(dcost, rng);
+  const auto& d = in.decode[c.decode];
+  const uint64_t d_cached = cached_on(d, in), d_uncached = in.prompt_tokens - d_cached;
+  if (double(d_uncached) < k.min_uncached_tokens) return c;  // few tokens to compute: aggregated
+  // Prefill: its predicted queue + the prefill of what it does not hold.
+  std::vector<double> pcost(in.prefill.size());
+  for (size_t i = 0; i < in.prefill.size(); ++i) {
+    const auto& e = in.prefill[i];
+    const uint64_t cached = cached_on(e, in);
+    pcost[i] = e.queue_ms + chunked_prefill_ms(prof, in.prompt_tokens - cached, cached, in.max_batched_tokens);
+  }
+  c.prefill = argmin(pcost, rng);
+  const auto& p = in.prefill[c.prefill];
+  if (p.queue_ms > k.prefill_busy_ms) {
+    // The prefill pool is busy: aggregated when that is predicted faster.
+    const double agg = d.queue_ms + chunked_prefill_ms(prof, d_uncached, d_cached, in.max_batched_tokens);
+    if (agg < pcost[c.prefill] + dcost[c.decode] - d.queue_ms) return c;
+  }
+  c.disaggregate = true;
+  return c;
+}
+
+}  // namespace kvroute::sim

@@ -4,14 +4,16 @@ not, with prefix-aware routing (x-kvroute-cached-tokens rises on a repeated
 prefix), errors kvroute makes in each API's own shape (before routing, no
 worker, a worker failing mid-stream), previous_response_id affinity, and the
 passthrough routes (/tokenize, /detokenize, /v1/rerank, /v1/score,
-/v1/messages/count_tokens) routed by model. Real nats-server, mockers and
-kvroute on loopback.
+/v1/messages/count_tokens) routed by model, and the README's curl examples
+("APIs served"). Real nats-server, mockers and kvroute on loopback.
 
 Run: python3 tests/integration/test_agent_apis.py --build-dir build
 """
 import http.client
 import json
 import os
+import re
+import subprocess
 import sys
 import tempfile
 import threading
@@ -22,6 +24,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from fleet import run_unittest_main, start_fleet, wait_until  # noqa: E402
 
 BUILD_DIR = "build"
+README = os.path.join(os.path.dirname(__file__), "..", "..", "README.md")
 MODEL = "mock-model"
 PREFIX = "System: you plan trips across the alps by train and explain each change of trains. " * 20
 
@@ -247,6 +250,27 @@ class AgentApis(unittest.TestCase):
         status, _, r = self.post("/v1/messages/count_tokens", {"messages": []})
         self.assertEqual(status, 400)
         self.assertEqual(r["type"], "error")
+
+
+    # ---- the README's examples
+
+    def test_readme_curl_examples_answer(self):
+        text = open(README).read()
+        section = text.split("## APIs served", 1)[1].split("\n## ", 1)[0]
+        block = re.search(r"```sh\n(.*?)```", section, re.S).group(1)
+        commands = [c.strip() for c in block.replace("\\\n", " ").splitlines() if c.strip()]
+        paths = set()
+        for cmd in commands:
+            self.assertTrue(cmd.startswith("curl -fsS"), cmd)
+            paths.add(re.search(r"localhost:8080(\S+)", cmd).group(1))
+            run = cmd.replace("localhost:8080", f"127.0.0.1:{self.f.router_port}")
+            r = subprocess.run(["bash", "-c", run], capture_output=True, timeout=30)
+            self.assertEqual(r.returncode, 0, f"{cmd}: {r.stderr.decode()}")
+            self.assertTrue(r.stdout, cmd)
+        for route in ("/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/messages",
+                      "/v1/messages/count_tokens", "/v1/embeddings", "/v1/rerank", "/v1/score", "/tokenize",
+                      "/detokenize", "/v1/models"):
+            self.assertIn(route, paths)
 
 
 class MidStreamFailure(unittest.TestCase):

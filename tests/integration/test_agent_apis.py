@@ -274,7 +274,8 @@ class AgentApis(unittest.TestCase):
 
 
 class MidStreamFailure(unittest.TestCase):
-    """A worker that dies mid-stream: each API's own error event ends the stream."""
+    """A worker that dies mid-stream: each API's own error event ends the
+    stream; then, no worker left, kvroute's 503 in the API's shape."""
 
     def run_cut(self, path, body):
         with tempfile.TemporaryDirectory(prefix="kvroute-agent-cut-") as tmp:
@@ -289,13 +290,18 @@ class MidStreamFailure(unittest.TestCase):
                 status, _, events = sse_request(f.router_port, path, body, on_event=on_event)
                 self.assertTrue(killed.is_set())
                 self.assertEqual(status, 200)
-                return events
+                # With its only worker gone, the next request is kvroute's 503, in the route's shape.
+                status, headers, error = sse_request(f.router_port, path, dict(body, stream=False))
+                self.assertEqual(status, 503)
+                self.assertEqual(headers.get("retry-after"), "1")
+                return events, error
             finally:
                 f.close()
 
     def test_responses_stream_ends_with_an_error_event(self):
-        events = self.run_cut("/v1/responses", {"model": MODEL, "input": "long", "max_output_tokens": 100000,
-                                                "stream": True})
+        events, error = self.run_cut("/v1/responses", {"model": MODEL, "input": "long",
+                                                       "max_output_tokens": 100000, "stream": True})
+        self.assertEqual(error["error"]["type"], "service_unavailable")
         name, data = events[-1]
         self.assertEqual(name, "error")
         self.assertEqual(data["type"], "error")
@@ -303,8 +309,10 @@ class MidStreamFailure(unittest.TestCase):
         self.assertIn("message", data)
 
     def test_messages_stream_ends_with_an_error_event(self):
-        events = self.run_cut("/v1/messages", {"model": MODEL, "max_tokens": 100000, "stream": True,
-                                               "messages": [{"role": "user", "content": "long"}]})
+        events, error = self.run_cut("/v1/messages", {"model": MODEL, "max_tokens": 100000, "stream": True,
+                                                      "messages": [{"role": "user", "content": "long"}]})
+        self.assertEqual(error, {"type": "error", "error": {"type": "overloaded_error",
+                                                            "message": error["error"]["message"]}})
         name, data = events[-1]
         self.assertEqual(name, "error")
         self.assertEqual(data, {"type": "error", "error": {"type": "api_error", "message": data["error"]["message"]}})

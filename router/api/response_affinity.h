@@ -7,7 +7,7 @@
 // response must go to the worker that produced it: kvroute remembers, for
 // each response a worker answered, the response's id (the `id` of a
 // non-streamed answer, the `response.id` of a stream's `response.created`
-// event; ResponseIdScanner) and the worker, and puts that worker first for a
+// event; ResponseIdScanner, response_id.h) and the worker, and puts that worker first for a
 // request naming the id (ResponseAffinity::pin).
 //
 // Bounded: at most `max_ids` ids (65,536 by default), least recently used
@@ -15,8 +15,8 @@
 // id, or one whose worker has left the model's candidates, is routed as any
 // request (and the worker it reaches answers 404 unless it holds the id).
 //
-// Threading: ResponseAffinity is thread-safe (one mutex, O(1) per call plus
-// a scan of the candidates); a ResponseIdScanner belongs to one exchange.
+// Threading: thread-safe (one mutex, O(1) per call plus a scan of the
+// candidates).
 #pragma once
 
 #include <cstddef>
@@ -27,13 +27,14 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "router/api/response_id.h"
 #include "router/routing.h"
 
 namespace kvroute {
 
 class ResponseAffinity {
  public:
-  static constexpr size_t kMaxIdBytes = 256;
+  static constexpr size_t kMaxIdBytes = ResponseIdScanner::kMaxIdBytes;
 
   explicit ResponseAffinity(size_t max_ids = 65536) : max_(max_ids ? max_ids : 1) {}
 
@@ -66,28 +67,5 @@ class ResponseAffinity {
 };
 
 std::string_view to_string(ResponseAffinity::Pin p);
-
-// Finds a Responses answer's id in the first bytes of its body, fed piece by
-// piece as they are relayed: the top-level `id` of a JSON body (its first key,
-// as vLLM and OpenAI write it), or in an SSE stream the `response` object's
-// `id` (its first key) in the first event (`response.created`). Looks at the
-// first kMaxScanBytes only, and keeps at most that many.
-class ResponseIdScanner {
- public:
-  static constexpr size_t kMaxScanBytes = 8192;
-  explicit ResponseIdScanner(bool stream) : stream_(stream) {}
-  // False once the id is found or the scan gave up: nothing more to feed.
-  bool wants_more() const { return !done_; }
-  void feed(std::string_view bytes);
-  // The id, once found.
-  const std::optional<std::string>& id() const { return id_; }
-
- private:
-  void scan();
-  bool stream_;
-  bool done_ = false;
-  std::string head_;
-  std::optional<std::string> id_;
-};
 
 }  // namespace kvroute

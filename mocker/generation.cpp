@@ -103,15 +103,29 @@ awaitable<bool> MockerServer::Impl::tokenize(beast::tcp_stream& s, const http::r
 }
 
 std::optional<MockerServer::Impl::Reject> MockerServer::Impl::parse_generation(
-    const http::request<http::string_body>& req, ApiKind kind, ParsedRequest& parsed, GenParams& gen,
-    bool& lora) const {
+    const http::request<http::string_body>& req, ApiKind kind, ParsedRequest& parsed, std::string& chat_body,
+    GenParams& gen, bool& lora) const {
   ApiError err;
   std::string gerr;
-  if (!parse_openai_request(kind, req.body(), parsed, err)) return Reject{http::status::bad_request, err};
+  if (!parse_api_request(kind, req.body(), parsed, chat_body, err)) return Reject{http::status::bad_request, err};
   if (!parse_gen_params(req.body(), gen, gerr)) {
     if (gerr.empty()) gerr = "the request body is not a JSON object";
     return Reject{http::status::bad_request, ApiError{400, gerr, "invalid_request_error", "max_tokens", ""}};
   }
+  // Responses' max_output_tokens and Messages' max_tokens, as their parsers read them.
+  if (parsed.max_tokens) {
+    if (*parsed.max_tokens > 1000000)
+      return Reject{http::status::bad_request,
+                    ApiError{400, "the output token limit must be in [1, 1000000]", "invalid_request_error",
+                             kind == ApiKind::Responses ? "max_output_tokens" : "max_tokens", ""}};
+    gen.max_tokens = static_cast<uint32_t>(*parsed.max_tokens);
+  }
+  // As vLLM (responses/serving.py create_responses): a response it does not
+  // hold is 404 invalid_request_error.
+  if (!parsed.previous_response_id.empty() && !stores_response(parsed.previous_response_id))
+    return Reject{http::status::not_found,
+                  ApiError{404, fmt::format("Response with id '{}' not found.", parsed.previous_response_id),
+                           "invalid_request_error", "", ""}};
   lora = std::find(opts.lora_modules.begin(), opts.lora_modules.end(), parsed.model) != opts.lora_modules.end();
   if (parsed.model != opts.model && !lora)
     return Reject{http::status::not_found, ApiError{404, fmt::format("The model `{}` does not exist.", parsed.model),
@@ -188,29 +202,47 @@ static void watch_client(tcp::socket& sock, const std::shared_ptr<Pending>& p) {
   });
 }
 
-// One generation's answer as it is written: ids, counts, the SSE framing.
+// One generation's answer as it is written: ids, counts, the SSE framing, and
+// the shapes of each API (chat and completions; the Responses API as OpenAI
+// and vllm/entrypoints/openai/responses/serving.py write it; the Messages API
+// as Anthropic and vllm/entrypoints/anthropic/serving.py write it).
 struct MockerServer::Impl::Reply {
-  // `base_id`: the id after "cmpl-"/"chatcmpl-" (vLLM's X-Request-Id); empty = "WORKER-N".
-  Reply(const ParsedRequest& parsed, const GenParams& gen, uint64_t id, uint64_t worker_id, bool chat, bool keep,
+  // `base_id`: the id after the API's prefix (vLLM's X-Request-Id, for a PD
+  // role); empty = "WORKER-N".
+  Reply(const ParsedRequest& parsed, const GenParams& gen, uint64_t id, uint64_t worker_id, ApiKind api, bool keep,
         unsigned version, uint32_t prompt_len, std::string_view base_id = {})
-      : parsed(parsed), gen(gen), id(id), chat(chat), keep(keep), version(version), prompt_len(prompt_len),
-        rid(base_id.empty() ? fmt::format("{}-{}-{}", chat ? "chatcmpl" : "cmpl", worker_id, id)
-                            : fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", base_id)),
+      : parsed(parsed), gen(gen), id(id), api(api), chat(api == ApiKind::ChatCompletions), keep(keep),
+        version(version), prompt_len(prompt_len),
+        rid(base_id.empty() ? fmt::format("{}{}-{}", id_prefix(api), worker_id, id)
+                            : fmt::format("{}{}", id_prefix(api), base_id)),
+        item_id(fmt::format("msg_{}-{}", worker_id, id)),
         created(std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
                     .count()),
         model(json_escape(parsed.model)),  // the base model or the LoRA adapter asked for
         head{http::status::ok, version}, sr{head} {}
 
+  static std::string_view id_prefix(ApiKind api) {
+    switch (api) {
+      case ApiKind::ChatCompletions: return "chatcmpl-";
+      case ApiKind::Responses: return "resp_";
+      case ApiKind::Messages: return "msg_";
+      default: return "cmpl-";
+    }
+  }
+
   const ParsedRequest& parsed;
   const GenParams& gen;
   const uint64_t id;
+  const ApiKind api;
   const bool chat, keep;
   const unsigned version;
   const uint32_t prompt_len;
   const std::string rid;
+  const std::string item_id;  // the Responses output message's id
   const int64_t created;
   const std::string model;
   uint32_t generated = 0, cached = 0;
+  uint64_t sequence = 0;  // the Responses stream's sequence_number
   std::string text;
   std::string extra;  // more top-level fields of a non-streamed body (",\"kv_transfer_params\":{...}")
   bool header_sent = false;
@@ -238,6 +270,114 @@ struct MockerServer::Impl::Reply {
     std::string frame = "data: " + payload + "\n\n";
     co_await asio::async_write(s, http::make_chunk(asio::buffer(frame)), nothrow(ec));
     co_return !ec;
+  }
+  // A named SSE event (the Responses and Messages streams).
+  awaitable<bool> write_event(beast::tcp_stream& s, std::string_view type, std::string payload) {
+    std::string frame = fmt::format("event: {}\ndata: {}\n\n", type, payload);
+    co_await asio::async_write(s, http::make_chunk(asio::buffer(frame)), nothrow(ec));
+    co_return !ec;
+  }
+
+  // ---- Responses API. The mocker always generates max_output_tokens tokens:
+  // the response is `incomplete` (reason max_output_tokens), as vLLM marks a
+  // generation that stopped at its length limit.
+  std::string responses_usage() const {
+    return fmt::format(
+        R"({{"input_tokens":{},"input_tokens_details":{{"cached_tokens":{}}},"output_tokens":{},"output_tokens_details":{{"reasoning_tokens":0}},"total_tokens":{}}})",
+        prompt_len, cached, generated, prompt_len + generated);
+  }
+  std::string output_text_part(std::string_view t) const {
+    return fmt::format(R"({{"type":"output_text","text":"{}","annotations":[]}})", json_escape(t));
+  }
+  std::string output_message(bool done) const {
+    return fmt::format(R"({{"id":"{}","type":"message","status":"{}","role":"assistant","content":[{}]}})", item_id,
+                       done ? "completed" : "in_progress", done ? output_text_part(text) : std::string());
+  }
+  std::string response_json(bool done) const {
+    const std::string prev =
+        parsed.previous_response_id.empty() ? "null" : "\"" + json_escape(parsed.previous_response_id) + "\"";
+    return fmt::format(
+        R"({{"id":"{}","object":"response","created_at":{},"status":"{}","error":null,"incomplete_details":{},"model":"{}","output":[{}],"parallel_tool_calls":true,"previous_response_id":{},"tool_choice":"auto","tools":[],"max_output_tokens":{},"usage":{},"metadata":{{}}}})",
+        rid, created, done ? "incomplete" : "in_progress", done ? R"({"reason":"max_output_tokens"})" : "null", model,
+        done ? output_message(true) : std::string(), prev, gen.max_tokens, done ? responses_usage() : "null");
+  }
+  // A Responses stream event: its type and sequence_number, then `fields`.
+  awaitable<bool> responses_event(beast::tcp_stream& s, std::string_view type, std::string fields) {
+    co_return co_await write_event(
+        s, type, fmt::format(R"({{"type":"{}","sequence_number":{},{}}})", type, sequence++, fields));
+  }
+  std::string item_fields() const {
+    return fmt::format(R"("item_id":"{}","output_index":0,"content_index":0)", item_id);
+  }
+
+  // ---- Messages API. input_tokens counts the prompt tokens not read from the
+  // cache, as Anthropic's usage does (cache_read_input_tokens the rest).
+  std::string messages_usage(bool done) const {
+    return fmt::format(
+        R"({{"input_tokens":{},"output_tokens":{},"cache_read_input_tokens":{},"cache_creation_input_tokens":0}})",
+        prompt_len - cached, done ? generated : 0, cached);
+  }
+  std::string message_json(bool done) const {
+    return fmt::format(
+        R"({{"id":"{}","type":"message","role":"assistant","model":"{}","content":[{}],"stop_reason":{},"stop_sequence":null,"usage":{}}})",
+        rid, model, done ? fmt::format(R"({{"type":"text","text":"{}"}})", json_escape(text)) : std::string(),
+        done ? "\"max_tokens\"" : "null", messages_usage(done));
+  }
+
+  // The stream's opening events, before its first token.
+  awaitable<bool> open_stream(beast::tcp_stream& s) {
+    if (chat)
+      co_return co_await write_chunk(s, fmt::format(
+          R"({{"id":"{}","object":"chat.completion.chunk","created":{},"model":"{}","choices":[{{"index":0,"delta":{{"role":"assistant","content":""}},"logprobs":null,"finish_reason":null}}]}})",
+          rid, created, model));
+    if (api == ApiKind::Responses) {
+      co_return co_await responses_event(s, "response.created", R"("response":)" + response_json(false)) &&
+          co_await responses_event(s, "response.in_progress", R"("response":)" + response_json(false)) &&
+          co_await responses_event(s, "response.output_item.added",
+                                   R"("output_index":0,"item":)" + output_message(false)) &&
+          co_await responses_event(s, "response.content_part.added",
+                                   item_fields() + R"(,"part":)" + output_text_part(""));
+    }
+    if (api == ApiKind::Messages) {
+      co_return co_await write_event(s, "message_start",
+                                     R"({"type":"message_start","message":)" + message_json(false) + "}") &&
+          co_await write_event(s, "content_block_start",
+                               R"({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}})");
+    }
+    co_return true;
+  }
+  // One token's piece of the stream.
+  awaitable<bool> stream_piece(beast::tcp_stream& s, std::string_view piece) {
+    if (api == ApiKind::Responses)
+      co_return co_await responses_event(
+          s, "response.output_text.delta",
+          fmt::format(R"({},"delta":"{}","logprobs":[])", item_fields(), json_escape(piece)));
+    if (api == ApiKind::Messages)
+      co_return co_await write_event(
+          s, "content_block_delta",
+          fmt::format(R"({{"type":"content_block_delta","index":0,"delta":{{"type":"text_delta","text":"{}"}}}})",
+                      json_escape(piece)));
+    co_return co_await write_chunk(s, chunk_json(piece, nullptr));
+  }
+  // The Responses and Messages streams' closing events (vLLM sends
+  // response.completed with the final response whatever its status).
+  awaitable<bool> close_event_stream(beast::tcp_stream& s) {
+    if (api == ApiKind::Responses)
+      co_return co_await responses_event(s, "response.output_text.done",
+                                         fmt::format(R"({},"text":"{}","logprobs":[])", item_fields(),
+                                                     json_escape(text))) &&
+          co_await responses_event(s, "response.content_part.done",
+                                   item_fields() + R"(,"part":)" + output_text_part(text)) &&
+          co_await responses_event(s, "response.output_item.done",
+                                   R"("output_index":0,"item":)" + output_message(true)) &&
+          co_await responses_event(s, "response.completed", R"("response":)" + response_json(true));
+    co_return co_await write_event(s, "content_block_stop", R"({"type":"content_block_stop","index":0})") &&
+        co_await write_event(
+            s, "message_delta",
+            fmt::format(
+                R"({{"type":"message_delta","delta":{{"stop_reason":"max_tokens","stop_sequence":null}},"usage":{}}})",
+                messages_usage(true))) &&
+        co_await write_event(s, "message_stop", R"({"type":"message_stop"})");
   }
 };
 
@@ -271,14 +411,9 @@ awaitable<bool> MockerServer::Impl::relay_tokens(beast::tcp_stream& s, Pending& 
       co_await http::async_write_header(s, r.sr, nothrow(r.ec));
       r.header_sent = true;
       if (r.ec) break;
-      if (r.chat) {
-        ok = co_await r.write_chunk(s, fmt::format(
-            R"({{"id":"{}","object":"chat.completion.chunk","created":{},"model":"{}","choices":[{{"index":0,"delta":{{"role":"assistant","content":""}},"logprobs":null,"finish_reason":null}}]}})",
-            r.rid, r.created, r.model));
-        if (!ok) break;
-      }
+      if (!(ok = co_await r.open_stream(s))) break;
     }
-    ok = co_await r.write_chunk(s, r.chunk_json(piece, nullptr));
+    ok = co_await r.stream_piece(s, piece);
   }
   co_return false;
 }
@@ -286,6 +421,19 @@ awaitable<bool> MockerServer::Impl::relay_tokens(beast::tcp_stream& s, Pending& 
 // The end of a finished generation: the whole answer, or the stream's last
 // chunks. Returns whether the connection goes on.
 awaitable<bool> MockerServer::Impl::finish_reply(beast::tcp_stream& s, Reply& r) {
+  if (r.api == ApiKind::Responses) {
+    stored_responses.push_back(r.rid);  // vLLM stores it once it is complete
+    if (stored_responses.size() > kStoredResponses) stored_responses.pop_front();
+  }
+  if (r.api == ApiKind::Responses || r.api == ApiKind::Messages) {
+    if (!r.parsed.stream) {
+      std::string body = r.api == ApiKind::Responses ? r.response_json(true) : r.message_json(true);
+      co_return co_await respond(s, r.version, r.keep, http::status::ok, std::move(body));
+    }
+    if (!co_await r.close_event_stream(s)) co_return false;
+    co_await asio::async_write(s, http::make_chunk_last(), nothrow(r.ec));
+    co_return !r.ec && r.keep;
+  }
   if (!r.parsed.stream) {
     // One choice per prompt of a batch and per `n` (the same text), index
     // ordered as vLLM's (prompt-major), so a router's n > 1 and batched
@@ -319,9 +467,10 @@ awaitable<bool> MockerServer::Impl::generate(beast::tcp_stream& s, const http::r
   const unsigned v = req.version();
   ++requests_total;
   ParsedRequest parsed;
+  std::string chat_body;
   GenParams gen;
   bool lora = false;
-  auto reject = parse_generation(req, kind, parsed, gen, lora);
+  auto reject = parse_generation(req, kind, parsed, chat_body, gen, lora);
   {
     // Classified even when refused already: a refused decode leg still frees its transfer (below).
     auto pd_reject = classify_pd(req, gen);
@@ -354,7 +503,7 @@ awaitable<bool> MockerServer::Impl::generate(beast::tcp_stream& s, const http::r
     // (_with_kv_transfer_rejection_cleanup, vllm/entrypoints/generate/base/serving.py).
     if (gen.leg == PdLeg::NixlDecode && !pulled) nixl_notify_free(gen);
     // Bodies are built before co_await: GCC 12 mishandles temporaries in co_await expressions.
-    std::string body = error_body(reject->error);
+    std::string body = api_error_body(kind, reject->error);
     co_return co_await respond(s, v, keep, reject->status, std::move(body));
   }
   auto p = std::make_shared<Pending>(ioc.get_executor());
@@ -364,7 +513,7 @@ awaitable<bool> MockerServer::Impl::generate(beast::tcp_stream& s, const http::r
 
   // A PD-role worker names its answer after X-Request-Id as vLLM does (cmpl-{X-Request-Id}), so
   // a test can tell that both legs of a request carried one id.
-  Reply r(parsed, gen, id, opts.worker_id, kind == ApiKind::ChatCompletions, keep, v,
+  Reply r(parsed, gen, id, opts.worker_id, kind, keep, v,
           static_cast<uint32_t>(prep.tokens.size()), gen.request_id_header);
   const bool finished = co_await relay_tokens(s, *p, r);
   pending.erase(id);

@@ -53,6 +53,10 @@ awaitable<void> MockerServer::Impl::session(tcp::socket socket, bool side) {
       again = co_await generate(stream, req, ApiKind::Completions);
     } else if (req.method() == http::verb::post && target == "/v1/chat/completions") {
       again = co_await generate(stream, req, ApiKind::ChatCompletions);
+    } else if (req.method() == http::verb::post && target == "/v1/responses") {
+      again = co_await generate(stream, req, ApiKind::Responses);
+    } else if (req.method() == http::verb::post && target == "/v1/messages") {
+      again = co_await generate(stream, req, ApiKind::Messages);
     } else if (req.method() == http::verb::post && target == "/v1/embeddings") {
       // vLLM's /v1/embeddings, simulated: one small deterministic vector per input, from its first prompt's tokens.
       ParsedRequest parsed;
@@ -77,6 +81,9 @@ awaitable<void> MockerServer::Impl::session(tcp::socket socket, bool side) {
                                std::move(body));
     } else if (req.method() == http::verb::post && target == "/tokenize") {
       again = co_await tokenize(stream, req);
+    } else if (const auto api = api_of_path(target); api && is_passthrough(*api) && *api != ApiKind::Tokenize &&
+                                                      req.method() == http::verb::post) {
+      again = co_await passthrough(stream, req, *api);
     } else if (target == "/mocker/tokenize" && req.method() == http::verb::post) {
       simdjson::dom::parser p;
       std::string_view mode;

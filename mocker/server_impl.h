@@ -40,6 +40,7 @@
 #include "events/vllm_wire.h"
 #include "events/wire.h"
 #include "mocker/vllm_publisher.h"
+#include "router/api/api_routes.h"
 #include "router/openai_request.h"
 #include "tokenizer/request_tokens.h"
 
@@ -205,6 +206,14 @@ struct MockerServer::Impl {
   // "reject" answers 400, "error" 500, "hang" accepts and never answers.
   std::string tokenize_mode = "ok";
   uint64_t tokenize_total = 0;  // POST /tokenize requests received
+  // Ids of the Responses this worker produced, newest last (at most
+  // kStoredResponses), as vLLM's in-memory response store holds them: a
+  // previous_response_id not among them is answered 404 as vLLM answers it.
+  static constexpr size_t kStoredResponses = 4096;
+  std::deque<std::string> stored_responses;
+  bool stores_response(std::string_view id) const {
+    return std::find(stored_responses.begin(), stored_responses.end(), id) != stored_responses.end();
+  }
   // This process's instance id (new at each start) and the resync
   // snapshot being served in chunks (one at a time; a newer one replaces it).
   const uint64_t instance_id = std::random_device{}() | (uint64_t{std::random_device{}()} << 32) | 1;
@@ -243,8 +252,10 @@ struct MockerServer::Impl {
     http::status status;
     ApiError error;
   };
+  // `chat_body`: what a Responses or Messages body converts into (parsed.body views it).
   std::optional<Reject> parse_generation(const http::request<http::string_body>& req, ApiKind kind,
-                                         ParsedRequest& parsed, GenParams& gen, bool& lora) const;
+                                         ParsedRequest& parsed, std::string& chat_body, GenParams& gen,
+                                         bool& lora) const;
   // Tokenizes the request and picks its rank.
   std::optional<Reject> prepare_generation(const http::request<http::string_body>& req, const ParsedRequest& parsed,
                                            const GenParams& gen, bool lora, Prepared& out);
@@ -254,6 +265,8 @@ struct MockerServer::Impl {
   awaitable<bool> relay_tokens(beast::tcp_stream& s, Pending& p, Reply& r);
   awaitable<bool> finish_reply(beast::tcp_stream& s, Reply& r);
   awaitable<bool> tokenize(beast::tcp_stream& s, const http::request<http::string_body>& req);
+  // POST /detokenize, /v1/rerank, /v1/score, /v1/messages/count_tokens (passthrough.cpp).
+  awaitable<bool> passthrough(beast::tcp_stream& s, const http::request<http::string_body>& req, ApiKind kind);
   bool serves(std::string_view model) const {
     return model == opts.model ||
            std::find(opts.lora_modules.begin(), opts.lora_modules.end(), model) != opts.lora_modules.end();

@@ -14,9 +14,25 @@
 
 namespace kvroute {
 
-// Embeddings are tokenized and routed as completions are (ParsedRequest::kind
-// is Completions for them): their `input` is parsed like a completion prompt.
-enum class ApiKind : uint8_t { Completions, ChatCompletions, Embeddings };
+// The APIs kvroute proxies. Embeddings are tokenized and routed as
+// completions are (ParsedRequest::kind is Completions for them): their `input`
+// is parsed like a completion prompt. The others name a route only (a parsed
+// request's kind is one of the first three): Responses and Messages are parsed
+// into a ChatCompletions request (router/api/), the passthrough routes
+// (Rerank ... CountTokens) are routed by model and load alone
+// (router/api/api_routes.h).
+enum class ApiKind : uint8_t {
+  Completions,
+  ChatCompletions,
+  Embeddings,
+  Responses,    // POST /v1/responses (OpenAI Responses API)
+  Messages,     // POST /v1/messages (Anthropic Messages API)
+  Rerank,       // POST /v1/rerank
+  Score,        // POST /v1/score
+  Tokenize,     // POST /tokenize
+  Detokenize,   // POST /detokenize
+  CountTokens,  // POST /v1/messages/count_tokens (Anthropic)
+};
 
 // A request error as the client sees it: HTTP status and OpenAI error fields.
 struct ApiError {

@@ -62,6 +62,11 @@ struct RouterMetrics {
         engine_tokenize_cache_total(r.counter("kvroute_router_engine_tokenize_cache_total",
                                               "Lookups in the cache of /tokenize answers by result (hit, miss)",
                                               {"result"})),
+        previous_response_total(r.counter(
+            "kvroute_router_previous_response_total",
+            "Responses API requests naming a previous_response_id, by result (pinned: sent to the worker that "
+            "produced it; unknown: an id kvroute does not remember; worker_gone: its worker is no candidate now)",
+            {"result"})),
         // gauges
         inflight_requests(r.gauge("kvroute_router_inflight_requests", "Requests being handled")),
         queued_requests(r.gauge("kvroute_router_queued_requests", "Requests waiting for a free worker")),
@@ -115,6 +120,7 @@ struct RouterMetrics {
   metrics::CounterFamily& tokenized_requests_total;
   metrics::CounterFamily& engine_tokenize_total;
   metrics::CounterFamily& engine_tokenize_cache_total;
+  metrics::CounterFamily& previous_response_total;
   metrics::GaugeFamily& inflight_requests;
   metrics::GaugeFamily& queued_requests;
   metrics::GaugeFamily& connections;

@@ -4,8 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 KVROUTE_TEST_PACKAGES=1 bash scripts/setup.sh
-# The official OpenAI SDK for the client tests (npm registry, install time only).
-if [ ! -d tests/integration/node/node_modules/openai ]; then
+# The official OpenAI and Anthropic SDKs for the client tests (npm registry, install time only).
+if [ ! -d tests/integration/node/node_modules/openai ] || [ ! -d tests/integration/node/node_modules/@anthropic-ai/sdk ]; then
   command -v npm >/dev/null || { apt-get install -y -qq nodejs npm >/dev/null; }
   (cd tests/integration/node && npm ci --no-audit --no-fund --loglevel=error)
 fi

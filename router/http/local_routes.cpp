@@ -9,15 +9,14 @@
 #include <malloc.h>
 
 #include "common/json_escape.h"
+#include "router/api/api_routes.h"
 #include "router/http/proxy.h"
 #include "router/kv_lookup.h"
 
 namespace kvroute {
 
 std::string_view route_label(std::string_view target) {
-  if (target == "/v1/chat/completions") return "chat_completions";
-  if (target == "/v1/completions") return "completions";
-  if (target == "/v1/embeddings") return "embeddings";
+  if (const auto api = api_of_path(target)) return api_label(*api);
   if (target == "/v1/models" || target.starts_with("/v1/models/")) return "models";
   if (target == "/health") return "health";
   if (target == "/ready") return "ready";

@@ -15,7 +15,9 @@
 #include <span>
 
 #include "common/log.h"
+#include "router/api/api_routes.h"
 #include "router/proxy_policy.h"
+#include "router/http/response_pin.h"
 #include "router/http/upstream.h"
 
 namespace kvroute {
@@ -23,22 +25,6 @@ namespace kvroute {
 // The phases and the Exchange they share: a named namespace (not an anonymous
 // one) because the coroutine frames of the public functions hold these types.
 namespace phases {
-
-std::string_view api_path(ApiKind kind) {
-  switch (kind) {
-    case ApiKind::ChatCompletions: return "/v1/chat/completions";
-    case ApiKind::Embeddings: return "/v1/embeddings";
-    default: return "/v1/completions";
-  }
-}
-
-std::string_view api_label(ApiKind kind) {
-  switch (kind) {
-    case ApiKind::ChatCompletions: return "chat_completions";
-    case ApiKind::Embeddings: return "embeddings";
-    default: return "completions";
-  }
-}
 
 // What a phase tells proxy() to do next.
 enum class Next : uint8_t { Go, NextWorker, Done };
@@ -76,6 +62,7 @@ struct Exchange final : Swept {
   std::optional<UpstreamResponseParser> parser;
   beast::error_code ec;
   Steady::time_point sent_at{};
+  ResponsePin pin;    // Responses: previous_response_id affinity (response_pin.h)
   ClientWatch watch;  // last: stops first
 
   RouterMetrics* metrics() const { return s.hooks.metrics; }
@@ -123,7 +110,7 @@ void finish(Exchange& x, unsigned status, std::string_view outcome) {
 
 awaitable<bool> reject(Exchange& x, const ApiError& e, std::string_view outcome) {
   finish(x, e.status, outcome);
-  co_return co_await respond_error(x.s, x.client, x.req.version, x.req.keep_alive, e);
+  co_return co_await respond_error(x.s, x.client, x.req.version, x.req.keep_alive, e, x.kind);
 }
 
 // The client went away: count it and log `status` (499 if it never got one).
@@ -160,7 +147,9 @@ bool sticky_session(const Exchange& x) {
 // Routes the parsed request into client.route. True: every worker is busy
 // and the request may wait in the queue (wait_in_queue()).
 bool route_request(Exchange& x) {
-  x.s.hooks.routing->route(x.client.parsed, x.client.route, /*rank_all=*/false, sticky_session(x));
+  x.pin.lookup(x.s.responses, x.kind, x.client.parsed);
+  x.s.hooks.routing->route(x.client.parsed, x.client.route, /*rank_all=*/false,
+                           sticky_session(x) || x.pin.needs_all_scored());
   const RouteResult& route = x.client.route;
   return !route.ok && may_queue(route.failure) && x.cfg.scheduler.queue_size > 0;
 }
@@ -172,7 +161,8 @@ awaitable<void> wait_in_queue(Exchange& x) {
   RouteResult& route = x.client.route;
   const auto& sc = x.cfg.scheduler;
   const std::function<bool()> still_busy = [&x, &route] {
-    x.s.hooks.routing->reroute(x.client.parsed.model, route, sticky_session(x));  // keeps tokens and hashes
+    x.s.hooks.routing->reroute(x.client.parsed.model, route,
+                               sticky_session(x) || x.pin.needs_all_scored());  // keeps tokens and hashes
     return !route.ok && may_queue(route.failure);
   };
   const std::function<bool()> stop = [&x] { return x.s.stopping.load() || x.cut; };
@@ -207,6 +197,7 @@ bool accept_route(Exchange& x) {
   if (!route.ok) return false;
   x.model_label = x.client.parsed.model;  // bounded: a model some worker announced
   if (sticky_session(x)) x.s.hooks.sessions->apply(session_key(x), x.cfg.indexer.block_size, x.client.route);
+  x.pin.apply(x.cfg.indexer.block_size, x.client.route, x.metrics());
   if (x.s.hooks.on_routed) x.s.hooks.on_routed(x.client.parsed, route);
   return true;
 }
@@ -392,6 +383,7 @@ awaitable<bool> relay_small(Exchange& x, char* buf, uint64_t length, bool client
     co_return false;  // nothing sent yet, but the worker is committed: close
   }
   const size_t body_size = static_cast<size_t>(length) - parser.room();
+  x.pin.answered(x.client.response, x.target->worker, std::string_view(buf, body_size));
   client_response_head(x.client.response_head, x.client.response, x.req.version, x.target->worker,
                        x.target->cached_tokens, body_size, client_keep);
   std::array<asio::const_buffer, 2> wire{asio::buffer(x.client.response_head), asio::buffer(buf, body_size)};
@@ -429,7 +421,7 @@ awaitable<bool> end_stream_with_error(Exchange& x, bool chunked, bool sized) {
                                       "service_unavailable", "", "shutting_down"}
                            : ApiError{502, "The worker failed while streaming the response.", "upstream_error", "",
                                       "upstream_failed"};
-  const std::string tail = fmt::format("data: {}\n\ndata: [DONE]\n\n", error_body(e));
+  const std::string tail = stream_error_event(x.kind, e);
   char line[24];
   const std::array<asio::const_buffer, 4> framed{asio::buffer(chunk_size_line(tail.size(), line)),
                                                  asio::buffer(tail), asio::buffer(kCrlf), asio::buffer(kLastChunk)};
@@ -488,6 +480,7 @@ awaitable<bool> relay_stream(Exchange& x, char* buf, std::optional<uint64_t> len
       if (ec) co_return co_await end_stream_with_error(x, chunked, length.has_value());
       n = kRelayBufferBytes - parser.room();
       last = parser.is_done();
+      x.pin.answered(x.client.response, x.target->worker, std::string_view(buf, n));
       if (n == 0 && !(last && chunked)) continue;  // only framing arrived: nothing to pass on yet
     }
     char line[24];
@@ -566,7 +559,8 @@ awaitable<bool> run(ServerState& s, ClientConn& client, ClientRequest& req, ApiK
     co_return co_await reject(x, e, "rejected_limit");
   }
   ApiError err;
-  if (!parse_openai_request(kind, req.body, client.parsed, err)) co_return co_await reject(x, err, "bad_request");
+  if (!parse_api_request(kind, req.body, client.parsed, client.chat_body, err))
+    co_return co_await reject(x, err, "bad_request");
   x.rec.model = client.parsed.model;
   x.rec.stream = client.parsed.stream;
   if (s.hooks.routing->needs_engine_tokens(x.cfg, client.parsed)) {
@@ -615,10 +609,7 @@ awaitable<bool> run(ServerState& s, ClientConn& client, ClientRequest& req, ApiK
 std::optional<ApiKind> proxied_api(const ClientRequest& req) {
   if (req.method != http::verb::post) return std::nullopt;
   const std::string_view target = std::string_view(req.target).substr(0, req.target.find('?'));
-  if (target == "/v1/chat/completions") return ApiKind::ChatCompletions;
-  if (target == "/v1/completions") return ApiKind::Completions;
-  if (target == "/v1/embeddings") return ApiKind::Embeddings;
-  return std::nullopt;
+  return api_of_path(target);
 }
 
 // Not a coroutine itself: the request's one frame is phases::run()'s.

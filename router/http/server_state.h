@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <string_view>
 
+#include "router/api/response_affinity.h"
 #include "router/engine_tokenizer.h"
 #include "router/http/admission_queue.h"
 #include "router/http/server.h"
@@ -30,6 +31,8 @@ struct ServerState {
   EngineTokenCache engine_cache;
   EngineTokenizeBackoff engine_backoff;
   AdmissionQueue queue;  // requests waiting for a free worker
+  // Which worker produced each Responses API answer (previous_response_id affinity).
+  ResponseAffinity responses;
   std::atomic<bool> stopping{false};
   std::atomic<bool> draining{false};  // shutting down: /ready 503, no keep-alive
   std::atomic<int64_t> inflight{0};   // proxied requests being handled

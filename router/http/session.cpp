@@ -12,6 +12,7 @@
 #include <array>
 
 #include "common/log.h"
+#include "router/api/api_routes.h"
 #include "router/http/local_routes.h"
 #include "router/http/proxy.h"
 
@@ -20,6 +21,7 @@ namespace kvroute {
 void ClientConn::idle() {
   upstream_buffer.clear();
   if (upstream_buffer.capacity() > ServerState::kKeptCapacity) upstream_buffer.shrink_to_fit();
+  if (chat_body.capacity() > ServerState::kKeptCapacity) chat_body = std::string();
   if (parsed.prompt_text.capacity() > ServerState::kKeptCapacity ||
       parsed.prompt_tokens.capacity() * sizeof(TokenId) > ServerState::kKeptCapacity ||
       parsed.engine_tokens.capacity() * sizeof(TokenId) > ServerState::kKeptCapacity)
@@ -92,6 +94,10 @@ awaitable<void> close_lingering(ClientConn& client) {
   client.deadline.settle(ec);
 }
 
+// The route whose error shape a refusal before the proxy takes (the OpenAI
+// shape for any other path).
+ApiKind error_shape(const ClientRequest& req) { return proxied_api(req).value_or(ApiKind::ChatCompletions); }
+
 // A request that could not be read: what a client can act on (413, 431, 400;
 // a closed or timed-out connection gets nothing).
 std::optional<ApiError> read_error(ServerState& s, beast::error_code ec, const Config& cfg, bool admin,
@@ -129,7 +135,7 @@ awaitable<void> answer_read_error(ServerState& s, ClientConn& client, beast::err
   const std::optional<ApiError> e = read_error(s, ec, cfg, admin, req);
   if (!e) co_return;
   s.count("other", e->status, "");
-  co_await respond_error(s, client, 11, false, *e);
+  co_await respond_error(s, client, 11, false, *e, error_shape(req));
   co_await close_lingering(client);
 }
 
@@ -162,7 +168,7 @@ awaitable<void> serve_requests(ServerState& s, ClientConn& stream, bool admin, I
     if (admission.refusal) {
       stream.deadline.disarm();
       s.count(route_label(req.target), admission.refusal->status, "");
-      co_await respond_error(s, stream, req.version, false, *admission.refusal);
+      co_await respond_error(s, stream, req.version, false, *admission.refusal, error_shape(req));
       co_await close_lingering(stream);
       break;
     }
@@ -231,10 +237,10 @@ awaitable<bool> respond(ServerState& s, ClientConn& client, unsigned version, bo
 }
 
 awaitable<bool> respond_error(ServerState& s, ClientConn& client, unsigned version, bool keep_alive,
-                              const ApiError& e) {
+                              const ApiError& e, ApiKind api) {
   std::optional<unsigned> retry_after;
   if (e.status == 503) retry_after = 1;
-  std::string body = error_body(e);
+  std::string body = api_error_body(api, e);
   co_return co_await respond(s, client, version, keep_alive, static_cast<http::status>(e.status), std::move(body),
                              "application/json", retry_after);
 }

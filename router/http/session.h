@@ -38,6 +38,7 @@ struct ClientConn final : Swept {
   beast::flat_buffer upstream_buffer;
   UpstreamResponse response;
   ParsedRequest parsed;
+  std::string chat_body;  // the chat body a Responses or Messages request converts into (parsed.body views it)
   RouteResult route;
   // Arms the deadline for the next operation on the socket.
   void expires_after(milliseconds t) { deadline.arm(socket, t); }
@@ -61,8 +62,9 @@ awaitable<void> session(ServerState& s, Socket socket, bool admin, IoThread& io)
 awaitable<bool> respond(ServerState& s, ClientConn& client, unsigned version, bool keep_alive, http::status status,
                         std::string body, std::string_view content_type = "application/json",
                         std::optional<unsigned> retry_after = std::nullopt);
-// An OpenAI error body with the error's status (503: Retry-After: 1).
+// An error body in the route's shape (OpenAI's, or Anthropic's for the
+// Messages routes: api_error_body()) with the error's status (503: Retry-After: 1).
 awaitable<bool> respond_error(ServerState& s, ClientConn& client, unsigned version, bool keep_alive,
-                              const ApiError& e);
+                              const ApiError& e, ApiKind api = ApiKind::ChatCompletions);
 
 }  // namespace kvroute

@@ -1,8 +1,9 @@
-"""Runs the official OpenAI Node SDK tests (node/openai_client.test.mjs)
-against kvroute in front of three mockers, twice: with NATS heartbeats and
+"""Runs the official OpenAI Node SDK tests (node/openai_client.test.mjs) and
+the agent SDKs' tests (node/agent_sdks.test.mjs: openai's Responses API,
+@anthropic-ai/sdk's Messages API) against kvroute in front of three mockers, twice: with NATS heartbeats and
 Dynamo JSON events, and with no NATS at all (workers.static, mockers in vLLM
 mode: ZMQ KV events, vLLM /metrics). scripts/test.sh installs the SDK (npm
-install in tests/integration/node).
+ci in tests/integration/node).
 
 Run: python3 tests/integration/test_openai_client.py --build-dir build
 """
@@ -21,8 +22,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 def run_sdk_tests(f, label):
     env = dict(os.environ, KVROUTE_URL=f"http://127.0.0.1:{f.router_port}",
                MOCKER_URLS=",".join(f.mocker_urls[i] for i in (1, 2, 3)))
-    print(f"== OpenAI SDK against kvroute: {label}", flush=True)
-    r = subprocess.run(["node", "--test", "--test-reporter=spec", "openai_client.test.mjs"],
+    print(f"== OpenAI and Anthropic SDKs against kvroute: {label}", flush=True)
+    r = subprocess.run(["node", "--test", "--test-reporter=spec", "openai_client.test.mjs", "agent_sdks.test.mjs"],
                        cwd=os.path.join(HERE, "node"), env=env, timeout=240)
     return r.returncode
 
@@ -52,9 +53,10 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build-dir", default="build")
     args = ap.parse_args()
-    if not os.path.isdir(os.path.join(HERE, "node", "node_modules", "openai")):
-        print("the openai npm package is missing: run scripts/test.sh (npm install in tests/integration/node)")
-        return 1
+    for package in ("openai", "@anthropic-ai/sdk"):
+        if not os.path.isdir(os.path.join(HERE, "node", "node_modules", package)):
+            print(f"the {package} npm package is missing: run scripts/test.sh (npm ci in tests/integration/node)")
+            return 1
     build = os.path.abspath(args.build_dir)
     rc = 0
     for label, make in (("NATS fleet", nats_fleet), ("vLLM-mode fleet, no NATS", static_vllm_fleet)):

@@ -1,0 +1,66 @@
+#include "router/api/response_affinity.h"
+
+#include <algorithm>
+
+namespace kvroute {
+
+std::optional<WorkerId> ResponseAffinity::find(std::string_view id) {
+  std::lock_guard lk(mu_);
+  const auto it = ids_.find(id);
+  if (it == ids_.end()) return std::nullopt;
+  lru_.splice(lru_.begin(), lru_, it->second.lru);
+  return it->second.worker;
+}
+
+void ResponseAffinity::remember(std::string_view id, WorkerId worker) {
+  if (id.empty() || id.size() > kMaxIdBytes) return;
+  std::lock_guard lk(mu_);
+  if (const auto it = ids_.find(id); it != ids_.end()) {
+    it->second.worker = worker;
+    lru_.splice(lru_.begin(), lru_, it->second.lru);
+    return;
+  }
+  lru_.emplace_front(id);
+  ids_.emplace(std::string_view(lru_.front()), Entry{worker, lru_.begin()});
+  while (ids_.size() > max_) {
+    ids_.erase(std::string_view(lru_.back()));
+    lru_.pop_back();
+  }
+}
+
+size_t ResponseAffinity::size() const {
+  std::lock_guard lk(mu_);
+  return ids_.size();
+}
+
+ResponseAffinity::Pin ResponseAffinity::pin(WorkerId worker, uint32_t block_size, RouteResult& r) {
+  if (!r.ok || r.ranked.empty()) return Pin::WorkerGone;
+  if (r.ranked.front().worker == worker) return Pin::Pinned;
+  size_t i = 0;
+  while (i < r.candidates.size() && r.candidates[i].owner.worker != worker) ++i;
+  if (i == r.candidates.size() || !r.workers[i].info) return Pin::WorkerGone;
+  const auto& c = r.candidates[i];
+  const auto it =
+      std::find_if(r.ranked.begin(), r.ranked.end(), [&](const RouteTarget& t) { return t.worker == worker; });
+  RouteTarget t;
+  if (it != r.ranked.end()) {
+    t = *it;
+    r.ranked.erase(it);
+  } else {
+    t = route_target(worker, *r.workers[i].info, c.overlap_blocks, c.owner.dp_rank, r.isl_tokens, block_size);
+  }
+  r.ranked.insert(r.ranked.begin(), t);
+  r.decision.chosen = i;
+  return Pin::Pinned;
+}
+
+std::string_view to_string(ResponseAffinity::Pin p) {
+  switch (p) {
+    case ResponseAffinity::Pin::Pinned: return "pinned";
+    case ResponseAffinity::Pin::Unknown: return "unknown";
+    case ResponseAffinity::Pin::WorkerGone: return "worker_gone";
+  }
+  return "unknown";
+}
+
+}  // namespace kvroute

@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 
 #include "common/json_escape.h"
+#include "common/types.h"
 #include "common/url_allow_list.h"
 
 namespace kvroute {
@@ -339,7 +340,7 @@ std::optional<std::string> parse_entries(std::string_view path, std::string_view
 }
 
 using W = WorkerEntry;
-const std::array<EntryField<W>, 10> kWorkerFields{{
+const std::array<EntryField<W>, 12> kWorkerFields{{
     {"url", &W::url},
     {"model", &W::model},
     {"metrics", &W::metrics},
@@ -350,10 +351,12 @@ const std::array<EntryField<W>, 10> kWorkerFields{{
     {"kv_blocks", &W::kv_blocks, 0, uint64_t{1} << 40},
     {"lora", &W::lora},
     {"id", &W::id, 1, ~0ull >> 1},
+    {"role", &W::role},
+    {"bootstrap_port", &W::bootstrap_port, 1, 65535},
 }};
 
 using D = DnsEntry;
-const std::array<EntryField<D>, 11> kDnsFields{{
+const std::array<EntryField<D>, 13> kDnsFields{{
     {"host", &D::host},
     {"port", &D::port, 1, 65535},
     {"scheme", &D::scheme},
@@ -365,7 +368,16 @@ const std::array<EntryField<D>, 11> kDnsFields{{
     {"max_seqs", &D::max_seqs, 1, 10000000},
     {"kv_blocks", &D::kv_blocks, 0, uint64_t{1} << 40},
     {"lora", &D::lora},
+    {"role", &D::role},
+    {"bootstrap_port", &D::bootstrap_port, 1, 65535},
 }};
+
+// A role field names one of the WorkerRole values.
+std::optional<std::string> check_role(std::string_view path, size_t n, const std::string& role) {
+  WorkerRole r;
+  if (parse_worker_role(role, r)) return std::nullopt;
+  return fmt::format("{}: entry {}: role '{}' is not one of both, prefill, decode", path, n, role);
+}
 
 }  // namespace
 
@@ -379,6 +391,7 @@ std::optional<std::string> parse_worker_entries(std::string_view text, std::vect
     if (w.metrics.empty()) w.metrics = w.url + "/metrics";
     else if (w.metrics != "none" && !valid_http_url(w.metrics))
       return fmt::format("{}: entry {}: metrics '{}' must be an http(s) URL or 'none'", P, n, w.metrics);
+    if (auto e = check_role(P, n, w.role)) return e;
     if (w.id == 0) w.id = worker_id_for_url(w.url);
     for (const auto& p : prev)
       if (p.id == w.id || p.url == w.url)
@@ -397,6 +410,7 @@ std::optional<std::string> parse_dns_entries(std::string_view text, std::vector<
       return fmt::format("{}: entry {}: scheme '{}' is not http or https", P, n, d.scheme);
     if (d.metrics_path.empty() || (d.metrics_path != "none" && d.metrics_path[0] != '/'))
       return fmt::format("{}: entry {}: metrics_path must start with '/' (or be 'none')", P, n);
+    if (auto e = check_role(P, n, d.role)) return e;
     return std::nullopt;
   };
   return parse_entries(P, text, kDnsFields, check, out);

@@ -258,6 +258,8 @@ struct WorkerEntry {
   uint32_t max_seqs = 256;   // request slots (vLLM --max-num-seqs) when /metrics does not say
   uint64_t kv_blocks = 0;    // KV capacity in blocks when /metrics does not say (0 = unknown)
   std::vector<std::string> lora;  // LoRA adapter names served (':'-separated in the text form)
+  std::string role = "both";  // both (aggregated), prefill or decode (disaggregated fleets)
+  uint32_t bootstrap_port = 8998;  // SGLang prefill: --disaggregation-bootstrap-port
 };
 
 // One discovery.dns entry: `host` re-resolved; the rest as WorkerEntry, with
@@ -274,6 +276,8 @@ struct DnsEntry {
   uint32_t max_seqs = 256;
   uint64_t kv_blocks = 0;
   std::vector<std::string> lora;
+  std::string role = "both";
+  uint32_t bootstrap_port = 8998;
 };
 
 // Parse the text forms; the error names the entry and the field.
@@ -406,7 +410,8 @@ void for_each_key(C& c, F&& f) {
   // workers
   f(KeyInfo{"workers.static",
             "Workers the router knows itself: entries 'url=...,model=...[,kv_events=tcp://...,replay=tcp://...,"
-            "metrics=...,dp_size=N,max_seqs=N,kv_blocks=N,lora=a:b,id=N]' separated by ';' (YAML: a list).",
+            "metrics=...,dp_size=N,max_seqs=N,kv_blocks=N,lora=a:b,id=N,role=both|prefill|decode,bootstrap_port=N]' "
+            "separated by ';' (YAML: a list).",
             0, 0, S, R},
     c.workers.static_list);
   f(KeyInfo{"workers.scrape_interval_ms", "How often each router-known worker's /metrics is scraped.", 20, 600000, !S, R},
@@ -424,7 +429,8 @@ void for_each_key(C& c, F&& f) {
   // discovery
   f(KeyInfo{"discovery.dns",
             "DNS names whose every A/AAAA record is a worker: 'host=...,port=N,model=...[,kv_events_port=N,"
-            "replay_port=N,metrics_path=/metrics,dp_size=N,scheme=http]' separated by ';' (YAML: a list).",
+            "replay_port=N,metrics_path=/metrics,dp_size=N,scheme=http,role=both|prefill|decode,bootstrap_port=N]' "
+            "separated by ';' (YAML: a list).",
             0, 0, S, R},
     c.discovery.dns);
   f(KeyInfo{"discovery.dns_interval_ms", "How often DNS names are re-resolved.", 100, 3600000, !S, R},

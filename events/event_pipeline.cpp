@@ -430,6 +430,8 @@ void EventPipeline::on_heartbeat_message(std::string_view data) {
   a.block_size = hb.block_size;
   a.dp_size = hb.dp_size;
   a.approximate = !hb.kv_events;
+  a.role = hb.role;
+  a.bootstrap_port = hb.bootstrap_port;
   a.load = hb.load;
   const HeartbeatVerdict verdict = registry_.admit_heartbeat(a, cfg_.max_bus_workers);
   if (verdict == HeartbeatVerdict::UrlChanged || verdict == HeartbeatVerdict::TooManyWorkers) {

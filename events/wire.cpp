@@ -265,6 +265,16 @@ DecodeError decode_heartbeat(std::string_view json, WorkerHeartbeat& out, std::s
     if (!v.is_bool()) return c.fail(DecodeError::WrongType, "kv_events"), c.err;
     hb.kv_events = v.get_bool().value_unsafe();
   }
+  if (field(c, o, "role", v, false)) {
+    if (!v.is_string() || !parse_worker_role(v.get_string().value_unsafe(), hb.role))
+      return c.fail(DecodeError::WrongType, "role"), c.err;
+  }
+  if (c.err != DecodeError::None) return c.err;
+  if (field(c, o, "bootstrap_port", v, false)) {
+    if (!get_uint(v, hb.bootstrap_port) || hb.bootstrap_port == 0 || hb.bootstrap_port > 65535)
+      return c.fail(DecodeError::WrongType, "bootstrap_port"), c.err;
+  }
+  if (c.err != DecodeError::None) return c.err;
   if (field(c, o, "load", v, false)) {
     if (!v.is_object()) return c.fail(DecodeError::WrongType, "load"), c.err;
     dom::object l = v.get_object().value_unsafe();
@@ -363,6 +373,9 @@ std::string encode_heartbeat(const WorkerHeartbeat& hb) {
   // 0 = not announced: the field is left out (the decoder refuses "block_size":0).
   if (hb.block_size) fmt::format_to(std::back_inserter(s), R"(,"block_size":{})", hb.block_size);
   if (hb.instance_id) fmt::format_to(std::back_inserter(s), R"(,"instance_id":{})", hb.instance_id);
+  // Defaults are left out: heartbeats of aggregated workers stay as they were.
+  if (hb.role != WorkerRole::Both) fmt::format_to(std::back_inserter(s), R"(,"role":"{}")", to_string(hb.role));
+  if (hb.bootstrap_port != 8998) fmt::format_to(std::back_inserter(s), R"(,"bootstrap_port":{})", hb.bootstrap_port);
   s += '}';
   return s;
 }

@@ -38,6 +38,8 @@ struct WorkerHeartbeat {
   uint32_t block_size = 0;
   uint32_t dp_size = 1;
   bool kv_events = true;  // false: the worker publishes no KV events (approximate mode)
+  WorkerRole role = WorkerRole::Both;  // "role": both, prefill or decode (disaggregated fleets)
+  uint32_t bootstrap_port = 8998;      // "bootstrap_port": an SGLang prefill worker's bootstrap server
   WorkerLoad load;
   // Changes each time the worker process starts (random or start time); 0 =
   // not announced (older workers). Also carried by its KV events.

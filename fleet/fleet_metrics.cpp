@@ -1,5 +1,6 @@
 #include "fleet/fleet_metrics.h"
 
+#include <array>
 #include <map>
 #include <string>
 #include <utility>
@@ -47,6 +48,14 @@ void register_fleet_metrics(metrics::Registry& r, const KnownWorkers& fleet, con
               for (auto src : {WorkerSource::Heartbeat, WorkerSource::Static, WorkerSource::Dns, WorkerSource::Admin})
                 for (auto h : {HealthState::Ok, HealthState::Down, HealthState::Ejected})
                   s.add({to_string(src), to_string(h)}, by[{to_string(src), to_string(h)}]);
+            });
+  // Every role, zeros included: a disaggregated fleet missing one side shows.
+  r.collect(Type::Gauge, "kvroute_fleet_role_workers", "workers known, by role (both, prefill, decode)", {"role"},
+            [&registry](Samples& s) {
+              std::array<int, 3> by{};
+              for (const auto& w : registry.all()) by[static_cast<size_t>(w.info->role)] += 1;
+              for (auto role : {WorkerRole::Both, WorkerRole::Prefill, WorkerRole::Decode})
+                s.add({to_string(role)}, by[static_cast<size_t>(role)]);
             });
 }
 

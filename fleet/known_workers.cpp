@@ -50,6 +50,8 @@ Desired from_entry(const WorkerEntry& e, WorkerSource src) {
   d.info.kv_events = e.kv_events;
   d.info.replay = e.replay;
   d.info.lora_adapters = e.lora;
+  parse_worker_role(e.role, d.info.role);  // validated by parse_worker_entries()
+  d.info.bootstrap_port = e.bootstrap_port;
   d.info.load.request_total_slots = e.max_seqs;
   d.info.load.kv_total_blocks = e.kv_blocks;
   d.max_seqs = e.max_seqs;
@@ -68,6 +70,8 @@ Desired from_dns(const DnsEntry& e, const std::string& addr) {
   w.max_seqs = e.max_seqs;
   w.kv_blocks = e.kv_blocks;
   w.lora = e.lora;
+  w.role = e.role;
+  w.bootstrap_port = e.bootstrap_port;
   w.id = worker_id_for_url(w.url);
   return from_entry(w, WorkerSource::Dns);
 }
@@ -179,7 +183,8 @@ void KnownWorkers::Impl::apply(const Config& cfg) {
   if (dns.size() != dns_entries.size() || !std::equal(dns.begin(), dns.end(), dns_entries.begin(), [](auto& a, auto& b) {
         return a.host == b.host && a.port == b.port && a.model == b.model && a.kv_events_port == b.kv_events_port &&
                a.replay_port == b.replay_port && a.metrics_path == b.metrics_path && a.dp_size == b.dp_size &&
-               a.scheme == b.scheme && a.max_seqs == b.max_seqs && a.kv_blocks == b.kv_blocks && a.lora == b.lora;
+               a.scheme == b.scheme && a.max_seqs == b.max_seqs && a.kv_blocks == b.kv_blocks && a.lora == b.lora &&
+               a.role == b.role && a.bootstrap_port == b.bootstrap_port;
       })) {
     dns_entries = dns;
     dns_addrs.assign(dns.size(), {});

@@ -99,6 +99,10 @@ struct WorkerAnnouncement {
   std::string kv_events;          // ZMQ PUB endpoint of dp rank 0 (rank r: port + r); empty: none
   std::string replay;             // ZMQ ROUTER replay endpoint of dp rank 0; empty: none
   std::vector<std::string> lora_adapters;  // model names served as LoRA adapters of `model`
+  // Disaggregated fleets (scheduler/pd_decision.h): what it does, and for an
+  // SGLang prefill worker the port of its bootstrap server.
+  WorkerRole role = WorkerRole::Both;
+  uint32_t bootstrap_port = 8998;
 };
 
 struct WorkerView {

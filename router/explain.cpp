@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "common/json_escape.h"
+#include "scheduler/pd_decision.h"
 
 namespace kvroute {
 
@@ -212,12 +213,12 @@ std::string candidate_json(const RouteResult& r, size_t i, int rank, const std::
   const auto& s = d.scores.empty() ? WorkerScore{} : d.scores[i];
   const auto& t = c.overlap_by_tier;
   return fmt::format(
-      R"({{"worker_id":{},"url":"{}","dp_rank":{},"overlap_blocks":{},"overlap_by_tier":{{"device":{},"host_pinned":{},"disk":{},"external":{}}},)"
+      R"({{"worker_id":{},"url":"{}","role":"{}","dp_rank":{},"overlap_blocks":{},"overlap_by_tier":{{"device":{},"host_pinned":{},"disk":{},"external":{}}},)"
       R"("cached_tokens":{},"reported_load":{},"predicted_load":{},"pending_prefill_tokens":{},"excluded":{},"rank":{},)"
       R"("terms":{{"load_ratio":{},"load_deviation":{},"prefill_ratio":{},"slot_ratio":{},"queue_ratio":{}}},"cost":{},"reason":"{}",)"
       R"("predicted_ttft_ms":{}}})",
-      c.owner.worker.value, i < r.workers.size() ? json_escape(r.workers[i].info->url) : "", c.owner.dp_rank,
-      c.overlap_blocks, t[0], t[1], t[2], t[3], num(s.cached_tokens),
+      c.owner.worker.value, i < r.workers.size() ? json_escape(r.workers[i].info->url) : "",
+      to_string(i < r.workers.size() ? r.workers[i].info->role : c.role), c.owner.dp_rank, c.overlap_blocks, t[0], t[1], t[2], t[3], num(s.cached_tokens),
       i < r.workers.size() ? load_json(r.workers[i].info->load) : "null", load_json(c.load),
       c.pending_prefill_tokens,
       s.excluded == Exclusion::None ? std::string("null") : fmt::format("\"{}\"", to_string(s.excluded)),
@@ -295,6 +296,58 @@ std::string explain_json(const RouteResult& r, std::string_view model, uint32_t 
   }
   out += "]}";
   return out;
+}
+
+std::string pd_explain_json(const RouteResult& r, uint32_t block_size, bool single_consumer,
+                            const SchedulerConfig& sched, const PdConfig& pd) {
+  if (std::none_of(r.candidates.begin(), r.candidates.end(),
+                   [](const Candidate& c) { return c.role != WorkerRole::Both; }))
+    return "";
+  PdRequest req;
+  req.isl_tokens = r.isl_tokens;
+  req.block_size = block_size;
+  req.request_blocks = r.request_blocks;
+  req.single_consumer = single_consumer;
+  SeededRandom random(r.isl_tokens);  // explain only: a fixed tie-break per prompt length
+  const PdDecision d = decide_pd(r.candidates, req, sched, pd, random);
+  auto id = [&](std::optional<size_t> i) {
+    return i ? std::to_string(r.candidates[*i].owner.worker.value) : std::string("null");
+  };
+  auto ids = [&](const std::vector<size_t>& v) {
+    std::string out = "[";
+    for (size_t k = 0; k < v.size(); ++k)
+      out += fmt::format("{}{}", k ? "," : "", r.candidates[v[k]].owner.worker.value);
+    return out + "]";
+  };
+  std::string out = fmt::format(
+      R"({{"disaggregate":{},"reason":"{}","decode":{},"prefill":{},"decode_uncached_tokens":{},"policy":"{}",)"
+      R"("min_uncached_tokens":{},"prefill_busy_tokens":{},"decode_all_busy":{},"prefill_all_busy":{},)"
+      R"("decode_ranking":{},"prefill_ranking":{},"decode_workers":[)",
+      d.disaggregate, to_string(d.reason), id(d.decode), id(d.prefill), num(d.decode_uncached_tokens),
+      json_escape(pd.policy), pd.min_uncached_tokens, pd.prefill_busy_tokens, d.decode_all_busy, d.prefill_all_busy,
+      ids(d.decode_ranking), ids(d.prefill_ranking));
+  for (size_t k = 0; k < d.decode_terms.size(); ++k) {
+    const auto& t = d.decode_terms[k];
+    const auto& c = r.candidates[t.candidate];
+    out += fmt::format(
+        R"({}{{"worker_id":{},"role":"{}","cached_tokens":{},"uncached_tokens":{},"kv_headroom_blocks":{},)"
+        R"("lacks_headroom":{},"excluded":{},"cost":{}}})",
+        k ? "," : "", c.owner.worker.value, to_string(c.role), num(t.cached_tokens), num(t.uncached_tokens),
+        t.kv_headroom_blocks, t.lacks_headroom,
+        t.score.excluded == Exclusion::None ? std::string("null") : fmt::format("\"{}\"", to_string(t.score.excluded)),
+        t.lacks_headroom || t.score.excluded != Exclusion::None ? std::string("null") : num(t.score.cost));
+  }
+  out += R"(],"prefill_workers":[)";
+  for (size_t k = 0; k < d.prefill_terms.size(); ++k) {
+    const auto& t = d.prefill_terms[k];
+    out += fmt::format(
+        R"({}{{"worker_id":{},"excluded":{},"cached_tokens":{},"new_tokens":{},"queued_tokens":{},)"
+        R"("queued_requests":{},"predicted_ttft_ms":{}}})",
+        k ? "," : "", r.candidates[t.candidate].owner.worker.value,
+        t.excluded == Exclusion::None ? std::string("null") : fmt::format("\"{}\"", to_string(t.excluded)),
+        num(t.cached_tokens), num(t.new_tokens), t.queued_tokens, t.queued_requests, num(t.predicted_ttft_ms));
+  }
+  return out + "]}";
 }
 
 }  // namespace kvroute

@@ -31,4 +31,11 @@ ExplainText explain_text(const RouteResult& r, const SchedulerConfig& cfg, uint3
 std::string explain_json(const RouteResult& r, std::string_view model, uint32_t block_size,
                          const SchedulerConfig& cfg, const ExplainText* text = nullptr);
 
+// The disaggregated decision (scheduler/pd_decision.h) for an explained
+// request, as the JSON object explain shows under "pd"; empty when no
+// candidate has role prefill or decode (an aggregated fleet). `r` must rank
+// every candidate (rank_all). `single_consumer`: n == 1 and one prompt.
+std::string pd_explain_json(const RouteResult& r, uint32_t block_size, bool single_consumer,
+                            const SchedulerConfig& sched, const PdConfig& pd);
+
 }  // namespace kvroute

@@ -278,6 +278,7 @@ bool RoutingService::decide_ranked(const Config& cfg, std::string_view model, si
     c.draining = p.state.draining;
     c.pending_prefill_requests = out.workers[i].pending_prefill_requests;  // as decide_all()
     c.ttft = out.workers[i].ttft;
+    c.role = out.workers[i].info->role;
     WorkerScore& s = d.scores.emplace_back(p.score);
     s.predicted_ttft_ms = predicted_ttft_ms(c, out.isl_tokens - s.cached_tokens);  // explain, affinity
     d.ranking.push_back(i);
@@ -337,6 +338,7 @@ void RoutingService::decide_all(const Config& cfg, std::string_view model, bool 
     c.draining = w.draining;
     c.pending_prefill_requests = w.pending_prefill_requests;  // scheduler.cost = predicted_ttft
     c.ttft = w.ttft;
+    c.role = w.info->role;
     while (k < owners.size() && owners[k].owner.worker < w.info->id) ++k;
     if (k < owners.size() && owners[k].owner.worker == w.info->id) {  // first = best rank
       c.owner.dp_rank = owners[k].owner.dp_rank;

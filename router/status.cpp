@@ -270,10 +270,11 @@ std::string StatusReport::workers_json() const {
     if (!first) out += ',';
     first = false;
     out += fmt::format(
-        R"({{"worker_id":{},"url":"{}","model":"{}","source":"{}","state":"{}","approximate":{},"draining":{},)"
+        R"({{"worker_id":{},"url":"{}","model":"{}","source":"{}","role":"{}","state":"{}","approximate":{},"draining":{},)"
         R"("kv_usage_reported":{},"kv_usage_predicted":{},"active_slots":{},"total_slots":{},"waiting":{},)"
         R"("inflight":{},"prompt_tokens":{},"cached_tokens":{},"hit_rate":{},"index_entries":{},"salt_blind":{}}})",
-        info.id.value, json_escape(info.url), json_escape(info.model), to_string(info.source), state, info.approximate,
+        info.id.value, json_escape(info.url), json_escape(info.model), to_string(info.source), to_string(info.role),
+        state, info.approximate,
         w.draining, num(usage(info.load)), num(usage(w.predicted)), w.predicted.request_active_slots,
         w.predicted.request_total_slots, info.load.num_requests_waiting, w.inflight_requests, prompt, cached,
         num(prompt ? static_cast<double>(cached) / static_cast<double>(prompt) : NAN),

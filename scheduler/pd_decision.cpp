@@ -51,18 +51,20 @@ void choose_decode(const std::vector<Candidate>& candidates, const PdRequest& r,
     d.decode_terms.push_back(t);
   }
   if (d.decode_terms.empty()) return;
-  const bool someone_fits = std::any_of(d.decode_terms.begin(), d.decode_terms.end(), [](const PdDecodeTerms& t) {
-    return t.kv_headroom_blocks >= 0 || t.kv_headroom_blocks == -1;
+  // A worker that reports no KV total (or a request of unknown size) is never left out for headroom.
+  auto known = [&](const PdDecodeTerms& t) {
+    return candidates[t.candidate].load.kv_total_blocks > 0 && r.request_blocks > 0;
+  };
+  const bool someone_fits = std::any_of(d.decode_terms.begin(), d.decode_terms.end(), [&](const PdDecodeTerms& t) {
+    return !known(t) || t.kv_headroom_blocks >= 0;
   });
   std::vector<Candidate> side;
   std::vector<size_t> side_terms;  // side index -> decode_terms index
   for (size_t k = 0; k < d.decode_terms.size(); ++k) {
     auto& t = d.decode_terms[k];
-    const Candidate& c = candidates[t.candidate];
-    const bool known = c.load.kv_total_blocks > 0 && r.request_blocks > 0;
-    t.lacks_headroom = someone_fits && known && t.kv_headroom_blocks < 0;
+    t.lacks_headroom = someone_fits && known(t) && t.kv_headroom_blocks < 0;
     if (t.lacks_headroom) continue;
-    side.push_back(c);
+    side.push_back(candidates[t.candidate]);
     side_terms.push_back(k);
   }
   Decision dec;

@@ -67,7 +67,9 @@ struct PdDecodeTerms {
   size_t candidate = 0;           // index into the candidates
   double cached_tokens = 0;       // of the prompt, on this worker (tier-weighted, the engines' hit rule)
   double uncached_tokens = 0;     // isl − cached: what a prefill worker computes and this one pulls
-  int64_t kv_headroom_blocks = 0; // free blocks − uncached blocks of the request (−1 when the worker reports no total)
+  // Free blocks − the request's blocks it does not hold; −1 when unknown (the
+  // worker reports no KV total, or the request's size is unknown).
+  int64_t kv_headroom_blocks = 0;
   bool lacks_headroom = false;    // left out: another decode-side worker has room
   WorkerScore score;              // schedule()'s terms and cost
 };

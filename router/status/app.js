@@ -91,7 +91,7 @@ function renderTotals(t) {
 
 function renderFleet(workers) {
   const rows = workers.map((w) => el("tr", { "data-worker-id": w.worker_id },
-    el("td", {}, "worker " + w.worker_id), el("td", {}, w.model), el("td", {}, w.source),
+    el("td", {}, "worker " + w.worker_id), el("td", {}, w.model), el("td", {}, w.source), el("td", {}, w.role),
     el("td", { class: "state-" + w.state }, w.state.replace("_", " "),
       w.salt_blind ? el("span", { class: "salt-blind", title: "its KV events carry no cache_salt: tenants' root blocks are attributed from the router's own dispatches" }, " salt-blind") : ""),
     el("td", { class: "num" }, fmtPct(w.kv_usage_reported)), el("td", { class: "num" }, fmtPct(w.kv_usage_predicted)),

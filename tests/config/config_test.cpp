@@ -109,6 +109,35 @@ TEST_CASE("pd: policy is one of three names, thresholds reload") {
   CHECK_FALSE(check_reload(c, next).has_value());
 }
 
+TEST_CASE("workers and DNS entries take a role and a bootstrap port") {
+  std::vector<WorkerEntry> w;
+  REQUIRE_FALSE(parse_worker_entries("url=http://a:1,model=m;url=http://b:1,model=m,role=prefill,bootstrap_port=9000;"
+                                     "url=http://c:1,model=m,role=decode",
+                                     w));
+  REQUIRE(w.size() == 3);
+  CHECK(w[0].role == "both");
+  CHECK(w[0].bootstrap_port == 8998u);
+  CHECK(w[1].role == "prefill");
+  CHECK(w[1].bootstrap_port == 9000u);
+  CHECK(w[2].role == "decode");
+  auto e = parse_worker_entries("url=http://a:1,model=m;url=http://b:1,model=m,role=leader", w);
+  REQUIRE(e.has_value());
+  CHECK(e->find("entry 2") != std::string::npos);
+  CHECK(e->find("role 'leader'") != std::string::npos);
+  e = parse_worker_entries("url=http://a:1,model=m,bootstrap_port=0", w);
+  REQUIRE(e.has_value());
+  CHECK(e->find("bootstrap_port") != std::string::npos);
+  std::vector<DnsEntry> d;
+  REQUIRE_FALSE(parse_dns_entries("host=p.svc,model=m,role=prefill,bootstrap_port=8999", d));
+  CHECK(d[0].role == "prefill");
+  CHECK(d[0].bootstrap_port == 8999u);
+  CHECK(parse_dns_entries("host=p.svc,model=m,role=Prefill", d)->find("role") != std::string::npos);
+  Config c;
+  REQUIRE_FALSE(apply_yaml(c, "workers:\n  static:\n    - {url: http://a:1, model: m, role: decode}\n"));
+  REQUIRE_FALSE(parse_worker_entries(c.workers.static_list, w));
+  CHECK(w[0].role == "decode");
+}
+
 TEST_CASE("config/README.md documents every key") {
   std::ifstream in(KVROUTE_SOURCE_DIR "/config/README.md");
   REQUIRE(in.good());

@@ -143,6 +143,37 @@ TEST_CASE("heartbeat validation") {
   CHECK(decode_heartbeat(R"({"worker_id":1,"url":"http://x:1"})", hb, &d) == DecodeError::None);
 }
 
+TEST_CASE("a heartbeat's role and bootstrap port: optional, validated, round-trip") {
+  WorkerHeartbeat hb;
+  std::string d;
+  REQUIRE(decode_heartbeat(R"({"worker_id":1,"url":"http://x:1"})", hb, &d) == DecodeError::None);
+  CHECK(hb.role == WorkerRole::Both);
+  CHECK(hb.bootstrap_port == 8998u);
+  REQUIRE(decode_heartbeat(R"({"worker_id":1,"url":"http://x:1","role":"decode","bootstrap_port":9000})", hb, &d) ==
+          DecodeError::None);
+  CHECK(hb.role == WorkerRole::Decode);
+  CHECK(hb.bootstrap_port == 9000u);
+  for (const char* bad : {R"({"worker_id":1,"url":"http://x:1","role":"leader"})",
+                          R"({"worker_id":1,"url":"http://x:1","role":1})"}) {
+    CHECK(decode_heartbeat(bad, hb, &d) == DecodeError::WrongType);
+    CHECK(d == "role");
+  }
+  for (const char* bad : {R"({"worker_id":1,"url":"http://x:1","bootstrap_port":0})",
+                          R"({"worker_id":1,"url":"http://x:1","bootstrap_port":65536})"}) {
+    CHECK(decode_heartbeat(bad, hb, &d) == DecodeError::WrongType);
+    CHECK(d == "bootstrap_port");
+  }
+  WorkerHeartbeat p;
+  p.worker_id = WorkerId{2};
+  p.url = "http://x:2";
+  p.role = WorkerRole::Prefill;
+  p.bootstrap_port = 8999;
+  WorkerHeartbeat back;
+  REQUIRE(decode_heartbeat(encode_heartbeat(p), back) == DecodeError::None);
+  CHECK(back.role == WorkerRole::Prefill);
+  CHECK(back.bootstrap_port == 8999u);
+}
+
 TEST_CASE("a heartbeat without a block size (0, not announced) round-trips") {
   WorkerHeartbeat hb;
   hb.worker_id = WorkerId{4};

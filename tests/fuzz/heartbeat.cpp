@@ -30,7 +30,7 @@ bool same(const WorkerHeartbeat& a, const WorkerHeartbeat& b) {
          a.load.request_total_slots == b.load.request_total_slots &&
          a.load.num_requests_waiting == b.load.num_requests_waiting &&
          a.load.kv_active_blocks == b.load.kv_active_blocks && a.load.kv_total_blocks == b.load.kv_total_blocks &&
-         a.instance_id == b.instance_id;
+         a.instance_id == b.instance_id && a.role == b.role && a.bootstrap_port == b.bootstrap_port;
 }
 
 }  // namespace
@@ -65,6 +65,9 @@ std::vector<std::string> kvroute_fuzz_seeds() {
   seeds.push_back(encode_heartbeat(hb));
   hb.block_size = 0;  // not announced
   hb.instance_id = 0xfeedf00d;
+  seeds.push_back(encode_heartbeat(hb));
+  hb.role = WorkerRole::Prefill;
+  hb.bootstrap_port = 9001;
   seeds.push_back(encode_heartbeat(hb));
   seeds.push_back(R"({"worker_id":1,"url":"http://w:1"})");
   seeds.push_back(R"({"worker_id":1,"url":"http://w:1","model":null,"load":{},"extra":[{"a":1}]})");

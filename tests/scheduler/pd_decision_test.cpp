@@ -215,6 +215,12 @@ TEST_CASE("pd: a decode worker without KV headroom for the request is left out w
   CHECK(*d.decode == 1);
   CHECK(d.decode_ranking == std::vector<size_t>{1});
   CHECK(d.disaggregate);
+  // One block short is short (not "unknown").
+  cs[0].load.kv_active_blocks = 981;  // 19 free − 20 needed
+  d = decide_pd(cs, request(70), sched, pd, rnd);
+  CHECK(decode_terms_of(d, 0).kv_headroom_blocks == -1);
+  CHECK(decode_terms_of(d, 0).lacks_headroom);
+  cs[0].load.kv_active_blocks = 990;
   // When nobody has room, nobody is left out for it (the engines queue).
   cs[1].load.kv_active_blocks = 990;
   d = decide_pd(cs, request(70), sched, pd, rnd);

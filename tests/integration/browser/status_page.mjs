@@ -100,6 +100,7 @@ async function main() {
     check(rows === workers.length, `the fleet table shows every worker (${rows} of ${workers.length})`);
     const firstRow = await page.locator("#fleet tbody tr").first().innerText();
     check(/mock-model/.test(firstRow) && /\bok\b/.test(firstRow), `a fleet row has model and state: ${firstRow.replace(/\s+/g, " ")}`);
+    check(/\bboth\b/.test(firstRow), `a fleet row has the worker's role: ${firstRow.replace(/\s+/g, " ")}`);
     const stored = await page.evaluate(() => sessionStorage.getItem("kvroute-admin-token"));
     check(stored === token, "the token is kept in sessionStorage (this tab only)");
     const cookies = await context.cookies();

@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+"""Worker roles (both | prefill | decode) and SGLang bootstrap ports from the
+router-known worker sources, shown where an operator looks: /admin/workers,
+route explain (with the disaggregated decision's terms), the status JSON and
+the kvroute_fleet_role_workers gauge.
+
+No NATS: vLLM-mode mockers as workers.static entries, one more added through
+POST /admin/workers. (Heartbeat roles are pinned by tests/events/wire_test.cpp.)
+"""
+import json
+import os
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fleet import Fleet, run_unittest_main, wait_until  # noqa: E402
+
+BUILD_DIR = "build"
+
+
+class WorkerRolesTest(unittest.TestCase):
+    def test_roles_from_static_and_admin_are_shown_everywhere(self):
+        with tempfile.TemporaryDirectory() as tmp, Fleet(BUILD_DIR, tmp) as f:
+            entries = []
+            roles = {1: None, 2: "prefill", 3: "decode"}
+            for i, role in roles.items():
+                url, kv, replay = f.start_vllm_mocker(i)
+                extra = f", role: {role}" if role else ""
+                if role == "prefill":
+                    extra += ", bootstrap_port: 9001"
+                entries.append(f'    - {{id: {i}, url: "{url}", model: mock-model, kv_events: "{kv}", '
+                               f'replay: "{replay}"{extra}}}')
+            f.start_router_config("workers:\n  scrape_interval_ms: 100\n  static:\n" + "\n".join(entries) + "\n")
+            f.wait_ready(3)
+            url4, _, _ = f.start_vllm_mocker(4)
+            r = f.admin("POST", "/admin/workers",
+                        json.dumps({"id": 4, "url": url4, "model": "mock-model", "role": "decode"}))
+            self.assertIn(r.status, (200, 201), r.body)
+            f.wait_ready(4)
+
+            workers = {int(w["worker_id"]): w for w in f.admin("GET", "/admin/workers").json()}
+            self.assertEqual({i: w["role"] for i, w in workers.items()},
+                             {1: "both", 2: "prefill", 3: "decode", 4: "decode"})
+            self.assertEqual(workers[2]["bootstrap_port"], 9001)
+            self.assertEqual(workers[1]["bootstrap_port"], 8998)
+
+            # A bad role through the admin API is refused, naming the field; nothing is added.
+            r = f.admin("POST", "/admin/workers", json.dumps({"id": 5, "url": "http://127.0.0.1:1", "model": "m",
+                                                              "role": "leader"}))
+            self.assertEqual(r.status, 400, r.body)
+            self.assertIn(b"role", r.body)
+            self.assertNotIn(5, [int(w["worker_id"]) for w in f.admin("GET", "/admin/workers").json()])
+
+            self.assertTrue(wait_until(lambda: f.metric('kvroute_fleet_role_workers{role="decode"}') == 2, 10))
+            self.assertEqual(f.metric('kvroute_fleet_role_workers{role="prefill"}'), 1)
+            self.assertEqual(f.metric('kvroute_fleet_role_workers{role="both"}'), 1)
+
+            status = f.admin("GET", "/admin/status").json()
+            self.assertEqual({int(w["worker_id"]): w["role"] for w in status["workers"]},
+                             {1: "both", 2: "prefill", 3: "decode", 4: "decode"})
+
+            body = json.dumps({"model": "mock-model", "prompt": "roles " * 40, "max_tokens": 1})
+            ex = f.admin("POST", "/admin/route/explain", body).json()
+            self.assertEqual({int(w["worker_id"]): w["role"] for w in ex["workers"]},
+                             {1: "both", 2: "prefill", 3: "decode", 4: "decode"})
+            # The disaggregated decision's terms: prefill workers priced, never decoding.
+            pd = ex["pd"]
+            self.assertEqual([int(w["worker_id"]) for w in pd["prefill_workers"]], [2])
+            self.assertEqual(sorted(int(w["worker_id"]) for w in pd["decode_workers"]), [1, 3, 4])
+            self.assertIn(int(pd["decode"]), (1, 3, 4))
+            self.assertGreater(pd["prefill_workers"][0]["predicted_ttft_ms"], 0)
+            self.assertEqual(pd["policy"], "conditional")
+            if int(pd["decode"]) == 1:
+                self.assertEqual(pd["reason"], "aggregated_worker")
+            else:  # a 240-token prompt nobody holds: fewer uncached tokens than the default 512
+                self.assertEqual(pd["reason"], "few_uncached_tokens")
+            self.assertFalse(pd["disaggregate"])
+
+
+if __name__ == "__main__":
+    run_unittest_main(globals())

@@ -239,6 +239,16 @@ void FlowQueue::stop_all() {
   }
 }
 
+uint64_t FlowQueue::ahead(std::string_view model, uint32_t band) const {
+  std::lock_guard lock(mu_);
+  const auto it = models_.find(model);
+  if (it == models_.end()) return 0;
+  uint64_t n = 0;
+  for (const auto& [b, q] : it->second.bands)
+    if (b <= band) n += q.count;
+  return n;
+}
+
 bool FlowQueue::empty() const {
   std::lock_guard lock(mu_);
   return count_ == 0;

@@ -110,6 +110,9 @@ class FlowQueue {
   // Wakes every waiter with Stop; later enter() calls are Full.
   void stop_all();
   bool empty() const;
+  // Requests of `model` waiting in `band` or a higher one: how many a new
+  // request of that band would wait behind (explain).
+  uint64_t ahead(std::string_view model, uint32_t band) const;
   // Requests waiting now (lock-free).
   uint64_t waiting() const { return waiting_.load(std::memory_order_relaxed); }
   QueueSnapshot snapshot() const;

@@ -61,8 +61,9 @@ awaitable<void> session(ServerState& s, Socket socket, bool admin, IoThread& io)
 awaitable<bool> respond(ServerState& s, ClientConn& client, unsigned version, bool keep_alive, http::status status,
                         std::string body, std::string_view content_type = "application/json",
                         std::optional<unsigned> retry_after = std::nullopt);
-// An OpenAI error body with the error's status (503: Retry-After: 1).
+// An OpenAI error body with the error's status (503: Retry-After: 1, unless
+// `retry_after` says otherwise; a 429 from flow control names its own).
 awaitable<bool> respond_error(ServerState& s, ClientConn& client, unsigned version, bool keep_alive,
-                              const ApiError& e);
+                              const ApiError& e, std::optional<unsigned> retry_after = std::nullopt);
 
 }  // namespace kvroute

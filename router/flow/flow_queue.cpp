@@ -220,9 +220,13 @@ void FlowQueue::notify() {
 }
 
 void FlowQueue::notify(std::string_view model) {
+  if (waiting() == 0) return;  // the common case: nobody waits
   std::lock_guard lock(mu_);
   const auto it = models_.find(model);
   if (it != models_.end()) start_trial(it->second);
+  // Requests that name no model are served by any worker.
+  if (const auto any = models_.find(std::string_view{}); any != models_.end() && !model.empty())
+    start_trial(any->second);
 }
 
 void FlowQueue::stop_all() {

@@ -94,8 +94,8 @@ class AdmissionQueue {
     }
   }
 
-  // A worker may have room (any model).
-  void notify() { q_.notify(); }
+  // A worker of `model` may have room.
+  void notify(std::string_view model) { q_.notify(model); }
   // Requests waiting now.
   int64_t waiting() const { return static_cast<int64_t>(q_.waiting()); }
 

@@ -47,7 +47,9 @@ struct ServerState {
   std::unique_ptr<flow::FlowControl> own_flow;
   flow::FlowControl& flow;
   AdmissionQueue queue;  // requests waiting for a free worker
-  const std::function<void()> capacity_listener = [this] { flow.queue().notify(); };
+  const WorkerRegistry::CapacityListener capacity_listener = [this](std::string_view model) {
+    flow.queue().notify(model);
+  };
   std::atomic<bool> stopping{false};
   std::atomic<bool> draining{false};  // shutting down: /ready 503, no keep-alive
   std::atomic<int64_t> inflight{0};   // proxied requests being handled

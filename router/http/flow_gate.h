@@ -20,7 +20,9 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
+#include "router/flow/cache_salt.h"
 #include "router/flow/flow_control.h"
 #include "router/http/admission_queue.h"
 #include "router/http/wire.h"
@@ -122,24 +124,6 @@ inline std::optional<FlowRefusal> flow_tokens(flow::FlowControl& fc, const Confi
   return too_many(fmt::format("Tenant '{}' is over its prompt token rate; retry after {} s.", st.tenant_entry()->name,
                               retry),
                   "token_rate_limited", retry, "rate_limited");
-}
-
-// The tenant's pinned salt into the forwarded body: appended as the body
-// object's last member, so it wins over a `cache_salt` the client sent
-// (vLLM's JSON parsing keeps the last of duplicate keys). The salt is
-// validated at config load (no quotes, backslashes or control characters).
-// The body is a parsed JSON object: its last non-space byte is '}'.
-inline void pin_cache_salt(std::string& body, std::string_view salt) {
-  size_t end = body.size();
-  while (end > 0 && (body[end - 1] == ' ' || body[end - 1] == '\n' || body[end - 1] == '\r' || body[end - 1] == '\t'))
-    --end;
-  if (end == 0 || body[end - 1] != '}') return;
-  size_t before = end - 1;
-  while (before > 0 && (body[before - 1] == ' ' || body[before - 1] == '\n' || body[before - 1] == '\r' ||
-                        body[before - 1] == '\t'))
-    --before;
-  const bool empty_object = before > 0 && body[before - 1] == '{';
-  body.insert(end - 1, fmt::format("{}\"cache_salt\":\"{}\"", empty_object ? "" : ",", salt));
 }
 
 // The TTFT the predictor expects for this request on its best worker now

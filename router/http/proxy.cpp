@@ -632,7 +632,12 @@ awaitable<bool> run(ServerState& s, ClientConn& client, ClientRequest& req, ApiK
   if (!accept_route(x)) co_return co_await reject(x, client.route.error, "no_worker");
   if (const TenantEntry* t = x.flow.tenant_entry()) {
     if (flow::FlowMetrics* fm = s.flow.metrics()) fm->tenant_tokens_total.with({t->name}).inc(client.route.isl_tokens);
-    if (!t->cache_salt.empty()) pin_cache_salt(req.body, t->cache_salt);
+    if (!t->cache_salt.empty() && !flow::pin_cache_salt(req.body, t->cache_salt)) {
+      ApiError e;
+      invalid_request(e, "Escaped keys are not accepted at the top level of this tenant's requests (its cache_salt "
+                         "is pinned).", "");
+      co_return co_await reject(x, e, "bad_request");
+    }
   }
 
   const size_t attempts = std::min<size_t>(x.cfg.router.max_attempts, client.route.ranked.size());

@@ -11,6 +11,7 @@
 #include <string>
 #include <unistd.h>
 
+#include "router/flow/cache_salt.h"
 #include "router/flow/sha256.h"
 
 using namespace kvroute;
@@ -143,4 +144,24 @@ TEST_CASE("flow control: request and token buckets refill at their rate and say 
   CHECK(fc.take_tokens(*t, a, 100, t0 + std::chrono::seconds(1), retry));
   // The default tenant has no limits.
   for (int i = 0; i < 100; ++i) CHECK(fc.take_request(*t, t->default_tenant, t0, retry));
+}
+
+TEST_CASE("cache salt pinning: the client's salts go, the tenant's is the only one") {
+  std::string b = R"({"model":"m","prompt":"x"})";
+  REQUIRE(pin_cache_salt(b, "T"));
+  CHECK(b == R"({"model":"m","prompt":"x","cache_salt":"T"})");
+  b = R"({ "cache_salt" : "mine", "model":"m", "nested":{"cache_salt":"keep"}, "cache_salt":"again" } )";
+  REQUIRE(pin_cache_salt(b, "T"));
+  CHECK(b == R"({ "model":"m", "nested":{"cache_salt":"keep"}, "cache_salt":"T"} )");
+  b = R"({"cache_salt":"only"})";
+  REQUIRE(pin_cache_salt(b, "T"));
+  CHECK(b == R"({"cache_salt":"T"})");
+  b = R"({"model":"m","s":"a \" } , \"cache_salt\":1","arr":[1,{"a":[2]}]})";
+  REQUIRE(pin_cache_salt(b, "T"));
+  CHECK(b == R"({"model":"m","s":"a \" } , \"cache_salt\":1","arr":[1,{"a":[2]}],"cache_salt":"T"})");
+  // An escaped top-level key might spell cache_salt: refused, unchanged.
+  b = R"({"model":"m","cache\u005fsalt":"sneak"})";
+  const std::string before = b;
+  CHECK_FALSE(pin_cache_salt(b, "T"));
+  CHECK(b == before);
 }

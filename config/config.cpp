@@ -87,7 +87,9 @@ std::optional<std::string> list_to_text(const std::string& path, const YAML::Nod
   return std::nullopt;
 }
 
-bool is_list_key(const std::string& path) { return path == "workers.static" || path == "discovery.dns"; }
+bool is_list_key(const std::string& path) {
+  return path == "workers.static" || path == "discovery.dns" || path == "flow.bands" || path == "flow.tenants";
+}
 
 // `sections` holds every key's prefixes ("scheduler"): a mapping anywhere
 // else is an unknown key, so YAML aliases cannot make the walk exponential.
@@ -379,7 +381,73 @@ std::optional<std::string> check_role(std::string_view path, size_t n, const std
   return fmt::format("{}: entry {}: role '{}' is not one of both, prefill, decode", path, n, role);
 }
 
+using B = BandEntry;
+const std::array<EntryField<B>, 3> kBandFields{{
+    {"name", &B::name},
+    {"max_priority", &B::max_priority},
+    {"max_queued", &B::max_queued, 0, 10000000},
+}};
+
+using T = TenantEntry;
+const std::array<EntryField<T>, 6> kTenantFields{{
+    {"name", &T::name},
+    {"weight", &T::weight, 1, 1000},
+    {"rps", &T::rps, 0, 10000000},
+    {"burst", &T::burst, 0, 100000000},
+    {"tps", &T::tps, 0, uint64_t{1} << 40},
+    {"cache_salt", &T::cache_salt},
+}};
+
+// A name an operator reads in metrics labels and the status page.
+bool valid_flow_name(std::string_view n) {
+  if (n.empty() || n.size() > 64) return false;
+  return std::all_of(n.begin(), n.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-'; });
+}
+
 }  // namespace
+
+std::optional<std::string> parse_band_entries(std::string_view text, std::vector<BandEntry>& out) {
+  constexpr std::string_view P = "flow.bands";
+  auto check = [&](BandEntry& b, size_t n, const std::vector<BandEntry>& prev) -> std::optional<std::string> {
+    if (!valid_flow_name(b.name))
+      return fmt::format("{}: entry {}: name '{}' must be 1-64 letters, digits, '_' or '-'", P, n, b.name);
+    for (const auto& p : prev) {
+      if (p.name == b.name) return fmt::format("{}: entry {}: duplicate band '{}'", P, n, b.name);
+      if (!p.bounded) return fmt::format("{}: entry {}: band '{}' has no max_priority, so it must be last", P, n - 1, p.name);
+    }
+    if (!b.max_priority.empty()) {
+      const char* first = b.max_priority.data();
+      const char* last = first + b.max_priority.size();
+      const auto [ptr, ec] = std::from_chars(first, last, b.max_priority_value);
+      if (ec != std::errc() || ptr != last)
+        return fmt::format("{}: entry {}: max_priority '{}' is not an integer", P, n, b.max_priority);
+      b.bounded = true;
+      if (!prev.empty() && prev.back().max_priority_value >= b.max_priority_value)
+        return fmt::format("{}: entry {}: max_priority must grow from band to band (highest band first)", P, n);
+    }
+    if (prev.size() >= 16) return fmt::format("{}: at most 16 bands", P);
+    return std::nullopt;
+  };
+  if (auto e = parse_entries(P, text, kBandFields, check, out)) return e;
+  if (out.empty()) return fmt::format("{}: at least one band is required", P);
+  return std::nullopt;
+}
+
+std::optional<std::string> parse_tenant_entries(std::string_view text, std::vector<TenantEntry>& out) {
+  constexpr std::string_view P = "flow.tenants";
+  auto check = [&](const TenantEntry& t, size_t n, const std::vector<TenantEntry>& prev) -> std::optional<std::string> {
+    if (!valid_flow_name(t.name))
+      return fmt::format("{}: entry {}: name '{}' must be 1-64 letters, digits, '_' or '-'", P, n, t.name);
+    for (const auto& p : prev)
+      if (p.name == t.name) return fmt::format("{}: entry {}: duplicate tenant '{}'", P, n, t.name);
+    if (t.cache_salt.size() > 256) return fmt::format("{}: entry {}: cache_salt longer than 256 bytes", P, n);
+    if (t.cache_salt.find_first_of("\"\\") != std::string::npos || std::any_of(t.cache_salt.begin(), t.cache_salt.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20; }))
+      return fmt::format("{}: entry {}: cache_salt must not hold quotes, backslashes or control characters", P, n);
+    if (prev.size() >= 1000) return fmt::format("{}: at most 1000 tenants", P);
+    return std::nullopt;
+  };
+  return parse_entries(P, text, kTenantFields, check, out);
+}
 
 std::optional<std::string> parse_worker_entries(std::string_view text, std::vector<WorkerEntry>& out) {
   constexpr std::string_view P = "workers.static";
@@ -423,6 +491,10 @@ std::optional<std::string> validate(const Config& c) {
     if (auto e = parse_worker_entries(c.workers.static_list, w)) return e;
     std::vector<DnsEntry> d;
     if (auto e = parse_dns_entries(c.discovery.dns, d)) return e;
+    std::vector<BandEntry> b;
+    if (auto e = parse_band_entries(c.flow.bands, b)) return e;
+    std::vector<TenantEntry> t;
+    if (auto e = parse_tenant_entries(c.flow.tenants, t)) return e;
   }
   if (c.workers.eject_max_ms < c.workers.eject_base_ms)
     return fmt::format("workers.eject_max_ms: {} must be >= workers.eject_base_ms ({})", c.workers.eject_max_ms,

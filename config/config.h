@@ -158,6 +158,24 @@ struct PdConfig {
   uint64_t prefill_busy_tokens = 0;     // conditional: best prefill worker's queued prefill tokens at which the pool is busy; 0 = off
 };
 
+// Flow control of the OpenAI listener (router/flow/): priority bands, tenants
+// and their API keys, rate limits, the wait queue's byte bound.
+struct FlowConfig {
+  // Priority bands, highest first: entries `name=N[,max_priority=P][,max_queued=Q]`
+  // separated by ';'. A request's vLLM `priority` (lower = more urgent; 0 by
+  // default) joins the first band whose max_priority is >= it; the last band
+  // takes the rest. parse_band_entries().
+  std::string bands = "name=high,max_priority=-1;name=normal";
+  uint64_t queue_max_bytes = 64ull << 20;  // request bodies waiting in the queue; beyond, 429 (or shed)
+  uint32_t retry_after_s = 1;              // Retry-After of a 429 for a full queue or a timed-out wait
+  // File of API keys: lines `<sha256 hex of the key> <tenant>`; empty = no
+  // keys (every request is the tenant "default"). Re-read on SIGHUP.
+  std::string keys_file;
+  // Tenants: entries `name=N[,weight=W][,rps=R][,burst=B][,tps=T][,cache_salt=S]`
+  // separated by ';'. parse_tenant_entries().
+  std::string tenants;
+};
+
 struct TokenizerConfig {
   // "model=dir,model=dir": each dir holds the model's tokenizer.json (and its
   // chat template); a LoRA adapter uses its base model's. Other models ask
@@ -198,6 +216,7 @@ struct Config {
   IndexerConfig indexer;
   SchedulerConfig scheduler;
   PdConfig pd;
+  FlowConfig flow;
   TokenizerConfig tokenizer;
   LogConfig log;
   ZmqConfig zmq;
@@ -280,7 +299,28 @@ struct DnsEntry {
   uint32_t bootstrap_port = 8998;
 };
 
+// One flow.bands entry.
+struct BandEntry {
+  std::string name;
+  std::string max_priority;  // text: may be negative; empty = no bound (the last band)
+  int64_t max_priority_value = 0;
+  bool bounded = false;
+  uint64_t max_queued = 0;   // 0 = only scheduler.queue_size bounds it
+};
+
+// One flow.tenants entry.
+struct TenantEntry {
+  std::string name;
+  uint32_t weight = 1;       // share of queued capacity and of freed slots
+  uint32_t rps = 0;          // requests per second (0 = no limit)
+  uint32_t burst = 0;        // request bucket size (0 = max(rps, 1))
+  uint64_t tps = 0;          // prompt tokens per second (0 = no limit); bucket = one second's worth
+  std::string cache_salt;    // pinned into every forwarded request of the tenant (empty = the client's own)
+};
+
 // Parse the text forms; the error names the entry and the field.
+std::optional<std::string> parse_band_entries(std::string_view text, std::vector<BandEntry>& out);
+std::optional<std::string> parse_tenant_entries(std::string_view text, std::vector<TenantEntry>& out);
 std::optional<std::string> parse_worker_entries(std::string_view text, std::vector<WorkerEntry>& out);
 std::optional<std::string> parse_dns_entries(std::string_view text, std::vector<DnsEntry>& out);
 // One worker given as a YAML/JSON mapping ({"url": ..., "model": ..., "lora": [..]})
@@ -519,6 +559,26 @@ void for_each_key(C& c, F&& f) {
             "worker whole (0 = off).",
             0, 1e12, !S, R},
     c.pd.prefill_busy_tokens);
+  // flow
+  f(KeyInfo{"flow.bands",
+            "Priority bands, highest first: 'name=N[,max_priority=P][,max_queued=Q]' separated by ';' (YAML: a "
+            "list). vLLM priority p (lower = more urgent) joins the first band with p <= max_priority.",
+            0, 0, S, R},
+    c.flow.bands);
+  f(KeyInfo{"flow.queue_max_bytes", "Request body bytes waiting in the queue at once; beyond, 429 or a lower band shed.",
+            1024, 1ull << 40, !S, R},
+    c.flow.queue_max_bytes);
+  f(KeyInfo{"flow.retry_after_s", "Retry-After (seconds) of a 429 from the queue or a rate limit floor.", 1, 3600,
+            !S, R},
+    c.flow.retry_after_s);
+  f(KeyInfo{"flow.keys_file",
+            "API keys file: lines '<sha256 hex of the key> <tenant>'; empty = no authentication. Re-read on SIGHUP.",
+            0, 0, S, R},
+    c.flow.keys_file);
+  f(KeyInfo{"flow.tenants",
+            "Tenants: 'name=N[,weight=W][,rps=R][,burst=B][,tps=T][,cache_salt=S]' separated by ';' (YAML: a list).",
+            0, 0, S, R},
+    c.flow.tenants);
   // tokenizer
   f(KeyInfo{"tokenizer.models",
             "MODEL=DIR list, comma-separated: each DIR holds tokenizer.json (+ chat template); "

@@ -38,6 +38,12 @@ std::string_view to_string(HealthState s) {
   return "ok";
 }
 
+void WorkerRegistry::capacity_may_be_free(const Entry& e, const CapacityListener* f) {
+  if (!e.info) return;
+  (*f)(e.info->model);
+  for (const std::string& name : e.info->lora_adapters) (*f)(name);
+}
+
 bool WorkerRegistry::on_heartbeat(const WorkerAnnouncement& a) {
   return admit_heartbeat(a, std::numeric_limits<size_t>::max()) == HeartbeatVerdict::Joined;
 }
@@ -74,6 +80,7 @@ HeartbeatVerdict WorkerRegistry::admit_heartbeat(const WorkerAnnouncement& a, si
   e.last_load = now;
   e.has_load = true;
   sync(a.id, e, now);
+  capacity_may_be_free(e);
   return inserted ? HeartbeatVerdict::Joined : HeartbeatVerdict::Refreshed;
 }
 
@@ -91,6 +98,7 @@ bool WorkerRegistry::upsert(const WorkerAnnouncement& a) {
   e.last_seen = clock_.now();
   sync(a.id, e, e.last_seen);
   rebuild_lora_names();
+  capacity_may_be_free(e);
   return inserted;
 }
 
@@ -153,6 +161,7 @@ bool WorkerRegistry::on_load_report(WorkerId id, const WorkerLoad& load) {
   const bool was_down = e.health == HealthState::Down;
   if (was_down) e.health = HealthState::Ok;
   sync(id, e, e.last_load);
+  capacity_may_be_free(e);
   return was_down;
 }
 
@@ -198,6 +207,7 @@ void WorkerRegistry::report_success(WorkerId id) {
   const auto now = clock_.now();
   if (state(e, now) == HealthState::Ok) e.ejections_in_a_row = 0;
   sync(id, e, now);
+  capacity_may_be_free(e);
 }
 
 void WorkerRegistry::set_health_policy(const HealthPolicy& p) {
@@ -443,6 +453,7 @@ bool WorkerRegistry::set_draining(WorkerId id, bool draining) {
   if (it == workers_.end()) return false;
   it->second.draining = draining;
   sync(id, it->second, clock_.now());
+  if (!draining) capacity_may_be_free(it->second);
   return true;
 }
 
@@ -503,6 +514,7 @@ void WorkerRegistry::end_request(WorkerId id, uint64_t blocks, uint64_t prefill_
     e.ended_blocks += blocks;
   }
   sync(id, e, clock_.now());
+  capacity_may_be_free(e);
 }
 
 }  // namespace kvroute
@@ -514,10 +526,12 @@ void WorkerRegistry::set_remote_inflight(WorkerId id, uint32_t requests, uint64_
   std::lock_guard lk(mu_);
   auto it = workers_.find(id);
   if (it == workers_.end()) return;
+  const bool fewer = requests < it->second.remote_requests || blocks < it->second.remote_blocks;
   it->second.remote_requests = requests;
   it->second.remote_blocks = blocks;
   it->second.remote_prefill_tokens = prefill_tokens;
   sync(id, it->second, clock_.now());  // remote counts are in the rankings' predicted load too
+  if (fewer) capacity_may_be_free(it->second);
 }
 
 }  // namespace kvroute

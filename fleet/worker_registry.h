@@ -28,6 +28,7 @@
 
 #include <array>
 #include <atomic>
+#include <functional>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -251,6 +252,17 @@ class WorkerRegistry {
   // first_byte, end_request): replica sync publishes as soon as it moves.
   uint64_t inflight_generation() const { return inflight_generation_.load(std::memory_order_relaxed); }
 
+  // Called when a worker may have room for more work: a request ended, a
+  // load report or heartbeat came, a worker joined, was undrained or came
+  // back, another replica's in-flight work changed; once per name the
+  // worker serves (its model, each LoRA adapter). The router's admission
+  // queue wakes that model's waiters on it (router/flow/flow_queue.h)
+  // instead of polling. Called with the registry's lock held: it must only
+  // signal (take no lock that is ever held while calling into the registry).
+  // `f` must outlive the registry's use; set it before serving.
+  using CapacityListener = std::function<void(std::string_view model)>;
+  void set_capacity_listener(const CapacityListener* f) { capacity_listener_.store(f); }
+
  private:
   struct Entry {
     std::shared_ptr<const WorkerAnnouncement> info;
@@ -296,6 +308,11 @@ class WorkerRegistry {
 
   const Clock& clock_;
   std::atomic<uint64_t> inflight_generation_{0};  // see inflight_generation()
+  std::atomic<const CapacityListener*> capacity_listener_{nullptr};
+  static void capacity_may_be_free(const Entry& e, const CapacityListener* f);  // mu_ held
+  void capacity_may_be_free(const Entry& e) const {  // mu_ held
+    if (const auto* f = capacity_listener_.load(std::memory_order_acquire)) capacity_may_be_free(e, f);
+  }
   mutable std::mutex mu_;
   std::map<WorkerId, Entry> workers_;
   size_t bus_workers_ = 0;  // entries whose source is Heartbeat

@@ -138,6 +138,10 @@ AdminResponse AdminApi::explain(const ParsedRequest& parsed) const {
     }
     out += "}}";
   }
+  if (queue_view_) {
+    out.pop_back();  // the closing brace
+    out += R"(,"queue":)" + queue_view_(parsed.model, parsed.priority, "") + "}";
+  }
   return AdminResponse{200, out};
 }
 

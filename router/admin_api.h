@@ -95,6 +95,11 @@ class AdminApi {
   // requests (events/salt_attribution.h): explain lists the candidates among
   // them as "salt_blind_workers":[ids]. Unset: the field is omitted.
   void set_salt_blind(std::function<bool(WorkerId)> f) { salt_blind_ = std::move(f); }
+  // The wait queue as the explained request would meet it (its band, the
+  // requests of its model ahead of it, all waiting), a JSON object shown by
+  // explain as "queue". Args: model, the body's priority, x-kvroute-priority.
+  using QueueView = std::function<std::string(std::string_view, std::optional<int64_t>, std::string_view)>;
+  void set_queue_view(QueueView f) { queue_view_ = std::move(f); }
 
  private:
   std::optional<AdminResponse> status_endpoint(std::string_view method, std::string_view path) const;
@@ -111,6 +116,7 @@ class AdminApi {
   AdminWorkerHooks fleet_;
   std::function<std::optional<Nanos>(WorkerId)> index_age_;  // explain's index_age_ms; unset: omitted
   std::function<bool(WorkerId)> salt_blind_;
+  QueueView queue_view_;
 };
 
 // The status page's files (router/status/), compiled in: nullptr if `path`

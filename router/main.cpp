@@ -211,6 +211,7 @@ class Daemon {
   ApproxIndexer approx_;
   MergedIndex index_{sequencer_, approx_};
   WorkerRegistry registry_{clock_};
+  flow::FlowControl flow_;  // tenants, API keys, bands, the wait queue (router/flow/)
   TokenizerSet tokenizers_;  // the models' own tokenizers (tokenizer.models); others use the placeholder
   std::unique_ptr<NatsBus> bus_;
   std::unique_ptr<EventPipeline> pipeline_;
@@ -358,6 +359,7 @@ void Daemon::build_status() {
   };
   // Stale: a scraped worker (its /metrics) missed two scrapes; a heartbeat-only
   // worker was silent for half its TTL.
+  sources.flow_json = [this] { return flow_.status_json(*config_.get()); };
   sources.stale_after = [this](const WorkerAnnouncement& w) {
     const auto c = config_.get();
     const auto ms = w.metrics_url.empty() ? std::chrono::milliseconds(c->events.worker_ttl_ms) / 2
@@ -366,6 +368,13 @@ void Daemon::build_status() {
   };
   fleet_status_ = std::make_unique<StatusReport>(registry_, std::move(sources), *history_, decisions_);
   admin_->set_status(fleet_status_.get());
+  admin_->set_queue_view([this](std::string_view model, std::optional<int64_t> priority, std::string_view header) {
+    const auto cfg = config_.get();
+    const auto t = flow_.tables(cfg);
+    const uint32_t band = flow::FlowControl::band_of(*t, priority, header).value_or(0);
+    return fmt::format(R"({{"band":"{}","ahead":{},"queued":{}}})", t->bands[band].name,
+                       flow_.queue().ahead(model, band), flow_.queue().waiting());
+  });
 }
 
 // Each module's metrics, next to its stats, into the one registry (the
@@ -381,6 +390,7 @@ void Daemon::register_metrics(const Config& cfg) {
   register_salt_metrics(metrics_, salts_);
   if (replicas_) register_replica_metrics(metrics_, *replicas_);
   server_->register_metrics(metrics_);
+  flow_.register_metrics(metrics_, &config_);
 }
 
 HttpServerHooks Daemon::server_hooks() {
@@ -391,6 +401,7 @@ HttpServerHooks Daemon::server_hooks() {
   hooks.config = &config_;
   hooks.admin = admin_.get();
   hooks.metrics = &router_metrics_;
+  hooks.flow = &flow_;
   // Ready while some worker can take requests; a NATS outage does not make
   // the router unready (workers are judged by the router, not by the bus).
   hooks.ready = [this] { return !registry_.candidates("").empty(); };
@@ -421,6 +432,11 @@ HttpServerHooks Daemon::server_hooks() {
 // admin.host says otherwise), then its io threads and the status sampler.
 bool Daemon::start_server(const Config& cfg) {
   std::string err;
+  if (auto e = flow_.reload_keys(cfg)) {
+    std::fprintf(stderr, "kvroute: %s\n", e->c_str());
+    return false;
+  }
+  if (flow_.keys_enabled()) spdlog::info("{} API keys loaded: the OpenAI listener requires one", flow_.key_count());
   const std::string admin_host = cfg.admin.host.empty() ? cfg.router.host : cfg.admin.host;
   if (!server_->listen(cfg.router.host, static_cast<uint16_t>(cfg.router.port), &err)) {
     std::fprintf(stderr, "kvroute: router.port: %s\n", err.c_str());
@@ -459,6 +475,12 @@ void Daemon::serve(const sigset_t& signals, const ConfigSources& sources) {
       else e = admin_->replace(next);
       if (e) spdlog::error("SIGHUP: configuration not reloaded, the old one keeps serving: {}", *e);
       else spdlog::info("SIGHUP: configuration reloaded");
+      // The API keys are re-read either way (a rotated key file needs no
+      // config change); a bad file keeps the keys in force.
+      if (auto ke = flow_.reload_keys(*config_.get()))
+        spdlog::error("SIGHUP: API keys not reloaded, the old ones stay: {}", *ke);
+      else if (flow_.keys_enabled())
+        spdlog::info("SIGHUP: {} API keys loaded", flow_.key_count());
       continue;
     }
     const auto grace = std::chrono::milliseconds(config_.get()->router.shutdown_grace_ms);

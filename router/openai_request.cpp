@@ -168,6 +168,12 @@ bool parse_request_fields(ApiKind kind, std::string_view body, ParsedRequest& ou
     out.cache_salt.assign(salt.value_unsafe().get_string().value_unsafe());
   }
   if (auto pl = o.at_key("prompt_logprobs"); !pl.error() && !pl.value_unsafe().is_null()) out.prompt_logprobs = true;
+  // vLLM's `priority` (lower is served earlier, default 0; vllm/entrypoints/
+  // openai/chat_completion/protocol.py): the router's band (router/flow/).
+  if (auto pr = o.at_key("priority"); !pr.error() && !pr.value_unsafe().is_null()) {
+    if (!pr.value_unsafe().is_int64()) return invalid_request(err, "'priority' must be an integer", "priority");
+    out.priority = pr.value_unsafe().get_int64().value_unsafe();
+  }
   // OpenAI's end-user id: the session key when no x-session-id header is given.
   if (auto user = o.at_key("user"); !user.error() && !user.value_unsafe().is_null()) {
     if (!user.value_unsafe().is_string()) return invalid_request(err, "'user' must be a string", "user");

@@ -80,7 +80,7 @@ struct ParsedRequest {
   // the Messages parser `metadata.user_id`.
   std::string user;
   // Set by the Responses and Messages parsers (router/api/); the OpenAI parser
-  // does not read them yet. vLLM's `priority` (lower is served earlier; unset =
+  // reads `priority` only. vLLM's `priority` (lower is served earlier; unset =
   // 0), the output token limit (`max_output_tokens`, `max_tokens`), and the
   // Responses `previous_response_id`: a reference to a response the engine
   // stored (kvroute keeps no response store; router/README.md "Responses and

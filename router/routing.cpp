@@ -208,7 +208,7 @@ void RoutingService::route_blocks(std::string_view model, uint32_t isl_tokens, s
   decide(*config_.get(), model, isl_tokens, rank_all, /*score_all=*/false, out);
 }
 
-void RoutingService::reroute(std::string_view model, RouteResult& out, bool score_all) const {
+void RoutingService::reroute(std::string_view model, RouteResult& out, bool score_all, bool serve_busy) const {
   std::vector<LocalBlockHash> hashes = std::move(out.block_hashes);
   const auto first_block = out.first_block;
   const uint64_t salt = out.salt_hash;
@@ -226,7 +226,14 @@ void RoutingService::reroute(std::string_view model, RouteResult& out, bool scor
   out.token_source = source;
   out.stage_seconds[0] = stage0;
   out.stage_seconds[1] = stage1;
-  decide(*config_.get(), model, isl, /*rank_all=*/false, score_all, out);
+  const auto cfg = config_.get();
+  if (!serve_busy || cfg->scheduler.reject_when_busy) {
+    decide(*cfg, model, isl, /*rank_all=*/false, score_all, out);
+    return;
+  }
+  Config busy = *cfg;  // rare (a queue timeout): a copy rather than a flag through every stage
+  busy.scheduler.queue_size = 0;
+  decide(busy, model, isl, /*rank_all=*/false, score_all, out);
 }
 
 void RoutingService::decide(const Config& cfg, std::string_view model, uint32_t isl_tokens, bool rank_all,

@@ -159,7 +159,10 @@ class RoutingService {
   // waiting for a free worker): keeps its block hashes, token count and
   // tokenizer fallback, redoes only the decision (no template, tokenization
   // or hashing per retry).
-  void reroute(std::string_view model, RouteResult& out, bool score_all = false) const;
+  // `serve_busy`: an all-busy fleet ranks its busy workers (as with
+  // scheduler.queue_size 0 and reject_when_busy false): a queued request
+  // whose wait timed out goes to the best of them.
+  void reroute(std::string_view model, RouteResult& out, bool score_all = false, bool serve_busy = false) const;
 
   // Off: every decision scores every candidate (schedule(), the O(workers)
   // reference) instead of the registry's pre-ranked fleet. For benchmarks and

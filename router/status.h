@@ -150,6 +150,9 @@ struct StatusSources {
   // Sent salted requests while its KV events carry no cache_salt
   // (events/salt_attribution.h); empty = never.
   std::function<bool(WorkerId)> salt_blind;
+  // Flow control's view (router/flow/flow_control.h status_json(): the queue
+  // by band and tenant, each tenant's limits and outcomes); empty = omitted.
+  std::function<std::string()> flow_json;
 };
 
 // The one state the status page shows for a worker, the most pressing first:

@@ -1,63 +1,106 @@
-// The bounded wait queue for requests that found every worker of their model
-// busy (scheduler.queue_size, scheduler.queue_timeout_ms): a request waits
-// here, routed again every 5 ms, until a worker is free, its timeout, or
-// shutdown.
+// The wait queue as the proxy uses it: a request that found every worker of
+// its model busy waits here until it is admitted (a trial routed it), its
+// deadline passes, a higher-priority or fairer request sheds it, or the
+// router stops. Event-driven (router/flow/flow_queue.h): the waiting
+// coroutine sleeps on a timer set to its deadline; a wake-up from the queue
+// (a worker may have room: a request ended, a load report, a worker joined)
+// is posted to its io thread and cancels that timer. Nothing polls.
 //
-// The interface is what the proxy needs and no more (enter and wait, the
-// count, its gauge), so that an event-driven queue (woken by a worker's load
-// falling instead of polling) can replace it without touching the proxy.
-//
-// Threading: the count is shared by every io thread (atomic); wait() runs on
-// the calling request's io thread.
+// Threading: the FlowQueue is shared by every io thread (it locks); a
+// waiter's timer and wake-up flag live on its own io thread only (the queue
+// posts there), in a shared state that outlives a late posted wake-up.
 #pragma once
 
-#include <atomic>
+#include <boost/asio/post.hpp>
+
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <optional>
 
-#include "common/metrics.h"
+#include "router/flow/flow_queue.h"
 #include "router/http/executor.h"
 
 namespace kvroute {
 
 class AdmissionQueue {
  public:
-  static constexpr auto kPoll = milliseconds(5);
+  // How a wait ended.
+  enum class Outcome : uint8_t {
+    Admitted,  ///< a trial routed it: the route is set
+    Full,      ///< not queued: the queue (or its band) is full and nobody may be shed for it
+    Shed,      ///< pushed out by a higher band or a tenant under its share
+    Timeout,   ///< its deadline passed
+    Stopped,   ///< the router is shutting down
+  };
 
-  // `waiting` (may be null): the gauge of requests in the queue.
-  explicit AdmissionQueue(metrics::Gauge* waiting = nullptr) : gauge_(waiting) {}
+  struct Ticket {
+    std::string_view model;
+    uint32_t band = 0;
+    uint32_t tenant = 0;
+    uint32_t weight = 1;
+    uint64_t bytes = 0;
+  };
 
-  // Waits in the queue unless `capacity` requests wait already (then false at
-  // once). While waiting: `still_busy()` is called every kPoll (it routes the
-  // request again) until it returns false, `timeout` passes or `stop()` is
-  // true. True once it has waited; the request's route says how it ended.
-  awaitable<bool> wait(Executor ex, uint64_t capacity, milliseconds timeout, const std::function<bool()>& still_busy,
-                       const std::function<bool()>& stop) {
-    if (waiting_.fetch_add(1) >= static_cast<int64_t>(capacity)) {
-      waiting_.fetch_sub(1);
-      co_return false;
-    }
-    if (gauge_) gauge_->add(1);
-    const auto deadline = Steady::now() + timeout;
-    Timer timer(ex);
+  explicit AdmissionQueue(flow::FlowQueue& q) : q_(q) {}
+
+  // Queues the request and waits. `try_admit()` runs on this coroutine's
+  // thread each time the queue offers it a slot (it routes the request
+  // again; true = routed). `position` (may be null): requests of the model
+  // ahead of it at entry.
+  awaitable<Outcome> wait(Executor ex, const Ticket& t, const flow::QueueLimits& limits,
+                          Steady::time_point deadline, const std::function<bool()>& try_admit,
+                          uint64_t* position = nullptr) {
+    struct WaitState {
+      explicit WaitState(Executor e) : timer(e) {}
+      Timer timer;
+      std::optional<flow::Wake> wake;
+    };
+    auto st = std::make_shared<WaitState>(ex);
+    auto w = std::make_shared<flow::Waiter>();
+    w->model.assign(t.model);
+    w->band = t.band;
+    w->tenant = t.tenant;
+    w->weight = t.weight;
+    w->bytes = t.bytes;
+    // Called under the queue's lock, from any thread: only posts.
+    w->wake = [st, ex](flow::Wake k) {
+      asio::post(ex, [st, k] {
+        st->wake = k;
+        st->timer.cancel();
+      });
+    };
+    if (q_.enter(w, limits, position) == flow::Enter::Full) co_return Outcome::Full;
     boost::system::error_code ec;
-    bool busy = true;
-    while (busy && Steady::now() < deadline && !stop()) {
-      timer.expires_after(kPoll);
-      co_await timer.async_wait(nothrow(ec));
-      busy = still_busy();
+    for (;;) {
+      if (!st->wake) {
+        st->timer.expires_at(deadline);
+        co_await st->timer.async_wait(nothrow(ec));
+      }
+      if (st->wake) {
+        const flow::Wake k = *st->wake;
+        st->wake.reset();
+        if (k == flow::Wake::Shed) co_return Outcome::Shed;
+        if (k == flow::Wake::Stop) co_return Outcome::Stopped;
+        const bool admitted = try_admit();
+        q_.trial_done(*w, admitted);
+        if (admitted) co_return Outcome::Admitted;
+        continue;
+      }
+      if (Steady::now() < deadline) continue;  // a cancelled wait without a wake-up (none expected)
+      if (q_.leave(*w)) co_return Outcome::Timeout;
+      // Shed or stopped at the same moment: that wake-up is posted; take it.
+      co_await asio::post(ex, use_awaitable);
     }
-    waiting_.fetch_sub(1);
-    if (gauge_) gauge_->add(-1);
-    co_return true;
   }
 
+  // A worker of `model` may have room.
+  void notify(std::string_view model) { q_.notify(model); }
   // Requests waiting now.
-  int64_t waiting() const { return waiting_.load(std::memory_order_relaxed); }
+  int64_t waiting() const { return static_cast<int64_t>(q_.waiting()); }
 
  private:
-  metrics::Gauge* gauge_;
-  std::atomic<int64_t> waiting_{0};
+  flow::FlowQueue& q_;
 };
 
 }  // namespace kvroute

@@ -18,6 +18,7 @@
 #include "router/api/api_routes.h"
 #include "router/proxy_policy.h"
 #include "router/http/response_pin.h"
+#include "router/http/flow_gate.h"
 #include "router/http/upstream.h"
 
 namespace kvroute {
@@ -50,6 +51,8 @@ struct Exchange final : Swept {
   AccessRecord rec;                      // the access log's record, written on every exit
   std::string_view model_label = "unknown";
   bool keep_result = false;              // what proxy() returns when a phase says Done
+  FlowStanding flow;                     // tenant, band, deadline (router/http/flow_gate.h)
+  std::optional<FlowRefusal> refusal;    // set by wait_in_queue() when flow control answers
   bool cut = false;                      // the shutdown grace is over
 
   // The attempt in progress: one worker of the ranking.
@@ -106,11 +109,17 @@ void finish(Exchange& x, unsigned status, std::string_view outcome) {
     else m->request_duration_seconds.with({api_label(x.kind)}).observe(seconds);
   }
   if (x.cfg.log.access_log) log_access(x.rec);
+  if (x.flow.tables) x.s.flow.count(*x.flow.tables, x.flow.tenant, status == 200 ? std::string_view("ok") : outcome);
 }
 
 awaitable<bool> reject(Exchange& x, const ApiError& e, std::string_view outcome) {
   finish(x, e.status, outcome);
   co_return co_await respond_error(x.s, x.client, x.req.version, x.req.keep_alive, e, x.kind);
+}
+
+awaitable<bool> refuse(Exchange& x, const FlowRefusal& r) {
+  finish(x, r.error.status, r.outcome);
+  co_return co_await respond_error(x.s, x.client, x.req.version, x.req.keep_alive, r.error, x.kind, r.retry_after);
 }
 
 // The client went away: count it and log `status` (499 if it never got one).
@@ -154,29 +163,67 @@ bool route_request(Exchange& x) {
   return !route.ok && may_queue(route.failure) && x.cfg.scheduler.queue_size > 0;
 }
 
-// No eligible worker (all busy): waits in the bounded queue, re-routing as
-// load changes, until a worker is free, the queue timeout, or shutdown.
+// No eligible worker (all busy): waits in the queue (router/http/
+// admission_queue.h) until a trial routes it, its deadline (the queue
+// timeout, or the latest start that still meets its TTFT deadline), a more
+// urgent or fairer request sheds it, or shutdown. A timeout goes to the best
+// busy worker (scheduler.reject_when_busy false) or is refused 429.
 awaitable<void> wait_in_queue(Exchange& x) {
   RouterMetrics* m = x.metrics();
   RouteResult& route = x.client.route;
   const auto& sc = x.cfg.scheduler;
-  const std::function<bool()> still_busy = [&x, &route] {
-    x.s.hooks.routing->reroute(x.client.parsed.model, route,
-                               sticky_session(x) || x.pin.needs_all_scored());  // keeps tokens and hashes
-    return !route.ok && may_queue(route.failure);
-  };
-  const std::function<bool()> stop = [&x] { return x.s.stopping.load() || x.cut; };
-  const RouteErrorDetail detail{.model = x.client.parsed.model, .queue_timeout_ms = sc.queue_timeout_ms};
-  if (!co_await x.s.queue.wait(x.io.ioc.get_executor(), sc.queue_size, milliseconds(sc.queue_timeout_ms),
-                               still_busy, stop)) {
-    if (m) m->rejected_total.with({"queue_full"}).inc();
-    route.fail(RouteError::QueueFull, detail);
+  if (x.s.stopping.load() || x.cut) {
+    x.refusal = queue_refusal(AdmissionQueue::Outcome::Stopped, x.cfg, x.flow, false);
     co_return;
   }
-  if (!route.ok && may_queue(route.failure)) {
-    if (m) m->rejected_total.with({"queue_timeout"}).inc();
-    route.fail(RouteError::QueueTimeout, detail);
+  auto deadline = Steady::now() + milliseconds(sc.queue_timeout_ms);
+  bool ttft_bound = false;
+  if (x.flow.ttft_deadline_ms) {
+    const double predicted = best_predicted_ttft_ms(route, x.cfg.indexer.block_size).value_or(0);
+    const auto latest = x.started + milliseconds(*x.flow.ttft_deadline_ms) -
+                        std::chrono::duration_cast<Steady::duration>(std::chrono::duration<double, std::milli>(predicted));
+    if (latest <= deadline) {
+      deadline = latest;
+      ttft_bound = true;
+    }
   }
+  flow::FlowMetrics* fm = x.s.flow.metrics();
+  const std::string_view band = x.flow.band_name();
+  AdmissionQueue::Outcome outcome = AdmissionQueue::Outcome::Timeout;
+  const auto t0 = Steady::now();
+  if (!(ttft_bound && deadline <= t0)) {  // else it cannot meet its deadline even if admitted now
+    const std::function<bool()> try_admit = [&x, &route] {
+      x.s.hooks.routing->reroute(x.client.parsed.model, route,
+                                 sticky_session(x) || x.pin.needs_all_scored());  // keeps tokens and hashes
+      return route.ok;
+    };
+    const TenantEntry* tenant = x.flow.tenant_entry();
+    const AdmissionQueue::Ticket ticket{x.client.parsed.model, x.flow.band, x.flow.tenant,
+                                        tenant ? tenant->weight : 1u, x.req.body.size()};
+    uint64_t position = 0;
+    outcome = co_await x.s.queue.wait(x.io.ioc.get_executor(), ticket, flow::FlowControl::limits(x.cfg, *x.flow.tables),
+                                      deadline, try_admit, &position);
+    if (fm && outcome != AdmissionQueue::Outcome::Full) fm->queue_position.with({band}).observe(double(position));
+  }
+  static constexpr std::string_view kOutcome[] = {"admitted", "full", "shed", "timeout", "stopped"};
+  const std::string_view label = ttft_bound && outcome == AdmissionQueue::Outcome::Timeout
+                                     ? std::string_view("deadline")
+                                     : kOutcome[static_cast<int>(outcome)];
+  if (fm && outcome != AdmissionQueue::Outcome::Full)
+    fm->queue_wait_seconds.with({band, label}).observe(seconds_since(t0));
+  if (outcome == AdmissionQueue::Outcome::Admitted) co_return;
+  if (fm && outcome != AdmissionQueue::Outcome::Stopped) fm->queue_shed_total.with({band, label}).inc();
+  if (outcome == AdmissionQueue::Outcome::Timeout && !ttft_bound && !sc.reject_when_busy) {
+    // The operator's default for a busy fleet: its engines queue it.
+    x.s.hooks.routing->reroute(x.client.parsed.model, route, sticky_session(x) || x.pin.needs_all_scored(), /*serve_busy=*/true);
+    if (m) m->rejected_total.with({"queue_timeout"}).inc();
+    if (!route.ok && may_queue(route.failure))  // nobody can take it (all drained): 503
+      route.fail(RouteError::QueueTimeout,
+                 RouteErrorDetail{.model = x.client.parsed.model, .queue_timeout_ms = sc.queue_timeout_ms});
+    co_return;
+  }
+  if (m) m->rejected_total.with({outcome == AdmissionQueue::Outcome::Full ? "queue_full" : "queue_timeout"}).inc();
+  x.refusal = queue_refusal(outcome, x.cfg, x.flow, ttft_bound);
 }
 
 // The decision's metrics; false if there is no worker to send the request to.
@@ -558,9 +605,11 @@ awaitable<bool> run(ServerState& s, ClientConn& client, ClientRequest& req, ApiK
                             "too_many_requests"};
     co_return co_await reject(x, e, "rejected_limit");
   }
+  if (auto r = flow_authenticate(s.flow, x.cfg_holder, req, x.flow)) co_return co_await refuse(x, *r);
   ApiError err;
   if (!parse_api_request(kind, req.body, client.parsed, client.chat_body, err))
     co_return co_await reject(x, err, "bad_request");
+  if (auto r = flow_classify(s.flow, x.cfg, req, client.parsed, x.flow)) co_return co_await refuse(x, *r);
   x.rec.model = client.parsed.model;
   x.rec.stream = client.parsed.stream;
   if (s.hooks.routing->needs_engine_tokens(x.cfg, client.parsed)) {
@@ -570,8 +619,20 @@ awaitable<bool> run(ServerState& s, ClientConn& client, ClientRequest& req, ApiK
       co_await engine_tokens(s, io, x.cfg, client.parsed, req.authorization, body);
     }
   }
-  if (route_request(x)) co_await wait_in_queue(x);
+  const bool queue = route_request(x);
+  if (auto r = flow_tokens(s.flow, x.cfg, x.flow, client.route.isl_tokens)) co_return co_await refuse(x, *r);
+  if (queue) co_await wait_in_queue(x);
+  if (x.refusal) co_return co_await refuse(x, *x.refusal);
   if (!accept_route(x)) co_return co_await reject(x, client.route.error, "no_worker");
+  if (const TenantEntry* t = x.flow.tenant_entry()) {
+    if (flow::FlowMetrics* fm = s.flow.metrics()) fm->tenant_tokens_total.with({t->name}).inc(client.route.isl_tokens);
+    if (!t->cache_salt.empty() && !flow::pin_cache_salt(req.body, t->cache_salt)) {
+      ApiError e;
+      invalid_request(e, "Escaped keys are not accepted at the top level of this tenant's requests (its cache_salt "
+                         "is pinned).", "");
+      co_return co_await reject(x, e, "bad_request");
+    }
+  }
 
   const size_t attempts = std::min<size_t>(x.cfg.router.max_attempts, client.route.ranked.size());
   for (size_t attempt = 0; attempt < attempts && !x.cut; ++attempt) {

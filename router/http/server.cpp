@@ -209,6 +209,7 @@ HttpServer::Limits HttpServer::limits() const {
 }
 
 void HttpServer::register_metrics(metrics::Registry& r) const {
+  if (!impl_->state.hooks.flow) impl_->state.flow.register_metrics(r, impl_->state.hooks.config);
   r.on_scrape([this] {
     const ServerState& s = impl_->state;
     RouterMetrics* m = s.hooks.metrics;
@@ -220,6 +221,7 @@ void HttpServer::register_metrics(metrics::Registry& r) const {
     m->body_bytes.get().set(static_cast<double>(l.body_bytes));
     m->body_bytes_limit.get().set(static_cast<double>(l.max_body_bytes));
     m->open_files_limit.get().set(static_cast<double>(s.hooks.open_files_limit));
+    m->queued_requests.get().set(static_cast<double>(s.queue.waiting()));
     if (!s.hooks.registry) return;
     std::set<std::string> present;
     for (const auto& w : s.hooks.registry->all()) present.insert(std::to_string(w.info->id.value));
@@ -266,6 +268,7 @@ void HttpServer::shutdown(std::chrono::milliseconds grace) {
                  im.state.inflight.load());
     // Each cut request ends as its client can tell: a stream with an error
     // event and [DONE], a request without an answer yet with a 503.
+    im.state.flow.queue().stop_all();  // queued requests: 503 now
     for (auto& t : im.io) asio::post(t->ioc, [&io = *t] { io.exchanges.sweep(Steady::now()); });
     wait_idle(Steady::now() + milliseconds(1000));
   }
@@ -275,6 +278,7 @@ void HttpServer::shutdown(std::chrono::milliseconds grace) {
 void HttpServer::stop() {
   if (!impl_ || impl_->state.stopping.exchange(true)) return;
   Impl& im = *impl_;
+  im.state.flow.queue().stop_all();  // queued requests end now (503), before the io threads stop
   close_on_its_thread(im.io0(), im.acceptor);
   close_on_its_thread(*im.admin_io, im.admin_acceptor);
   const std::vector<IoThread*> all = im.all_threads();

@@ -22,6 +22,7 @@
 #include "router/router_metrics.h"
 #include "router/routing.h"
 #include "router/session_affinity.h"
+#include "router/flow/flow_control.h"
 #include "fleet/worker_registry.h"
 
 namespace kvroute {
@@ -45,6 +46,9 @@ struct HttpServerHooks {
   // Called for every attempt on a worker, before the request is sent to it
   // (events/salt_attribution.h records what went where).
   std::function<void(WorkerId, const RouteResult&)> on_dispatch;
+  // Tenants, keys, bands and the wait queue (router/flow/); null: the
+  // server keeps its own (keys from flow.keys_file read at construction).
+  flow::FlowControl* flow = nullptr;
 };
 
 class HttpServer {

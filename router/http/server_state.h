@@ -10,10 +10,13 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string_view>
 
 #include "router/api/response_affinity.h"
 #include "router/engine_tokenizer.h"
+#include "router/flow/flow_control.h"
 #include "router/http/admission_queue.h"
 #include "router/http/server.h"
 
@@ -23,16 +26,33 @@ struct ServerState {
   explicit ServerState(HttpServerHooks h)
       : hooks(std::move(h)),
         engine_cache(hooks.config ? hooks.config->get()->tokenizer.remote_cache_bytes : 0),
-        queue(hooks.metrics ? &hooks.metrics->queued_requests.get() : nullptr) {}
+        own_flow(hooks.flow ? nullptr : std::make_unique<flow::FlowControl>()),
+        flow(hooks.flow ? *hooks.flow : *own_flow),
+        queue(flow.queue()) {
+    // A worker with room wakes the queue's waiters (no polling).
+    if (hooks.registry) hooks.registry->set_capacity_listener(&capacity_listener);
+  }
+  ~ServerState() {
+    if (hooks.registry) hooks.registry->set_capacity_listener(nullptr);
+  }
+  ServerState(const ServerState&) = delete;
+  ServerState& operator=(const ServerState&) = delete;
 
   HttpServerHooks hooks;
   // Answers of engines' POST /tokenize (tokenizer.remote), and the per-model
   // backoff after failures (router/engine_tokenizer.h).
   EngineTokenCache engine_cache;
   EngineTokenizeBackoff engine_backoff;
+  // Tenants, keys, bands, rate limits and the wait queue (router/flow/):
+  // the daemon's (hooks.flow), else this server's own.
+  std::unique_ptr<flow::FlowControl> own_flow;
+  flow::FlowControl& flow;
   AdmissionQueue queue;  // requests waiting for a free worker
   // Which worker produced each Responses API answer (previous_response_id affinity).
   ResponseAffinity responses;
+  const WorkerRegistry::CapacityListener capacity_listener = [this](std::string_view model) {
+    flow.queue().notify(model);
+  };
   std::atomic<bool> stopping{false};
   std::atomic<bool> draining{false};  // shutting down: /ready 503, no keep-alive
   std::atomic<int64_t> inflight{0};   // proxied requests being handled

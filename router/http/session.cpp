@@ -237,9 +237,8 @@ awaitable<bool> respond(ServerState& s, ClientConn& client, unsigned version, bo
 }
 
 awaitable<bool> respond_error(ServerState& s, ClientConn& client, unsigned version, bool keep_alive,
-                              const ApiError& e, ApiKind api) {
-  std::optional<unsigned> retry_after;
-  if (e.status == 503) retry_after = 1;
+                              const ApiError& e, ApiKind api, std::optional<unsigned> retry_after) {
+  if (!retry_after && e.status == 503) retry_after = 1;
   std::string body = api_error_body(api, e);
   co_return co_await respond(s, client, version, keep_alive, static_cast<http::status>(e.status), std::move(body),
                              "application/json", retry_after);

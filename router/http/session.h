@@ -63,8 +63,11 @@ awaitable<bool> respond(ServerState& s, ClientConn& client, unsigned version, bo
                         std::string body, std::string_view content_type = "application/json",
                         std::optional<unsigned> retry_after = std::nullopt);
 // An error body in the route's shape (OpenAI's, or Anthropic's for the
-// Messages routes: api_error_body()) with the error's status (503: Retry-After: 1).
+// Messages routes: api_error_body()) with the error's status (503:
+// Retry-After: 1, unless `retry_after` says otherwise; a 429 from flow
+// control names its own).
 awaitable<bool> respond_error(ServerState& s, ClientConn& client, unsigned version, bool keep_alive,
-                              const ApiError& e, ApiKind api = ApiKind::ChatCompletions);
+                              const ApiError& e, ApiKind api = ApiKind::ChatCompletions,
+                              std::optional<unsigned> retry_after = std::nullopt);
 
 }  // namespace kvroute

@@ -93,6 +93,9 @@ ClientRequestParser::ClientRequestParser(ClientRequest& r, HeaderCheck* check) :
   r.fields.clear();
   r.authorization.clear();
   r.session.clear();
+  r.api_key.clear();
+  r.priority.clear();
+  r.ttft_deadline.clear();
   r.body.clear();
   r.has_host = false;
   r.expect_continue = false;
@@ -112,6 +115,11 @@ void ClientRequestParser::on_field_impl(http::field f, beast::string_view name, 
   if (f == http::field::authorization) r_.authorization.assign(value.data(), value.size());
   if (f == http::field::host) r_.has_host = true;
   if (f == http::field::unknown && beast::iequals(name, "x-session-id")) r_.session.assign(value.data(), value.size());
+  if (f == http::field::unknown) {
+    if (beast::iequals(name, "x-api-key")) r_.api_key.assign(value.data(), value.size());
+    else if (beast::iequals(name, "x-kvroute-priority")) r_.priority.assign(value.data(), value.size());
+    else if (beast::iequals(name, "x-kvroute-ttft-deadline-ms")) r_.ttft_deadline.assign(value.data(), value.size());
+  }
   // RFC 9110 10.1.1: never a 100 (Continue) to an HTTP/1.0 client.
   if (f == http::field::expect && r_.version >= 11 && beast::iequals(value, "100-continue")) r_.expect_continue = true;
   if (f == http::field::transfer_encoding) {

@@ -42,6 +42,11 @@ struct ClientRequest {
   std::string fields;  // "Name: value\r\n" for each end-to-end field, in order
   std::string authorization;
   std::string session;  // x-session-id (session affinity)
+  // Flow control (router/flow/): x-api-key, x-kvroute-priority,
+  // x-kvroute-ttft-deadline-ms as sent (validated by the proxy).
+  std::string api_key;
+  std::string priority;
+  std::string ttft_deadline;
   std::string body;
   bool has_host = false;
   bool expect_continue = false;  // "Expect: 100-continue"

@@ -70,6 +70,7 @@ async function refresh() {
       api("/admin/status"), api("/admin/status/history"), api("/admin/decisions")]);
     renderTotals(status.totals);
     renderFleet(status.workers);
+    if (status.flow) renderFlow(status.flow);
     renderCharts(history);
     renderDecisions(decisions);
     $("updated").textContent = "updated " + new Date(status.unix_time * 1000).toLocaleTimeString();
@@ -98,6 +99,20 @@ function renderFleet(workers) {
     el("td", { class: "num" }, fmtInt(w.inflight)), el("td", { class: "num" }, fmtPct(w.hit_rate)),
     el("td", { class: "num" }, fmtInt(w.index_entries))));
   $("fleet").tBodies[0].replaceChildren(...rows);
+}
+
+// The wait queue by band and each tenant's figures (router/flow/).
+function renderFlow(f) {
+  const bands = f.bands.map((b) => `${b.name} ${fmtInt(b.queued)}`).join(", ");
+  $("flow-summary").textContent =
+    `(queued ${fmtInt(f.queued)}: ${bands}; ${fmtInt(f.queued_bytes)} bytes; ` +
+    (f.authenticated ? `${fmtInt(f.keys)} API keys)` : "no API keys: open listener)");
+  const rows = f.tenants.map((t) => el("tr", { "data-tenant": t.name },
+    el("td", {}, t.name), el("td", { class: "num" }, fmtInt(t.weight)), el("td", { class: "num" }, fmtInt(t.rps)),
+    el("td", { class: "num" }, fmtInt(t.tps)), el("td", {}, t.cache_salt_pinned ? "yes" : "no"),
+    el("td", { class: "num" }, fmtInt(t.queued)),
+    el("td", {}, Object.entries(t.outcomes).map(([k, v]) => `${k} ${v}`).join(", "))));
+  $("flow-tenants").tBodies[0].replaceChildren(...rows);
 }
 
 // One line chart per canvas; `series` is a list of [values, color]; nulls are gaps.

@@ -101,6 +101,10 @@ async function main() {
     const firstRow = await page.locator("#fleet tbody tr").first().innerText();
     check(/mock-model/.test(firstRow) && /\bok\b/.test(firstRow), `a fleet row has model and state: ${firstRow.replace(/\s+/g, " ")}`);
     check(/\bboth\b/.test(firstRow), `a fleet row has the worker's role: ${firstRow.replace(/\s+/g, " ")}`);
+    // Flow control: the implied tenant "default" (no keys: an open listener) and the queue by band.
+    await page.locator('#flow-tenants tbody tr[data-tenant="default"]').waitFor({ timeout: deadline });
+    const flowSummary = await page.locator("#flow-summary").innerText();
+    check(/no API keys/.test(flowSummary) && /normal/.test(flowSummary), `the flow section shows the queue and the open listener: ${flowSummary}`);
     const stored = await page.evaluate(() => sessionStorage.getItem("kvroute-admin-token"));
     check(stored === token, "the token is kept in sessionStorage (this tab only)");
     const cookies = await context.cookies();

@@ -1,0 +1,167 @@
+// router/flow/flow_control.h and sha256.h: SHA-256 against FIPS 180-4's
+// vectors, the keys file (hashed keys -> tenant; both headers; errors keep
+// the old keys), bands from vLLM's priority and the header, the token
+// buckets' Retry-After, and the config's flow.* parsers.
+#include "router/flow/flow_control.h"
+
+#include <doctest/doctest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <unistd.h>
+
+#include "router/flow/cache_salt.h"
+#include "router/flow/sha256.h"
+
+using namespace kvroute;
+using namespace kvroute::flow;
+
+namespace {
+
+std::shared_ptr<const Config> config_with(const std::string& tenants, const std::string& bands,
+                                          const std::string& keys_file = "") {
+  auto c = std::make_shared<Config>();
+  c->flow.tenants = tenants;
+  if (!bands.empty()) c->flow.bands = bands;
+  c->flow.keys_file = keys_file;
+  REQUIRE_FALSE(validate(*c).has_value());
+  return c;
+}
+
+std::string temp_file(const std::string& text) {
+  char path[] = "/tmp/kvroute_keys_XXXXXX";
+  const int fd = mkstemp(path);
+  REQUIRE(fd >= 0);
+  close(fd);
+  std::ofstream(path) << text;
+  return path;
+}
+
+}  // namespace
+
+TEST_CASE("sha256: FIPS 180-4 vectors, hex round trip, constant-time compare") {
+  CHECK(to_hex(sha256("")) == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  CHECK(to_hex(sha256("abc")) == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  CHECK(to_hex(sha256("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq")) ==
+        "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+  CHECK(to_hex(sha256(std::string(1000000, 'a'))) ==
+        "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+  Sha256Digest d;
+  REQUIRE(from_hex("BA7816BF8F01CFEA414140DE5DAE2223B00361A396177A9CB410FF61F20015AD", d));
+  CHECK(equal_constant_time(d, sha256("abc")));
+  CHECK_FALSE(equal_constant_time(d, sha256("abd")));
+  CHECK_FALSE(from_hex("xyz", d));
+}
+
+TEST_CASE("flow config: bands and tenants parse and validate") {
+  std::vector<BandEntry> b;
+  REQUIRE_FALSE(parse_band_entries("name=urgent,max_priority=-10;name=high,max_priority=0;name=low", b));
+  REQUIRE(b.size() == 3);
+  CHECK(b[0].max_priority_value == -10);
+  CHECK_FALSE(b[2].bounded);
+  CHECK(parse_band_entries("name=a;name=b", b).value().find("must be last") != std::string::npos);
+  CHECK(parse_band_entries("name=a,max_priority=5;name=b,max_priority=1", b).value().find("grow") != std::string::npos);
+  CHECK(parse_band_entries("name=a,max_priority=x", b).has_value());
+  CHECK(parse_band_entries("", b).has_value());
+  std::vector<TenantEntry> t;
+  REQUIRE_FALSE(parse_tenant_entries("name=acme,weight=3,rps=5,tps=1000,cache_salt=acme-1;name=beta", t));
+  REQUIRE(t.size() == 2);
+  CHECK(t[0].weight == 3);
+  CHECK(t[0].cache_salt == "acme-1");
+  CHECK(parse_tenant_entries("name=a;name=a", t).has_value());
+  CHECK(parse_tenant_entries("name=a b", t).has_value());
+  CHECK(parse_tenant_entries("name=a,weight=0", t).has_value());
+  Config c;
+  c.flow.bands = "name=a;name=b";
+  CHECK(validate(c).has_value());
+}
+
+TEST_CASE("flow control: vLLM priority (lower = more urgent) and the header pick the band") {
+  FlowControl fc;
+  const auto t = fc.tables(config_with("", "name=high,max_priority=-1;name=normal,max_priority=0;name=low"));
+  CHECK(FlowControl::band_of(*t, std::nullopt, "") == 1u);  // default priority 0
+  CHECK(FlowControl::band_of(*t, -5, "") == 0u);
+  CHECK(FlowControl::band_of(*t, 7, "") == 2u);
+  CHECK(FlowControl::band_of(*t, 7, "high") == 0u);  // the header wins
+  CHECK(FlowControl::band_of(*t, 0, "-3") == 0u);
+  CHECK_FALSE(FlowControl::band_of(*t, 0, "urgent").has_value());
+}
+
+TEST_CASE("flow control: keys file -> tenant, both headers, unknown keys, reload keeps the old on error") {
+  FlowControl fc;
+  const std::string key_a = "sk-acme-secret", key_b = "sk-beta-secret";
+  const std::string path =
+      temp_file("# comment\n" + to_hex(sha256(key_a)) + " acme\n\n" + to_hex(sha256(key_b)) + " beta  # trailing\n");
+  const auto cfg = config_with("name=acme,weight=2;name=beta", "", path);
+  const auto t = fc.tables(cfg);
+  uint32_t tenant = 99;
+  // No keys loaded yet: unauthenticated mode, the default tenant.
+  CHECK(fc.authenticate(*t, "", "", tenant) == AuthResult::Ok);
+  CHECK(tenant == t->default_tenant);
+  REQUIRE_FALSE(fc.reload_keys(*cfg).has_value());
+  CHECK(fc.key_count() == 2);
+  CHECK(fc.authenticate(*t, "Bearer " + key_a, "", tenant) == AuthResult::Ok);
+  CHECK(t->tenants[tenant].name == "acme");
+  CHECK(fc.authenticate(*t, "", key_b, tenant) == AuthResult::Ok);
+  CHECK(t->tenants[tenant].name == "beta");
+  CHECK(fc.authenticate(*t, "", "", tenant) == AuthResult::Missing);
+  CHECK(fc.authenticate(*t, "Bearer nope", "", tenant) == AuthResult::Invalid);
+  CHECK(fc.authenticate(*t, "Basic " + key_a, "", tenant) == AuthResult::Missing);
+  // A broken file: the error names the line, the keys in force stay.
+  std::ofstream(path) << "zz acme\n";
+  const auto e = fc.reload_keys(*cfg);
+  REQUIRE(e.has_value());
+  CHECK(e->find("line 1") != std::string::npos);
+  CHECK(fc.authenticate(*t, "Bearer " + key_a, "", tenant) == AuthResult::Ok);
+  // A key for a tenant that is not configured is an error too.
+  std::ofstream(path) << to_hex(sha256("x")) << " ghost\n";
+  CHECK(fc.reload_keys(*cfg).value().find("ghost") != std::string::npos);
+  // A good file replaces the keys: key_a is gone.
+  std::ofstream(path) << to_hex(sha256("sk-new")) << " beta\n";
+  REQUIRE_FALSE(fc.reload_keys(*cfg).has_value());
+  CHECK(fc.authenticate(*t, "Bearer " + key_a, "", tenant) == AuthResult::Invalid);
+  CHECK(fc.authenticate(*t, "Bearer sk-new", "", tenant) == AuthResult::Ok);
+  std::remove(path.c_str());
+}
+
+TEST_CASE("flow control: request and token buckets refill at their rate and say when to retry") {
+  FlowControl fc;
+  const auto t = fc.tables(config_with("name=a,rps=2,burst=2,tps=100", ""));
+  const uint32_t a = t->tenant_index.at("a");
+  const auto t0 = FlowClock::time_point{} + std::chrono::hours(1);
+  uint32_t retry = 0;
+  CHECK(fc.take_request(*t, a, t0, retry));
+  CHECK(fc.take_request(*t, a, t0, retry));
+  CHECK_FALSE(fc.take_request(*t, a, t0, retry));
+  CHECK(retry == 1);
+  CHECK(fc.take_request(*t, a, t0 + std::chrono::milliseconds(500), retry));  // 2/s: one more after 0.5 s
+  // Tokens: 100/s, bucket 100.
+  CHECK(fc.take_tokens(*t, a, 80, t0, retry));
+  CHECK_FALSE(fc.take_tokens(*t, a, 80, t0, retry));
+  CHECK(retry == 1);
+  CHECK_FALSE(fc.take_tokens(*t, a, 100, t0 + std::chrono::milliseconds(100), retry));
+  CHECK(fc.take_tokens(*t, a, 100, t0 + std::chrono::seconds(1), retry));
+  // The default tenant has no limits.
+  for (int i = 0; i < 100; ++i) CHECK(fc.take_request(*t, t->default_tenant, t0, retry));
+}
+
+TEST_CASE("cache salt pinning: the client's salts go, the tenant's is the only one") {
+  std::string b = R"({"model":"m","prompt":"x"})";
+  REQUIRE(pin_cache_salt(b, "T"));
+  CHECK(b == R"({"model":"m","prompt":"x","cache_salt":"T"})");
+  b = R"({ "cache_salt" : "mine", "model":"m", "nested":{"cache_salt":"keep"}, "cache_salt":"again" } )";
+  REQUIRE(pin_cache_salt(b, "T"));
+  CHECK(b == R"({ "model":"m", "nested":{"cache_salt":"keep"}, "cache_salt":"T"} )");
+  b = R"({"cache_salt":"only"})";
+  REQUIRE(pin_cache_salt(b, "T"));
+  CHECK(b == R"({"cache_salt":"T"})");
+  b = R"({"model":"m","s":"a \" } , \"cache_salt\":1","arr":[1,{"a":[2]}]})";
+  REQUIRE(pin_cache_salt(b, "T"));
+  CHECK(b == R"({"model":"m","s":"a \" } , \"cache_salt\":1","arr":[1,{"a":[2]}],"cache_salt":"T"})");
+  // An escaped top-level key might spell cache_salt: refused, unchanged.
+  b = R"({"model":"m","cache\u005fsalt":"sneak"})";
+  const std::string before = b;
+  CHECK_FALSE(pin_cache_salt(b, "T"));
+  CHECK(b == before);
+}

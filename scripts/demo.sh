@@ -113,6 +113,9 @@ elif [ "$MODE" = pd ] || [ "$MODE" = pd-sglang ]; then
   NATS_URL=""
   WHAT="no NATS: 2 prefill + 2 decode simulated ${MODE#pd-} workers from $CONFIG"
   [ "$MODE" = pd ] && WHAT="no NATS: 2 prefill + 2 decode simulated vLLM (NIXL) workers from $CONFIG"
+  # Said loudly: the roles are read and shown, the decision is made (explain),
+  # but the two-leg exchange is not built, so each request runs whole.
+  WHAT="$WHAT. NOTE: kvroute reads these roles but does not split requests between prefill and decode yet: each request runs whole on one worker (README, 'Disaggregated (prefill/decode) fleets')"
 fi
 # The token reaches kvroute through KVROUTE_ADMIN_TOKEN (not argv: ps would show it).
 "$BIN/router/kvroute" ${CONFIG:+--config "$CONFIG"} --router.host 127.0.0.1 --router.port "$ROUTER_PORT" \

@@ -31,6 +31,30 @@ awaitable<bool> MockerServer::Impl::respond(beast::tcp_stream& s, unsigned versi
   co_return !ec && keep;
 }
 
+// vLLM's /v1/embeddings, simulated: one small deterministic vector per input,
+// from its first prompt's tokens.
+awaitable<bool> MockerServer::Impl::embeddings(beast::tcp_stream& stream, const http::request<http::string_body>& req) {
+  ParsedRequest parsed;
+  ApiError err;
+  std::string body;
+  if (!parse_openai_request(ApiKind::Embeddings, req.body(), parsed, err)) {
+    body = error_body(err);
+  } else {
+    TokenizerFallback fallback;
+    TokenSource source;
+    std::vector<TokenId> buffer;
+    const auto tokens = tokenize_request(parsed.prompt(), buffer, model_tokenizer(), &source, &fallback, nullptr);
+    std::string data;
+    for (uint32_t i = 0; i < parsed.prompts; ++i)
+      data += fmt::format(R"({}{{"object":"embedding","index":{},"embedding":[{},0.5,-0.25,0.125]}})", i ? "," : "",
+                          i, static_cast<double>(tokens.size() % 97) / 97.0);
+    body = fmt::format(R"({{"object":"list","data":[{}],"model":"{}","usage":{{"prompt_tokens":{},"total_tokens":{}}}}})",
+                       data, json_escape(opts.model), tokens.size(), tokens.size());
+  }
+  co_return co_await respond(stream, req.version(), req.keep_alive(),
+                             err.message.empty() ? http::status::ok : http::status::bad_request, std::move(body));
+}
+
 awaitable<void> MockerServer::Impl::session(tcp::socket socket, bool side) {
   beast::tcp_stream stream(std::move(socket));
   beast::flat_buffer buffer;
@@ -58,27 +82,7 @@ awaitable<void> MockerServer::Impl::session(tcp::socket socket, bool side) {
     } else if (req.method() == http::verb::post && target == "/v1/messages") {
       again = co_await generate(stream, req, ApiKind::Messages);
     } else if (req.method() == http::verb::post && target == "/v1/embeddings") {
-      // vLLM's /v1/embeddings, simulated: one small deterministic vector per input, from its first prompt's tokens.
-      ParsedRequest parsed;
-      ApiError err;
-      std::string body;
-      if (!parse_openai_request(ApiKind::Embeddings, req.body(), parsed, err)) {
-        body = error_body(err);
-      } else {
-        TokenizerFallback fallback;
-        TokenSource source;
-        std::vector<TokenId> buffer;
-        const auto tokens =
-            tokenize_request(parsed.prompt(), buffer, model_tokenizer(), &source, &fallback, nullptr);
-        std::string data;
-        for (uint32_t i = 0; i < parsed.prompts; ++i)
-          data += fmt::format(R"({}{{"object":"embedding","index":{},"embedding":[{},0.5,-0.25,0.125]}})", i ? "," : "",
-                              i, static_cast<double>(tokens.size() % 97) / 97.0);
-        body = fmt::format(R"({{"object":"list","data":[{}],"model":"{}","usage":{{"prompt_tokens":{},"total_tokens":{}}}}})",
-                           data, json_escape(opts.model), tokens.size(), tokens.size());
-      }
-      again = co_await respond(stream, v, keep, err.message.empty() ? http::status::ok : http::status::bad_request,
-                               std::move(body));
+      again = co_await embeddings(stream, req);
     } else if (req.method() == http::verb::post && target == "/tokenize") {
       again = co_await tokenize(stream, req);
     } else if (const auto api = api_of_path(target); api && is_passthrough(*api) && *api != ApiKind::Tokenize &&

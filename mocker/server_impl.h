@@ -265,6 +265,7 @@ struct MockerServer::Impl {
   awaitable<bool> relay_tokens(beast::tcp_stream& s, Pending& p, Reply& r);
   awaitable<bool> finish_reply(beast::tcp_stream& s, Reply& r);
   awaitable<bool> tokenize(beast::tcp_stream& s, const http::request<http::string_body>& req);
+  awaitable<bool> embeddings(beast::tcp_stream& s, const http::request<http::string_body>& req);
   // POST /detokenize, /v1/rerank, /v1/score, /v1/messages/count_tokens (passthrough.cpp).
   awaitable<bool> passthrough(beast::tcp_stream& s, const http::request<http::string_body>& req, ApiKind kind);
   bool serves(std::string_view model) const {

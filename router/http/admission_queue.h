@@ -71,6 +71,13 @@ class AdmissionQueue {
       });
     };
     if (q_.enter(w, limits, position) == flow::Enter::Full) co_return Outcome::Full;
+    // A capacity event between the request's busy route and its entry found
+    // nobody to wake and is gone: one trial now, or the request would wait
+    // for the next event or its deadline.
+    if (try_admit()) {
+      q_.leave(*w);  // false: shed or stopped meanwhile, but it has its worker now
+      co_return Outcome::Admitted;
+    }
     boost::system::error_code ec;
     for (;;) {
       if (!st->wake) {

@@ -31,88 +31,16 @@
 #include "indexer/radix_indexer.h"
 #include "router/kv_lookup.h"
 #include "router/routing.h"
+#include "bench/scheduler/testbed.h"
 
 using namespace kvroute;
+using namespace kvroute::bench;
 
 namespace {
 
-constexpr uint32_t kBlock = 16, kPrefixBlocks = 128, kSystemBlocks = 32, kWorkers = 1024, kPrefixes = 256,
-                   kHolders = 8;
-
-std::vector<TokenId> prefix_tokens(uint32_t p, size_t n, bool system_prompt) {
-  std::vector<TokenId> t(n);
-  for (size_t i = 0; i < n; ++i)
-    t[i] = (system_prompt && i < kSystemBlocks * kBlock) ? static_cast<TokenId>(i)
-                                                         : p * 1000003u + static_cast<TokenId>(i) + 7;
-  return t;
-}
-
-struct Testbed {
-  ManualClock clock;
-  RadixIndexer index;
-  WorkerRegistry registry{clock};
-  std::unique_ptr<ConfigStore> config;
-  std::vector<ParsedRequest> reqs;
-};
-
-std::unique_ptr<Testbed> build(bool system_prompt) {
-  auto f = std::make_unique<Testbed>();
-  Config cfg;
-  cfg.indexer.block_size = kBlock;
-  f->config = std::make_unique<ConfigStore>(cfg);
-  for (uint32_t w = 0; w < kWorkers; ++w) {
-    WorkerAnnouncement a;
-    a.id = WorkerId{w};
-    a.url = "http://10.0.0.1:" + std::to_string(8000 + w);
-    a.model = "m";
-    a.block_size = kBlock;
-    a.load = WorkerLoad{w % 50, 256, w % 3, 1000 + 7 * (w % 2048), 16384};
-    f->registry.on_heartbeat(a);
-  }
-  auto store = [&](WorkerId w, const std::vector<LocalBlockHash>& hashes) {
-    KvEvent ev;
-    ev.owner = CacheOwner{w, 0};
-    KvStored st;
-    SequenceHash parent{0};
-    for (auto h : hashes) st.blocks.push_back({parent = sequence_hash(parent, h), h});
-    ev.data = st;
-    f->index.apply(ev);
-  };
-  for (uint32_t p = 0; p < kPrefixes; ++p) {
-    const auto hashes = hash_blocks(prefix_tokens(p, kPrefixBlocks * kBlock, system_prompt), kBlock);
-    for (uint32_t r = 0; r < kHolders; ++r) store(WorkerId{(p * kHolders + r) % kWorkers}, hashes);
-  }
-  if (system_prompt) {
-    const auto sys = hash_blocks(prefix_tokens(0, kSystemBlocks * kBlock, true), kBlock);
-    for (uint32_t w = 0; w < kWorkers; ++w) store(WorkerId{w}, sys);
-  }
-  std::mt19937_64 rng(7);
-  f->reqs.resize(1024);
-  for (auto& r : f->reqs) {
-    r.model = "m";
-    r.has_prompt_tokens = true;
-    r.prompt_tokens = prefix_tokens(static_cast<uint32_t>(rng() % kPrefixes), kPrefixBlocks * kBlock - 64,
-                                    system_prompt);
-    for (int i = 0; i < 64; ++i) r.prompt_tokens.push_back(static_cast<TokenId>(rng()));
-  }
-  return f;
-}
-
-double cpu_us() {
-  timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
-}
-
-double clock_overhead() {
-  std::vector<double> d(2001);
-  for (auto& x : d) {
-    const double a = cpu_us();
-    x = cpu_us() - a;
-  }
-  std::sort(d.begin(), d.end());
-  return d[d.size() / 2];
-}
+constexpr uint32_t kWorkers = 1024;
+// by8 and shared: 256 prefixes held by 8 workers each, with or without a system prompt on every worker.
+constexpr Scenario kBy8{"by8", false, 8, 256}, kShared{"shared", true, 8, 256};
 
 struct Percentiles {
   double p50 = 0, p99 = 0;
@@ -203,7 +131,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<Testbed> f;
   bool built_shared = false;
   for (const Scenario& sc : scenarios) {
-    if (!f || built_shared != sc.shared) f = build(built_shared = sc.shared);
+    if (!f || built_shared != sc.shared) f = build(kWorkers, (built_shared = sc.shared) ? kShared : kBy8);
     std::vector<double> dp50, dp99, lp50, lp99, jp50, jp99;
     Row last;
     for (size_t r = 0; r < rounds; ++r) {

@@ -156,6 +156,13 @@ struct PdConfig {
   std::string policy = "conditional";
   uint32_t min_uncached_tokens = 512;   // conditional: fewer uncached tokens on the decode worker run there whole
   uint64_t prefill_busy_tokens = 0;     // conditional: best prefill worker's queued prefill tokens at which the pool is busy; 0 = off
+  // conditional: the decode worker's KV usage (with the request's blocks it
+  // does not hold) above which it never runs a request whole; 0 = off.
+  double decode_busy_kv_usage = 0;
+  // conditional: run whole when predicted TTFT on the decode worker ≤ this ×
+  // the split's predicted TTFT (prefill + transfer); 0 = off.
+  double aggregate_time_ratio = 0;
+  double transfer_ms_per_1k_tokens = 2.62;  // KV transfer time per 1,000 tokens (prediction only)
 };
 
 // Flow control of the OpenAI listener (router/flow/): priority bands, tenants
@@ -559,6 +566,20 @@ void for_each_key(C& c, F&& f) {
             "worker whole (0 = off).",
             0, 1e12, !S, R},
     c.pd.prefill_busy_tokens);
+  f(KeyInfo{"pd.decode_busy_kv_usage",
+            "conditional: a decode worker whose KV usage with the request would exceed this never runs it whole "
+            "(split instead; Dynamo's decode_busy_threshold). 0 = off.",
+            0, 1, !S, R},
+    c.pd.decode_busy_kv_usage);
+  f(KeyInfo{"pd.aggregate_time_ratio",
+            "conditional: run a request whole on its decode worker when its predicted TTFT there is at most this "
+            "times the split's (best prefill worker's predicted TTFT + KV transfer). 0 = off.",
+            0, 100, !S, R},
+    c.pd.aggregate_time_ratio);
+  f(KeyInfo{"pd.transfer_ms_per_1k_tokens",
+            "Predicted KV transfer time per 1,000 prompt tokens the decode worker lacks (pd.aggregate_time_ratio).",
+            0, 1e6, !S, R},
+    c.pd.transfer_ms_per_1k_tokens);
   // flow
   f(KeyInfo{"flow.bands",
             "Priority bands, highest first: 'name=N[,max_priority=P][,max_queued=Q]' separated by ';' (YAML: a "

@@ -16,6 +16,7 @@ std::string_view to_string(PdReason r) {
     case PdReason::NoPrefillWorker: return "no_prefill_worker";
     case PdReason::PrefillPoolBusy: return "prefill_pool_busy";
     case PdReason::MultipleConsumers: return "multiple_consumers";
+    case PdReason::AggregatedFaster: return "aggregated_faster";
   }
   return "no_decode_worker";
 }
@@ -124,6 +125,17 @@ std::vector<size_t> rank_prefill(const std::vector<Candidate>& candidates, const
   return out;
 }
 
+// The decode worker's KV usage were it to run the request whole: its active
+// blocks plus the request's blocks it does not hold, over its total; −1 when
+// either is unknown (Dynamo's decode gate: potential decode blocks over
+// total_kv_blocks, lib/kv-router/src/conditional_disagg.rs @088ca50).
+double decode_kv_usage(const Candidate& c, const PdRequest& r, const PdDecodeTerms& t) {
+  if (c.load.kv_total_blocks == 0 || r.request_blocks == 0) return -1;
+  const auto held = static_cast<uint64_t>(t.cached_tokens) / std::max<uint32_t>(r.block_size, 1);
+  const uint64_t needed = r.request_blocks > held ? r.request_blocks - held : 0;
+  return double(c.load.kv_active_blocks + needed) / double(c.load.kv_total_blocks);
+}
+
 }  // namespace
 
 PdDecision decide_pd(const std::vector<Candidate>& candidates, const PdRequest& r, const SchedulerConfig& cfg,
@@ -146,7 +158,14 @@ PdDecision decide_pd(const std::vector<Candidate>& candidates, const PdRequest& 
   const bool any_prefill = std::any_of(d.prefill_terms.begin(), d.prefill_terms.end(),
                                        [](const PdPrefillTerms& t) { return t.excluded != Exclusion::Draining; });
   if (!any_prefill) return aggregated(PdReason::NoPrefillWorker);
-  if (conditional && d.decode_uncached_tokens < pd.min_uncached_tokens)
+  for (const auto& t : d.decode_terms)
+    if (t.candidate == *d.decode) d.decode_kv_usage = decode_kv_usage(candidates[*d.decode], r, t);
+  // Dynamo's decode gate: a busy decode worker never takes a whole request
+  // (its decodes would share steps with the prefill and its KV would fill);
+  // an unknown usage is not busy (kvroute does not deny for a missing report).
+  d.decode_busy = conditional && pd.decode_busy_kv_usage > 0 && d.decode_kv_usage > pd.decode_busy_kv_usage;
+  const bool may_run_whole = conditional && !d.decode_busy;
+  if (may_run_whole && d.decode_uncached_tokens < pd.min_uncached_tokens)
     return aggregated(PdReason::FewUncachedTokens);
 
   const uint64_t draw = random.below(~0ull);
@@ -157,9 +176,21 @@ PdDecision decide_pd(const std::vector<Candidate>& candidates, const PdRequest& 
     ranking = rank_prefill(candidates, d, draw, [](const PdPrefillTerms& t) { return t.excluded != Exclusion::Draining; });
     d.prefill_all_busy = true;
   }
-  if (conditional && pd.prefill_busy_tokens > 0 &&
+  if (may_run_whole && pd.prefill_busy_tokens > 0 &&
       candidates[ranking.front()].pending_prefill_tokens >= pd.prefill_busy_tokens)
     return aggregated(PdReason::PrefillPoolBusy);
+  if (conditional) {
+    // Both pools' predictions: whole on the decode worker (its TTFT model
+    // prices its queue and its running decodes) against the best prefill
+    // worker's plus the transfer of what the decode worker lacks.
+    d.transfer_ms = d.decode_uncached_tokens * pd.transfer_ms_per_1k_tokens / 1000.0;
+    for (const auto& t : d.prefill_terms)
+      if (t.candidate == ranking.front()) d.predicted_split_ms = t.predicted_ttft_ms + d.transfer_ms;
+    d.predicted_aggregated_ms = predicted_ttft_ms(candidates[*d.decode], d.decode_uncached_tokens);
+    if (may_run_whole && pd.aggregate_time_ratio > 0 &&
+        d.predicted_aggregated_ms <= pd.aggregate_time_ratio * d.predicted_split_ms)
+      return aggregated(PdReason::AggregatedFaster);
+  }
   d.disaggregate = true;
   d.reason = PdReason::Disaggregated;
   d.prefill_ranking = std::move(ranking);

@@ -17,7 +17,15 @@
 //      conditional_disagg.rs @088ca50 isl_bounding bypasses on the effective
 //      ISL after the decode worker's overlap) or when the prefill pool is busy
 //      (Dynamo's prefill_load policy: every prefill worker over a busy
-//      threshold, or the best one's queued prefill ≥ pd.prefill_busy_tokens);
+//      threshold, or the best one's queued prefill ≥ pd.prefill_busy_tokens),
+//      or when its predicted TTFT there (its TTFT model, which prices its
+//      running decodes) is at most pd.aggregate_time_ratio × the split's
+//      (the best prefill worker's predicted TTFT + the KV transfer of the
+//      tokens the decode worker lacks); none of these runs it whole while the
+//      decode worker is busy (KV usage with the request's blocks above
+//      pd.decode_busy_kv_usage: Dynamo's decode gate, an AND veto over the
+//      bypass, lib/kv-router/src/conditional_disagg.rs @088ca50
+//      ConditionalDisaggDecisionInput::decode_chosen_worker_busy);
 //   3. prefill worker: the lowest predicted time to first token over role
 //      prefill (its cached prefix, its queued prefill tokens and requests,
 //      its fitted TTFT model: scheduler/ttft_model.h) — Dynamo's prefill
@@ -59,6 +67,7 @@ enum class PdReason : uint8_t {
   NoPrefillWorker,    ///< the model has no prefill worker that is not drained
   PrefillPoolBusy,    ///< conditional: every prefill worker busy, or the best one's queue ≥ pd.prefill_busy_tokens
   MultipleConsumers,  ///< n > 1 or several prompts: one KV handoff cannot feed them
+  AggregatedFaster,   ///< conditional: predicted TTFT whole on the decode worker ≤ pd.aggregate_time_ratio × split
 };
 std::string_view to_string(PdReason r);
 
@@ -98,6 +107,17 @@ struct PdDecision {
   std::vector<PdDecodeTerms> decode_terms;    // every decode-side candidate
   std::vector<PdPrefillTerms> prefill_terms;  // every prefill candidate
   double decode_alpha = 0;             // schedule()'s alpha over the decode side
+  // The decode worker's KV usage were it to run the request whole (its active
+  // blocks + the request's blocks it does not hold, over its total); −1 unknown.
+  double decode_kv_usage = -1;
+  // Over pd.decode_busy_kv_usage: the request is not run whole there for few
+  // uncached tokens, a busy prefill pool or a faster prediction (split instead).
+  bool decode_busy = false;
+  // Conditional, once a prefill worker is ranked: predicted TTFT whole on the
+  // decode worker, and split (best prefill worker + transfer_ms).
+  double predicted_aggregated_ms = 0;
+  double predicted_split_ms = 0;
+  double transfer_ms = 0;              // the decode worker's uncached tokens × pd.transfer_ms_per_1k_tokens / 1000
 };
 
 // Decides for one request over all the model's candidates (each with its

@@ -21,7 +21,7 @@
 namespace kvroute::sim {
 
 const std::vector<std::string>& pd_policies() {
-  static const std::vector<std::string> p = {"dynamo_pd", "llmd_pd", "kvroute_pd", "kvroute_pd_sim"};
+  static const std::vector<std::string> p = {"dynamo_pd", "llmd_pd", "kvroute_pd"};
   return p;
 }
 
@@ -72,9 +72,6 @@ Config pd_config(const SimOptions& o) {
 struct Tracked {
   uint32_t requests = 0;
   uint64_t prefill_tokens = 0;  // uncached prompt tokens sent, first token not seen
-  double prefill_ms = 0;        // their predicted prefill time
-  double busy_until = 0;        // predicted end of its outstanding prefills
-  uint64_t context_tokens = 0;  // prompt + output tokens of its requests (decode engines)
 };
 
 struct Live {
@@ -82,7 +79,6 @@ struct Live {
   bool disaggregate = false, started = false;
   uint32_t p = 0, d = 0;              // engine indices in the fleet
   uint64_t uncached = 0;              // on the engine computing the prompt, as the router predicted
-  double predicted_ms = 0;            // its predicted prefill
   uint32_t computed_cached = 0;       // cached tokens where the prompt was computed
   std::vector<LocalBlockHash> hashes;  // while in flight
   // kvroute_pd: the router's in-flight accounting (fleet/worker_registry.h) per leg.
@@ -116,10 +112,9 @@ class PdSimulation {
   // kvroute_pd: decide_pd() over the registry's candidates with their roles; false = no decode worker.
   bool decide(const SimRequest& r, const std::vector<LocalBlockHash>& hashes, PdChoice& c);
   // Bookkeeping when a prompt is sent to engine e / its prefill is seen done there.
-  void track_prefill(uint32_t e, Live& l, double now);
-  void untrack_prefill(uint32_t e, const Live& l, double now);
-  PdEngineView view(uint32_t e, const OverlapScores& ov, double now, const std::vector<LocalBlockHash>& h,
-                    bool partial) const;
+  void track_prefill(uint32_t e, const Live& l);
+  void untrack_prefill(uint32_t e, const Live& l);
+  PdEngineView view(uint32_t e, const OverlapScores& ov, const std::vector<LocalBlockHash>& h, bool partial) const;
 
   const std::vector<SimRequest>& w_;
   const PdOptions& o_;
@@ -166,7 +161,7 @@ void PdSimulation::report() {
   }
 }
 
-PdEngineView PdSimulation::view(uint32_t e, const OverlapScores& ov, double now, const std::vector<LocalBlockHash>& h,
+PdEngineView PdSimulation::view(uint32_t e, const OverlapScores& ov, const std::vector<LocalBlockHash>& h,
                                 bool partial) const {
   PdEngineView v;
   for (const auto& o : ov.owners)
@@ -174,25 +169,16 @@ PdEngineView PdSimulation::view(uint32_t e, const OverlapScores& ov, double now,
   const Tracked& t = tracked_[e];
   v.inflight_requests = t.requests;
   v.inflight_prefill_tokens = t.prefill_tokens;
-  v.queue_ms = std::max(0.0, t.busy_until - now);
-  v.inflight_context_tokens = t.context_tokens;
   v.dynamo_active_blocks = dynamo_.potential(e, h, partial);
   v.scraped = scraped_[e];
   return v;
 }
 
-void PdSimulation::track_prefill(uint32_t e, Live& l, double now) {
-  Tracked& t = tracked_[e];
-  t.prefill_tokens += l.uncached;
-  t.prefill_ms += l.predicted_ms;
-  t.busy_until = std::max(now, t.busy_until) + l.predicted_ms;
-}
+void PdSimulation::track_prefill(uint32_t e, const Live& l) { tracked_[e].prefill_tokens += l.uncached; }
 
-void PdSimulation::untrack_prefill(uint32_t e, const Live& l, double now) {
+void PdSimulation::untrack_prefill(uint32_t e, const Live& l) {
   Tracked& t = tracked_[e];
   t.prefill_tokens -= std::min(t.prefill_tokens, l.uncached);
-  t.prefill_ms = std::max(0.0, t.prefill_ms - l.predicted_ms);
-  t.busy_until = now + t.prefill_ms;  // what is left, from now
 }
 
 bool PdSimulation::decide(const SimRequest& r, const std::vector<LocalBlockHash>& hashes, PdChoice& c) {
@@ -226,15 +212,10 @@ void PdSimulation::dispatch(size_t id, double now) {
   in.prompt_tokens = r.input_tokens;
   in.request_blocks = full;
   in.block_size = kBlock;
-  in.profile = &ec_.profile;
-  in.max_batched_tokens = ec_.max_batched_tokens;
-  in.kv_bytes_per_token = bytes_;
-  in.link_gbps = o_.link_gbps;
-  for (uint32_t e = 0; e < n_; ++e) (is_prefill(e) ? in.prefill : in.decode).push_back(view(e, ov, now, l.hashes, partial));
+  for (uint32_t e = 0; e < n_; ++e) (is_prefill(e) ? in.prefill : in.decode).push_back(view(e, ov, l.hashes, partial));
   PdChoice c;
   if (policy_ == "dynamo_pd") c = pd_dynamo(in, rng_);
   else if (policy_ == "llmd_pd") c = pd_llmd(in, rng_, o_.llmd_non_cached_tokens);
-  else if (policy_ == "kvroute_pd_sim") c = pd_kvroute(in, o_.kvroute, rng_);
   else if (!decide(r, l.hashes, c)) {
     ++rejected_;  // no decode worker (every one busy under scheduler.reject_when_busy)
     l.hashes = {};
@@ -246,7 +227,6 @@ void PdSimulation::dispatch(size_t id, double now) {
   const PdEngineView& on = c.disaggregate ? in.prefill[c.prefill] : in.decode[c.decode];
   const uint64_t cached = static_cast<uint64_t>(cached_prefix_tokens(on.overlap_blocks, r.input_tokens, kBlock));
   l.uncached = r.input_tokens - cached;
-  l.predicted_ms = chunked_prefill_ms(ec_.profile, l.uncached, cached, ec_.max_batched_tokens);
   const uint32_t max_tokens = c.disaggregate ? 1 : r.output_tokens;
   if (!engines_[l.p]->add_request_hashed(id, r.input_tokens, l.hashes, max_tokens, now)) {
     ++rejected_;  // larger than an engine's whole cache
@@ -259,13 +239,12 @@ void PdSimulation::dispatch(size_t id, double now) {
     l.prefill_guard = std::make_unique<InflightGuard>(registry_, WorkerId{l.p}, blocks, l.uncached);
     if (c.disaggregate) l.decode_guard = std::make_unique<InflightGuard>(registry_, WorkerId{l.d}, blocks, 0);
   }
-  track_prefill(l.p, l, now);
+  track_prefill(l.p, l);
   tracked_[l.p].requests += 1;
   if (c.disaggregate) {
     ++disaggregated_;
     tracked_[l.d].requests += 1;  // the decode leg, as the router has committed it
   }
-  tracked_[l.d].context_tokens += uint64_t{r.input_tokens} + r.output_tokens;
   dynamo_.add(l.d, l.hashes, partial);
 }
 
@@ -295,7 +274,6 @@ void PdSimulation::on_transfer(size_t id, double now) {
     clock_.set(at(now));
     l.decode_guard.reset();
     tracked_[l.d].requests -= 1;
-    tracked_[l.d].context_tokens -= uint64_t{r.input_tokens} + r.output_tokens;
     dynamo_.remove(l.d, l.hashes, r.input_tokens % kBlock != 0);
     l.hashes = {};
   }
@@ -311,7 +289,7 @@ void PdSimulation::on_engine(uint32_t e, double now) {
     if (out.kind == mocker::EngineOutput::Kind::FirstToken) {
       if (e == l.p) {  // the prompt was computed here
         if (l.prefill_guard) l.prefill_guard->first_byte();
-        untrack_prefill(e, l, now);
+        untrack_prefill(e, l);
         prompt_tokens_ += r.input_tokens;
         cached_tokens_ += out.cached_tokens;
       }
@@ -331,7 +309,6 @@ void PdSimulation::on_engine(uint32_t e, double now) {
       l.prefill_guard.reset();
       l.decode_guard.reset();
       e2e_.push_back(now - l.arrival);
-      tracked_[e].context_tokens -= uint64_t{r.input_tokens} + r.output_tokens;
       dynamo_.remove(e, l.hashes, r.input_tokens % kBlock != 0);
       l.hashes = {};
     }
@@ -390,7 +367,7 @@ PdResult simulate_pd(const std::vector<SimRequest>& w, const PdOptions& o, const
     std::exit(2);
   }
   if (std::find(pd_policies().begin(), pd_policies().end(), policy) == pd_policies().end()) {
-    std::fprintf(stderr, "kvroute-sim: unknown PD policy '%s' (dynamo_pd, llmd_pd, kvroute_pd, kvroute_pd_sim)\n",
+    std::fprintf(stderr, "kvroute-sim: unknown PD policy '%s' (dynamo_pd, llmd_pd, kvroute_pd)\n",
                  policy.c_str());
     std::exit(2);
   }

@@ -45,11 +45,10 @@ struct PdOptions {
   uint32_t prefill = 2, decode = 2;
   double link_gbps = 400;          // per decode engine (one 400 Gb/s NIC per GPU)
   double kv_bytes_per_token = 0;   // 0: the profile's (131,072 for h100-llama3-8b), else 131,072
-  KvroutePdParams kvroute;         // kvroute_pd_sim's thresholds (kvroute_pd: sim.sets, pd.* keys)
   uint32_t llmd_non_cached_tokens = 16;  // llm-d's prefix-based PD decider (pd-epp-config.yaml)
 };
 
-// dynamo_pd, llmd_pd, kvroute_pd (decide_pd), kvroute_pd_sim (sim/pd_policies.h).
+// dynamo_pd, llmd_pd (sim/pd_policies.h), kvroute_pd (decide_pd, its pd.* keys from sim.sets).
 const std::vector<std::string>& pd_policies();
 
 struct PdResult {

@@ -4,25 +4,11 @@
 #include <cmath>
 #include <limits>
 
-#include "common/prefix_cache.h"
-
 namespace kvroute::sim {
 
 double transfer_ms(uint64_t tokens, double kv_bytes_per_token, double gbps) {
   if (tokens == 0 || !(gbps > 0)) return 0;
   return double(tokens) * kv_bytes_per_token * 8.0 / (gbps * 1e9) * 1000.0;
-}
-
-double chunked_prefill_ms(const mocker::EngineProfile& p, uint64_t new_tokens, uint64_t cached, uint32_t budget) {
-  double ms = 0;
-  const uint64_t b = std::max<uint32_t>(budget, 1);
-  while (new_tokens > 0) {
-    const uint64_t n = std::min(new_tokens, b);
-    ms += p.prefill_ms(n, cached);
-    cached += n;
-    new_tokens -= n;
-  }
-  return ms;
 }
 
 namespace {
@@ -48,11 +34,6 @@ size_t argmax(const std::vector<double>& s, std::mt19937_64& rng) {
   return best_of(s, rng, [](double a, double b) { return a > b; });
 }
 
-// Prompt tokens an engine serves from its cache, as vLLM counts them (whole blocks, at most prompt - 1).
-uint64_t cached_on(const PdEngineView& e, const PdInput& in) {
-  return static_cast<uint64_t>(cached_prefix_tokens(e.overlap_blocks, in.prompt_tokens, in.block_size));
-}
-
 // llm-d's profile scorers: prefix-cache-scorer (matched blocks / request blocks)
 // weight 2 + queue-scorer ((max − waiting) / (max − min), 1 when all equal)
 // weight 1, on the scraped waiting queues; the highest sum wins.
@@ -71,14 +52,6 @@ size_t llmd_pick(const std::vector<PdEngineView>& pool, uint32_t request_blocks,
     score[i] = kPrefixWeight * prefix + kQueueWeight * queue;
   }
   return argmax(score, rng);
-}
-
-// kvroute_pd: one decode step on engine e with its in-flight requests and this one.
-double decode_step_ms(const PdEngineView& e, const PdInput& in) {
-  mocker::StepShape s;
-  s.decodes = e.inflight_requests + 1;
-  s.decode_context = e.inflight_context_tokens + in.prompt_tokens;
-  return in.profile->step_ms(s);
 }
 
 }  // namespace
@@ -118,39 +91,6 @@ PdChoice pd_llmd(const PdInput& in, std::mt19937_64& rng, uint32_t non_cached_to
   if (in.prompt_tokens < hit + non_cached_tokens) return c;
   c.disaggregate = true;
   c.prefill = llmd_pick(in.prefill, in.request_blocks, rng);
-  return c;
-}
-
-PdChoice pd_kvroute(const PdInput& in, const KvroutePdParams& k, std::mt19937_64& rng) {
-  PdChoice c;
-  const auto& prof = *in.profile;
-  // Decode: predicted ms to its first token there, were it disaggregated: its
-  // pending (aggregated) prefills, the transfer of what it lacks, one step with its batch.
-  std::vector<double> dcost(in.decode.size());
-  for (size_t i = 0; i < in.decode.size(); ++i) {
-    const auto& e = in.decode[i];
-    const uint64_t lacking = in.prompt_tokens - cached_on(e, in);
-    dcost[i] = e.queue_ms + transfer_ms(lacking, in.kv_bytes_per_token, in.link_gbps) + decode_step_ms(e, in);
-  }
-  c.decode = argmin(dcost, rng);
-  const auto& d = in.decode[c.decode];
-  const uint64_t d_cached = cached_on(d, in), d_uncached = in.prompt_tokens - d_cached;
-  if (double(d_uncached) < k.min_uncached_tokens) return c;  // few tokens to compute: aggregated
-  // Prefill: its predicted queue + the prefill of what it does not hold.
-  std::vector<double> pcost(in.prefill.size());
-  for (size_t i = 0; i < in.prefill.size(); ++i) {
-    const auto& e = in.prefill[i];
-    const uint64_t cached = cached_on(e, in);
-    pcost[i] = e.queue_ms + chunked_prefill_ms(prof, in.prompt_tokens - cached, cached, in.max_batched_tokens);
-  }
-  c.prefill = argmin(pcost, rng);
-  const auto& p = in.prefill[c.prefill];
-  if (p.queue_ms > k.prefill_busy_ms) {
-    // The prefill pool is busy: aggregated when that is predicted faster.
-    const double agg = d.queue_ms + chunked_prefill_ms(prof, d_uncached, d_cached, in.max_batched_tokens);
-    if (agg < pcost[c.prefill] + dcost[c.decode] - d.queue_ms) return c;
-  }
-  c.disaggregate = true;
   return c;
 }
 

@@ -32,14 +32,6 @@
 //   kvroute_pd  the router's own decision, scheduler/pd_decision.h decide_pd()
 //               on the production registry's candidates (sim/pd_fleet.cpp), with
 //               the pd.* config keys (--set): not here.
-//   kvroute_pd_sim  a sim-local kvroute policy written before decide_pd() existed,
-//               kept for comparison: decode by predicted milliseconds
-//               (its step with the router's in-flight requests + its pending
-//               prefills + the transfer of the blocks it does not hold), run
-//               aggregated there when it would compute fewer than
-//               min_uncached_tokens, or when the prefill pool's best queue exceeds
-//               prefill_busy_ms and aggregated is predicted faster; prefill by its
-//               predicted queue + the prefill of its uncached tokens.
 //
 // Threading: plain functions on values.
 #pragma once
@@ -59,8 +51,6 @@ struct PdEngineView {
   uint32_t overlap_blocks = 0;           // its cached prefix of the request (the index)
   uint32_t inflight_requests = 0;        // the router's: dispatched to it, not finished there
   uint64_t inflight_prefill_tokens = 0;  // the router's: uncached prompt tokens sent, first token not seen
-  double queue_ms = 0;                   // the router's prediction of its outstanding prefill work
-  uint64_t inflight_context_tokens = 0;  // the router's: prompt + output tokens of its in-flight requests
   double dynamo_active_blocks = 0;       // Dynamo's potential active blocks with this request (ActiveSequences)
   WorkerLoad scraped;                    // the last load report
 };
@@ -70,10 +60,6 @@ struct PdInput {
   uint32_t request_blocks = 0;  // complete prompt blocks
   uint32_t block_size = 512;
   std::vector<PdEngineView> prefill, decode;  // at least one of each
-  // For kvroute_pd's predictions: the engines' step model and budget, the link.
-  const mocker::EngineProfile* profile = nullptr;
-  uint32_t max_batched_tokens = 8192;
-  double kv_bytes_per_token = 0, link_gbps = 0;
 };
 
 struct PdChoice {
@@ -82,24 +68,10 @@ struct PdChoice {
   size_t decode = 0;   // into PdInput::decode: the aggregated engine, or the decode leg's
 };
 
-// kvroute_pd_sim's thresholds, tuned on the trace's train slice (8 engines, 4P+4D,
-// rates 0.5, 1, 1.5) as pd-tune tunes kvroute_pd: the best TTFT among settings
-// keeping ITL p99 within 1.25x the better peer's. Every busy threshold tried
-// (500, 2000 ms) pushed ITL p99 past that bound or scored worse, so the busy rule is off (1e9 ms).
-struct KvroutePdParams {
-  double min_uncached_tokens = 4096;  // fewer uncached tokens on the decode engine: aggregated
-  double prefill_busy_ms = 1e9;       // the prefill pool's best predicted queue above this: aggregated if faster
-};
-
 // Time to move `tokens` tokens of KV at `gbps` gigabits per second, in ms.
 double transfer_ms(uint64_t tokens, double kv_bytes_per_token, double gbps);
-// One prompt's prefill of `new_tokens` after `cached`, alone on an engine, in
-// chunks of at most `budget` tokens (each chunk one step, attending to the ones before).
-double chunked_prefill_ms(const mocker::EngineProfile& p, uint64_t new_tokens, uint64_t cached, uint32_t budget);
 
 PdChoice pd_dynamo(const PdInput& in, std::mt19937_64& rng);
 PdChoice pd_llmd(const PdInput& in, std::mt19937_64& rng, uint32_t non_cached_tokens = 16);
-// kvroute_pd_sim.
-PdChoice pd_kvroute(const PdInput& in, const KvroutePdParams& k, std::mt19937_64& rng);
 
 }  // namespace kvroute::sim

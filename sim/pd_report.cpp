@@ -10,22 +10,22 @@
 //            kvroute_pd; then kvroute_pd's TTFT p50/p99 over the better peer's
 //            with a verdict; markdown, then one JSON line per cell (--expect
 //            compares a published file within --tolerance).
-//   pd-tune  kvroute_pd's two thresholds (pd.min_uncached_tokens,
-//            pd.prefill_busy_tokens) on the trace's train slice only,
-//            scored by TTFT p50 and p99 over the better PD peer's at each rate
-//            (mean of p50, p99 and the worse of the two), among the settings
-//            whose ITL p99 stays within 1.25x the better peer's at every rate;
-//            the best and the defaults are then shown on the test slice.
+//   pd-tune  kvroute_pd's keys (pd.min_uncached_tokens, pd.aggregate_time_ratio,
+//            pd.decode_busy_kv_usage) on the train slices only (the trace's
+//            first half in time; another draw of each generated workload),
+//            scored by TTFT p50 and p99 over the better PD peer's at each
+//            workload and rate (mean of p50, p99 and the worse of the two),
+//            among the settings whose ITL p99 stays within 1.25x the worse
+//            peer's everywhere; prints the best as `best-sets:` (--set flags
+//            sim/pd_report.sh passes on), then shows it and the defaults on
+//            the test slices.
 //
 // Threading: single-threaded.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <string>
 #include <vector>
-
-#include <simdjson.h>
 
 #include "sim/floor.h"
 #include "sim/pd_fleet.h"
@@ -43,14 +43,15 @@ PdOptions pd_options(const Args& a, double rate) {
   o.decode = a.pd_decode;
   o.link_gbps = a.kv_link_gbps;
   o.kv_bytes_per_token = a.kv_bytes_per_token;
-  if (a.pd_min_uncached >= 0) o.kvroute.min_uncached_tokens = a.pd_min_uncached;
-  if (a.pd_busy_ms >= 0) o.kvroute.prefill_busy_ms = a.pd_busy_ms;
   return o;
 }
 
+// The trace splits in time (train: its first half); a generated workload's
+// train slice is another draw of it (the seed mixed), its test slice the seed's own.
 std::vector<SimRequest> pd_slice(const Args& a, const std::string& wl, const std::string& slice) {
   if (wl == "trace") return load_slice(a, wl, slice);
-  return pd_workload(wl, a.sim.seed, a.requests == SIZE_MAX ? 6000 : a.requests);
+  const uint64_t seed = slice == "train" ? mix(a.sim.seed ^ 0x7EA1u) : a.sim.seed;
+  return pd_workload(wl, seed, a.requests == SIZE_MAX ? 6000 : a.requests);
 }
 
 struct Row {
@@ -77,49 +78,10 @@ std::string verdict(double k, double b, double f) {
   return k <= b ? "missed, not worse" : "missed, WORSE";
 }
 
-int compare(const std::string& path, const std::vector<std::string>& lines, double tol) {
-  std::ifstream in(path);
-  if (!in) {
-    std::fprintf(stderr, "kvroute-sim pd: cannot read --expect %s\n", path.c_str());
-    return 2;
-  }
-  simdjson::dom::parser pa, pb;
-  std::string line;
-  size_t i = 0, bad = 0;
-  while (std::getline(in, line)) {
-    if (line.empty() || line[0] != '{') continue;
-    if (i >= lines.size()) {
-      std::fprintf(stderr, "pd --expect: the published table has more cells than this run\n");
-      return 1;
-    }
-    simdjson::dom::object want, got;
-    if (pa.parse(line).get(want) || pb.parse(lines[i]).get(got)) return 2;
-    for (auto [key, v] : want) {
-      double x = 0, y = 0;
-      if (v.is_string()) {
-        std::string_view sx, sy;
-        if (v.get_string().get(sx) || got[key].get_string().get(sy) || sx != sy) {
-          std::fprintf(stderr, "pd --expect: cell %zu %s differs\n", i, std::string(key).c_str());
-          ++bad;
-        }
-        continue;
-      }
-      if (v.get_double().get(x) || got[key].get_double().get(y)) return 2;
-      if (std::abs(x - y) > tol * std::max(std::abs(x), 1e-9)) {
-        std::fprintf(stderr, "pd --expect: cell %zu %s: published %g, now %g (tolerance %.0f%%)\n", i,
-                     std::string(key).c_str(), x, y, tol * 100);
-        ++bad;
-      }
-    }
-    ++i;
-  }
-  if (i != lines.size()) {
-    std::fprintf(stderr, "pd --expect: %zu published cells, %zu now\n", i, lines.size());
-    return 1;
-  }
-  if (bad) return 1;
-  std::printf("pd: all %zu cells within %.0f%% of %s\n", i, tol * 100, path.c_str());
-  return 0;
+std::string fmt_g(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%g", v);
+  return b;
 }
 
 Row from(const PdResult& r, const std::string& fleet) {
@@ -145,18 +107,21 @@ int pd(const Args& a) {
     }
   std::printf("engines: %s, %llu blocks of 512 tokens each, max_batched_tokens %u, max_seqs %u; link %.0f Gbit/s per "
               "decode engine, %.0f KV bytes per token; kvroute_pd: pd.policy %s, pd.min_uncached_tokens %u, "
-              "pd.prefill_busy_tokens %llu; kvroute_pd_sim: min_uncached_tokens %.0f, prefill_busy_ms %.0f; seed "
-              "%llu\n\n",
+              "pd.prefill_busy_tokens %llu, pd.decode_busy_kv_usage %g, pd.aggregate_time_ratio %g, "
+              "pd.transfer_ms_per_1k_tokens %g; seed %llu\n\n",
               a.sim.engine_profile.c_str(), (unsigned long long)engine_config(a.sim).kv_blocks,
               a.sim.max_batched_tokens, a.sim.max_seqs, a.kv_link_gbps, kv_bytes_per_token(o0),
               keys.pd.policy.c_str(), keys.pd.min_uncached_tokens, (unsigned long long)keys.pd.prefill_busy_tokens,
-              o0.kvroute.min_uncached_tokens, o0.kvroute.prefill_busy_ms, (unsigned long long)a.sim.seed);
+              keys.pd.decode_busy_kv_usage, keys.pd.aggregate_time_ratio, keys.pd.transfer_ms_per_1k_tokens,
+              (unsigned long long)a.sim.seed);
   std::printf("| workload | rate | fleet | policy | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms | disaggregated "
               "| hit rate | transfer ms (mean) | rejected |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   std::vector<std::string> json, verdicts;
   for (const auto& wl : workloads) {
-    const auto w = pd_slice(a, wl, "test");
-    const std::string name = wl == "trace" ? "trace/test" : wl;
+    // --slice train shows the tuning slice; every published table is on test.
+    const std::string slice = a.slice == "train" ? "train" : "test";
+    const auto w = pd_slice(a, wl, slice);
+    const std::string name = wl == "trace" ? "trace/" + slice : (slice == "train" ? wl + "/train" : wl);
     for (double rate : a.rates) {
       SimOptions so = a.sim;
       so.rate = rate;
@@ -165,12 +130,19 @@ int pd(const Args& a) {
       const double f50 = percentile(floor.ttft_ms, 0.5), f99 = percentile(floor.ttft_ms, 0.99);
       std::vector<Row> rows;
       rows.push_back({"floor", "causal", f50, f99});
+      // --policies narrows the rows (dynamo_pd, llmd_pd and kvroute_pd always run: the verdict needs them).
+      auto wanted = [&](const std::string& p) {
+        return !a.policies_set || p == "dynamo_pd" || p == "llmd_pd" || p == "kvroute_pd" ||
+               std::find(a.policies.begin(), a.policies.end(), p) != a.policies.end();
+      };
       for (const std::string p : {"kvroute", "dynamo", "llmd"}) {
+        if (!wanted(p)) continue;
         const PolicyResult r = simulate(w, so, p);
         rows.push_back({agg_fleet, p, r.ttft_p50, r.ttft_p99, r.itl_p50, r.itl_p99, 0, r.hit_rate, 0, r.rejected});
       }
       const PdOptions o = pd_options(a, rate);
-      for (const auto& p : pd_policies()) rows.push_back(from(simulate_pd(w, o, p), pd_fleet));
+      for (const auto& p : pd_policies())
+        if (wanted(p)) rows.push_back(from(simulate_pd(w, o, p), pd_fleet));
       for (const auto& r : rows) {
         if (r.fleet == "floor")
           std::printf("| %s | x%g | floor | causal | %.0f | %.0f | | | | | | |\n", name.c_str(), rate, r.ttft_p50,
@@ -204,68 +176,96 @@ int pd(const Args& a) {
   for (const auto& v : verdicts) std::printf("%s\n", v.c_str());
   std::printf("\n");
   for (const auto& j : json) std::printf("%s\n", j.c_str());
-  if (!a.expect.empty()) return compare(a.expect, json, a.tolerance);
+  if (!a.expect.empty()) return compare_cells("pd", a.expect, json, a.tolerance);
   return 0;
 }
 
 int pd_tune(const Args& a) {
-  // kvroute_pd's reloadable keys (config/README.md): pd.min_uncached_tokens and pd.prefill_busy_tokens (0 = off).
-  const std::vector<double> uncached = {0, 1024, 4096, 8192, 12288, 16384};
-  const std::vector<double> busy = {0, 65536, 262144};
+  // kvroute_pd's reloadable keys (config/README.md): pd.min_uncached_tokens,
+  // pd.aggregate_time_ratio (0 = off) and pd.decode_busy_kv_usage (0 = off).
+  // pd.min_uncached_tokens × (pd.aggregate_time_ratio, pd.decode_busy_kv_usage): both off, or the
+  // prediction with the decode gate (at 0.8: a ratio without the gate overloads the decode pool).
+  const std::vector<double> uncached = {512, 2048, 8192};
+  const std::vector<std::pair<double, double>> rules = {{0, 0}, {0.7, 0.8}, {1, 0.8}};
+  // ITL p99 within this many times the worse peer's at every cell: a split-everything peer (llmd_pd)
+  // sets an ITL no policy that runs anything whole can match, so the bound is what the users of either
+  // peer already accept, plus 25 %; the ratio to the better peer is shown too.
+  constexpr double kItlBound = 1.25;
   struct Scored {
-    double t = 0, b = 0, score = 0;
-    bool itl_ok = true;  // ITL p99 within 1.25x the better peer's at every rate
-    double itl_worst = 0;  // the highest ITL p99 / better peer's over the rates
+    double t = 0, r = 0, g = 0, score = 0;
+    bool itl_ok = true;    // ITL p99 within kItlBound x the worse peer's everywhere
+    double itl_worst = 0;  // the highest ITL p99 / better peer's over the cells
   };
-  auto evaluate = [&](const std::vector<SimRequest>& w, const std::string& label, std::vector<Scored>& out) {
-    std::vector<std::pair<double, double>> peer(a.rates.size());  // better peer's p50, p99 per rate
-    std::vector<double> peer_itl(a.rates.size());                 // better peer's ITL p99
-    for (size_t i = 0; i < a.rates.size(); ++i) {
-      const PdOptions o = pd_options(a, a.rates[i]);
-      const PdResult dy = simulate_pd(w, o, "dynamo_pd"), ld = simulate_pd(w, o, "llmd_pd");
-      peer[i] = {std::min(dy.ttft_p50, ld.ttft_p50), std::min(dy.ttft_p99, ld.ttft_p99)};
-      peer_itl[i] = std::min(dy.itl_p99, ld.itl_p99);
-      std::printf("%s x%g: better peer TTFT p50 %.0f ms, p99 %.0f ms, ITL p99 %.1f ms (dynamo_pd %.0f/%.0f, llmd_pd "
-                  "%.0f/%.0f)\n",
-                  label.c_str(), a.rates[i], peer[i].first, peer[i].second, peer_itl[i], dy.ttft_p50, dy.ttft_p99,
-                  ld.ttft_p50, ld.ttft_p99);
+  const std::vector<std::string> workloads =
+      a.workloads_set ? a.workloads : std::vector<std::string>{"trace", "long_prompt", "long_output"};
+  auto sets = [](const Scored& s) {
+    return std::vector<std::pair<std::string, std::string>>{
+        {"pd.min_uncached_tokens", std::to_string(static_cast<uint64_t>(s.t))},
+        {"pd.aggregate_time_ratio", fmt_g(s.r)},
+        {"pd.decode_busy_kv_usage", fmt_g(s.g)}};
+  };
+  auto evaluate = [&](const std::string& slice, std::vector<Scored>& out) {
+    struct Peer {
+      double p50, p99, itl, itl_worse;
+    };
+    std::vector<std::vector<SimRequest>> ws;
+    std::vector<Peer> peer;  // per (workload, rate)
+    for (const auto& wl : workloads) {
+      ws.push_back(pd_slice(a, wl, slice));
+      for (double rate : a.rates) {
+        const PdOptions o = pd_options(a, rate);
+        const PdResult dy = simulate_pd(ws.back(), o, "dynamo_pd"), ld = simulate_pd(ws.back(), o, "llmd_pd");
+        peer.push_back({std::min(dy.ttft_p50, ld.ttft_p50), std::min(dy.ttft_p99, ld.ttft_p99),
+                        std::min(dy.itl_p99, ld.itl_p99), std::max(dy.itl_p99, ld.itl_p99)});
+        std::printf("%s %s x%g: better peer TTFT p50 %.0f ms, p99 %.0f ms, ITL p99 %.1f ms (dynamo_pd %.0f/%.0f, "
+                    "llmd_pd %.0f/%.0f)\n",
+                    slice.c_str(), wl.c_str(), rate, peer.back().p50, peer.back().p99, peer.back().itl, dy.ttft_p50,
+                    dy.ttft_p99, ld.ttft_p50, ld.ttft_p99);
+      }
     }
     for (auto& s : out) {
       double sum = 0;
-      for (size_t i = 0; i < a.rates.size(); ++i) {
-        PdOptions o = pd_options(a, a.rates[i]);
-        o.sim.sets.emplace_back("pd.min_uncached_tokens", std::to_string(static_cast<uint64_t>(s.t)));
-        o.sim.sets.emplace_back("pd.prefill_busy_tokens", std::to_string(static_cast<uint64_t>(s.b)));
-        const PdResult k = simulate_pd(w, o, "kvroute_pd");
-        // Both percentiles count; the worse ratio counts twice, so "never worse" weighs.
-        const double r50 = k.ttft_p50 / peer[i].first, r99 = k.ttft_p99 / peer[i].second;
-        sum += r50 + r99 + std::max(r50, r99);
-        s.itl_worst = std::max(s.itl_worst, k.itl_p99 / peer_itl[i]);
-        s.itl_ok = s.itl_ok && k.itl_p99 <= 1.25 * peer_itl[i];
-      }
-      s.score = sum / (3.0 * double(a.rates.size()));
-      std::printf("%s pd.min_uncached_tokens %-6.0f pd.prefill_busy_tokens %-6.0f score %.3f  ITL p99 up to %.2fx%s\n",
-                  label.c_str(), s.t, s.b, s.score, s.itl_worst, s.itl_ok ? "" : "  (above 1.25x the better peer's)");
+      size_t cell = 0;
+      for (const auto& w : ws)
+        for (double rate : a.rates) {
+          PdOptions o = pd_options(a, rate);
+          for (const auto& kv : sets(s)) o.sim.sets.push_back(kv);
+          const PdResult k = simulate_pd(w, o, "kvroute_pd");
+          const Peer& p = peer[cell++];
+          // Both percentiles count; the worse ratio counts twice, so "never worse" weighs.
+          const double r50 = k.ttft_p50 / p.p50, r99 = k.ttft_p99 / p.p99;
+          sum += r50 + r99 + std::max(r50, r99);
+          s.itl_worst = std::max(s.itl_worst, k.itl_p99 / p.itl);
+          s.itl_ok = s.itl_ok && k.itl_p99 <= kItlBound * p.itl_worse;
+        }
+      s.score = sum / (3.0 * double(cell));
+      std::printf("%s pd.min_uncached_tokens %-5.0f pd.aggregate_time_ratio %-3g pd.decode_busy_kv_usage %-3g score "
+                  "%.3f  ITL p99 up to %.2fx%s\n",
+                  slice.c_str(), s.t, s.r, s.g, s.score, s.itl_worst,
+                  s.itl_ok ? "" : "  (above 1.25x the worse peer's somewhere)");
       std::fflush(stdout);
     }
   };
   std::vector<Scored> grid;
   for (double t : uncached)
-    for (double b : busy) grid.push_back({t, b});
-  const auto train = pd_slice(a, "trace", "train");
-  evaluate(train, "train", grid);
+    for (const auto& [r, g] : rules) grid.push_back({t, r, g});
+  evaluate("train", grid);
   // The best TTFT score among the settings that keep the decodes' ITL p99
-  // within 1.25x the better peer's (a PD fleet exists to protect them).
+  // within kItlBound x the worse peer's (a PD fleet exists to protect them).
   const auto best = *std::min_element(grid.begin(), grid.end(), [](const Scored& x, const Scored& y) {
     return x.itl_ok != y.itl_ok ? x.itl_ok : x.score < y.score;
   });
   const PdConfig d;
-  std::vector<Scored> shown = {{best.t, best.b}, {double(d.min_uncached_tokens), double(d.prefill_busy_tokens)}};
-  std::printf("best on train: pd.min_uncached_tokens %.0f, pd.prefill_busy_tokens %.0f (score %.3f: mean of p50, p99 "
-              "and the worse of the two over the better PD peer; ITL p99 up to %.2fx); then it and the defaults on "
-              "test\n",
-              best.t, best.b, best.score, best.itl_worst);
-  evaluate(pd_slice(a, "trace", "test"), "test", shown);
+  std::vector<Scored> shown = {{best.t, best.r, best.g},
+                               {double(d.min_uncached_tokens), d.aggregate_time_ratio, d.decode_busy_kv_usage}};
+  std::printf("best on train (score %.3f: mean of p50, p99 and the worse of the two over the better PD peer, every "
+              "workload and rate; ITL p99 up to %.2fx the better peer's, bound %.2fx the worse peer's); then it and the "
+              "defaults on test\n",
+              best.score, best.itl_worst, kItlBound);
+  std::printf("best-sets:");
+  for (const auto& [k, v] : sets(best)) std::printf(" --set %s=%s", k.c_str(), v.c_str());
+  std::printf("\n");
+  evaluate("test", shown);
   return 0;
 }
 

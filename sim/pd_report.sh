@@ -2,7 +2,7 @@
 # Regenerates kvroute-sim's disaggregated-fleet results in docs/sim/:
 #   pd.md            sim/pd_notes.md, then `kvroute-sim pd` on 8 engines (8 aggregated vs 4P+4D, rates
 #                    x0.5, x1, x1.5) and on 4 engines (4 vs 2P+2D, x0.25, x0.5, x0.75)
-#   pd_tune.txt      `kvroute-sim pd-tune`: kvroute_pd's thresholds on the trace's train slice, shown on test
+#   pd_tune.txt      `kvroute-sim pd-tune`: kvroute_pd's keys on the train slices, shown on test
 #   pd_small.jsonl   the reduced table the sim_pd_table test pins (keep its arguments in sync with
 #                    sim/CMakeLists.txt)
 #   bash sim/pd_report.sh     (after building kvroute-sim; about 15 minutes on 2 cores)
@@ -11,10 +11,16 @@ cd "$(dirname "$0")/.."
 BIN=${BUILD_DIR:-build}/sim/kvroute-sim
 OUT=docs/sim
 mkdir -p "$OUT"
-# kvroute_pd's keys as pd-tune chose them on the trace's train slice (docs/sim/pd_tune.txt); the tables
-# below are on the test slice and the generated workloads.
-TUNED=(--set pd.min_uncached_tokens=8192 --set pd.prefill_busy_tokens=65536)
-"$BIN" pd-tune --pd 4:4 --rates 0.5,1,1.5 --seed 1 2>/dev/null >"$OUT/pd_tune.txt"
+# kvroute_pd's keys as pd-tune chooses them on the train slices (docs/sim/pd_tune.txt; 3,000 requests
+# per workload before the trace's time split, for time); the tables below are on the test slices.
+# sim/CMakeLists.txt's sim_pd_table passes the same keys: keep them in sync.
+TUNED=(--set pd.min_uncached_tokens=512 --set pd.aggregate_time_ratio=0.7 --set pd.decode_busy_kv_usage=0.8)
+"$BIN" pd-tune --pd 4:4 --rates 0.5,1,1.5 --seed 1 --requests 3000 2>/dev/null >"$OUT/pd_tune.txt"
+chosen=$(sed -n 's/^best-sets: //p' "$OUT/pd_tune.txt")
+if [[ "$chosen" != "${TUNED[*]}" ]]; then
+  echo "pd_report.sh: pd-tune chose '$chosen', TUNED is '${TUNED[*]}': update TUNED and sim_pd_table" >&2
+  exit 1
+fi
 "$BIN" pd --pd 2:2 --requests 1500 --rates 1 --seed 1 "${TUNED[@]}" 2>/dev/null | grep '^{' >"$OUT/pd_small.jsonl"
 {
   cat sim/pd_notes.md
@@ -33,7 +39,7 @@ TUNED=(--set pd.min_uncached_tokens=8192 --set pd.prefill_busy_tokens=65536)
   echo
   echo '## Tuning (train slice only)'
   echo
-  echo '`kvroute-sim pd-tune --pd 4:4 --rates 0.5,1,1.5 --seed 1` (docs/sim/pd_tune.txt):'
+  echo '`kvroute-sim pd-tune --pd 4:4 --rates 0.5,1,1.5 --seed 1 --requests 3000` (docs/sim/pd_tune.txt):'
   echo
   echo '```'
   cat "$OUT/pd_tune.txt"

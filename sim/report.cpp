@@ -7,6 +7,8 @@
 #include <map>
 #include <sstream>
 
+#include <simdjson.h>
+
 namespace kvroute::sim {
 
 std::vector<SimRequest> load_slice(const Args& a, const std::string& workload, const std::string& slice) {
@@ -86,6 +88,51 @@ int check_run(const std::vector<SimRequest>& w, const Args& a, const std::vector
       return fail("kvroute: a second run with the same seed differs");
   }
   std::printf("check: ok (%zu policies, %zu requests)\n", results.size(), w.size());
+  return 0;
+}
+
+int compare_cells(const char* what, const std::string& path, const std::vector<std::string>& lines, double tol) {
+  std::ifstream in(path);
+  if (!in) {
+    std::fprintf(stderr, "kvroute-sim %s: cannot read --expect %s\n", what, path.c_str());
+    return 2;
+  }
+  simdjson::dom::parser pa, pb;
+  std::string line;
+  size_t i = 0, bad = 0;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] != '{') continue;
+    if (i >= lines.size()) {
+      std::fprintf(stderr, "%s --expect: the published table has more cells than this run\n", what);
+      return 1;
+    }
+    simdjson::dom::object want, got;
+    if (pa.parse(line).get(want) || pb.parse(lines[i]).get(got)) return 2;
+    for (auto [key, v] : want) {
+      if (v.is_string()) {
+        std::string_view sx, sy;
+        if (v.get_string().get(sx) || got[key].get_string().get(sy) || sx != sy) {
+          std::fprintf(stderr, "%s --expect: cell %zu %s differs\n", what, i, std::string(key).c_str());
+          ++bad;
+        }
+        continue;
+      }
+      double x = 0, y = 0;
+      if (v.get_double().get(x) || got[key].get_double().get(y)) return 2;
+      if (std::abs(x - y) > tol * std::max(std::abs(x), 1e-9)) {
+        std::fprintf(stderr, "%s --expect: cell %zu %s: published %g, now %g (tolerance %.0f%%)\n", what, i,
+                     std::string(key).c_str(), x, y, tol * 100);
+        ++bad;
+      }
+    }
+    ++i;
+  }
+  if (i != lines.size()) {
+    std::fprintf(stderr, "%s --expect: %zu published cells, %zu now\n", what, i, lines.size());
+    return 1;
+  }
+  if (bad) return 1;
+  std::printf("%s: all %zu cells within %.0f%% of %s\n", what, i, tol * 100, path.c_str());
   return 0;
 }
 

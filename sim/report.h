@@ -34,7 +34,6 @@ struct Args {
   // pd, pd-tune (sim/pd_report.cpp): the disaggregated fleet and its link.
   uint32_t pd_prefill = 2, pd_decode = 2;  // --pd X:Y
   double kv_link_gbps = 400, kv_bytes_per_token = 0;
-  double pd_min_uncached = -1, pd_busy_ms = -1;  // kvroute_pd_sim's thresholds (< 0: its defaults)
   bool workloads_set = false;                    // --workloads given
 };
 
@@ -47,6 +46,12 @@ void write_cdf(const std::string& path, std::vector<PolicyResult>& results);
 // --check: every request answered or rejected, hit rates within the ideal,
 // kvroute ahead of round_robin on hit rate, the TTFT model's MAPE finite.
 int check_run(const std::vector<SimRequest>& w, const Args& a, const std::vector<PolicyResult>& results, double ideal);
+
+// --expect of `targets` and `pd`: each JSON line of `path` (a published
+// table) against the same cell of this run: strings equal, numbers within the
+// relative tolerance. `what` names the command in messages. 0 = all match, 1 =
+// a difference, 2 = unreadable.
+int compare_cells(const char* what, const std::string& path, const std::vector<std::string>& lines, double tol);
 
 int tune(const Args& a);
 int goodput(const Args& a);

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "sim/pd_fleet.h"
 #include "sim/report.h"
 #include "sim/simulate.h"
 #include "sim/workload.h"
@@ -36,14 +37,12 @@ void usage() {
       "  goodput           per workload and policy (default kvroute,dynamo,llmd): the highest rate with TTFT\n"
       "                    p99 <= --slo-ttft-ms and inter-token latency p99 <= --slo-itl-ms (bisection)\n"
       "  pd                aggregated fleet (X+Y engines) vs X prefill + Y decode engines: TTFT and ITL p50/p99\n"
-      "                    per policy (dynamo_pd, llmd_pd, kvroute_pd, kvroute_pd_sim) on the trace's test slice, long_prompt and\n"
+      "                    per policy (dynamo_pd, llmd_pd, kvroute_pd) on the trace's test slice, long_prompt and\n"
       "                    long_output at --rates (markdown, then JSON; --expect compares)\n"
       "  pd-tune           kvroute_pd's thresholds on the trace's train slice; the best, shown on the test slice\n"
       "  --pd X:Y          pd: prefill and decode engines (default 2:2)\n"
       "  --kv-link-gbps G  pd: each decode engine's link, Gbit/s (default 400)\n"
       "  --kv-bytes-per-token B  pd: KV bytes per token (default: the profile's; 131072 for llama3-8b)\n"
-      "  --pd-min-uncached T  kvroute_pd_sim: aggregated below T uncached tokens on the decode engine\n"
-      "  --pd-busy-ms X    kvroute_pd_sim: prefill pool busy above X ms of predicted queue\n"
       "                    (kvroute_pd is the router's decide_pd(): --set pd.min_uncached_tokens=T etc.)\n"
       "  --slo-ttft-ms X   goodput: TTFT p99 SLO (default 2000)\n"
       "  --slo-itl-ms X    goodput: inter-token latency p99 SLO (default 1000)\n"
@@ -142,9 +141,7 @@ void parse(int argc, char** argv, Args& a) {
           std::fprintf(stderr, "kvroute-sim: --kv-bytes-per-token must be > 0\n");
           std::exit(2);
         }
-      } else if (f == "--pd-min-uncached") a.pd_min_uncached = std::stod(need("--pd-min-uncached"));
-      else if (f == "--pd-busy-ms") a.pd_busy_ms = std::stod(need("--pd-busy-ms"));
-      else if (f == "--requests") a.requests = std::stoull(need("--requests"));
+      } else if (f == "--requests") a.requests = std::stoull(need("--requests"));
       else if (f == "--report-ms") a.sim.report_ms = std::stod(need("--report-ms"));
       else if (f == "--seed") a.sim.seed = std::stoull(need("--seed"));
       else if (f == "--cdf-out") a.cdf_out = need("--cdf-out");
@@ -186,7 +183,8 @@ void parse(int argc, char** argv, Args& a) {
     std::exit(2);
   }
   for (const auto& p : a.policies)
-    if (std::find(known_policies().begin(), known_policies().end(), p) == known_policies().end()) {
+    if (std::find(known_policies().begin(), known_policies().end(), p) == known_policies().end() &&
+        std::find(pd_policies().begin(), pd_policies().end(), p) == pd_policies().end()) {
       std::fprintf(stderr, "kvroute-sim: unknown policy '%s'\n", p.c_str());
       std::exit(2);
     }

@@ -8,12 +8,9 @@
 // (sim/floor.h) is above the target: no router can meet it there.
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <map>
 #include <sstream>
 #include <unordered_set>
-
-#include <simdjson.h>
 
 #include "mocker/engine.h"
 #include "sim/floor.h"
@@ -88,45 +85,6 @@ std::string cell_json(const Cell& c) {
   return buf;
 }
 
-// --expect: every published cell's figures within the relative tolerance.
-int compare(const std::string& path, const std::vector<std::string>& lines, double tol) {
-  std::ifstream in(path);
-  if (!in) {
-    std::fprintf(stderr, "kvroute-sim targets: cannot read --expect %s\n", path.c_str());
-    return 2;
-  }
-  simdjson::dom::parser pa, pb;
-  std::string line;
-  size_t i = 0, bad = 0;
-  while (std::getline(in, line)) {
-    if (line.empty() || line[0] != '{') continue;
-    if (i >= lines.size()) {
-      std::fprintf(stderr, "targets --expect: the published table has more cells than this run\n");
-      return 1;
-    }
-    simdjson::dom::object want, got;
-    if (pa.parse(line).get(want) || pb.parse(lines[i]).get(got)) return 2;
-    for (auto [key, v] : want) {
-      double x = 0, y = 0;
-      if (v.get_double().get(x)) continue;  // the workload name
-      if (got[key].get_double().get(y)) return 2;
-      if (std::abs(x - y) > tol * std::max(std::abs(x), 1e-9)) {
-        std::fprintf(stderr, "targets --expect: cell %zu %s: published %g, now %g (tolerance %.0f%%)\n", i,
-                     std::string(key).c_str(), x, y, tol * 100);
-        ++bad;
-      }
-    }
-    ++i;
-  }
-  if (i != lines.size()) {
-    std::fprintf(stderr, "targets --expect: %zu published cells, %zu now\n", i, lines.size());
-    return 1;
-  }
-  if (bad) return 1;
-  std::printf("targets: all %zu cells within %.0f%% of %s\n", i, tol * 100, path.c_str());
-  return 0;
-}
-
 }  // namespace
 
 int targets(const Args& a) {
@@ -177,7 +135,7 @@ int targets(const Args& a) {
                 c.interference.decodes_per_engine, c.interference.mean_context, c.interference.added_ms_512,
                 c.interference.added_ms_budget);
   for (const auto& j : json) std::printf("%s\n", j.c_str());
-  if (!a.expect.empty()) return compare(a.expect, json, a.tolerance);
+  if (!a.expect.empty()) return compare_cells("targets", a.expect, json, a.tolerance);
   return 0;
 }
 

@@ -250,3 +250,84 @@ TEST_CASE("pd: every reason has a distinct name") {
   std::sort(names.begin(), names.end());
   CHECK(std::unique(names.begin(), names.end()) == names.end());
 }
+
+TEST_CASE("pd: a decode worker over pd.decode_busy_kv_usage never runs a request whole: it is split") {
+  SchedulerConfig sched;
+  SeededRandom rnd(11);
+  // The only decode worker holds 50 blocks (800 tokens): it lacks 200 < 512, so
+  // it would run the request whole. Its KV: 900 of 1,000 blocks active, and the
+  // request needs 70 − 50 = 20 more: (900 + 20) / 1,000 = 0.92.
+  std::vector<Candidate> cs = {worker(1, WorkerRole::Decode, 50, 900), worker(3, WorkerRole::Prefill, 0)};
+  PdConfig pd;  // gate off: few uncached tokens, whole
+  PdDecision d = decide_pd(cs, request(), sched, pd, rnd);
+  CHECK(d.reason == PdReason::FewUncachedTokens);
+  CHECK(d.decode_kv_usage == doctest::Approx(0.92));
+  CHECK_FALSE(d.decode_busy);
+  pd.decode_busy_kv_usage = 0.92;  // at the threshold: not busy (over it is)
+  d = decide_pd(cs, request(), sched, pd, rnd);
+  CHECK(d.reason == PdReason::FewUncachedTokens);
+  pd.decode_busy_kv_usage = 0.9;
+  d = decide_pd(cs, request(), sched, pd, rnd);
+  CHECK(d.decode_busy);
+  CHECK(d.disaggregate);
+  CHECK(d.reason == PdReason::Disaggregated);
+  REQUIRE(d.prefill.has_value());
+  CHECK(*d.prefill == 1);
+  // The gate also overrides a busy prefill queue: the decode worker cannot take the prefill either.
+  pd.prefill_busy_tokens = 100;
+  cs[1].pending_prefill_tokens = 100;
+  d = decide_pd(cs, request(), sched, pd, rnd);
+  CHECK(d.disaggregate);
+  // A decode worker that reports no KV total is never busy for it (unknown usage).
+  cs[0].load.kv_total_blocks = 0;
+  d = decide_pd(cs, request(), sched, pd, rnd);
+  CHECK(d.decode_kv_usage == doctest::Approx(-1));
+  CHECK_FALSE(d.decode_busy);
+  CHECK(d.reason == PdReason::FewUncachedTokens);
+}
+
+TEST_CASE("pd: pd.aggregate_time_ratio runs a request whole when the decode worker is predicted faster") {
+  SchedulerConfig sched;
+  SeededRandom rnd(12);
+  // 1,000 uncached tokens on the decode worker (≥ 512: not "few"). On the prior:
+  // whole there 20 + 15·1 + 0.5·1² = 35.5 ms; the prefill worker has 10,000
+  // tokens and 2 requests queued: 35.5 + 15·10 + 25·2 = 235.5 ms, plus the
+  // transfer of 1,000 tokens at 2.62 ms per 1,000 = 238.12 ms split.
+  std::vector<Candidate> cs = {worker(1, WorkerRole::Decode, 0), worker(3, WorkerRole::Prefill, 0)};
+  cs[1].pending_prefill_tokens = 10000;
+  cs[1].pending_prefill_requests = 2;
+  PdConfig pd;  // ratio off: split however long the prefill queue
+  PdDecision d = decide_pd(cs, request(), sched, pd, rnd);
+  CHECK(d.disaggregate);
+  CHECK(d.predicted_aggregated_ms == doctest::Approx(35.5));
+  CHECK(d.transfer_ms == doctest::Approx(2.62));
+  CHECK(d.predicted_split_ms == doctest::Approx(238.12));
+  pd.aggregate_time_ratio = 0.7;  // 35.5 ≤ 0.7 · 238.12: whole
+  d = decide_pd(cs, request(), sched, pd, rnd);
+  CHECK_FALSE(d.disaggregate);
+  CHECK(d.reason == PdReason::AggregatedFaster);
+  CHECK(to_string(d.reason) == "aggregated_faster");
+  CHECK(*d.decode == 0);
+  // An idle prefill worker: split 35.5 + 2.62 = 38.12; 0.7 · 38.12 = 26.7 < 35.5: split.
+  cs[1].pending_prefill_tokens = 0;
+  cs[1].pending_prefill_requests = 0;
+  d = decide_pd(cs, request(), sched, pd, rnd);
+  CHECK(d.disaggregate);
+  CHECK(d.predicted_split_ms == doctest::Approx(38.12));
+  // ...but with ratio 1 and a slower link (40 ms per 1,000 tokens: 75.5 ms split) it runs whole.
+  pd.aggregate_time_ratio = 1;
+  pd.transfer_ms_per_1k_tokens = 40;
+  d = decide_pd(cs, request(), sched, pd, rnd);
+  CHECK(d.reason == PdReason::AggregatedFaster);
+  // A busy decode worker is split even when predicted faster (the decode gate).
+  cs[0].load.kv_active_blocks = 950;  // (950 + 70) / 1,000 > 0.8
+  pd.decode_busy_kv_usage = 0.8;
+  d = decide_pd(cs, request(), sched, pd, rnd);
+  CHECK(d.decode_busy);
+  CHECK(d.disaggregate);
+  // policy always ignores the prediction.
+  cs[0].load.kv_active_blocks = 0;
+  pd.policy = "always";
+  d = decide_pd(cs, request(), sched, pd, rnd);
+  CHECK(d.disaggregate);
+}

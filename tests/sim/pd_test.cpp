@@ -42,13 +42,6 @@ TEST_CASE("transfer_ms: tokens x KV bytes per token over the link") {
   CHECK(kv_bytes_per_token(one_one()) == 131072);  // the profile's: Llama-3-8B, 32 x 8 x 128 x 2 x 2 bytes
 }
 
-TEST_CASE("chunked_prefill_ms: one step per budget-sized chunk, each attending to the ones before") {
-  const auto& p = *mocker::find_profile("h100-llama3-8b");
-  CHECK(chunked_prefill_ms(p, 1000, 0, 8192) == doctest::Approx(p.prefill_ms(1000, 0)));
-  CHECK(chunked_prefill_ms(p, 10000, 512, 8192) ==
-        doctest::Approx(p.prefill_ms(8192, 512) + p.prefill_ms(1808, 8704)));
-}
-
 TEST_CASE("an engine given transferred KV computes only the last prompt token, then decodes") {
   mocker::EngineConfig ec;
   ec.block_size = 512;
@@ -185,38 +178,6 @@ TEST_CASE("pd_llmd: prefix-cache-scorer 2 + queue-scorer 1 picks the endpoint") 
     saw0 |= d == 0, saw1 |= d == 1, saw2 |= d == 2;
   }
   CHECK((saw0 && saw2 && !saw1));
-}
-
-TEST_CASE("pd_kvroute: aggregated below min_uncached_tokens on the decode engine, and when the prefill pool is busy") {
-  std::mt19937_64 rng(1);
-  const auto& prof = *mocker::find_profile("h100-llama3-8b");
-  PdInput in;
-  in.block_size = 512;
-  in.profile = &prof;
-  in.kv_bytes_per_token = 131072;
-  in.link_gbps = 400;
-  in.prefill.resize(1);
-  in.decode.resize(2);
-  in.prompt_tokens = 3000;
-  in.request_blocks = 5;
-  KvroutePdParams k;
-  k.min_uncached_tokens = 1000;
-  k.prefill_busy_ms = 500;
-  // Decode 1 holds 4 blocks (2,048 tokens): a shorter transfer, so it is chosen;
-  // 952 uncached there < 1000: aggregated.
-  in.decode[1].overlap_blocks = 4;
-  auto c = pd_kvroute(in, k, rng);
-  CHECK(c.decode == 1);
-  CHECK_FALSE(c.disaggregate);
-  // 2,952 uncached on either: disaggregated on the idle prefill engine.
-  in.decode[1].overlap_blocks = 0;
-  CHECK(pd_kvroute(in, k, rng).disaggregate);
-  // The prefill engine's predicted queue is 5 s (> 500 ms) and aggregated is faster: aggregated.
-  in.prefill[0].queue_ms = 5000;
-  CHECK_FALSE(pd_kvroute(in, k, rng).disaggregate);
-  // ...unless the decode engines' own queues make aggregated slower.
-  in.decode[0].queue_ms = in.decode[1].queue_ms = 8000;
-  CHECK(pd_kvroute(in, k, rng).disaggregate);
 }
 
 TEST_CASE("PD fleet: kvroute_pd is the router's decide_pd, with its pd.* keys") {

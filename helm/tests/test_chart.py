@@ -542,6 +542,68 @@ def check_with_nats(kvroute_bin, cred_docs):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def render_values(rb, values, expect_fail=False):
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as vf:
+        yaml.safe_dump(values, vf)
+    try:
+        return render(rb, "-f", vf.name, expect_fail=expect_fail)
+    finally:
+        os.unlink(vf.name)
+
+
+def check_pools(rb, kvroute_bin):
+    """pools: role-labelled prefill/decode pools rendered into discovery.dns / workers.static."""
+    prefill = {"name": "prefill", "role": "prefill", "model": "qwen", "host": "sgl-prefill.llm.svc", "port": 30000,
+               "bootstrap_port": 9001, "kv_events_port": 5557}
+    decode = {"name": "decode", "role": "decode", "model": "qwen", "dp_size": 2,
+              "workers": [{"url": "http://decode-0:8000", "kv_events": "tcp://decode-0:5557"},
+                          {"url": "http://decode-1:8000"}]}
+    own = {"host": "agg.llm.svc", "port": 8000, "model": "qwen"}
+    cfg = kvroute_yaml(docs_of(render_values(rb, {"nats": {"enabled": False}, "pools": [prefill, decode],
+                                                  "config": {"discovery": {"dns": [own]}}})))
+    dns, static = cfg["discovery"]["dns"], cfg["workers"]["static"]
+    R.check(dns[0] == own and len(dns) == 2, "pools: config's own dns entry kept first", str(dns))
+    R.check(dns[-1] == {k: v for k, v in prefill.items() if k != "name"}, "pools: a host pool is one dns entry "
+            "with its role and bootstrap_port", str(dns[-1]))
+    R.check([w.get("url") for w in static] == ["http://decode-0:8000", "http://decode-1:8000"] and
+            all(w.get("role") == "decode" and w.get("model") == "qwen" and w.get("dp_size") == 2 for w in static) and
+            static[0].get("kv_events") == "tcp://decode-0:5557" and "kv_events" not in static[1],
+            "pools: a workers pool is one static entry per worker, with the pool's role and shared fields",
+            str(static))
+    if kvroute_bin:
+        with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+            yaml.safe_dump(cfg, f)
+            path = f.name
+        try:
+            eff = flatten(daemon_print_config(kvroute_bin, path))
+            st, dn = str(eff.get("workers.static")), str(eff.get("discovery.dns"))
+            R.check("role=decode" in st and "role=prefill" in dn and "bootstrap_port=9001" in dn,
+                    "pools: the daemon loads the roles and the bootstrap port", st + " | " + dn)
+        except RuntimeError as e:
+            R.check(False, "pools: kvroute accepts the rendered kvroute.yaml", str(e))
+        finally:
+            os.unlink(path)
+    else:
+        R.skip("pools: the daemon loads the roles", "no KVROUTE_BIN")
+    # Mistakes fail naming the pool and the key.
+    bad = (
+        ({**decode, "role": "decoder"}, "pools[0] (decode).role"),
+        ({k: v for k, v in decode.items() if k != "role"}, "pools[0] (decode).role"),
+        ({**decode, "bootstrap_port": 8998}, "pools[0] (decode).bootstrap_port"),
+        ({k: v for k, v in decode.items() if k != "model"}, "pools[0] (decode).model"),
+        ({"name": "p", "role": "prefill", "model": "qwen"}, "host (a headless Service) or workers"),
+        ({"name": "p", "role": "prefill", "model": "qwen", "host": "h"}, "pools[0] (p).port"),
+        ({**decode, "host": "h", "port": 1}, "host and workers are exclusive"),
+        ({**decode, "workers": [{"kv_events": "tcp://x:1"}]}, "pools[0] (decode).workers[0].url"),
+    )
+    for pool, key in bad:
+        p = render_values(rb, {"nats": {"enabled": False}, "pools": [pool]}, expect_fail=True)
+        R.check(p.returncode != 0 and key in p.stderr, f"pools: {key} refused by name", p.stderr.strip()[-200:])
+    p = render_values(rb, {"nats": {"enabled": False}, "pools": [decode, decode]}, expect_fail=True)
+    R.check(p.returncode != 0 and "two pools are named" in p.stderr, "pools: duplicate names refused",
+            p.stderr.strip()[-200:])
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--render", required=True, help="kvroute-helm-render binary")
@@ -681,6 +743,10 @@ def main():
             R.check(False, "no NATS: kvroute accepts the rendered kvroute.yaml", str(e))
         finally:
             os.unlink(path)
+
+    # 5c. Role-labelled pools of a disaggregated fleet: a DNS pool (SGLang prefill with its
+    # bootstrap port) and a static pool, appended to config's own lists; the daemon loads them.
+    check_pools(rb, a.kvroute_bin)
 
     # 6. Misconfigurations fail with a message naming the key.
     for sets, key in (("config.admin.token=x", "config.admin.token"),

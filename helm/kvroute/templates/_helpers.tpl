@@ -92,10 +92,10 @@ app.kubernetes.io/component: nats
 {{- .Values.config.events.nats_url }}
 {{- else if .Values.nats.enabled }}
 {{- printf "nats://%s:%d" (include "kvroute.nats.fullname" .) (int .Values.nats.port) }}
-{{- else if or .Values.config.workers.static .Values.config.discovery.dns }}
+{{- else if or .Values.config.workers.static .Values.config.discovery.dns .Values.pools }}
 {{- /* No NATS: workers from the config or DNS, KV events over ZMQ. */}}
 {{- else }}
-{{- fail "config.events.nats_url is empty and nats.enabled is false: set config.events.nats_url to your NATS server, or list workers in config.workers.static / config.discovery.dns (vLLM/SGLang over ZMQ, no NATS)" }}
+{{- fail "config.events.nats_url is empty and nats.enabled is false: set config.events.nats_url to your NATS server, or list workers in config.workers.static / config.discovery.dns / pools (vLLM/SGLang over ZMQ, no NATS)" }}
 {{- end }}
 {{- end }}
 
@@ -123,7 +123,51 @@ be fixed (the probes and Services point at them).
 {{- end }}
 {{- $cfg := deepCopy .Values.config }}
 {{- $_ := set $cfg.events "nats_url" (include "kvroute.natsUrl" .) }}
+{{- include "kvroute.pools" (dict "pools" (.Values.pools | default list) "cfg" $cfg) }}
 {{- toYaml $cfg }}
+{{- end }}
+
+{{/*
+pools: each role-labelled pool becomes one discovery.dns entry (host) or one
+workers.static entry per worker (workers), with the pool's role, model and
+shared fields; appended to what config already lists. Fails naming the key.
+*/}}
+{{- define "kvroute.pools" -}}
+{{- $cfg := .cfg }}
+{{- $dns := $cfg.discovery.dns | default list }}
+{{- $static := $cfg.workers.static | default list }}
+{{- $names := dict }}
+{{- if not (kindIs "slice" .pools) }}{{ fail "pools must be a list of pools ({name, role, model, host or workers})" }}{{ end }}
+{{- range $i, $p := .pools }}
+{{- $at := printf "pools[%d]" $i }}
+{{- if not (kindIs "map" $p) }}{{ fail (printf "%s must be a mapping with name, role, model and host or workers" $at) }}{{ end }}
+{{- if not $p.name }}{{ fail (printf "%s.name is required" $at) }}{{ end }}
+{{- $at = printf "pools[%d] (%s)" $i $p.name }}
+{{- if hasKey $names (toString $p.name) }}{{ fail (printf "%s.name: two pools are named %q" $at $p.name) }}{{ end }}
+{{- $_ := set $names (toString $p.name) true }}
+{{- if not (has (toString ($p.role | default "")) (list "prefill" "decode" "both")) }}
+{{- fail (printf "%s.role must be prefill, decode or both (got %q)" $at (toString ($p.role | default ""))) }}
+{{- end }}
+{{- if not $p.model }}{{ fail (printf "%s.model is required" $at) }}{{ end }}
+{{- if and (hasKey $p "bootstrap_port") (ne (toString $p.role) "prefill") }}
+{{- fail (printf "%s.bootstrap_port: only a prefill pool has one (SGLang --disaggregation-bootstrap-port)" $at) }}
+{{- end }}
+{{- if and $p.host $p.workers }}{{ fail (printf "%s: host and workers are exclusive (DNS or a static list)" $at) }}{{ end }}
+{{- $shared := omit $p "name" "workers" }}
+{{- if $p.host }}
+{{- if not $p.port }}{{ fail (printf "%s.port is required with host" $at) }}{{ end }}
+{{- $dns = append $dns $shared }}
+{{- else if $p.workers }}
+{{- range $j, $w := $p.workers }}
+{{- if not (and (kindIs "map" $w) $w.url) }}{{ fail (printf "%s.workers[%d].url is required" $at $j) }}{{ end }}
+{{- $static = append $static (merge (deepCopy $w) $shared) }}
+{{- end }}
+{{- else }}
+{{- fail (printf "%s: host (a headless Service) or workers (a list of {url, ...}) is required" $at) }}
+{{- end }}
+{{- end }}
+{{- $_ := set $cfg.discovery "dns" $dns }}
+{{- $_ := set $cfg.workers "static" $static }}
 {{- end }}
 
 {{/* terminationGracePeriodSeconds: preStop sleep + drain grace + margin. */}}

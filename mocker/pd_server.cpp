@@ -246,7 +246,12 @@ awaitable<std::optional<MockerServer::Impl::Reject>> MockerServer::Impl::nixl_pu
   if (!read_blocks(reply.body, got) ||
       !std::equal(got.begin(), got.end(), blocks.begin() + local, blocks.end()))
     co_return fail(PdError::PromptMismatch, "the pulled KV blocks are not this prompt's");
-  const uint64_t moved = blocks.size() - local;
+  co_await transfer_blocks(blocks.size(), local, prep);
+  co_return std::nullopt;
+}
+
+awaitable<void> MockerServer::Impl::transfer_blocks(size_t blocks, uint32_t local, Prepared& prep) {
+  const uint64_t moved = blocks - local;
   const double kv_bytes = opts.pd.kv_bytes_per_token > 0 ? opts.pd.kv_bytes_per_token
                                                          : opts.engine.profile.kv_bytes_per_token;
   const double ms = pd_transfer_ms(moved, opts.engine.block_size, kv_bytes, opts.pd.link_gbps) / opts.speedup;
@@ -260,8 +265,7 @@ awaitable<std::optional<MockerServer::Impl::Reject>> MockerServer::Impl::nixl_pu
   pd.blocks_pulled += moved;
   pd.bytes_pulled += static_cast<uint64_t>(double(moved) * opts.engine.block_size * kv_bytes);
   pd.blocks_local += local;
-  prep.imported_blocks = static_cast<uint32_t>(blocks.size());
-  co_return std::nullopt;
+  prep.imported_blocks = static_cast<uint32_t>(blocks);
 }
 
 void MockerServer::Impl::nixl_notify_free(const GenParams& gen) {
@@ -550,22 +554,8 @@ awaitable<std::optional<MockerServer::Impl::Reject>> MockerServer::Impl::sgl_tak
     co_return fail(PdError::PromptMismatch, "the KV cache received is not this prompt's");
   // Pages this worker caches already are not sent (send_metadata's decode_prefix_len, common/conn.py).
   const uint32_t local = engine.cached_prefix(blocks);
-  const uint64_t moved = blocks.size() - local;
-  const double kv_bytes = opts.pd.kv_bytes_per_token > 0 ? opts.pd.kv_bytes_per_token
-                                                         : opts.engine.profile.kv_bytes_per_token;
-  const double ms = pd_transfer_ms(moved, opts.engine.block_size, kv_bytes, opts.pd.link_gbps) / opts.speedup;
-  if (ms > 0) {
-    asio::steady_timer t(ioc);
-    t.expires_after(std::chrono::microseconds(static_cast<int64_t>(ms * 1000)));
-    beast::error_code ec;
-    co_await t.async_wait(nothrow(ec));
-  }
-  ++pd.transfers_completed;
+  co_await transfer_blocks(blocks.size(), local, prep);
   ++pd.rooms_completed;
-  pd.blocks_pulled += moved;
-  pd.bytes_pulled += static_cast<uint64_t>(double(moved) * opts.engine.block_size * kv_bytes);
-  pd.blocks_local += local;
-  prep.imported_blocks = static_cast<uint32_t>(blocks.size());
   co_return std::nullopt;
 }
 

@@ -284,6 +284,9 @@ struct MockerServer::Impl {
   // KV from the prefill worker; sets prep.imported_blocks.
   awaitable<std::optional<Reject>> nixl_pull(const GenParams& gen, Prepared& prep, bool& contacted);
   awaitable<std::optional<Reject>> sgl_take(const GenParams& gen, Prepared& prep);
+  // Both protocols' transfer once the peer has answered: waits the link's time
+  // for the `blocks` − `local` blocks moved, counts them, marks them imported.
+  awaitable<void> transfer_blocks(size_t blocks, uint32_t local, Prepared& prep);
   // SGLang prefill leg, before admission: waits for the decode leg of its room.
   // `client`: its leaving ends the wait (the room fails).
   awaitable<std::optional<Reject>> sgl_wait_decode(const GenParams& gen, tcp::socket& client);

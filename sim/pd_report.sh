@@ -37,7 +37,7 @@ fi
   echo
   "$BIN" pd --pd 2:2 --rates 0.25,0.5,0.75 --seed 1 "${TUNED[@]}" 2>/dev/null | grep -v '^{'
   echo
-  echo '## Tuning (train slice only)'
+  echo '## Tuning (train slices only)'
   echo
   echo '`kvroute-sim pd-tune --pd 4:4 --rates 0.5,1,1.5 --seed 1 --requests 3000` (docs/sim/pd_tune.txt):'
   echo

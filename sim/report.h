@@ -41,6 +41,10 @@ struct Args {
 // The workload's requests; for the trace, `slice` all, train or test (time split at 50%).
 std::vector<SimRequest> load_slice(const Args& a, const std::string& workload, const std::string& slice);
 
+// The workload-aware eviction's reuse profiles (sim/tiers.h), fit on the
+// first half of the workload's time (for the trace: its train slice).
+ReuseProfiles train_profiles(const Args& a, const std::string& workload);
+
 void print_table(const std::vector<PolicyResult>& results, double ideal);
 std::string results_json(const std::vector<PolicyResult>& results, double ideal);
 void write_cdf(const std::string& path, std::vector<PolicyResult>& results);

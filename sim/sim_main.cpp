@@ -66,6 +66,12 @@ void usage() {
       "                    kvroute_weighted\n"
       "  --seed N          randomness seed (default 1); the same seed gives the same numbers\n"
       "  --cdf-out FILE    write TTFT CDF points (policy ttft_ms fraction) for plotting\n"
+      "  --host-blocks N   a host KV tier per worker of N 512-token blocks (default 0: none; sim/tiers.h)\n"
+      "  --host-gb-per-s X its load bandwidth, 10^9 bytes/s (default 25)\n"
+      "  --pool-blocks N   a KV pool of N blocks shared by every worker (default 0: none)\n"
+      "  --pool-gb-per-s X each worker's load bandwidth from it (default 12.5)\n"
+      "  --eviction E      the host tiers' and the pool's: lru (default) or workload_aware (fit on the\n"
+      "                    workload's first half: the trace's train slice)\n"
       "  --set KEY=VALUE   a config key for the kvroute policies (e.g. scheduler.cost=weighted); repeatable\n"
       "  --check           assert the run's invariants (exit 1 naming the first that fails); goodput: that\n"
       "                    each rate found meets the SLOs and the lowest rate seen missing them misses them\n"
@@ -142,6 +148,16 @@ void parse(int argc, char** argv, Args& a) {
           std::fprintf(stderr, "kvroute-sim: --kv-bytes-per-token must be > 0\n");
           std::exit(2);
         }
+      } else if (f == "--host-blocks") a.sim.tiers.host_blocks = std::stoull(need("--host-blocks"));
+      else if (f == "--host-gb-per-s") a.sim.tiers.host_gb_per_s = std::stod(need("--host-gb-per-s"));
+      else if (f == "--pool-blocks") a.sim.tiers.pool_blocks = std::stoull(need("--pool-blocks"));
+      else if (f == "--pool-gb-per-s") a.sim.tiers.pool_gb_per_s = std::stod(need("--pool-gb-per-s"));
+      else if (f == "--eviction") {
+        const std::string v = need("--eviction");
+        if (!parse_eviction(v, a.sim.tiers.eviction)) {
+          std::fprintf(stderr, "kvroute-sim: --eviction must be lru or workload_aware, not '%s'\n", v.c_str());
+          std::exit(2);
+        }
       } else if (f == "--pd-min-uncached") a.pd_min_uncached = std::stod(need("--pd-min-uncached"));
       else if (f == "--pd-busy-ms") a.pd_busy_ms = std::stod(need("--pd-busy-ms"));
       else if (f == "--requests") a.requests = std::stoull(need("--requests"));
@@ -190,6 +206,12 @@ void parse(int argc, char** argv, Args& a) {
       std::fprintf(stderr, "kvroute-sim: unknown policy '%s'\n", p.c_str());
       std::exit(2);
     }
+  if (!(a.sim.tiers.host_gb_per_s > 0) || !(a.sim.tiers.pool_gb_per_s > 0) ||
+      a.sim.tiers.host_blocks > (uint64_t{1} << 32) || a.sim.tiers.pool_blocks > (uint64_t{1} << 32)) {
+    std::fprintf(stderr, "kvroute-sim: --host-gb-per-s and --pool-gb-per-s must be > 0, --host-blocks and "
+                         "--pool-blocks at most 2^32\n");
+    std::exit(2);
+  }
   if (a.slice != "all" && a.slice != "train" && a.slice != "test") {
     std::fprintf(stderr, "kvroute-sim: --slice must be all, train or test\n");
     std::exit(2);
@@ -200,12 +222,21 @@ void parse(int argc, char** argv, Args& a) {
 int run(const Args& a) {
   const auto t0 = std::chrono::steady_clock::now();
   const auto w = load_slice(a, a.workload, a.slice);
+  Args tiered = a;
+  if (a.sim.tiers.eviction == Eviction::WorkloadAware) tiered.sim.tiers.profiles = train_profiles(a, a.workload);
   std::printf("workload %s (%s): %zu requests; %u workers (%s) x %llu blocks of 512 tokens; rate x%.2f; seed %llu\n",
               a.workload.c_str(), a.slice.c_str(), w.size(), a.sim.workers, a.sim.engine_profile.c_str(),
               (unsigned long long)engine_config(a.sim).kv_blocks,
               a.sim.rate, (unsigned long long)a.sim.seed);
   std::vector<PolicyResult> results;
-  for (const auto& p : a.policies) results.push_back(simulate(w, a.sim, p, nullptr, true));
+  for (const auto& p : a.policies) results.push_back(simulate(w, tiered.sim, p, nullptr, true));
+  if (a.sim.tiers.any())
+    for (const auto& r : results)
+      std::printf("tiers: %s host %llu blocks/worker at %.1f GB/s, pool %llu blocks at %.1f GB/s, %s eviction: "
+                  "loaded from host %.3f, from pool %.3f of prompt blocks; mean load %.1f ms\n",
+                  r.policy.c_str(), (unsigned long long)a.sim.tiers.host_blocks, a.sim.tiers.host_gb_per_s,
+                  (unsigned long long)a.sim.tiers.pool_blocks, a.sim.tiers.pool_gb_per_s,
+                  to_string(a.sim.tiers.eviction), r.host_hit_rate, r.pool_hit_rate, r.load_ms_mean);
   const double ideal = ideal_hit_rate(w);
   if (!a.cdf_out.empty()) write_cdf(a.cdf_out, results);
   print_table(results, ideal);

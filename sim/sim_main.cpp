@@ -39,6 +39,19 @@ void usage() {
       "                    per policy (dynamo_pd, llmd_pd, kvroute_pd, kvroute_pd_sim) on the trace's test slice, long_prompt and\n"
       "                    long_output at --rates (markdown, then JSON; --expect compares)\n"
       "  pd-tune           kvroute_pd's thresholds on the trace's train slice; the best, shown on the test slice\n"
+      "  pools             TTFT p50/p99 and hit rate with and without a host tier and a shared pool at each\n"
+      "                    --pool-bandwidths value (default agentic, kvroute and dynamo, x1; sim/plan.cpp)\n"
+      "  plan              the capacity planner: hit rate and TTFT by device, host tier and pool size, LRU\n"
+      "                    and workload-aware eviction, and the smallest fleet meeting the TTFT SLO\n"
+      "                    (default the trace's test slice; sim/plan.cpp, README \"Size a fleet's KV cache\")\n"
+      "  --pool-bandwidths LIST  pools: GB/s (default 5,12.5,50)\n"
+      "  --plan-device LIST  plan: device blocks per worker, x the profile's (default 0.5,1)\n"
+      "  --plan-host LIST  plan: host tier per worker, x the device's (default 0,1,2,4)\n"
+      "  --plan-pool LIST  plan: shared pool, x the fleet's device capacity (default 0,1,4)\n"
+      "  --fleet-host-x X, --fleet-pool-x X  plan: the tiered fleets the fleet search sizes (default 2, 1)\n"
+      "  --no-fleet        plan: skip the smallest-fleet search\n"
+      "  --slo-percentile P  plan: the TTFT SLO's percentile, 0.5, 0.9 (default) or 0.99\n"
+      "  --dat-out FILE    plan: the capacity grid as columns, for gnuplot\n"
       "  --pd X:Y          pd: prefill and decode engines (default 2:2)\n"
       "  --kv-link-gbps G  pd: each decode engine's link, Gbit/s (default 400)\n"
       "  --kv-bytes-per-token B  pd: KV bytes per token (default: the profile's; 131072 for llama3-8b)\n"
@@ -125,7 +138,32 @@ void parse(int argc, char** argv, Args& a) {
       else if (f == "--rates") {
         a.rates.clear();
         for (const auto& x : split_list(need("--rates"))) a.rates.push_back(std::stod(x));
-      } else if (f == "--workloads") a.workloads = split_list(need("--workloads")), a.workloads_set = true;
+        a.rates_set = true;
+      } else if (f == "--pool-bandwidths" || f == "--plan-device" || f == "--plan-host" || f == "--plan-pool") {
+        auto& v = f == "--pool-bandwidths" ? a.pool_bandwidths
+                  : f == "--plan-device"   ? a.plan_device
+                  : f == "--plan-host"     ? a.plan_host
+                                           : a.plan_pool;
+        v.clear();
+        for (const auto& x : split_list(need(f.c_str()))) v.push_back(std::stod(x));
+        const bool positive = f == "--pool-bandwidths" || f == "--plan-device";
+        if (v.empty() || std::any_of(v.begin(), v.end(), [&](double x) {
+              return !(x >= 0) || x > 1e4 || (positive && x == 0);
+            })) {
+          std::fprintf(stderr, "kvroute-sim: %s needs a list of numbers in [0, 10000]%s\n", f.c_str(),
+                       positive ? ", each > 0" : "");
+          std::exit(2);
+        }
+      } else if (f == "--fleet-host-x") a.fleet_host_x = std::stod(need("--fleet-host-x"));
+      else if (f == "--fleet-pool-x") a.fleet_pool_x = std::stod(need("--fleet-pool-x"));
+      else if (f == "--no-fleet") a.plan_fleet = false;
+      else if (f == "--slo-percentile") {
+        a.slo_percentile = std::stod(need("--slo-percentile"));
+        if (a.slo_percentile != 0.5 && a.slo_percentile != 0.9 && a.slo_percentile != 0.99) {
+          std::fprintf(stderr, "kvroute-sim: --slo-percentile must be 0.5, 0.9 or 0.99\n");
+          std::exit(2);
+        }
+      } else if (f == "--dat-out") a.dat_out = need("--dat-out"); else if (f == "--workloads") a.workloads = split_list(need("--workloads")), a.workloads_set = true;
       else if (f == "--pd") {
         const std::string v = need("--pd");
         const auto colon = v.find(':');
@@ -253,7 +291,8 @@ int main(int argc, char** argv) {
   std::string command;
   if (argc > 1 && (std::string(argv[1]) == "tune" || std::string(argv[1]) == "targets" ||
                    std::string(argv[1]) == "goodput" || std::string(argv[1]) == "pd" ||
-                   std::string(argv[1]) == "pd-tune")) {
+                   std::string(argv[1]) == "pd-tune" || std::string(argv[1]) == "pools" ||
+                   std::string(argv[1]) == "plan")) {
     command = argv[1];
     --argc;
     ++argv;
@@ -263,6 +302,11 @@ int main(int argc, char** argv) {
   if (command == "targets") return targets(a);
   if (command == "pd") return pd(a);
   if (command == "pd-tune") return pd_tune(a);
+  if (command == "pools") {
+    if (!a.rates_set) a.rates = {1};
+    return pools(a);
+  }
+  if (command == "plan") return plan(a);
   if (command == "goodput") {
     if (!a.policies_set) a.policies = {"kvroute", "dynamo", "llmd"};
     return goodput(a);

@@ -115,7 +115,7 @@ int pools(const Args& a) {
   std::vector<Config> configs = {{"device only", 0, 0, 0}, {"+ host", host, 0, 0}};
   for (double bw : a.pool_bandwidths) configs.push_back({"+ pool " + fmt("%g", bw) + " GB/s", 0, pool, bw});
   for (double bw : a.pool_bandwidths) configs.push_back({"+ host + pool " + fmt("%g", bw) + " GB/s", host, pool, bw});
-  std::printf("# KV tiers on the simulated fleet\n\n%u workers (%s), device %llu blocks (%.0f GiB) each; host tier "
+  std::printf("## The fleet and the table\n\n%u workers (%s), device %llu blocks (%.0f GiB) each; host tier "
               "%llu blocks (%.0f GiB) per worker at %.1f GB/s; pool %llu blocks (%.0f GiB) shared, each worker "
               "loading at the bandwidth shown; %s eviction in the tiers; %.0f bytes of KV per token; seed %llu.\n\n",
               a.sim.workers, a.sim.engine_profile.c_str(), (unsigned long long)device, gib(device, a),

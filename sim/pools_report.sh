@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Regenerates the KV tiers' results in docs/sim/:
-#   pools.md           `kvroute-sim pools` on the agentic workload (12,000 requests, 8 engines, rates x1
+#   pools.md           sim/pools_notes.md (findings, by hand), then `kvroute-sim pools` on the agentic workload (12,000 requests, 8 engines, rates x1
 #                      and x2): TTFT p50/p99 and hit rate without tiers, with a host tier, with a shared
 #                      pool at 5, 12.5 and 50 GB/s, and with both, for kvroute and dynamo
 #   pools_small.jsonl  the reduced table the sim_pools_table test pins (keep its arguments in sync with
 #                      sim/CMakeLists.txt)
-#   bash sim/pools_report.sh     (after building kvroute-sim; about 5 minutes on 2 shared cores)
+#   bash sim/pools_report.sh     (after building kvroute-sim; 2 min 48 s of CPU: 13 minutes on 2 cores shared
+#                                 with other jobs, load average 10)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BUILD_DIR:-build}/sim/kvroute-sim
@@ -13,6 +14,7 @@ OUT=docs/sim
 mkdir -p "$OUT"
 "$BIN" pools --requests 2000 --workers 4 --seed 1 2>/dev/null | grep '^{' >"$OUT/pools_small.jsonl"
 {
+  cat sim/pools_notes.md
   echo "Regenerate with \`bash sim/pools_report.sh\` (the model: sim/README.md, \"KV tiers\")."
   echo "Command: \`kvroute-sim pools --rates 1,2 --seed 1\`."
   echo

@@ -228,7 +228,7 @@ int plan(const Args& a) {
   const auto w = load_slice(a, wl, slice);
   const ReuseProfiles profiles = train_profiles(a, wl);
   const double span_s = w.empty() ? 0 : w.back().t_ms / 1000.0;
-  std::printf("# KV capacity plan\n\nworkload %s (%s): %zu requests over %.0f s (%.2f requests/s at x%g); %u workers "
+  std::printf("## The run\n\nworkload %s (%s): %zu requests over %.0f s (%.2f requests/s at x%g); %u workers "
               "(%s), %.0f bytes of KV per token (%.0f MiB per 512-token block); host tiers at %.1f GB/s, pool at "
               "%.1f GB/s per worker; policy kvroute; seed %llu. Host sizes are per worker, in multiples of the "
               "device's; pool sizes in multiples of the whole fleet's device capacity.\n\n",

@@ -1,27 +1,31 @@
 #!/usr/bin/env bash
 # Regenerates the capacity plan in docs/plan/ (README "Size a fleet's KV cache"):
-#   README.md         `kvroute-sim plan` on the Mooncake trace's test slice (8 workers, h100-llama3-8b):
+#   README.md         sim/plan_notes.md (findings, by hand), then `kvroute-sim plan` on the Mooncake trace's test slice (8 workers, h100-llama3-8b):
 #                     hit rate and TTFT by device, host tier and pool size, LRU vs workload-aware
 #                     eviction, and the smallest fleet meeting TTFT p90 <= 2 s at the trace's rate
 #   capacity.dat      the grid, for the plots
 #   hit_rate.png, ttft.png   the curves
 #   plan_small.jsonl  the reduced table the sim_plan_table test pins (keep its arguments in sync with
 #                     sim/CMakeLists.txt)
-#   bash sim/plan_report.sh   (after building kvroute-sim; about 10 minutes on 2 shared cores)
-# Another trace: TRACE=path/to/trace.jsonl bash sim/plan_report.sh (the Mooncake JSONL shape, traces/README.md).
+#   bash sim/plan_report.sh   (after building kvroute-sim; 2 min 54 s of CPU: 12 minutes on 2 cores
+#                             shared with other jobs, load average 10)
+# Another trace: TRACE=path/to/trace.jsonl OUT=plan-out bash sim/plan_report.sh (the Mooncake JSONL shape,
+# traces/README.md): the same tables and plots in OUT, without the Mooncake notes and the pinned table.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BUILD_DIR:-build}/sim/kvroute-sim
-OUT=docs/plan
+OUT=${OUT:-docs/plan}
 mkdir -p "$OUT"
 TRACE_ARGS=()
 [ -n "${TRACE:-}" ] && TRACE_ARGS=(--trace "$TRACE")
 command -v gnuplot >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gnuplot-nox >/dev/null
-"$BIN" plan "${TRACE_ARGS[@]}" --requests 3000 --workers 4 --plan-device 1 --plan-host 0,2 --plan-pool 0,1 \
-  --seed 1 2>/dev/null | grep '^{' >"$OUT/plan_small.jsonl"
+if [ -z "${TRACE:-}" ]; then
+  "$BIN" plan --requests 3000 --workers 4 --plan-device 1 --plan-host 0,2 --plan-pool 0,1 \
+    --seed 1 2>/dev/null | grep '^{' >"$OUT/plan_small.jsonl"
+fi
 {
-  echo "Regenerate with \`bash sim/plan_report.sh\` (README.md, \"Size a fleet's KV cache\"; the tier model:"
-  echo "sim/README.md, \"KV tiers\"). Command: \`kvroute-sim plan --seed 1 --dat-out docs/plan/capacity.dat\`."
+  [ -z "${TRACE:-}" ] && cat sim/plan_notes.md
+  echo "Regenerate with \`bash sim/plan_report.sh\`. Command: \`kvroute-sim plan ${TRACE_ARGS[*]} --seed 1 --dat-out $OUT/capacity.dat\`."
   echo
   "$BIN" plan "${TRACE_ARGS[@]}" --seed 1 --dat-out "$OUT/capacity.dat" 2>/dev/null | grep -v '^{'
   echo

@@ -169,6 +169,7 @@ class Simulation {
   std::vector<uint8_t> categories_;
   std::priority_queue<Load, std::vector<Load>, std::greater<Load>> loads_;
   double bytes_per_token_ = 0, now_ = 0, load_ms_sum_ = 0;
+  std::array<uint64_t, kNumStorageTiers> routed_by_tier_{};
   uint64_t host_hits_ = 0, pool_hits_ = 0, dispatched_blocks_ = 0, loading_requests_ = 0;
 
   const std::vector<SimRequest>& w_;
@@ -258,6 +259,7 @@ std::optional<Simulation::Pick> Simulation::choose(const SimRequest& r, const st
   if (pick < 0) return std::nullopt;
   const Candidate& c = route_.candidates[static_cast<size_t>(pick)];
   chosen_cached_ += std::min<uint64_t>(best, c.overlap_blocks);
+  for (int t = 0; t < kNumStorageTiers; ++t) routed_by_tier_[t] += c.overlap_by_tier[t];
   return Pick{static_cast<uint32_t>(c.owner.worker.value), &c};
 }
 
@@ -537,6 +539,7 @@ PolicyResult Simulation::results() const {
     res.host_hit_rate = double(host_hits_) / double(dispatched_blocks_);
     res.pool_hit_rate = double(pool_hits_) / double(dispatched_blocks_);
   }
+  res.routed_overlap_by_tier = routed_by_tier_;
   res.load_ms_mean = loading_requests_ ? load_ms_sum_ / double(loading_requests_) : 0;
   res.ttft_p50 = percentile(ttft_, 0.5);
   res.ttft_p90 = percentile(ttft_, 0.9);

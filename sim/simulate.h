@@ -8,6 +8,7 @@
 // several at once on different threads.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -71,6 +72,10 @@ struct PolicyResult {
   // the share loaded from a host tier and from the pool; the mean load time
   // of a request that loaded anything.
   double host_hit_rate = 0, pool_hit_rate = 0, load_ms_mean = 0;
+  // What the router saw: the chosen workers' cached prefixes in the index,
+  // summed over the requests, per storage tier (common/types.h StorageTier;
+  // the policies that consult the router only).
+  std::array<uint64_t, kNumStorageTiers> routed_overlap_by_tier{};
   std::vector<double> ttft_ms;  // every request's TTFT, for the CDF plot
 };
 

@@ -175,6 +175,36 @@ TEST_CASE("host tier: a prefix the device evicted is loaded at the host's bandwi
   CHECK(plain.ttft_ms[2] > 2 * tiered.ttft_ms[2]);
 }
 
+TEST_CASE("tiers as the router sees them: the index holds device, host_pinned and external copies") {
+  // The host case above, routed by kvroute: the index's view of C's prefix
+  // is its 3 device blocks and the 5 demoted to the host tier.
+  const std::vector<SimRequest> w = {prompt(0, 100), prompt(10'000, 200), prompt(20'000, 100)};
+  SimOptions o;
+  o.workers = 1;
+  o.kv_blocks = 12;
+  o.engine_profile = "h100-llama3-8b";
+  o.tiers.host_blocks = 100;
+  auto res = simulate(w, o, "kvroute");
+  using T = kvroute::StorageTier;
+  CHECK(res.routed_overlap_by_tier[size_t(T::Device)] == 3);
+  CHECK(res.routed_overlap_by_tier[size_t(T::HostPinned)] == 5);
+  CHECK(res.routed_overlap_by_tier[size_t(T::External)] == 0);
+  CHECK(res.host_hit_rate == doctest::Approx(5.0 / 24));
+  // A pool instead: B evicts all of A (9 blocks of room), so C's whole prefix is in the pool.
+  o.kv_blocks = 9;
+  o.tiers.host_blocks = 0;
+  o.tiers.pool_blocks = 100;
+  res = simulate(w, o, "kvroute");
+  CHECK(res.routed_overlap_by_tier[size_t(T::Device)] == 0);
+  CHECK(res.routed_overlap_by_tier[size_t(T::HostPinned)] == 0);
+  CHECK(res.routed_overlap_by_tier[size_t(T::External)] == 8);
+  CHECK(res.pool_hit_rate == doctest::Approx(8.0 / 24));
+  // Without tiers the index forgets what the device evicted.
+  o.tiers.pool_blocks = 0;
+  res = simulate(w, o, "kvroute");
+  CHECK(res.routed_overlap_by_tier == std::array<uint64_t, kvroute::kNumStorageTiers>{});
+}
+
 TEST_CASE("shared pool: a prefix one worker computed is loaded by another from the pool") {
   // Two engines of 9 blocks, round robin: A on 0, a filler on 1, B on 0
   // evicting all of A (into the pool), then A again on 1, which has never

@@ -220,6 +220,48 @@ Fleet smallest_fleet(const std::vector<SimRequest>& w, const Args& a, const SimO
   return f;
 }
 
+// The smallest fleet meeting the SLO for device only and the tiered fleets
+// (--fleet-host-x, --fleet-pool-x), as a table and JSON lines.
+void fleet_table(const std::vector<SimRequest>& w, const Args& a, const ReuseProfiles& profiles,
+               uint64_t profile_blocks, std::vector<std::string>& json) {
+  const int pct = static_cast<int>(std::lround(a.slo_percentile * 100));
+  std::printf("\n## Smallest fleet meeting the SLO at x%g\n\nSLO: TTFT p%d <= %.0f ms, inter-token latency p99 <= "
+              "%.0f ms, nothing rejected (policy kvroute, the profile's device capacity).\n\n"
+              "| tiers | workers | TTFT p50 ms | TTFT p%d ms | ITL p99 ms | hit rate |\n|---|---|---|---|---|---|\n",
+              a.sim.rate, pct, a.slo_ttft_ms, a.slo_itl_ms, pct);
+  struct FleetConfig {
+    std::string name;
+    double host_x, pool_x;
+    Eviction ev;
+  };
+  const double hx = a.fleet_host_x, px = a.fleet_pool_x;
+  const std::vector<FleetConfig> fleets = {
+      {"device only", 0, 0, Eviction::Lru},
+      {"+ host " + fmt("%gx", hx) + " (lru)", hx, 0, Eviction::Lru},
+      {"+ host " + fmt("%gx", hx) + " + pool " + fmt("%gx", px) + " (lru)", hx, px, Eviction::Lru},
+      {"+ host " + fmt("%gx", hx) + " + pool " + fmt("%gx", px) + " (workload_aware)", hx, px,
+       Eviction::WorkloadAware}};
+  for (const auto& fc : fleets) {
+    SimOptions o = a.sim;
+    o.kv_blocks = profile_blocks;
+    o.tiers.host_blocks = static_cast<uint64_t>(std::llround(fc.host_x * double(profile_blocks)));
+    o.tiers.pool_blocks = static_cast<uint64_t>(std::llround(fc.pool_x * double(profile_blocks) * o.workers));
+    o.tiers.kv_bytes_per_token = kv_bytes(a);
+    o.tiers.eviction = fc.ev;
+    o.tiers.profiles = profiles;
+    const Fleet f = smallest_fleet(w, a, o);
+    if (f.workers == 0)
+      std::printf("| %s | more than %u | | | | |\n", fc.name.c_str(), kMaxWorkers);
+    else
+      std::printf("| %s | %u | %.0f | %.0f | %.0f | %.3f |\n", fc.name.c_str(), f.workers, f.at.ttft_p50,
+                  ttft_at(f.at, a.slo_percentile), f.at.itl_p99, f.at.hit_rate);
+    std::fflush(stdout);
+    char line[256];
+    std::snprintf(line, sizeof line, "{\"fleet\":\"%s\",\"workers\":%u}", fc.name.c_str(), f.workers);
+    json.push_back(line);
+  }
+}
+
 }  // namespace
 
 int plan(const Args& a) {
@@ -276,44 +318,7 @@ int plan(const Args& a) {
                         r.host_hit_rate, r.pool_hit_rate);
           dat.push_back(line);
         }
-  if (a.plan_fleet) {
-    const int pct = static_cast<int>(std::lround(a.slo_percentile * 100));
-    std::printf("\n## Smallest fleet meeting the SLO at x%g\n\nSLO: TTFT p%d <= %.0f ms, inter-token latency p99 <= "
-                "%.0f ms, nothing rejected (policy kvroute, the profile's device capacity).\n\n"
-                "| tiers | workers | TTFT p50 ms | TTFT p%d ms | ITL p99 ms | hit rate |\n|---|---|---|---|---|---|\n",
-                a.sim.rate, pct, a.slo_ttft_ms, a.slo_itl_ms, pct);
-    struct FleetConfig {
-      std::string name;
-      double host_x, pool_x;
-      Eviction ev;
-    };
-    const double hx = a.fleet_host_x, px = a.fleet_pool_x;
-    const std::vector<FleetConfig> fleets = {
-        {"device only", 0, 0, Eviction::Lru},
-        {"+ host " + fmt("%gx", hx) + " (lru)", hx, 0, Eviction::Lru},
-        {"+ host " + fmt("%gx", hx) + " + pool " + fmt("%gx", px) + " (lru)", hx, px, Eviction::Lru},
-        {"+ host " + fmt("%gx", hx) + " + pool " + fmt("%gx", px) + " (workload_aware)", hx, px,
-         Eviction::WorkloadAware}};
-    for (const auto& fc : fleets) {
-      SimOptions o = a.sim;
-      o.kv_blocks = profile_blocks;
-      o.tiers.host_blocks = static_cast<uint64_t>(std::llround(fc.host_x * double(profile_blocks)));
-      o.tiers.pool_blocks = static_cast<uint64_t>(std::llround(fc.pool_x * double(profile_blocks) * o.workers));
-      o.tiers.kv_bytes_per_token = kv_bytes(a);
-      o.tiers.eviction = fc.ev;
-      o.tiers.profiles = profiles;
-      const Fleet f = smallest_fleet(w, a, o);
-      if (f.workers == 0)
-        std::printf("| %s | more than %u | | | | |\n", fc.name.c_str(), kMaxWorkers);
-      else
-        std::printf("| %s | %u | %.0f | %.0f | %.0f | %.3f |\n", fc.name.c_str(), f.workers, f.at.ttft_p50,
-                    ttft_at(f.at, a.slo_percentile), f.at.itl_p99, f.at.hit_rate);
-      std::fflush(stdout);
-      char line[256];
-      std::snprintf(line, sizeof line, "{\"fleet\":\"%s\",\"workers\":%u}", fc.name.c_str(), f.workers);
-      json.push_back(line);
-    }
-  }
+  if (a.plan_fleet) fleet_table(w, a, profiles, profile_blocks, json);
   std::printf("\n");
   for (const auto& l : json) std::printf("%s\n", l.c_str());
   if (!a.dat_out.empty()) {

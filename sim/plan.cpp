@@ -111,10 +111,14 @@ int pools(const Args& a) {
     std::string name;
     uint64_t host = 0, pool = 0;
     double pool_bw = 0;
+    bool write_through = false;
   };
   std::vector<Config> configs = {{"device only", 0, 0, 0}, {"+ host", host, 0, 0}};
   for (double bw : a.pool_bandwidths) configs.push_back({"+ pool " + fmt("%g", bw) + " GB/s", 0, pool, bw});
   for (double bw : a.pool_bandwidths) configs.push_back({"+ host + pool " + fmt("%g", bw) + " GB/s", host, pool, bw});
+  // The middle bandwidth once more, the pool written through at compute time.
+  const double mid = a.pool_bandwidths[a.pool_bandwidths.size() / 2];
+  configs.push_back({"+ host + pool " + fmt("%g", mid) + " GB/s, write-through", host, pool, mid, true});
   std::printf("## The fleet and the table\n\n%u workers (%s), device %llu blocks (%.0f GiB) each; host tier "
               "%llu blocks (%.0f GiB) per worker at %.1f GB/s; pool %llu blocks (%.0f GiB) shared, each worker "
               "loading at the bandwidth shown; %s eviction in the tiers; %.0f bytes of KV per token; seed %llu.\n\n",
@@ -135,6 +139,7 @@ int pools(const Args& a) {
           o.tiers.host_blocks = c.host;
           o.tiers.pool_blocks = c.pool;
           if (c.pool) o.tiers.pool_gb_per_s = c.pool_bw;
+          o.tiers.pool_write_through = c.write_through;
           o.tiers.kv_bytes_per_token = kv_bytes(a);
           o.tiers.profiles = profiles;
           const PolicyResult r = simulate(w, o, pol);

@@ -2,11 +2,12 @@
 # Regenerates the KV tiers' results in docs/sim/:
 #   pools.md           sim/pools_notes.md (findings, by hand), then `kvroute-sim pools` on the agentic workload (12,000 requests, 8 engines, rates x1
 #                      and x2): TTFT p50/p99 and hit rate without tiers, with a host tier, with a shared
-#                      pool at 5, 12.5 and 50 GB/s, and with both, for kvroute and dynamo
+#                      pool at 5, 12.5 and 50 GB/s, with both, and with both and the pool written
+#                      through at 12.5 GB/s, for kvroute and dynamo
 #   pools_small.jsonl  the reduced table the sim_pools_table test pins (keep its arguments in sync with
 #                      sim/CMakeLists.txt)
-#   bash sim/pools_report.sh     (after building kvroute-sim; 2 min 48 s of CPU: 13 minutes on 2 cores shared
-#                                 with other jobs, load average 10)
+#   bash sim/pools_report.sh     (after building kvroute-sim; 3.5 minutes of CPU: 10 minutes on 2 cores
+#                                 shared with other jobs)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BUILD_DIR:-build}/sim/kvroute-sim

@@ -83,6 +83,8 @@ void usage() {
       "  --host-gb-per-s X its load bandwidth, 10^9 bytes/s (default 25)\n"
       "  --pool-blocks N   a KV pool of N blocks shared by every worker (default 0: none)\n"
       "  --pool-gb-per-s X each worker's load bandwidth from it (default 12.5)\n"
+      "  --pool-write-through  the pool also receives every block the devices compute (default: only\n"
+      "                    what the host tiers, or without them the devices, evict)\n"
       "  --eviction E      the host tiers' and the pool's: lru (default) or workload_aware (fit on the\n"
       "                    workload's first half: the trace's train slice)\n"
       "  --set KEY=VALUE   a config key for the kvroute policies (e.g. scheduler.cost=weighted); repeatable\n"
@@ -190,6 +192,7 @@ void parse(int argc, char** argv, Args& a) {
       else if (f == "--host-gb-per-s") a.sim.tiers.host_gb_per_s = std::stod(need("--host-gb-per-s"));
       else if (f == "--pool-blocks") a.sim.tiers.pool_blocks = std::stoull(need("--pool-blocks"));
       else if (f == "--pool-gb-per-s") a.sim.tiers.pool_gb_per_s = std::stod(need("--pool-gb-per-s"));
+      else if (f == "--pool-write-through") a.sim.tiers.pool_write_through = true;
       else if (f == "--eviction") {
         const std::string v = need("--eviction");
         if (!parse_eviction(v, a.sim.tiers.eviction)) {

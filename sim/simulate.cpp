@@ -149,7 +149,7 @@ class Simulation {
   };
   void init_tiers();
   void on_device_event(uint32_t w, const KvEvent& e);
-  // Demotes a block the device of `w` (host = false) or w's host tier (true) evicted.
+  // Demotes a block that the device of `w` (from_host false) or its host tier (true) evicted.
   void demote(uint32_t w, uint64_t h, bool from_host, double now, std::vector<std::pair<uint32_t, uint64_t>>& touched);
   void pool_put(uint64_t h, double now, std::vector<std::pair<uint32_t, uint64_t>>& touched);
   // Brings worker w's index view of block h in line with where it is.
@@ -418,6 +418,11 @@ void Simulation::on_device_event(uint32_t w, const KvEvent& e) {
       view_[w][b.block_hash.value] = StorageTier::Device;
     }
     index_.apply(e);
+    if (pool_ && o_.tiers.pool_write_through) {
+      std::vector<std::pair<uint32_t, uint64_t>> touched;
+      for (const auto& b : st->blocks) pool_put(b.block_hash.value, now_, touched);
+      refresh_all(touched);
+    }
     return;
   }
   const auto* rm = std::get_if<KvRemoved>(&e.data);

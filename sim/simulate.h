@@ -28,6 +28,10 @@ struct TierOptions {
   uint64_t pool_blocks = 0;   // one pool mounted by every worker; 0 = no pool
   double pool_gb_per_s = 12.5;  // each worker's load bandwidth from the pool
   double kv_bytes_per_token = 0;  // 0 = the engine profile's (131072 for llama3-8b)
+  // The pool also receives every block as the device stores it (LMCache's
+  // remote backends, HiCache's write-through to storage), not only what the
+  // host tiers (or, without them, the devices) evict.
+  bool pool_write_through = false;
   Eviction eviction = Eviction::Lru;  // of the host tiers and the pool (the device's is the engine's LRU)
   ReuseProfiles profiles{};  // Eviction::WorkloadAware: the categories' reuse (fit_reuse_profiles)
   bool any() const { return host_blocks > 0 || pool_blocks > 0; }

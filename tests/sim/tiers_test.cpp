@@ -225,3 +225,19 @@ TEST_CASE("shared pool: a prefix one worker computed is loaded by another from t
   o.tiers.pool_blocks = 0;
   CHECK(simulate(w, o, "round_robin").hit_rate == 0);
 }
+
+TEST_CASE("write-through pool: a block is in the pool as soon as a device computes it") {
+  // Round robin over two roomy engines: A on 0, A again on 1. Nothing is
+  // evicted, so only a pool written through at compute time holds A.
+  const std::vector<SimRequest> w = {prompt(0, 100), prompt(10'000, 100)};
+  SimOptions o;
+  o.workers = 2;
+  o.kv_blocks = 100;
+  o.engine_profile = "h100-llama3-8b";
+  o.tiers.pool_blocks = 1000;
+  CHECK(simulate(w, o, "round_robin").pool_hit_rate == 0);
+  o.tiers.pool_write_through = true;
+  const auto res = simulate(w, o, "round_robin");
+  CHECK(res.pool_hit_rate == doctest::Approx(8.0 / 16));
+  CHECK(res.hit_rate == doctest::Approx(8.0 / 16));
+}

@@ -19,6 +19,12 @@ std::vector<SimRequest> load_slice(const Args& a, const std::string& workload, c
   return slice == "train" ? train : test;
 }
 
+ReuseProfiles train_profiles(const Args& a, const std::string& workload) {
+  std::vector<SimRequest> train, test;
+  time_split(make_workload(workload, a.trace, a.sim.seed, a.requests), 0.5, train, test);
+  return fit_reuse_profiles(train);
+}
+
 void print_table(const std::vector<PolicyResult>& results, double ideal) {
   std::printf("%-16s %8s %9s %9s %9s %9s %9s %10s %9s %8s %7s %7s %8s\n", "policy", "hit_rate", "ttft_p50",
               "ttft_p90", "ttft_p99", "e2e_p50", "e2e_p99", "out_tok/s", "imbalance", "rejected", "gap", "mape",

@@ -35,10 +35,24 @@ struct Args {
   uint32_t pd_prefill = 2, pd_decode = 2;  // --pd X:Y
   double kv_link_gbps = 400, kv_bytes_per_token = 0;
   bool workloads_set = false;                    // --workloads given
+  bool rates_set = false;                        // --rates given
+  // pools and plan (sim/plan.cpp): the tiers' figures and the capacity planner.
+  std::vector<double> pool_bandwidths = {5, 12.5, 50};  // GB/s, pools
+  std::vector<double> plan_device = {0.5, 1};           // x the profile's device blocks per worker
+  std::vector<double> plan_host = {0, 1, 2, 4};         // x the device's, per worker
+  std::vector<double> plan_pool = {0, 1, 4};            // x the fleet's device capacity
+  bool plan_fleet = true;                               // plan: the smallest-fleet search
+  double fleet_host_x = 2, fleet_pool_x = 1;            // plan: the tiered fleets searched
+  double slo_percentile = 0.9;                          // plan: the TTFT SLO's percentile (0.5, 0.9, 0.99)
+  std::string dat_out;                                  // plan: the capacity grid for plotting
 };
 
 // The workload's requests; for the trace, `slice` all, train or test (time split at 50%).
 std::vector<SimRequest> load_slice(const Args& a, const std::string& workload, const std::string& slice);
+
+// The workload-aware eviction's reuse profiles (sim/tiers.h), fit on the
+// first half of the workload's time (for the trace: its train slice).
+ReuseProfiles train_profiles(const Args& a, const std::string& workload);
 
 void print_table(const std::vector<PolicyResult>& results, double ideal);
 std::string results_json(const std::vector<PolicyResult>& results, double ideal);
@@ -58,5 +72,7 @@ int goodput(const Args& a);
 int targets(const Args& a);
 int pd(const Args& a);       // sim/pd_report.cpp
 int pd_tune(const Args& a);
+int pools(const Args& a);    // sim/plan.cpp
+int plan(const Args& a);
 
 }  // namespace kvroute::sim

@@ -42,6 +42,19 @@ void usage() {
       "                    the tuning slices; --policies narrows the rows, the three PD peers always run)\n"
       "  pd-tune           kvroute_pd's pd.* keys on the train slices (the trace's first half, another draw of\n"
       "                    each generated workload); the best (best-sets:), shown on the test slices\n"
+      "  pools             TTFT p50/p99 and hit rate with and without a host tier and a shared pool at each\n"
+      "                    --pool-bandwidths value (default agentic, kvroute and dynamo, x1; sim/plan.cpp)\n"
+      "  plan              the capacity planner: hit rate and TTFT by device, host tier and pool size, LRU\n"
+      "                    and workload-aware eviction, and the smallest fleet meeting the TTFT SLO\n"
+      "                    (default the trace's test slice; sim/plan.cpp, README \"Size a fleet's KV cache\")\n"
+      "  --pool-bandwidths LIST  pools: GB/s (default 5,12.5,50)\n"
+      "  --plan-device LIST  plan: device blocks per worker, x the profile's (default 0.5,1)\n"
+      "  --plan-host LIST  plan: host tier per worker, x the device's (default 0,1,2,4)\n"
+      "  --plan-pool LIST  plan: shared pool, x the fleet's device capacity (default 0,1,4)\n"
+      "  --fleet-host-x X, --fleet-pool-x X  plan: the tiered fleets the fleet search sizes (default 2, 1)\n"
+      "  --no-fleet        plan: skip the smallest-fleet search\n"
+      "  --slo-percentile P  plan: the TTFT SLO's percentile, 0.5, 0.9 (default) or 0.99\n"
+      "  --dat-out FILE    plan: the capacity grid as columns, for gnuplot\n"
       "  --pd X:Y          pd: prefill and decode engines (default 2:2)\n"
       "  --kv-link-gbps G  pd: each decode engine's link, Gbit/s (default 400)\n"
       "  --kv-bytes-per-token B  pd: KV bytes per token (default: the profile's; 131072 for llama3-8b)\n"
@@ -67,6 +80,14 @@ void usage() {
       "                    kvroute_weighted\n"
       "  --seed N          randomness seed (default 1); the same seed gives the same numbers\n"
       "  --cdf-out FILE    write TTFT CDF points (policy ttft_ms fraction) for plotting\n"
+      "  --host-blocks N   a host KV tier per worker of N 512-token blocks (default 0: none; sim/tiers.h)\n"
+      "  --host-gb-per-s X its load bandwidth, 10^9 bytes/s (default 25)\n"
+      "  --pool-blocks N   a KV pool of N blocks shared by every worker (default 0: none)\n"
+      "  --pool-gb-per-s X each worker's load bandwidth from it (default 12.5)\n"
+      "  --pool-write-through  the pool also receives every block the devices compute (default: only\n"
+      "                    what the host tiers, or without them the devices, evict)\n"
+      "  --eviction E      the host tiers' and the pool's: lru (default) or workload_aware (fit on the\n"
+      "                    workload's first half: the trace's train slice)\n"
       "  --set KEY=VALUE   a config key for the kvroute policies (e.g. scheduler.cost=weighted); repeatable\n"
       "  --check           assert the run's invariants (exit 1 naming the first that fails); goodput: that\n"
       "                    each rate found meets the SLOs and the lowest rate seen missing them misses them\n"
@@ -120,7 +141,32 @@ void parse(int argc, char** argv, Args& a) {
       else if (f == "--rates") {
         a.rates.clear();
         for (const auto& x : split_list(need("--rates"))) a.rates.push_back(std::stod(x));
-      } else if (f == "--workloads") a.workloads = split_list(need("--workloads")), a.workloads_set = true;
+        a.rates_set = true;
+      } else if (f == "--pool-bandwidths" || f == "--plan-device" || f == "--plan-host" || f == "--plan-pool") {
+        auto& v = f == "--pool-bandwidths" ? a.pool_bandwidths
+                  : f == "--plan-device"   ? a.plan_device
+                  : f == "--plan-host"     ? a.plan_host
+                                           : a.plan_pool;
+        v.clear();
+        for (const auto& x : split_list(need(f.c_str()))) v.push_back(std::stod(x));
+        const bool positive = f == "--pool-bandwidths" || f == "--plan-device";
+        if (v.empty() || std::any_of(v.begin(), v.end(), [&](double x) {
+              return !(x >= 0) || x > 1e4 || (positive && x == 0);
+            })) {
+          std::fprintf(stderr, "kvroute-sim: %s needs a list of numbers in [0, 10000]%s\n", f.c_str(),
+                       positive ? ", each > 0" : "");
+          std::exit(2);
+        }
+      } else if (f == "--fleet-host-x") a.fleet_host_x = std::stod(need("--fleet-host-x"));
+      else if (f == "--fleet-pool-x") a.fleet_pool_x = std::stod(need("--fleet-pool-x"));
+      else if (f == "--no-fleet") a.plan_fleet = false;
+      else if (f == "--slo-percentile") {
+        a.slo_percentile = std::stod(need("--slo-percentile"));
+        if (a.slo_percentile != 0.5 && a.slo_percentile != 0.9 && a.slo_percentile != 0.99) {
+          std::fprintf(stderr, "kvroute-sim: --slo-percentile must be 0.5, 0.9 or 0.99\n");
+          std::exit(2);
+        }
+      } else if (f == "--dat-out") a.dat_out = need("--dat-out"); else if (f == "--workloads") a.workloads = split_list(need("--workloads")), a.workloads_set = true;
       else if (f == "--pd") {
         const std::string v = need("--pd");
         const auto colon = v.find(':');
@@ -141,6 +187,17 @@ void parse(int argc, char** argv, Args& a) {
         a.kv_bytes_per_token = std::stod(need("--kv-bytes-per-token"));
         if (!(a.kv_bytes_per_token > 0)) {
           std::fprintf(stderr, "kvroute-sim: --kv-bytes-per-token must be > 0\n");
+          std::exit(2);
+        }
+      } else if (f == "--host-blocks") a.sim.tiers.host_blocks = std::stoull(need("--host-blocks"));
+      else if (f == "--host-gb-per-s") a.sim.tiers.host_gb_per_s = std::stod(need("--host-gb-per-s"));
+      else if (f == "--pool-blocks") a.sim.tiers.pool_blocks = std::stoull(need("--pool-blocks"));
+      else if (f == "--pool-gb-per-s") a.sim.tiers.pool_gb_per_s = std::stod(need("--pool-gb-per-s"));
+      else if (f == "--pool-write-through") a.sim.tiers.pool_write_through = true;
+      else if (f == "--eviction") {
+        const std::string v = need("--eviction");
+        if (!parse_eviction(v, a.sim.tiers.eviction)) {
+          std::fprintf(stderr, "kvroute-sim: --eviction must be lru or workload_aware, not '%s'\n", v.c_str());
           std::exit(2);
         }
       } else if (f == "--requests") a.requests = std::stoull(need("--requests"));
@@ -190,6 +247,12 @@ void parse(int argc, char** argv, Args& a) {
       std::fprintf(stderr, "kvroute-sim: unknown policy '%s'\n", p.c_str());
       std::exit(2);
     }
+  if (!(a.sim.tiers.host_gb_per_s > 0) || !(a.sim.tiers.pool_gb_per_s > 0) ||
+      a.sim.tiers.host_blocks > (uint64_t{1} << 32) || a.sim.tiers.pool_blocks > (uint64_t{1} << 32)) {
+    std::fprintf(stderr, "kvroute-sim: --host-gb-per-s and --pool-gb-per-s must be > 0, --host-blocks and "
+                         "--pool-blocks at most 2^32\n");
+    std::exit(2);
+  }
   if (a.slice != "all" && a.slice != "train" && a.slice != "test") {
     std::fprintf(stderr, "kvroute-sim: --slice must be all, train or test\n");
     std::exit(2);
@@ -200,12 +263,21 @@ void parse(int argc, char** argv, Args& a) {
 int run(const Args& a) {
   const auto t0 = std::chrono::steady_clock::now();
   const auto w = load_slice(a, a.workload, a.slice);
+  Args tiered = a;
+  if (a.sim.tiers.eviction == Eviction::WorkloadAware) tiered.sim.tiers.profiles = train_profiles(a, a.workload);
   std::printf("workload %s (%s): %zu requests; %u workers (%s) x %llu blocks of 512 tokens; rate x%.2f; seed %llu\n",
               a.workload.c_str(), a.slice.c_str(), w.size(), a.sim.workers, a.sim.engine_profile.c_str(),
               (unsigned long long)engine_config(a.sim).kv_blocks,
               a.sim.rate, (unsigned long long)a.sim.seed);
   std::vector<PolicyResult> results;
-  for (const auto& p : a.policies) results.push_back(simulate(w, a.sim, p, nullptr, true));
+  for (const auto& p : a.policies) results.push_back(simulate(w, tiered.sim, p, nullptr, true));
+  if (a.sim.tiers.any())
+    for (const auto& r : results)
+      std::printf("tiers: %s host %llu blocks/worker at %.1f GB/s, pool %llu blocks at %.1f GB/s, %s eviction: "
+                  "loaded from host %.3f, from pool %.3f of prompt blocks; mean load %.1f ms\n",
+                  r.policy.c_str(), (unsigned long long)a.sim.tiers.host_blocks, a.sim.tiers.host_gb_per_s,
+                  (unsigned long long)a.sim.tiers.pool_blocks, a.sim.tiers.pool_gb_per_s,
+                  to_string(a.sim.tiers.eviction), r.host_hit_rate, r.pool_hit_rate, r.load_ms_mean);
   const double ideal = ideal_hit_rate(w);
   if (!a.cdf_out.empty()) write_cdf(a.cdf_out, results);
   print_table(results, ideal);
@@ -222,7 +294,8 @@ int main(int argc, char** argv) {
   std::string command;
   if (argc > 1 && (std::string(argv[1]) == "tune" || std::string(argv[1]) == "targets" ||
                    std::string(argv[1]) == "goodput" || std::string(argv[1]) == "pd" ||
-                   std::string(argv[1]) == "pd-tune")) {
+                   std::string(argv[1]) == "pd-tune" || std::string(argv[1]) == "pools" ||
+                   std::string(argv[1]) == "plan")) {
     command = argv[1];
     --argc;
     ++argv;
@@ -232,6 +305,11 @@ int main(int argc, char** argv) {
   if (command == "targets") return targets(a);
   if (command == "pd") return pd(a);
   if (command == "pd-tune") return pd_tune(a);
+  if (command == "pools") {
+    if (!a.rates_set) a.rates = {1};
+    return pools(a);
+  }
+  if (command == "plan") return plan(a);
   if (command == "goodput") {
     if (!a.policies_set) a.policies = {"kvroute", "dynamo", "llmd"};
     return goodput(a);

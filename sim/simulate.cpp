@@ -8,10 +8,15 @@
 #include <memory>
 #include <numeric>
 #include <optional>
+#include <queue>
 #include <random>
+#include <span>
+#include <tuple>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "common/prefix_cache.h"
+#include "indexer/block_hash.h"
 #include "indexer/radix_indexer.h"
 #include "mocker/engine.h"
 #include "router/routing.h"
@@ -78,6 +83,9 @@ Config policy_config(const SimOptions& o, const std::string& policy, const Sched
   return cfg;
 }
 
+// Engine request ids with this bit set are tier loads' placeholders (enqueue).
+constexpr uint64_t kLoaderBit = uint64_t{1} << 63;
+
 // One simulated request in flight.
 struct Live {
   double arrival = 0, first = -1, last_token = -1;
@@ -95,8 +103,9 @@ class Simulation {
     for (uint32_t i = 0; i < o.workers; ++i) {
       mocker::EngineConfig ec = engine_config(o);
       ec.owner = CacheOwner{WorkerId{i}, 0};
-      engines_.push_back(std::make_unique<mocker::Engine>(ec, [this](const KvEvent& e) { index_.apply(e); }));
+      engines_.push_back(std::make_unique<mocker::Engine>(ec, [this, i](const KvEvent& e) { on_device_event(i, e); }));
     }
+    if (o.tiers.any()) init_tiers();
   }
 
   PolicyResult run(bool progress);
@@ -115,6 +124,53 @@ class Simulation {
   std::optional<Pick> choose(const SimRequest& r, const std::vector<LocalBlockHash>& hashes);
   long affinity(const SimRequest& r, long chosen);
   PolicyResult results() const;
+
+  // Tiers below the device (SimOptions::tiers, sim/tiers.h). The index holds
+  // one tier per worker and block (the latest stored wins, indexer/README.md),
+  // so each worker's view is its best copy: device, else its host tier
+  // (HostPinned), else the pool (External: a medium other than GPU, CPU or
+  // DISK, as events/vllm_wire.cpp maps it). A block is announced in a tier
+  // only while its parent is in the worker's view (the index refuses an
+  // unknown parent); blocks moving together are announced root first.
+  struct BlockMeta {
+    uint64_t parent = 0;
+    bool has_parent = false;
+    LocalBlockHash local{0};
+    uint32_t depth = 0;
+    uint8_t category = 0;
+    double last_ms = 0;
+  };
+  // A request whose prefix is being loaded from the tiers: enqueued at `at`.
+  struct Load {
+    double at = 0;
+    size_t id = 0;
+    uint32_t blocks = 0;  // the prompt prefix in the device once loaded
+    bool operator>(const Load& o) const { return at > o.at || (at == o.at && id > o.id); }
+  };
+  void init_tiers();
+  void on_device_event(uint32_t w, const KvEvent& e);
+  // Demotes a block that the device of `w` (from_host false) or its host tier (true) evicted.
+  void demote(uint32_t w, uint64_t h, bool from_host, double now, std::vector<std::pair<uint32_t, uint64_t>>& touched);
+  void pool_put(uint64_t h, double now, std::vector<std::pair<uint32_t, uint64_t>>& touched);
+  // Brings worker w's index view of block h in line with where it is.
+  void refresh(uint32_t w, uint64_t h);
+  void refresh_all(std::vector<std::pair<uint32_t, uint64_t>>& touched);
+  TierCache::Block tier_block(uint64_t h) const;
+  // Enqueues request `id` on its engine, after a loader for its first
+  // `loaded` blocks when any came from the tiers.
+  void enqueue(size_t id, uint32_t loaded, double now);
+
+  std::unordered_map<uint64_t, BlockMeta> meta_;
+  std::vector<std::unordered_map<uint64_t, StorageTier>> view_;  // per worker: the index's tier of each block
+  std::vector<std::unordered_set<uint64_t>> device_;             // per worker: blocks its engine holds
+  std::vector<TierCache> host_;
+  std::unique_ptr<TierCache> pool_;
+  std::vector<double> host_link_free_, pool_link_free_;
+  std::vector<uint8_t> categories_;
+  std::priority_queue<Load, std::vector<Load>, std::greater<Load>> loads_;
+  double bytes_per_token_ = 0, now_ = 0, load_ms_sum_ = 0;
+  std::array<uint64_t, kNumStorageTiers> routed_by_tier_{};
+  uint64_t host_hits_ = 0, pool_hits_ = 0, dispatched_blocks_ = 0, loading_requests_ = 0;
 
   const std::vector<SimRequest>& w_;
   const SimOptions& o_;
@@ -156,7 +212,9 @@ void Simulation::report(double now) {
 
 void Simulation::on_engine(uint32_t which, double now) {
   clock_.set(at(now));  // first_byte() times the TTFT model's observation
+  now_ = now;
   for (const auto& out : engines_[which]->advance_to(now)) {
+    if (out.request & kLoaderBit) continue;  // a tier load's placeholder (enqueue)
     Live& l = live_[out.request];
     const auto& r = w_[out.request];
     if (out.kind == mocker::EngineOutput::Kind::FirstToken) {
@@ -201,6 +259,7 @@ std::optional<Simulation::Pick> Simulation::choose(const SimRequest& r, const st
   if (pick < 0) return std::nullopt;
   const Candidate& c = route_.candidates[static_cast<size_t>(pick)];
   chosen_cached_ += std::min<uint64_t>(best, c.overlap_blocks);
+  for (int t = 0; t < kNumStorageTiers; ++t) routed_by_tier_[t] += c.overlap_by_tier[t];
   return Pick{static_cast<uint32_t>(c.owner.worker.value), &c};
 }
 
@@ -235,6 +294,70 @@ void Simulation::dispatch(size_t id, double now) {
           : 0;
   l.guard = std::make_unique<InflightGuard>(registry_, WorkerId{w}, (uint64_t{r.input_tokens} + kBlock - 1) / kBlock,
                                             r.input_tokens - cached_pred);
+  if (o_.tiers.any()) {
+    now_ = now;
+    if (engines_[w]->blocks_needed(r.input_tokens, r.output_tokens) > engines_[w]->config().kv_blocks) {
+      ++rejected_;  // larger than a worker's whole cache
+      l.guard.reset();
+      return;
+    }
+    // The prompt's blocks: their chain, category and last use.
+    std::vector<SequenceHash> seq;
+    seq.reserve(full);
+    SequenceHash parent{0};
+    for (uint32_t i = 0; i < full; ++i) {
+      seq.push_back(parent = sequence_hash(parent, hashes[i]));
+      auto [it, fresh] = meta_.try_emplace(seq[i].value);
+      if (fresh) {
+        it->second.parent = i ? seq[i - 1].value : 0;
+        it->second.has_parent = i > 0;
+        it->second.local = hashes[i];
+        it->second.depth = i;
+      }
+      it->second.category = categories_[id];
+      it->second.last_ms = now;
+    }
+    // The device's prefix, then what the host tier and the pool continue it with.
+    const uint32_t on_device = engines_[w]->cached_prefix(seq);
+    uint32_t from_host = 0, from_pool = 0, k = on_device;
+    for (; k < full; ++k) {
+      if (host_[w].contains(seq[k].value)) {
+        ++from_host;
+        host_[w].touch(seq[k].value, now, categories_[id]);
+      } else if (pool_ && pool_->contains(seq[k].value)) {
+        ++from_pool;
+        pool_->touch(seq[k].value, now, categories_[id]);
+      } else {
+        break;
+      }
+    }
+    dispatched_blocks_ += full;
+    host_hits_ += from_host;
+    pool_hits_ += from_pool;
+    dynamo_.add(w, hashes, r.input_tokens % kBlock != 0);
+    hashes_[id] = std::move(hashes);
+    per_worker_[w]++;
+    if (from_host + from_pool == 0) {
+      enqueue(id, 0, now);
+      return;
+    }
+    // Each worker's host link and pool link carry one load at a time.
+    double done = now;
+    if (from_host) {
+      host_link_free_[w] = std::max(now, host_link_free_[w]) +
+                           load_ms(uint64_t{from_host} * kBlock, bytes_per_token_, o_.tiers.host_gb_per_s);
+      done = std::max(done, host_link_free_[w]);
+    }
+    if (from_pool) {
+      pool_link_free_[w] = std::max(now, pool_link_free_[w]) +
+                           load_ms(uint64_t{from_pool} * kBlock, bytes_per_token_, o_.tiers.pool_gb_per_s);
+      done = std::max(done, pool_link_free_[w]);
+    }
+    load_ms_sum_ += done - now;
+    ++loading_requests_;
+    loads_.push(Load{done, id, k});
+    return;
+  }
   if (!engines_[w]->add_request_hashed(id, r.input_tokens, hashes, r.output_tokens, now)) {
     ++rejected_;  // larger than a worker's whole cache
     l.guard.reset();
@@ -243,6 +366,132 @@ void Simulation::dispatch(size_t id, double now) {
   dynamo_.add(w, hashes, r.input_tokens % kBlock != 0);
   hashes_[id] = std::move(hashes);
   per_worker_[w]++;
+}
+
+void Simulation::enqueue(size_t id, uint32_t loaded, double now) {
+  now_ = now;
+  const auto& r = w_[id];
+  const uint32_t w = live_[id].worker;
+  const std::vector<LocalBlockHash>& hashes = hashes_[id];
+  // The loaded prefix arrives as a placeholder request whose KV is
+  // transferred (every prompt token but its extra last one counts as computed
+  // at admission, announced stored) and which the request right behind it in
+  // the FIFO queue finds cached: the engine charges the request's prefill for
+  // the rest of its prompt only, as vLLM does once a connector has loaded the
+  // prefix (the placeholder adds one token to that step).
+  if (loaded)
+    engines_[w]->add_request_hashed(id | kLoaderBit, loaded * kBlock + 1,
+                                    std::span<const LocalBlockHash>(hashes).first(loaded), 1, now, true);
+  const bool ok = engines_[w]->add_request_hashed(id, r.input_tokens, hashes, r.output_tokens, now);
+  assert(ok);  // its size was checked at dispatch
+  (void)ok;
+}
+
+void Simulation::init_tiers() {
+  const TierOptions& t = o_.tiers;
+  view_.resize(o_.workers);
+  device_.resize(o_.workers);
+  for (uint32_t i = 0; i < o_.workers; ++i) host_.emplace_back(t.host_blocks, t.eviction, &t.profiles);
+  if (t.pool_blocks) pool_ = std::make_unique<TierCache>(t.pool_blocks, t.eviction, &t.profiles);
+  host_link_free_.assign(o_.workers, 0);
+  pool_link_free_.assign(o_.workers, 0);
+  categories_ = request_categories(w_);
+  const mocker::EngineProfile* p = mocker::find_profile(o_.engine_profile);
+  bytes_per_token_ = t.kv_bytes_per_token > 0                  ? t.kv_bytes_per_token
+                     : p && p->kv_bytes_per_token > 0 ? p->kv_bytes_per_token
+                                                      : 131072.0;
+}
+
+TierCache::Block Simulation::tier_block(uint64_t h) const {
+  const BlockMeta& m = meta_.at(h);
+  return TierCache::Block{h, m.category, m.depth, m.last_ms};
+}
+
+void Simulation::on_device_event(uint32_t w, const KvEvent& e) {
+  if (!o_.tiers.any()) {
+    index_.apply(e);
+    return;
+  }
+  if (const auto* st = std::get_if<KvStored>(&e.data)) {
+    for (const auto& b : st->blocks) {
+      device_[w].insert(b.block_hash.value);
+      view_[w][b.block_hash.value] = StorageTier::Device;
+    }
+    index_.apply(e);
+    if (pool_ && o_.tiers.pool_write_through) {
+      std::vector<std::pair<uint32_t, uint64_t>> touched;
+      for (const auto& b : st->blocks) pool_put(b.block_hash.value, now_, touched);
+      refresh_all(touched);
+    }
+    return;
+  }
+  const auto* rm = std::get_if<KvRemoved>(&e.data);
+  if (!rm) return;  // the engines never clear
+  std::vector<std::pair<uint32_t, uint64_t>> touched;
+  for (SequenceHash h : rm->block_hashes) {
+    device_[w].erase(h.value);
+    demote(w, h.value, false, now_, touched);
+  }
+  refresh_all(touched);
+}
+
+void Simulation::demote(uint32_t w, uint64_t h, bool from_host, double now,
+                        std::vector<std::pair<uint32_t, uint64_t>>& touched) {
+  touched.emplace_back(w, h);
+  if (!from_host && host_[w].capacity() > 0) {
+    std::vector<TierCache::Block> evicted;
+    host_[w].put(tier_block(h), now, evicted);
+    for (const auto& v : evicted) demote(w, v.hash, true, now, touched);
+    return;
+  }
+  pool_put(h, now, touched);
+}
+
+void Simulation::pool_put(uint64_t h, double now, std::vector<std::pair<uint32_t, uint64_t>>& touched) {
+  if (!pool_) return;
+  std::vector<TierCache::Block> evicted;
+  pool_->put(tier_block(h), now, evicted);
+  for (uint32_t v = 0; v < o_.workers; ++v) {
+    touched.emplace_back(v, h);
+    for (const auto& e : evicted) touched.emplace_back(v, e.hash);
+  }
+}
+
+void Simulation::refresh_all(std::vector<std::pair<uint32_t, uint64_t>>& touched) {
+  // Root first, so that a parent is in a worker's view before its child.
+  std::sort(touched.begin(), touched.end(), [this](const auto& a, const auto& b) {
+    const uint32_t da = meta_.at(a.second).depth, db = meta_.at(b.second).depth;
+    return std::tie(da, a.first, a.second) < std::tie(db, b.first, b.second);
+  });
+  touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
+  for (const auto& [w, h] : touched) refresh(w, h);
+}
+
+void Simulation::refresh(uint32_t w, uint64_t h) {
+  std::optional<StorageTier> want;
+  if (device_[w].count(h)) want = StorageTier::Device;
+  else if (host_[w].contains(h)) want = StorageTier::HostPinned;
+  else if (pool_ && pool_->contains(h)) want = StorageTier::External;
+  auto& view = view_[w];
+  auto cur = view.find(h);
+  const BlockMeta& m = meta_.at(h);
+  if (want && m.has_parent && !view.count(m.parent)) want.reset();  // the index would refuse it
+  if (cur != view.end() && want && cur->second == *want) return;
+  KvEvent ev;
+  ev.owner = CacheOwner{WorkerId{w}, 0};
+  if (!want) {
+    if (cur == view.end()) return;
+    view.erase(cur);
+    ev.data = KvRemoved{{SequenceHash{h}}};
+  } else {
+    KvStored st;
+    if (m.has_parent) st.parent = SequenceHash{m.parent};
+    st.blocks.push_back({SequenceHash{h}, m.local});
+    ev.tier = *want;
+    ev.data = std::move(st);
+    view[h] = *want;
+  }
+  index_.apply(ev);
 }
 
 PolicyResult Simulation::run(bool progress) {
@@ -258,12 +507,18 @@ PolicyResult Simulation::run(bool progress) {
     uint32_t which = 0;
     for (uint32_t i = 0; i < o_.workers; ++i)
       if (auto t = engines_[i]->next_event_time(); t && *t < t_engine) t_engine = *t, which = i;
-    if (t_arrival == 1e300 && t_engine == 1e300) break;
+    const double t_load = loads_.empty() ? 1e300 : loads_.top().at;  // a tier load completing
+    if (t_arrival == 1e300 && t_engine == 1e300 && t_load == 1e300) break;
     const double t_report = last_report + o_.report_ms;
-    if (t_report < t_arrival && t_report < t_engine) {
+    if (t_report < t_arrival && t_report < t_engine && t_report < t_load) {
       report(last_report = t_report);
-    } else if (t_engine <= t_arrival) {
+    } else if (t_engine <= t_arrival && t_engine <= t_load) {
       on_engine(which, t_engine);
+    } else if (t_load <= t_arrival) {
+      const Load ld = loads_.top();
+      loads_.pop();
+      clock_.set(at(ld.at));
+      enqueue(ld.id, ld.blocks, ld.at);
     } else {
       if (progress && next % step == 0) std::fprintf(stderr, "\r  %-16s %3zu%%", policy_.c_str(), next * 100 / w_.size());
       dispatch(next++, t_arrival);
@@ -285,6 +540,12 @@ PolicyResult Simulation::results() const {
   res.completed = e2e_.size();
   res.rejected = rejected_;
   res.hit_rate = prompt_blocks ? double(hit_blocks) / double(prompt_blocks) : 0;
+  if (dispatched_blocks_) {
+    res.host_hit_rate = double(host_hits_) / double(dispatched_blocks_);
+    res.pool_hit_rate = double(pool_hits_) / double(dispatched_blocks_);
+  }
+  res.routed_overlap_by_tier = routed_by_tier_;
+  res.load_ms_mean = loading_requests_ ? load_ms_sum_ / double(loading_requests_) : 0;
   res.ttft_p50 = percentile(ttft_, 0.5);
   res.ttft_p90 = percentile(ttft_, 0.9);
   res.ttft_p99 = percentile(ttft_, 0.99);

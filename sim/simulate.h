@@ -8,6 +8,7 @@
 // several at once on different threads.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -15,9 +16,26 @@
 
 #include "config/config.h"
 #include "mocker/engine.h"
+#include "sim/tiers.h"
 #include "sim/workload.h"
 
 namespace kvroute::sim {
+
+// KV tiers below the device (sim/tiers.h); all off by default.
+struct TierOptions {
+  uint64_t host_blocks = 0;   // per worker, 512-token blocks; 0 = no host tier
+  double host_gb_per_s = 25;  // a worker's host-to-device load bandwidth, 10^9 bytes/s
+  uint64_t pool_blocks = 0;   // one pool mounted by every worker; 0 = no pool
+  double pool_gb_per_s = 12.5;  // each worker's load bandwidth from the pool
+  double kv_bytes_per_token = 0;  // 0 = the engine profile's (131072 for llama3-8b)
+  // The pool also receives every block as the device stores it (LMCache's
+  // remote backends, HiCache's write-through to storage), not only what the
+  // host tiers (or, without them, the devices) evict.
+  bool pool_write_through = false;
+  Eviction eviction = Eviction::Lru;  // of the host tiers and the pool (the device's is the engine's LRU)
+  ReuseProfiles profiles{};  // Eviction::WorkloadAware: the categories' reuse (fit_reuse_profiles)
+  bool any() const { return host_blocks > 0 || pool_blocks > 0; }
+};
 
 struct SimOptions {
   uint32_t workers = 8;
@@ -31,6 +49,7 @@ struct SimOptions {
   double report_ms = 100;
   uint64_t seed = 1;
   std::vector<std::pair<std::string, std::string>> sets;  // --set key=value for the kvroute policy
+  TierOptions tiers;
 };
 
 // Per-worker KV blocks when neither --kv-blocks nor the profile gives them.
@@ -53,6 +72,14 @@ struct PolicyResult {
   double ttft_mape = 0;   // the registry's TTFT model: mean |predicted - observed| / observed
   double cache_gap = 0;   // 1 - cached tokens achieved / best reachable among eligible workers (index view)
   size_t completed = 0, rejected = 0;
+  // Tiers (SimOptions::tiers): of the prompt blocks of dispatched requests,
+  // the share loaded from a host tier and from the pool; the mean load time
+  // of a request that loaded anything.
+  double host_hit_rate = 0, pool_hit_rate = 0, load_ms_mean = 0;
+  // What the router saw: the chosen workers' cached prefixes in the index,
+  // summed over the requests, per storage tier (common/types.h StorageTier;
+  // the policies that consult the router only).
+  std::array<uint64_t, kNumStorageTiers> routed_overlap_by_tier{};
   std::vector<double> ttft_ms;  // every request's TTFT, for the CDF plot
 };
 

@@ -109,12 +109,15 @@ AdminResponse AdminApi::explain(const ParsedRequest& parsed) const {
   RouteResult r = routing_.route(parsed, /*rank_all=*/true);
   const auto cfg = config_.get();
   std::string out = explain_json(r, parsed.model, cfg->indexer.block_size, cfg->scheduler);
-  // A disaggregated fleet: the prefill/decode decision too (not yet acted on by the proxy).
+  // A disaggregated fleet: the prefill/decode decision too (the legs the
+  // proxy runs: router/http/pd_exchange.h), with the protocol they speak.
   if (const std::string pd = pd_explain_json(r, cfg->indexer.block_size, parsed.n <= 1 && parsed.prompts <= 1,
                                              cfg->scheduler, cfg->pd);
       !pd.empty()) {
     out.pop_back();  // the closing brace
-    out += R"(,"pd":)" + pd + "}";
+    out += fmt::format(R"(,"pd":{{"protocol":"{}",)", to_string(pd_protocol_of(cfg->pd, parsed.model)));
+    out.append(pd, 1);
+    out += "}";
   }
   if (salt_blind_) {
     out.pop_back();  // the closing brace

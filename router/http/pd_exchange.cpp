@@ -189,10 +189,18 @@ void warn_leg(const RouteTarget& t, const PdLeg& l, std::string_view what) {
 
 // SGLang's prefill leg beside the decode leg: counted as a prefill leg,
 // with the prefill worker's in-flight accounting while it runs.
-awaitable<void> sglang_prefill_leg(std::shared_ptr<PdLeg> leg, std::shared_ptr<const Config> cfg,
-                                   WorkerRegistry* registry, WorkerId worker, uint64_t blocks, uint64_t tokens) {
+awaitable<void> sglang_prefill_leg(std::shared_ptr<PdLeg> leg, std::shared_ptr<PdDecodeLink> link,
+                                   std::shared_ptr<const Config> cfg, WorkerRegistry* registry, WorkerId worker,
+                                   uint64_t blocks, uint64_t tokens) {
   InflightGuard guard(*registry, worker, blocks, tokens);
   co_await run_leg(leg, *cfg, milliseconds(cfg->pd.prefill_timeout_ms), nullptr);
+  const bool ok = leg->result == LegResult::Answered && leg->status / 100 == 2;
+  if (ok || leg->result == LegResult::Cancelled) co_return;
+  link->prefill_failed = true;
+  if (link->decode) {
+    boost::system::error_code ignored;
+    link->decode->cancel(ignored);  // the decode leg's wait ends: the proxy retries with a fresh room
+  }
 }
 
 // A release leg: its answer discarded, its end counted.
@@ -311,8 +319,10 @@ bool pd_start_sglang(PdState& pd, const PdContext& c) {
     if (!leg) continue;
     pd.prefill = pd.next_prefill;
     pd.concurrent = leg;
+    if (pd.link) pd.link->decode = nullptr;  // the previous attempt's link stays with its leg
+    pd.link = std::make_shared<PdDecodeLink>();
     asio::co_spawn(c.io.ioc,
-                   sglang_prefill_leg(leg, c.s.hooks.config->get(), c.s.hooks.registry, t.worker,
+                   sglang_prefill_leg(leg, pd.link, c.s.hooks.config->get(), c.s.hooks.registry, t.worker,
                                       c.route.request_blocks, t.prefill_tokens),
                    asio::detached);
     return true;
@@ -331,9 +341,11 @@ void pd_decode_failed(PdState& pd, bool sent) {
   }
   // SGLang: the room dies with this attempt; a prefill leg that failed on
   // its own (its worker gone) moves the next attempt to the next prefill worker.
+  // A prefill leg that did not succeed may be the cause even when it has not
+  // ended yet (a decode worker notices a dead bootstrap server first).
   if (pd.concurrent) {
     const PdLeg& l = *pd.concurrent;
-    if (l.done && !(l.result == LegResult::Answered && l.status / 100 == 2)) ++pd.next_prefill;
+    if (!(l.done && l.result == LegResult::Answered && l.status / 100 == 2)) ++pd.next_prefill;
     if (!l.done) pd.concurrent->cancel();
     pd.concurrent.reset();
   }

@@ -52,6 +52,17 @@ enum class LegResult : uint8_t {
 };
 std::string_view to_string(LegResult r);
 
+// SGLang: what a prefill leg running beside the decode leg knows of it. A
+// prefill leg that fails while the decode leg waits for its first byte
+// cancels that wait (the decode engine would wait for the room's KV until its
+// own timeout, 300 s; SGLang Model Gateway pd_router.rs cancels the surviving
+// leg likewise). Shared by the exchange and the leg; the exchange clears
+// `decode` before the socket goes away.
+struct PdDecodeLink {
+  Socket* decode = nullptr;     // the decode leg's connection while it waits for its head
+  bool prefill_failed = false;  // set by the prefill leg
+};
+
 // One leg sent whole and answered whole (the prefill legs and the release
 // leg). Owned by a shared_ptr: the coroutine running it holds one.
 struct PdLeg {
@@ -100,6 +111,7 @@ struct PdState {
   std::string_view outcome;       // kvroute_pd_requests_total labels
   std::string_view reason;
   std::shared_ptr<PdLeg> concurrent;  // SGLang: the prefill leg in flight beside the decode leg
+  std::shared_ptr<PdDecodeLink> link; // SGLang: that leg's hold on the decode leg's wait
   std::string fields;                 // x-kvroute-* fields of the client's response head
   bool counted = false;               // in kvroute_pd_requests_total
 
@@ -107,8 +119,16 @@ struct PdState {
   PdState(const PdState&) = delete;
   PdState& operator=(const PdState&) = delete;
   ~PdState() {
+    if (link) link->decode = nullptr;
     if (concurrent && !concurrent->done) concurrent->cancel();
   }
+  // SGLang: the decode leg waits on `s` for its head (null: no longer).
+  void decode_waits_on(Socket* s) {
+    if (link) link->decode = s;
+  }
+  // SGLang: the decode attempt ended because its prefill leg failed (not
+  // the decode worker's fault).
+  bool prefill_failed() const { return link && link->prefill_failed; }
   // The body the decode leg (or the whole request) sends now.
   std::string_view body() const { return split ? decode_body : stripped; }
 };

@@ -353,7 +353,9 @@ awaitable<Next> send_and_read_head(Exchange& x) {
   x.client.upstream_buffer.clear();
   if (!x.ec) {
     x.watch.watch(up, false);  // while the worker prefills
+    x.pd.decode_waits_on(&up);  // SGLang: a failing prefill leg ends this wait
     co_await read_http(up, x.client.upstream_buffer, *x.parser, ReadUntil::Header, x.ec);
+    x.pd.decode_waits_on(nullptr);
     if (x.ec && x.watch.client_gone()) {
       client_cancelled(x, 499);
       x.keep_result = false;
@@ -364,7 +366,7 @@ awaitable<Next> send_and_read_head(Exchange& x) {
   if (!x.ec) co_return Next::Go;
   x.watch.client_gone();
   const bool timed_out = x.ec == asio::error::timed_out;
-  if (x.cut || (x.pooled && !timed_out)) co_return Next::NextWorker;
+  if (x.cut || (x.pooled && !timed_out) || x.pd.prefill_failed()) co_return Next::NextWorker;
   // The worker is at fault (a timeout, or a fresh connection it closed): the
   // next worker, not a fresh connection to this one.
   x.pooled = false;
@@ -740,6 +742,14 @@ awaitable<bool> run(ServerState& s, ClientConn& client, ClientRequest& req, ApiK
   // A prefilled transfer no decode worker took: claimed by a release leg on
   // the best decode worker (it may be back), else freed by its lease.
   if (x.pd.split && !x.pd.need_prefill && !client.route.ranked.empty()) pd_release(x.pd, pd, client.route.ranked[0]);
+  if (x.pd.split && x.pd.prefill_failed() && !x.cut) {  // SGLang: the last attempt's prefill leg failed
+    x.pd.outcome = "failed";
+    x.pd.reason = "prefill_failed";
+    pd_count(x.pd, pd);
+    static const ApiError e{503, "No prefill worker could prefill this request.", "service_unavailable", "",
+                            "prefill_unavailable"};
+    co_return co_await reject(x, e, "prefill_unavailable");
+  }
   pd_count(x.pd, pd);
   if (x.cut) {
     static const ApiError e{503, "The router is shutting down.", "service_unavailable", "", "shutting_down"};

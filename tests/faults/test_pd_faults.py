@@ -28,12 +28,15 @@ BUILD_DIR = "build"
 
 
 class PdFaultsTest(unittest.TestCase):
-    def fleet(self, lease_ms, speedup=20.0, prefill_timeout_ms=20000):
+    def fleet(self, lease_ms, speedup=20.0, prefill_timeout_ms=20000, protocol="vllm_nixl"):
         self.tmp = tempfile.TemporaryDirectory(prefix="kvroute-pd-faults-")
         self.f = Fleet(BUILD_DIR, self.tmp.name, speedup=speedup)
         try:
-            start_pd_fleet(self.f, "vllm_nixl",
-                           lambda role: ["--role", role, "--pd-lease-ms", str(lease_ms)],
+            flags = (lambda role: ["--role", role, "--pd-lease-ms", str(lease_ms)]) if protocol == "vllm_nixl" else \
+                (lambda role: ["--disaggregation-mode", role, "--disaggregation-waiting-timeout-ms", "3000"] +
+                 (["--disaggregation-bootstrap-port", "0", "--disaggregation-bootstrap-timeout-ms", "3000"]
+                  if role == "prefill" else []))
+            start_pd_fleet(self.f, protocol, flags,
                            f"  prefill_timeout_ms: {prefill_timeout_ms}\n")
         except BaseException:
             self.tearDown()
@@ -157,6 +160,68 @@ class PdFaultsTest(unittest.TestCase):
         self.assertEqual(r.status, 503, r.body)
         self.assertEqual(r.json()["error"]["code"], "prefill_unavailable")
         self.assertEqual(self.held(), 0)
+
+
+class SglangPdFaultsTest(PdFaultsTest):
+    """The same faults in the SGLang shape (both legs at once, bootstrap rooms);
+    the mockers' bootstrap and waiting timeouts short (3 s; SGLang's are 300 s)."""
+
+    def fleet(self, lease_ms, speedup=20.0, prefill_timeout_ms=20000, protocol="sglang"):
+        return super().fleet(lease_ms, speedup, prefill_timeout_ms, protocol)
+
+    def test_prefill_worker_killed_mid_request(self):
+        f = self.fleet(lease_ms=0)
+        f.mocker(1, "POST", "/mocker/hang", {"enabled": True})  # its prefill legs never join their rooms
+        threads, results = self.send_concurrently(6, "spkill")
+        self.assertTrue(wait_until(lambda: self.stats(1)["requests_total"] >= 1, 30))
+        f.kill("mocker-1")
+        # The decode legs waiting in the dead worker's rooms are cancelled by
+        # their failed prefill legs and retried with a fresh room on worker 2.
+        self.assert_all_split_ok(threads, results)
+        self.assertEqual({int(r.header("x-kvroute-prefill-worker")) for r in results}, {2})
+        self.assertTrue(wait_until(lambda: self.held((2,)) == 0, 15), self.held((2,)))
+        self.assertGreaterEqual(f.metric('kvroute_pd_retries_total{leg="decode"}'), 1)
+
+    def test_decode_worker_killed_before_first_byte(self):
+        f = self.fleet(lease_ms=0)
+        f.mocker(3, "POST", "/mocker/hang", {"enabled": True})  # accepts its decode legs, never answers
+        threads, results = self.send_concurrently(6, "sdkill")
+        self.assertTrue(wait_until(lambda: self.stats(3)["requests_total"] >= 1, 30))
+        f.kill("mocker-3")
+        self.assert_all_split_ok(threads, results)
+        self.assertEqual({int(r.header("x-kvroute-worker")) for r in results}, {4})
+        # The prefill legs of the dead worker's rooms were closed with their attempt: no room left waiting.
+        self.assertTrue(wait_until(lambda: self.held() == 0, 15), self.held())
+
+    def test_client_gone_around_its_prefill_leaks_nothing(self):
+        f = self.fleet(lease_ms=0, speedup=1.0)
+        body = json.dumps({"model": "mock-model", "prompt": words("sgone", 1500), "max_tokens": 64,
+                           "stream": True}).encode()
+        for k, delay in enumerate((0.02, 0.1, 0.3, 0.6)):
+            s = socket.create_connection(("127.0.0.1", f.router_port))
+            req = body.replace(b"sgone", f"sgone{k}x".encode())
+            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      b"Content-Length: " + str(len(req)).encode() + b"\r\n\r\n" + req)
+            time.sleep(delay)
+            s.close()
+        self.assertTrue(wait_until(lambda: f.metric('kvroute_router_cancels_total') >= 1, 30))
+        # No KV is held for nobody (held_transfers counts prefilled rooms not
+        # taken): a prefill leg ends with its client. (A room a decode leg
+        # registered before its client left holds no KV; the mocker's decode
+        # leg does not notice its client leaving and times out at 3 s here.)
+        self.assertTrue(wait_until(lambda: self.held() == 0, 20),
+                        [self.stats(i)["pd"] for i in PREFILL + DECODE])
+        r = f.post("/v1/completions", {"model": "mock-model", "prompt": words("safter", 200), "max_tokens": 2})
+        self.assertEqual(r.status, 200, r.body)
+
+    def test_no_prefill_worker_answers(self):
+        # SGLang has no fallback: a decode server cannot run the request alone.
+        f = self.fleet(lease_ms=0, prefill_timeout_ms=800)
+        for i in PREFILL:
+            f.mocker(i, "POST", "/mocker/hang", {"enabled": True})
+        r = f.post("/v1/completions", {"model": "mock-model", "prompt": words("snopf", 200), "max_tokens": 3})
+        self.assertEqual(r.status, 503, r.body)
+        self.assertEqual(r.json()["error"]["code"], "prefill_unavailable")
 
 
 if __name__ == "__main__":

@@ -115,7 +115,16 @@ AdminResponse AdminApi::explain(const ParsedRequest& parsed) const {
                                              cfg->scheduler, cfg->pd);
       !pd.empty()) {
     out.pop_back();  // the closing brace
-    out += fmt::format(R"(,"pd":{{"protocol":"{}",)", to_string(pd_protocol_of(cfg->pd, parsed.model)));
+    // The legs the proxy would send now (RoutingService::decide_pd(), the
+    // proxy's own call, with its SGLang rule: a decode server cannot run a
+    // request alone); ties may break otherwise than in the terms above.
+    RouteResult legs = r;
+    routing_.decide_pd(parsed, legs);
+    const bool split = legs.ok && legs.pd.disaggregate;
+    out += fmt::format(R"(,"pd":{{"protocol":"{}","legs":{{"split":{},"decode":{},"prefill":{}}},)",
+                       to_string(pd_protocol_of(cfg->pd, parsed.model)), split,
+                       legs.ok && !legs.ranked.empty() ? std::to_string(legs.ranked.front().worker.value) : "null",
+                       split ? std::to_string(legs.pd.prefill.front().worker.value) : "null");
     out.append(pd, 1);
     out += "}";
   }

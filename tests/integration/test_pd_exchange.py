@@ -193,6 +193,15 @@ class PdExchangeTests:
         self.assertIn(int(ex["pd"]["prefill"]), PREFILL)
         self.assertIn(int(ex["pd"]["decode"]), DECODE)
         self.assertEqual(ex["pd"]["protocol"], self.protocol)
+        legs = ex["pd"]["legs"]  # what the proxy sends: a split, its two workers
+        self.assertTrue(legs["split"])
+        self.assertIn(legs["prefill"], PREFILL)
+        self.assertIn(legs["decode"], DECODE)
+        short = self.f.admin("POST", "/admin/route/explain",
+                             json.dumps({"model": "mock-model", "prompt": words("xs", 10)})).json()
+        # A short uncached prompt runs whole on vLLM's decode worker; SGLang's decode cannot run it alone.
+        self.assertEqual(short["pd"]["legs"]["split"], self.protocol == "sglang")
+        self.assertIn(short["pd"]["legs"]["decode"], DECODE)
 
     def test_openai_node_sdk_through_the_pd_fleet(self):
         if not os.path.isdir(os.path.join(HERE, "node", "node_modules", "openai")):

@@ -165,6 +165,8 @@ class PdExchangeTests:
             r = self.f.post("/v1/completions", {"model": "mock-model", "prompt": prompt, "max_tokens": 2, **forged},
                             headers={"x-request-id": "client-id", "x-prefiller-host-port": "10.255.255.1:9"})
             self.assertEqual(r.status, 200, r.body)
+            # A PD-role engine's answer id is cmpl-{X-Request-Id} (vLLM's): the router's id, not the client's.
+            self.assertTrue(r.json()["id"].startswith("cmpl-kvroute-"), r.json()["id"])
 
     def test_prefill_side_keeps_prefix_affinity(self):
         prefill_of = {}

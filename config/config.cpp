@@ -513,6 +513,11 @@ std::optional<std::string> validate(const Config& c) {
     return fmt::format("scheduler.cost: '{}' is not one of weighted, predicted_ttft", c.scheduler.cost);
   if (c.pd.policy != "conditional" && c.pd.policy != "always" && c.pd.policy != "never")
     return fmt::format("pd.policy: '{}' is not one of conditional, always, never", c.pd.policy);
+  if (PdProtocol p; !parse_pd_protocol(c.pd.protocol, p))
+    return fmt::format("pd.protocol: '{}' is not one of vllm_nixl, sglang", c.pd.protocol);
+  if (auto e = check_model_protocols(c.pd.model_protocols)) return "pd.model_protocols: " + *e;
+  if (c.pd.on_prefill_failure != "fallback" && c.pd.on_prefill_failure != "fail")
+    return fmt::format("pd.on_prefill_failure: '{}' is not one of fallback, fail", c.pd.on_prefill_failure);
   if (c.tokenizer.remote != "auto" && c.tokenizer.remote != "off")
     return fmt::format("tokenizer.remote: '{}' is not one of auto, off", c.tokenizer.remote);
   if (c.log.format != "human" && c.log.format != "json")
@@ -578,6 +583,62 @@ std::string to_yaml(const Config& c) {
       out += fmt::format("  {}: {}\n", k.path.substr(dot + 1), field ? "true" : "false");
     else
       out += fmt::format("  {}: {}\n", k.path.substr(dot + 1), field);
+  });
+  return out;
+}
+
+// ---- pd
+
+std::string_view to_string(PdProtocol p) { return p == PdProtocol::Sglang ? "sglang" : "vllm_nixl"; }
+
+bool parse_pd_protocol(std::string_view s, PdProtocol& out) {
+  if (s == "vllm_nixl") out = PdProtocol::VllmNixl;
+  else if (s == "sglang") out = PdProtocol::Sglang;
+  else return false;
+  return true;
+}
+
+namespace {
+// Calls f(model, protocol text) for each entry of pd.model_protocols; stops
+// and returns false at the first f() that returns false.
+template <class F>
+bool for_each_model_protocol(std::string_view text, F&& f) {
+  while (!text.empty()) {
+    const size_t comma = text.find(',');
+    std::string_view entry = text.substr(0, comma);
+    text = comma == std::string_view::npos ? std::string_view() : text.substr(comma + 1);
+    while (!entry.empty() && entry.front() == ' ') entry.remove_prefix(1);
+    while (!entry.empty() && entry.back() == ' ') entry.remove_suffix(1);
+    if (entry.empty()) continue;
+    const size_t eq = entry.rfind('=');
+    if (!f(eq == std::string_view::npos ? entry : entry.substr(0, eq),
+           eq == std::string_view::npos ? std::string_view() : entry.substr(eq + 1)))
+      return false;
+  }
+  return true;
+}
+}  // namespace
+
+std::optional<std::string> check_model_protocols(std::string_view text) {
+  std::optional<std::string> err;
+  for_each_model_protocol(text, [&](std::string_view model, std::string_view proto) {
+    PdProtocol p;
+    if (model.empty()) err = fmt::format("entry '{}={}' names no model", model, proto);
+    else if (!parse_pd_protocol(proto, p))
+      err = fmt::format("model '{}': '{}' is not one of vllm_nixl, sglang", model, proto);
+    return !err;
+  });
+  return err;
+}
+
+PdProtocol pd_protocol_of(const PdConfig& pd, std::string_view model) {
+  PdProtocol out = PdProtocol::VllmNixl;
+  parse_pd_protocol(pd.protocol, out);
+  if (pd.model_protocols.empty()) return out;
+  for_each_model_protocol(pd.model_protocols, [&](std::string_view m, std::string_view proto) {
+    if (m != model) return true;
+    parse_pd_protocol(proto, out);
+    return false;
   });
   return out;
 }

@@ -163,7 +163,27 @@ struct PdConfig {
   // the split's predicted TTFT (prefill + transfer); 0 = off.
   double aggregate_time_ratio = 0;
   double transfer_ms_per_1k_tokens = 2.62;  // KV transfer time per 1,000 tokens (prediction only)
+  // The wire protocol of a split request (docs/design/pd-protocols.md):
+  // "vllm_nixl" (prefill leg first, its kv_transfer_params relayed to the
+  // decode leg) or "sglang" (both legs at once, a bootstrap room).
+  std::string protocol = "vllm_nixl";
+  // Per-model exceptions to `protocol`: "model=protocol" entries separated by
+  // ',' (pd_protocol_of()).
+  std::string model_protocols;
+  uint32_t prefill_timeout_ms = 30000;  // one prefill leg (connect to its whole answer); then the next prefill worker
+  // When no prefill worker could prefill the request: "fallback" runs it whole
+  // on its decode worker; "fail" answers 503 in the API's shape.
+  std::string on_prefill_failure = "fallback";
 };
+
+// The protocol a disaggregated request to `model` speaks: its
+// pd.model_protocols entry, else pd.protocol.
+enum class PdProtocol : uint8_t { VllmNixl, Sglang };
+std::string_view to_string(PdProtocol p);
+bool parse_pd_protocol(std::string_view s, PdProtocol& out);
+PdProtocol pd_protocol_of(const PdConfig& pd, std::string_view model);
+// Checks pd.model_protocols: "model=protocol" entries separated by ','.
+std::optional<std::string> check_model_protocols(std::string_view text);
 
 // Flow control of the OpenAI listener (router/flow/): priority bands, tenants
 // and their API keys, rate limits, the wait queue's byte bound.
@@ -580,6 +600,22 @@ void for_each_key(C& c, F&& f) {
             "Predicted KV transfer time per 1,000 prompt tokens the decode worker lacks (pd.aggregate_time_ratio).",
             0, 1e6, !S, R},
     c.pd.transfer_ms_per_1k_tokens);
+  f(KeyInfo{"pd.protocol",
+            "The wire protocol of a split request: vllm_nixl (prefill leg, then its kv_transfer_params to the decode "
+            "leg) or sglang (both legs at once, a bootstrap room).",
+            0, 0, S, R},
+    c.pd.protocol);
+  f(KeyInfo{"pd.model_protocols",
+            "Per-model exceptions to pd.protocol: 'model=protocol' entries separated by ','.", 0, 0, S, R},
+    c.pd.model_protocols);
+  f(KeyInfo{"pd.prefill_timeout_ms",
+            "One prefill leg, connect to its whole answer; then the next prefill worker.", 100, 3600000, !S, R},
+    c.pd.prefill_timeout_ms);
+  f(KeyInfo{"pd.on_prefill_failure",
+            "When no prefill worker could prefill a split request: fallback (run it whole on its decode worker) or "
+            "fail (503 in the API's shape).",
+            0, 0, S, R},
+    c.pd.on_prefill_failure);
   // flow
   f(KeyInfo{"flow.bands",
             "Priority bands, highest first: 'name=N[,max_priority=P][,max_queued=Q]' separated by ';' (YAML: a "

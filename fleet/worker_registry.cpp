@@ -72,9 +72,11 @@ HeartbeatVerdict WorkerRegistry::admit_heartbeat(const WorkerAnnouncement& a, si
     info->load = a.load;
     e.info = std::move(info);
   } else {
+    const bool role_changed = inserted || !e.info || e.info->role != a.role;
     auto info = std::make_shared<WorkerAnnouncement>(a);
     info->source = WorkerSource::Heartbeat;
     e.info = std::move(info);
+    if (role_changed) refresh_pd_roles();
   }
   e.last_seen = now;
   e.last_load = now;
@@ -376,6 +378,13 @@ void WorkerRegistry::rebuild_lora_names() {
   for (const auto& [id, e] : workers_)
     for (const auto& l : e.info->lora_adapters) names.emplace(l, e.info->model);
   std::atomic_store(&lora_names_, std::make_shared<const LoraNames>(names.begin(), names.end()));
+  refresh_pd_roles();
+}
+
+void WorkerRegistry::refresh_pd_roles() {
+  bool any = false;
+  for (const auto& [id, e] : workers_) any = any || e.info->role != WorkerRole::Both;
+  pd_roles_.store(any, std::memory_order_relaxed);
 }
 
 std::optional<uint64_t> WorkerRegistry::kv_capacity(std::string_view model) const {

@@ -217,6 +217,10 @@ class WorkerRegistry {
   // True when some worker serves `model` as a LoRA adapter (its blocks hash
   // with the adapter's name). Lock-free read of a snapshot.
   bool is_lora_adapter(std::string_view model) const;
+  // True when some known worker has role prefill or decode (a disaggregated
+  // fleet): routing then scores every candidate so the PD decision sees both
+  // sides. Lock-free; refreshed on every membership or role change.
+  bool has_pd_roles() const { return pd_roles_.load(std::memory_order_relaxed); }
   // The base model (the worker entry's `model`) of a LoRA adapter name; empty
   // when `model` is no worker's adapter. Lock-free read of the same snapshot.
   std::string lora_base(std::string_view model) const;
@@ -324,7 +328,9 @@ class WorkerRegistry {
   // worker serving each (by id), sorted by name; rebuilt on membership changes.
   using LoraNames = std::vector<std::pair<std::string, std::string>>;
   std::shared_ptr<const LoraNames> lora_names_ = std::make_shared<const LoraNames>();
-  void rebuild_lora_names();  // mu_ held
+  void rebuild_lora_names();  // mu_ held; refreshes pd_roles_ too
+  void refresh_pd_roles();    // mu_ held
+  std::atomic<bool> pd_roles_{false};
   // kv_capacity() by served name, rebuilt when capacity_dirty_ (mu_ held).
   mutable std::map<std::string, uint64_t, std::less<>> capacity_;
   mutable bool capacity_dirty_ = true;

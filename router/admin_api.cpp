@@ -109,12 +109,24 @@ AdminResponse AdminApi::explain(const ParsedRequest& parsed) const {
   RouteResult r = routing_.route(parsed, /*rank_all=*/true);
   const auto cfg = config_.get();
   std::string out = explain_json(r, parsed.model, cfg->indexer.block_size, cfg->scheduler);
-  // A disaggregated fleet: the prefill/decode decision too (not yet acted on by the proxy).
+  // A disaggregated fleet: the prefill/decode decision too (the legs the
+  // proxy runs: router/http/pd_exchange.h), with the protocol they speak.
   if (const std::string pd = pd_explain_json(r, cfg->indexer.block_size, parsed.n <= 1 && parsed.prompts <= 1,
                                              cfg->scheduler, cfg->pd);
       !pd.empty()) {
     out.pop_back();  // the closing brace
-    out += R"(,"pd":)" + pd + "}";
+    // The legs the proxy would send now (RoutingService::decide_pd(), the
+    // proxy's own call, with its SGLang rule: a decode server cannot run a
+    // request alone); ties may break otherwise than in the terms above.
+    RouteResult legs = r;
+    routing_.decide_pd(parsed, legs);
+    const bool split = legs.ok && legs.pd.disaggregate;
+    out += fmt::format(R"(,"pd":{{"protocol":"{}","legs":{{"split":{},"decode":{},"prefill":{}}},)",
+                       to_string(pd_protocol_of(cfg->pd, parsed.model)), split,
+                       legs.ok && !legs.ranked.empty() ? std::to_string(legs.ranked.front().worker.value) : "null",
+                       split ? std::to_string(legs.pd.prefill.front().worker.value) : "null");
+    out.append(pd, 1);
+    out += "}";
   }
   if (salt_blind_) {
     out.pop_back();  // the closing brace

@@ -67,6 +67,28 @@ struct RouterMetrics {
             "Responses API requests naming a previous_response_id, by result (pinned: sent to the worker that "
             "produced it; unknown: an id kvroute does not remember; worker_gone: its worker is no candidate now)",
             {"result"})),
+        pd_requests_total(r.counter(
+            "kvroute_pd_requests_total",
+            "Requests to a disaggregated fleet by outcome (disaggregated; aggregated: the decision ran it whole; "
+            "fallback: run whole after its prefill failed; failed: answered 503 by pd.on_prefill_failure fail) and "
+            "reason (the decision's, or the prefill failure's)",
+            {"outcome", "reason"})),
+        pd_retries_total(r.counter("kvroute_pd_retries_total",
+                                   "Legs sent to a further worker after a failure, by leg (prefill, decode)", {"leg"})),
+        pd_params_rejected_total(r.counter(
+            "kvroute_pd_params_rejected_total",
+            "Prefill answers whose kv_transfer_params were not relayed, by reason (too_large, not_json, missing, "
+            "not_object, wrong_type, not_for_decode, host_mismatch)",
+            {"reason"})),
+        pd_releases_total(r.counter(
+            "kvroute_pd_releases_total",
+            "Decode legs sent only to release a prefilled transfer (the client left after its prefill), by result "
+            "(ok, failed)",
+            {"result"})),
+        pd_prefill_legs_total(r.counter(
+            "kvroute_pd_prefill_legs_total",
+            "Prefill legs by result (ok, refused, status_4xx, status_5xx, timeout, connect, closed, cancelled)",
+            {"result"})),
         // gauges
         inflight_requests(r.gauge("kvroute_router_inflight_requests", "Requests being handled")),
         queued_requests(r.gauge("kvroute_router_queued_requests", "Requests waiting for a free worker")),
@@ -93,6 +115,10 @@ struct RouterMetrics {
                                             "Round trip of one POST /tokenize to an engine (connect included), "
                                             "successful or not",
                                             metrics::exponential_buckets(0.0001, 2, 18))),
+        pd_leg_seconds(r.histogram("kvroute_pd_leg_seconds",
+                                   "A disaggregated request's legs: prefill (sent to its whole answer), decode (sent "
+                                   "to its first byte)",
+                                   metrics::exponential_buckets(0.0005, 2, 18), {"leg"})),
         // children with fixed labels, resolved once (no lookup per request)
         duration_chat(request_duration_seconds.with({"chat_completions"})),
         duration_completions(request_duration_seconds.with({"completions"})),
@@ -121,6 +147,11 @@ struct RouterMetrics {
   metrics::CounterFamily& engine_tokenize_total;
   metrics::CounterFamily& engine_tokenize_cache_total;
   metrics::CounterFamily& previous_response_total;
+  metrics::CounterFamily& pd_requests_total;
+  metrics::CounterFamily& pd_retries_total;
+  metrics::CounterFamily& pd_params_rejected_total;
+  metrics::CounterFamily& pd_releases_total;
+  metrics::CounterFamily& pd_prefill_legs_total;
   metrics::GaugeFamily& inflight_requests;
   metrics::GaugeFamily& queued_requests;
   metrics::GaugeFamily& connections;
@@ -133,6 +164,7 @@ struct RouterMetrics {
   metrics::HistogramFamily& decision_seconds;
   metrics::HistogramFamily& overlap_ratio;
   metrics::HistogramFamily& engine_tokenize_seconds;
+  metrics::HistogramFamily& pd_leg_seconds;
 
   metrics::Histogram& duration_chat;
   metrics::Histogram& duration_completions;

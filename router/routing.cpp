@@ -88,6 +88,7 @@ void RouteResult::reset() {
   workers.clear();
   candidates.clear();
   decision.reset();
+  pd.reset();
 }
 
 std::vector<TokenId> RoutingService::tokens_of(const ParsedRequest& r, const TokenizerSet* tokenizers,
@@ -249,6 +250,8 @@ void RoutingService::decide(const Config& cfg, std::string_view model, uint32_t 
     return;
   }
   const size_t limit = rank_all ? 0 : cfg.router.max_attempts;
+  // A disaggregated fleet: decide_pd() needs every candidate's terms.
+  if (registry_.has_pd_roles()) score_all = true;
   if (fast_path_ && !score_all && !model.empty() && RankedCandidates::supports(cfg.scheduler, limit) &&
       decide_ranked(cfg, model, limit, out))
     return;
@@ -390,6 +393,65 @@ void RoutingService::decide_all(const Config& cfg, std::string_view model, bool 
   out.chose_best_overlap = out.candidates[*out.decision.chosen].overlap_blocks == best_overlap;
   out.best_cached_tokens = claimed_tokens(best_overlap, isl_tokens, block_size);
   out.ok = true;
+}
+
+void RoutingService::decide_pd(const ParsedRequest& request, RouteResult& out) const {
+  out.pd.reset();
+  if (!out.ok || std::none_of(out.candidates.begin(), out.candidates.end(),
+                              [](const Candidate& c) { return c.role != WorkerRole::Both; }))
+    return;
+  const auto cfg = config_.get();
+  const uint32_t block_size = cfg->indexer.block_size;
+  PdRequest req;
+  req.isl_tokens = out.isl_tokens;
+  req.block_size = block_size;
+  req.request_blocks = out.request_blocks;
+  req.single_consumer = request.prompts <= 1 && request.n <= 1;
+  PdDecision d = kvroute::decide_pd(out.candidates, req, cfg->scheduler, cfg->pd, random_);
+  // An SGLang decode server cannot run a request alone (its scheduler waits
+  // for a bootstrap room; SGLang answers "Disaggregated request received
+  // without bootstrap room id"), and Dynamo's conditional disaggregation is
+  // not offered on SGLang for the same reason: a request the decision would
+  // run whole on a decode-role worker is split whenever a prefill worker can
+  // take it.
+  if (d.decode && !d.disaggregate && out.candidates[*d.decode].role == WorkerRole::Decode &&
+      pd_protocol_of(cfg->pd, request.model) == PdProtocol::Sglang &&
+      (d.reason == PdReason::FewUncachedTokens || d.reason == PdReason::PrefillPoolBusy ||
+       d.reason == PdReason::PolicyNever || d.reason == PdReason::MultipleConsumers)) {
+    // The single-consumer rule is vLLM's (one kv_transfer_params per
+    // response); SGLang's room carries the whole request to its decode side.
+    PdConfig always = cfg->pd;
+    always.policy = "always";
+    PdRequest whole = req;
+    whole.single_consumer = true;
+    if (PdDecision split = kvroute::decide_pd(out.candidates, whole, cfg->scheduler, always, random_); split.disaggregate)
+      d = std::move(split);
+  }
+  if (!d.decode) {
+    // Nobody on the decode side: the ranking stays as routed (prefill
+    // workers serve a request whole), unless the decode side is all busy and
+    // the operator refuses busy work.
+    if (d.decode_all_busy) out.fail(RouteError::WorkersBusy, RouteErrorDetail{.model = request.model});
+    return;
+  }
+  out.pd.active = true;
+  out.pd.reason = d.reason;
+  const size_t limit = cfg->router.max_attempts;
+  auto target_of = [&](size_t i) {
+    const Candidate& c = out.candidates[i];
+    return route_target(c.owner.worker, *out.workers[i].info, c.overlap_blocks, c.owner.dp_rank, out.isl_tokens,
+                        block_size);
+  };
+  out.ranked.clear();
+  for (size_t k = 0; k < d.decode_ranking.size() && k < limit; ++k) out.ranked.push_back(target_of(d.decode_ranking[k]));
+  out.decision.chosen = *d.decode;
+  if (!d.disaggregate) return;
+  out.pd.disaggregate = true;
+  for (size_t k = 0; k < d.prefill_ranking.size() && k < limit; ++k) {
+    out.pd.prefill.push_back(target_of(d.prefill_ranking[k]));
+    out.pd.bootstrap_ports.push_back(out.workers[d.prefill_ranking[k]].info->bootstrap_port);
+  }
+  if (out.pd.prefill.empty()) out.pd.disaggregate = false;
 }
 
 }  // namespace kvroute

@@ -16,6 +16,7 @@
 #include "config/config_store.h"
 #include "indexer/indexer.h"
 #include "router/openai_request.h"
+#include "scheduler/pd_decision.h"
 #include "scheduler/scheduler.h"
 #include "fleet/worker_registry.h"
 #include "tokenizer/model_tokenizer.h"
@@ -75,6 +76,23 @@ struct RouteErrorDetail {
   uint32_t queue_timeout_ms = 0;    // QueueTimeout
 };
 
+// A disaggregated fleet's part of a decision (the model has workers of role
+// prefill or decode; RoutingService::decide_pd()).
+struct PdRoute {
+  bool active = false;        // the model's workers have PD roles: RouteResult::ranked holds the decode side only
+  bool disaggregate = false;  // split: a prefill worker of `prefill` computes the prompt first
+  PdReason reason = PdReason::NoDecodeWorker;
+  std::vector<RouteTarget> prefill;        // the prefill ranking, best first (the failover order)
+  std::vector<uint32_t> bootstrap_ports;   // parallel to `prefill`: each one's SGLang bootstrap port
+
+  void reset() {
+    active = disaggregate = false;
+    reason = PdReason::NoDecodeWorker;
+    prefill.clear();
+    bootstrap_ports.clear();
+  }
+};
+
 struct RouteResult {
   bool ok = false;
   RouteError failure = RouteError::None;  // when !ok: why
@@ -112,6 +130,7 @@ struct RouteResult {
   std::vector<WorkerView> workers;
   std::vector<Candidate> candidates;
   Decision decision;
+  PdRoute pd;  // set by RoutingService::decide_pd()
 
   // Back to a default-constructed RouteResult, keeping the vectors' capacity.
   void reset();
@@ -163,6 +182,16 @@ class RoutingService {
   // scheduler.queue_size 0 and reject_when_busy false): a queued request
   // whose wait timed out goes to the best of them.
   void reroute(std::string_view model, RouteResult& out, bool score_all = false, bool serve_busy = false) const;
+
+  // The disaggregated decision for a request already routed into `out`
+  // (scheduler/pd_decision.h decide_pd() over out.candidates): when the
+  // model's workers have PD roles, out.ranked becomes the decode side's
+  // ranking (role decode or both: a prefill worker never serves a request
+  // whole while decode-side workers exist) and out.pd the prefill ranking
+  // when the request is split. A model without PD roles is left as it is.
+  // Requires every candidate scored: decide() scores all of them whenever
+  // the registry knows a worker with a PD role.
+  void decide_pd(const ParsedRequest& request, RouteResult& out) const;
 
   // Off: every decision scores every candidate (schedule(), the O(workers)
   // reference) instead of the registry's pre-ranked fleet. For benchmarks and

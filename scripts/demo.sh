@@ -110,12 +110,15 @@ elif [ "$MODE" = pd ] || [ "$MODE" = pd-sglang ]; then
     printf '    - {id: %s, url: "%s", model: mock-model, kv_events: "%s", replay: "%s", role: %s%s}\n' \
       "$i" "$url" "$kv" "$replay" "$role" "$extra" >>"$CONFIG"
   done
+  protocol=vllm_nixl; [ "$MODE" = pd-sglang ] && protocol=sglang
+  printf 'pd:\n  protocol: %s\n' "$protocol" >>"$CONFIG"
   NATS_URL=""
   WHAT="no NATS: 2 prefill + 2 decode simulated ${MODE#pd-} workers from $CONFIG"
   [ "$MODE" = pd ] && WHAT="no NATS: 2 prefill + 2 decode simulated vLLM (NIXL) workers from $CONFIG"
-  # Said loudly: the roles are read and shown, the decision is made (explain),
-  # but the two-leg exchange is not built, so each request runs whole.
-  WHAT="$WHAT. NOTE: kvroute reads these roles but does not split requests between prefill and decode yet: each request runs whole on one worker (README, 'Disaggregated (prefill/decode) fleets')"
+  # A long uncached prompt is split (x-kvroute-pd: disaggregated, the prefill
+  # worker in x-kvroute-prefill-worker); a short one runs whole on a decode
+  # worker (pd.min_uncached_tokens, 512 by default).
+  WHAT="$WHAT; requests of 512 uncached tokens or more are split between a prefill and a decode worker (see the x-kvroute-pd and x-kvroute-prefill-worker response headers)"
 fi
 # The token reaches kvroute through KVROUTE_ADMIN_TOKEN (not argv: ps would show it).
 "$BIN/router/kvroute" ${CONFIG:+--config "$CONFIG"} --router.host 127.0.0.1 --router.port "$ROUTER_PORT" \

@@ -19,6 +19,7 @@
 #include "router/proxy_policy.h"
 #include "router/http/response_pin.h"
 #include "router/http/flow_gate.h"
+#include "router/http/pd_exchange.h"
 #include "router/http/upstream.h"
 
 namespace kvroute {
@@ -66,7 +67,13 @@ struct Exchange final : Swept {
   beast::error_code ec;
   Steady::time_point sent_at{};
   ResponsePin pin;    // Responses: previous_response_id affinity (response_pin.h)
+  bool sent_request = false;  // the attempt's request was written to its worker
+  PdState pd;         // a disaggregated fleet's legs (pd_exchange.h)
   ClientWatch watch;  // last: stops first
+
+  // The body sent to the attempt's worker: a disaggregated fleet's (stripped
+  // of the client's transfer fields; the decode leg's), else the client's.
+  std::string_view body() const { return pd.active ? pd.body() : std::string_view(req.body); }
 
   RouterMetrics* metrics() const { return s.hooks.metrics; }
 
@@ -228,6 +235,9 @@ awaitable<void> wait_in_queue(Exchange& x) {
 
 // The decision's metrics; false if there is no worker to send the request to.
 bool accept_route(Exchange& x) {
+  // A disaggregated fleet: the decode side's ranking, and the prefill one
+  // when the request is split (a decision that can still refuse it).
+  if (x.client.route.ok) x.s.hooks.routing->decide_pd(x.client.parsed, x.client.route);
   const RouteResult& route = x.client.route;
   RouterMetrics* m = x.metrics();
   if (m) {
@@ -273,13 +283,18 @@ bool begin_attempt(Exchange& x, size_t attempt) {
   // A batch is routed on its first prompt; its load is counted as that many
   // prompts like the first (n > 1 shares the prompt's prefill and blocks).
   const uint64_t prompts = x.client.parsed.prompts;
+  // A split request's decode worker pulls the prompt's KV: no prefill counted.
   x.guard.emplace(*x.s.hooks.registry, target.worker, x.client.route.request_blocks * prompts,
-                  target.prefill_tokens * prompts);
+                  x.pd.split ? 0 : target.prefill_tokens * prompts);
   if (x.s.hooks.on_dispatch) x.s.hooks.on_dispatch(target.worker, x.client.route);
   // The request to forward: unchanged but for hop-by-hop headers. Its head is
   // written out here (fields as Beast parsed and validated them) and sent with
   // the body in one gather write: no serializer on the hot path.
-  upstream_request_head(x.client.upstream_head, x.req, x.url, x.cfg.router.upstream_pool_size > 0, target.dp_rank);
+  if (x.pd.active)
+    pd_leg_request_head(x.client.upstream_head, x.req, x.url, x.cfg.router.upstream_pool_size > 0, target.dp_rank,
+                        x.pd.request_id, x.body().size());
+  else
+    upstream_request_head(x.client.upstream_head, x.req, x.url, x.cfg.router.upstream_pool_size > 0, target.dp_rank);
   return true;
 }
 
@@ -327,16 +342,20 @@ awaitable<Next> send_and_read_head(Exchange& x) {
   x.sent_at = Steady::now();
   // One send nearly always takes the whole request; asio::async_write (a
   // composed operation) only for what it leaves.
-  std::array<asio::const_buffer, 2> wire{asio::buffer(x.client.upstream_head), asio::buffer(x.req.body)};
+  const std::string_view body = x.body();
+  std::array<asio::const_buffer, 2> wire{asio::buffer(x.client.upstream_head), asio::buffer(body.data(), body.size())};
   std::span<asio::const_buffer> rest(wire);
   const size_t sent = co_await up.async_write_some(rest, nothrow(x.ec));
   if (!x.ec && consume(rest, sent)) co_await asio::async_write(up, rest, nothrow(x.ec));
+  x.sent_request = x.sent_request || !x.ec;
   x.parser.emplace(x.client.response);
   x.parser->body_limit(std::numeric_limits<std::uint64_t>::max());
   x.client.upstream_buffer.clear();
   if (!x.ec) {
     x.watch.watch(up, false);  // while the worker prefills
+    x.pd.decode_waits_on(&up);  // SGLang: a failing prefill leg ends this wait
     co_await read_http(up, x.client.upstream_buffer, *x.parser, ReadUntil::Header, x.ec);
+    x.pd.decode_waits_on(nullptr);
     if (x.ec && x.watch.client_gone()) {
       client_cancelled(x, 499);
       x.keep_result = false;
@@ -347,7 +366,7 @@ awaitable<Next> send_and_read_head(Exchange& x) {
   if (!x.ec) co_return Next::Go;
   x.watch.client_gone();
   const bool timed_out = x.ec == asio::error::timed_out;
-  if (x.cut || (x.pooled && !timed_out)) co_return Next::NextWorker;
+  if (x.cut || (x.pooled && !timed_out) || x.pd.prefill_failed()) co_return Next::NextWorker;
   // The worker is at fault (a timeout, or a fresh connection it closed): the
   // next worker, not a fresh connection to this one.
   x.pooled = false;
@@ -366,7 +385,11 @@ Next check_status(Exchange& x, bool another_left) {
   }
   if (RouterMetrics* m = x.metrics()) m->upstream_errors_total.with({"status_5xx"}).inc();
   report_failure(x, HealthSignal::ServerError);
-  if ((status == 502 || status == 503 || status == 504) && another_left) {
+  // A split request's decode worker answering 500 before its first byte has
+  // failed its transfer (SGLang: the prefill side is gone): retried, as
+  // 502/503/504 are, with a fresh prefill.
+  const bool retryable = status == 502 || status == 503 || status == 504 || (x.pd.split && status == 500);
+  if (retryable && another_left) {
     if (x.watch.client_gone()) {
       client_cancelled(x, 499);
       x.keep_result = false;
@@ -432,7 +455,7 @@ awaitable<bool> relay_small(Exchange& x, char* buf, uint64_t length, bool client
   const size_t body_size = static_cast<size_t>(length) - parser.room();
   x.pin.answered(x.client.response, x.target->worker, std::string_view(buf, body_size));
   client_response_head(x.client.response_head, x.client.response, x.req.version, x.target->worker,
-                       x.target->cached_tokens, body_size, client_keep);
+                       x.target->cached_tokens, body_size, client_keep, x.pd.fields);
   std::array<asio::const_buffer, 2> wire{asio::buffer(x.client.response_head), asio::buffer(buf, body_size)};
   std::span<asio::const_buffer> rest(wire);
   x.client.expires_after(idle);
@@ -496,7 +519,7 @@ awaitable<bool> relay_stream(Exchange& x, char* buf, std::optional<uint64_t> len
   }
   const bool chunked = !length && x.req.version >= 11;
   client_response_head(x.client.response_head, x.client.response, x.req.version, x.target->worker,
-                       x.target->cached_tokens, length, client_keep);
+                       x.target->cached_tokens, length, client_keep, x.pd.fields);
   x.client.expires_after(idle);
   co_await asio::async_write(x.client.socket, asio::buffer(x.client.response_head), nothrow(ec));
   x.client.deadline.settle(ec);
@@ -578,6 +601,48 @@ awaitable<bool> relay(Exchange& x) {
   co_return client_keep;
 }
 
+// ---- disaggregated legs (pd_exchange.h)
+
+// Before a split request's decode attempt: vLLM NIXL's prefill leg when no
+// transfer is ready (the first attempt, or a decode worker that may have
+// consumed it), SGLang's concurrent prefill leg with a fresh room. A prefill
+// that cannot be had falls back to the decode worker alone or, with
+// pd.on_prefill_failure fail, answers 503 (Done).
+awaitable<Next> prepare_legs(Exchange& x, const PdContext& pd, size_t attempt) {
+  if (x.pd.protocol == PdProtocol::Sglang) {
+    if (pd_start_sglang(x.pd, pd)) co_return Next::Go;
+    // An SGLang decode server cannot run the request alone: no fallback.
+    x.pd.outcome = "failed";
+    x.pd.reason = "no_prefill_worker";
+  } else if (x.pd.need_prefill) {
+    const PdPrefill r = co_await pd_prefill_nixl(x.pd, pd);
+    if (r == PdPrefill::ClientGone) {
+      client_cancelled(x, 499);
+      x.keep_result = false;
+      co_return Next::Done;
+    }
+    if (r != PdPrefill::Fail) {
+      // The client left while the transfer was made: a decode leg still
+      // claims it (never leave a prefill worker holding KV for nobody).
+      if (r == PdPrefill::Ready && peer_closed(x.client.socket)) {
+        pd_release(x.pd, pd, x.client.route.ranked[attempt]);
+        pd_count(x.pd, pd);
+        client_cancelled(x, 499);
+        x.keep_result = false;
+        co_return Next::Done;
+      }
+      co_return Next::Go;
+    }
+  } else {
+    co_return Next::Go;
+  }
+  pd_count(x.pd, pd);
+  static const ApiError e{503, "No prefill worker could prefill this request.",
+                          "service_unavailable", "", "prefill_unavailable"};
+  x.keep_result = co_await reject(x, e, "prefill_unavailable");
+  co_return Next::Done;
+}
+
 // Concurrency limit: counted for the whole request, released on every exit
 // (the in-flight gauge reads the count at scrape time).
 struct InflightSlot {
@@ -634,8 +699,19 @@ awaitable<bool> run(ServerState& s, ClientConn& client, ClientRequest& req, ApiK
     }
   }
 
+  const PdContext pd{s, io, x.cfg, req, client.route, x.watch, client.parsed.model};
+  if (!pd_begin(x.pd, pd)) {
+    ApiError e;
+    invalid_request(e, "The request body must be a JSON object.", "");
+    co_return co_await reject(x, e, "bad_request");
+  }
   const size_t attempts = std::min<size_t>(x.cfg.router.max_attempts, client.route.ranked.size());
   for (size_t attempt = 0; attempt < attempts && !x.cut; ++attempt) {
+    if (x.pd.split) {
+      const Next n = co_await prepare_legs(x, pd, attempt);
+      if (n == Next::Done) co_return x.keep_result;
+    }
+    x.sent_request = false;
     if (!begin_attempt(x, attempt)) continue;
     // The head kvroute forwards must fit what a worker accepts: over it, the
     // worker would refuse it and be blamed.
@@ -654,8 +730,27 @@ awaitable<bool> run(ServerState& s, ClientConn& client, ClientRequest& req, ApiK
     }
     if (next == Next::Go) next = check_status(x, attempt + 1 < attempts);
     if (next == Next::Done) co_return x.keep_result;
-    if (next == Next::Go) co_return co_await relay(x);
+    if (next == Next::Go) {
+      pd_committed(x.pd, pd, seconds_since(x.sent_at));
+      const bool keep = co_await relay(x);
+      if (x.pd.concurrent) co_await pd_finish_sglang(x.pd, pd);
+      co_return keep;
+    }
+    pd_decode_failed(x.pd, x.sent_request);
+    if (x.pd.split && attempt + 1 < attempts && x.metrics()) x.metrics()->pd_retries_total.with({"decode"}).inc();
   }
+  // A prefilled transfer no decode worker took: claimed by a release leg on
+  // the best decode worker (it may be back), else freed by its lease.
+  if (x.pd.split && !x.pd.need_prefill && !client.route.ranked.empty()) pd_release(x.pd, pd, client.route.ranked[0]);
+  if (x.pd.split && x.pd.prefill_failed() && !x.cut) {  // SGLang: the last attempt's prefill leg failed
+    x.pd.outcome = "failed";
+    x.pd.reason = "prefill_failed";
+    pd_count(x.pd, pd);
+    static const ApiError e{503, "No prefill worker could prefill this request.", "service_unavailable", "",
+                            "prefill_unavailable"};
+    co_return co_await reject(x, e, "prefill_unavailable");
+  }
+  pd_count(x.pd, pd);
   if (x.cut) {
     static const ApiError e{503, "The router is shutting down.", "service_unavailable", "", "shutting_down"};
     co_return co_await reject(x, e, "shutdown");

@@ -282,18 +282,55 @@ void upstream_request_head(std::string& h, const ClientRequest& req, const Upstr
 }
 
 void client_response_head(std::string& h, const UpstreamResponse& p, unsigned version, WorkerId worker,
-                          uint32_t cached_tokens, std::optional<uint64_t> content_length, bool keep_alive) {
+                          uint32_t cached_tokens, std::optional<uint64_t> content_length, bool keep_alive,
+                          std::string_view extra) {
   const beast::string_view obsolete = http::obsolete_reason(static_cast<http::status>(p.status));
   const std::string_view reason = p.reason.empty() ? std::string_view(obsolete.data(), obsolete.size()) : p.reason;
   const bool http10 = version < 11;
-  HeadWriter w(h, 256 + reason.size() + p.fields.size());
+  HeadWriter w(h, 256 + reason.size() + p.fields.size() + extra.size());
   w.text(http10 ? "HTTP/1.0 "sv : "HTTP/1.1 "sv).number(p.status).text(" "sv).text(reason).text("\r\n"sv);
   w.text(p.fields).text("Server: kvroute\r\nx-kvroute-worker: "sv).number(worker.value);
   w.text("\r\nx-kvroute-cached-tokens: "sv).number(cached_tokens);
+  w.text(extra);
   if (content_length) w.text("\r\nContent-Length: "sv).number(*content_length);
   else if (!http10) w.text("\r\nTransfer-Encoding: chunked"sv);
   if (!keep_alive) w.text("\r\nConnection: close\r\n\r\n"sv);
   else w.text(http10 ? "\r\nConnection: keep-alive\r\n\r\n"sv : "\r\n\r\n"sv);
+  w.finish();
+}
+
+namespace {
+// True for a "Name: value\r\n" line naming `name` (ASCII, any case).
+bool field_named(std::string_view line, std::string_view name) {
+  if (line.size() <= name.size() || line[name.size()] != ':') return false;
+  for (size_t i = 0; i < name.size(); ++i) {
+    char c = line[i];
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+    if (c != name[i]) return false;
+  }
+  return true;
+}
+}  // namespace
+
+void pd_leg_request_head(std::string& h, const ClientRequest& req, const UpstreamUrl& url, bool keep_alive,
+                         std::optional<uint32_t> dp_rank, std::string_view request_id, size_t body_size) {
+  HeadWriter w(h, 200 + req.method_string.size() + url.base.size() + req.target.size() + req.fields.size() +
+                      url.host.size() + url.port.size() + request_id.size());
+  w.text(req.method_string).text(" "sv).text(url.base).text(req.target).text(" HTTP/1.1\r\n"sv);
+  std::string_view fields = req.fields;
+  while (!fields.empty()) {
+    const size_t end = fields.find("\r\n"sv);
+    const size_t n = end == std::string_view::npos ? fields.size() : end + 2;
+    const std::string_view line = fields.substr(0, n);
+    fields.remove_prefix(n);
+    if (field_named(line, "x-request-id"sv) || field_named(line, "x-prefiller-host-port"sv)) continue;
+    w.text(line);
+  }
+  w.text("X-Request-Id: "sv).text(request_id).text("\r\n"sv);
+  w.text(url.ipv6 ? "Host: ["sv : "Host: "sv).text(url.host).text(url.ipv6 ? "]:"sv : ":"sv).text(url.port);
+  w.text(keep_alive ? "\r\n"sv : "\r\nConnection: close\r\n"sv);
+  if (dp_rank) w.text(kDpRankHeader).text(": "sv).number(*dp_rank).text("\r\n"sv);
+  w.text("Content-Length: "sv).number(body_size).text("\r\n\r\n"sv);
   w.finish();
 }
 

@@ -224,8 +224,19 @@ void upstream_request_head(std::string& h, const ClientRequest& req, const Upstr
 // Transfer-Encoding: chunked (an HTTP/1.0 client gets the body up to the
 // connection's close), and Connection: close when the client connection will
 // not be kept (keep-alive for an HTTP/1.0 client that keeps it).
+// `extra`: further x-kvroute-* fields, each as "\r\nName: value" (a
+// disaggregated request's prefill worker).
 void client_response_head(std::string& h, const UpstreamResponse& p, unsigned version, WorkerId worker,
-                          uint32_t cached_tokens, std::optional<uint64_t> content_length, bool keep_alive);
+                          uint32_t cached_tokens, std::optional<uint64_t> content_length, bool keep_alive,
+                          std::string_view extra = {});
+
+// The head of one leg of a disaggregated request (router/http/pd_exchange.h):
+// upstream_request_head()'s, but the client's own X-Request-Id and
+// x-prefiller-host-port fields left out (clients never direct transfers:
+// docs/design/pd-protocols.md §5), the router's `request_id` as
+// X-Request-Id (one id on both legs), and the leg body's length.
+void pd_leg_request_head(std::string& h, const ClientRequest& req, const UpstreamUrl& url, bool keep_alive,
+                         std::optional<uint32_t> dp_rank, std::string_view request_id, size_t body_size);
 
 // The head of a POST /tokenize of `body_size` bytes to the worker at `url`
 // (JSON both ways; the client's Authorization passed on when set).

@@ -109,6 +109,31 @@ TEST_CASE("pd: policy is one of three names, thresholds reload") {
   CHECK_FALSE(check_reload(c, next).has_value());
 }
 
+TEST_CASE("pd: the legs' protocol per model, the prefill timeout and failure policy, validated and reloadable") {
+  Config c;
+  REQUIRE_FALSE(apply_yaml(c, "pd:\n  protocol: sglang\n  model_protocols: \"a=vllm_nixl, b/c=sglang\"\n"
+                              "  prefill_timeout_ms: 1500\n  on_prefill_failure: fail\n"));
+  CHECK(pd_protocol_of(c.pd, "a") == PdProtocol::VllmNixl);
+  CHECK(pd_protocol_of(c.pd, "b/c") == PdProtocol::Sglang);
+  CHECK(pd_protocol_of(c.pd, "other") == PdProtocol::Sglang);  // pd.protocol
+  CHECK(c.pd.prefill_timeout_ms == 1500);
+  CHECK(c.pd.on_prefill_failure == "fail");
+  for (const char* bad : {"pd:\n  protocol: mooncake\n", "pd:\n  model_protocols: \"a=nixl\"\n",
+                          "pd:\n  model_protocols: \"=sglang\"\n", "pd:\n  on_prefill_failure: retry\n",
+                          "pd:\n  prefill_timeout_ms: 5\n"}) {
+    Config d = c;
+    const auto e = apply_yaml(d, bad);
+    REQUIRE(e.has_value());
+    CHECK(e->find("pd.") != std::string::npos);
+  }
+  Config next = c;
+  next.pd.protocol = "vllm_nixl";
+  next.pd.model_protocols = "";
+  next.pd.prefill_timeout_ms = 30000;
+  next.pd.on_prefill_failure = "fallback";
+  CHECK_FALSE(check_reload(c, next).has_value());
+}
+
 TEST_CASE("workers and DNS entries take a role and a bootstrap port") {
   std::vector<WorkerEntry> w;
   REQUIRE_FALSE(parse_worker_entries("url=http://a:1,model=m;url=http://b:1,model=m,role=prefill,bootstrap_port=9000;"

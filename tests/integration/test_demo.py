@@ -58,11 +58,10 @@ def main():
 
 
 def run_pd_demo(args, mode):
-    """scripts/demo.sh --pd / --pd-sglang: 2 prefill + 2 decode mockers with roles in kvroute's config,
-    which kvroute reads. kvroute does not split requests yet (README): in the vLLM fleet a long prompt runs
-    whole on one worker (no KV transfer), and the demo says so; SGLang prefill workers serve no whole
-    request, so none is sent there. Returns 1 when run, 0 when skipped because kvroute does not read
-    `role:`."""
+    """scripts/demo.sh --pd / --pd-sglang: 2 prefill + 2 decode mockers with roles in kvroute's config;
+    a long uncached prompt is split: the answer names its prefill and decode workers, and a decode
+    mocker verified the transfer (its own counter). Returns 1 when run, 0 when skipped because kvroute
+    does not read `role:`."""
     print(f"# scripts/demo.sh {' '.join(mode)}")
     with tempfile.TemporaryDirectory(prefix="kvroute-demo-") as tmp:
         env = dict(os.environ, BUILD_DIR=os.path.abspath(args.build_dir), KVROUTE_SKIP_SETUP="1",
@@ -82,22 +81,26 @@ def run_pd_demo(args, mode):
                     print("skip - the mockers run with roles, but this kvroute does not read `role:` yet")
                     return 0
                 raise AssertionError(f"demo.sh {mode} did not come up:\n{text}\n{log}")
-            assert "does not split requests between prefill and decode yet" in text, text
-            if mode == ["--pd-sglang"]:
-                print("ok - --pd-sglang: 2 prefill + 2 decode workers with roles read; no request sent")
-                return 1
+            assert "are split between a prefill and a decode worker" in text, text
             router = re.search(r"kvroute is up on (http://127\.0\.0\.1:\d+)", text).group(1)
             decode_urls = re.findall(r'url: "([^"]+)"[^\n]*role: decode', config)
+            key = "transfers_completed" if mode == ["--pd"] else "rooms_completed"
+            transfers = lambda: sum(json.loads(get(u + "/mocker/stats")[2])["pd"][key]  # noqa: E731
+                                    for u in decode_urls)
             body = json.dumps({"model": "mock-model", "prompt": "a long uncached demo prompt " * 600,
                                "max_tokens": 2}).encode()
             req = urllib.request.Request(router + "/v1/completions", data=body,
                                          headers={"content-type": "application/json"})
             with urllib.request.urlopen(req, timeout=30) as r:
                 assert r.status == 200
-            transfers = sum(json.loads(get(u + "/mocker/stats")[2])["pd"]["transfers_completed"]
-                            for u in decode_urls)
-            assert transfers == 0, transfers  # served whole: the PD exchange is not built (README)
-            print(f"ok - {mode[0]}: 2 prefill + 2 decode workers with roles read; a long prompt ran whole")
+                assert r.headers["x-kvroute-pd"] == "disaggregated", dict(r.headers)
+                assert r.headers["x-kvroute-prefill-worker"] in ("1", "2"), dict(r.headers)
+                assert r.headers["x-kvroute-worker"] in ("3", "4"), dict(r.headers)
+            deadline = time.time() + 10
+            while transfers() != 1 and time.time() < deadline:
+                time.sleep(0.05)
+            assert transfers() == 1, transfers()  # the decode mocker verified the transfer
+            print(f"ok - {mode[0]}: 2 prefill + 2 decode workers; a long prompt split, its transfer verified")
             return 1
         finally:
             try:

@@ -1,0 +1,397 @@
+// A disaggregated request's legs (pd_exchange.h). Peers followed: vLLM
+// tests/v1/kv_connector/nixl_integration/toy_proxy_server.py @030ea52 (the
+// NIXL legs, one X-Request-Id), SGLang python/sglang/srt/disaggregation/
+// mini_lb.py @001c2ae (both legs at once, one room, the decode answer is the
+// client's), SGLang Model Gateway model_gateway/src/routers/http/pd_router.rs
+// @f8daa88 (the prefill answer drained and checked; a failed leg cancels the
+// other), docs/design/pd-protocols.md for all of them.
+#include "router/http/pd_exchange.h"
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/http/error.hpp>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <array>
+#include <random>
+
+#include "common/log.h"
+#include "router/http/upstream.h"
+#include "router/pd_bodies.h"
+
+namespace kvroute {
+
+std::string_view to_string(LegResult r) {
+  switch (r) {
+    case LegResult::Answered: return "answered";
+    case LegResult::Connect: return "connect";
+    case LegResult::Timeout: return "timeout";
+    case LegResult::Closed: return "closed";
+    case LegResult::TooLarge: return "too_large";
+    case LegResult::Cancelled: return "cancelled";
+  }
+  return "cancelled";
+}
+
+void PdLeg::cancel() {
+  boost::system::error_code ignored;
+  if (socket && socket->is_open()) socket->close(ignored);
+  result = LegResult::Cancelled;
+}
+
+namespace {
+
+// The answer of a prefill leg: one output token, and block ids of the prompt.
+constexpr size_t kMaxAnswerBytes = pd::ParamsLimits{}.max_answer_bytes;
+
+// A per-thread generator for request ids and bootstrap rooms (not a secret:
+// a room must be unique among rooms in flight, which 63 random bits are).
+std::mt19937_64& rng() {
+  thread_local std::mt19937_64 g{std::random_device{}() ^ (uint64_t{std::random_device{}()} << 32)};
+  return g;
+}
+
+// Sends the leg and reads its whole answer into `leg`, within `timeout`
+// (connect included; router.connect_timeout_ms bounds the connect). A pooled
+// connection that fails before the answer is retried once on a fresh one.
+// `watch` (sequential legs only: the exchange outlives them): the client's
+// watch; when the client leaves, the leg's connection closes and the leg
+// ends Cancelled.
+awaitable<void> run_leg(std::shared_ptr<PdLeg> leg, const Config& cfg, milliseconds timeout, ClientWatch* watch) {
+  PdLeg& l = *leg;
+  IoThread& io = l.io;
+  const bool keep = cfg.router.upstream_pool_size > 0;
+  const size_t pool_size = cfg.router.upstream_pool_size;
+  const milliseconds connect_timeout(cfg.router.connect_timeout_ms);
+  const auto t0 = Steady::now();
+  const auto deadline = t0 + timeout;
+  l.result = LegResult::Connect;
+  for (int fresh = 0; fresh < 2 && !l.done; ++fresh) {
+    const auto left = std::chrono::duration_cast<milliseconds>(deadline - Steady::now());
+    if (left.count() <= 0) {
+      l.result = LegResult::Timeout;
+      break;
+    }
+    l.socket.reset();
+    if (fresh == 0) l.socket = io.pool.take(l.url_text);
+    const bool pooled = l.socket.has_value();
+    Deadline timer(io.sweeper);
+    boost::system::error_code ec;
+    if (!pooled) {
+      l.socket.emplace(io.ioc.get_executor());
+      timer.arm(*l.socket, std::min(left, connect_timeout));
+      co_await connect_to(*l.socket, l.url, ec);
+      timer.settle(ec);
+      if (l.result == LegResult::Cancelled) break;
+      if (ec) {
+        l.result = ec == asio::error::timed_out ? LegResult::Timeout : LegResult::Connect;
+        break;
+      }
+    }
+    timer.arm(*l.socket, std::chrono::duration_cast<milliseconds>(deadline - Steady::now()));
+    if (watch) watch->watch(*l.socket, false);
+    const std::array<asio::const_buffer, 2> wire{asio::buffer(l.head), asio::buffer(l.body)};
+    co_await asio::async_write(*l.socket, wire, nothrow(ec));
+    beast::flat_buffer buffer;
+    WholeResponseParser parser;
+    parser.header_limit(16 * 1024);
+    parser.body_limit(kMaxAnswerBytes);
+    if (!ec) co_await read_http(*l.socket, buffer, parser, ReadUntil::Message, ec);
+    timer.settle(ec);
+    if ((watch && watch->client_gone()) || l.result == LegResult::Cancelled) {
+      l.result = LegResult::Cancelled;
+      break;
+    }
+    if (ec == asio::error::timed_out) {
+      l.result = LegResult::Timeout;
+      break;
+    }
+    if (ec == http::error::body_limit) {
+      l.result = LegResult::TooLarge;
+      break;
+    }
+    if (ec && pooled) continue;
+    if (ec) {
+      l.result = LegResult::Closed;
+      break;
+    }
+    l.result = LegResult::Answered;
+    l.status = parser.status();
+    l.answer = parser.body();
+    if (keep && parser.keep_alive() && buffer.size() == 0) io.pool.give(l.url_text, std::move(*l.socket), pool_size);
+    break;
+  }
+  if (l.result != LegResult::Answered) {
+    boost::system::error_code ignored;
+    if (l.socket && l.socket->is_open()) l.socket->close(ignored);  // the engine aborts a leg it cannot finish
+  }
+  l.socket.reset();
+  l.seconds = seconds_since(t0);
+  l.done = true;
+  l.done_signal.cancel();
+}
+
+// The leg of `body` to the worker `t`, with the exchange's request id; null
+// if its url is unusable.
+std::shared_ptr<PdLeg> make_leg(const PdState& pd, const PdContext& c, const RouteTarget& t, std::string body) {
+  auto leg = std::make_shared<PdLeg>(c.io);
+  leg->url_text.assign(t.url);
+  if (!parse_url(t.url, leg->url)) return nullptr;
+  leg->body = std::move(body);
+  pd_leg_request_head(leg->head, c.req, leg->url, c.cfg.router.upstream_pool_size > 0, t.dp_rank, pd.request_id,
+                      leg->body.size());
+  return leg;
+}
+
+// The label of a prefill leg's end (kvroute_pd_prefill_legs_total).
+std::string_view leg_label(const PdLeg& l) {
+  if (l.result != LegResult::Answered) return to_string(l.result);
+  if (l.status / 100 == 2) return "ok";
+  if (l.status == 429) return "status_429";
+  return l.status / 100 == 4 ? "status_4xx" : "status_5xx";
+}
+
+// Passive health, as the proxy reports a worker's failures and successes.
+void report_leg(const PdContext& c, WorkerId worker, const PdLeg& l) {
+  WorkerRegistry& registry = *c.s.hooks.registry;
+  const bool failed = l.result == LegResult::Connect || l.result == LegResult::Timeout ||
+                      l.result == LegResult::Closed || (l.result == LegResult::Answered && l.status >= 500);
+  if (failed) {
+    registry.report_failure(worker, l.result == LegResult::Connect   ? HealthSignal::ConnectRefused
+                                    : l.result == LegResult::Timeout ? HealthSignal::FirstByteTimeout
+                                                                     : HealthSignal::ServerError);
+    c.io.suspect(worker);
+    return;
+  }
+  auto& s = c.io.suspects;
+  if (const auto it = std::find(s.begin(), s.end(), worker); it != s.end()) {
+    s.erase(it);
+    registry.report_success(worker);
+  }
+}
+
+void count_leg(const PdContext& c, const PdLeg& l) {
+  RouterMetrics* m = c.s.hooks.metrics;
+  if (!m) return;
+  m->pd_prefill_legs_total.with({leg_label(l)}).inc();
+  if (l.result == LegResult::Answered) m->pd_leg_seconds.with({"prefill"}).observe(l.seconds);
+}
+
+void warn_leg(const RouteTarget& t, const PdLeg& l, std::string_view what) {
+  static RateLimiter rl;
+  if (rl.allow())
+    spdlog::warn("prefill worker {} ({}): {} ({}{}); trying the next prefill worker", t.worker.value, t.url, what,
+                 leg_label(l), l.result == LegResult::Answered ? fmt::format(" {}", l.status) : std::string());
+}
+
+// SGLang's prefill leg beside the decode leg: counted as a prefill leg,
+// with the prefill worker's in-flight accounting while it runs.
+awaitable<void> sglang_prefill_leg(std::shared_ptr<PdLeg> leg, std::shared_ptr<PdDecodeLink> link,
+                                   std::shared_ptr<const Config> cfg, WorkerRegistry* registry, WorkerId worker,
+                                   uint64_t blocks, uint64_t tokens) {
+  InflightGuard guard(*registry, worker, blocks, tokens);
+  co_await run_leg(leg, *cfg, milliseconds(cfg->pd.prefill_timeout_ms), nullptr);
+  const bool ok = leg->result == LegResult::Answered && leg->status / 100 == 2;
+  if (ok || leg->result == LegResult::Cancelled) co_return;
+  link->prefill_failed = true;
+  if (link->decode) {
+    boost::system::error_code ignored;
+    link->decode->cancel(ignored);  // the decode leg's wait ends: the proxy retries with a fresh room
+  }
+}
+
+// A release leg: its answer discarded, its end counted.
+awaitable<void> release_leg(std::shared_ptr<PdLeg> leg, std::shared_ptr<const Config> cfg, RouterMetrics* m) {
+  co_await run_leg(leg, *cfg, milliseconds(cfg->pd.prefill_timeout_ms), nullptr);
+  const bool ok = leg->result == LegResult::Answered && leg->status / 100 == 2;
+  if (m) m->pd_releases_total.with({ok ? "ok" : "failed"}).inc();
+  if (!ok) {
+    static RateLimiter rl;
+    if (rl.allow())
+      spdlog::warn("a decode leg sent to release a prefilled transfer ({}) failed: {} {}; the prefill worker frees "
+                   "it when its lease ends",
+                   leg->url_text, to_string(leg->result), leg->status);
+  }
+}
+
+}  // namespace
+
+bool pd_begin(PdState& pd, const PdContext& c) {
+  const PdRoute& r = c.route.pd;
+  if (!r.active) return true;
+  pd.active = true;
+  if (pd::strip_transfer_fields(c.req.body, pd.stripped) != pd::BodyError::None) return false;
+  pd.split = r.disaggregate && !r.prefill.empty();
+  pd.protocol = pd_protocol_of(c.cfg.pd, c.model);
+  pd.request_id = fmt::format("kvroute-{:016x}", rng()());
+  pd.outcome = pd.split ? "disaggregated" : "aggregated";
+  pd.reason = to_string(r.reason);
+  return true;
+}
+
+void pd_fall_back(PdState& pd, std::string_view reason) {
+  pd.split = false;
+  pd.outcome = "fallback";
+  pd.reason = reason;
+}
+
+awaitable<PdPrefill> pd_prefill_nixl(PdState& pd, const PdContext& c) {
+  RouterMetrics* m = c.s.hooks.metrics;
+  const std::vector<RouteTarget>& prefill = c.route.pd.prefill;
+  std::string leg_body;
+  pd::nixl_prefill_body(pd.stripped, leg_body);
+  std::string_view failure = "no_prefill_worker";
+  for (size_t tried = 0; pd.next_prefill < prefill.size(); ++pd.next_prefill, ++tried) {
+    if (tried > 0 && m) m->pd_retries_total.with({"prefill"}).inc();
+    const RouteTarget& t = prefill[pd.next_prefill];
+    auto leg = make_leg(pd, c, t, leg_body);
+    if (!leg) {
+      failure = "connect";
+      continue;
+    }
+    // The router's in-flight accounting: the prefill worker computes the
+    // prompt; the decode worker's guard (the proxy's) counts no prefill.
+    InflightGuard guard(*c.s.hooks.registry, t.worker, c.route.request_blocks, t.prefill_tokens);
+    co_await run_leg(leg, c.cfg, milliseconds(c.cfg.pd.prefill_timeout_ms), &c.watch);
+    count_leg(c, *leg);
+    if (leg->result == LegResult::Cancelled) co_return PdPrefill::ClientGone;
+    report_leg(c, t.worker, *leg);
+    if (leg->result != LegResult::Answered) {
+      failure = to_string(leg->result);
+      warn_leg(t, *leg, "the prefill leg failed");
+      continue;
+    }
+    guard.first_byte();
+    if (leg->status / 100 == 4 && leg->status != 429 && leg->status != 408) {
+      // The request itself is refused (validation): run it whole; its decode
+      // worker answers the client the engine's own error.
+      pd_fall_back(pd, "status_4xx");
+      co_return PdPrefill::Aggregated;
+    }
+    if (leg->status / 100 != 2) {
+      failure = leg->status == 429 ? "status_429" : "status_5xx";
+      warn_leg(t, *leg, "the prefill leg failed");
+      continue;
+    }
+    std::string params, detail;
+    const pd::ParamsError err = pd::read_kv_transfer_params(leg->answer, leg->url.host, {}, params, &detail);
+    if (err != pd::ParamsError::None) {
+      if (m) m->pd_params_rejected_total.with({pd::to_string(err)}).inc();
+      static RateLimiter rl;
+      if (rl.allow())
+        spdlog::warn("prefill worker {} ({}): its kv_transfer_params are not relayed: {}{}{}", t.worker.value, t.url,
+                     pd::to_string(err), detail.empty() ? "" : ": ", detail);
+      failure = "params_rejected";
+      continue;
+    }
+    pd::nixl_decode_body(pd.stripped, params, pd.decode_body);
+    pd::nixl_decode_body(leg_body, params, pd.release_body);  // max_tokens 1, no stream: a release
+    pd.prefill = pd.next_prefill;
+    pd.need_prefill = false;
+    co_return PdPrefill::Ready;
+  }
+  if (c.cfg.pd.on_prefill_failure == "fail") {
+    pd.outcome = "failed";
+    pd.reason = failure;
+    co_return PdPrefill::Fail;
+  }
+  pd_fall_back(pd, failure);
+  co_return PdPrefill::Aggregated;
+}
+
+bool pd_start_sglang(PdState& pd, const PdContext& c) {
+  const PdRoute& r = c.route.pd;
+  if (pd.concurrent && !pd.concurrent->done) pd.concurrent->cancel();
+  pd.concurrent.reset();
+  for (; pd.next_prefill < r.prefill.size(); ++pd.next_prefill) {
+    const RouteTarget& t = r.prefill[pd.next_prefill];
+    UpstreamUrl url;
+    if (!parse_url(t.url, url)) continue;
+    // One room per attempt (a room is single-use); the decode worker finds
+    // the prefill worker's bootstrap server on its host (no port, as SGLang
+    // takes it) and bootstrap_port.
+    const uint64_t room = rng()() & 0x7fffffffffffffffull;
+    pd::sglang_body(pd.stripped, url.host, r.bootstrap_ports[pd.next_prefill], room, pd.decode_body);
+    auto leg = make_leg(pd, c, t, pd.decode_body);
+    if (!leg) continue;
+    pd.prefill = pd.next_prefill;
+    pd.concurrent = leg;
+    if (pd.link) pd.link->decode = nullptr;  // the previous attempt's link stays with its leg
+    pd.link = std::make_shared<PdDecodeLink>();
+    asio::co_spawn(c.io.ioc,
+                   sglang_prefill_leg(leg, pd.link, c.s.hooks.config->get(), c.s.hooks.registry, t.worker,
+                                      c.route.request_blocks, t.prefill_tokens),
+                   asio::detached);
+    return true;
+  }
+  return false;
+}
+
+void pd_decode_failed(PdState& pd, bool sent) {
+  if (!pd.split) return;
+  if (pd.protocol == PdProtocol::VllmNixl) {
+    // A decode worker that received the request may have pulled (and so
+    // freed) the transfer: the next decode worker gets a fresh prefill. One
+    // that never received it leaves the transfer for the next.
+    if (sent) pd.need_prefill = true;
+    return;
+  }
+  // SGLang: the room dies with this attempt; a prefill leg that failed on
+  // its own (its worker gone) moves the next attempt to the next prefill worker.
+  // A prefill leg that did not succeed may be the cause even when it has not
+  // ended yet (a decode worker notices a dead bootstrap server first).
+  if (pd.concurrent) {
+    const PdLeg& l = *pd.concurrent;
+    if (!(l.done && l.result == LegResult::Answered && l.status / 100 == 2)) ++pd.next_prefill;
+    if (!l.done) pd.concurrent->cancel();
+    pd.concurrent.reset();
+  }
+}
+
+awaitable<void> pd_finish_sglang(PdState& pd, const PdContext& c) {
+  std::shared_ptr<PdLeg> leg = std::move(pd.concurrent);
+  if (!leg) co_return;
+  if (!leg->done) {
+    boost::system::error_code ec;
+    co_await leg->done_signal.async_wait(nothrow(ec));  // woken when the leg ends (bounded by its own timeout)
+  }
+  count_leg(c, *leg);
+  if (pd.prefill) report_leg(c, c.route.pd.prefill[*pd.prefill].worker, *leg);
+  if (!(leg->result == LegResult::Answered && leg->status / 100 == 2) && pd.prefill) {
+    const RouteTarget& t = c.route.pd.prefill[*pd.prefill];
+    static RateLimiter rl;
+    if (rl.allow())
+      spdlog::warn("prefill worker {} ({}): its SGLang prefill leg ended {} {} while its decode leg answered",
+                   t.worker.value, t.url, to_string(leg->result), leg->status);
+  }
+}
+
+void pd_release(PdState& pd, const PdContext& c, const RouteTarget& decode) {
+  if (!pd.split || pd.protocol != PdProtocol::VllmNixl || pd.need_prefill || pd.release_body.empty()) return;
+  pd.need_prefill = true;
+  auto leg = make_leg(pd, c, decode, std::move(pd.release_body));
+  if (!leg) return;
+  asio::co_spawn(c.io.ioc, release_leg(leg, c.s.hooks.config->get(), c.s.hooks.metrics), asio::detached);
+}
+
+void pd_committed(PdState& pd, const PdContext& c, double ttfb) {
+  if (!pd.active) return;
+  if (RouterMetrics* m = c.s.hooks.metrics; m && pd.split) m->pd_leg_seconds.with({"decode"}).observe(ttfb);
+  if (pd.split && pd.prefill)
+    pd.fields = fmt::format("\r\nx-kvroute-pd: disaggregated\r\nx-kvroute-prefill-worker: {}",
+                            c.route.pd.prefill[*pd.prefill].worker.value);
+  else
+    pd.fields = fmt::format("\r\nx-kvroute-pd: {}", pd.outcome == "fallback" ? "fallback" : "aggregated");
+  pd_count(pd, c);
+}
+
+void pd_count(PdState& pd, const PdContext& c) {
+  if (!pd.active || pd.counted) return;
+  pd.counted = true;
+  if (RouterMetrics* m = c.s.hooks.metrics) m->pd_requests_total.with({pd.outcome, pd.reason}).inc();
+}
+
+}  // namespace kvroute

@@ -1,0 +1,184 @@
+// A disaggregated request's legs (docs/design/pd-protocols.md): the proxy
+// (proxy.cpp) runs the decode leg as it runs any request — its worker's
+// response is the client's — and calls these phases around it:
+//   begin         the client's transfer fields stripped, one X-Request-Id
+//                 minted for both legs, the protocol chosen (pd.protocol,
+//                 pd.model_protocols)
+//   prefill       vLLM NIXL: the prefill leg (nixl_prefill_body, no stream),
+//                 over the prefill ranking until one answers with
+//                 kv_transfer_params, read as untrusted input; the decode
+//                 body carries them (nixl_decode_body)
+//   start_sglang  SGLang: the prefill leg sent beside the decode leg, both
+//                 with one bootstrap room (random 63-bit)
+//   decode_failed the decode leg failed before its first byte: the next
+//                 decode worker gets a fresh prefill where the transfer may
+//                 have been consumed or its room closed
+//   finish_sglang the prefill leg's answer drained and checked
+//   release       the client left after its prefill succeeded: a decode leg
+//                 with max_tokens 1 still claims the transfer (pd-protocols.md
+//                 §1.7), answer discarded
+//
+// Threading: everything runs on the request's io thread. A leg in flight
+// beside the exchange (SGLang's prefill, a release leg) owns its state
+// through a shared_ptr, so it may outlive the exchange; an exchange that ends
+// first closes its concurrent leg (the engine sees the disconnect).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "config/config.h"
+#include "router/http/executor.h"
+#include "router/http/io_thread.h"
+#include "router/http/io_watch.h"
+#include "router/http/server_state.h"
+#include "router/http/wire.h"
+#include "router/routing.h"
+
+namespace kvroute {
+
+// How one leg ended. Maps one-to-one to kvroute_pd_prefill_legs_total's
+// result label (with the status classes of an answered leg).
+enum class LegResult : uint8_t {
+  Answered,   ///< a whole answer (any status)
+  Connect,    ///< the connection failed (refused, unreachable, bad url)
+  Timeout,    ///< no whole answer within pd.prefill_timeout_ms
+  Closed,     ///< the worker closed or reset the connection before its whole answer
+  TooLarge,   ///< the answer exceeded its bound
+  Cancelled,  ///< the exchange ended (client gone, shutdown) before the answer
+};
+std::string_view to_string(LegResult r);
+
+// SGLang: what a prefill leg running beside the decode leg knows of it. A
+// prefill leg that fails while the decode leg waits for its first byte
+// cancels that wait (the decode engine would wait for the room's KV until its
+// own timeout, 300 s; SGLang Model Gateway pd_router.rs cancels the surviving
+// leg likewise). Shared by the exchange and the leg; the exchange clears
+// `decode` before the socket goes away.
+struct PdDecodeLink {
+  Socket* decode = nullptr;     // the decode leg's connection while it waits for its head
+  bool prefill_failed = false;  // set by the prefill leg
+};
+
+// One leg sent whole and answered whole (the prefill legs and the release
+// leg). Owned by a shared_ptr: the coroutine running it holds one.
+struct PdLeg {
+  explicit PdLeg(IoThread& t) : io(t), done_signal(t.ioc.get_executor()) {
+    done_signal.expires_at(Steady::time_point::max());
+  }
+  IoThread& io;
+  std::string url_text;
+  UpstreamUrl url;
+  std::string head;
+  std::string body;
+  std::optional<Socket> socket;
+  LegResult result = LegResult::Cancelled;
+  unsigned status = 0;
+  std::string answer;
+  bool done = false;
+  Timer done_signal;  // cancelled when the leg is done (a waiter's wake-up)
+  double seconds = 0;  // sent to whole answer
+  // Closes the leg's connection: the engine sees its client leave and aborts.
+  void cancel();
+};
+
+// What the PD phases read of the exchange.
+struct PdContext {
+  ServerState& s;
+  IoThread& io;
+  const Config& cfg;
+  const ClientRequest& req;
+  const RouteResult& route;
+  ClientWatch& watch;
+  std::string_view model;
+};
+
+// A disaggregated request's state, in the proxy coroutine's frame.
+struct PdState {
+  bool active = false;  // the model's fleet has PD roles: every body sent is stripped of transfer fields
+  bool split = false;   // two legs (cleared by a fallback to the decode worker alone)
+  PdProtocol protocol = PdProtocol::VllmNixl;
+  std::string request_id;   // X-Request-Id of both legs
+  std::string stripped;     // the client's body without transfer fields
+  std::string decode_body;  // the decode leg's body while split
+  size_t next_prefill = 0;  // the prefill ranking's next worker to try
+  std::optional<size_t> prefill;  // the prefill worker (index into route.pd.prefill) of decode_body's transfer
+  bool need_prefill = true;       // NIXL: no unclaimed transfer ready for the next decode attempt
+  std::string release_body;       // NIXL: the decode body of a release leg for the ready transfer
+  std::string_view outcome;       // kvroute_pd_requests_total labels
+  std::string_view reason;
+  std::shared_ptr<PdLeg> concurrent;  // SGLang: the prefill leg in flight beside the decode leg
+  std::shared_ptr<PdDecodeLink> link; // SGLang: that leg's hold on the decode leg's wait
+  std::string fields;                 // x-kvroute-* fields of the client's response head
+  bool counted = false;               // in kvroute_pd_requests_total
+
+  PdState() = default;
+  PdState(const PdState&) = delete;
+  PdState& operator=(const PdState&) = delete;
+  ~PdState() {
+    if (link) link->decode = nullptr;
+    if (concurrent && !concurrent->done) concurrent->cancel();
+  }
+  // SGLang: the decode leg waits on `s` for its head (null: no longer).
+  void decode_waits_on(Socket* s) {
+    if (link) link->decode = s;
+  }
+  // SGLang: the decode attempt ended because its prefill leg failed (not
+  // the decode worker's fault).
+  bool prefill_failed() const { return link && link->prefill_failed; }
+  // The body the decode leg (or the whole request) sends now.
+  std::string_view body() const { return split ? decode_body : stripped; }
+};
+
+// begin: sets up `pd` for a routed request. False if the client's body is
+// not a JSON object (the parser accepted it: should not happen).
+bool pd_begin(PdState& pd, const PdContext& c);
+
+// What the prefill phase came to.
+enum class PdPrefill : uint8_t {
+  Ready,       ///< split: the decode body carries the transfer
+  Aggregated,  ///< run whole on the decode worker (a fallback, or the prefill refused the request as invalid)
+  Fail,        ///< pd.on_prefill_failure fail: answer 503
+  ClientGone,  ///< the client left during the prefill leg (the leg was aborted: nothing held)
+};
+
+// prefill (vLLM NIXL): the prefill ranking from pd.next_prefill until a
+// worker answers with valid kv_transfer_params. A refused, failed or timed
+// out leg moves to the next worker; a 4xx (the request itself is invalid)
+// runs the request whole, whose worker answers the client the same error.
+awaitable<PdPrefill> pd_prefill_nixl(PdState& pd, const PdContext& c);
+
+// start_sglang: the prefill leg for the decode attempt about to start, on the
+// prefill ranking's pd.next_prefill worker, with a fresh room; the decode
+// body gets the same fields. False when no prefill worker is left (the
+// caller falls back).
+bool pd_start_sglang(PdState& pd, const PdContext& c);
+
+// decode_failed: the decode attempt failed before its first byte; `sent`:
+// the decode worker may have received the request (its transfer consumed).
+void pd_decode_failed(PdState& pd, bool sent);
+
+// finish_sglang: waits (within pd.prefill_timeout_ms) for the prefill leg
+// beside a decode leg that answered, and counts how it ended.
+awaitable<void> pd_finish_sglang(PdState& pd, const PdContext& c);
+
+// release: the client left after a NIXL prefill succeeded and before a decode
+// worker took the transfer: a decode leg (max_tokens 1, no stream) to the
+// decode ranking's `decode` worker claims it, its answer discarded. Runs on
+// its own; the exchange may end.
+void pd_release(PdState& pd, const PdContext& c, const RouteTarget& decode);
+
+// The decode worker answered (its head, `ttfb` seconds after the decode leg
+// was sent): the x-kvroute-* response fields, the decode leg's latency, and
+// the request's count in kvroute_pd_requests_total.
+void pd_committed(PdState& pd, const PdContext& c, double ttfb);
+// The request's count in kvroute_pd_requests_total (once per request).
+void pd_count(PdState& pd, const PdContext& c);
+
+// Falls back to the decode worker alone (pd.on_prefill_failure fallback).
+void pd_fall_back(PdState& pd, std::string_view reason);
+
+}  // namespace kvroute

@@ -1,0 +1,228 @@
+#!/usr/bin/env python3
+"""Faults in a disaggregated fleet (2 prefill + 2 decode kvroute-mockers,
+vLLM NIXL shape, no NATS), each on a fresh fleet: a prefill worker killed
+while it holds prefill legs, a decode worker killed before its first byte,
+clients leaving right around their prefill, and every prefill worker gone.
+Where a retry is possible the client sees no error, and the prefill mockers'
+held-transfer count returns to 0: within the (short) lease where a dead decode
+worker never claimed its transfer, at once where the router claims or aborts
+it itself (a long lease proves no leak waited for it).
+
+Run: python3 tests/faults/test_pd_faults.py --build-dir build
+"""
+import json
+import os
+import socket
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "integration"))
+from fleet import Fleet, run_unittest_main, wait_until  # noqa: E402
+from test_pd_exchange import DECODE, PREFILL, start_pd_fleet, words  # noqa: E402
+
+BUILD_DIR = "build"
+
+
+class PdFaultsTest(unittest.TestCase):
+    def fleet(self, lease_ms, speedup=20.0, prefill_timeout_ms=20000, protocol="vllm_nixl"):
+        self.tmp = tempfile.TemporaryDirectory(prefix="kvroute-pd-faults-")
+        self.f = Fleet(BUILD_DIR, self.tmp.name, speedup=speedup)
+        try:
+            flags = (lambda role: ["--role", role, "--pd-lease-ms", str(lease_ms)]) if protocol == "vllm_nixl" else \
+                (lambda role: ["--disaggregation-mode", role, "--disaggregation-waiting-timeout-ms", "3000"] +
+                 (["--disaggregation-bootstrap-port", "0", "--disaggregation-bootstrap-timeout-ms", "3000"]
+                  if role == "prefill" else []))
+            start_pd_fleet(self.f, protocol, flags,
+                           f"  prefill_timeout_ms: {prefill_timeout_ms}\n")
+        except BaseException:
+            self.tearDown()
+            raise
+        return self.f
+
+    def tearDown(self):
+        if getattr(self, "f", None):
+            self.f.close()
+            self.f = None
+        if getattr(self, "tmp", None):
+            self.tmp.cleanup()
+            self.tmp = None
+
+    def stats(self, i):
+        return self.f.mocker(i, "GET", "/mocker/stats").json()
+
+    def held(self, workers=PREFILL):
+        return sum(self.stats(i)["pd"]["held_transfers"] for i in workers)
+
+    def send_concurrently(self, n, tag):
+        """n split-sized requests at once; returns the threads and their results (filled as they end)."""
+        results = [None] * n
+
+        def one(k):
+            try:
+                results[k] = self.f.post("/v1/completions", {"model": "mock-model", "prompt": words(f"{tag}{k}x", 200),
+                                                             "max_tokens": 4}, timeout=60)
+            except Exception as e:  # noqa: BLE001 - reported by the assertion below
+                results[k] = e
+        threads = [threading.Thread(target=one, args=(k,)) for k in range(n)]
+        for t in threads:
+            t.start()
+        return threads, results
+
+    def assert_all_split_ok(self, threads, results):
+        for t in threads:
+            t.join(90)
+        for r in results:
+            self.assertFalse(isinstance(r, Exception), r)
+            self.assertEqual(r.status, 200, r.body)
+            self.assertEqual(r.header("x-kvroute-pd"), "disaggregated")
+
+    def test_prefill_worker_killed_mid_request(self):
+        f = self.fleet(lease_ms=3000)
+        f.mocker(1, "POST", "/mocker/hang", {"enabled": True})  # its prefill legs stay in flight
+        threads, results = self.send_concurrently(6, "pkill")
+        self.assertTrue(wait_until(lambda: self.stats(1)["requests_total"] >= 1, 30))
+        f.kill("mocker-1")
+        self.assert_all_split_ok(threads, results)
+        self.assertEqual({int(r.header("x-kvroute-prefill-worker")) for r in results}, {2})
+        self.assertTrue(wait_until(lambda: self.held((2,)) == 0, 15), self.held((2,)))
+        self.assertGreaterEqual(f.metric('kvroute_pd_retries_total{leg="prefill"}'), 1)
+        self.assertGreaterEqual(f.metric('kvroute_pd_prefill_legs_total{result="closed"}'), 1)
+
+    def test_decode_worker_killed_before_first_byte(self):
+        f = self.fleet(lease_ms=3000)
+        f.mocker(3, "POST", "/mocker/hang", {"enabled": True})  # accepts its decode legs, never answers
+        threads, results = self.send_concurrently(6, "dkill")
+        self.assertTrue(wait_until(lambda: self.stats(3)["requests_total"] >= 1, 30))
+        f.kill("mocker-3")
+        self.assert_all_split_ok(threads, results)
+        self.assertEqual({int(r.header("x-kvroute-worker")) for r in results}, {4})
+        # Each answer followed a transfer decode worker 4 verified (a fresh prefill for the retried ones).
+        self.assertEqual(self.stats(4)["pd"]["transfers_completed"], 6)
+        # The transfers the dead worker never claimed end with the prefill mockers' lease.
+        self.assertTrue(wait_until(lambda: self.held() == 0, 20), self.held())
+        self.assertGreaterEqual(f.metric('kvroute_pd_retries_total{leg="decode"}'), 1)
+
+    def test_client_gone_around_its_prefill_leaks_nothing(self):
+        # A slow engine (speedup 1): a long prompt's prefill takes a while; a
+        # long lease (60 s): a transfer left to it would still be held below.
+        f = self.fleet(lease_ms=60000, speedup=1.0)
+        body = json.dumps({"model": "mock-model", "prompt": words("gone", 1500), "max_tokens": 64}).encode()
+        prefill_legs = lambda: sum(self.stats(i)["pd"]["prefill_legs"] for i in PREFILL)  # noqa: E731
+        for k, delay in enumerate((0.02, 0.1, 0.3, 0.6, 1.0, 1.5)):
+            s = socket.create_connection(("127.0.0.1", f.router_port))
+            req = body.replace(b"gone", f"gone{k}x".encode())
+            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      b"Content-Length: " + str(len(req)).encode() + b"\r\n\r\n" + req)
+            time.sleep(delay)
+            s.close()
+        self.assertTrue(wait_until(lambda: f.metric('kvroute_router_cancels_total') >= 3, 30),
+                        f.metric('kvroute_router_cancels_total'))
+        # Clients that leave at once, with a short prompt: its prefill is over
+        # before the router's client watch arms (20 ms), so the router finds
+        # the client gone with a transfer in hand, and a release leg (a decode
+        # leg with max_tokens 1, answer discarded) claims it.
+        short = json.dumps({"model": "mock-model", "prompt": words("quick", 80), "max_tokens": 64}).encode()
+        for k in range(8):
+            s = socket.create_connection(("127.0.0.1", f.router_port))
+            req = short.replace(b"quick", f"quick{k}x".encode())
+            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      b"Content-Length: " + str(len(req)).encode() + b"\r\n\r\n" + req)
+            s.close()
+        self.assertTrue(wait_until(lambda: f.metric('kvroute_pd_releases_total{result="ok"}') >= 1, 20),
+                        {k: v for k, v in f.metrics().items() if k.startswith("kvroute_pd_") and "bucket" not in k})
+        self.assertGreater(prefill_legs(), 0)
+        # Claimed (a release leg, or the decode leg already sent) or aborted: nothing waits for the lease.
+        self.assertTrue(wait_until(lambda: self.held() == 0, 15), self.held())
+        r = f.post("/v1/completions", {"model": "mock-model", "prompt": words("after", 200), "max_tokens": 2})
+        self.assertEqual(r.status, 200, r.body)
+
+    def test_no_prefill_worker_answers(self):
+        # Both prefill workers accept legs and never answer: each leg times out
+        # (pd.prefill_timeout_ms), then the request runs whole on its decode worker.
+        f = self.fleet(lease_ms=3000, prefill_timeout_ms=800)
+        for i in PREFILL:
+            f.mocker(i, "POST", "/mocker/hang", {"enabled": True})
+        r = f.post("/v1/completions", {"model": "mock-model", "prompt": words("nopf", 200), "max_tokens": 3})
+        self.assertEqual(r.status, 200, r.body)
+        self.assertEqual(r.header("x-kvroute-pd"), "fallback")
+        self.assertIn(int(r.header("x-kvroute-worker")), DECODE)
+        self.assertEqual(f.metric('kvroute_pd_requests_total{outcome="fallback",reason="timeout"}'), 1)
+        self.assertEqual(f.metric('kvroute_pd_prefill_legs_total{result="timeout"}'), 2)
+        # pd.on_prefill_failure fail (reloaded): 503 in the API's own shape.
+        rr = f.admin("PUT", "/admin/config", json.dumps({"pd": {"on_prefill_failure": "fail"}}))
+        self.assertEqual(rr.status, 200, rr.body)
+        r = f.post("/v1/chat/completions", {"model": "mock-model", "max_tokens": 3,
+                                            "messages": [{"role": "user", "content": words("nopf2", 200)}]})
+        self.assertEqual(r.status, 503, r.body)
+        self.assertEqual(r.json()["error"]["code"], "prefill_unavailable")
+        self.assertEqual(self.held(), 0)
+
+
+class SglangPdFaultsTest(PdFaultsTest):
+    """The same faults in the SGLang shape (both legs at once, bootstrap rooms);
+    the mockers' bootstrap and waiting timeouts short (3 s; SGLang's are 300 s)."""
+
+    def fleet(self, lease_ms, speedup=20.0, prefill_timeout_ms=20000, protocol="sglang"):
+        return super().fleet(lease_ms, speedup, prefill_timeout_ms, protocol)
+
+    def test_prefill_worker_killed_mid_request(self):
+        f = self.fleet(lease_ms=0)
+        f.mocker(1, "POST", "/mocker/hang", {"enabled": True})  # its prefill legs never join their rooms
+        threads, results = self.send_concurrently(6, "spkill")
+        self.assertTrue(wait_until(lambda: self.stats(1)["requests_total"] >= 1, 30))
+        f.kill("mocker-1")
+        # The decode legs waiting in the dead worker's rooms are cancelled by
+        # their failed prefill legs and retried with a fresh room on worker 2.
+        self.assert_all_split_ok(threads, results)
+        self.assertEqual({int(r.header("x-kvroute-prefill-worker")) for r in results}, {2})
+        self.assertTrue(wait_until(lambda: self.held((2,)) == 0, 15), self.held((2,)))
+        self.assertGreaterEqual(f.metric('kvroute_pd_retries_total{leg="decode"}'), 1)
+
+    def test_decode_worker_killed_before_first_byte(self):
+        f = self.fleet(lease_ms=0)
+        f.mocker(3, "POST", "/mocker/hang", {"enabled": True})  # accepts its decode legs, never answers
+        threads, results = self.send_concurrently(6, "sdkill")
+        self.assertTrue(wait_until(lambda: self.stats(3)["requests_total"] >= 1, 30))
+        f.kill("mocker-3")
+        self.assert_all_split_ok(threads, results)
+        self.assertEqual({int(r.header("x-kvroute-worker")) for r in results}, {4})
+        # The prefill legs of the dead worker's rooms were closed with their attempt: no room left waiting.
+        self.assertTrue(wait_until(lambda: self.held() == 0, 15), self.held())
+
+    def test_client_gone_around_its_prefill_leaks_nothing(self):
+        f = self.fleet(lease_ms=0, speedup=1.0)
+        body = json.dumps({"model": "mock-model", "prompt": words("sgone", 1500), "max_tokens": 64,
+                           "stream": True}).encode()
+        for k, delay in enumerate((0.02, 0.1, 0.3, 0.6)):
+            s = socket.create_connection(("127.0.0.1", f.router_port))
+            req = body.replace(b"sgone", f"sgone{k}x".encode())
+            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      b"Content-Length: " + str(len(req)).encode() + b"\r\n\r\n" + req)
+            time.sleep(delay)
+            s.close()
+        self.assertTrue(wait_until(lambda: f.metric('kvroute_router_cancels_total') >= 1, 30))
+        # No KV is held for nobody (held_transfers counts prefilled rooms not
+        # taken): a prefill leg ends with its client. (A room a decode leg
+        # registered before its client left holds no KV; the mocker's decode
+        # leg does not notice its client leaving and times out at 3 s here.)
+        self.assertTrue(wait_until(lambda: self.held() == 0, 20),
+                        [self.stats(i)["pd"] for i in PREFILL + DECODE])
+        r = f.post("/v1/completions", {"model": "mock-model", "prompt": words("safter", 200), "max_tokens": 2})
+        self.assertEqual(r.status, 200, r.body)
+
+    def test_no_prefill_worker_answers(self):
+        # SGLang has no fallback: a decode server cannot run the request alone.
+        f = self.fleet(lease_ms=0, prefill_timeout_ms=800)
+        for i in PREFILL:
+            f.mocker(i, "POST", "/mocker/hang", {"enabled": True})
+        r = f.post("/v1/completions", {"model": "mock-model", "prompt": words("snopf", 200), "max_tokens": 3})
+        self.assertEqual(r.status, 503, r.body)
+        self.assertEqual(r.json()["error"]["code"], "prefill_unavailable")
+
+
+if __name__ == "__main__":
+    run_unittest_main(globals())

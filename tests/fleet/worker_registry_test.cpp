@@ -62,6 +62,32 @@ TEST_CASE("router-known workers never expire on heartbeat silence; heartbeats on
   CHECK(v.info->load.request_active_slots == 7);
 }
 
+TEST_CASE("has_pd_roles: set while any worker has role prefill or decode, from every source") {
+  ManualClock clock;
+  WorkerRegistry r(clock);
+  r.upsert(router_known(1));
+  CHECK_FALSE(r.has_pd_roles());
+  auto p = router_known(2);
+  p.role = WorkerRole::Prefill;
+  r.upsert(p);
+  CHECK(r.has_pd_roles());
+  r.remove(WorkerId{2});
+  CHECK_FALSE(r.has_pd_roles());
+  // A heartbeat-only worker's role, and a later heartbeat changing it.
+  auto hb = ann(3);
+  hb.role = WorkerRole::Decode;
+  r.on_heartbeat(hb);
+  CHECK(r.has_pd_roles());
+  hb.role = WorkerRole::Both;
+  r.on_heartbeat(hb);
+  CHECK_FALSE(r.has_pd_roles());
+  hb.role = WorkerRole::Decode;
+  r.on_heartbeat(hb);
+  clock.advance(10s);
+  r.expire(2s);
+  CHECK_FALSE(r.has_pd_roles());
+}
+
 TEST_CASE("a refused connection takes a worker out at once; the next answer brings it back") {
   ManualClock clock;
   WorkerRegistry r(clock);

@@ -238,6 +238,7 @@ void fleet_table(const std::vector<SimRequest>& w, const Args& a, const ReusePro
     std::string name;
     double host_x, pool_x;
     Eviction ev;
+    bool write_through = false;
   };
   const double hx = a.fleet_host_x, px = a.fleet_pool_x;
   const std::vector<FleetConfig> fleets = {
@@ -245,7 +246,9 @@ void fleet_table(const std::vector<SimRequest>& w, const Args& a, const ReusePro
       {"+ host " + fmt("%gx", hx) + " (lru)", hx, 0, Eviction::Lru},
       {"+ host " + fmt("%gx", hx) + " + pool " + fmt("%gx", px) + " (lru)", hx, px, Eviction::Lru},
       {"+ host " + fmt("%gx", hx) + " + pool " + fmt("%gx", px) + " (workload_aware)", hx, px,
-       Eviction::WorkloadAware}};
+       Eviction::WorkloadAware},
+      {"+ host " + fmt("%gx", hx) + " + pool " + fmt("%gx", px) + " written through (lru)", hx, px, Eviction::Lru,
+       true}};
   for (const auto& fc : fleets) {
     SimOptions o = a.sim;
     o.kv_blocks = profile_blocks;
@@ -253,6 +256,7 @@ void fleet_table(const std::vector<SimRequest>& w, const Args& a, const ReusePro
     o.tiers.pool_blocks = static_cast<uint64_t>(std::llround(fc.pool_x * double(profile_blocks) * o.workers));
     o.tiers.kv_bytes_per_token = kv_bytes(a);
     o.tiers.eviction = fc.ev;
+    o.tiers.pool_write_through = fc.write_through;
     o.tiers.profiles = profiles;
     const Fleet f = smallest_fleet(w, a, o);
     if (f.workers == 0)

@@ -77,6 +77,8 @@ void kv_lookup(const KvLookupSources& src, const ParsedRequest& request, uint32_
   out.holders_total = 0;
   out.model = request.model;
   out.block_size = block_size;
+  if (!std::equal(out.pool_names.begin(), out.pool_names.end(), src.pool_names.begin(), src.pool_names.end()))
+    out.pool_names.assign(src.pool_names.begin(), src.pool_names.end());
   out.prompt_tokens = src.routing.hash_request(request, block_size, scratch, nullptr);
   out.complete_blocks = static_cast<uint32_t>(scratch.block_hashes.size());
   out.token_source = scratch.token_source;
@@ -103,7 +105,11 @@ void kv_lookup(const KvLookupSources& src, const ParsedRequest& request, uint32_
     k.dp_rank = h.overlap.owner.dp_rank;
     k.info = std::move(h.info);
     k.matched_tokens = h.overlap.blocks * block_size;
-    for (int t = 0; t < kNumStorageTiers; ++t) k.tier_tokens[t] = h.overlap.by_tier[t] * block_size;
+    k.pool = -1;
+    for (int t = 0; t < kNumStorageTiers; ++t) {
+      k.tier_tokens[t] = h.overlap.by_tier[t] * block_size;
+      if (t >= kNumBaseTiers && k.tier_tokens[t] > 0) k.pool = t - kNumBaseTiers;
+    }
     k.health = h.health;
     k.draining = h.draining;
   }
@@ -113,9 +119,13 @@ void kv_lookup(const KvLookupSources& src, const ParsedRequest& request, uint32_
 namespace {
 
 // The slowest tier the matched prefix touches: what loading it waits on
-// (LMCache's `location` names one backend per instance).
-std::string_view location(const KvLookupHolder& h) {
-  for (int t = kNumStorageTiers - 1; t > 0; --t)
+// (LMCache's `location` names one backend per instance). A shared pool is
+// named by its pool's name.
+std::string_view location(const KvLookupResult& r, const KvLookupHolder& h) {
+  if (h.pool >= 0)
+    return static_cast<size_t>(h.pool) < r.pool_names.size() ? std::string_view(r.pool_names[h.pool])
+                                                             : std::string_view("pool");
+  for (int t = kNumBaseTiers - 1; t > 0; --t)
     if (h.tier_tokens[t] > 0) return to_string(static_cast<StorageTier>(t));
   return to_string(StorageTier::Device);
 }
@@ -140,7 +150,7 @@ std::string kv_lookup_json(const KvLookupResult& r) {
                  to_string(r.tokenizer_fallback), r.holders_total);
   for (size_t i = 0; i < r.holders.size(); ++i)
     fmt::format_to(std::back_inserter(out), R"({}"{}":["{}",{}])", i ? "," : "", instance_id(r.holders[i]),
-                   location(r.holders[i]), r.holders[i].matched_tokens);
+                   location(r, r.holders[i]), r.holders[i].matched_tokens);
   put(R"(},"workers":[)");
   for (size_t i = 0; i < r.holders.size(); ++i) {
     const KvLookupHolder& h = r.holders[i];
@@ -149,10 +159,17 @@ std::string kv_lookup_json(const KvLookupResult& r) {
     fmt::format_to(std::back_inserter(out),
                    R"({}{{"worker_id":{},"dp_rank":{},"url":"{}","matched_tokens":{},"tiers":{{)", i ? "," : "",
                    h.worker.value, h.dp_rank, escaped, h.matched_tokens);
-    for (int t = 0; t < kNumStorageTiers; ++t)
+    for (int t = 0; t < kNumBaseTiers; ++t)
       fmt::format_to(std::back_inserter(out), R"({}"{}":{})", t ? "," : "", to_string(static_cast<StorageTier>(t)),
                      h.tier_tokens[t]);
-    fmt::format_to(std::back_inserter(out), R"(}},"health":"{}","draining":{},"approximate":{}}})",
+    // A shared pool's tokens in one key; the pool named beside.
+    fmt::format_to(std::back_inserter(out), R"(,"pool":{}}})", pool_blocks(h.tier_tokens));
+    if (h.pool >= 0) {
+      escaped.clear();
+      json_escape_append(escaped, location(r, h));
+      fmt::format_to(std::back_inserter(out), R"(,"pool":"{}")", escaped);
+    }
+    fmt::format_to(std::back_inserter(out), R"(,"health":"{}","draining":{},"approximate":{}}})",
                    to_string(h.health), h.draining, h.info->approximate);
   }
   put("]}");

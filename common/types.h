@@ -3,6 +3,7 @@
 // Header-only, no I/O, thread-compatible.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
@@ -42,7 +43,27 @@ struct CacheOwner {
 // Where a cached block lives on a worker. The order is the order of value: a
 // device hit is worth most.
 enum class StorageTier : uint8_t { Device = 0, HostPinned = 1, Disk = 2, External = 3 };
-inline constexpr int kNumStorageTiers = 4;
+// The tiers a worker reports of its own cache (device .. external).
+inline constexpr int kNumBaseTiers = 4;
+// Shared KV pools (config `kv_pools`, indexer/pool_index.h): pool p's blocks
+// are counted in tier kNumBaseTiers + p, so that each pool keeps its own
+// weight (its load cost) wherever tiers are weighed.
+inline constexpr int kMaxPools = 4;
+inline constexpr int kNumStorageTiers = kNumBaseTiers + kMaxPools;
+// Longest medium name a pool may have (and an event's medium is kept up to).
+inline constexpr size_t kMaxMediumBytes = 32;
+
+constexpr StorageTier pool_tier(uint32_t pool) { return static_cast<StorageTier>(kNumBaseTiers + pool); }
+constexpr bool is_pool_tier(StorageTier t) { return static_cast<int>(t) >= kNumBaseTiers; }
+constexpr uint32_t pool_of_tier(StorageTier t) { return static_cast<uint32_t>(t) - kNumBaseTiers; }
+
+// Of a per-tier count, the blocks in any shared pool.
+template <class PerTier>
+constexpr uint32_t pool_blocks(const PerTier& by_tier) {
+  uint32_t n = 0;
+  for (int p = 0; p < kMaxPools; ++p) n += by_tier[kNumBaseTiers + p];
+  return n;
+}
 
 constexpr std::string_view to_string(StorageTier t) {
   switch (t) {
@@ -51,12 +72,13 @@ constexpr std::string_view to_string(StorageTier t) {
     case StorageTier::Disk: return "disk";
     case StorageTier::External: return "external";
   }
-  return "device";
+  return is_pool_tier(t) ? "pool" : "device";
 }
 
-// Parses a wire tier name; returns false for an unknown name.
+// Parses a wire tier name (a worker's own tiers only; a pool tier is never
+// taken from the wire); returns false for an unknown name.
 constexpr bool parse_storage_tier(std::string_view s, StorageTier& out) {
-  for (int i = 0; i < kNumStorageTiers; ++i) {
+  for (int i = 0; i < kNumBaseTiers; ++i) {
     auto t = static_cast<StorageTier>(i);
     if (to_string(t) == s) { out = t; return true; }
   }

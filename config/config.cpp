@@ -88,7 +88,8 @@ std::optional<std::string> list_to_text(const std::string& path, const YAML::Nod
 }
 
 bool is_list_key(const std::string& path) {
-  return path == "workers.static" || path == "discovery.dns" || path == "flow.bands" || path == "flow.tenants";
+  return path == "workers.static" || path == "discovery.dns" || path == "flow.bands" || path == "flow.tenants" ||
+         path == "indexer.kv_pools";
 }
 
 // `sections` holds every key's prefixes ("scheduler"): a mapping anywhere
@@ -100,6 +101,7 @@ std::optional<std::string> walk_yaml(Config& c, const YAML::Node& node, const st
     std::string key = kv.first.as<std::string>();
     std::string path = prefix.empty() ? key : prefix + "." + key;
     if (path == "workers" && kv.second.IsSequence()) path = "workers.static";  // `workers:` given as the list
+    if (path == "kv_pools") path = "indexer.kv_pools";  // the pools' documented top-level key
     if (is_list_key(path) && kv.second.IsSequence()) {
       std::string text;
       if (auto e = list_to_text(path, kv.second, text)) return e;
@@ -398,6 +400,17 @@ const std::array<EntryField<T>, 6> kTenantFields{{
     {"cache_salt", &T::cache_salt},
 }};
 
+using P = PoolEntry;
+const std::array<EntryField<P>, 7> kPoolFields{{
+    {"name", &P::name},
+    {"medium", &P::medium},
+    {"workers", &P::workers},
+    {"bandwidth_mb_s", &P::bandwidth_mb_s, 1, uint64_t{1} << 30},
+    {"kv_bytes_per_token", &P::kv_bytes_per_token, 1, uint64_t{1} << 24},
+    {"prefill_tokens_per_s", &P::prefill_tokens_per_s, 1, uint64_t{1} << 30},
+    {"max_blocks", &P::max_blocks, 0, uint64_t{1} << 40},
+}};
+
 // A name an operator reads in metrics labels and the status page.
 bool valid_flow_name(std::string_view n) {
   if (n.empty() || n.size() > 64) return false;
@@ -469,6 +482,56 @@ std::optional<std::string> parse_worker_entries(std::string_view text, std::vect
   return parse_entries(P, text, kWorkerFields, check, out);
 }
 
+std::optional<std::string> parse_pool_entries(std::string_view text, std::vector<PoolEntry>& out) {
+  constexpr std::string_view P = "indexer.kv_pools";
+  auto check = [&](PoolEntry& p, size_t n, const std::vector<PoolEntry>& prev) -> std::optional<std::string> {
+    if (!valid_flow_name(p.name))
+      return fmt::format("{}: entry {}: name '{}' must be 1-64 letters, digits, '_' or '-'", P, n, p.name);
+    if (p.medium.empty() || p.medium.size() > kMaxMediumBytes)
+      return fmt::format("{}: entry {}: medium must be 1-{} bytes (the name the members' KV events give it)", P, n,
+                         kMaxMediumBytes);
+    if (p.bandwidth_mb_s == 0) return fmt::format("{}: entry {}: bandwidth_mb_s is required (1-{})", P, n, 1u << 30);
+    if (p.kv_bytes_per_token == 0)
+      return fmt::format("{}: entry {}: kv_bytes_per_token is required (1-{})", P, n, 1u << 24);
+    if (p.workers.empty()) return fmt::format("{}: entry {}: workers (member worker ids) is required", P, n);
+    if (p.workers.size() > 4096) return fmt::format("{}: entry {}: at most 4096 workers per pool", P, n);
+    p.worker_ids.clear();
+    for (const auto& w : p.workers) {
+      uint64_t id = 0;
+      const auto [ptr, ec] = std::from_chars(w.data(), w.data() + w.size(), id);
+      if (ec != std::errc() || ptr != w.data() + w.size() || id == 0 || id > (~0ull >> 1))
+        return fmt::format("{}: entry {}: worker id '{}' is not an integer from 1 to {}", P, n, w, ~0ull >> 1);
+      if (std::find(p.worker_ids.begin(), p.worker_ids.end(), id) != p.worker_ids.end())
+        return fmt::format("{}: entry {}: worker {} listed twice", P, n, id);
+      p.worker_ids.push_back(id);
+    }
+    for (const auto& q : prev) {
+      if (q.name == p.name) return fmt::format("{}: entry {}: duplicate pool '{}'", P, n, p.name);
+      for (uint64_t id : p.worker_ids)
+        if (std::find(q.worker_ids.begin(), q.worker_ids.end(), id) != q.worker_ids.end())
+          return fmt::format("{}: entry {}: worker {} already mounts pool '{}' (a worker mounts one pool at most)", P,
+                             n, id, q.name);
+    }
+    if (prev.size() >= kMaxPools) return fmt::format("{}: at most {} pools", P, kMaxPools);
+    return std::nullopt;
+  };
+  return parse_entries(P, text, kPoolFields, check, out);
+}
+
+double pool_tier_weight(const PoolEntry& p) {
+  if (p.bandwidth_mb_s == 0 || p.prefill_tokens_per_s == 0) return 0;
+  const double load_s = static_cast<double>(p.kv_bytes_per_token) / (static_cast<double>(p.bandwidth_mb_s) * 1e6);
+  const double recompute_s = 1.0 / static_cast<double>(p.prefill_tokens_per_s);
+  return std::clamp(1.0 - load_s / recompute_s, 0.0, 1.0);
+}
+
+void apply_pool_weights(Config& cfg) {
+  cfg.scheduler.tier_weight_pool.fill(0);
+  std::vector<PoolEntry> pools;
+  if (parse_pool_entries(cfg.indexer.kv_pools, pools)) return;  // validate() reports it
+  for (size_t i = 0; i < pools.size(); ++i) cfg.scheduler.tier_weight_pool[i] = pool_tier_weight(pools[i]);
+}
+
 std::optional<std::string> parse_dns_entries(std::string_view text, std::vector<DnsEntry>& out) {
   constexpr std::string_view P = "discovery.dns";
   auto check = [&](const DnsEntry& d, size_t n, const std::vector<DnsEntry>&) -> std::optional<std::string> {
@@ -495,6 +558,8 @@ std::optional<std::string> validate(const Config& c) {
     if (auto e = parse_band_entries(c.flow.bands, b)) return e;
     std::vector<TenantEntry> t;
     if (auto e = parse_tenant_entries(c.flow.tenants, t)) return e;
+    std::vector<PoolEntry> p;
+    if (auto e = parse_pool_entries(c.indexer.kv_pools, p)) return e;
   }
   if (c.workers.eject_max_ms < c.workers.eject_base_ms)
     return fmt::format("workers.eject_max_ms: {} must be >= workers.eject_base_ms ({})", c.workers.eject_max_ms,

@@ -6,6 +6,7 @@
 // ConfigStore (config/config_store.h) and swaps it atomically on reload.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <limits>
 #include <map>
@@ -13,6 +14,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "common/types.h"
 
 namespace kvroute {
 
@@ -110,6 +113,10 @@ struct IndexerConfig {
   uint64_t approx_max_entries = 1000000;  // predicted (block, worker) entries kept
   uint64_t max_blocks_per_worker = 1ull << 22;  // ceiling of blocks indexed per worker (all dp ranks)
   double capacity_slack = 2.0;  // a worker may hold its declared KV capacity times this in the index
+  // Shared KV pools (tiers several workers mount): entries
+  // `name=N,medium=M,workers=ID:ID,bandwidth_mb_s=B,kv_bytes_per_token=K[,prefill_tokens_per_s=P][,max_blocks=X]`
+  // separated by ';' (YAML: a list under top-level `kv_pools:`). parse_pool_entries().
+  std::string kv_pools;
 };
 
 struct SchedulerConfig {
@@ -124,6 +131,10 @@ struct SchedulerConfig {
   double tier_weight_host_pinned = 0.8;
   double tier_weight_disk = 0.5;
   double tier_weight_external = 0.3;
+  // Value of a block in shared pool p (tier kNumBaseTiers + p): 1 - its load
+  // time / its recompute time, from indexer.kv_pools (pool_tier_weight()).
+  // Not a key: set by apply_pool_weights() once the config is read.
+  std::array<double, kMaxPools> tier_weight_pool{};
   // Weight of prefill tokens the router has in flight on a worker (not yet
   // answered with a first byte), added to this request's new tokens. 0 = the
   // baseline weighted cost (Dynamo v0.1's formula, scheduler/README.md).
@@ -345,7 +356,29 @@ struct TenantEntry {
   std::string cache_salt;    // pinned into every forwarded request of the tenant (empty = the client's own)
 };
 
+// One indexer.kv_pools entry: a KV store several workers mount (LMCache's
+// remote backend, SGLang HiCache's storage tier, a shared host pool). A block
+// a member stores with the pool's medium counts for every member.
+struct PoolEntry {
+  std::string name;                  // 1-64 letters, digits, '_' or '-' (metrics label, status page)
+  std::string medium;                // the medium the members' KV events name it by (case-insensitive), 1-32 bytes
+  std::vector<std::string> workers;  // member worker ids (':'-separated in the text form)
+  std::vector<uint64_t> worker_ids;  // the same, parsed
+  uint64_t bandwidth_mb_s = 0;       // load bandwidth of one member from the pool, MB/s (10^6 bytes)
+  uint64_t kv_bytes_per_token = 0;   // KV bytes of one token (all layers, K and V)
+  uint64_t prefill_tokens_per_s = 10000;  // a member's prefill speed: what loading is compared with
+  uint64_t max_blocks = 0;           // blocks indexed for the pool at most; 0 = indexer.max_blocks_per_worker
+};
+// The value of a pool hit against a recompute (0) and a device hit (1):
+// 1 - (kv_bytes_per_token / bandwidth) / (1 / prefill_tokens_per_s), at least 0.
+double pool_tier_weight(const PoolEntry& p);
+// Fills cfg.scheduler.tier_weight_pool from cfg.indexer.kv_pools (already
+// validated). Call after reading the config (start-up); kv_pools needs a
+// restart to change, so a reloaded copy keeps the weights.
+void apply_pool_weights(Config& cfg);
+
 // Parse the text forms; the error names the entry and the field.
+std::optional<std::string> parse_pool_entries(std::string_view text, std::vector<PoolEntry>& out);
 std::optional<std::string> parse_band_entries(std::string_view text, std::vector<BandEntry>& out);
 std::optional<std::string> parse_tenant_entries(std::string_view text, std::vector<TenantEntry>& out);
 std::optional<std::string> parse_worker_entries(std::string_view text, std::vector<WorkerEntry>& out);
@@ -514,6 +547,11 @@ void for_each_key(C& c, F&& f) {
     c.indexer.approx_ttl_ms);
   f(KeyInfo{"indexer.approx_max_entries", "Predicted (block, worker) entries kept; oldest evicted first.", 1000, 1e10},
     c.indexer.approx_max_entries);
+  f(KeyInfo{"indexer.kv_pools",
+            "Shared KV pools: entries 'name=...,medium=...,workers=ID:ID,bandwidth_mb_s=N,kv_bytes_per_token=N"
+            "[,prefill_tokens_per_s=N,max_blocks=N]' separated by ';' (YAML: a list under kv_pools:).",
+            0, 0, S},
+    c.indexer.kv_pools);
   f(KeyInfo{"indexer.max_blocks_per_worker",
             "Most blocks the exact index holds for one worker (all dp ranks); a worker that declares its KV "
             "capacity gets capacity x indexer.capacity_slack if lower. Blocks beyond are refused.",

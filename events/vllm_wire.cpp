@@ -495,6 +495,7 @@ VllmSkip convert_stored(const VllmBlockStored& s, CacheOwner owner, uint32_t blo
     }
   }
   KvEvent ev{owner, std::nullopt, tier_of(s.medium), KvStored{}};
+  ev.medium = bounded_medium(s.medium);
   KvStored& st = std::get<KvStored>(ev.data);
   st.parent = s.parent_block_hash;
   st.blocks.resize(locals.size());
@@ -551,7 +552,10 @@ void to_kv_events(const VllmEventBatch& batch, CacheOwner owner, uint32_t block_
       skip = convert_stored(*s, owner, block_size, out, groups, salts);
     } else if (auto* r = std::get_if<VllmBlockRemoved>(&e)) {
       if (groups && groups->skips(r->group_idx)) skip = VllmSkip::NotFullAttention;
-      else out.push_back(KvEvent{owner, std::nullopt, tier_of(r->medium), KvRemoved{r->block_hashes}});
+      else {
+        out.push_back(KvEvent{owner, std::nullopt, tier_of(r->medium), KvRemoved{r->block_hashes}});
+        out.back().medium = bounded_medium(r->medium);
+      }
       if (salts && skip == VllmSkip::None) salts->removed(owner, r->block_hashes);
     } else if (std::holds_alternative<VllmAllBlocksCleared>(e)) {
       out.push_back(KvEvent{owner, std::nullopt, StorageTier::Device, KvCleared{}});

@@ -151,6 +151,14 @@ bool decode_router_event(Ctx& c, dom::element root, KvEvent& ev, bool require_wo
     if (!v.is_string()) return c.fail(DecodeError::WrongType, "storage_tier");
     if (!parse_storage_tier(v.get_string().value_unsafe(), ev.tier)) return c.fail(DecodeError::UnknownTier, "storage_tier");
   }
+  // The medium as the engine names it (matched against kv_pools' media);
+  // a name longer than any pool's is ignored.
+  if (field(c, o, "medium", v, false)) {
+    if (!v.is_string()) return c.fail(DecodeError::WrongType, "medium");
+    ev.medium = bounded_medium(v.get_string().value_unsafe());
+  } else if (c.err != DecodeError::None) {
+    return false;
+  }
   if (!field(c, o, "event", v, true)) return false;
   if (!v.is_object()) return c.fail(DecodeError::WrongType, "event");
   dom::object e = v.get_object().value_unsafe();
@@ -332,7 +340,9 @@ namespace {
 void append_event_body(std::string& s, const KvEvent& ev) {
   fmt::format_to(std::back_inserter(s), R"({{"worker_id":{},)", ev.owner.worker.value);
   if (ev.instance) fmt::format_to(std::back_inserter(s), R"("instance_id":{},)", ev.instance);
-  fmt::format_to(std::back_inserter(s), R"("storage_tier":"{}","event":{{)", to_string(ev.tier));
+  fmt::format_to(std::back_inserter(s), R"("storage_tier":"{}",)", to_string(ev.tier));
+  if (!ev.medium.empty()) fmt::format_to(std::back_inserter(s), R"("medium":"{}",)", json_escape(ev.medium));
+  s += R"("event":{)";
   if (ev.event_id) fmt::format_to(std::back_inserter(s), R"("event_id":{},)", *ev.event_id);
   fmt::format_to(std::back_inserter(s), R"("dp_rank":{},"data":)", ev.owner.dp_rank);
   if (const auto* st = std::get_if<KvStored>(&ev.data)) {
@@ -467,19 +477,26 @@ bool decode_compact(Ctx& c, std::string_view bytes, const ResyncDump& head, std:
     const uint8_t flags = static_cast<uint8_t>(bytes[pos + 1]);
     const uint64_t count = get_le(bytes.data() + pos + 2, 4);
     pos += 6;
-    if (tier >= kNumStorageTiers) return c.fail(DecodeError::UnknownTier, "blocks (tier)");
-    if (flags > 1) return c.fail(DecodeError::WrongType, "blocks (flags)");
+    if (tier >= kNumBaseTiers) return c.fail(DecodeError::UnknownTier, "blocks (tier)");
+    if (flags > 3) return c.fail(DecodeError::WrongType, "blocks (flags)");
     if (count == 0 || count > c.limits->max_blocks_per_event) return c.fail(DecodeError::TooLarge, "blocks (count)");
-    const size_t need = (flags ? 8 : 0) + count * 16;
+    KvEvent ev;
+    if (flags & 2) {  // the medium: u8 length (1..kMaxMediumBytes), then its bytes
+      const size_t len = bytes.size() > pos ? static_cast<uint8_t>(bytes[pos]) : 0;
+      if (len == 0 || len > kMaxMediumBytes || bytes.size() - pos < 1 + len)
+        return c.fail(DecodeError::WrongType, "blocks (medium)");
+      ev.medium.assign(bytes.data() + pos + 1, len);
+      pos += 1 + len;
+    }
+    const size_t need = (flags & 1 ? 8 : 0) + count * 16;
     if (bytes.size() - pos < need) return c.fail(DecodeError::WrongType, "blocks (truncated record)");
     blocks_total += count;
     if (blocks_total > c.limits->max_blocks_per_event * 64) return c.fail(DecodeError::TooLarge, "blocks");
-    KvEvent ev;
     ev.owner = head.owner;
     ev.instance = head.instance;
     ev.tier = static_cast<StorageTier>(tier);
     KvStored st;
-    if (flags) st.parent = SequenceHash{get_le(bytes.data() + pos, 8)}, pos += 8;
+    if (flags & 1) st.parent = SequenceHash{get_le(bytes.data() + pos, 8)}, pos += 8;
     st.blocks.resize(count);
     for (auto& b : st.blocks) {
       b.block_hash = SequenceHash{get_le(bytes.data() + pos, 8)};
@@ -509,7 +526,8 @@ std::vector<std::string> pack_records(const ResyncDump& dump, size_t budget) {
     size_t i = 0;
     while (i < st->blocks.size()) {
       std::string& body = bodies.back();
-      const size_t head = 6 + (parent ? 8 : 0);
+      const std::string_view medium = bounded_medium(ev.medium);
+      const size_t head = 6 + (medium.empty() ? 0 : 1 + medium.size()) + (parent ? 8 : 0);
       const size_t room = body.size() + head + 16 <= budget ? (budget - body.size() - head) / 16 : 0;
       if (room == 0) {
         bodies.emplace_back();
@@ -517,8 +535,12 @@ std::vector<std::string> pack_records(const ResyncDump& dump, size_t budget) {
       }
       const size_t n = std::min(room, st->blocks.size() - i);
       body += static_cast<char>(ev.tier);
-      body += static_cast<char>(parent ? 1 : 0);
+      body += static_cast<char>((parent ? 1 : 0) | (medium.empty() ? 0 : 2));
       put_u32(body, static_cast<uint32_t>(n));
+      if (!medium.empty()) {
+        body += static_cast<char>(medium.size());
+        body += medium;
+      }
       if (parent) put_u64(body, parent->value);
       for (size_t k = i; k < i + n; ++k) {
         put_u64(body, st->blocks[k].block_hash.value);

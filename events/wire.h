@@ -101,8 +101,9 @@ DecodeError decode_resync_request(std::string_view json, ResyncRequest& out);
 
 // One reply: {"worker_id","dp_rank","instance_id","last_event_id","snapshot",
 // "chunk","chunks","blocks":"<base64>"}; `blocks` is the compact encoding of
-// stored events: per event u8 tier, u8 flags (1 = has parent), u32 count,
-// [u64 parent], count x (u64 block_hash, u64 tokens_hash), little-endian.
+// stored events: per event u8 tier, u8 flags (1 = has parent, 2 = has a
+// medium), u32 count, [u8 length + the medium's bytes, 1-32], [u64 parent],
+// count x (u64 block_hash, u64 tokens_hash), little-endian.
 // {"error":"snapshot_gone"} when the worker no longer holds the snapshot.
 // A legacy reply (a whole dump with "events") decodes as chunk 0 of 1.
 struct ResyncChunk {

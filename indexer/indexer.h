@@ -26,8 +26,9 @@ enum class ApplyResult : uint8_t {
   UnknownBlock,   // removed event naming a block the owner does not hold; ignored
   TooLarge,       // more blocks in one event than the index accepts; rejected
   OverLimit,      // stored event past its worker's block limit: the blocks before it applied, the rest refused
+  ReservedOwner,  // the event names an owner id reserved for shared pools (indexer/pool_index.h); rejected
 };
-inline constexpr size_t kNumApplyResults = 5;
+inline constexpr size_t kNumApplyResults = 6;
 
 constexpr std::string_view to_string(ApplyResult r) {
   switch (r) {
@@ -36,6 +37,7 @@ constexpr std::string_view to_string(ApplyResult r) {
     case ApplyResult::UnknownBlock: return "unknown_block";
     case ApplyResult::TooLarge: return "too_large";
     case ApplyResult::OverLimit: return "over_limit";
+    case ApplyResult::ReservedOwner: return "reserved_owner";
   }
   return "applied";
 }

@@ -5,6 +5,7 @@
 
 #include "indexer/approx_indexer.h"
 #include "indexer/event_sequencer.h"
+#include "indexer/pool_index.h"
 #include "indexer/radix_indexer.h"
 
 namespace kvroute {
@@ -59,6 +60,35 @@ void register_index_metrics(metrics::Registry& r, const EventSequencer& sequence
             by_mode(&IndexStats::entries));
   r.collect(Type::Gauge, "kvroute_indexer_bytes", "memory held by the index, by mode", {"mode"},
             by_mode(&IndexStats::bytes));
+}
+
+void register_pool_metrics(metrics::Registry& r, const PoolIndex& pools, const RadixIndexer& exact) {
+  const PoolCounters& pc = pools.counters();
+  // counters
+  r.counter_fn("kvroute_indexer_pool_events_total",
+               "KV events of members with their pool's medium, applied to the shared pool",
+               [&pc] { return pc.events.load(); });
+  r.collect(Type::Counter, "kvroute_indexer_pool_events_refused_total",
+            "KV events kept from the shared pools, by reason (not_member: a pool's medium from a worker that does "
+            "not mount it, kept as its own; reserved_owner: an event naming a pool's owner id)",
+            {"reason"}, [&pc](Samples& s) {
+              s.add({"not_member"}, pc.claims_refused.load());
+              s.add({"reserved_owner"}, pc.reserved_refused.load());
+            });
+  r.counter_fn("kvroute_indexer_pools_emptied_total",
+               "shared pools emptied (a clear with the pool's medium, or its last publishing member gone)",
+               [&pc] { return pc.emptied.load(); });
+  // gauges
+  r.collect(Type::Gauge, "kvroute_indexer_pool_blocks", "blocks indexed in each shared pool", {"pool"},
+            [&pools, &exact](Samples& s) {
+              const auto by = exact.entries_by_worker();
+              for (uint32_t p = 0; p < pools.pools().size(); ++p) {
+                uint64_t n = 0;
+                for (const auto& [w, e] : by)
+                  if (w == PoolIndex::pool_owner(p).worker) n = e;
+                s.add({pools.pools()[p].name}, n);
+              }
+            });
 }
 
 }  // namespace kvroute

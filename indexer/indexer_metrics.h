@@ -13,8 +13,12 @@ namespace kvroute {
 class EventSequencer;
 class RadixIndexer;
 class ApproxIndexer;
+class PoolIndex;
 
 void register_index_metrics(metrics::Registry& r, const EventSequencer& sequencer, const RadixIndexer& exact,
                             const ApproxIndexer& approx);
+// The shared pools' (indexer.kv_pools): kvroute_indexer_pool_*; blocks held
+// per pool from `exact`'s per-owner counts at scrape time.
+void register_pool_metrics(metrics::Registry& r, const PoolIndex& pools, const RadixIndexer& exact);
 
 }  // namespace kvroute

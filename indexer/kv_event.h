@@ -4,6 +4,8 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -39,6 +41,18 @@ struct KvEvent {
   // The publishing process's instance id (changes when the worker restarts);
   // 0 = not announced (older publishers). The sequencer detects restarts by it.
   uint64_t instance = 0;
+  // The storage medium as the engine named it (vLLM's `medium`, the NATS
+  // event's `medium`), at most kMaxMediumBytes (decoders drop longer names:
+  // no pool's medium is that long); empty = none named. Matched against the
+  // media of `kv_pools` (indexer/pool_index.h); `tier` is what it maps to
+  // otherwise.
+  std::string medium;
 };
+
+// `medium` if a pool could be named by it, else empty (kept within SSO: no
+// allocation per event).
+inline std::string_view bounded_medium(std::string_view medium) {
+  return medium.size() <= kMaxMediumBytes ? medium : std::string_view{};
+}
 
 }  // namespace kvroute

@@ -29,6 +29,12 @@ void Engine::emit(KvEvent ev) {
   if (on_event_) on_event_(ev);
 }
 
+void Engine::announce(KvEvent ev) {
+  ev.owner = cfg_.owner;
+  ev.event_id = ++event_id_;
+  if (on_event_) on_event_(ev);
+}
+
 bool Engine::add_request(uint64_t id, std::span<const TokenId> prompt, uint32_t max_tokens, double now_ms,
                          const HashNamespace& ns, bool read_cache, PdOptions pd) {
   if (prompt.empty() || prompt.size() > UINT32_MAX) return false;

@@ -172,6 +172,11 @@ class Engine {
   // ids), consistent with last_event_id(): applying them to an empty index
   // gives what applying events 1..last_event_id() gives.
   std::vector<KvEvent> dump() const;
+  // Announces an event about blocks outside this engine's cache (the
+  // mocker's offload tiers: mocker/kv_pool.h) in its event sequence: the next
+  // event id and the owner are stamped, `ev`'s tier and medium kept. Calls
+  // the event callback synchronously (which may announce again).
+  void announce(KvEvent ev);
   // One prompt's prefill of `new_tokens` after `cached` ones, alone in one step.
   double prefill_ms(double new_tokens, double cached = 0) const;
   const EngineConfig& config() const { return cfg_; }

@@ -493,6 +493,7 @@ awaitable<bool> MockerServer::Impl::generate(beast::tcp_stream& s, const http::r
   if (!reject && gen.leg == PdLeg::NixlDecode) reject = co_await nixl_pull(gen, prep, pulled);
   if (!reject && gen.leg == PdLeg::SglDecode) reject = co_await sgl_take(gen, prep);
   if (!reject && gen.leg == PdLeg::SglPrefill) reject = co_await sgl_wait_decode(gen, s.socket());
+  if (!reject && gen.leg == PdLeg::None) co_await offload_load(prep);  // offload mode: host tier, shared pool
   if (!reject) {
     id = next_id++;
     reject = admit_generation(prep, gen, id, engine);

@@ -145,6 +145,24 @@ void add_flags(CLI::App& app, Flags& f) {
   app.add_option("--kv-bytes-per-token", pd.kv_bytes_per_token,
                  "KV bytes of one token for the transfer time (0 = the engine profile's)")
       ->capture_default_str()->check(CLI::Range(0.0, 1e9));
+  auto& off = o.offload;
+  app.add_option("--kv-pool-dir", off.pool_dir,
+                 "Offload mode: a shared KV pool, one file per block in this directory (mockers mounting the same "
+                 "directory share it); empty = none")
+      ->capture_default_str();
+  app.add_option("--kv-pool-medium", off.pool_medium,
+                 "Offload mode: the medium the pool's KV events carry (kvroute's indexer.kv_pools medium)")
+      ->capture_default_str();
+  app.add_option("--kv-pool-blocks", off.pool_blocks, "Offload mode: pool capacity in blocks (0 = unbounded)")
+      ->capture_default_str();
+  app.add_option("--kv-pool-gbps", off.pool_gbps, "Offload mode: load bandwidth from the pool, Gbit/s (0 = instantaneous)")
+      ->capture_default_str()->check(CLI::Range(0.0, 1e6));
+  app.add_option("--kv-host-blocks", off.host_blocks,
+                 "Offload mode: host tier capacity in blocks (the device's evictions offloaded to CPU memory); 0 = none")
+      ->capture_default_str();
+  app.add_option("--kv-host-gbps", off.host_gbps,
+                 "Offload mode: load bandwidth from the host tier, Gbit/s (0 = instantaneous)")
+      ->capture_default_str()->check(CLI::Range(0.0, 1e6));
   app.add_option("--pd-nixl-params", f.nixl_params,
                  "Prefill: the kv_transfer_params dict returned: newest (grouped remote_block_ids, dcp/pp sizes, "
                  "remote_num_tokens, transfer_mode) or legacy (the older connector's 8 keys, a flat block list)")
@@ -302,6 +320,15 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "kvroute-mocker: --nats-url: %s\n", err.c_str());
       return 1;
     }
+  }
+  if (o.offload.enabled() && (!zo.endpoint.empty() || o.pd.role != mocker::PdRole::Both ||
+                              o.pd.protocol != mocker::PdProtocol::None)) {
+    std::fprintf(stderr, "kvroute-mocker: --kv-pool-dir / --kv-host-blocks (offload mode) need NATS mode without a PD role\n");
+    return 2;
+  }
+  if (!o.offload.pool_medium.empty() && o.offload.pool_medium.size() > kMaxMediumBytes) {
+    std::fprintf(stderr, "kvroute-mocker: --kv-pool-medium: at most %zu bytes\n", kMaxMediumBytes);
+    return 2;
   }
   if (o.data_parallel_size > 1 && zo.endpoint.empty()) {
     std::fprintf(stderr, "kvroute-mocker: --data-parallel-size needs --zmq-endpoint (vLLM mode)\n");

@@ -158,6 +158,7 @@ MockerServer::MockerServer(MockerOptions opts, NatsBus* bus, std::vector<VllmPub
 MockerServer::~MockerServer() = default;
 
 bool MockerServer::listen(std::string* error) {
+  if (!impl_->open_offload(error)) return false;
   beast::error_code ec;
   auto addr = asio::ip::make_address(impl_->opts.host, ec);
   if (ec) {
@@ -225,7 +226,7 @@ bool MockerServer::start_nats(std::string* error) {
             d.owner = CacheOwner{WorkerId{impl->opts.worker_id}, 0};
             d.last_event_id = impl->engine.last_event_id();
             d.instance = impl->instance_id;
-            d.events = impl->engine.dump();
+            d.events = impl->offload_dump();  // the engine's blocks, and the offload tiers' (offload mode)
             if (rq.max_bytes == 0) {  // a router of the legacy protocol: one message
               impl->answer_resync(reply, encode_resync_dump(d));
               return;

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "mocker/engine.h"
+#include "mocker/kv_pool.h"
 #include "mocker/pd.h"
 #include "tokenizer/model_tokenizer.h"
 
@@ -71,6 +72,9 @@ struct MockerOptions {
   // say so (lora_name, a field of its own, is still sent).
   bool no_extra_keys = false;
   PdConfig pd;
+  // Offload mode (mocker/kv_pool.h): a shared pool and a host tier, NATS mode
+  // with one rank only.
+  OffloadConfig offload;
 };
 
 class MockerServer {

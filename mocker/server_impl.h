@@ -6,7 +6,8 @@
 //   engine_events.cpp  the engine clock (tick timer, rank choice) and its KV events (NATS or vLLM ZMQ)
 //   telemetry.cpp      heartbeats, GET /mocker/stats, vLLM-named Prometheus metrics
 //   pd_server.cpp      prefill/decode disaggregation: vLLM NIXL legs and side channel, SGLang rooms
-// The five are compiled as one translation unit (mocker/CMakeLists.txt): each
+//   offload_server.cpp offload mode: the host tier and the shared pool, their events and loads
+// The six are compiled as one translation unit (mocker/CMakeLists.txt): each
 // alone would parse Beast and Asio's coroutines again.
 #pragma once
 
@@ -33,6 +34,7 @@
 #include <chrono>
 #include <deque>
 #include <functional>
+#include <optional>
 #include <unordered_map>
 
 #include "common/json_escape.h"
@@ -142,7 +144,7 @@ struct MockerServer::Impl {
         tick(ioc),
         heartbeat(ioc),
         start(std::chrono::steady_clock::now()),
-        engines(make_engines(opts, !publishers.empty(), [this](const KvEvent& ev) { publish_event(ev); })),
+        engines(make_engines(opts, !publishers.empty(), [this](const KvEvent& ev) { on_engine_event(ev); })),
         engine(*engines[0]) {
     vllm_batch.resize(engines.size());
     requests_by_rank.resize(engines.size(), 0);
@@ -321,6 +323,32 @@ struct MockerServer::Impl {
   std::optional<double> next_event_time() const;
   int pick_rank(const http::request<http::string_body>& req);
   void schedule();
+
+  // ---- offload mode: host tier and shared pool (offload_server.cpp) ----
+  std::optional<KvPoolDir> pool;      // --kv-pool-dir
+  HostTier host{0};                   // --kv-host-blocks
+  std::unordered_map<uint64_t, BlockMeta> device_meta;  // host tier: the device's blocks, to offload on eviction
+  struct OffloadStats {
+    uint64_t pool_loaded_blocks = 0;   // prompt blocks loaded from the pool instead of prefilled
+    uint64_t host_loaded_blocks = 0;   // prompt blocks loaded from the host tier
+    uint64_t computed_blocks = 0;      // prompt blocks prefilled (neither cached nor loaded)
+    uint64_t cached_blocks = 0;        // prompt blocks found on the device
+    uint64_t pool_stored_blocks = 0;   // blocks this mocker wrote to the pool (first)
+    uint64_t pool_evicted_blocks = 0;  // blocks this mocker evicted from the pool
+    uint64_t host_offloaded_blocks = 0, host_evicted_blocks = 0;
+    uint64_t loads = 0;                // requests that loaded from a tier
+    double load_ms = 0;                // engine ms spent loading
+  } offload_stats;
+  bool open_offload(std::string* err);
+  // Every engine event: published, then the offload tiers follow it.
+  void on_engine_event(const KvEvent& ev);
+  void offload_after(const KvEvent& ev);
+  // Before admission: the prompt's blocks after the device's prefix found in
+  // the host tier or the pool are loaded (their load time waited), then
+  // imported by the engine as computed.
+  awaitable<void> offload_load(Prepared& prep);
+  std::vector<KvEvent> offload_dump() const;
+  std::string offload_stats_json() const;
 
   // ---- heartbeats, stats and metrics (telemetry.cpp) ----
   void publish_heartbeat();

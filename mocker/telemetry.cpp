@@ -47,6 +47,7 @@ std::string MockerServer::Impl::stats_json() const {
       cached_blocks, l.kv_active_blocks, l.kv_total_blocks, events_published, events_dropped,
       events_publish_failed, drop_remaining, last_event_id, hang, steered_total, ranks, tokenize_total);
   if (opts.pd.protocol != PdProtocol::None) out.insert(out.size() - 1, ",\"pd\":" + pd_stats_json());
+  if (opts.offload.enabled()) out.insert(out.size() - 1, ",\"offload\":" + offload_stats_json());
   if (vllm)  // vLLM mode: ZMQ batches numbered (next seq), not sent live (test hook), replays served
     out.insert(out.size() - 1, fmt::format(R"(,"zmq_batches":{},"zmq_dropped_live":{},"zmq_replays":{})",
                                            vllm->published(), vllm->dropped_live(), vllm->replays_served()));

@@ -168,7 +168,7 @@ AdminResponse AdminApi::kv_lookup(std::string_view body) const {
 AdminResponse AdminApi::kv_lookup(const ParsedRequest& parsed, size_t max_workers) const {
   thread_local RouteResult scratch;
   thread_local KvLookupResult result;
-  kvroute::kv_lookup(KvLookupSources{routing_, index_, registry_}, parsed, config_.get()->indexer.block_size,
+  kvroute::kv_lookup(KvLookupSources{routing_, index_, registry_, pool_names_}, parsed, config_.get()->indexer.block_size,
                      max_workers, scratch, result);
   return AdminResponse{200, kv_lookup_json(result)};
 }

@@ -71,6 +71,8 @@ class AdminApi {
   // The status page's data (GET /admin/status, /admin/status/history,
   // /admin/decisions[/{id}]); without it those answer 404. Set before serving.
   void set_status(const StatusReport* status) { status_ = status; }
+  // The shared pools' names (indexer.kv_pools, by pool) the KV location API names; before serving.
+  void set_pool_names(std::vector<std::string> names) { pool_names_ = std::move(names); }
   // POST /admin/workers ({"url":..,"model":..,...} or the text form) and
   // DELETE /admin/workers/{id}: 501 until set.
   void set_fleet_hooks(AdminWorkerHooks hooks) { fleet_ = std::move(hooks); }
@@ -111,6 +113,7 @@ class AdminApi {
   RoutingService& routing_;
   WorkerRegistry& registry_;
   const Indexer& index_;
+  std::vector<std::string> pool_names_;
   const StatusReport* status_ = nullptr;
   AdminStats stats_;
   AdminWorkerHooks fleet_;

@@ -15,6 +15,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -52,6 +53,7 @@ struct KvLookupHolder {
   std::array<uint32_t, kNumStorageTiers> tier_tokens{};    // of matched_tokens, per tier
   HealthState health = HealthState::Ok;
   bool draining = false;
+  int pool = -1;  // the shared pool (indexer.kv_pools) part of the prefix loads from; -1: none
 };
 
 struct KvLookupResult {
@@ -63,6 +65,7 @@ struct KvLookupResult {
   TokenizerFallback tokenizer_fallback = TokenizerFallback::None;
   uint32_t holders_total = 0;           // every holder, before max_holders kept the first
   std::vector<KvLookupHolder> holders;  // longest match first, then by worker id and rank
+  std::vector<std::string> pool_names;  // KvLookupSources::pool_names, for the JSON
 };
 
 // What one lookup reads: the data plane's tokenizers and hashing, the index,
@@ -71,6 +74,8 @@ struct KvLookupSources {
   const RoutingService& routing;
   const Indexer& index;
   const WorkerRegistry& registry;
+  // The shared pools' names (indexer.kv_pools), by pool; empty: no pools.
+  std::span<const std::string> pool_names = {};
 };
 
 // Looks `request` up, keeping the `max_holders` longest matches (ties by

@@ -20,6 +20,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/json_escape.h"
 #include "common/metrics.h"
 #include "common/url_allow_list.h"
 #include "config/config.h"
@@ -38,6 +39,7 @@
 #include "indexer/indexer_metrics.h"
 #include "indexer/radix_indexer.h"
 #include "indexer/merged_index.h"
+#include "indexer/pool_index.h"
 #include "router/admin_api.h"
 #include "router/http/server.h"
 #include "router/router_metrics.h"
@@ -51,6 +53,19 @@ using namespace kvroute;
 
 namespace {
 
+// indexer.kv_pools (validated) as the index's pool table.
+std::vector<PoolSpec> pool_specs(const Config& cfg) {
+  std::vector<PoolEntry> entries;
+  std::vector<PoolSpec> out;
+  if (parse_pool_entries(cfg.indexer.kv_pools, entries)) return out;
+  for (const PoolEntry& e : entries) {
+    PoolSpec s{e.name, e.medium, {}, e.max_blocks};
+    for (uint64_t id : e.worker_ids) s.members.push_back(WorkerId{id});
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
 // Builds the configuration from all sources. Used at start-up and on SIGHUP.
 struct ConfigSources {
   std::string path;
@@ -62,7 +77,9 @@ struct ConfigSources {
     if (auto e = apply_env(cfg, environ)) return e;
     for (const auto& [key, value] : flags)
       if (auto e = set_key(cfg, key, value)) return fmt::format("{} (from flag --{})", *e, key);
-    return validate(cfg);
+    if (auto e = validate(cfg)) return e;
+    apply_pool_weights(cfg);  // derived from indexer.kv_pools (restart-only)
+    return std::nullopt;
   }
 };
 
@@ -196,6 +213,7 @@ class Daemon {
 
  private:
   void build_status();
+  std::string pools_json();  // the status page's "pools"
   HttpServerHooks server_hooks();
 
   const uint64_t open_files_;
@@ -206,8 +224,11 @@ class Daemon {
   RouterMetrics router_metrics_{metrics_};
   // Index: exact (from events, behind the sequencer) and approximate (from
   // routing decisions, for workers that publish no events).
+  // Shared pools (indexer.kv_pools) sit between the sequencer (each worker's
+  // own event order) and the tree.
   RadixIndexer radix_;
-  EventSequencer sequencer_{radix_};
+  PoolIndex pools_;
+  EventSequencer sequencer_{pools_};
   ApproxIndexer approx_;
   MergedIndex index_{sequencer_, approx_};
   WorkerRegistry registry_{clock_};
@@ -231,8 +252,10 @@ class Daemon {
 Daemon::Daemon(const Config& cfg, uint64_t open_files)
     : open_files_(open_files),
       config_(cfg),
+      pools_(radix_, pool_specs(cfg)),
       approx_(clock_, std::chrono::milliseconds(cfg.indexer.approx_ttl_ms), cfg.indexer.approx_max_entries) {
   config_.on_change([](const Config& c) { setup_logging(c.log.level, c.log.format); });
+  for (size_t p = 0; p < pools_.pools().size(); ++p) router_metrics_.pool_names[p] = pools_.pools()[p].name;
 }
 
 bool Daemon::load_tokenizers(const Config& cfg) {
@@ -326,6 +349,9 @@ void Daemon::build_routing() {
   admin_->set_fleet_hooks(AdminWorkerHooks{[this](std::string_view entry) { return fleet_->add_worker(entry); },
                                           [this](WorkerId id) { return fleet_->remove_worker(id); }});
   admin_->set_salt_blind([this](WorkerId w) { return salts_.salt_blind(w); });
+  std::vector<std::string> pool_names;
+  for (const PoolSpec& p : pools_.pools()) pool_names.push_back(p.name);
+  admin_->set_pool_names(std::move(pool_names));
   build_status();
 }
 
@@ -360,6 +386,7 @@ void Daemon::build_status() {
   // Stale: a scraped worker (its /metrics) missed two scrapes; a heartbeat-only
   // worker was silent for half its TTL.
   sources.flow_json = [this] { return flow_.status_json(*config_.get()); };
+  if (!pools_.pools().empty()) sources.pools_json = [this] { return pools_json(); };
   sources.stale_after = [this](const WorkerAnnouncement& w) {
     const auto c = config_.get();
     const auto ms = w.metrics_url.empty() ? std::chrono::milliseconds(c->events.worker_ttl_ms) / 2
@@ -377,6 +404,30 @@ void Daemon::build_status() {
   });
 }
 
+// The shared pools for the status page: each pool's members, weight (its
+// load cost against a recompute), blocks indexed, and the requests routed to a
+// member that loads part of its prompt from it.
+std::string Daemon::pools_json() {
+  const auto cfg = config_.get();
+  const auto by = radix_.entries_by_worker();
+  std::string out = "[";
+  for (uint32_t p = 0; p < pools_.pools().size(); ++p) {
+    const PoolSpec& s = pools_.pools()[p];
+    uint64_t blocks = 0;
+    for (const auto& [w, e] : by)
+      if (w == PoolIndex::pool_owner(p).worker) blocks = e;
+    std::string members;
+    for (WorkerId m : s.members) members += fmt::format("{}{}", members.empty() ? "" : ",", m.value);
+    RouterMetrics& m = router_metrics_;
+    fmt::format_to(std::back_inserter(out),
+                   R"({}{{"name":"{}","medium":"{}","workers":[{}],"weight":{},"blocks":{},"hits":{},"hit_tokens":{}}})",
+                   p ? "," : "", json_escape(s.name), json_escape(s.medium), members,
+                   cfg->scheduler.tier_weight_pool[p], blocks, m.pool_hits_total.with({s.name}).value(),
+                   m.pool_hit_tokens_total.with({s.name}).value());
+  }
+  return out + "]";
+}
+
 // Each module's metrics, next to its stats, into the one registry (the
 // router's own families are declared by RouterMetrics).
 void Daemon::register_metrics(const Config& cfg) {
@@ -384,6 +435,7 @@ void Daemon::register_metrics(const Config& cfg) {
   register_worker_load_metrics(metrics_, registry_);
   register_pipeline_metrics(metrics_, *pipeline_, bus_.get(), registry_, allow_any);
   register_index_metrics(metrics_, sequencer_, radix_, approx_);
+  if (!pools_.pools().empty()) register_pool_metrics(metrics_, pools_, radix_);
   admin_->register_metrics(metrics_);
   register_fleet_metrics(metrics_, *fleet_, registry_);
   register_zmq_metrics(metrics_, zmq_->stats());

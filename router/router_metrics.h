@@ -13,6 +13,7 @@
 #include <string_view>
 
 #include "common/metrics.h"
+#include "common/types.h"
 
 namespace kvroute {
 
@@ -36,6 +37,13 @@ struct RouterMetrics {
                                              "Prompt tokens routed to each worker", {"worker"})),
         worker_cached_tokens_total(r.counter("kvroute_router_worker_cached_tokens_total",
                                              "Cached prompt tokens on each worker at routing time", {"worker"})),
+        pool_hit_tokens_total(r.counter("kvroute_router_pool_hit_tokens_total",
+                                        "Of cached_tokens_total, the tokens the chosen worker loads from a shared "
+                                        "pool (indexer.kv_pools), by pool",
+                                        {"pool"})),
+        pool_hits_total(r.counter("kvroute_router_pool_hits_total",
+                                  "Routed requests whose chosen worker loads part of the prompt from a shared pool",
+                                  {"pool"})),
         best_cached_tokens_total(r.counter(
             "kvroute_router_best_cached_tokens_total",
             "Longest cached prefix among eligible workers at routing time (tokens); the decision-quality gap is "
@@ -139,7 +147,11 @@ struct RouterMetrics {
   metrics::CounterFamily& cached_tokens_total;
   metrics::CounterFamily& worker_prompt_tokens_total;
   metrics::CounterFamily& worker_cached_tokens_total;
+  metrics::CounterFamily& pool_hit_tokens_total;
+  metrics::CounterFamily& pool_hits_total;
   metrics::CounterFamily& best_cached_tokens_total;
+  // The pools' names (indexer.kv_pools), the `pool` label; set once before serving.
+  std::array<std::string, kMaxPools> pool_names;
   metrics::CounterFamily& decisions_total;
   metrics::CounterFamily& all_busy_total;
   metrics::CounterFamily& tokenizer_fallbacks_total;

@@ -30,6 +30,18 @@ RouteTarget route_target(WorkerId worker, const WorkerAnnouncement& info, uint32
   return RouteTarget{worker, info.url, cached, isl_tokens - cached, steered_rank(info, overlap_blocks, dp_rank)};
 }
 
+void set_pool_share(RouteTarget& t, uint32_t overlap_blocks, const std::array<uint32_t, kNumStorageTiers>& by_tier,
+                    uint32_t block_size) {
+  for (int p = 0; p < kMaxPools; ++p) {
+    const uint32_t n = by_tier[kNumBaseTiers + p];
+    if (n == 0) continue;
+    const uint64_t own = uint64_t{overlap_blocks - std::min(n, overlap_blocks)} * block_size;
+    t.pool = p;
+    t.pool_tokens = t.cached_tokens > own ? static_cast<uint32_t>(t.cached_tokens - own) : 0;
+    return;  // a worker mounts one pool at most
+  }
+}
+
 ApiError route_error(RouteError e, const RouteResult& r, const RouteErrorDetail& d) {
   switch (e) {
     case RouteError::None: break;
@@ -294,6 +306,7 @@ bool RoutingService::decide_ranked(const Config& cfg, std::string_view model, si
     d.ranking.push_back(i);
     out.ranked.push_back(
         route_target(p.worker, *out.workers[i].info, p.overlap_blocks, p.dp_rank, out.isl_tokens, block_size));
+    set_pool_share(out.ranked.back(), p.overlap_blocks, p.overlap_by_tier, block_size);
   }
   out.stage_seconds[3] = seconds_between(t1, StageClock::now());
   if (fd.ranked.empty()) {
@@ -385,6 +398,7 @@ void RoutingService::decide_all(const Config& cfg, std::string_view model, bool 
     const auto& c = out.candidates[i];
     out.ranked.push_back(route_target(c.owner.worker, *out.workers[i].info, c.overlap_blocks, c.owner.dp_rank,
                                       isl_tokens, block_size));
+    set_pool_share(out.ranked.back(), c.overlap_blocks, c.overlap_by_tier, block_size);
   }
   uint32_t best_overlap = 0;
   for (size_t i = 0; i < out.candidates.size(); ++i)

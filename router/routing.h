@@ -56,7 +56,15 @@ struct RouteTarget {
   // dp_size > 1 and a cache hit (sent as X-data-parallel-rank); none: the
   // engine's own DP balancer picks.
   std::optional<uint32_t> dp_rank;
+  // Of cached_tokens, those the worker loads from a shared pool (the end of
+  // its prefix: indexer/pool_index.h), and which pool (-1: none).
+  int pool = -1;
+  uint32_t pool_tokens = 0;
 };
+
+// Sets `t`'s pool share from the owner's overlap by tier.
+void set_pool_share(RouteTarget& t, uint32_t overlap_blocks, const std::array<uint32_t, kNumStorageTiers>& by_tier,
+                    uint32_t block_size);
 
 // The rank a target names: `rank` when the worker has several and one of them
 // holds some of the prompt.

@@ -288,10 +288,11 @@ std::string StatusReport::status_json(double unix_time) const {
   return fmt::format(
       R"({{"unix_time":{:.3f},"totals":{{"window_s":{},"requests_per_s":{},"hit_rate":{},"decision_p50_us":{},)"
       R"("decision_p99_us":{},"events_per_s":{},"index_blocks":{},"index_entries":{},"workers":{},"inflight":{},)"
-      R"("routed_total":{}}},"workers":{}{}}})",
+      R"("routed_total":{}}},"workers":{}{}{}}})",
       unix_time, num(t.seconds), num(t.requests_per_s), num(t.hit_rate), num(t.decision_p50_us),
       num(t.decision_p99_us), num(t.events_per_s), t.index_blocks, t.index_entries, t.workers, t.inflight,
-      decisions_.routed(), workers_json(), sources_.flow_json ? R"(,"flow":)" + sources_.flow_json() : std::string());
+      decisions_.routed(), workers_json(), sources_.flow_json ? R"(,"flow":)" + sources_.flow_json() : std::string(),
+      sources_.pools_json ? R"(,"pools":)" + sources_.pools_json() : std::string());
 }
 
 }  // namespace kvroute

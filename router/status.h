@@ -153,6 +153,9 @@ struct StatusSources {
   // Flow control's view (router/flow/flow_control.h status_json(): the queue
   // by band and tenant, each tenant's limits and outcomes); empty = omitted.
   std::function<std::string()> flow_json;
+  // The shared pools (indexer.kv_pools): a JSON array, one object per pool
+  // (name, medium, workers, weight, blocks, hits, hit_tokens); empty = omitted.
+  std::function<std::string()> pools_json;
 };
 
 // The one state the status page shows for a worker, the most pressing first:

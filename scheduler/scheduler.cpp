@@ -63,10 +63,14 @@ Exclusion exclusion_of(const WorkerLoad& l, bool draining, const SchedulerConfig
 
 double tier_weighted_blocks(uint32_t overlap_blocks, const std::array<uint32_t, kNumStorageTiers>& t,
                             const SchedulerConfig& cfg) {
-  const uint32_t sum = t[0] + t[1] + t[2] + t[3];
+  uint32_t sum = 0;
+  for (uint32_t n : t) sum += n;
   if (sum == 0) return overlap_blocks * cfg.tier_weight_device;
-  return t[0] * cfg.tier_weight_device + t[1] * cfg.tier_weight_host_pinned + t[2] * cfg.tier_weight_disk +
-         t[3] * cfg.tier_weight_external;
+  double w = t[0] * cfg.tier_weight_device + t[1] * cfg.tier_weight_host_pinned + t[2] * cfg.tier_weight_disk +
+             t[3] * cfg.tier_weight_external;
+  // A shared pool's block costs its load time (config.h, tier_weight_pool).
+  for (int p = 0; p < kMaxPools; ++p) w += t[kNumBaseTiers + p] * cfg.tier_weight_pool[p];
+  return w;
 }
 
 // scheduler.cost = predicted_ttft: the expected time to first token on this

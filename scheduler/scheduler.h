@@ -81,7 +81,8 @@ Exclusion exclusion_of(const WorkerLoad& load, bool draining, const SchedulerCon
 // drained workers. For ranking the busy workers when every worker is busy and
 // requests are not rejected for it (scheduler.reject_when_busy false).
 SchedulerConfig without_busy_limits(const SchedulerConfig& cfg);
-// Σ_tier overlap_by_tier · tier_weight (all device when by_tier is all zero).
+// Σ_tier overlap_by_tier · tier_weight (all device when by_tier is all zero);
+// a shared pool's tier weighs cfg.tier_weight_pool[p] (its load cost).
 double tier_weighted_blocks(uint32_t overlap_blocks, const std::array<uint32_t, kNumStorageTiers>& by_tier,
                             const SchedulerConfig& cfg);
 // The random tie-break key of a worker in one decision: `draw` is the

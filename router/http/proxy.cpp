@@ -417,6 +417,11 @@ void record_first_byte(Exchange& x) {
   m->prompt_tokens_total.get().inc(route.isl_tokens);
   m->cached_tokens_total.get().inc(target.cached_tokens);
   m->best_cached_tokens_total.get().inc(route.best_cached_tokens);  // decision-quality gap
+  if (target.pool >= 0 && target.pool_tokens > 0) {
+    const std::string& pool = m->pool_names[static_cast<size_t>(target.pool)];
+    m->pool_hit_tokens_total.with({pool}).inc(target.pool_tokens);
+    m->pool_hits_total.with({pool}).inc();
+  }
   const auto worker = m->worker_tokens(target.worker.value);
   worker.prompt.inc(route.isl_tokens);
   worker.cached.inc(target.cached_tokens);

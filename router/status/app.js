@@ -71,6 +71,7 @@ async function refresh() {
     renderTotals(status.totals);
     renderFleet(status.workers);
     if (status.flow) renderFlow(status.flow);
+    if (status.pools) renderPools(status.pools);
     renderCharts(history);
     renderDecisions(decisions);
     $("updated").textContent = "updated " + new Date(status.unix_time * 1000).toLocaleTimeString();
@@ -113,6 +114,16 @@ function renderFlow(f) {
     el("td", { class: "num" }, fmtInt(t.queued)),
     el("td", {}, Object.entries(t.outcomes).map(([k, v]) => `${k} ${v}`).join(", "))));
   $("flow-tenants").tBodies[0].replaceChildren(...rows);
+}
+
+// Shared KV pools (indexer.kv_pools): what each holds and the hits loaded from it.
+function renderPools(pools) {
+  $("pools-section").hidden = false;
+  const rows = pools.map((p) => el("tr", { "data-pool": p.name },
+    el("td", {}, p.name), el("td", {}, p.medium), el("td", {}, p.workers.join(", ")),
+    el("td", { class: "num" }, fmtNum(p.weight)), el("td", { class: "num" }, fmtInt(p.blocks)),
+    el("td", { class: "num" }, fmtInt(p.hits)), el("td", { class: "num" }, fmtInt(p.hit_tokens))));
+  $("pools").tBodies[0].replaceChildren(...rows);
 }
 
 // One line chart per canvas; `series` is a list of [values, color]; nulls are gaps.

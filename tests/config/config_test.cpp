@@ -329,3 +329,77 @@ TEST_CASE("a worker's default id is the FNV-1a hash its header documents") {
   CHECK(worker_id_for_url("") == 1469598103934665603ull);
   CHECK(worker_id_for_url("a") == 0x44bd8ad473cd9906ull);
 }
+
+TEST_CASE("kv_pools: a YAML list under kv_pools:, validated while parsing; the pool's weight is its load cost") {
+  Config c;
+  REQUIRE_FALSE(apply_yaml(c, R"(kv_pools:
+  - name: shared
+    medium: LMCache
+    workers: [11, 12]
+    bandwidth_mb_s: 10000
+    kv_bytes_per_token: 131072
+    prefill_tokens_per_s: 20000
+  - name: ssd
+    medium: DISK
+    workers: [13]
+    bandwidth_mb_s: 2000
+    kv_bytes_per_token: 131072
+)").has_value());
+  REQUIRE_FALSE(validate(c));
+  std::vector<PoolEntry> p;
+  REQUIRE_FALSE(parse_pool_entries(c.indexer.kv_pools, p));
+  REQUIRE(p.size() == 2);
+  CHECK(p[0].name == "shared");
+  CHECK(p[0].worker_ids == std::vector<uint64_t>{11, 12});
+  CHECK(p[1].prefill_tokens_per_s == 10000);  // the default
+  CHECK(p[1].max_blocks == 0);
+  // 131,072 B at 10 GB/s = 13.1 us to load a token; 50 us to recompute one at 20,000 tok/s.
+  CHECK(pool_tier_weight(p[0]) == doctest::Approx(1 - 13.1072 / 50));
+  // 65.5 us to load from the 2 GB/s pool against 100 us to recompute: still worth it.
+  CHECK(pool_tier_weight(p[1]) == doctest::Approx(1 - 65.536 / 100));
+  apply_pool_weights(c);
+  CHECK(c.scheduler.tier_weight_pool[0] == doctest::Approx(pool_tier_weight(p[0])));
+  CHECK(c.scheduler.tier_weight_pool[1] == doctest::Approx(pool_tier_weight(p[1])));
+  CHECK(c.scheduler.tier_weight_pool[2] == 0);
+  // A pool slower than recomputing is worth nothing, never negative.
+  PoolEntry slow = p[1];
+  slow.bandwidth_mb_s = 100;
+  CHECK(pool_tier_weight(slow) == 0);
+
+  auto err = [](std::string_view text) {
+    Config x;
+    REQUIRE_FALSE(set_key(x, "indexer.kv_pools", text));
+    auto e = validate(x);
+    return e ? *e : std::string();
+  };
+  const std::string ok = "name=a,medium=m,workers=1:2,bandwidth_mb_s=100,kv_bytes_per_token=1000";
+  CHECK(err(ok).empty());
+  CHECK(err("name=a,medium=m,workers=1,kv_bytes_per_token=1000") ==
+        "indexer.kv_pools: entry 1: bandwidth_mb_s is required (1-1073741824)");
+  CHECK(err("name=a,medium=m,workers=1,bandwidth_mb_s=1") ==
+        "indexer.kv_pools: entry 1: kv_bytes_per_token is required (1-16777216)");
+  CHECK(err("name=a,medium=m,bandwidth_mb_s=1,kv_bytes_per_token=1") ==
+        "indexer.kv_pools: entry 1: workers (member worker ids) is required");
+  CHECK(err("name=a,workers=1,bandwidth_mb_s=1,kv_bytes_per_token=1").find("medium must be 1-32 bytes") !=
+        std::string::npos);
+  CHECK(err("name=a b,medium=m,workers=1,bandwidth_mb_s=1,kv_bytes_per_token=1").find("name 'a b'") !=
+        std::string::npos);
+  CHECK(err("name=a,medium=m,workers=1:x,bandwidth_mb_s=1,kv_bytes_per_token=1") ==
+        "indexer.kv_pools: entry 1: worker id 'x' is not an integer from 1 to 9223372036854775807");
+  CHECK(err("name=a,medium=m,workers=0,bandwidth_mb_s=1,kv_bytes_per_token=1").find("worker id '0'") !=
+        std::string::npos);
+  CHECK(err(ok + ";name=b,medium=n,workers=2,bandwidth_mb_s=1,kv_bytes_per_token=1") ==
+        "indexer.kv_pools: entry 2: worker 2 already mounts pool 'a' (a worker mounts one pool at most)");
+  CHECK(err(ok + ";" + ok).find("duplicate pool 'a'") != std::string::npos);
+  CHECK(err("name=a,medium=m,workers=1,bandwidth_mb_s=0,kv_bytes_per_token=1").find("bandwidth_mb_s") !=
+        std::string::npos);
+  std::string five;
+  for (int i = 0; i < 5; ++i)
+    five += std::string(i ? ";" : "") + "name=p" + std::to_string(i) + ",medium=m,workers=" + std::to_string(i + 1) +
+            ",bandwidth_mb_s=1,kv_bytes_per_token=1";
+  CHECK(err(five) == "indexer.kv_pools: at most 4 pools");
+  // Membership and the weights it derives need a restart.
+  Config a, b;
+  REQUIRE_FALSE(set_key(b, "indexer.kv_pools", ok));
+  CHECK(check_reload(a, b).value_or("").find("indexer.kv_pools: cannot change at runtime") != std::string::npos);
+}

@@ -143,3 +143,41 @@ TEST_CASE("chunk replies: legacy whole dumps, snapshot_gone, and corrupt blocks"
   CHECK(back.max_bytes == 0u);  // a legacy request: answered with one dump
   CHECK(decode_resync_request("{", back) != DecodeError::None);
 }
+
+TEST_CASE("the medium rides on events and dump records; a name longer than any pool's is dropped") {
+  KvEvent ev;
+  ev.owner = CacheOwner{WorkerId{7}, 0};
+  ev.tier = StorageTier::External;
+  ev.medium = "LMCache";
+  ev.data = KvStored{std::nullopt, {{SequenceHash{1}, LocalBlockHash{2}}}};
+  std::vector<KvEvent> out;
+  REQUIRE(decode_kv_events(encode_kv_event(ev), DecodeLimits{}, out) == DecodeError::None);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].medium == "LMCache");
+  CHECK(out[0].tier == StorageTier::External);
+  out.clear();
+  REQUIRE(decode_kv_events(R"({"worker_id":7,"medium":")" + std::string(33, 'x') +
+                               R"(","event":{"data":{"removed":{"block_hashes":[1]}}}})",
+                           DecodeLimits{}, out) == DecodeError::None);
+  CHECK(out.at(0).medium.empty());
+  out.clear();
+  CHECK(decode_kv_events(R"({"worker_id":7,"medium":5,"event":{"data":"cleared"}})", DecodeLimits{}, out) ==
+        DecodeError::WrongType);
+
+  // Dump records: the medium survives the compact encoding, per record.
+  ResyncDump d = make_dump(4, 3);
+  std::get<KvStored>(d.events[0].data).parent.reset();
+  d.events[1].medium = "LMCache";
+  d.events[3].medium = std::string(40, 'y');  // too long: sent without one
+  std::vector<KvEvent> got;
+  for (const auto& c : encode_resync_chunks(d, 1, 1 << 20)) {
+    ResyncChunk r;
+    REQUIRE(decode_resync_chunk(c, DecodeLimits{}, r) == DecodeError::None);
+    for (auto& e : r.dump.events) got.push_back(std::move(e));
+  }
+  REQUIRE(got.size() == 4);
+  CHECK(got[0].medium.empty());
+  CHECK(got[1].medium == "LMCache");
+  CHECK(got[3].medium.empty());
+  CHECK(flatten(got) == flatten(d.events));
+}

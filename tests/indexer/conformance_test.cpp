@@ -153,12 +153,12 @@ TEST_CASE_TEMPLATE("storage tiers are reported per owner", T, INDEXERS) {
   std::map<CacheOwner, OwnerOverlap> m;
   for (auto& o : r.owners) m[o.owner] = o;
   CHECK(m[ow(1)].blocks == 3);
-  CHECK(m[ow(1)].by_tier == std::array<uint32_t, 4>{2, 1, 0, 0});
-  CHECK(m[ow(2)].by_tier == std::array<uint32_t, 4>{0, 0, 1, 0});
+  CHECK(m[ow(1)].by_tier == std::array<uint32_t, kNumStorageTiers>{2, 1, 0, 0});
+  CHECK(m[ow(2)].by_tier == std::array<uint32_t, kNumStorageTiers>{0, 0, 1, 0});
   // Storing again in another tier moves the block there (idempotent otherwise).
   idx.apply(stored(ow(2), {}, {{20, 1}}, StorageTier::External));
   for (auto& o : idx.find_matches(req({1})).owners)
-    if (o.owner == ow(2)) CHECK(o.by_tier == std::array<uint32_t, 4>{0, 0, 0, 1});
+    if (o.owner == ow(2)) CHECK(o.by_tier == std::array<uint32_t, kNumStorageTiers>{0, 0, 0, 1});
   CHECK(idx.stats().entries == 4);
 }
 

@@ -4,6 +4,8 @@
 #include <simdjson.h>
 
 #include <chrono>
+#include <filesystem>
+#include <random>
 #include <thread>
 
 #include "tests/mocker/http_client.h"
@@ -289,4 +291,67 @@ TEST_CASE("generation takes the engine's time, scaled by the speedup") {
   // prefill ~1.7 ms + 5 decode steps of 10 ms.
   CHECK(ms >= 50);
   CHECK(ms < 2000);
+}
+
+TEST_CASE("offload mode: a prompt one mocker computed is loaded from the shared pool by another, not recomputed") {
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("kvroute-offload-" + std::to_string(std::random_device{}())))
+          .string();
+  MockerOptions o = fast_options();
+  o.offload.pool_dir = dir;
+  o.offload.pool_gbps = 100;
+  Mocker a(o);
+  o.worker_id = 4;
+  Mocker b(o);
+  simdjson::dom::parser p;
+  std::string prompt;
+  for (int i = 0; i < 64; ++i) prompt += std::to_string(1000 + i) + ",";
+  prompt += "7";  // 65 tokens: 4 complete blocks of 16
+  const std::string body = R"({"model":"mock-model","prompt":[)" + prompt + R"(],"max_tokens":2})";
+  REQUIRE(a.post("/v1/completions", body).status == 200);
+  auto sa = a.stats(p)["offload"];
+  CHECK(num(sa["pool_stored_blocks"]) == 4);
+  CHECK(num(sa["computed_blocks"]) == 4);
+  CHECK(num(sa["pool_loaded_blocks"]) == 0);
+
+  auto r = b.post("/v1/completions", body);
+  REQUIRE(r.status == 200);
+  CHECK(num(parse(p, r.body)["usage"]["prompt_tokens_details"]["cached_tokens"]) == 64);
+  auto sb = b.stats(p)["offload"];
+  CHECK(num(sb["pool_loaded_blocks"]) == 4);
+  CHECK(num(sb["computed_blocks"]) == 0);
+  CHECK(num(sb["pool_stored_blocks"]) == 0);  // already there: mocker 3 announced them
+  CHECK(sb["load_ms"].get_double().value() > 0);
+  // Now on b's device: a third request loads nothing.
+  REQUIRE(b.post("/v1/completions", body).status == 200);
+  auto sb2 = b.stats(p)["offload"];
+  CHECK(num(sb2["pool_loaded_blocks"]) == 4);
+  CHECK(num(sb2["cached_blocks"]) == 4);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("offload mode: the device's evictions go to the host tier and are loaded back from it") {
+  MockerOptions o = fast_options();
+  o.engine.kv_blocks = 8;
+  o.offload.host_blocks = 16;
+  Mocker m(o);
+  simdjson::dom::parser p;
+  auto prompt_of = [](int base) {
+    std::string s;
+    for (int i = 0; i < 64; ++i) s += std::to_string(base + i) + ",";
+    return R"({"model":"mock-model","prompt":[)" + s + R"(7],"max_tokens":1})";
+  };
+  REQUIRE(m.post("/v1/completions", prompt_of(1000)).status == 200);  // 4 blocks + 1 private
+  REQUIRE(m.post("/v1/completions", prompt_of(5000)).status == 200);  // evicts the first prompt's blocks
+  auto s = m.stats(p)["offload"];
+  CHECK(num(s["host_offloaded_blocks"]) >= 1);
+  REQUIRE(num(s["host_blocks"]) >= 1);
+  const int64_t cached_before = num(s["cached_blocks"]), computed_before = num(s["computed_blocks"]);
+  CHECK(computed_before == 8);  // both prompts computed in full
+  REQUIRE(m.post("/v1/completions", prompt_of(1000)).status == 200);
+  auto s2 = m.stats(p)["offload"];  // (s is void from here: the parser's buffer is reused)
+  CHECK(num(s2["host_loaded_blocks"]) >= 1);
+  // Every block of the first prompt was on the device or loaded from the host: none computed again.
+  CHECK(num(s2["host_loaded_blocks"]) + num(s2["cached_blocks"]) - cached_before == 4);
+  CHECK(num(s2["computed_blocks"]) == computed_before);
 }

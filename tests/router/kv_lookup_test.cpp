@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "indexer/block_hash.h"
+#include "indexer/pool_index.h"
 #include "indexer/radix_indexer.h"
 #include "router/admin_api.h"
 
@@ -173,4 +174,67 @@ TEST_CASE("kv lookup of a prompt the engine does not read its cache for (prompt_
   const auto r = f.api.handle("POST", "/v1/kv/lookup", kAuth, body);
   REQUIRE(r.status == 200);
   CHECK(r.body.find(R"("workers":[])") != std::string::npos);
+}
+
+TEST_CASE("kv lookup reports a shared pool's part of each member's prefix, in its own tier, named") {
+  ManualClock clock;
+  SeededRandom random{1};
+  RadixIndexer radix;
+  PoolIndex index{radix, {PoolSpec{"lmc", "LMCache", {WorkerId{1}, WorkerId{2}}, 0}}};
+  WorkerRegistry registry{clock};
+  ConfigStore config{[] {
+    Config c;
+    c.admin.token = "s3cret";
+    c.indexer.block_size = kBlock;
+    return c;
+  }()};
+  RoutingService routing{index, registry, config, random};
+  AdminApi api{config, routing, registry, index};
+  api.set_pool_names({"lmc"});
+  for (uint32_t id : {1u, 2u, 3u}) {
+    WorkerAnnouncement a;
+    a.id = WorkerId{id};
+    a.url = "http://127.0.0.1:" + std::to_string(9000 + id);
+    a.model = "m";
+    a.load = WorkerLoad{0, 10, 0, 0, 1000};
+    registry.upsert(a);
+  }
+  const auto t = prompt(6 * kBlock);
+  std::vector<LocalBlockHash> h;
+  hash_blocks(t, kBlock, HashNamespace{}, h);
+  auto store = [&](uint64_t worker, size_t from, size_t to, std::string medium) {
+    KvStored s;
+    if (from > 0) s.parent = SequenceHash{from - 1};
+    for (size_t i = from; i < to; ++i) s.blocks.push_back(StoredBlock{SequenceHash{i}, h[i]});
+    KvEvent e;
+    e.owner = CacheOwner{WorkerId{worker}, 0};
+    e.medium = std::move(medium);
+    e.data = std::move(s);
+    REQUIRE(index.apply(e) == ApplyResult::Applied);
+  };
+  store(1, 0, 5, "LMCache");  // worker 1 offloaded 5 blocks to the pool
+  store(2, 0, 2, "");         // worker 2 holds 2 on its device
+  store(3, 0, 1, "");         // worker 3 mounts no pool
+
+  const auto r = api.handle("POST", "/v1/kv/lookup", kAuth, tokens_body(t, R"(,"model":"m")"));
+  REQUIRE(r.status == 200);
+  simdjson::dom::parser p;
+  const simdjson::dom::element doc = p.parse(r.body);
+  const auto workers = doc["workers"].get_array().value();
+  REQUIRE(workers.size() == 3);
+  // Both members hold the pool's 5 blocks; worker 2 its own 2 first.
+  CHECK(workers.at(0)["worker_id"].get_uint64().value() == 1);
+  CHECK(workers.at(0)["matched_tokens"].get_uint64().value() == 5 * kBlock);
+  CHECK(workers.at(0)["tiers"]["pool"].get_uint64().value() == 5 * kBlock);
+  CHECK(workers.at(0)["tiers"]["device"].get_uint64().value() == 0);
+  CHECK(workers.at(0)["pool"].get_string().value() == "lmc");
+  CHECK(workers.at(1)["worker_id"].get_uint64().value() == 2);
+  CHECK(workers.at(1)["tiers"]["device"].get_uint64().value() == 2 * kBlock);
+  CHECK(workers.at(1)["tiers"]["pool"].get_uint64().value() == 3 * kBlock);
+  CHECK(workers.at(2)["worker_id"].get_uint64().value() == 3);
+  CHECK(workers.at(2)["tiers"]["pool"].get_uint64().value() == 0);
+  CHECK(workers.at(2)["pool"].error() == simdjson::NO_SUCH_FIELD);
+  // LMCache's layout: a pool hit is located in the pool (what loading waits on).
+  CHECK(doc["layout_info"]["2"].at(0).get_string().value() == "lmc");
+  CHECK(doc["layout_info"]["3"].at(0).get_string().value() == "device");
 }

@@ -52,6 +52,7 @@ SchedulerConfig random_config(std::mt19937_64& rng) {
   cfg.busy_slot_usage = pick(3) == 0 ? 0.9 : 1.0;
   cfg.busy_waiting_requests = pick(4) == 0 ? 4 : 0;
   cfg.tier_weight_host_pinned = 0.5;
+  cfg.tier_weight_pool = {0.75, 0.25, 0, 0};  // two shared pools of different load costs
   return cfg;
 }
 
@@ -99,6 +100,9 @@ Case random_case(std::mt19937_64& rng, RankedCandidates& fleet) {
       if (pick(4) == 0) {
         o.by_tier[0] = o.blocks / 2;
         o.by_tier[1] = o.blocks - o.by_tier[0];
+      } else if (pick(4) == 0) {  // the rest from a shared pool (same depth, another value per pool)
+        o.by_tier[0] = o.blocks / 3;
+        o.by_tier[kNumBaseTiers + pick(2)] = o.blocks - o.by_tier[0];
       }
       c.owners.push_back(o);
     }

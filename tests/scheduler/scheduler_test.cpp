@@ -118,6 +118,27 @@ TEST_CASE("tier weights: a host hit is worth less than a device hit and more tha
   CHECK(d.ranking == std::vector<size_t>{2, 1, 0});
 }
 
+TEST_CASE("a shared pool's hit is priced at its load cost: each pool by its own weight, between recompute and a device hit") {
+  SchedulerConfig cfg;
+  cfg.tier_weight_pool = {0.75, 0.25, 0, 0};
+  SeededRandom rnd(1);
+  Candidate dev = cand(1, 8, 100), fast = cand(2, 8, 100), slow = cand(3, 8, 100), none = cand(4, 0, 100);
+  dev.overlap_by_tier[0] = 8;
+  fast.overlap_by_tier[0] = 2;                  // 2 blocks on its device, 6 loaded from pool 0
+  fast.overlap_by_tier[kNumBaseTiers] = 6;
+  slow.overlap_by_tier[kNumBaseTiers + 1] = 8;  // 8 from pool 1
+  std::vector<Candidate> cs = {none, slow, fast, dev};
+  Decision d = schedule(cs, 100, 10, cfg, rnd);
+  CHECK(d.scores[3].cached_tokens == doctest::Approx(80));
+  CHECK(d.scores[2].cached_tokens == doctest::Approx(20 + 60 * 0.75));
+  CHECK(d.scores[1].cached_tokens == doctest::Approx(80 * 0.25));
+  CHECK(d.scores[0].cached_tokens == doctest::Approx(0));
+  CHECK(d.ranking == std::vector<size_t>{3, 2, 1, 0});
+  // A pool worth nothing (slower than recomputing) is a miss.
+  cfg.tier_weight_pool[1] = 0;
+  CHECK(schedule(cs, 100, 10, cfg, rnd).scores[1].cached_tokens == doctest::Approx(0));
+}
+
 TEST_CASE("busy thresholds exclude, each with its reason") {
   SchedulerConfig cfg;
   cfg.busy_kv_usage = 0.9;

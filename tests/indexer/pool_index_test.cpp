@@ -1,0 +1,215 @@
+// Shared KV pools in front of the index: a block a member stores with the
+// pool's medium counts for every member; eviction, clears and members leaving
+// act on the pool as the README says; hostile claims never reach it.
+#include "indexer/pool_index.h"
+
+#include <doctest/doctest.h>
+
+#include "indexer/event_sequencer.h"
+#include "indexer/radix_indexer.h"
+
+using namespace kvroute;
+
+namespace {
+
+CacheOwner ow(uint64_t w, uint32_t r = 0) { return CacheOwner{WorkerId{w}, r}; }
+
+KvEvent stored(uint64_t worker, uint64_t first_id, size_t n, std::optional<uint64_t> parent = std::nullopt,
+               std::string medium = {}, uint64_t content = 1) {
+  KvEvent e;
+  e.owner = ow(worker);
+  e.medium = std::move(medium);
+  if (!e.medium.empty()) e.tier = StorageTier::External;  // what the decoders map an unknown medium to
+  KvStored s;
+  if (parent) s.parent = SequenceHash{*parent};
+  for (size_t i = 0; i < n; ++i)
+    s.blocks.push_back({SequenceHash{first_id + i}, LocalBlockHash{content + (first_id - 100) % 1000 + i}});
+  e.data = s;
+  return e;
+}
+
+KvEvent removed(uint64_t worker, std::vector<uint64_t> ids, std::string medium = {}) {
+  KvEvent e;
+  e.owner = ow(worker);
+  e.medium = std::move(medium);
+  KvRemoved r;
+  for (auto id : ids) r.block_hashes.push_back(SequenceHash{id});
+  e.data = r;
+  return e;
+}
+
+KvEvent cleared(uint64_t worker, std::string medium = {}) {
+  KvEvent e;
+  e.owner = ow(worker);
+  e.medium = std::move(medium);
+  e.data = KvCleared{};
+  return e;
+}
+
+// Content hashes of blocks 100.. of `stored(.., 100, ..)` above.
+std::vector<LocalBlockHash> prompt(size_t n) {
+  std::vector<LocalBlockHash> q;
+  for (size_t i = 0; i < n; ++i) q.push_back(LocalBlockHash{1 + i});
+  return q;
+}
+
+const OwnerOverlap* find(const OverlapScores& s, CacheOwner o) {
+  for (const auto& x : s.owners)
+    if (x.owner == o) return &x;
+  return nullptr;
+}
+
+std::vector<PoolSpec> one_pool() { return {PoolSpec{"shared", "LMCache", {WorkerId{1}, WorkerId{2}}, 0}}; }
+
+constexpr size_t kPool0 = kNumBaseTiers;  // by_tier index of pool 0
+
+}  // namespace
+
+TEST_CASE("a block a member stores in the pool counts for every member, in the pool's tier") {
+  RadixIndexer radix;
+  PoolIndex idx(radix, one_pool());
+  REQUIRE(idx.apply(stored(1, 100, 4, std::nullopt, "lmcache")) == ApplyResult::Applied);  // case-insensitive
+  const auto s = idx.find_matches(prompt(4));
+  for (uint64_t w : {1, 2}) {
+    const OwnerOverlap* o = find(s, ow(w));
+    REQUIRE(o != nullptr);
+    CHECK(o->blocks == 4);
+    CHECK(o->by_tier[kPool0] == 4);
+    CHECK(o->by_tier[0] == 0);
+  }
+  // The pool itself is never listed; a worker outside the pool gets nothing.
+  CHECK(find(s, PoolIndex::pool_owner(0)) == nullptr);
+  CHECK(s.owners.size() == 2);
+  CHECK(idx.counters().events == 1);
+}
+
+TEST_CASE("a member's own prefix comes first, the pool continues it; a longer own prefix is kept") {
+  RadixIndexer radix;
+  PoolIndex idx(radix, one_pool());
+  idx.apply(stored(1, 100, 6, std::nullopt, "LMCache"));  // pool: blocks 0..5
+  idx.apply(stored(2, 100, 2));                            // worker 2: blocks 0..1 on its device
+  const auto s = idx.find_matches(prompt(8));
+  const OwnerOverlap* two = find(s, ow(2));
+  REQUIRE(two != nullptr);
+  CHECK(two->blocks == 6);
+  CHECK(two->by_tier[0] == 2);
+  CHECK(two->by_tier[kPool0] == 4);
+  // Worker 1 holds 8 on its device: the pool adds nothing.
+  idx.apply(stored(1, 100, 8));
+  const OwnerOverlap* one = find(idx.find_matches(prompt(8)), ow(1));
+  REQUIRE(one != nullptr);
+  CHECK(one->blocks == 8);
+  CHECK(one->by_tier[kPool0] == 0);
+}
+
+TEST_CASE("a chain one member stored continues under another member's block; eviction by any member removes it for all") {
+  RadixIndexer radix;
+  PoolIndex idx(radix, one_pool());
+  idx.apply(stored(1, 100, 2, std::nullopt, "LMCache"));
+  // Worker 2 loaded blocks 0..1 from the pool and stores 2..3 after them.
+  REQUIRE(idx.apply(stored(2, 102, 2, 101, "LMCache")) == ApplyResult::Applied);
+  CHECK(find(idx.find_matches(prompt(4)), ow(1))->blocks == 4);
+  // Worker 2 evicts block 1 from the pool: both members now hold 1 block.
+  REQUIRE(idx.apply(removed(2, {101}, "LMCache")) == ApplyResult::Applied);
+  const auto s = idx.find_matches(prompt(4));
+  CHECK(find(s, ow(1))->blocks == 1);
+  CHECK(find(s, ow(2))->blocks == 1);
+}
+
+TEST_CASE("a member's clear, restart or resync drops its own blocks only; a clear with the pool's medium empties the pool") {
+  RadixIndexer radix;
+  PoolIndex pools(radix, one_pool());
+  EventSequencer seq(pools);
+  seq.apply(stored(1, 100, 3, std::nullopt, "LMCache"));
+  seq.apply(stored(2, 200, 1));  // worker 2's own device block (another prompt)
+  seq.apply(cleared(1));         // worker 1's device cache reset
+  CHECK(find(seq.find_matches(prompt(3)), ow(2))->blocks == 3);
+  seq.apply_resync(ow(1), 0, {});  // worker 1 resyncs with an empty dump
+  CHECK(find(seq.find_matches(prompt(3)), ow(2))->blocks == 3);
+  seq.apply(cleared(2, "lmcache"));  // the pool flushed
+  CHECK(seq.find_matches(prompt(3)).owners.empty());
+  CHECK(pools.counters().emptied == 1);
+}
+
+TEST_CASE("the pool is emptied when the last member that published leaves, not before") {
+  RadixIndexer radix;
+  PoolIndex idx(radix, one_pool());
+  idx.apply(stored(1, 100, 3, std::nullopt, "LMCache"));
+  idx.apply(stored(2, 200, 1));
+  idx.remove_worker(WorkerId{1});
+  // Worker 2 still mounts it: the blocks stay (worker 1 is gone from the answer).
+  auto s = idx.find_matches(prompt(3));
+  REQUIRE(find(s, ow(2)) != nullptr);
+  CHECK(find(s, ow(2))->blocks == 3);
+  idx.remove_worker(WorkerId{2});
+  CHECK(idx.find_matches(prompt(3)).owners.empty());
+  // A member's later store starts an empty pool again.
+  idx.apply(stored(2, 100, 1, std::nullopt, "LMCache"));
+  CHECK(find(idx.find_matches(prompt(3)), ow(1))->blocks == 1);
+}
+
+TEST_CASE("hostile: a worker claiming a pool it does not mount keeps the blocks its own; pool ids are refused") {
+  RadixIndexer radix;
+  PoolIndex idx(radix, one_pool());
+  REQUIRE(idx.apply(stored(9, 100, 3, std::nullopt, "LMCache")) == ApplyResult::Applied);
+  const auto s = idx.find_matches(prompt(3));
+  REQUIRE(s.owners.size() == 1);
+  CHECK(s.owners[0].owner == ow(9));
+  CHECK(s.owners[0].by_tier[static_cast<size_t>(StorageTier::External)] == 3);
+  CHECK(idx.counters().claims_refused == 1);
+  // An event naming a pool's owner id (or its removal) never touches the pool.
+  idx.apply(stored(1, 100, 3, std::nullopt, "LMCache"));
+  KvEvent forged = cleared(0);
+  forged.owner = PoolIndex::pool_owner(0);
+  CHECK(idx.apply(forged) == ApplyResult::ReservedOwner);
+  KvEvent forged_store = stored(0, 500, 1);
+  forged_store.owner = CacheOwner{PoolIndex::pool_owner(0).worker, 0};
+  CHECK(idx.apply(forged_store) == ApplyResult::ReservedOwner);
+  idx.remove_worker(PoolIndex::pool_owner(0).worker);
+  idx.clear_owner(PoolIndex::pool_owner(0));
+  CHECK(find(idx.find_matches(prompt(3)), ow(2))->blocks == 3);
+  CHECK(idx.counters().reserved_refused == 2);
+}
+
+TEST_CASE("hostile: a flood of pool events stops at the pool's block limit; the members' own limits hold") {
+  RadixIndexer radix;
+  std::vector<PoolSpec> pools = one_pool();
+  pools[0].max_blocks = 1000;
+  PoolIndex idx(radix, pools);
+  // A forged limit for the pool's id from a worker table is dropped; the pool's own applies.
+  idx.set_block_limits({{WorkerId{2}, 50}, {PoolIndex::pool_owner(0).worker, 1ull << 30}}, 1ull << 22);
+  for (uint64_t k = 0; k < 50; ++k) idx.apply(stored(1, 10000 + k * 100, 100, std::nullopt, "LMCache", k * 1000));
+  CHECK(radix.is_capped(PoolIndex::pool_owner(0)));
+  CHECK(radix.blocks_refused() == 4000);
+  // Worker 2's own device blocks are bounded by its own limit, not the pool's.
+  idx.apply(stored(2, 100, 80));
+  CHECK(radix.is_capped(ow(2)));
+  CHECK(radix.blocks_refused() == 4000 + 30);
+}
+
+TEST_CASE("find_match_layers gives find_matches' answer when a pool holds part of the prompt") {
+  RadixIndexer radix;
+  std::vector<PoolSpec> pools = one_pool();
+  for (uint64_t w = 10; w < 40; ++w) pools[0].members.push_back(WorkerId{w});
+  PoolIndex idx(radix, pools);
+  for (uint64_t w = 10; w < 40; ++w) idx.apply(stored(w, 100, 2));  // a shared 2-block prefix on 30 devices
+  idx.apply(stored(1, 100, 5, std::nullopt, "LMCache"));
+  MatchLayers layers;
+  idx.find_match_layers(prompt(6), layers);
+  auto a = layers.expand().owners, b = idx.find_matches(prompt(6)).owners;
+  auto by_owner = [](const OwnerOverlap& x, const OwnerOverlap& y) { return x.owner < y.owner; };
+  std::sort(a.begin(), a.end(), by_owner);
+  std::sort(b.begin(), b.end(), by_owner);
+  REQUIRE(a.size() == b.size());
+  REQUIRE(a.size() == 32);
+  for (size_t i = 0; i < a.size(); ++i) {
+    CHECK(a[i].owner == b[i].owner);
+    CHECK(a[i].blocks == b[i].blocks);
+    CHECK(a[i].by_tier == b[i].by_tier);
+  }
+  const auto* m = find(idx.find_matches(prompt(6)), ow(15));
+  REQUIRE(m != nullptr);
+  CHECK(m->blocks == 5);
+  CHECK(m->by_tier[0] == 2);
+  CHECK(m->by_tier[kPool0] == 3);
+}

@@ -535,6 +535,14 @@ std::optional<std::string> validate(const Config& c) {
     return "events.nats_user / nats_token / nats_creds_file / nats_nkey_seed_file: set at most one way to authenticate";
   if (c.events.nats_tls_cert_file.empty() != c.events.nats_tls_key_file.empty())
     return "events.nats_tls_cert_file and events.nats_tls_key_file: set both (mutual TLS) or neither";
+  if (!c.router.worker_api_key_file.empty() && !c.router.worker_api_key_env.empty())
+    return "router.worker_api_key_file and router.worker_api_key_env: set at most one";
+  if (c.router.forward_client_credentials && !c.flow.keys_file.empty())
+    return "router.forward_client_credentials: cannot be true with flow.keys_file set (the clients' keys are "
+           "kvroute's, never a worker's)";
+  if (c.router.forward_client_credentials && (!c.router.worker_api_key_file.empty() || !c.router.worker_api_key_env.empty()))
+    return "router.forward_client_credentials: cannot be true with a worker key (router.worker_api_key_file / "
+           "router.worker_api_key_env): workers get that key";
   if (c.scheduler.alpha_imbalanced < c.scheduler.alpha_balanced)
     return fmt::format("scheduler.alpha_imbalanced: {} must be >= scheduler.alpha_balanced ({})",
                        c.scheduler.alpha_imbalanced, c.scheduler.alpha_balanced);

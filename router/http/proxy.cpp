@@ -20,6 +20,7 @@
 #include "router/http/response_pin.h"
 #include "router/http/flow_gate.h"
 #include "router/http/upstream.h"
+#include "router/http/worker_credential.h"
 
 namespace kvroute {
 
@@ -279,7 +280,9 @@ bool begin_attempt(Exchange& x, size_t attempt) {
   // The request to forward: unchanged but for hop-by-hop headers. Its head is
   // written out here (fields as Beast parsed and validated them) and sent with
   // the body in one gather write: no serializer on the hot path.
-  upstream_request_head(x.client.upstream_head, x.req, x.url, x.cfg.router.upstream_pool_size > 0, target.dp_rank);
+  const auto key = x.s.worker_key.get(x.cfg_holder);
+  upstream_request_head(x.client.upstream_head, x.req, x.url, x.cfg.router.upstream_pool_size > 0, target.dp_rank,
+                        worker_credential_fields(*key, forwards_client_credentials(x.cfg), x.req.credential_fields));
   return true;
 }
 
@@ -616,7 +619,9 @@ awaitable<bool> run(ServerState& s, ClientConn& client, ClientRequest& req, ApiK
     thread_local std::string scratch;  // no allocation per request once grown; used before any suspension
     if (!engine_tokens_cached(s, x.cfg, client.parsed, scratch)) {
       const std::string body = scratch;  // in the frame: other requests use the scratch while this one waits
-      co_await engine_tokens(s, io, x.cfg, client.parsed, req.authorization, body);
+      const auto key = s.worker_key.get(x.cfg_holder);  // in the frame: its text is used across the wait
+      co_await engine_tokens(s, io, x.cfg, client.parsed,
+                             worker_authorization(*key, forwards_client_credentials(x.cfg), req.authorization), body);
     }
   }
   const bool queue = route_request(x);

@@ -12,6 +12,9 @@
 #include <fstream>
 #include <unistd.h>
 
+#include <string>
+#include <vector>
+
 using namespace kvroute;
 
 namespace {
@@ -58,7 +61,8 @@ TEST_CASE("worker credential: bad keys are refused naming the config key, never 
   RouterConfig rc;
   rc.worker_api_key_file = "/nonexistent/kvroute/worker.key";
   CHECK(WorkerCredential::read_key(rc, key).value().find("router.worker_api_key_file") != std::string::npos);
-  for (const std::string bad : {"\n", "two words\n", "tab\there\n", std::string(5000, 'k') + "\n"}) {
+  const std::vector<std::string> bad_keys{"\n", "two words\n", "tab\there\n", std::string(5000, 'k') + "\n"};
+  for (const std::string& bad : bad_keys) {
     const std::string path = temp_file(bad);
     rc.worker_api_key_file = path;
     const auto e = WorkerCredential::read_key(rc, key);

@@ -382,10 +382,11 @@ std::optional<std::string> check_role(std::string_view path, size_t n, const std
 }
 
 using B = BandEntry;
-const std::array<EntryField<B>, 3> kBandFields{{
+const std::array<EntryField<B>, 4> kBandFields{{
     {"name", &B::name},
     {"max_priority", &B::max_priority},
     {"max_queued", &B::max_queued, 0, 10000000},
+    {"reserve_pct", &B::reserve_pct, 0, 99},
 }};
 
 using T = TenantEntry;
@@ -426,6 +427,12 @@ std::optional<std::string> parse_band_entries(std::string_view text, std::vector
         return fmt::format("{}: entry {}: max_priority must grow from band to band (highest band first)", P, n);
     }
     if (prev.size() >= 16) return fmt::format("{}: at most 16 bands", P);
+    if (prev.empty() && b.reserve_pct != 0)
+      return fmt::format("{}: entry {}: the first band has no higher band to keep a reserve for (reserve_pct 0)", P, n);
+    if (!prev.empty() && b.reserve_pct < prev.back().reserve_pct)
+      return fmt::format("{}: entry {}: reserve_pct {} is below the band above's ({}): a lower band may not take "
+                         "room a higher one may not",
+                         P, n, b.reserve_pct, prev.back().reserve_pct);
     return std::nullopt;
   };
   if (auto e = parse_entries(P, text, kBandFields, check, out)) return e;

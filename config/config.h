@@ -317,6 +317,10 @@ struct BandEntry {
   int64_t max_priority_value = 0;
   bool bounded = false;
   uint64_t max_queued = 0;   // 0 = only scheduler.queue_size bounds it
+  // Percent of each worker's request slots and KV blocks a request of this
+  // band may not take: kept for the bands above it, so their requests find
+  // room (0 = none; the first band's is 0; never below a higher band's).
+  uint32_t reserve_pct = 0;
 };
 
 // One flow.tenants entry.

@@ -50,6 +50,9 @@ struct RouterConfig {
   // without a worker key; off by default: a credential meant for the router
   // never reaches an engine.
   bool forward_client_credentials = false;
+  // Responses API ids remembered with the worker that produced them
+  // (previous_response_id affinity, router/api/response_affinity.h).
+  uint32_t response_affinity_max_ids = 65536;
 };
 
 struct AdminConfig {
@@ -410,6 +413,11 @@ void for_each_key(C& c, F&& f) {
             "key); false: workers never see them.",
             0, 1, !S, R},
     c.router.forward_client_credentials);
+  f(KeyInfo{"router.response_affinity_max_ids",
+            "Responses API ids remembered with the worker that produced them (previous_response_id affinity); the "
+            "least recently used are dropped first.",
+            1, 1e7, !S, R},
+    c.router.response_affinity_max_ids);
   // admin
   f(KeyInfo{"admin.host", "Address the admin listener binds (loopback by default; empty = router.host).", 0, 0, S}, c.admin.host);
   f(KeyInfo{"admin.port", "Port of the admin listener (0 = ephemeral).", 0, 65535}, c.admin.port);

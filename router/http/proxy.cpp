@@ -157,7 +157,7 @@ bool sticky_session(const Exchange& x) {
 // Routes the parsed request into client.route. True: every worker is busy
 // and the request may wait in the queue (wait_in_queue()).
 bool route_request(Exchange& x) {
-  x.pin.lookup(x.s.responses, x.kind, x.client.parsed);
+  x.pin.lookup(x.s.responses, x.kind, x.client.parsed, x.cfg.router.response_affinity_max_ids);
   x.s.hooks.routing->route(x.client.parsed, x.client.route, /*rank_all=*/false,
                            sticky_session(x) || x.pin.needs_all_scored());
   const RouteResult& route = x.client.route;

@@ -384,10 +384,11 @@ std::optional<std::string> check_role(std::string_view path, size_t n, const std
 }
 
 using B = BandEntry;
-const std::array<EntryField<B>, 3> kBandFields{{
+const std::array<EntryField<B>, 4> kBandFields{{
     {"name", &B::name},
     {"max_priority", &B::max_priority},
     {"max_queued", &B::max_queued, 0, 10000000},
+    {"reserve_pct", &B::reserve_pct, 0, 99},
 }};
 
 using T = TenantEntry;
@@ -439,6 +440,12 @@ std::optional<std::string> parse_band_entries(std::string_view text, std::vector
         return fmt::format("{}: entry {}: max_priority must grow from band to band (highest band first)", P, n);
     }
     if (prev.size() >= 16) return fmt::format("{}: at most 16 bands", P);
+    if (prev.empty() && b.reserve_pct != 0)
+      return fmt::format("{}: entry {}: the first band has no higher band to keep a reserve for (reserve_pct 0)", P, n);
+    if (!prev.empty() && b.reserve_pct < prev.back().reserve_pct)
+      return fmt::format("{}: entry {}: reserve_pct {} is below the band above's ({}): a lower band may not take "
+                         "room a higher one may not",
+                         P, n, b.reserve_pct, prev.back().reserve_pct);
     return std::nullopt;
   };
   if (auto e = parse_entries(P, text, kBandFields, check, out)) return e;
@@ -605,6 +612,14 @@ std::optional<std::string> validate(const Config& c) {
     return "events.nats_user / nats_token / nats_creds_file / nats_nkey_seed_file: set at most one way to authenticate";
   if (c.events.nats_tls_cert_file.empty() != c.events.nats_tls_key_file.empty())
     return "events.nats_tls_cert_file and events.nats_tls_key_file: set both (mutual TLS) or neither";
+  if (!c.router.worker_api_key_file.empty() && !c.router.worker_api_key_env.empty())
+    return "router.worker_api_key_file and router.worker_api_key_env: set at most one";
+  if (c.router.forward_client_credentials && !c.flow.keys_file.empty())
+    return "router.forward_client_credentials: cannot be true with flow.keys_file set (the clients' keys are "
+           "kvroute's, never a worker's)";
+  if (c.router.forward_client_credentials && (!c.router.worker_api_key_file.empty() || !c.router.worker_api_key_env.empty()))
+    return "router.forward_client_credentials: cannot be true with a worker key (router.worker_api_key_file / "
+           "router.worker_api_key_env): workers get that key";
   if (c.scheduler.alpha_imbalanced < c.scheduler.alpha_balanced)
     return fmt::format("scheduler.alpha_imbalanced: {} must be >= scheduler.alpha_balanced ({})",
                        c.scheduler.alpha_imbalanced, c.scheduler.alpha_balanced);

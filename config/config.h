@@ -42,6 +42,20 @@ struct RouterConfig {
   // Bytes of request bodies being received or held at once (all connections);
   // a request whose body does not fit gets 503 before its body is read.
   uint64_t max_body_bytes_in_flight = 256ull << 20;
+  // The credential kvroute sends workers (vLLM --api-key) as `Authorization:
+  // Bearer`: read from this file (its first line), or from the environment
+  // variable this names; at most one is set; empty = none. The secret itself
+  // never enters the Config (router/http/worker_credential.h holds it).
+  std::string worker_api_key_file;
+  std::string worker_api_key_env;
+  // Pass the client's own Authorization / x-api-key on to workers. Only
+  // without flow.keys_file (the clients' keys are then kvroute's own) and
+  // without a worker key; off by default: a credential meant for the router
+  // never reaches an engine.
+  bool forward_client_credentials = false;
+  // Responses API ids remembered with the worker that produced them
+  // (previous_response_id affinity, router/api/response_affinity.h).
+  uint32_t response_affinity_max_ids = 65536;
 };
 
 struct AdminConfig {
@@ -344,6 +358,10 @@ struct BandEntry {
   int64_t max_priority_value = 0;
   bool bounded = false;
   uint64_t max_queued = 0;   // 0 = only scheduler.queue_size bounds it
+  // Percent of each worker's request slots and KV blocks a request of this
+  // band may not take: kept for the bands above it, so their requests find
+  // room (0 = none; the first band's is 0; never below a higher band's).
+  uint32_t reserve_pct = 0;
 };
 
 // One flow.tenants entry.
@@ -440,6 +458,26 @@ void for_each_key(C& c, F&& f) {
             "Request body bytes being received or held at once; a body that does not fit gets 503 unread.",
             1 << 20, 1ull << 40, !S, R},
     c.router.max_body_bytes_in_flight);
+  f(KeyInfo{"router.worker_api_key_file",
+            "File whose first line is the key sent to workers as 'Authorization: Bearer' (vLLM --api-key); empty = "
+            "none. Re-read on SIGHUP.",
+            0, 0, S, R},
+    c.router.worker_api_key_file);
+  f(KeyInfo{"router.worker_api_key_env",
+            "Name of an environment variable holding the key sent to workers as 'Authorization: Bearer' (instead of "
+            "a file); empty = none.",
+            0, 0, S, R},
+    c.router.worker_api_key_env);
+  f(KeyInfo{"router.forward_client_credentials",
+            "Pass the client's Authorization / x-api-key on to workers (only without flow.keys_file and a worker "
+            "key); false: workers never see them.",
+            0, 1, !S, R},
+    c.router.forward_client_credentials);
+  f(KeyInfo{"router.response_affinity_max_ids",
+            "Responses API ids remembered with the worker that produced them (previous_response_id affinity); the "
+            "least recently used are dropped first.",
+            1, 1e7, !S, R},
+    c.router.response_affinity_max_ids);
   // admin
   f(KeyInfo{"admin.host", "Address the admin listener binds (loopback by default; empty = router.host).", 0, 0, S}, c.admin.host);
   f(KeyInfo{"admin.port", "Port of the admin listener (0 = ephemeral).", 0, 65535}, c.admin.port);

@@ -186,6 +186,8 @@ void add_flags(CLI::App& app, Flags& f) {
       ->capture_default_str()->check(CLI::Range(1.0, 86400000.0));
   app.add_option("--pd-max-rooms", pd.max_rooms, "SGLang: bootstrap rooms open at once; more get 503")
       ->capture_default_str()->check(CLI::Range(size_t{1}, size_t{1000000}));
+  app.add_option("--api-key", o.api_key,
+                 "vLLM's --api-key: /v1 requests without 'Authorization: Bearer KEY' get 401 (empty = no check)");
   app.add_flag("--no-extra-keys", o.no_extra_keys,
                "vLLM mode: BlockStored events without extra_keys (vLLM before that field): cache_salt still keys "
                "the engine's cache but is not on the wire (lora_name still is)");

@@ -55,6 +55,24 @@ awaitable<bool> MockerServer::Impl::embeddings(beast::tcp_stream& stream, const 
                              err.message.empty() ? http::status::ok : http::status::bad_request, std::move(body));
 }
 
+bool MockerServer::Impl::authorized(const http::request<http::string_body>& req) {
+  const auto auth = req.find(http::field::authorization);
+  const auto api_key = req.find("x-api-key");
+  if (auth != req.end()) {
+    ++with_authorization;
+    last_authorization = std::string(auth->value());
+  }
+  if (api_key != req.end()) {
+    ++with_x_api_key;
+    last_x_api_key = std::string(api_key->value());
+  }
+  // vLLM checks /v1 paths only, and never OPTIONS.
+  if (opts.api_key.empty() || req.method() == http::verb::options || !req.target().starts_with("/v1")) return true;
+  if (auth != req.end() && auth->value() == "Bearer " + opts.api_key) return true;
+  ++unauthorized_total;
+  return false;
+}
+
 awaitable<void> MockerServer::Impl::session(tcp::socket socket, bool side) {
   beast::tcp_stream stream(std::move(socket));
   beast::flat_buffer buffer;
@@ -69,7 +87,9 @@ awaitable<void> MockerServer::Impl::session(tcp::socket socket, bool side) {
     const bool keep = req.keep_alive();
     const unsigned v = req.version();
     bool again = false;
-    if (side) {
+    if (!side && !authorized(req)) {
+      again = co_await respond(stream, v, keep, http::status::unauthorized, R"({"error":"Unauthorized"})");
+    } else if (side) {
       if (!co_await side_channel(stream, req, again))
         again = co_await respond(stream, v, keep, http::status::not_found,
                                  R"({"error":{"message":"not found","type":"invalid_request_error","param":null,"code":null}})");

@@ -71,6 +71,10 @@ struct MockerOptions {
   // field: the engine's cache stays keyed by cache_salt, the events no longer
   // say so (lora_name, a field of its own, is still sent).
   bool no_extra_keys = false;
+  // vLLM's --api-key: every /v1 request needs `Authorization: Bearer <key>`,
+  // else 401 {"error":"Unauthorized"} (vLLM's AuthenticationMiddleware,
+  // vllm/entrypoints/openai/server_utils.py); empty = no check.
+  std::string api_key;
   PdConfig pd;
   // Offload mode (mocker/kv_pool.h): a shared pool and a host tier, NATS mode
   // with one rank only.

@@ -208,6 +208,11 @@ struct MockerServer::Impl {
   // "reject" answers 400, "error" 500, "hang" accepts and never answers.
   std::string tokenize_mode = "ok";
   uint64_t tokenize_total = 0;  // POST /tokenize requests received
+  // The credential fields requests arrived with, for tests of what a router
+  // passes on (GET /mocker/stats "credentials"): requests carrying each, the
+  // last value of each, and requests refused by --api-key.
+  uint64_t with_authorization = 0, with_x_api_key = 0, unauthorized_total = 0;
+  std::string last_authorization, last_x_api_key;
   // Ids of the Responses this worker produced, newest last (at most
   // kStoredResponses), as vLLM's in-memory response store holds them: a
   // previous_response_id not among them is answered 404 as vLLM answers it.
@@ -246,6 +251,8 @@ struct MockerServer::Impl {
 
   awaitable<void> accept_loop(tcp::acceptor& a, bool side);
   awaitable<void> session(tcp::socket socket, bool side);
+  // Records the request's credential fields; false if --api-key refuses it.
+  bool authorized(const http::request<http::string_body>& req);
   awaitable<bool> respond(beast::tcp_stream& s, unsigned version, bool keep, http::status st, std::string body,
                           std::string_view type = "application/json");
   awaitable<bool> generate(beast::tcp_stream& s, const http::request<http::string_body>& req, ApiKind kind);

@@ -46,6 +46,11 @@ std::string MockerServer::Impl::stats_json() const {
       opts.worker_id, requests_total, rejected_total, cancels_total, l.request_active_slots, l.num_requests_waiting,
       cached_blocks, l.kv_active_blocks, l.kv_total_blocks, events_published, events_dropped,
       events_publish_failed, drop_remaining, last_event_id, hang, steered_total, ranks, tokenize_total);
+  out.insert(out.size() - 1,
+             fmt::format(R"(,"credentials":{{"authorization":{},"x_api_key":{},"last_authorization":"{}",)"
+                         R"("last_x_api_key":"{}","unauthorized_total":{}}})",
+                         with_authorization, with_x_api_key, json_escape(last_authorization),
+                         json_escape(last_x_api_key), unauthorized_total));
   if (opts.pd.protocol != PdProtocol::None) out.insert(out.size() - 1, ",\"pd\":" + pd_stats_json());
   if (opts.offload.enabled()) out.insert(out.size() - 1, ",\"offload\":" + offload_stats_json());
   if (vllm)  // vLLM mode: ZMQ batches numbered (next seq), not sent live (test hook), replays served

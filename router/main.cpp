@@ -489,6 +489,10 @@ bool Daemon::start_server(const Config& cfg) {
     return false;
   }
   if (flow_.keys_enabled()) spdlog::info("{} API keys loaded: the OpenAI listener requires one", flow_.key_count());
+  if (auto e = server_->reload_worker_key(config_.get())) {
+    std::fprintf(stderr, "kvroute: %s\n", e->c_str());
+    return false;
+  }
   const std::string admin_host = cfg.admin.host.empty() ? cfg.router.host : cfg.admin.host;
   if (!server_->listen(cfg.router.host, static_cast<uint16_t>(cfg.router.port), &err)) {
     std::fprintf(stderr, "kvroute: router.port: %s\n", err.c_str());
@@ -533,6 +537,9 @@ void Daemon::serve(const sigset_t& signals, const ConfigSources& sources) {
         spdlog::error("SIGHUP: API keys not reloaded, the old ones stay: {}", *ke);
       else if (flow_.keys_enabled())
         spdlog::info("SIGHUP: {} API keys loaded", flow_.key_count());
+      // The worker key too (a rotated file); a bad one keeps the key in force.
+      if (auto we = server_->reload_worker_key(config_.get()))
+        spdlog::error("SIGHUP: worker key not reloaded, the old one stays: {}", *we);
       continue;
     }
     const auto grace = std::chrono::milliseconds(config_.get()->router.shutdown_grace_ms);

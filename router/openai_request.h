@@ -86,6 +86,10 @@ struct ParsedRequest {
   // stored (kvroute keeps no response store; router/README.md "Responses and
   // Messages").
   std::optional<int64_t> priority;
+  // Not parsed: set by flow control (router/http/flow_gate.h) from the
+  // request's band (flow.bands reserve_pct): the fraction of each worker's
+  // slots and KV blocks kept for higher bands, which routing leaves free.
+  double band_reserve = 0;
   std::optional<uint64_t> max_tokens;
   std::string previous_response_id;
   // Not parsed: set by the HTTP layer before routing when the model has no
@@ -133,6 +137,7 @@ struct ParsedRequest {
     prompt_logprobs = false;
     user.clear();
     priority.reset();
+    band_reserve = 0;
     max_tokens.reset();
     previous_response_id.clear();
     engine_tokens.clear();

@@ -97,6 +97,7 @@ void RouteResult::reset() {
   chose_best_overlap = false;
   all_busy = false;
   best_cached_tokens = 0;
+  band_reserve = 0;
   workers.clear();
   candidates.clear();
   decision.reset();
@@ -204,6 +205,7 @@ uint32_t RoutingService::hash_request(const ParsedRequest& request, uint32_t blo
 
 void RoutingService::route(const ParsedRequest& request, RouteResult& out, bool rank_all, bool score_all) const {
   out.reset();
+  out.band_reserve = request.band_reserve;
   const auto cfg = config_.get();
   std::string detail;
   const uint32_t isl_tokens = hash_request(request, cfg->indexer.block_size, out, &detail);
@@ -230,7 +232,9 @@ void RoutingService::reroute(std::string_view model, RouteResult& out, bool scor
   const TokenizerFallback fallback = out.tokenizer_fallback;
   const TokenSource source = out.token_source;
   const double stage0 = out.stage_seconds[0], stage1 = out.stage_seconds[1];
+  const double reserve = out.band_reserve;
   out.reset();
+  out.band_reserve = reserve;
   out.block_hashes = std::move(hashes);
   out.first_block = first_block;
   out.salt_hash = salt;
@@ -262,17 +266,36 @@ void RoutingService::decide(const Config& cfg, std::string_view model, uint32_t 
     return;
   }
   const size_t limit = rank_all ? 0 : cfg.router.max_attempts;
+  // A lower band's reserve: its busy thresholds lowered by the reserve, so
+  // each worker keeps that much room for higher bands (router/README.md,
+  // "Band reserves"). As Dynamo's policy classes carry their own busy
+  // thresholds (lib/kv-router/src/scheduling/policy_config.rs,
+  // PolicyClassConfig::worker_is_busy) and llm-d's flow control gates each
+  // priority band at its own usage ceiling (llm-d-inference-scheduler
+  // pkg/epp/flowcontrol/controller/internal/processor.go dispatchCycle(),
+  // UsageLimitPolicy in pkg/epp/framework/interface/flowcontrol/plugins.go);
+  // here per worker, not per pool: the reserve is room on an engine, where a
+  // high-band request's time to first token is made.
+  const SchedulerConfig* sched = &cfg.scheduler;
+  SchedulerConfig reserved;
+  if (out.band_reserve > 0) {
+    reserved = cfg.scheduler;
+    reserved.busy_slot_usage = std::min(reserved.busy_slot_usage, 1.0 - out.band_reserve);
+    reserved.busy_kv_usage = std::min(reserved.busy_kv_usage, 1.0 - out.band_reserve);
+    sched = &reserved;
+  }
   // A disaggregated fleet: decide_pd() needs every candidate's terms.
   if (registry_.has_pd_roles()) score_all = true;
-  if (fast_path_ && !score_all && !model.empty() && RankedCandidates::supports(cfg.scheduler, limit) &&
-      decide_ranked(cfg, model, limit, out))
+  if (fast_path_ && !score_all && !model.empty() && RankedCandidates::supports(*sched, limit) &&
+      decide_ranked(cfg, *sched, model, limit, out))
     return;
-  decide_all(cfg, model, rank_all, out);
+  decide_all(cfg, *sched, model, rank_all, out);
 }
 
 // True when it decided (a choice), false to let decide_all() decide: nobody
 // serves the model, or nobody is eligible (decide_all() tells why).
-bool RoutingService::decide_ranked(const Config& cfg, std::string_view model, size_t limit, RouteResult& out) const {
+bool RoutingService::decide_ranked(const Config& cfg, const SchedulerConfig& sched, std::string_view model,
+                                   size_t limit, RouteResult& out) const {
   const uint32_t block_size = cfg.indexer.block_size;
   auto t0 = StageClock::now();
   thread_local MatchLayers match;  // per-thread scratch, as fd
@@ -283,6 +306,15 @@ bool RoutingService::decide_ranked(const Config& cfg, std::string_view model, si
   if (!registry_.decide(model, match, out.isl_tokens, block_size, cfg.scheduler, random_, limit, fd,
                         out.workers))
     return false;  // nobody serves the model: decide_all() tells 404 from 503
+  // The fast path ranks by the fleet's thresholds; a band's reserve lowers
+  // them: a ranking that holds a worker over them is decided again by
+  // decide_all() (every worker scored under the lowered thresholds).
+  if (&sched != &cfg.scheduler)
+    for (size_t i = 0; i < fd.ranked.size(); ++i)
+      if (exclusion_of(fd.ranked[i].state.load, fd.ranked[i].state.draining, sched) != Exclusion::None) {
+        out.workers.clear();
+        return false;
+      }
   Decision& d = out.decision;
   d.alpha = fd.alpha;
   d.load_mean = fd.load_mean;
@@ -324,7 +356,8 @@ bool RoutingService::decide_ranked(const Config& cfg, std::string_view model, si
   return true;
 }
 
-void RoutingService::decide_all(const Config& cfg, std::string_view model, bool rank_all, RouteResult& out) const {
+void RoutingService::decide_all(const Config& cfg, const SchedulerConfig& sched, std::string_view model,
+                                bool rank_all, RouteResult& out) const {
   const uint32_t block_size = cfg.indexer.block_size;
   const uint32_t isl_tokens = out.isl_tokens;
   registry_.candidates(model, out.workers);
@@ -370,7 +403,7 @@ void RoutingService::decide_all(const Config& cfg, std::string_view model, bool 
     }
   }
 
-  schedule(out.candidates, out.isl_tokens, block_size, cfg.scheduler, random_, rank_all ? 0 : cfg.router.max_attempts,
+  schedule(out.candidates, out.isl_tokens, block_size, sched, random_, rank_all ? 0 : cfg.router.max_attempts,
            out.decision);
   if (!out.decision.chosen && !cfg.scheduler.reject_when_busy && cfg.scheduler.queue_size == 0) {
     // Every worker not drained is busy. The prompt fits some worker's cache

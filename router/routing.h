@@ -132,6 +132,10 @@ struct RouteResult {
   // The longest cached prefix among eligible workers (tokens): with the chosen
   // worker's cached tokens, the decision-quality gap metric.
   uint32_t best_cached_tokens = 0;
+  // The request band's reserve (ParsedRequest::band_reserve): a worker whose
+  // slot or KV usage is at or over 1 - band_reserve is busy for this request.
+  // Kept by reroute(), so a queued request's trials apply it too.
+  double band_reserve = 0;
   // For explain and metrics (parallel vectors): every candidate for explain
   // and the reference path; only the ranked workers on the fast path
   // (decision.chosen and decision.ranking index them either way).
@@ -245,9 +249,11 @@ class RoutingService {
               RouteResult& out) const;
   // The registry's pre-ranked fleet (scheduler/ranked_candidates.h): the candidates
   // are only the ranked workers. False when nobody serves the model.
-  bool decide_ranked(const Config& cfg, std::string_view model, size_t limit, RouteResult& out) const;
+  bool decide_ranked(const Config& cfg, const SchedulerConfig& sched, std::string_view model, size_t limit,
+                     RouteResult& out) const;
   // Every candidate scored (schedule()): explain's full ranking, and the reference.
-  void decide_all(const Config& cfg, std::string_view model, bool rank_all, RouteResult& out) const;
+  void decide_all(const Config& cfg, const SchedulerConfig& sched, std::string_view model, bool rank_all,
+                  RouteResult& out) const;
 
   const Indexer& index_;
   WorkerRegistry& registry_;

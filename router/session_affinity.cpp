@@ -37,10 +37,10 @@ void promote(RouteResult& r, size_t i, uint32_t block_size) {
 bool SessionAffinity::apply(std::string_view session, uint32_t block_size, RouteResult& r) {
   if (session.empty() || !r.ok || r.ranked.empty() || !r.decision.chosen) return false;
   std::lock_guard lk(mu_);
-  auto found = sessions_.find(std::string(session));
+  const WorkerId* found = sessions_.find(session);
   bool overrode = false;
-  if (found != sessions_.end() && found->second.worker != r.ranked.front().worker) {
-    const long i = eligible_index(r, found->second.worker);
+  if (found && *found != r.ranked.front().worker) {
+    const long i = eligible_index(r, *found);
     const auto& best = r.decision.scores[*r.decision.chosen];
     if (i >= 0 && r.decision.scores[static_cast<size_t>(i)].predicted_ttft_ms <=
                       kOverloadFactor * best.predicted_ttft_ms + kOverloadSlackMs) {
@@ -48,18 +48,7 @@ bool SessionAffinity::apply(std::string_view session, uint32_t block_size, Route
       overrode = true;
     }
   }
-  const WorkerId now = r.ranked.front().worker;
-  if (found != sessions_.end()) {
-    found->second.worker = now;
-    lru_.splice(lru_.begin(), lru_, found->second.lru);
-    return overrode;
-  }
-  lru_.emplace_front(session);
-  sessions_.emplace(lru_.front(), Entry{now, lru_.begin()});
-  while (sessions_.size() > max_) {
-    sessions_.erase(lru_.back());
-    lru_.pop_back();
-  }
+  sessions_.put(session, r.ranked.front().worker);
   return overrode;
 }
 

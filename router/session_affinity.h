@@ -19,12 +19,10 @@
 #pragma once
 
 #include <cstddef>
-#include <list>
 #include <mutex>
-#include <string>
 #include <string_view>
-#include <unordered_map>
 
+#include "router/bounded_lru.h"
 #include "router/routing.h"
 
 namespace kvroute {
@@ -34,7 +32,7 @@ class SessionAffinity {
   static constexpr double kOverloadFactor = 1.5;  // sticky predicted TTFT <= factor x chosen + slack
   static constexpr double kOverloadSlackMs = 50;
 
-  explicit SessionAffinity(size_t max_sessions = 65536) : max_(max_sessions ? max_sessions : 1) {}
+  explicit SessionAffinity(size_t max_sessions = 65536) : sessions_(max_sessions) {}
 
   // Puts the session's worker first in `r` (ranked and decision.chosen) when
   // the rule above holds, then remembers the worker `r` now goes to. No-op
@@ -44,14 +42,8 @@ class SessionAffinity {
   size_t size() const;
 
  private:
-  struct Entry {
-    WorkerId worker;
-    std::list<std::string>::iterator lru;
-  };
   mutable std::mutex mu_;
-  size_t max_;
-  std::list<std::string> lru_;  // most recent first
-  std::unordered_map<std::string, Entry> sessions_;
+  BoundedLru<WorkerId> sessions_;  // session -> the worker it last went to
 };
 
 }  // namespace kvroute

@@ -6,31 +6,24 @@ namespace kvroute {
 
 std::optional<WorkerId> ResponseAffinity::find(std::string_view id) {
   std::lock_guard lk(mu_);
-  const auto it = ids_.find(id);
-  if (it == ids_.end()) return std::nullopt;
-  lru_.splice(lru_.begin(), lru_, it->second.lru);
-  return it->second.worker;
+  const WorkerId* w = ids_.find(id);
+  return w ? std::optional<WorkerId>(*w) : std::nullopt;
 }
 
 void ResponseAffinity::remember(std::string_view id, WorkerId worker) {
   if (id.empty() || id.size() > kMaxIdBytes) return;
   std::lock_guard lk(mu_);
-  if (const auto it = ids_.find(id); it != ids_.end()) {
-    it->second.worker = worker;
-    lru_.splice(lru_.begin(), lru_, it->second.lru);
-    return;
-  }
-  lru_.emplace_front(id);
-  ids_.emplace(std::string_view(lru_.front()), Entry{worker, lru_.begin()});
-  while (ids_.size() > max_) {
-    ids_.erase(std::string_view(lru_.back()));
-    lru_.pop_back();
-  }
+  ids_.put(id, worker);
 }
 
 size_t ResponseAffinity::size() const {
   std::lock_guard lk(mu_);
   return ids_.size();
+}
+
+void ResponseAffinity::set_max_ids(size_t max_ids) {
+  std::lock_guard lk(mu_);
+  if (ids_.capacity() != (max_ids ? max_ids : 1)) ids_.set_capacity(max_ids);
 }
 
 ResponseAffinity::Pin ResponseAffinity::pin(WorkerId worker, uint32_t block_size, RouteResult& r) {

@@ -10,7 +10,8 @@
 // event; ResponseIdScanner, response_id.h) and the worker, and puts that worker first for a
 // request naming the id (ResponseAffinity::pin).
 //
-// Bounded: at most `max_ids` ids (65,536 by default), least recently used
+// Bounded: at most `max_ids` ids (router.response_affinity_max_ids, 65,536 by
+// default; set_max_ids() applies a reloaded value), least recently used
 // dropped first; an id longer than kMaxIdBytes is not remembered. A dropped
 // id, or one whose worker has left the model's candidates, is routed as any
 // request (and the worker it reaches answers 404 unless it holds the id).
@@ -20,14 +21,12 @@
 #pragma once
 
 #include <cstddef>
-#include <list>
 #include <mutex>
 #include <optional>
-#include <string>
 #include <string_view>
-#include <unordered_map>
 
 #include "router/api/response_id.h"
+#include "router/bounded_lru.h"
 #include "router/routing.h"
 
 namespace kvroute {
@@ -36,7 +35,7 @@ class ResponseAffinity {
  public:
   static constexpr size_t kMaxIdBytes = ResponseIdScanner::kMaxIdBytes;
 
-  explicit ResponseAffinity(size_t max_ids = 65536) : max_(max_ids ? max_ids : 1) {}
+  explicit ResponseAffinity(size_t max_ids = 65536) : ids_(max_ids) {}
 
   // What pin() did: the id's worker put first, an id not remembered, or a
   // remembered worker that is no longer a candidate for the model.
@@ -54,16 +53,12 @@ class ResponseAffinity {
   // score_all). No-op for a failed route.
   static Pin pin(WorkerId worker, uint32_t block_size, RouteResult& r);
   size_t size() const;
+  // A new bound (a smaller one drops the least recently used ids at once).
+  void set_max_ids(size_t max_ids);
 
  private:
-  struct Entry {
-    WorkerId worker;
-    std::list<std::string>::iterator lru;
-  };
   mutable std::mutex mu_;
-  size_t max_;
-  std::list<std::string> lru_;  // most recent first
-  std::unordered_map<std::string_view, Entry> ids_;  // keys view lru_'s strings
+  BoundedLru<WorkerId> ids_;
 };
 
 std::string_view to_string(ResponseAffinity::Pin p);

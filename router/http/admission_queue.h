@@ -2,9 +2,9 @@
 // its model busy waits here until it is admitted (a trial routed it), its
 // deadline passes, a higher-priority or fairer request sheds it, or the
 // router stops. Event-driven (router/flow/flow_queue.h): the waiting
-// coroutine sleeps on a timer set to its deadline; a wake-up from the queue
-// (a worker may have room: a request ended, a load report, a worker joined)
-// is posted to its io thread and cancels that timer. Nothing polls.
+// coroutine sleeps until a wake-up from the queue (a worker may have room: a
+// request ended, a load report, a worker joined), posted to its io thread,
+// resumes it directly, or its deadline's timer does. Nothing polls.
 //
 // Threading: the FlowQueue is shared by every io thread (it locks); a
 // waiter's timer and wake-up flag live on its own io thread only (the queue
@@ -51,10 +51,21 @@ class AdmissionQueue {
   awaitable<Outcome> wait(Executor ex, const Ticket& t, const flow::QueueLimits& limits,
                           Steady::time_point deadline, const std::function<bool()>& try_admit,
                           uint64_t* position = nullptr) {
+    // The waiting coroutine sleeps in sleep() below; a wake-up (posted to
+    // this thread) or the deadline's timer resumes it directly: one hop on
+    // this thread per wake-up (no timer cancel and its completion in between).
     struct WaitState {
       explicit WaitState(Executor e) : timer(e) {}
       Timer timer;
       std::optional<flow::Wake> wake;
+      bool expired = false;
+      std::function<void()> resume;  // the sleeping coroutine's handler, while it sleeps
+      void fire() {
+        if (!resume) return;
+        auto r = std::move(resume);
+        resume = nullptr;
+        r();
+      }
     };
     auto st = std::make_shared<WaitState>(ex);
     auto w = std::make_shared<flow::Waiter>();
@@ -67,7 +78,7 @@ class AdmissionQueue {
     w->wake = [st, ex](flow::Wake k) {
       asio::post(ex, [st, k] {
         st->wake = k;
-        st->timer.cancel();
+        st->fire();
       });
     };
     if (q_.enter(w, limits, position) == flow::Enter::Full) co_return Outcome::Full;
@@ -78,12 +89,26 @@ class AdmissionQueue {
       q_.leave(*w);  // false: shed or stopped meanwhile, but it has its worker now
       co_return Outcome::Admitted;
     }
-    boost::system::error_code ec;
+    struct CancelTimer {
+      WaitState& s;
+      ~CancelTimer() { s.timer.cancel(); }
+    } cancel_timer{*st};
+    st->timer.expires_at(deadline);
+    st->timer.async_wait([st](const boost::system::error_code& ec) {
+      if (ec) return;  // cancelled: the wait is over
+      st->expired = true;
+      st->fire();
+    });
+    const auto sleep = [&st]() {
+      return asio::async_initiate<const asio::use_awaitable_t<Executor>&, void()>(
+          [&st](auto handler) {
+            auto h = std::make_shared<decltype(handler)>(std::move(handler));
+            st->resume = [h] { std::move (*h)(); };
+          },
+          use_awaitable);
+    };
     for (;;) {
-      if (!st->wake) {
-        st->timer.expires_at(deadline);
-        co_await st->timer.async_wait(nothrow(ec));
-      }
+      if (!st->wake && !st->expired) co_await sleep();
       if (st->wake) {
         const flow::Wake k = *st->wake;
         st->wake.reset();
@@ -94,7 +119,6 @@ class AdmissionQueue {
         if (admitted) co_return Outcome::Admitted;
         continue;
       }
-      if (Steady::now() < deadline) continue;  // a cancelled wait without a wake-up (none expected)
       if (q_.leave(*w)) co_return Outcome::Timeout;
       // Shed or stopped at the same moment: that wake-up is posted; take it.
       co_await asio::post(ex, use_awaitable);

@@ -91,6 +91,8 @@ inline std::optional<FlowRefusal> flow_classify(flow::FlowControl& fc, const Con
     return FlowRefusal{e, std::nullopt, "bad_request"};
   }
   st.band = *band;
+  // The room each worker keeps for higher bands (routing leaves it free).
+  parsed.band_reserve = st.tables->bands[*band].reserve_pct / 100.0;
   if (!req.ttft_deadline.empty()) {
     uint32_t ms = 0;
     const char* end = req.ttft_deadline.data() + req.ttft_deadline.size();

@@ -142,7 +142,7 @@ std::shared_ptr<PdLeg> make_leg(const PdState& pd, const PdContext& c, const Rou
   if (!parse_url(t.url, leg->url)) return nullptr;
   leg->body = std::move(body);
   pd_leg_request_head(leg->head, c.req, leg->url, c.cfg.router.upstream_pool_size > 0, t.dp_rank, pd.request_id,
-                      leg->body.size());
+                      leg->body.size(), c.credentials);
   return leg;
 }
 

@@ -94,6 +94,7 @@ struct PdContext {
   const RouteResult& route;
   ClientWatch& watch;
   std::string_view model;
+  std::string_view credentials;  // the workers' credential fields (worker_credential.h), for every leg's head
 };
 
 // A disaggregated request's state, in the proxy coroutine's frame.

@@ -21,6 +21,7 @@
 #include "router/http/flow_gate.h"
 #include "router/http/pd_exchange.h"
 #include "router/http/upstream.h"
+#include "router/http/worker_credential.h"
 
 namespace kvroute {
 
@@ -163,7 +164,7 @@ bool sticky_session(const Exchange& x) {
 // Routes the parsed request into client.route. True: every worker is busy
 // and the request may wait in the queue (wait_in_queue()).
 bool route_request(Exchange& x) {
-  x.pin.lookup(x.s.responses, x.kind, x.client.parsed);
+  x.pin.lookup(x.s.responses, x.kind, x.client.parsed, x.cfg.router.response_affinity_max_ids);
   x.s.hooks.routing->route(x.client.parsed, x.client.route, /*rank_all=*/false,
                            sticky_session(x) || x.pin.needs_all_scored());
   const RouteResult& route = x.client.route;
@@ -290,11 +291,15 @@ bool begin_attempt(Exchange& x, size_t attempt) {
   // The request to forward: unchanged but for hop-by-hop headers. Its head is
   // written out here (fields as Beast parsed and validated them) and sent with
   // the body in one gather write: no serializer on the hot path.
+  const auto key = x.s.worker_key.get(x.cfg_holder);
+  const std::string_view credentials =
+      worker_credential_fields(*key, forwards_client_credentials(x.cfg), x.req.credential_fields);
   if (x.pd.active)
     pd_leg_request_head(x.client.upstream_head, x.req, x.url, x.cfg.router.upstream_pool_size > 0, target.dp_rank,
-                        x.pd.request_id, x.body().size());
+                        x.pd.request_id, x.body().size(), credentials);
   else
-    upstream_request_head(x.client.upstream_head, x.req, x.url, x.cfg.router.upstream_pool_size > 0, target.dp_rank);
+    upstream_request_head(x.client.upstream_head, x.req, x.url, x.cfg.router.upstream_pool_size > 0, target.dp_rank,
+                          credentials);
   return true;
 }
 
@@ -686,7 +691,9 @@ awaitable<bool> run(ServerState& s, ClientConn& client, ClientRequest& req, ApiK
     thread_local std::string scratch;  // no allocation per request once grown; used before any suspension
     if (!engine_tokens_cached(s, x.cfg, client.parsed, scratch)) {
       const std::string body = scratch;  // in the frame: other requests use the scratch while this one waits
-      co_await engine_tokens(s, io, x.cfg, client.parsed, req.authorization, body);
+      const auto key = s.worker_key.get(x.cfg_holder);  // in the frame: its text is used across the wait
+      co_await engine_tokens(s, io, x.cfg, client.parsed,
+                             worker_authorization(*key, forwards_client_credentials(x.cfg), req.authorization), body);
     }
   }
   const bool queue = route_request(x);
@@ -704,7 +711,9 @@ awaitable<bool> run(ServerState& s, ClientConn& client, ClientRequest& req, ApiK
     }
   }
 
-  const PdContext pd{s, io, x.cfg, req, client.route, x.watch, client.parsed.model};
+  const auto worker_key = s.worker_key.get(x.cfg_holder);  // in the frame: the legs' heads are written from it
+  const PdContext pd{s, io, x.cfg, req, client.route, x.watch, client.parsed.model,
+                     worker_credential_fields(*worker_key, forwards_client_credentials(x.cfg), req.credential_fields)};
   if (!pd_begin(x.pd, pd)) {
     ApiError e;
     invalid_request(e, "The request body must be a JSON object.", "");

@@ -22,8 +22,10 @@ namespace kvroute {
 
 struct ResponsePin {
   // A Responses request: its previous_response_id's worker, if remembered.
-  void lookup(ResponseAffinity& store, ApiKind kind, const ParsedRequest& parsed) {
+  // `max_ids`: router.response_affinity_max_ids in force (a reload applies).
+  void lookup(ResponseAffinity& store, ApiKind kind, const ParsedRequest& parsed, size_t max_ids) {
     if (kind != ApiKind::Responses) return;
+    store.set_max_ids(max_ids);
     store_ = &store;
     previous_ = parsed.previous_response_id;
     model_ = parsed.model;

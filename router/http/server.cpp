@@ -197,6 +197,10 @@ uint16_t HttpServer::admin_port() const {
 
 int64_t HttpServer::inflight() const { return impl_->state.inflight.load(); }
 
+std::optional<std::string> HttpServer::reload_worker_key(const std::shared_ptr<const Config>& cfg) {
+  return impl_->state.worker_key.reload(cfg);
+}
+
 HttpServer::Limits HttpServer::limits() const {
   const ServerState& s = impl_->state;
   const auto cfg = s.hooks.config->get();

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "config/config_store.h"
@@ -73,6 +74,10 @@ class HttpServer {
   void stop();
   // Requests being handled right now.
   int64_t inflight() const;
+  // Reads the key sent to workers (router.worker_api_key_file / _env) for
+  // `cfg`: at start and on SIGHUP (a rotated file needs no config change).
+  // On an error the key in force stays; the message names the config key.
+  std::optional<std::string> reload_worker_key(const std::shared_ptr<const Config>& cfg);
   // Open connections and leased body bytes against their limits (metrics).
   struct Limits {
     int64_t connections = 0;

@@ -19,6 +19,7 @@
 #include "router/flow/flow_control.h"
 #include "router/http/admission_queue.h"
 #include "router/http/server.h"
+#include "router/http/worker_credential.h"
 
 namespace kvroute {
 
@@ -48,6 +49,8 @@ struct ServerState {
   std::unique_ptr<flow::FlowControl> own_flow;
   flow::FlowControl& flow;
   AdmissionQueue queue;  // requests waiting for a free worker
+  // The key kvroute sends workers (router.worker_api_key_file / _env).
+  WorkerCredential worker_key;
   // Which worker produced each Responses API answer (previous_response_id affinity).
   ResponseAffinity responses;
   const WorkerRegistry::CapacityListener capacity_listener = [this](std::string_view model) {

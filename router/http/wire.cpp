@@ -92,6 +92,7 @@ ClientRequestParser::ClientRequestParser(ClientRequest& r, HeaderCheck* check) :
   r.target.clear();
   r.fields.clear();
   r.authorization.clear();
+  r.credential_fields.clear();
   r.session.clear();
   r.api_key.clear();
   r.priority.clear();
@@ -112,12 +113,21 @@ void ClientRequestParser::on_request_impl(http::verb method, beast::string_view 
 
 void ClientRequestParser::on_field_impl(http::field f, beast::string_view name, beast::string_view value,
                                         beast::error_code&) {
-  if (f == http::field::authorization) r_.authorization.assign(value.data(), value.size());
+  // The client's credentials: kept apart from the fields a worker gets.
+  if (f == http::field::authorization) {
+    r_.authorization.assign(value.data(), value.size());
+    append_field(r_.credential_fields, name, value);
+    return;
+  }
   if (f == http::field::host) r_.has_host = true;
   if (f == http::field::unknown && beast::iequals(name, "x-session-id")) r_.session.assign(value.data(), value.size());
   if (f == http::field::unknown) {
-    if (beast::iequals(name, "x-api-key")) r_.api_key.assign(value.data(), value.size());
-    else if (beast::iequals(name, "x-kvroute-priority")) r_.priority.assign(value.data(), value.size());
+    if (beast::iequals(name, "x-api-key")) {
+      r_.api_key.assign(value.data(), value.size());
+      append_field(r_.credential_fields, name, value);
+      return;
+    }
+    if (beast::iequals(name, "x-kvroute-priority")) r_.priority.assign(value.data(), value.size());
     else if (beast::iequals(name, "x-kvroute-ttft-deadline-ms")) r_.ttft_deadline.assign(value.data(), value.size());
   }
   // RFC 9110 10.1.1: never a 100 (Continue) to an HTTP/1.0 client.
@@ -269,11 +279,11 @@ template awaitable<void> read_http<false>(Socket&, beast::flat_buffer&, http::ba
 // ---- writing heads
 
 void upstream_request_head(std::string& h, const ClientRequest& req, const UpstreamUrl& url, bool keep_alive,
-                           std::optional<uint32_t> dp_rank) {
+                           std::optional<uint32_t> dp_rank, std::string_view credentials) {
   HeadWriter w(h, 160 + req.method_string.size() + url.base.size() + req.target.size() + req.fields.size() +
-                      url.host.size() + url.port.size());
+                      credentials.size() + url.host.size() + url.port.size());
   w.text(req.method_string).text(" "sv).text(url.base).text(req.target).text(" HTTP/1.1\r\n"sv);
-  w.text(req.fields).text(url.ipv6 ? "Host: ["sv : "Host: "sv).text(url.host).text(url.ipv6 ? "]:"sv : ":"sv);
+  w.text(req.fields).text(credentials).text(url.ipv6 ? "Host: ["sv : "Host: "sv).text(url.host).text(url.ipv6 ? "]:"sv : ":"sv);
   w.text(url.port);
   w.text(keep_alive ? "\r\n"sv : "\r\nConnection: close\r\n"sv);
   if (dp_rank) w.text(kDpRankHeader).text(": "sv).number(*dp_rank).text("\r\n"sv);
@@ -313,9 +323,10 @@ bool field_named(std::string_view line, std::string_view name) {
 }  // namespace
 
 void pd_leg_request_head(std::string& h, const ClientRequest& req, const UpstreamUrl& url, bool keep_alive,
-                         std::optional<uint32_t> dp_rank, std::string_view request_id, size_t body_size) {
+                         std::optional<uint32_t> dp_rank, std::string_view request_id, size_t body_size,
+                         std::string_view credentials) {
   HeadWriter w(h, 200 + req.method_string.size() + url.base.size() + req.target.size() + req.fields.size() +
-                      url.host.size() + url.port.size() + request_id.size());
+                      credentials.size() + url.host.size() + url.port.size() + request_id.size());
   w.text(req.method_string).text(" "sv).text(url.base).text(req.target).text(" HTTP/1.1\r\n"sv);
   std::string_view fields = req.fields;
   while (!fields.empty()) {
@@ -326,6 +337,7 @@ void pd_leg_request_head(std::string& h, const ClientRequest& req, const Upstrea
     if (field_named(line, "x-request-id"sv) || field_named(line, "x-prefiller-host-port"sv)) continue;
     w.text(line);
   }
+  w.text(credentials);
   w.text("X-Request-Id: "sv).text(request_id).text("\r\n"sv);
   w.text(url.ipv6 ? "Host: ["sv : "Host: "sv).text(url.host).text(url.ipv6 ? "]:"sv : ":"sv).text(url.port);
   w.text(keep_alive ? "\r\n"sv : "\r\nConnection: close\r\n"sv);

@@ -39,7 +39,11 @@ struct ClientRequest {
   std::string target;
   unsigned version = 11;
   bool keep_alive = true;
-  std::string fields;  // "Name: value\r\n" for each end-to-end field, in order
+  // "Name: value\r\n" for each end-to-end field, in order; never the
+  // client's credentials (Authorization, x-api-key): those are in
+  // `credential_fields`, forwarded only by router/http/worker_credential.h's rule.
+  std::string fields;
+  std::string credential_fields;
   std::string authorization;
   std::string session;  // x-session-id (session affinity)
   // Flow control (router/flow/): x-api-key, x-kvroute-priority,
@@ -214,9 +218,12 @@ awaitable<void> read_http(Socket& s, beast::flat_buffer& b, http::basic_parser<i
 // reads X-data-parallel-rank: vllm/entrypoints/openai/engine/serving.py
 // _get_data_parallel_rank(), and hands it to its engine client as
 // data_parallel_rank; without it vLLM's DP balancer picks) and
-// Content-Length, then the blank line. Into `h` (its capacity reused).
+// Content-Length, then the blank line. `credentials` ("Name: value\r\n"
+// fields, or empty) go after the client's fields: the worker's credential,
+// never the client's unless the operator asked (worker_credential.h). Into
+// `h` (its capacity reused).
 void upstream_request_head(std::string& h, const ClientRequest& req, const UpstreamUrl& url, bool keep_alive,
-                           std::optional<uint32_t> dp_rank);
+                           std::optional<uint32_t> dp_rank, std::string_view credentials);
 
 // The head kvroute sends the client for a worker's response: its status and
 // end-to-end fields, Server and kvroute's x-kvroute-* fields, then
@@ -234,12 +241,15 @@ void client_response_head(std::string& h, const UpstreamResponse& p, unsigned ve
 // upstream_request_head()'s, but the client's own X-Request-Id and
 // x-prefiller-host-port fields left out (clients never direct transfers:
 // docs/design/pd-protocols.md §5), the router's `request_id` as
-// X-Request-Id (one id on both legs), and the leg body's length.
+// X-Request-Id (one id on both legs), the leg body's length, and the
+// workers' `credentials` fields (worker_credential.h) as upstream_request_head().
 void pd_leg_request_head(std::string& h, const ClientRequest& req, const UpstreamUrl& url, bool keep_alive,
-                         std::optional<uint32_t> dp_rank, std::string_view request_id, size_t body_size);
+                         std::optional<uint32_t> dp_rank, std::string_view request_id, size_t body_size,
+                         std::string_view credentials);
 
 // The head of a POST /tokenize of `body_size` bytes to the worker at `url`
-// (JSON both ways; the client's Authorization passed on when set).
+// (JSON both ways; `authorization` sent when not empty: the worker's key,
+// worker_credential.h's worker_authorization()).
 std::string tokenize_request_head(const UpstreamUrl& url, std::string_view authorization, bool keep_alive,
                                   size_t body_size);
 

@@ -13,14 +13,12 @@ import os
 import signal
 import socket
 import sys
-import tempfile
 import threading
 import time
-import unittest
 import uuid
 
 sys.path.insert(0, os.path.dirname(__file__))
-from fleet import Fleet, run_unittest_main, wait_until  # noqa: E402
+from fleet import FleetTestCase, run_unittest_main, wait_until  # noqa: E402
 
 BUILD_DIR = "build"
 KEY_ACME = "sk-acme-" + uuid.uuid4().hex
@@ -53,34 +51,27 @@ def open_stream(port, body, key):
     return s
 
 
-class FlowTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.tmp = tempfile.TemporaryDirectory(prefix="kvroute-flow-")
-        cls.keys = os.path.join(cls.tmp.name, "keys.txt")
-        with open(cls.keys, "w") as f:
-            f.write(f"# acme and beta\n{sha(KEY_ACME)} acme\n{sha(KEY_BETA)} beta\n")
-        cls.config = os.path.join(cls.tmp.name, "kvroute.yaml")
-        with open(cls.config, "w") as f:
-            f.write("scheduler:\n  queue_size: 2\n  queue_timeout_ms: 20000\n  reject_when_busy: true\n"
-                    "flow:\n  keys_file: " + cls.keys + "\n  retry_after_s: 2\n"
-                    "  tenants:\n    - {name: acme, weight: 2, cache_salt: acme-salt}\n"
-                    "    - {name: beta, rps: 1, burst: 1}\n    - {name: gamma}\n")
-        f = Fleet(BUILD_DIR, cls.tmp.name, speedup=20.0, router_args=["--config", cls.config])
-        cls.fleet = f
-        try:
-            f.start_nats()
-            f.start_mocker(1, extra=["--max-seqs", "1"])
-            f.start_router()
-            f.wait_ready(1)
-        except Exception:
-            f.close()
-            raise
+class FlowTest(FleetTestCase):
+    tmp_prefix = "kvroute-flow-"
+    fleet_options = {"speedup": 20.0}
 
     @classmethod
-    def tearDownClass(cls):
-        cls.fleet.close()
-        cls.tmp.cleanup()
+    def start(cls, f):
+        cls.fleet = f
+        cls.keys = os.path.join(f.workdir, "keys.txt")
+        with open(cls.keys, "w") as out:
+            out.write(f"# acme and beta\n{sha(KEY_ACME)} acme\n{sha(KEY_BETA)} beta\n")
+        cls.config = os.path.join(f.workdir, "kvroute.yaml")
+        with open(cls.config, "w") as out:
+            out.write("scheduler:\n  queue_size: 2\n  queue_timeout_ms: 20000\n  reject_when_busy: true\n"
+                      "flow:\n  keys_file: " + cls.keys + "\n  retry_after_s: 2\n"
+                      "  tenants:\n    - {name: acme, weight: 2, cache_salt: acme-salt}\n"
+                      "    - {name: beta, rps: 1, burst: 1}\n    - {name: gamma}\n")
+        f.router_args = ["--config", cls.config]
+        f.start_nats()
+        f.start_mocker(1, extra=["--max-seqs", "1"])
+        f.start_router()
+        f.wait_ready(1)
 
     def post(self, body, key=KEY_ACME, header="authorization", extra=None):
         headers = {}
@@ -129,6 +120,13 @@ class FlowTest(unittest.TestCase):
                 n = len(threads)
                 self.assertTrue(wait_until(
                     lambda: self.fleet.metric("kvroute_router_queued_requests") == n, 10))
+            # Explain shows where a request would stand: its band, how many of
+            # its model wait ahead of it (a higher band jumps the normal ones).
+            q = self.fleet.admin("POST", "/admin/route/explain", json.dumps(completion("where"))).json()["queue"]
+            self.assertEqual((q["band"], q["ahead"], q["queued"]), ("normal", 2, 2))
+            q = self.fleet.admin("POST", "/admin/route/explain",
+                                 json.dumps(completion("where", priority=-1))).json()["queue"]
+            self.assertEqual((q["band"], q["ahead"], q["queued"]), ("high", 0, 2))
             # A third normal one: its band is full, nobody below it: 429 with Retry-After.
             r = self.post(completion("normal-c"))
             self.assertEqual(r.status, 429, r.body)

@@ -64,6 +64,15 @@ TEST_CASE("flow config: bands and tenants parse and validate") {
   CHECK(parse_band_entries("name=a,max_priority=5;name=b,max_priority=1", b).value().find("grow") != std::string::npos);
   CHECK(parse_band_entries("name=a,max_priority=x", b).has_value());
   CHECK(parse_band_entries("", b).has_value());
+  REQUIRE_FALSE(parse_band_entries("name=high,max_priority=-1;name=normal,reserve_pct=25", b));
+  CHECK(b[0].reserve_pct == 0);
+  CHECK(b[1].reserve_pct == 25);
+  CHECK(parse_band_entries("name=high,max_priority=-1,reserve_pct=10;name=normal", b).value().find("first band") !=
+        std::string::npos);
+  CHECK(parse_band_entries("name=a,max_priority=-1;name=b,max_priority=0,reserve_pct=30;name=c,reserve_pct=20", b)
+            .value()
+            .find("below the band above") != std::string::npos);
+  CHECK(parse_band_entries("name=a,max_priority=-1;name=b,reserve_pct=100", b).has_value());
   std::vector<TenantEntry> t;
   REQUIRE_FALSE(parse_tenant_entries("name=acme,weight=3,rps=5,tps=1000,cache_salt=acme-1;name=beta", t));
   REQUIRE(t.size() == 2);

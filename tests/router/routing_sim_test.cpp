@@ -489,3 +489,59 @@ TEST_CASE("a route failure is typed, and the client's error is derived from the 
   CHECK(r.error.message == "Every worker is busy and the wait queue is full; retry later.");
   CHECK(r.error.code == "workers_busy");
 }
+
+TEST_CASE("a band's reserve: a lower band leaves room on every worker for higher bands; reroute keeps it") {
+  Sim sim;
+  // Worker 1 has 3 of 4 slots busy and the prompt cached; worker 2 has 2 of 4 busy.
+  sim.add_worker(1, 0, 10000, 3, 4);
+  sim.add_worker(2, 0, 10000, 2, 4);
+  sim.cache(1, prompt(1, 100));
+  sim.config.update([](Config& c) {
+    c.scheduler.reject_when_busy = true;
+    c.scheduler.queue_size = 8;
+    return std::nullopt;
+  });
+  ParsedRequest high = sim.request(prompt(1, 100));
+  ParsedRequest normal = sim.request(prompt(1, 100));
+  normal.band_reserve = 0.25;  // may use at most 3 of 4 slots
+  for (bool fast : {true, false}) {
+    CAPTURE(fast);
+    // Both workers have room for the high band: the cached one wins.
+    RouteResult r;
+    sim.routing.route(high, r, /*rank_all=*/!fast);
+    REQUIRE(r.ok);
+    CHECK(r.ranked.front().worker == WorkerId{1});
+    // The normal band may not take worker 1's last slot: worker 2, though uncached.
+    sim.routing.route(normal, r, /*rank_all=*/!fast);
+    REQUIRE(r.ok);
+    CHECK(r.ranked.size() == 1);
+    CHECK(r.ranked.front().worker == WorkerId{2});
+    CHECK(r.band_reserve == 0.25);
+  }
+  // Worker 2 at 3 of 4 too: every worker is busy for the normal band (it would
+  // queue), not for the high band.
+  sim.add_worker(2, 0, 10000, 3, 4);
+  RouteResult r;
+  sim.routing.route(normal, r);
+  CHECK_FALSE(r.ok);
+  CHECK(r.failure == RouteError::WorkersBusy);
+  // A queued request's trial (reroute) applies its band's reserve too.
+  sim.routing.reroute("m", r);
+  CHECK_FALSE(r.ok);
+  CHECK(r.band_reserve == 0.25);
+  RouteResult h;
+  sim.routing.route(high, h);
+  REQUIRE(h.ok);
+  // A slot frees on worker 2: the queued normal request's trial takes it.
+  sim.add_worker(2, 0, 10000, 2, 4);
+  sim.routing.reroute("m", r);
+  REQUIRE(r.ok);
+  CHECK(r.ranked.front().worker == WorkerId{2});
+  // KV usage is kept the same way.
+  sim.add_worker(1, 7000, 10000, 0, 4);
+  sim.add_worker(2, 8000, 10000, 0, 4);
+  sim.routing.route(normal, r);
+  REQUIRE(r.ok);
+  CHECK(r.ranked.size() == 1);
+  CHECK(r.ranked.front().worker == WorkerId{1});
+}

@@ -27,7 +27,6 @@
 #include <string>
 #include <vector>
 
-#include <simdjson.h>
 
 #include "sim/report.h"
 #include "sim/tiers.h"
@@ -36,53 +35,9 @@ namespace kvroute::sim {
 
 namespace {
 
-// Compares JSON lines with a published file: same count, strings equal,
-// numbers within `tol` (relative).
-int expect_lines(const char* command, const std::string& path, const std::vector<std::string>& lines, double tol) {
-  std::ifstream in(path);
-  if (!in) {
-    std::fprintf(stderr, "kvroute-sim %s: cannot read --expect %s\n", command, path.c_str());
-    return 2;
-  }
-  simdjson::dom::parser pa, pb;
-  std::string line;
-  size_t i = 0, bad = 0;
-  while (std::getline(in, line)) {
-    if (line.empty() || line[0] != '{') continue;
-    if (i >= lines.size()) {
-      std::fprintf(stderr, "%s --expect: the published table has more cells than this run\n", command);
-      return 1;
-    }
-    simdjson::dom::object want, got;
-    if (pa.parse(line).get(want) || pb.parse(lines[i]).get(got)) return 2;
-    for (auto [key, v] : want) {
-      if (v.is_string()) {
-        std::string_view sx, sy;
-        if (v.get_string().get(sx) || got[key].get_string().get(sy) || sx != sy) {
-          std::fprintf(stderr, "%s --expect: cell %zu %s differs\n", command, i, std::string(key).c_str());
-          ++bad;
-        }
-        continue;
-      }
-      double x = 0, y = 0;
-      if (v.get_double().get(x) || got[key].get_double().get(y)) return 2;
-      // Shares near zero move by whole requests: an absolute floor of 0.002.
-      if (std::abs(x - y) > std::max(tol * std::abs(x), 0.002)) {
-        std::fprintf(stderr, "%s --expect: cell %zu %s: published %g, now %g (tolerance %.0f%%)\n", command, i,
-                     std::string(key).c_str(), x, y, tol * 100);
-        ++bad;
-      }
-    }
-    ++i;
-  }
-  if (i != lines.size()) {
-    std::fprintf(stderr, "%s --expect: %zu published cells, %zu now\n", command, i, lines.size());
-    return 1;
-  }
-  if (bad) return 1;
-  std::printf("%s: all %zu cells within %.0f%% of %s\n", command, i, tol * 100, path.c_str());
-  return 0;
-}
+// A plan's shares near zero move by whole requests: numbers match within the
+// tolerance or this much, whichever is larger.
+constexpr double kShareFloor = 0.002;
 
 double kv_bytes(const Args& a) {
   if (a.kv_bytes_per_token > 0) return a.kv_bytes_per_token;
@@ -158,7 +113,7 @@ int pools(const Args& a) {
   }
   std::printf("\n");
   for (const auto& l : json) std::printf("%s\n", l.c_str());
-  if (!a.expect.empty()) return expect_lines("pools", a.expect, json, a.tolerance);
+  if (!a.expect.empty()) return compare_cells("pools", a.expect, json, a.tolerance, kShareFloor);
   return 0;
 }
 
@@ -336,7 +291,7 @@ int plan(const Args& a) {
            "host_share pool_share\n";
     for (const auto& l : dat) out << l << "\n";
   }
-  if (!a.expect.empty()) return expect_lines("plan", a.expect, json, a.tolerance);
+  if (!a.expect.empty()) return compare_cells("plan", a.expect, json, a.tolerance, kShareFloor);
   return 0;
 }
 

@@ -97,7 +97,8 @@ int check_run(const std::vector<SimRequest>& w, const Args& a, const std::vector
   return 0;
 }
 
-int compare_cells(const char* what, const std::string& path, const std::vector<std::string>& lines, double tol) {
+int compare_cells(const char* what, const std::string& path, const std::vector<std::string>& lines, double tol,
+                  double abs_floor) {
   std::ifstream in(path);
   if (!in) {
     std::fprintf(stderr, "kvroute-sim %s: cannot read --expect %s\n", what, path.c_str());
@@ -125,7 +126,7 @@ int compare_cells(const char* what, const std::string& path, const std::vector<s
       }
       double x = 0, y = 0;
       if (v.get_double().get(x) || got[key].get_double().get(y)) return 2;
-      if (std::abs(x - y) > tol * std::max(std::abs(x), 1e-9)) {
+      if (std::abs(x - y) > std::max(tol * std::max(std::abs(x), 1e-9), abs_floor)) {
         std::fprintf(stderr, "%s --expect: cell %zu %s: published %g, now %g (tolerance %.0f%%)\n", what, i,
                      std::string(key).c_str(), x, y, tol * 100);
         ++bad;

@@ -61,11 +61,13 @@ void write_cdf(const std::string& path, std::vector<PolicyResult>& results);
 // kvroute ahead of round_robin on hit rate, the TTFT model's MAPE finite.
 int check_run(const std::vector<SimRequest>& w, const Args& a, const std::vector<PolicyResult>& results, double ideal);
 
-// --expect of `targets` and `pd`: each JSON line of `path` (a published
-// table) against the same cell of this run: strings equal, numbers within the
-// relative tolerance. `what` names the command in messages. 0 = all match, 1 =
-// a difference, 2 = unreadable.
-int compare_cells(const char* what, const std::string& path, const std::vector<std::string>& lines, double tol);
+// --expect of `targets`, `pd`, `pools` and `plan`: each JSON line of `path`
+// (a published table) against the same cell of this run: strings equal,
+// numbers within the relative tolerance or `abs_floor`, whichever is larger
+// (shares near zero move by whole requests). `what` names the command in
+// messages. 0 = all match, 1 = a difference, 2 = unreadable.
+int compare_cells(const char* what, const std::string& path, const std::vector<std::string>& lines, double tol,
+                  double abs_floor = 0);
 
 int tune(const Args& a);
 int goodput(const Args& a);

@@ -214,6 +214,10 @@ HttpServer::Limits HttpServer::limits() const {
 
 void HttpServer::register_metrics(metrics::Registry& r) const {
   if (!impl_->state.hooks.flow) impl_->state.flow.register_metrics(r, impl_->state.hooks.config);
+  r.counter_fn("kvroute_router_worker_key_reload_failures_total",
+               "Re-reads of the worker key (router.worker_api_key_file / _env; SIGHUP or a config change) that "
+               "failed; the previous key stays in force",
+               [this] { return impl_->state.worker_key.reload_failures(); });
   r.on_scrape([this] {
     const ServerState& s = impl_->state;
     RouterMetrics* m = s.hooks.metrics;

@@ -64,6 +64,7 @@ std::optional<std::string> WorkerCredential::reload(const std::shared_ptr<const 
   for_ = cfg.get();
   for_holder_ = cfg;
   if (!e) key_ = std::move(key);
+  else reload_failures_.fetch_add(1, std::memory_order_relaxed);
   return e;
 }
 

@@ -19,6 +19,8 @@
 // when the Config it was read for changes, or on reload() (SIGHUP).
 #pragma once
 
+#include <atomic>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -51,7 +53,13 @@ class WorkerCredential {
   // goes into a header field as is.
   static std::optional<std::string> read_key(const RouterConfig& rc, Key& out);
 
+  // Re-reads that failed (reload() or get() after a config change) since
+  // construction: kvroute_router_worker_key_reload_failures_total, read at
+  // scrape time (HttpServer::register_metrics()).
+  uint64_t reload_failures() const { return reload_failures_.load(std::memory_order_relaxed); }
+
  private:
+  std::atomic<uint64_t> reload_failures_{0};
   std::mutex mu_;
   const Config* for_ = nullptr;
   std::shared_ptr<const Config> for_holder_;  // keeps for_ alive

@@ -2,7 +2,8 @@
 keys in force the client's `Authorization` / `x-api-key` never reach a
 worker, and a worker started with `--api-key` (as vLLM's) is served with
 kvroute's own key (router.worker_api_key_file or router.worker_api_key_env),
-which no log, config dump or explain shows; without keys the client's fields
+which no log, config dump or explain shows (a bad key on SIGHUP keeps the
+old one and is counted); without keys the client's fields
 stay with kvroute unless router.forward_client_credentials says otherwise.
 Real nats-server, kvroute-mocker (it records the credential fields it
 received: GET /mocker/stats "credentials") and kvroute on loopback.
@@ -94,6 +95,23 @@ class KeysAndWorkerKeyFile(FleetTestCase):
         self.assertTrue(wait_until(
             lambda: self.f.post("/v1/completions", BODY, headers={"authorization": f"Bearer {CLIENT_KEY}"}).status
             == 200 and credentials(self.f, 1)["last_authorization"] == f"Bearer {WORKER_KEY}", 20))
+
+
+    def test_bad_key_on_sighup_is_counted_and_the_old_key_stays(self):
+        name = "kvroute_router_worker_key_reload_failures_total"
+        before = self.f.metric(name)
+        with open(self.key_file, "w") as out:
+            out.write("not a key\n")
+        try:
+            self.f.procs["kvroute"].send_signal(signal.SIGHUP)
+            counted = wait_until(lambda: self.f.metric(name) >= before + 1, 20)
+        finally:
+            with open(self.key_file, "w") as out:  # back, for the other tests of the class
+                out.write(WORKER_KEY + "\n")
+        self.assertTrue(counted, self.f.metric(name))
+        r = self.f.post("/v1/completions", BODY, headers={"authorization": f"Bearer {CLIENT_KEY}"})
+        self.assertEqual(r.status, 200, r.body[:300])
+        self.assertEqual(credentials(self.f, 1)["last_authorization"], f"Bearer {WORKER_KEY}")
 
 
 class WorkerKeyFromEnvironment(FleetTestCase):

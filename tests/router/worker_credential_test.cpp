@@ -2,7 +2,8 @@
 // request carries (the worker key, never the client's unless asked), reading
 // the key from a file or the environment (trimmed; a key that would break the
 // header refused, naming the config key, never the secret), a failed re-read
-// keeping the key in force, and the config's checks of the three keys.
+// keeping the key in force and counted, and the config's checks of the three
+// keys.
 #include "router/http/worker_credential.h"
 
 #include <doctest/doctest.h>
@@ -91,12 +92,19 @@ TEST_CASE("worker credential: a re-read that fails keeps the key in force; a con
   WorkerCredential wc;
   REQUIRE_FALSE(wc.reload(cfg).has_value());
   CHECK(wc.get(cfg)->authorization == "Bearer sk-one");
+  CHECK(wc.reload_failures() == 0);
   std::ofstream(path) << "bad key\n";
-  CHECK(wc.reload(cfg).has_value());
+  CHECK(wc.reload(cfg).has_value());  // SIGHUP
+  CHECK(wc.reload_failures() == 1);
   CHECK(wc.get(cfg)->authorization == "Bearer sk-one");
+  CHECK(wc.reload_failures() == 1);  // the same Config: no re-read, nothing counted
+  auto changed = std::make_shared<Config>(*cfg);  // a config change re-reads, and fails again
+  CHECK(wc.get(changed)->authorization == "Bearer sk-one");
+  CHECK(wc.reload_failures() == 2);
   std::ofstream(path) << "sk-two\n";
   auto next = std::make_shared<Config>(*cfg);  // another Config (a reload through the admin API)
   CHECK(wc.get(next)->authorization == "Bearer sk-two");
+  CHECK(wc.reload_failures() == 2);  // a good re-read is no failure
   std::remove(path.c_str());
 }
 

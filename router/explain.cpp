@@ -322,10 +322,29 @@ std::string pd_explain_json(const RouteResult& r, uint32_t block_size, bool sing
   std::string out = fmt::format(
       R"({{"disaggregate":{},"reason":"{}","decode":{},"prefill":{},"decode_uncached_tokens":{},"policy":"{}",)"
       R"("min_uncached_tokens":{},"prefill_busy_tokens":{},"decode_all_busy":{},"prefill_all_busy":{},)"
-      R"("decode_ranking":{},"prefill_ranking":{},"decode_workers":[)",
+      R"("decode_ranking":{},"prefill_ranking":{})",
       d.disaggregate, to_string(d.reason), id(d.decode), id(d.prefill), num(d.decode_uncached_tokens),
       json_escape(pd.policy), pd.min_uncached_tokens, pd.prefill_busy_tokens, d.decode_all_busy, d.prefill_all_busy,
       ids(d.decode_ranking), ids(d.prefill_ranking));
+  // The decode gate: its threshold, the decode worker's KV usage with the
+  // request (null when unknown or the decision stopped before pricing it) and
+  // whether it vetoed running the request whole.
+  out += fmt::format(R"(,"decode_busy_kv_usage":{},"decode_kv_usage":{},"decode_busy":{})",
+                     num(pd.decode_busy_kv_usage),
+                     d.decode_kv_usage < 0 ? std::string("null") : num(d.decode_kv_usage), d.decode_busy);
+  // The prediction rule, only while it is on (conditional, ratio > 0): both
+  // predicted times and the transfer, null when the decision ended before the
+  // prediction (it runs last, once a prefill worker is ranked).
+  if (pd.policy == "conditional" && pd.aggregate_time_ratio > 0) {
+    const bool predicted = d.disaggregate || d.reason == PdReason::AggregatedFaster;
+    auto ms = [&](double v) { return predicted ? num(v) : std::string("null"); };
+    out += fmt::format(
+        R"(,"aggregate_time_ratio":{},"transfer_ms_per_1k_tokens":{},"predicted_aggregated_ms":{},)"
+        R"("predicted_split_ms":{},"transfer_ms":{})",
+        num(pd.aggregate_time_ratio), num(pd.transfer_ms_per_1k_tokens), ms(d.predicted_aggregated_ms),
+        ms(d.predicted_split_ms), ms(d.transfer_ms));
+  }
+  out += R"(,"decode_workers":[)";
   for (size_t k = 0; k < d.decode_terms.size(); ++k) {
     const auto& t = d.decode_terms[k];
     const auto& c = r.candidates[t.candidate];

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Worker roles (both | prefill | decode) and SGLang bootstrap ports from the
 router-known worker sources, shown where an operator looks: /admin/workers,
-route explain (with the disaggregated decision's terms), the status JSON and
+route explain (with the disaggregated decision's terms, and the decode gate's
+and the prediction rule's once their pd.* keys are on), the status JSON and
 the kvroute_fleet_role_workers gauge.
 
 No NATS: vLLM-mode mockers as workers.static entries, one more added through
@@ -77,6 +78,60 @@ class WorkerRolesTest(unittest.TestCase):
                 self.assertEqual(pd["reason"], "few_uncached_tokens")
             self.assertFalse(pd["disaggregate"])
 
+    def test_explain_shows_decode_gate_and_predictions_when_configured(self):
+        # One prefill and one decode worker, every prompt worth splitting
+        # (min_uncached_tokens 0), the decode gate and the prediction rule on.
+        with tempfile.TemporaryDirectory() as tmp, Fleet(BUILD_DIR, tmp) as f:
+            entries = []
+            for i, role in ((2, "prefill"), (3, "decode")):
+                url, kv, replay = f.start_vllm_mocker(i)
+                entries.append(f'    - {{id: {i}, url: "{url}", model: mock-model, kv_events: "{kv}", '
+                               f'replay: "{replay}", role: {role}}}')
+            f.start_router_config("workers:\n  scrape_interval_ms: 100\n  static:\n" + "\n".join(entries) + "\n"
+                                  "pd:\n  min_uncached_tokens: 0\n  decode_busy_kv_usage: 0.75\n"
+                                  "  aggregate_time_ratio: 0.5\n  transfer_ms_per_1k_tokens: 1000\n")
+            f.wait_ready(2)
+            body = json.dumps({"model": "mock-model", "prompt": "gate " * 40, "max_tokens": 1})
+
+            def explain():
+                return f.admin("POST", "/admin/route/explain", body).json()["pd"]
+
+            pd = explain()
+            self.assertEqual(int(pd["decode"]), 3)
+            self.assertEqual([int(w["worker_id"]) for w in pd["prefill_workers"]], [2])
+            self.assertEqual((pd["decode_busy_kv_usage"], pd["aggregate_time_ratio"], pd["transfer_ms_per_1k_tokens"]),
+                             (0.75, 0.5, 1000))
+            # The mocker reports its KV total: the usage with the request's blocks is known, and small.
+            self.assertGreater(pd["decode_kv_usage"], 0)
+            self.assertLess(pd["decode_kv_usage"], 0.75)
+            self.assertFalse(pd["decode_busy"])
+            # The prediction: the transfer of what the decode worker lacks at
+            # 1000 ms per 1k tokens, added to the prefill worker's TTFT.
+            uncached = pd["decode_uncached_tokens"]
+            self.assertGreater(uncached, 0)
+            self.assertAlmostEqual(pd["transfer_ms"], uncached * 1000 / 1000)
+            self.assertAlmostEqual(pd["predicted_split_ms"],
+                                   pd["prefill_workers"][0]["predicted_ttft_ms"] + pd["transfer_ms"])
+            self.assertGreater(pd["predicted_aggregated_ms"], 0)
+            faster = pd["predicted_aggregated_ms"] <= 0.5 * pd["predicted_split_ms"]
+            self.assertEqual(pd["reason"], "aggregated_faster" if faster else "disaggregated")
+
+            # A gate below any real usage: the decode worker is busy, never runs it whole; split instead.
+            self.assertEqual(f.admin("PUT", "/admin/config", "pd:\n  decode_busy_kv_usage: 0.000000001\n").status, 200)
+            self.assertTrue(wait_until(lambda: explain()["decode_busy_kv_usage"] == 1e-9, 10))
+            pd = explain()
+            self.assertTrue(pd["decode_busy"])
+            self.assertGreater(pd["decode_kv_usage"], 1e-9)
+            self.assertEqual((pd["reason"], pd["disaggregate"], int(pd["prefill"])), ("disaggregated", True, 2))
+            self.assertGreater(pd["predicted_split_ms"], pd["transfer_ms"])
+
+            # The rule off: no predicted times (they would mean nothing).
+            self.assertEqual(f.admin("PUT", "/admin/config", "pd:\n  aggregate_time_ratio: 0\n").status, 200)
+            self.assertTrue(wait_until(lambda: "aggregate_time_ratio" not in explain(), 10))
+            pd = explain()
+            for key in ("predicted_aggregated_ms", "predicted_split_ms", "transfer_ms", "transfer_ms_per_1k_tokens"):
+                self.assertNotIn(key, pd)
+            self.assertTrue(pd["decode_busy"])
 
 if __name__ == "__main__":
     run_unittest_main(globals())

@@ -9,13 +9,14 @@
 #include <cstdio>
 #include <fstream>
 #include <string>
-#include <unistd.h>
 
 #include "router/flow/cache_salt.h"
 #include "router/flow/sha256.h"
+#include "tests/support/temp_file.h"
 
 using namespace kvroute;
 using namespace kvroute::flow;
+using kvroute::testing::temp_file;
 
 namespace {
 
@@ -27,15 +28,6 @@ std::shared_ptr<const Config> config_with(const std::string& tenants, const std:
   c->flow.keys_file = keys_file;
   REQUIRE_FALSE(validate(*c).has_value());
   return c;
-}
-
-std::string temp_file(const std::string& text) {
-  char path[] = "/tmp/kvroute_keys_XXXXXX";
-  const int fd = mkstemp(path);
-  REQUIRE(fd >= 0);
-  close(fd);
-  std::ofstream(path) << text;
-  return path;
 }
 
 }  // namespace

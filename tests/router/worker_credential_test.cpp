@@ -5,31 +5,18 @@
 // keeping the key in force and counted, and the config's checks of the three
 // keys.
 #include "router/http/worker_credential.h"
+#include "tests/support/temp_file.h"
 
 #include <doctest/doctest.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
-#include <unistd.h>
-
 #include <string>
 #include <vector>
 
 using namespace kvroute;
-
-namespace {
-
-std::string temp_file(const std::string& text) {
-  char path[] = "/tmp/kvroute_worker_key_XXXXXX";
-  const int fd = mkstemp(path);
-  REQUIRE(fd >= 0);
-  close(fd);
-  std::ofstream(path) << text;
-  return path;
-}
-
-}  // namespace
+using kvroute::testing::temp_file;
 
 TEST_CASE("worker credential: the worker key, never the client's fields unless forwarding is asked") {
   const std::string client = "Authorization: Bearer sk-client\r\nx-api-key: sk-client\r\n";

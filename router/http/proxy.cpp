@@ -56,6 +56,10 @@ struct Exchange final : Swept {
   FlowStanding flow;                     // tenant, band, deadline (router/http/flow_gate.h)
   std::optional<FlowRefusal> refusal;    // set by wait_in_queue() when flow control answers
   bool cut = false;                      // the shutdown grace is over
+  // The workers' credential fields (worker_credential.h), taken once per
+  // request before its first attempt; `worker_key` holds the text they view.
+  std::shared_ptr<const WorkerCredential::Key> worker_key;
+  std::string_view credentials;
 
   // The attempt in progress: one worker of the ranking.
   const RouteTarget* target = nullptr;
@@ -300,15 +304,12 @@ bool begin_attempt(Exchange& x, size_t attempt) {
   // The request to forward: unchanged but for hop-by-hop headers. Its head is
   // written out here (fields as Beast parsed and validated them) and sent with
   // the body in one gather write: no serializer on the hot path.
-  const auto key = x.s.worker_key.get(x.cfg_holder);
-  const std::string_view credentials =
-      worker_credential_fields(*key, forwards_client_credentials(x.cfg), x.req.credential_fields);
   if (x.pd.active)
     pd_leg_request_head(x.client.upstream_head, x.req, x.url, x.cfg.router.upstream_pool_size > 0, target.dp_rank,
-                        x.pd.request_id, x.body().size(), credentials);
+                        x.pd.request_id, x.body().size(), x.credentials);
   else
     upstream_request_head(x.client.upstream_head, x.req, x.url, x.cfg.router.upstream_pool_size > 0, target.dp_rank,
-                          credentials);
+                          x.credentials);
   return true;
 }
 
@@ -717,9 +718,9 @@ awaitable<bool> run(ServerState& s, ClientConn& client, ClientRequest& req, ApiK
     co_return co_await reject(x, e, "bad_request");
   }
 
-  const auto worker_key = s.worker_key.get(x.cfg_holder);  // in the frame: the legs' heads are written from it
-  const PdContext pd{s, io, x.cfg, req, client.route, x.watch, client.parsed.model,
-                     worker_credential_fields(*worker_key, forwards_client_credentials(x.cfg), req.credential_fields)};
+  x.worker_key = s.worker_key.get(x.cfg_holder);
+  x.credentials = worker_credential_fields(*x.worker_key, forwards_client_credentials(x.cfg), req.credential_fields);
+  const PdContext pd{s, io, x.cfg, req, client.route, x.watch, client.parsed.model, x.credentials};
   if (!pd_begin(x.pd, pd)) {
     ApiError e;
     invalid_request(e, "The request body must be a JSON object.", "");

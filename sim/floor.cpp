@@ -44,8 +44,10 @@ std::vector<uint64_t> chains(const SimRequest& r) {
 
 }  // namespace
 
-DecodeInterference decode_interference(const std::vector<SimRequest>& w, double rate, const mocker::EngineConfig& ec,
-                                       uint32_t workers) {
+DecodeInterference decode_interference(const std::vector<SimRequest>& all, double rate,
+                                       const mocker::EngineConfig& ec, uint32_t workers) {
+  std::vector<SimRequest> storage;
+  const auto& w = at_rate(all, rate, storage);
   DecodeInterference d;
   if (w.size() < 2 || workers == 0) return d;
   double busy = 0, weighted_context = 0;  // decode ms; decode ms x context
@@ -98,7 +100,9 @@ FloorResult acausal_floor(const std::vector<SimRequest>& w, const mocker::Engine
   return f;
 }
 
-FloorResult causal_floor(const std::vector<SimRequest>& w, double rate, const mocker::EngineConfig& ec) {
+FloorResult causal_floor(const std::vector<SimRequest>& all, double rate, const mocker::EngineConfig& ec) {
+  std::vector<SimRequest> storage;
+  const auto& w = at_rate(all, rate, storage);  // in arrival order
   FloorResult f;
   std::unordered_map<uint64_t, double> avail;  // prefix identity -> earliest time any request has computed it
   uint64_t total = 0, hits = 0;

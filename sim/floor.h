@@ -15,8 +15,9 @@
 // completes it in the earliest-finishing request that computes it (its
 // arrival, or the end of its wait, + its own chunks up to that one). Each request takes the best of computing its whole prompt itself
 // or waiting for an available prefix and then computing its suffix. Requests
-// are taken in arrival order (the workload is sorted); `rate` compresses the
-// arrivals as the simulator does (t_ms / rate).
+// are taken in arrival order; `rate` compresses the arrivals as the simulator
+// does (at_rate, sim/workload.h: sessions start `rate` times as often, their
+// tool pauses kept).
 // Why this is a lower bound for the engine: the router dispatches on arrival
 // and each engine admits FIFO, so a request never uses blocks computed by a
 // later arrival's step; a request admitted in step s (>= its arrival) pays
@@ -39,7 +40,7 @@
 namespace kvroute::sim {
 
 struct FloorResult {
-  std::vector<double> ttft_ms;  // per request, in the workload's order
+  std::vector<double> ttft_ms;  // per request, in arrival order (causal) or the workload's (acausal)
   double hit_rate = 0;          // prompt blocks taken from the cache in the floor's own schedule
   size_t waited = 0;            // requests whose floor waits for a prefix someone else is computing
 };

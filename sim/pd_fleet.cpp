@@ -371,7 +371,8 @@ PdResult simulate_pd(const std::vector<SimRequest>& w, const PdOptions& o, const
                  policy.c_str());
     std::exit(2);
   }
-  PdSimulation s(w, o, policy);
+  std::vector<SimRequest> storage;
+  PdSimulation s(at_rate(w, o.sim.rate, storage), o, policy);
   return s.run();
 }
 

@@ -566,7 +566,8 @@ PolicyResult Simulation::results() const {
 
 PolicyResult simulate(const std::vector<SimRequest>& w, const SimOptions& o, const std::string& policy,
                       const SchedulerConfig* scheduler, bool progress) {
-  Simulation s(w, o, policy, scheduler);
+  std::vector<SimRequest> storage;
+  Simulation s(at_rate(w, o.rate, storage), o, policy, scheduler);
   return s.run(progress);
 }
 

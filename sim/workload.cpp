@@ -19,6 +19,17 @@ uint64_t mix(uint64_t x) {
   return x ^ (x >> 31);
 }
 
+const std::vector<SimRequest>& at_rate(const std::vector<SimRequest>& w, double rate,
+                                       std::vector<SimRequest>& storage) {
+  if (rate == 1 || std::none_of(w.begin(), w.end(), [](const SimRequest& r) { return r.session_offset_ms != 0; }))
+    return w;
+  storage = w;
+  for (auto& r : storage) r.t_ms += r.session_offset_ms * (rate - 1);  // (t - off) / rate + off, times rate
+  std::stable_sort(storage.begin(), storage.end(),
+                   [](const SimRequest& a, const SimRequest& b) { return a.t_ms < b.t_ms; });
+  return storage;
+}
+
 std::vector<SimRequest> load_trace(const std::string& path, size_t limit) {
   std::vector<SimRequest> out;
   std::ifstream in(path);
@@ -166,6 +177,7 @@ std::vector<SimRequest> agentic_workload(uint64_t seed, size_t requests) {
       r.output_tokens = std::clamp<uint32_t>(static_cast<uint32_t>(output(rng)), 16, 2000);
       r.ids = context;
       r.session = session;
+      r.session_offset_ms = t - start;
       if (r.input_tokens > 120000) break;  // the context window is full: the session ends
       w.push_back(r);
       // Next turn: the prompt grows by this output and a tool result, after the tool ran.

@@ -20,7 +20,21 @@ struct SimRequest {
   uint32_t input_tokens = 1, output_tokens = 1;
   std::vector<uint64_t> ids;  // prompt block ids, first block first
   uint64_t session = 0;       // conversation id (0 = none)
+  // Time since the session's first request (0 without a session): the tool
+  // runs and the turns before this one. A rate multiplier compresses when
+  // sessions start, not how long a tool runs (at_rate).
+  double session_offset_ms = 0;
 };
+
+// The workload at arrival-rate multiplier `rate`, as every simulator run,
+// floor and load figure takes it: request i arrives at
+// (t_ms - session_offset_ms) / rate + session_offset_ms, so x2 starts sessions
+// twice as often and keeps each session's tool pauses. Returned with t_ms
+// scaled back by `rate` (t_ms / rate is the arrival, as for a workload
+// without sessions) and sorted by it; `w` itself when no request has an
+// offset (nothing moves), else a copy in `storage`.
+const std::vector<SimRequest>& at_rate(const std::vector<SimRequest>& w, double rate,
+                                       std::vector<SimRequest>& storage);
 
 // The Mooncake trace (JSONL: timestamp ms, input_length, output_length,
 // hash_ids); exits with a clear message on a bad line.

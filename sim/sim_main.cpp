@@ -32,8 +32,12 @@ void usage() {
       "kvroute-sim [tune|targets|goodput] [flags]: simulated fleet routed by kvroute's own code or a peer's policy.\n"
       "  tune              tune scheduler weights on the trace's train slice (first 50%% of its time);\n"
       "                    report the best and the defaults on the test slice and on every workload\n"
-      "  targets           the target table: kvroute vs dynamo, llmd, round_robin at --rates on\n"
-      "                    the trace's test slice and each generated workload (markdown, then JSON)\n"
+      "  targets           the target table: kvroute vs the better of dynamo and llmd and the causal floor on\n"
+      "                    the trace's test slice and each generated workload at --levels of the better peer's\n"
+      "                    capacity, then at the fixed compressions --rates (markdown, then JSON)\n"
+      "  --levels LIST     targets: the load levels, fractions of the better peer's capacity (default\n"
+      "                    0.3,0.6,0.9: light, busy, at-limit; sim/load_levels.cpp)\n"
+      "  --level-steps N   targets: bisection steps after bracketing for that capacity (default 4)\n"
       "  goodput           per workload and policy (default kvroute,dynamo,llmd): the highest rate with TTFT\n"
       "                    p99 <= --slo-ttft-ms and inter-token latency p99 <= --slo-itl-ms (bisection)\n"
       "  pd                aggregated fleet (X+Y engines) vs X prefill + Y decode engines: TTFT and ITL p50/p99\n"
@@ -72,7 +76,7 @@ void usage() {
       "  --max-seqs N      running sequences per engine (default 64)\n"
       "  --max-batched-tokens N  tokens per engine step (default 8192, as mocker/engine.h)\n"
       "  --rate X          arrival rate multiplier (default 1.0 = the workload's timing)\n"
-      "  --rates LIST      targets: comma-separated rates (default 1,2,3)\n"
+      "  --rates LIST      targets: the fixed compressions shown after the levels (default 1,2,3)\n"
       "  --workloads LIST  targets: comma-separated workloads (default trace,agentic,api,bursts)\n"
       "  --requests N      use only the first N requests (before the split)\n"
       "  --report-ms T     load report interval in virtual ms (default 100)\n"
@@ -210,6 +214,15 @@ void parse(int argc, char** argv, Args& a) {
       else if (f == "--slo-ttft-ms") a.slo_ttft_ms = std::stod(need("--slo-ttft-ms"));
       else if (f == "--slo-itl-ms") a.slo_itl_ms = std::stod(need("--slo-itl-ms"));
       else if (f == "--goodput-steps") a.goodput_steps = std::stoi(need("--goodput-steps"));
+      else if (f == "--level-steps") a.level_steps = std::stoi(need("--level-steps"));
+      else if (f == "--levels") {
+        a.levels.clear();
+        for (const auto& x : split_list(need("--levels"))) a.levels.push_back(std::stod(x));
+        if (a.levels.empty() || std::any_of(a.levels.begin(), a.levels.end(), [](double x) { return !(x > 0) || x > 4; })) {
+          std::fprintf(stderr, "kvroute-sim: --levels needs fractions of the capacity in (0, 4]\n");
+          std::exit(2);
+        }
+      }
       else if (f == "--policies") a.policies = split_list(need("--policies")), a.policies_set = true;
       else if (f == "--set") {
         const std::string kv = need("--set");
@@ -231,8 +244,9 @@ void parse(int argc, char** argv, Args& a) {
       std::exit(2);
     }
   }
-  if (!(a.slo_ttft_ms > 0) || !(a.slo_itl_ms > 0) || a.goodput_steps < 0 || a.goodput_steps > 30) {
-    std::fprintf(stderr, "kvroute-sim: --slo-ttft-ms and --slo-itl-ms must be > 0, --goodput-steps 0-30\n");
+  if (!(a.slo_ttft_ms > 0) || !(a.slo_itl_ms > 0) || a.goodput_steps < 0 || a.goodput_steps > 30 ||
+      a.level_steps < 0 || a.level_steps > 30) {
+    std::fprintf(stderr, "kvroute-sim: --slo-ttft-ms and --slo-itl-ms must be > 0, --goodput-steps and --level-steps 0-30\n");
     std::exit(2);
   }
   if (a.sim.workers == 0 || a.sim.rate <= 0 || a.sim.max_seqs == 0 ||

@@ -16,6 +16,8 @@
 //   least recently used first), each taking min(its uncached prompt tokens,
 //   the budget left): a long prompt is prefilled in chunks over several steps.
 //   The head of the queue that does not fit blocks the ones behind it (FIFO).
+//   A request joins no step that starts before the time it was added at (a
+//   caller may add it past the end of a step it has not advanced through).
 //     step_ms = cfg.profile.step_ms(the step's chunks and decodes)   (mocker/profile.h)
 //   At the end of the step each chunk's completed prompt blocks are announced
 //   (stored); a request whose last chunk ran produces its first token, each
@@ -198,6 +200,7 @@ class Engine {
     uint32_t prompt_tokens = 0;
     uint32_t max_tokens = 0;
     uint32_t generated = 0;
+    double arrival_ms = 0;  // when it was added: no step that starts earlier admits it
     std::vector<LocalBlockHash> locals;  // complete prompt blocks
     std::vector<SequenceHash> blocks;    // their ids (prefix chain)
     uint64_t private_blocks = 0;         // partial prompt block + room to generate

@@ -165,12 +165,12 @@ std::optional<MockerServer::Impl::Reject> MockerServer::Impl::prepare_generation
 
 std::optional<MockerServer::Impl::Reject> MockerServer::Impl::admit_generation(const Prepared& prep,
                                                                                const GenParams& gen, uint64_t id,
-                                                                               Engine*& engine) {
+                                                                               Engine*& engine, double now) {
   engine = engines[static_cast<size_t>(prep.rank)].get();
   PdOptions pd;
   pd.hold = gen.leg == PdLeg::NixlPrefill || gen.leg == PdLeg::SglPrefill;
   pd.imported_blocks = prep.imported_blocks;
-  if (!engine->add_request(id, prep.tokens, gen.max_tokens, now_ms(), prep.ns, prep.read_cache, pd))
+  if (!engine->add_request(id, prep.tokens, gen.max_tokens, now, prep.ns, prep.read_cache, pd))
     return Reject{http::status::bad_request,
                   ApiError{400,
                            fmt::format("This request needs more KV blocks than the worker has ({}).",
@@ -397,7 +397,15 @@ awaitable<bool> MockerServer::Impl::relay_tokens(beast::tcp_stream& s, Pending& 
     const EngineOutput out = p.outputs.front();
     p.outputs.pop_front();
     if (out.kind == EngineOutput::Kind::Finished) co_return true;
-    if (out.kind == EngineOutput::Kind::FirstToken) r.cached = out.cached_tokens;
+    if (out.kind == EngineOutput::Kind::FirstToken) {
+      r.cached = out.cached_tokens;
+      // The engine's own time to first token, and how late this thread handed
+      // it on (its timer firing late on a busy host): bench/replay.sh
+      // separates them from what the client measured.
+      spdlog::debug("kvroute-mocker: first token of request {}: prompt {} tokens, {} cached; arrived {:.3f}, first "
+                    "token {:.3f}, handed on {:.3f} engine ms",
+                    r.id, r.prompt_len, out.cached_tokens, p.arrival_ms, out.time_ms, now_ms());
+    }
     const std::string piece = kWords[(r.id + r.generated) % std::size(kWords)];
     ++r.generated;
     r.text += piece;
@@ -494,9 +502,11 @@ awaitable<bool> MockerServer::Impl::generate(beast::tcp_stream& s, const http::r
   if (!reject && gen.leg == PdLeg::SglDecode) reject = co_await sgl_take(gen, prep);
   if (!reject && gen.leg == PdLeg::SglPrefill) reject = co_await sgl_wait_decode(gen, s.socket());
   if (!reject && gen.leg == PdLeg::None) co_await offload_load(prep);  // offload mode: host tier, shared pool
+  double arrival_ms = 0;
   if (!reject) {
     id = next_id++;
-    reject = admit_generation(prep, gen, id, engine);
+    arrival_ms = now_ms();
+    reject = admit_generation(prep, gen, id, engine, arrival_ms);
   }
   if (reject) {
     ++rejected_total;
@@ -508,6 +518,7 @@ awaitable<bool> MockerServer::Impl::generate(beast::tcp_stream& s, const http::r
     co_return co_await respond(s, v, keep, reject->status, std::move(body));
   }
   auto p = std::make_shared<Pending>(ioc.get_executor());
+  p->arrival_ms = arrival_ms;
   pending[id] = p;
   schedule();
   watch_client(s.socket(), p);

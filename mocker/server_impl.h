@@ -66,6 +66,7 @@ struct Pending {
   std::deque<EngineOutput> outputs;
   asio::steady_timer wake;  // cancelled to wake the session
   bool client_gone = false;
+  double arrival_ms = 0;  // engine time the engine got the request
 };
 
 // Which leg of a disaggregated request this is (none: aggregated).
@@ -268,8 +269,9 @@ struct MockerServer::Impl {
   // Tokenizes the request and picks its rank.
   std::optional<Reject> prepare_generation(const http::request<http::string_body>& req, const ParsedRequest& parsed,
                                            const GenParams& gen, bool lora, Prepared& out);
-  // Queues it on its rank's engine as `id`.
-  std::optional<Reject> admit_generation(const Prepared& prep, const GenParams& gen, uint64_t id, Engine*& engine);
+  // Queues it on its rank's engine as `id`, arrived at engine time `now`.
+  std::optional<Reject> admit_generation(const Prepared& prep, const GenParams& gen, uint64_t id, Engine*& engine,
+                                         double now);
   struct Reply;
   awaitable<bool> relay_tokens(beast::tcp_stream& s, Pending& p, Reply& r);
   awaitable<bool> finish_reply(beast::tcp_stream& s, Reply& r);

@@ -66,6 +66,19 @@ void write_cdf(const std::string& path, std::vector<PolicyResult>& results) {
   }
 }
 
+void write_requests(const std::string& path, const std::vector<PolicyResult>& results) {
+  std::ofstream out(path);
+  char line[256];
+  for (const auto& r : results)
+    for (const auto& q : r.requests) {
+      std::snprintf(line, sizeof line,
+                    "{\"policy\":\"%s\",\"i\":%zu,\"arrival_ms\":%.1f,\"ttft_ms\":%.1f,\"worker\":%u,"
+                    "\"cached\":%u,\"blocks\":%u}\n",
+                    r.policy.c_str(), q.index, q.arrival_ms, q.ttft_ms, q.worker, q.cached_tokens, q.blocks);
+      out << line;
+    }
+}
+
 int check_run(const std::vector<SimRequest>& w, const Args& a, const std::vector<PolicyResult>& results,
               double ideal) {
   auto fail = [](const std::string& what) {

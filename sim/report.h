@@ -29,6 +29,7 @@ struct Args {
                                        "dynamo",      "llmd",   "kvroute"};
   bool policies_set = false;  // --policies given
   std::string cdf_out, expect;
+  std::string requests_out;  // --requests-out: one JSON line per request (write_requests)
   bool check = false;
   double tolerance = 0.05;
   double slo_ttft_ms = 2000, slo_itl_ms = 1000;  // goodput's SLOs (p99 of each)
@@ -63,6 +64,9 @@ ReuseProfiles train_profiles(const Args& a, const std::string& workload);
 void print_table(const std::vector<PolicyResult>& results, double ideal);
 std::string results_json(const std::vector<PolicyResult>& results, double ideal);
 void write_cdf(const std::string& path, std::vector<PolicyResult>& results);
+// One JSON line per request and policy: {"policy", "i", "arrival_ms", "ttft_ms", "worker", "cached", "blocks"}
+// (PolicyResult::requests), the shape bench/replay/replay.py --requests-out writes for a live replay.
+void write_requests(const std::string& path, const std::vector<PolicyResult>& results);
 // --check: every request answered or rejected, hit rates within the ideal,
 // kvroute ahead of round_robin on hit rate, the TTFT model's MAPE finite.
 int check_run(const std::vector<SimRequest>& w, const Args& a, const std::vector<PolicyResult>& results, double ideal);

@@ -84,6 +84,8 @@ void usage() {
       "                    kvroute_weighted\n"
       "  --seed N          randomness seed (default 1); the same seed gives the same numbers\n"
       "  --cdf-out FILE    write TTFT CDF points (policy ttft_ms fraction) for plotting\n"
+      "  --requests-out FILE  one JSON line per request (policy, i, arrival_ms, ttft_ms, worker, cached,\n"
+      "                    blocks): bench/replay.sh compares a live replay with it request by request\n"
       "  --host-blocks N   a host KV tier per worker of N 512-token blocks (default 0: none; sim/tiers.h)\n"
       "  --host-gb-per-s X its load bandwidth, 10^9 bytes/s (default 25)\n"
       "  --pool-blocks N   a KV pool of N blocks shared by every worker (default 0: none)\n"
@@ -208,6 +210,7 @@ void parse(int argc, char** argv, Args& a) {
       else if (f == "--report-ms") a.sim.report_ms = std::stod(need("--report-ms"));
       else if (f == "--seed") a.sim.seed = std::stoull(need("--seed"));
       else if (f == "--cdf-out") a.cdf_out = need("--cdf-out");
+      else if (f == "--requests-out") a.requests_out = need("--requests-out");
       else if (f == "--check") a.check = true;
       else if (f == "--expect") a.expect = need("--expect");
       else if (f == "--tolerance") a.tolerance = std::stod(need("--tolerance"));
@@ -294,6 +297,7 @@ int run(const Args& a) {
                   to_string(a.sim.tiers.eviction), r.host_hit_rate, r.pool_hit_rate, r.load_ms_mean);
   const double ideal = ideal_hit_rate(w);
   if (!a.cdf_out.empty()) write_cdf(a.cdf_out, results);
+  if (!a.requests_out.empty()) write_requests(a.requests_out, results);
   print_table(results, ideal);
   std::printf("simulated in %.1f s\n", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   std::printf("%s\n", results_json(results, ideal).c_str());

@@ -81,6 +81,15 @@ struct PolicyResult {
   // the policies that consult the router only).
   std::array<uint64_t, kNumStorageTiers> routed_overlap_by_tier{};
   std::vector<double> ttft_ms;  // every request's TTFT, for the CDF plot
+  // Every request that produced its first token, in workload order: for
+  // comparing a live replay with the simulation request by request
+  // (kvroute-sim --requests-out, bench/replay.sh).
+  struct Request {
+    size_t index = 0;  // in the workload
+    double arrival_ms = 0, ttft_ms = 0;
+    uint32_t worker = 0, cached_tokens = 0, blocks = 0;
+  };
+  std::vector<Request> requests;
 };
 
 // `scheduler` (optional) replaces the kvroute policy's scheduler block.

@@ -329,6 +329,37 @@ TEST_CASE("chunked prefill: a hand-computed schedule (budget 50 tokens a step, r
   CHECK_FALSE(r.engine->next_event_time().has_value());
 }
 
+TEST_CASE("a request added after an overdue step end waits for the first step that starts once it has arrived") {
+  // kvroute-mocker advances its engine on a timer that fires late on a busy
+  // host: a request may be added at a time past the end of a step the engine
+  // has not completed yet. Budget 50 tokens, 1 ms per prefill token, 10 ms a decode step.
+  Run r(chunk_cfg());
+  REQUIRE(r.engine->add_request(1, tokens(1, 20), 3, 0));  // A: step [0, 20)
+  CHECK(*r.engine->next_event_time() == doctest::Approx(20));
+  // B arrives at 25 while the engine still stands at step [0, 20).
+  REQUIRE(r.engine->add_request(2, tokens(2, 8), 1, 25));
+  // [0, 20) A's prefill; [20, 30) A decodes alone (B had not arrived at 20);
+  // [30, 48) A decodes and B prefills (8 + 10 ms): B's first token at 48, not 38.
+  std::map<uint64_t, std::vector<EngineOutput>> out;
+  for (auto& o : r.engine->advance_to(1000)) out[o.request].push_back(o);
+  REQUIRE(out[2].size() == 2);
+  CHECK(out[2][0].kind == EngineOutput::Kind::FirstToken);
+  CHECK(out[2][0].time_ms == doctest::Approx(48));
+  REQUIRE(out[1].size() == 4);
+  CHECK(out[1][1].time_ms == doctest::Approx(30));
+  CHECK(out[1][3].time_ms == doctest::Approx(48));  // its last token, in B's first step
+
+  // An idle engine that was not advanced since its last step: the late
+  // request's step starts at its arrival, not at that step's end.
+  Run idle(chunk_cfg());
+  REQUIRE(idle.engine->add_request(1, tokens(3, 8), 1, 0));  // [0, 8), finishes there
+  REQUIRE(idle.engine->add_request(2, tokens(4, 8), 1, 100));
+  auto late = idle.engine->advance_to(1000);
+  REQUIRE(late.size() == 4);
+  CHECK(late[2].request == 2);
+  CHECK(late[2].time_ms == doctest::Approx(108));
+}
+
 TEST_CASE("chunked prefill: a decode batch shares the budget; a later prompt reuses blocks finished by earlier chunks") {
   EngineConfig c = chunk_cfg();
   c.max_batched_tokens = 40;

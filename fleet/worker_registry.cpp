@@ -64,6 +64,11 @@ HeartbeatVerdict WorkerRegistry::admit_heartbeat(const WorkerAnnouncement& a, si
   auto [it, inserted] = workers_.try_emplace(a.id);
   if (inserted) ++bus_workers_;
   Entry& e = it->second;
+  if (inserted || !e.info ||
+      (e.info->source == WorkerSource::Heartbeat &&
+       (e.info->model != a.model || e.info->lora_adapters != a.lora_adapters || e.info->url != a.url ||
+        e.info->approximate != a.approximate)))
+    membership_changed();
   const auto now = clock_.now();
   if (inserted || e.info->load.kv_total_blocks != a.load.kv_total_blocks) capacity_changed();
   if (!inserted && e.info && e.info->source != WorkerSource::Heartbeat) {
@@ -90,6 +95,7 @@ bool WorkerRegistry::upsert(const WorkerAnnouncement& a) {
   std::lock_guard lk(mu_);
   auto [it, inserted] = workers_.try_emplace(a.id);
   Entry& e = it->second;
+  membership_changed();
   const bool was_bus = !inserted && e.info && e.info->source == WorkerSource::Heartbeat;
   if (was_bus) --bus_workers_;
   if (a.source == WorkerSource::Heartbeat) ++bus_workers_;
@@ -120,6 +126,7 @@ std::vector<WorkerId> WorkerRegistry::expire(Nanos ttl) {
     }
   }
   if (!dead.empty()) {
+    membership_changed();
     rebuild_lora_names();
     capacity_changed();
   }
@@ -140,6 +147,7 @@ bool WorkerRegistry::remove(WorkerId id) {
   if (it->second.info->source == WorkerSource::Heartbeat) --bus_workers_;
   unsync(id, it->second);
   workers_.erase(it);
+  membership_changed();
   rebuild_lora_names();
   capacity_changed();
   return true;
@@ -220,11 +228,6 @@ void WorkerRegistry::set_health_policy(const HealthPolicy& p) {
 std::array<uint64_t, kNumHealthSignals> WorkerRegistry::failure_counts() const {
   std::lock_guard lk(mu_);
   return failures_by_signal_;
-}
-
-HealthState WorkerRegistry::state(const Entry& e, TimePoint now) const {
-  if (e.health == HealthState::Ejected && now >= e.ejected_until) return HealthState::Ok;
-  return e.health;
 }
 
 bool WorkerRegistry::serves(const WorkerAnnouncement& a, std::string_view model) {
@@ -344,14 +347,16 @@ void WorkerRegistry::candidates(std::string_view model, std::vector<WorkerView>&
 }
 
 void WorkerRegistry::holders(std::string_view model, std::span<const OwnerOverlap> owners,
-                             std::vector<CacheHolder>& out) const {
+                             std::vector<CacheHolder>& out, Keep& keep) const {
   out.clear();
+  keep.clear();
   std::lock_guard lk(mu_);
   const auto now = clock_.now();
   for (const OwnerOverlap& o : owners) {
     const auto it = workers_.find(o.owner.worker);
     if (it == workers_.end() || !serves(*it->second.info, model)) continue;
-    out.push_back(CacheHolder{o, it->second.info, state(it->second, now), it->second.draining});
+    out.push_back(CacheHolder{o, it->second.info.get(), state(it->second, now), it->second.draining});
+    keep.push_back(it->second.info);
   }
 }
 

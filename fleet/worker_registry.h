@@ -184,15 +184,39 @@ class WorkerRegistry {
   // A known worker holding some of a prefix, as the KV location API shows it.
   struct CacheHolder {
     OwnerOverlap overlap;
-    std::shared_ptr<const WorkerAnnouncement> info;
+    const WorkerAnnouncement* info = nullptr;  // alive while the call's `keep` is
     HealthState health = HealthState::Ok;
     bool draining = false;
   };
+  // What keeps the holders' announcements alive after the call (each
+  // holder's own, or a kept set's): one reference per set, not per holder.
+  using Keep = std::vector<std::shared_ptr<const void>>;
   // The owners of `owners` that belong to a known worker serving `model`
   // (empty = any), with that worker's announcement and state, into `out`
-  // (replaced; its capacity reused). One lock, no per-worker view: cheap at
-  // thousands of workers.
-  void holders(std::string_view model, std::span<const OwnerOverlap> owners, std::vector<CacheHolder>& out) const;
+  // (replaced; its capacity reused), in the order of `owners`. One lock, a
+  // table lookup per owner. The KV location API's reference read (tests and
+  // bench_kv_lookup compare the layered read below with it).
+  void holders(std::string_view model, std::span<const OwnerOverlap> owners, std::vector<CacheHolder>& out,
+               Keep& keep) const;
+  // The holders of `match` (find_match_layers' answer: an owner's overlap is
+  // its deepest layer's, or its `extra` entry when that is longer) that
+  // belong to a known worker serving `model` (empty = any), longest first
+  // (ties by worker id, then dp rank), at most `max` of them into `out`
+  // (replaced; its capacity reused). Returns how many there are in all. One
+  // lock. The members of a layer's set of more than kSmallHolderSet owners
+  // are looked up in the table once, sorted and kept under the set's serial
+  // (with their announcements) until the table's membership changes (a
+  // worker joins, leaves, or changes its URL, what it serves or whether it
+  // is approximate; fleet/cache_holders.cpp): a lookup then costs the
+  // holders it lists plus O(layers + extra log extra), not a table lookup,
+  // a reference count and a sort per holder. Health and draining are read
+  // per listed holder, current.
+  size_t holders(std::string_view model, const MatchLayers& match, size_t max, std::vector<CacheHolder>& out,
+                 Keep& keep) const;
+  // A layer's set up to this size is looked up per call, never cached.
+  static constexpr size_t kSmallHolderSet = 16;
+  // Sets kept at most; their members together at most 8 per known worker + 4,096.
+  static constexpr size_t kMaxHolderSets = 32;
   // The routing decision's fast read path: the healthy workers serving
   // `model` are kept pre-ranked (one RankedCandidates per model and LoRA name,
   // updated by every change below), and the decision is taken under the lock
@@ -307,8 +331,37 @@ class WorkerRegistry {
   // Fills `v` (default-constructed, in place in the caller's vector).
   void view(const Entry& e, WorkerView& v, TimePoint now) const;
   // Current state; an ejection whose time has passed reads as ok (lazily).
-  HealthState state(const Entry& e, TimePoint now) const;
+  static HealthState state(const Entry& e, TimePoint now) {
+    return e.health == HealthState::Ejected && now >= e.ejected_until ? HealthState::Ok : e.health;
+  }
   static bool serves(const WorkerAnnouncement& a, std::string_view model);
+
+  // holders(MatchLayers): a set's members that serve a model, sorted by
+  // owner, with their entries (valid while members_gen_ is unchanged: an
+  // entry is erased only by a change that bumps it).
+  struct SetMember {
+    CacheOwner owner;
+    const Entry* entry;
+    // Its announcement when resolved: the URL, model and approximate flag
+    // are current while members_gen_ is.
+    std::shared_ptr<const WorkerAnnouncement> info;
+  };
+  using SetMembers = std::vector<SetMember>;
+  struct HolderSet {
+    uint64_t serial = 0;
+    uint64_t gen = 0;
+    std::string model;
+    std::shared_ptr<const SetMembers> members;
+  };
+  // The members of `set` serving `model`: kept (large sets) or made now.
+  std::shared_ptr<const SetMembers> set_members(const OwnerSet& set, std::string_view model) const;  // mu_ held
+  std::shared_ptr<SetMembers> resolve(std::span<const CacheOwner> owners, std::string_view model) const;  // mu_ held
+  // A change of who is in the table or what a worker serves (mu_ held).
+  void membership_changed() { ++members_gen_; }
+  uint64_t members_gen_ = 0;
+  mutable std::vector<HolderSet> holder_sets_;  // at most kMaxHolderSets
+  mutable size_t holder_sets_next_ = 0;         // the next one replaced when full
+  mutable size_t holder_set_members_ = 0;       // members of every kept set
 
   const Clock& clock_;
   std::atomic<uint64_t> inflight_generation_{0};  // see inflight_generation()

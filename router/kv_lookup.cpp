@@ -71,8 +71,13 @@ bool parse_kv_lookup(std::string_view body, ParsedRequest& out, size_t& max_work
   return parse_openai_request(has_messages ? ApiKind::ChatCompletions : ApiKind::Completions, body, out, err);
 }
 
-void kv_lookup(const KvLookupSources& src, const ParsedRequest& request, uint32_t block_size, size_t max_holders,
-               RouteResult& scratch, KvLookupResult& out) {
+namespace {
+
+// The request's blocks, hashed as the data plane hashes them, and the
+// answer's head; false when nothing can match (no complete block, or the
+// engine will not read its cache: prompt_logprobs).
+bool begin_lookup(const KvLookupSources& src, const ParsedRequest& request, uint32_t block_size,
+                  RouteResult& scratch, KvLookupResult& out) {
   scratch.reset();
   out.holders_total = 0;
   out.model = request.model;
@@ -84,15 +89,32 @@ void kv_lookup(const KvLookupSources& src, const ParsedRequest& request, uint32_
   out.token_source = scratch.token_source;
   out.tokenizer_fallback = scratch.tokenizer_fallback;
   out.holders.clear();
-  // prompt_logprobs: the engine will not read its cache for this request.
-  if (scratch.skips_prefix_cache || scratch.block_hashes.empty()) return;
+  out.keep.clear();
+  return !scratch.skips_prefix_cache && !scratch.block_hashes.empty();
+}
+
+}  // namespace
+
+void kv_lookup(const KvLookupSources& src, const ParsedRequest& request, uint32_t block_size, size_t max_holders,
+               RouteResult& scratch, KvLookupResult& out) {
+  if (!begin_lookup(src, request, block_size, scratch, out)) return;
+  thread_local MatchLayers match;
+  src.index.find_match_layers(scratch.block_hashes, match);
+  out.holders_total =
+      static_cast<uint32_t>(src.registry.holders(request.model, match, max_holders, out.holders, out.keep));
+  match.clear();  // drops the index's sets
+}
+
+void kv_lookup_reference(const KvLookupSources& src, const ParsedRequest& request, uint32_t block_size,
+                         size_t max_holders, RouteResult& scratch, KvLookupResult& out) {
+  if (!begin_lookup(src, request, block_size, scratch, out)) return;
   const OverlapScores scores = src.index.find_matches(scratch.block_hashes);
   thread_local std::vector<WorkerRegistry::CacheHolder> holders;
-  src.registry.holders(request.model, scores.owners, holders);
+  src.registry.holders(request.model, scores.owners, holders, out.keep);
   out.holders_total = static_cast<uint32_t>(holders.size());
-  // The longest first (ties by worker id, then rank); only the kept ones are
-  // described. Sorted as 24-byte keys, not as holders (each moves a
-  // shared_ptr); a full sort when most are kept (partial_sort's heap was 3x slower at 1,024).
+  // The longest first (ties by worker id, then rank), sorted as 24-byte
+  // keys, not as holders (each moves a shared_ptr); a full sort when most
+  // are kept (partial_sort's heap was 3x slower at 1,024).
   struct Key {
     uint32_t blocks;
     uint32_t rank;
@@ -118,35 +140,28 @@ void kv_lookup(const KvLookupSources& src, const ParsedRequest& request, uint32_
     std::sort(order.begin(), order.end());
   }
   out.holders.resize(keep);
-  for (size_t i = 0; i < keep; ++i) {
-    WorkerRegistry::CacheHolder& h = holders[order[i].at];
-    KvLookupHolder& k = out.holders[i];
-    k.worker = h.overlap.owner.worker;
-    k.dp_rank = h.overlap.owner.dp_rank;
-    k.info = std::move(h.info);
-    k.matched_tokens = h.overlap.blocks * block_size;
-    k.pool = -1;
-    for (int t = 0; t < kNumStorageTiers; ++t) {
-      k.tier_tokens[t] = h.overlap.by_tier[t] * block_size;
-      if (t >= kNumBaseTiers && k.tier_tokens[t] > 0) k.pool = t - kNumBaseTiers;
-    }
-    k.health = h.health;
-    k.draining = h.draining;
-  }
-  holders.clear();  // drops the announcements of the holders not kept
+  for (size_t i = 0; i < keep; ++i) out.holders[i] = holders[order[i].at];
 }
 
 namespace {
 
+// The shared pool part of the prefix loads from (a worker mounts one at
+// most); -1: none.
+int pool_of(const WorkerRegistry::CacheHolder& h) {
+  for (int p = kMaxPools - 1; p >= 0; --p)
+    if (h.overlap.by_tier[kNumBaseTiers + p] > 0) return p;
+  return -1;
+}
+
 // The slowest tier the matched prefix touches: what loading it waits on
 // (LMCache's `location` names one backend per instance). A shared pool is
 // named by its pool's name.
-std::string_view location(const KvLookupResult& r, const KvLookupHolder& h) {
-  if (h.pool >= 0)
-    return static_cast<size_t>(h.pool) < r.pool_names.size() ? std::string_view(r.pool_names[h.pool])
-                                                             : std::string_view("pool");
+std::string_view location(const KvLookupResult& r, const WorkerRegistry::CacheHolder& h) {
+  if (const int pool = pool_of(h); pool >= 0)
+    return static_cast<size_t>(pool) < r.pool_names.size() ? std::string_view(r.pool_names[pool])
+                                                           : std::string_view("pool");
   for (int t = kNumBaseTiers - 1; t > 0; --t)
-    if (h.tier_tokens[t] > 0) return to_string(static_cast<StorageTier>(t));
+    if (h.overlap.by_tier[t] > 0) return to_string(static_cast<StorageTier>(t));
   return to_string(StorageTier::Device);
 }
 
@@ -170,45 +185,45 @@ std::string kv_lookup_json(const KvLookupResult& r) {
                  escaped, r.prompt_tokens, r.block_size, r.complete_blocks, to_string(r.token_source),
                  to_string(r.tokenizer_fallback), r.holders_total);
   for (size_t i = 0; i < r.holders.size(); ++i) {
-    const KvLookupHolder& h = r.holders[i];
+    const WorkerRegistry::CacheHolder& h = r.holders[i];
     // One key per cache: "7" for rank 0, "7:1" for a data-parallel rank.
     put(i ? ",\"" : "\"");
-    num(h.worker.value);
-    if (h.dp_rank != 0) {
+    num(h.overlap.owner.worker.value);
+    if (h.overlap.owner.dp_rank != 0) {
       put(":");
-      num(h.dp_rank);
+      num(h.overlap.owner.dp_rank);
     }
     put("\":[\"");
     put(location(r, h));
     put("\",");
-    num(h.matched_tokens);
+    num(uint64_t{h.overlap.blocks} * r.block_size);
     put("]");
   }
   put(R"(},"workers":[)");
   for (size_t i = 0; i < r.holders.size(); ++i) {
-    const KvLookupHolder& h = r.holders[i];
+    const WorkerRegistry::CacheHolder& h = r.holders[i];
     put(i ? R"(,{"worker_id":)" : R"({"worker_id":)");
-    num(h.worker.value);
+    num(h.overlap.owner.worker.value);
     put(R"(,"dp_rank":)");
-    num(h.dp_rank);
+    num(h.overlap.owner.dp_rank);
     put(R"(,"url":")");
     escaped.clear();
     json_escape_append(escaped, h.info->url);
     put(escaped);
     put(R"(","matched_tokens":)");
-    num(h.matched_tokens);
+    num(uint64_t{h.overlap.blocks} * r.block_size);
     put(R"(,"tiers":{)");
     for (int t = 0; t < kNumBaseTiers; ++t) {
       put(t ? ",\"" : "\"");
       put(to_string(static_cast<StorageTier>(t)));
       put("\":");
-      num(h.tier_tokens[t]);
+      num(uint64_t{h.overlap.by_tier[t]} * r.block_size);
     }
     // A shared pool's tokens in one key; the pool named beside.
     put(R"(,"pool":)");
-    num(pool_blocks(h.tier_tokens));
+    num(uint64_t{pool_blocks(h.overlap.by_tier)} * r.block_size);
     put("}");
-    if (h.pool >= 0) {
+    if (pool_of(h) >= 0) {
       escaped.clear();
       json_escape_append(escaped, location(r, h));
       put(R"(,"pool":")");

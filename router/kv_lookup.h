@@ -45,17 +45,6 @@ inline constexpr size_t kMaxLookupHolders = 1 << 16;
 // system prompt every worker holds.
 bool parse_kv_lookup(std::string_view body, ParsedRequest& out, size_t& max_workers, ApiError& err);
 
-struct KvLookupHolder {
-  WorkerId worker;
-  uint32_t dp_rank = 0;
-  std::shared_ptr<const WorkerAnnouncement> info;  // its URL; `approximate`: no KV events, the router's prediction
-  uint32_t matched_tokens = 0;                             // the cached prefix, from the first token
-  std::array<uint32_t, kNumStorageTiers> tier_tokens{};    // of matched_tokens, per tier
-  HealthState health = HealthState::Ok;
-  bool draining = false;
-  int pool = -1;  // the shared pool (indexer.kv_pools) part of the prefix loads from; -1: none
-};
-
 struct KvLookupResult {
   std::string model;
   uint32_t prompt_tokens = 0;
@@ -63,9 +52,12 @@ struct KvLookupResult {
   uint32_t complete_blocks = 0;  // blocks looked up (a trailing partial block is never cached)
   TokenSource token_source = TokenSource::Client;
   TokenizerFallback tokenizer_fallback = TokenizerFallback::None;
-  uint32_t holders_total = 0;           // every holder, before max_holders kept the first
-  std::vector<KvLookupHolder> holders;  // longest match first, then by worker id and rank
+  uint32_t holders_total = 0;  // every holder, before max_holders kept the first
+  // Longest match first, then by worker id and rank; overlaps in blocks
+  // (the JSON says tokens: blocks x block_size; pool tiers name the pool).
+  std::vector<WorkerRegistry::CacheHolder> holders;
   std::vector<std::string> pool_names;  // KvLookupSources::pool_names, for the JSON
+  WorkerRegistry::Keep keep;            // the holders' announcements
 };
 
 // What one lookup reads: the data plane's tokenizers and hashing, the index,
@@ -80,8 +72,16 @@ struct KvLookupSources {
 
 // Looks `request` up, keeping the `max_holders` longest matches (ties by
 // worker id, then rank). `scratch` keeps its vectors' capacity between calls.
+// The index's answer as shared owner sets (find_match_layers) and the worker
+// table's sets of holders kept per set (WorkerRegistry::holders): listing k
+// holders costs O(k), whatever number of workers share the prefix.
 void kv_lookup(const KvLookupSources& src, const ParsedRequest& request, uint32_t block_size, size_t max_holders,
                RouteResult& scratch, KvLookupResult& out);
+// The same answer the simple way: every owner from find_matches, a table
+// lookup each, one sort. The reference tests and bench_kv_lookup compare
+// kv_lookup with.
+void kv_lookup_reference(const KvLookupSources& src, const ParsedRequest& request, uint32_t block_size,
+                         size_t max_holders, RouteResult& scratch, KvLookupResult& out);
 
 // The answer's JSON (router/README.md, "KV location API").
 std::string kv_lookup_json(const KvLookupResult& r);

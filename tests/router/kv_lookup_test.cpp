@@ -4,6 +4,7 @@
 #include <simdjson.h>
 
 #include <numeric>
+#include <random>
 
 #include "indexer/block_hash.h"
 #include "indexer/pool_index.h"
@@ -237,4 +238,62 @@ TEST_CASE("kv lookup reports a shared pool's part of each member's prefix, in it
   // LMCache's layout: a pool hit is located in the pool (what loading waits on).
   CHECK(doc["layout_info"]["2"].at(0).get_string().value() == "lmc");
   CHECK(doc["layout_info"]["3"].at(0).get_string().value() == "device");
+}
+
+TEST_CASE("kv lookup answers as the reference lookup (find_matches, a table lookup and a sort) on shared prefixes") {
+  // 40 workers (every third serving another model, some with two dp
+  // ranks) share a system prompt; subsets of them hold longer prefixes, in
+  // other tiers; the answer must be the reference's, JSON byte for byte,
+  // for every max_workers.
+  // With the longest prefixes in another tier, the index lists every owner
+  // one by one (layers mix no tiers): that path is compared too.
+  bool mixed_tiers = false;
+  SUBCASE("one tier: the index's shared layers") {}
+  SUBCASE("mixed tiers: every owner listed") { mixed_tiers = true; }
+  Fixture f;
+  for (uint32_t id = 1; id <= 40; ++id) f.add_worker(id, id % 3 == 0 ? "other" : "m");
+  const auto t = prompt(12 * kBlock + 5);
+  std::mt19937 rng(11);
+  for (uint32_t id = 1; id <= 40; ++id)
+    for (uint32_t rank = 0; rank < (id % 4 == 0 ? 2u : 1u); ++rank) {
+      const CacheOwner o{WorkerId{id}, rank};
+      f.store(o, t, 0, 4, StorageTier::Device);  // the system prompt: one layer of 40+ owners
+      const size_t deeper = rng() % 4;             // 0: the system prompt only
+      if (deeper == 0) continue;
+      f.store(o, t, 4, 4 + 2 * deeper, mixed_tiers && deeper == 3 ? StorageTier::HostPinned : StorageTier::Device);
+    }
+  MatchLayers layers;
+  std::vector<LocalBlockHash> h;
+  hash_blocks(t, kBlock, HashNamespace{}, h);
+  f.index.find_match_layers(h, layers);
+  CHECK(layers.layers.size() == (mixed_tiers ? 0u : 4u));
+  const KvLookupSources src{f.routing, f.index, f.registry};
+  for (const char* model : {"m", "other", ""})
+    for (size_t max : {size_t{1}, size_t{5}, size_t{16}, size_t{17}, size_t{30}, kMaxLookupHolders}) {
+      CAPTURE(model);
+      CAPTURE(max);
+      ParsedRequest req;
+      req.model = model;
+      req.has_prompt_tokens = true;
+      req.prompt_tokens = t;
+      RouteResult scratch;
+      KvLookupResult got, want;
+      kv_lookup_reference(src, req, kBlock, max, scratch, want);
+      kv_lookup(src, req, kBlock, max, scratch, got);
+      CHECK(got.holders_total == want.holders_total);
+      CHECK(got.holders.size() == std::min<size_t>(max, want.holders_total));
+      CHECK(kv_lookup_json(got) == kv_lookup_json(want));
+    }
+  // The kept set follows the worker table: a worker that left is not listed.
+  f.registry.remove(WorkerId{1});
+  ParsedRequest req;
+  req.model = "m";
+  req.has_prompt_tokens = true;
+  req.prompt_tokens = t;
+  RouteResult scratch;
+  KvLookupResult got, want;
+  kv_lookup_reference(src, req, kBlock, kMaxLookupHolders, scratch, want);
+  kv_lookup(src, req, kBlock, kMaxLookupHolders, scratch, got);
+  CHECK(kv_lookup_json(got) == kv_lookup_json(want));
+  CHECK(kv_lookup_json(got).find(R"("worker_id":1,)") == std::string::npos);
 }

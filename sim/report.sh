@@ -83,6 +83,10 @@ fi
   echo "\`kvroute-sim tune\` chose the defaults on its first half (train); every figure below is on its"
   echo "second half (test) or on a generated workload (sim/workload.h) that tuning never saw."
   echo
+  echo "KV tiers (a host tier per worker, a pool shared by the fleet, the pool's bandwidth varied): [pools.md](pools.md)"
+  echo "(\`bash sim/pools_report.sh\`). Aggregated vs disaggregated (prefill/decode) fleets: [pd.md](pd.md)"
+  echo "(\`bash sim/pd_report.sh\`)."
+  echo
   echo "## Load levels"
   echo
   echo "A compression of a workload's own timing (x1, x2, x3) says nothing of how loaded the fleet is: on this"

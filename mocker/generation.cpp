@@ -252,6 +252,7 @@ struct MockerServer::Impl::Reply {
   const std::string model;
   uint32_t generated = 0, cached = 0;
   double queued_ms = 0;   // FirstToken's queued_ms (engine ms)
+  std::chrono::steady_clock::time_point received{};  // the request read whole
   uint64_t sequence = 0;  // the Responses stream's sequence_number
   std::string text;
   std::string extra;  // more top-level fields of a non-streamed body (",\"kv_transfer_params\":{...}")
@@ -429,6 +430,11 @@ awaitable<bool> MockerServer::Impl::relay_tokens(beast::tcp_stream& s, Pending& 
       // first step (the step in progress, then the waiting queue), wall ms;
       // benchmarks split a TTFT into router, engine wait and prefill with it.
       r.head.set("x-mocker-queued-ms", fmt::format("{:.3f}", r.queued_ms / std::max(opts.speedup, 1e-9)));
+      // ... and from the request read whole to this head (its TTFT inside the mocker).
+      r.head.set("x-mocker-ttft-ms",
+                 fmt::format("{:.3f}", std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
+                                                                                 r.received)
+                                           .count()));
       r.head.chunked(true);
       r.head.keep_alive(r.keep);
       co_await http::async_write_header(s, r.sr, nothrow(r.ec));
@@ -485,6 +491,7 @@ awaitable<bool> MockerServer::Impl::generate(beast::tcp_stream& s, const http::r
                                              ApiKind kind) {
   const bool keep = req.keep_alive();
   const unsigned v = req.version();
+  const auto received = std::chrono::steady_clock::now();  // the request read whole (x-mocker-ttft-ms)
   ++requests_total;
   ParsedRequest parsed;
   std::string chat_body;
@@ -539,6 +546,7 @@ awaitable<bool> MockerServer::Impl::generate(beast::tcp_stream& s, const http::r
   // a test can tell that both legs of a request carried one id.
   Reply r(parsed, gen, id, opts.worker_id, kind, keep, v,
           static_cast<uint32_t>(prep.tokens.size()), gen.request_id_header);
+  r.received = received;
   const bool finished = co_await relay_tokens(s, *p, r);
   pending.erase(id);
   {

@@ -17,7 +17,9 @@
 // io thread (B == A: router.threads 1, or the freeing request shared the
 // waiter's thread). The latency is steady_clock from the slot freeing to the
 // route seeing it free. W waiters of other models (default 64) sit in the
-// queue throughout, as in an overloaded router.
+// queue throughout, as in an overloaded router. The floor, in the same run:
+// one bare asio::post from the freeing thread to the waiter's (no queue, no
+// coroutine), the OS wake-up every cross-thread design pays.
 //
 // Run: build/bench/flow/bench_admission [--samples N] [--rounds R] [--others W] [--quick]
 //   --quick: 200 samples, 1 round (CTest). Default: 1,000 samples x 3 rounds.

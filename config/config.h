@@ -226,6 +226,12 @@ struct FlowConfig {
   // Tenants: entries `name=N[,weight=W][,rps=R][,burst=B][,tps=T][,cache_salt=S]`
   // separated by ';'. parse_tenant_entries().
   std::string tenants;
+  // Write the request's band into the forwarded body as vLLM's `priority`
+  // (the band's max_priority) when the body's own priority is absent or
+  // outside the band (the x-kvroute-priority header chose it). Off by
+  // default: an engine without --scheduling-policy priority refuses a
+  // priority other than 0 (400).
+  bool forward_priority = false;
 };
 
 struct TokenizerConfig {
@@ -708,6 +714,12 @@ void for_each_key(C& c, F&& f) {
             "API keys file: lines '<sha256 hex of the key> <tenant>'; empty = no authentication. Re-read on SIGHUP.",
             0, 0, S, R},
     c.flow.keys_file);
+  f(KeyInfo{"flow.forward_priority",
+            "Write the band a request joined into the body kvroute forwards, as vLLM's priority (the band's "
+            "max_priority), when the body's own priority is absent or outside the band. Needs engines run with "
+            "--scheduling-policy priority.",
+            0, 1, !S, R},
+    c.flow.forward_priority);
   f(KeyInfo{"flow.tenants",
             "Tenants: 'name=N[,weight=W][,rps=R][,burst=B][,tps=T][,cache_salt=S]' separated by ';' (YAML: a list).",
             0, 0, S, R},

@@ -36,7 +36,7 @@ void Engine::announce(KvEvent ev) {
 }
 
 bool Engine::add_request(uint64_t id, std::span<const TokenId> prompt, uint32_t max_tokens, double now_ms,
-                         const HashNamespace& ns, bool read_cache, PdOptions pd) {
+                         const HashNamespace& ns, bool read_cache, PdOptions pd, int64_t priority) {
   if (prompt.empty() || prompt.size() > UINT32_MAX) return false;
   std::vector<LocalBlockHash> locals;
   hash_blocks(prompt, cfg_.block_size, ns, locals);
@@ -52,7 +52,7 @@ bool Engine::add_request(uint64_t id, std::span<const TokenId> prompt, uint32_t 
     }
   }
   return add_request_impl(id, static_cast<uint32_t>(prompt.size()), locals, max_tokens, now_ms, std::move(infos),
-                          read_cache, pd);
+                          read_cache, pd, priority);
 }
 
 std::vector<SequenceHash> Engine::prompt_blocks(std::span<const TokenId> prompt, const HashNamespace& ns) const {
@@ -102,7 +102,7 @@ bool Engine::add_request_hashed(uint64_t id, uint32_t prompt_tokens, std::span<c
 
 bool Engine::add_request_impl(uint64_t id, uint32_t prompt_tokens, std::span<const LocalBlockHash> blocks,
                               uint32_t max_tokens, double now_ms, std::vector<std::shared_ptr<BlockInfo>> infos,
-                              bool read_cache, PdOptions pd) {
+                              bool read_cache, PdOptions pd, int64_t priority) {
   if (prompt_tokens == 0 || max_tokens == 0 || requests_.count(id) || held_.count(id)) return false;
   if (static_cast<uint64_t>(blocks.size()) * cfg_.block_size > prompt_tokens) return false;
   if (blocks_needed(prompt_tokens, max_tokens) > cfg_.kv_blocks) return false;
@@ -114,6 +114,7 @@ bool Engine::add_request_impl(uint64_t id, uint32_t prompt_tokens, std::span<con
   r.infos = std::move(infos);
   r.read_cache = read_cache;
   r.pd = pd;
+  r.priority = priority;
   r.pd.imported_blocks = std::min<uint32_t>(pd.imported_blocks, static_cast<uint32_t>(blocks.size()));
   r.blocks.reserve(blocks.size());
   SequenceHash parent{0};
@@ -124,8 +125,17 @@ bool Engine::add_request_impl(uint64_t id, uint32_t prompt_tokens, std::span<con
 bool Engine::enqueue(Request r, double now_ms) {
   const uint64_t id = r.id;
   r.arrival_ms = now_ms;
+  const int64_t priority = r.priority;
   requests_.emplace(id, std::move(r));
-  waiting_.push_back(id);
+  if (cfg_.policy == SchedulingPolicy::Priority) {
+    // After every waiting request of the same or a lower priority value:
+    // (priority, arrival) order, as vLLM's PriorityRequestQueue pops it.
+    auto it = std::find_if(waiting_.begin(), waiting_.end(),
+                           [&](uint64_t w) { return requests_.at(w).priority > priority; });
+    waiting_.insert(it, id);
+  } else {
+    waiting_.push_back(id);
+  }
   if (!step_end_) start_step(now_ms);
   return true;
 }
@@ -320,8 +330,9 @@ void Engine::start_step(double now_ms) {
     // host): that step and any before the arrival run without it, as a step
     // a real engine has begun does not take in a request that arrives during it.
     if (r.arrival_ms > now_ms) break;
-    if (!try_admit(r)) break;  // FIFO: the head waits for space
+    if (!try_admit(r)) break;  // the head waits for space
     r.running = true;
+    r.scheduled_ms = now_ms;
     running_.push_back(r.id);
     waiting_.pop_front();
     // At least the last token is computed: a fully cached block-aligned
@@ -384,7 +395,8 @@ std::vector<EngineOutput> Engine::advance_to(double now_ms) {
         if (r.computed < r.prompt_tokens) continue;  // more chunks to come
         r.prefilled = true;
         r.generated = 1;
-        out.push_back({id, EngineOutput::Kind::FirstToken, end, r.cached_tokens, r.prompt_tokens});
+        out.push_back({id, EngineOutput::Kind::FirstToken, end, r.cached_tokens, r.prompt_tokens,
+                       std::max(0.0, r.scheduled_ms - r.arrival_ms)});
       } else {
         r.generated += 1;
         out.push_back({id, EngineOutput::Kind::Token, end, 0, 0});

@@ -11,11 +11,13 @@
 //   A token budget per step (max_batched_tokens). Running requests first, in
 //   admission order: a decoding one takes 1 token, one still prefilling takes
 //   min(its remaining prompt tokens, the budget left). Then waiting requests
-//   are admitted FIFO while a sequence slot is free (max_seqs), budget is left
+//   are admitted in queue order while a sequence slot is free (max_seqs), budget is left
 //   and their KV blocks can be allocated (evicting unreferenced cached blocks,
 //   least recently used first), each taking min(its uncached prompt tokens,
 //   the budget left): a long prompt is prefilled in chunks over several steps.
-//   The head of the queue that does not fit blocks the ones behind it (FIFO).
+//   The head of the queue that does not fit blocks the ones behind it. Queue
+//   order: arrival (fcfs), or (priority, arrival) with the priority policy
+//   (lower first; vLLM's --scheduling-policy priority).
 //   A request joins no step that starts before the time it was added at (a
 //   caller may add it past the end of a step it has not advanced through).
 //     step_ms = cfg.profile.step_ms(the step's chunks and decodes)   (mocker/profile.h)
@@ -51,6 +53,14 @@
 
 namespace kvroute::mocker {
 
+// The waiting queue's order (vLLM's --scheduling-policy, vllm/v1/core/sched/
+// request_queue.py): fcfs = arrival; priority = (priority, arrival), lower
+// priority values first, as vLLM's PriorityRequestQueue orders its heap. The
+// mocker reserves a request's blocks at admission, so there is no preemption
+// and the policy only orders admission (vLLM's priority policy also preempts
+// the lowest-priority running request when a running one cannot allocate KV).
+enum class SchedulingPolicy : uint8_t { Fcfs, Priority };
+
 struct EngineConfig {
   uint32_t block_size = 16;            // tokens per KV block, > 0
   uint64_t kv_blocks = 16384;          // KV capacity in blocks, > 0
@@ -69,6 +79,7 @@ struct EngineConfig {
   // Keep each cached block's token ids and namespace (block_info()): the
   // vLLM mode sends them in BlockStored. Off = hashes only (NATS, simulator).
   bool keep_tokens = false;
+  SchedulingPolicy policy = SchedulingPolicy::Fcfs;
 };
 
 // What a request does in a prefill/decode disaggregated fleet (mocker/README.md "PD").
@@ -101,6 +112,10 @@ struct EngineOutput {
   double time_ms = 0;          // engine time the step ended
   uint32_t cached_tokens = 0;  // FirstToken: prompt tokens served from the cache
   uint32_t prompt_tokens = 0;  // FirstToken
+  // FirstToken: engine ms from add_request to the start of the step that
+  // first scheduled it (the step in progress when it arrived, and its wait in
+  // the waiting queue).
+  double queued_ms = 0;
 };
 
 class Engine {
@@ -117,8 +132,10 @@ class Engine {
   // `read_cache` false: the request computes its whole prompt (vLLM skips
   // reading the prefix cache for prompt_logprobs requests); its blocks are
   // still shared and stored.
+  // `priority`: vLLM's request priority (lower first); orders the waiting
+  // queue under SchedulingPolicy::Priority, ignored under Fcfs.
   bool add_request(uint64_t id, std::span<const TokenId> prompt, uint32_t max_tokens, double now_ms,
-                   const HashNamespace& ns = {}, bool read_cache = true, PdOptions pd = {});
+                   const HashNamespace& ns = {}, bool read_cache = true, PdOptions pd = {}, int64_t priority = 0);
   // The ids of a prompt's complete blocks, as add_request() hashes them.
   std::vector<SequenceHash> prompt_blocks(std::span<const TokenId> prompt, const HashNamespace& ns = {}) const;
   // How many leading blocks of `blocks` are computed in the cache now.
@@ -210,6 +227,8 @@ class Engine {
     uint32_t announced = 0;  // prompt blocks checked for announcement
     bool read_cache = true;
     PdOptions pd;
+    int64_t priority = 0;       // SchedulingPolicy::Priority's key (lower first)
+    double scheduled_ms = -1;   // engine time of the step that first scheduled it
     bool running = false;
     bool prefilled = false;
     std::vector<std::shared_ptr<BlockInfo>> infos;  // keep_tokens only: per complete block
@@ -217,7 +236,7 @@ class Engine {
 
   bool add_request_impl(uint64_t id, uint32_t prompt_tokens, std::span<const LocalBlockHash> blocks,
                         uint32_t max_tokens, double now_ms, std::vector<std::shared_ptr<BlockInfo>> infos,
-                        bool read_cache = true, PdOptions pd = {});
+                        bool read_cache = true, PdOptions pd = {}, int64_t priority = 0);
   bool enqueue(Request r, double now_ms);
   uint32_t cached_prefix_blocks(const Request& r) const;
   // Prompt tokens served from the cache, as vLLM counts them
@@ -243,7 +262,7 @@ class Engine {
   uint64_t private_blocks_ = 0;                     // unhashed blocks reserved by running requests
   uint64_t stored_blocks_ = 0;                      // computed blocks in blocks_
   std::unordered_map<uint64_t, Request> requests_;  // waiting and running
-  std::deque<uint64_t> waiting_;                    // FIFO
+  std::deque<uint64_t> waiting_;                    // in admission order (cfg_.policy)
   std::vector<uint64_t> running_;                   // admission order
   std::optional<double> step_end_;
   uint64_t event_id_ = 0;

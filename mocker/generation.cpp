@@ -120,6 +120,13 @@ std::optional<MockerServer::Impl::Reject> MockerServer::Impl::parse_generation(
                              kind == ApiKind::Responses ? "max_output_tokens" : "max_tokens", ""}};
     gen.max_tokens = static_cast<uint32_t>(*parsed.max_tokens);
   }
+  // As vLLM (vllm/v1/engine/input_processor.py): a priority other than 0
+  // needs --scheduling-policy priority; the engine refuses it otherwise, and
+  // the OpenAI server answers 400.
+  if (parsed.priority.value_or(0) != 0 && opts.engine.policy != SchedulingPolicy::Priority)
+    return Reject{http::status::bad_request,
+                  ApiError{400, fmt::format("Got priority {} but Priority scheduling is not enabled.", *parsed.priority),
+                           "BadRequestError", "", ""}};
   // As vLLM (responses/serving.py create_responses): a response it does not
   // hold is 404 invalid_request_error.
   if (!parsed.previous_response_id.empty() && !stores_response(parsed.previous_response_id))
@@ -153,6 +160,7 @@ std::optional<MockerServer::Impl::Reject> MockerServer::Impl::prepare_generation
   if (out.tokens.empty())
     return Reject{http::status::bad_request, ApiError{400, "The prompt is empty.", "invalid_request_error", "prompt", ""}};
   if (lora) out.lora_name = parsed.model;
+  out.priority = parsed.priority.value_or(0);
   out.read_cache = !parsed.prompt_logprobs;
   out.ns = HashNamespace{out.lora_name, gen.cache_salt};
   out.rank = pick_rank(req);
@@ -170,13 +178,14 @@ std::optional<MockerServer::Impl::Reject> MockerServer::Impl::admit_generation(c
   PdOptions pd;
   pd.hold = gen.leg == PdLeg::NixlPrefill || gen.leg == PdLeg::SglPrefill;
   pd.imported_blocks = prep.imported_blocks;
-  if (!engine->add_request(id, prep.tokens, gen.max_tokens, now, prep.ns, prep.read_cache, pd))
+  if (!engine->add_request(id, prep.tokens, gen.max_tokens, now, prep.ns, prep.read_cache, pd, prep.priority))
     return Reject{http::status::bad_request,
                   ApiError{400,
                            fmt::format("This request needs more KV blocks than the worker has ({}).",
                                        opts.engine.kv_blocks),
                            "invalid_request_error", "messages", "context_length_exceeded"}};
   ++requests_by_rank[static_cast<size_t>(prep.rank)];
+  last_priority = prep.priority;
   return std::nullopt;
 }
 
@@ -242,6 +251,8 @@ struct MockerServer::Impl::Reply {
   const int64_t created;
   const std::string model;
   uint32_t generated = 0, cached = 0;
+  double queued_ms = 0;   // FirstToken's queued_ms (engine ms)
+  std::chrono::steady_clock::time_point received{};  // the request read whole
   uint64_t sequence = 0;  // the Responses stream's sequence_number
   std::string text;
   std::string extra;  // more top-level fields of a non-streamed body (",\"kv_transfer_params\":{...}")
@@ -405,6 +416,7 @@ awaitable<bool> MockerServer::Impl::relay_tokens(beast::tcp_stream& s, Pending& 
       spdlog::debug("kvroute-mocker: first token of request {}: prompt {} tokens, {} cached; arrived {:.3f}, first "
                     "token {:.3f}, handed on {:.3f} engine ms",
                     r.id, r.prompt_len, out.cached_tokens, p.arrival_ms, out.time_ms, now_ms());
+      r.queued_ms = out.queued_ms;
     }
     const std::string piece = kWords[(r.id + r.generated) % std::size(kWords)];
     ++r.generated;
@@ -414,6 +426,15 @@ awaitable<bool> MockerServer::Impl::relay_tokens(beast::tcp_stream& s, Pending& 
       r.head.set(http::field::server, "kvroute-mocker");
       r.head.set(http::field::content_type, "text/event-stream");
       r.head.set(http::field::cache_control, "no-cache");
+      // Not vLLM's: how long the request waited in the engine before its
+      // first step (the step in progress, then the waiting queue), wall ms;
+      // benchmarks split a TTFT into router, engine wait and prefill with it.
+      r.head.set("x-mocker-queued-ms", fmt::format("{:.3f}", r.queued_ms / std::max(opts.speedup, 1e-9)));
+      // ... and from the request read whole to this head (its TTFT inside the mocker).
+      r.head.set("x-mocker-ttft-ms",
+                 fmt::format("{:.3f}", std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
+                                                                                 r.received)
+                                           .count()));
       r.head.chunked(true);
       r.head.keep_alive(r.keep);
       co_await http::async_write_header(s, r.sr, nothrow(r.ec));
@@ -429,10 +450,7 @@ awaitable<bool> MockerServer::Impl::relay_tokens(beast::tcp_stream& s, Pending& 
 // The end of a finished generation: the whole answer, or the stream's last
 // chunks. Returns whether the connection goes on.
 awaitable<bool> MockerServer::Impl::finish_reply(beast::tcp_stream& s, Reply& r) {
-  if (r.api == ApiKind::Responses) {
-    stored_responses.push_back(r.rid);  // vLLM stores it once it is complete
-    if (stored_responses.size() > kStoredResponses) stored_responses.pop_front();
-  }
+  if (r.api == ApiKind::Responses) store_response(r.rid, r.response_json(true));  // vLLM stores it once complete
   if (r.api == ApiKind::Responses || r.api == ApiKind::Messages) {
     if (!r.parsed.stream) {
       std::string body = r.api == ApiKind::Responses ? r.response_json(true) : r.message_json(true);
@@ -473,6 +491,7 @@ awaitable<bool> MockerServer::Impl::generate(beast::tcp_stream& s, const http::r
                                              ApiKind kind) {
   const bool keep = req.keep_alive();
   const unsigned v = req.version();
+  const auto received = std::chrono::steady_clock::now();  // the request read whole (x-mocker-ttft-ms)
   ++requests_total;
   ParsedRequest parsed;
   std::string chat_body;
@@ -527,6 +546,7 @@ awaitable<bool> MockerServer::Impl::generate(beast::tcp_stream& s, const http::r
   // a test can tell that both legs of a request carried one id.
   Reply r(parsed, gen, id, opts.worker_id, kind, keep, v,
           static_cast<uint32_t>(prep.tokens.size()), gen.request_id_header);
+  r.received = received;
   const bool finished = co_await relay_tokens(s, *p, r);
   pending.erase(id);
   {

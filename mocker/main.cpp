@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <csignal>
+#include <map>
 #include <cstdio>
 #include <thread>
 
@@ -86,6 +87,13 @@ void add_flags(CLI::App& app, Flags& f) {
                                "16384 for a profile without one)")
                     ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 40));
   app.add_option("--max-seqs", o.engine.max_seqs, "Running sequences (request slots)")->capture_default_str()->check(CLI::Range(1u, 1000000u));
+  app.add_option("--scheduling-policy", o.engine.policy,
+                 "Waiting queue order (vLLM's --scheduling-policy): fcfs = arrival; priority = the request's "
+                 "`priority` (lower first), then arrival. With fcfs a request whose priority is not 0 is refused "
+                 "with 400, as vLLM refuses it")
+      ->capture_default_str()
+      ->transform(CLI::CheckedTransformer(std::map<std::string, mocker::SchedulingPolicy>{
+          {"fcfs", mocker::SchedulingPolicy::Fcfs}, {"priority", mocker::SchedulingPolicy::Priority}}));
   app.add_option("--max-batched-tokens", o.engine.max_batched_tokens, "Token budget of one engine step (vLLM's max_num_batched_tokens): one per decoding sequence + prefill chunks; a longer prompt is prefilled in chunks over several steps")
       ->capture_default_str()->check(CLI::Range(1u, 10000000u));
   const mocker::EngineProfile& poly = *mocker::find_profile("dynamo-mocker");

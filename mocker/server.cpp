@@ -99,6 +99,18 @@ awaitable<void> MockerServer::Impl::session(tcp::socket socket, bool side) {
       again = co_await generate(stream, req, ApiKind::ChatCompletions);
     } else if (req.method() == http::verb::post && target == "/v1/responses") {
       again = co_await generate(stream, req, ApiKind::Responses);
+    } else if (req.method() == http::verb::get && target.starts_with("/v1/responses/")) {
+      // vLLM's retrieve (responses/serving.py retrieve_responses): the stored
+      // response object, or 404 as for an unknown previous_response_id.
+      const std::string_view id = target.substr(14, target.find('?') == std::string_view::npos
+                                                        ? std::string_view::npos
+                                                        : target.find('?') - 14);
+      if (const std::string* body = stored_response(id))
+        again = co_await respond(stream, v, keep, http::status::ok, *body);
+      else
+        again = co_await respond(stream, v, keep, http::status::not_found,
+                                 error_body(ApiError{404, fmt::format("Response with id '{}' not found.", id),
+                                                     "invalid_request_error", "", ""}));
     } else if (req.method() == http::verb::post && target == "/v1/messages") {
       again = co_await generate(stream, req, ApiKind::Messages);
     } else if (req.method() == http::verb::post && target == "/v1/embeddings") {

@@ -93,6 +93,7 @@ struct Prepared {
   std::string lora_name;  // owns ns.lora_name's text
   int rank = 0;
   bool read_cache = true;        // false with prompt_logprobs (vLLM reads no cache for it)
+  int64_t priority = 0;          // vLLM's request priority (--scheduling-policy priority)
   uint32_t imported_blocks = 0;  // decode leg: complete prompt blocks that came from the prefill worker
 };
 
@@ -209,18 +210,37 @@ struct MockerServer::Impl {
   // "reject" answers 400, "error" 500, "hang" accepts and never answers.
   std::string tokenize_mode = "ok";
   uint64_t tokenize_total = 0;  // POST /tokenize requests received
+  // The vLLM priority of the last request queued on an engine (GET
+  // /mocker/stats "last_priority"), for tests of what a router forwards.
+  int64_t last_priority = 0;
   // The credential fields requests arrived with, for tests of what a router
   // passes on (GET /mocker/stats "credentials"): requests carrying each, the
   // last value of each, and requests refused by --api-key.
   uint64_t with_authorization = 0, with_x_api_key = 0, unauthorized_total = 0;
   std::string last_authorization, last_x_api_key;
-  // Ids of the Responses this worker produced, newest last (at most
-  // kStoredResponses), as vLLM's in-memory response store holds them: a
-  // previous_response_id not among them is answered 404 as vLLM answers it.
+  // The Responses this worker produced (id, final response object), newest
+  // last (at most kStoredResponses, kStoredResponseBytes of bodies), as
+  // vLLM's in-memory response store holds them: a previous_response_id not
+  // among them is answered 404 as vLLM answers it; GET /v1/responses/{id}
+  // returns the object.
   static constexpr size_t kStoredResponses = 4096;
-  std::deque<std::string> stored_responses;
-  bool stores_response(std::string_view id) const {
-    return std::find(stored_responses.begin(), stored_responses.end(), id) != stored_responses.end();
+  static constexpr size_t kStoredResponseBytes = 64u << 20;
+  std::deque<std::pair<std::string, std::string>> stored_responses;
+  size_t stored_response_bytes = 0;
+  const std::string* stored_response(std::string_view id) const {
+    for (const auto& [rid, body] : stored_responses)
+      if (rid == id) return &body;
+    return nullptr;
+  }
+  bool stores_response(std::string_view id) const { return stored_response(id) != nullptr; }
+  void store_response(std::string id, std::string body) {
+    stored_response_bytes += body.size();
+    stored_responses.emplace_back(std::move(id), std::move(body));
+    while (stored_responses.size() > kStoredResponses ||
+           (stored_response_bytes > kStoredResponseBytes && stored_responses.size() > 1)) {
+      stored_response_bytes -= stored_responses.front().second.size();
+      stored_responses.pop_front();
+    }
   }
   // This process's instance id (new at each start) and the resync
   // snapshot being served in chunks (one at a time; a newer one replaces it).

@@ -51,6 +51,9 @@ std::string MockerServer::Impl::stats_json() const {
                          R"("last_x_api_key":"{}","unauthorized_total":{}}})",
                          with_authorization, with_x_api_key, json_escape(last_authorization),
                          json_escape(last_x_api_key), unauthorized_total));
+  out.insert(out.size() - 1, fmt::format(R"(,"scheduling_policy":"{}","last_priority":{})",
+                                         opts.engine.policy == SchedulingPolicy::Priority ? "priority" : "fcfs",
+                                         last_priority));
   if (opts.pd.protocol != PdProtocol::None) out.insert(out.size() - 1, ",\"pd\":" + pd_stats_json());
   if (opts.offload.enabled()) out.insert(out.size() - 1, ",\"offload\":" + offload_stats_json());
   if (vllm)  // vLLM mode: ZMQ batches numbered (next seq), not sent live (test hook), replays served

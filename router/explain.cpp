@@ -279,6 +279,9 @@ std::string explain_json(const RouteResult& r, std::string_view model, uint32_t 
   if (!r.ok) out += fmt::format(R"("error":{},)", error_body(r.error));
   out += fmt::format(R"("tokenization":"{}","tokenizer_fallback":"{}",)", to_string(r.token_source),
                      to_string(r.tokenizer_fallback));
+  // How long the request waited in the flow queue for this route (a
+  // queued request's decision only).
+  if (r.queue_wait_seconds) out += fmt::format(R"("queue_wait_ms":{},)", num(*r.queue_wait_seconds * 1e3));
   out += fmt::format(R"("stage_us":{{"tokenize":{},"hash":{},"find_matches":{},"score":{}}},)",
                      num(r.stage_seconds[0] * 1e6), num(r.stage_seconds[1] * 1e6),
                      num(r.stage_seconds[2] * 1e6), num(r.stage_seconds[3] * 1e6));

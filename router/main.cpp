@@ -399,8 +399,14 @@ void Daemon::build_status() {
     const auto cfg = config_.get();
     const auto t = flow_.tables(cfg);
     const uint32_t band = flow::FlowControl::band_of(*t, priority, header).value_or(0);
-    return fmt::format(R"({{"band":"{}","ahead":{},"queued":{}}})", t->bands[band].name,
-                       flow_.queue().ahead(model, band), flow_.queue().waiting());
+    // How long the oldest request this one would wait behind has waited.
+    const auto oldest = flow_.queue().oldest_entry(model, band);
+    const int64_t now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                               std::chrono::steady_clock::now().time_since_epoch()).count();
+    const std::string oldest_ms =
+        oldest ? fmt::format("{:.3f}", static_cast<double>(now_ns - *oldest) / 1e6) : std::string("null");
+    return fmt::format(R"({{"band":"{}","ahead":{},"queued":{},"oldest_wait_ms":{}}})", t->bands[band].name,
+                       flow_.queue().ahead(model, band), flow_.queue().waiting(), oldest_ms);
   });
 }
 

@@ -75,6 +75,11 @@ struct RouterMetrics {
             "Responses API requests naming a previous_response_id, by result (pinned: sent to the worker that "
             "produced it; unknown: an id kvroute does not remember; worker_gone: its worker is no candidate now)",
             {"result"})),
+        response_retrieve_total(r.counter(
+            "kvroute_router_response_retrieve_total",
+            "GET /v1/responses/{id} by result (routed: sent to the worker that produced the response; unknown: an "
+            "id kvroute does not remember, 404; worker_gone: its worker is no candidate now, 404)",
+            {"result"})),
         pd_requests_total(r.counter(
             "kvroute_pd_requests_total",
             "Requests to a disaggregated fleet by outcome (disaggregated; aggregated: the decision ran it whole; "
@@ -159,6 +164,7 @@ struct RouterMetrics {
   metrics::CounterFamily& engine_tokenize_total;
   metrics::CounterFamily& engine_tokenize_cache_total;
   metrics::CounterFamily& previous_response_total;
+  metrics::CounterFamily& response_retrieve_total;
   metrics::CounterFamily& pd_requests_total;
   metrics::CounterFamily& pd_retries_total;
   metrics::CounterFamily& pd_params_rejected_total;

@@ -97,6 +97,7 @@ void RouteResult::reset() {
   chose_best_overlap = false;
   all_busy = false;
   best_cached_tokens = 0;
+  queue_wait_seconds.reset();
   band_reserve = 0;
   workers.clear();
   candidates.clear();

@@ -132,6 +132,10 @@ struct RouteResult {
   // The longest cached prefix among eligible workers (tokens): with the chosen
   // worker's cached tokens, the decision-quality gap metric.
   uint32_t best_cached_tokens = 0;
+  // Seconds the request waited in the flow queue before this route was
+  // found (set by the proxy after its wait; explain's `queue_wait_ms`);
+  // nullopt: it did not wait.
+  std::optional<double> queue_wait_seconds;
   // The request band's reserve (ParsedRequest::band_reserve): a worker whose
   // slot or KV usage is at or over 1 - band_reserve is busy for this request.
   // Kept by reroute(), so a queued request's trials apply it too.

@@ -160,6 +160,15 @@ std::optional<uint32_t> FlowControl::band_of(const FlowTables& t, std::optional<
   return static_cast<uint32_t>(t.bands.size() - 1);
 }
 
+std::optional<int64_t> FlowControl::engine_priority(const FlowTables& t, uint32_t band,
+                                                    std::optional<int64_t> body_priority) {
+  if (band >= t.bands.size() || band_of(t, body_priority, "") == band) return std::nullopt;
+  const BandEntry& b = t.bands[band];
+  const int64_t p = b.bounded ? b.max_priority_value : band > 0 ? t.bands[band - 1].max_priority_value + 1 : 0;
+  if (p == 0 && !body_priority) return std::nullopt;
+  return p;
+}
+
 bool FlowControl::take(Bucket& b, double rate, double burst, double cost, FlowClock::time_point now,
                        uint32_t& retry_after_s) {
   if (!b.primed) {

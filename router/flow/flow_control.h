@@ -83,6 +83,14 @@ class FlowControl {
   // header is neither (the caller answers 400).
   static std::optional<uint32_t> band_of(const FlowTables& t, std::optional<int64_t> body_priority,
                                          std::string_view header);
+  // The vLLM priority an engine should see for a request of `band`
+  // (flow.forward_priority): nullopt when the body's own priority already
+  // joins that band (forwarded unchanged; an absent one is vLLM's default 0),
+  // else the band's max_priority (the last, unbounded band: one past the band
+  // above's, 0 when it is the only band), nullopt again when that is an
+  // absent body priority's 0.
+  static std::optional<int64_t> engine_priority(const FlowTables& t, uint32_t band,
+                                                std::optional<int64_t> body_priority);
 
   // The tenant's request-rate limit: true if one request may pass now; else
   // `retry_after_s` says when one will.

@@ -253,6 +253,22 @@ uint64_t FlowQueue::ahead(std::string_view model, uint32_t band) const {
   return n;
 }
 
+std::optional<int64_t> FlowQueue::oldest_entry(std::string_view model, uint32_t band) const {
+  std::lock_guard lock(mu_);
+  const auto it = models_.find(model);
+  if (it == models_.end()) return std::nullopt;
+  std::optional<int64_t> oldest;
+  for (const auto& [b, q] : it->second.bands) {
+    if (b > band) break;
+    // A tenant's waiters are in arrival order: its first entered first.
+    for (const auto& [tenant, waiters] : q.tenants) {
+      const int64_t e = waiters.begin()->second->entered;
+      if (!oldest || e < *oldest) oldest = e;
+    }
+  }
+  return oldest;
+}
+
 bool FlowQueue::empty() const {
   std::lock_guard lock(mu_);
   return count_ == 0;

@@ -44,6 +44,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -65,6 +66,10 @@ struct Waiter {
   uint32_t tenant = 0;  // index into the tenant table (bounded by config)
   uint32_t weight = 1;  // the tenant's weight, >= 1
   uint64_t bytes = 0;   // request body bytes held while waiting
+  // When it entered, in the caller's clock (any monotonic count, e.g. steady
+  // nanoseconds): the queue only stores and compares it (oldest_entry()), so
+  // the queue itself stays clock-free.
+  int64_t entered = 0;
   // Called with the queue's mutex held: post, never re-enter the queue.
   std::function<void(Wake)> wake;
 
@@ -113,6 +118,9 @@ class FlowQueue {
   // Requests of `model` waiting in `band` or a higher one: how many a new
   // request of that band would wait behind (explain).
   uint64_t ahead(std::string_view model, uint32_t band) const;
+  // The earliest `entered` of those requests (explain: how long the head has
+  // waited); nullopt when none waits.
+  std::optional<int64_t> oldest_entry(std::string_view model, uint32_t band) const;
   // Requests waiting now (lock-free).
   uint64_t waiting() const { return waiting_.load(std::memory_order_relaxed); }
   QueueSnapshot snapshot() const;

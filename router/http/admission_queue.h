@@ -74,6 +74,8 @@ class AdmissionQueue {
     w->tenant = t.tenant;
     w->weight = t.weight;
     w->bytes = t.bytes;
+    // Steady nanoseconds: the queue stores it for explain, never reads a clock.
+    w->entered = std::chrono::duration_cast<std::chrono::nanoseconds>(Steady::now().time_since_epoch()).count();
     // Called under the queue's lock, from any thread: only posts.
     w->wake = [st, ex](flow::Wake k) {
       asio::post(ex, [st, k] {

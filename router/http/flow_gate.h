@@ -116,6 +116,22 @@ inline std::optional<FlowRefusal> flow_classify(flow::FlowControl& fc, const Con
   return std::nullopt;
 }
 
+// The band as the priority written into the forwarded body
+// (flow.forward_priority; FlowControl::engine_priority() says which value),
+// so an engine run with vLLM's --scheduling-policy priority serves the
+// request before lower bands' inside its own waiting queue. nullopt: leave
+// the body as it is (the key is off, or the API carries no vLLM priority:
+// vLLM's ChatCompletionRequest, CompletionRequest and ResponsesRequest have
+// `priority`, vllm/entrypoints/openai/protocol.py; Anthropic's Messages body
+// has none).
+inline std::optional<int64_t> band_engine_priority(const Config& cfg, const FlowStanding& st, ApiKind kind,
+                                                   std::optional<int64_t> body_priority) {
+  if (!cfg.flow.forward_priority || !st.tables) return std::nullopt;
+  if (kind != ApiKind::ChatCompletions && kind != ApiKind::Completions && kind != ApiKind::Responses)
+    return std::nullopt;
+  return flow::FlowControl::engine_priority(*st.tables, st.band, body_priority);
+}
+
 // Phase 3, once the prompt's tokens are counted (routed): the tenant's
 // token rate.
 inline std::optional<FlowRefusal> flow_tokens(flow::FlowControl& fc, const Config& cfg, const FlowStanding& st,

@@ -25,6 +25,18 @@
 
 namespace kvroute {
 
+namespace {
+constexpr std::string_view kResponsesPrefix = "/v1/responses/";
+}  // namespace
+
+// The {id} of GET /v1/responses/{id}[?query] (empty: none, or it has a '/').
+std::string_view response_id_of_path(std::string_view target) {
+  target = target.substr(0, target.find('?'));
+  if (!target.starts_with(kResponsesPrefix)) return {};
+  const std::string_view id = target.substr(kResponsesPrefix.size());
+  return id.find('/') == std::string_view::npos ? id : std::string_view{};
+}
+
 // The phases and the Exchange they share: a named namespace (not an anonymous
 // one) because the coroutine frames of the public functions hold these types.
 namespace phases {
@@ -221,13 +233,17 @@ awaitable<void> wait_in_queue(Exchange& x) {
   const std::string_view label = ttft_bound && outcome == AdmissionQueue::Outcome::Timeout
                                      ? std::string_view("deadline")
                                      : kOutcome[static_cast<int>(outcome)];
-  if (fm && outcome != AdmissionQueue::Outcome::Full)
-    fm->queue_wait_seconds.with({band, label}).observe(seconds_since(t0));
-  if (outcome == AdmissionQueue::Outcome::Admitted) co_return;
+  const double waited = seconds_since(t0);
+  if (fm && outcome != AdmissionQueue::Outcome::Full) fm->queue_wait_seconds.with({band, label}).observe(waited);
+  if (outcome == AdmissionQueue::Outcome::Admitted) {
+    route.queue_wait_seconds = waited;  // explain's queue_wait_ms (the decision log)
+    co_return;
+  }
   if (fm && outcome != AdmissionQueue::Outcome::Stopped) fm->queue_shed_total.with({band, label}).inc();
   if (outcome == AdmissionQueue::Outcome::Timeout && !ttft_bound && !sc.reject_when_busy) {
     // The operator's default for a busy fleet: its engines queue it.
     x.s.hooks.routing->reroute(x.client.parsed.model, route, sticky_session(x) || x.pin.needs_all_scored(), /*serve_busy=*/true);
+    route.queue_wait_seconds = waited;
     if (m) m->rejected_total.with({"queue_timeout"}).inc();
     if (!route.ok && may_queue(route.failure))  // nobody can take it (all drained): 503
       route.fail(RouteError::QueueTimeout,
@@ -271,6 +287,48 @@ bool apply_tenant(Exchange& x) {
   if (!t) return true;
   if (flow::FlowMetrics* fm = x.s.flow.metrics()) fm->tenant_tokens_total.with({t->name}).inc(x.client.route.isl_tokens);
   return t->cache_salt.empty() || flow::pin_cache_salt(x.req.body, t->cache_salt);
+}
+
+// The band as the engine's priority (flow.forward_priority), written into
+// the body. False when the body cannot take it (an escaped top-level key).
+bool apply_band_priority(Exchange& x) {
+  const auto p = band_engine_priority(x.cfg, x.flow, x.kind, x.client.parsed.priority);
+  return !p || flow::pin_member(x.req.body, "priority", std::to_string(*p));
+}
+
+// ---- retrieve a response
+
+// GET /v1/responses/{id} (OpenAI's Responses retrieve): kvroute stores no
+// response; the worker that produced it does (vLLM keeps stored responses in
+// its API server's memory and answers an id it does not hold with 404,
+// vllm/entrypoints/openai/responses/serving.py `retrieve_responses`). The
+// request goes to that worker, as response affinity remembers it
+// (router/api/response_affinity.h), unchanged (its query, e.g. `stream`,
+// included); an id kvroute does not remember, or whose worker has left, is
+// 404 in OpenAI's error shape, as the engine would answer it. nullopt: the
+// ranking is that one worker.
+std::optional<ApiError> route_retrieve(Exchange& x) {
+  x.client.parsed.reset();
+  RouteResult& route = x.client.route;
+  route.reset();
+  const std::string_view id = response_id_of_path(x.req.target);
+  const auto not_found = [&](std::string_view why) {
+    if (RouterMetrics* m = x.metrics()) m->response_retrieve_total.with({why}).inc();
+    return ApiError{404, fmt::format("Response with id '{}' not found.", id.substr(0, ResponseAffinity::kMaxIdBytes)),
+                    "invalid_request_error", "response_id", ""};
+  };
+  x.s.responses.set_max_ids(x.cfg.router.response_affinity_max_ids);
+  const auto worker = id.empty() ? std::nullopt : x.s.responses.find(id);
+  if (!worker) return not_found(to_string(ResponseAffinity::Pin::Unknown));
+  x.s.hooks.registry->candidates("", route.workers);
+  for (const WorkerView& v : route.workers) {
+    if (v.info->id != *worker || v.info->url.empty()) continue;
+    route.ranked.push_back(RouteTarget{.worker = *worker, .url = v.info->url});
+    route.ok = true;
+    if (RouterMetrics* m = x.metrics()) m->response_retrieve_total.with({"routed"}).inc();
+    return std::nullopt;
+  }
+  return not_found(to_string(ResponseAffinity::Pin::WorkerGone));
 }
 
 // ---- forward
@@ -679,10 +737,11 @@ struct InflightSlot {
 // the response head; then relay and finish. (The phases that need no
 // suspension are plain functions, and the short ones are inline here: each
 // awaited coroutine is a frame per request.)
-awaitable<bool> run(ServerState& s, ClientConn& client, ClientRequest& req, ApiKind kind, IoThread& io) {
+awaitable<bool> run(ServerState& s, ClientConn& client, ClientRequest& req, ApiKind kind, IoThread& io,
+                    bool retrieve) {
   Exchange x(s, client, req, kind, io, s.hooks.config->get());
-  x.rec.method = "POST";
-  x.rec.path = api_path(kind);
+  x.rec.method = retrieve ? "GET" : "POST";
+  x.rec.path = retrieve ? std::string_view("/v1/responses/{id}") : api_path(kind);
   InflightSlot slot(s.inflight);
   if (s.inflight.load() > static_cast<int64_t>(x.cfg.router.max_concurrent_requests)) {
     if (RouterMetrics* m = x.metrics()) m->rejected_total.with({"limit"}).inc();
@@ -691,37 +750,47 @@ awaitable<bool> run(ServerState& s, ClientConn& client, ClientRequest& req, ApiK
     co_return co_await reject(x, e, "rejected_limit");
   }
   if (auto r = flow_authenticate(s.flow, x.cfg_holder, req, x.flow)) co_return co_await refuse(x, *r);
-  ApiError err;
-  if (!parse_api_request(kind, req.body, client.parsed, client.chat_body, err))
-    co_return co_await reject(x, err, "bad_request");
-  if (auto r = flow_classify(s.flow, x.cfg, req, client.parsed, x.flow)) co_return co_await refuse(x, *r);
-  x.rec.model = client.parsed.model;
-  x.rec.stream = client.parsed.stream;
-  if (s.hooks.routing->needs_engine_tokens(x.cfg, client.parsed)) {
-    thread_local std::string scratch;  // no allocation per request once grown; used before any suspension
-    if (!engine_tokens_cached(s, x.cfg, client.parsed, scratch)) {
-      const std::string body = scratch;  // in the frame: other requests use the scratch while this one waits
-      const auto key = s.worker_key.get(x.cfg_holder);  // in the frame: its text is used across the wait
-      co_await engine_tokens(s, io, x.cfg, client.parsed,
-                             worker_authorization(*key, forwards_client_credentials(x.cfg), req.authorization), body);
+  if (retrieve) {
+    if (auto e = route_retrieve(x)) co_return co_await reject(x, *e, "not_found");
+  } else {
+    ApiError err;
+    if (!parse_api_request(kind, req.body, client.parsed, client.chat_body, err))
+      co_return co_await reject(x, err, "bad_request");
+    if (auto r = flow_classify(s.flow, x.cfg, req, client.parsed, x.flow)) co_return co_await refuse(x, *r);
+    x.rec.model = client.parsed.model;
+    x.rec.stream = client.parsed.stream;
+    if (s.hooks.routing->needs_engine_tokens(x.cfg, client.parsed)) {
+      thread_local std::string scratch;  // no allocation per request once grown; used before any suspension
+      if (!engine_tokens_cached(s, x.cfg, client.parsed, scratch)) {
+        const std::string body = scratch;  // in the frame: other requests use the scratch while this one waits
+        const auto key = s.worker_key.get(x.cfg_holder);  // in the frame: its text is used across the wait
+        co_await engine_tokens(s, io, x.cfg, client.parsed,
+                               worker_authorization(*key, forwards_client_credentials(x.cfg), req.authorization), body);
+      }
     }
-  }
-  const bool queue = route_request(x);
-  if (auto r = flow_tokens(s.flow, x.cfg, x.flow, client.route.isl_tokens)) co_return co_await refuse(x, *r);
-  if (queue) co_await wait_in_queue(x);
-  if (x.refusal) co_return co_await refuse(x, *x.refusal);
-  if (!accept_route(x)) co_return co_await reject(x, client.route.error, "no_worker");
-  if (!apply_tenant(x)) {
-    ApiError e;
-    invalid_request(e, "Escaped keys are not accepted at the top level of this tenant's requests (its cache_salt "
-                       "is pinned).", "");
-    co_return co_await reject(x, e, "bad_request");
+    const bool queue = route_request(x);
+    if (auto r = flow_tokens(s.flow, x.cfg, x.flow, client.route.isl_tokens)) co_return co_await refuse(x, *r);
+    if (queue) co_await wait_in_queue(x);
+    if (x.refusal) co_return co_await refuse(x, *x.refusal);
+    if (!accept_route(x)) co_return co_await reject(x, client.route.error, "no_worker");
+    if (!apply_tenant(x)) {
+      ApiError e;
+      invalid_request(e, "Escaped keys are not accepted at the top level of this tenant's requests (its cache_salt "
+                         "is pinned).", "");
+      co_return co_await reject(x, e, "bad_request");
+    }
+    if (!apply_band_priority(x)) {
+      ApiError e;
+      invalid_request(e, "Escaped keys are not accepted at the top level of a request whose band kvroute forwards as "
+                         "its priority (flow.forward_priority).", "");
+      co_return co_await reject(x, e, "bad_request");
+    }
   }
 
   x.worker_key = s.worker_key.get(x.cfg_holder);
   x.credentials = worker_credential_fields(*x.worker_key, forwards_client_credentials(x.cfg), req.credential_fields);
   const PdContext pd{s, io, x.cfg, req, client.route, x.watch, client.parsed.model, x.credentials};
-  if (!pd_begin(x.pd, pd)) {
+  if (!retrieve && !pd_begin(x.pd, pd)) {
     ApiError e;
     invalid_request(e, "The request body must be a JSON object.", "");
     co_return co_await reject(x, e, "bad_request");
@@ -784,14 +853,16 @@ awaitable<bool> run(ServerState& s, ClientConn& client, ClientRequest& req, ApiK
 }  // namespace phases
 
 std::optional<ApiKind> proxied_api(const ClientRequest& req) {
-  if (req.method != http::verb::post) return std::nullopt;
   const std::string_view target = std::string_view(req.target).substr(0, req.target.find('?'));
+  if (req.method == http::verb::get && !response_id_of_path(target).empty())
+    return ApiKind::Responses;  // GET /v1/responses/{id}: the retrieve (run() tells it by the method)
+  if (req.method != http::verb::post) return std::nullopt;
   return api_of_path(target);
 }
 
 // Not a coroutine itself: the request's one frame is phases::run()'s.
 awaitable<bool> proxy(ServerState& s, ClientConn& client, ClientRequest& req, ApiKind kind, IoThread& io) {
-  return phases::run(s, client, req, kind, io);
+  return phases::run(s, client, req, kind, io, req.method == http::verb::get);
 }
 
 }  // namespace kvroute

@@ -26,8 +26,11 @@
 
 namespace kvroute {
 
-// The API a request is proxied as, if it is a POST to one of the OpenAI routes.
+// The API a request is proxied as, if it is a POST to one of the OpenAI routes
+// or GET /v1/responses/{id} (ApiKind::Responses; the proxy tells it by its method).
 std::optional<ApiKind> proxied_api(const ClientRequest& req);
+// The {id} of GET /v1/responses/{id}[?query] (empty: none, or it has a '/').
+std::string_view response_id_of_path(std::string_view target);
 
 // One proxied OpenAI request on `client`; true if the connection is kept.
 awaitable<bool> proxy(ServerState& s, ClientConn& client, ClientRequest& req, ApiKind kind, IoThread& io);

@@ -215,6 +215,27 @@ class AgentApis(unittest.TestCase):
         self.assertIn("resp_nobody-has-it", r["error"]["message"])
         self.assertEqual(self.f.metric('kvroute_router_previous_response_total{result="unknown"}') - before, 1)
 
+    def test_retrieve_goes_to_its_worker_and_unknown_id_is_404(self):
+        # GET /v1/responses/{id}: kvroute stores nothing; the worker that
+        # produced the response answers (the other would answer 404).
+        for _ in range(4):
+            status, headers, r = self.post("/v1/responses", responses_body(f"keep {uuid.uuid4()}"))
+            self.assertEqual(status, 200)
+            got = self.f.get(f"/v1/responses/{r['id']}")
+            self.assertEqual(got.status, 200, got.body)
+            self.assertEqual(got.json()["id"], r["id"])
+            self.assertEqual(got.header("x-kvroute-worker"), headers["x-kvroute-worker"])
+        # An id kvroute never saw: its own 404 in OpenAI's shape, no worker asked.
+        before = self.f.metric('kvroute_router_response_retrieve_total{result="unknown"}')
+        got = self.f.get("/v1/responses/resp_nobody-has-it?stream=false")
+        self.assertEqual(got.status, 404)
+        err = got.json()["error"]
+        self.assertEqual((err["type"], err["param"], err["code"]), ("invalid_request_error", "response_id", None))
+        self.assertIn("resp_nobody-has-it", err["message"])
+        self.assertIsNone(got.header("x-kvroute-worker"))
+        self.assertEqual(self.f.metric('kvroute_router_response_retrieve_total{result="unknown"}') - before, 1)
+        self.assertGreaterEqual(self.f.metric('kvroute_router_response_retrieve_total{result="routed"}'), 4)
+
     # ---- passthrough routes
 
     def test_tokenize_is_routed_by_model(self):

@@ -64,12 +64,14 @@ class FlowTest(FleetTestCase):
         cls.config = os.path.join(f.workdir, "kvroute.yaml")
         with open(cls.config, "w") as out:
             out.write("scheduler:\n  queue_size: 2\n  queue_timeout_ms: 20000\n  reject_when_busy: true\n"
-                      "flow:\n  keys_file: " + cls.keys + "\n  retry_after_s: 2\n"
+                      "flow:\n  keys_file: " + cls.keys + "\n  retry_after_s: 2\n  forward_priority: true\n"
                       "  tenants:\n    - {name: acme, weight: 2, cache_salt: acme-salt}\n"
                       "    - {name: beta, rps: 1, burst: 1}\n    - {name: gamma}\n")
         f.router_args = ["--config", cls.config]
         f.start_nats()
-        f.start_mocker(1, extra=["--max-seqs", "1"])
+        # vLLM's priority policy: a request's `priority` orders its waiting
+        # queue (with fcfs, vLLM and the mocker refuse a priority other than 0).
+        f.start_mocker(1, extra=["--max-seqs", "1", "--scheduling-policy", "priority"])
         f.start_router()
         f.wait_ready(1)
 
@@ -124,9 +126,17 @@ class FlowTest(FleetTestCase):
             # its model wait ahead of it (a higher band jumps the normal ones).
             q = self.fleet.admin("POST", "/admin/route/explain", json.dumps(completion("where"))).json()["queue"]
             self.assertEqual((q["band"], q["ahead"], q["queued"]), ("normal", 2, 2))
+            # ... and how long the oldest of them has waited (it entered
+            # before normal-b, whose entry the wait above saw).
+            time.sleep(0.05)
+            oldest = q["oldest_wait_ms"]
+            self.assertGreater(oldest, 0)
+            q2 = self.fleet.admin("POST", "/admin/route/explain", json.dumps(completion("where"))).json()["queue"]
+            self.assertGreater(q2["oldest_wait_ms"], oldest)  # the same request, waiting longer
             q = self.fleet.admin("POST", "/admin/route/explain",
                                  json.dumps(completion("where", priority=-1))).json()["queue"]
             self.assertEqual((q["band"], q["ahead"], q["queued"]), ("high", 0, 2))
+            self.assertIsNone(q["oldest_wait_ms"])  # nobody of its band or above waits
             # A third normal one: its band is full, nobody below it: 429 with Retry-After.
             r = self.post(completion("normal-c"))
             self.assertEqual(r.status, 429, r.body)
@@ -152,6 +162,26 @@ class FlowTest(FleetTestCase):
         self.assertGreaterEqual(self.fleet.metric('kvroute_router_queue_rejected_total{band="normal",reason="shed"}'), 1)
         self.assertGreaterEqual(
             self.fleet.metric('kvroute_router_queue_wait_seconds_count{band="high",outcome="admitted"}'), 1)
+
+    def test_band_forwarded_as_engine_priority(self):
+        # flow.forward_priority: a request the header puts in the high band
+        # reaches the engine with the band's priority (-1), which an engine
+        # run with vLLM's priority policy serves first; one whose body
+        # already says so, or a normal one, is forwarded as it came.
+        self.idle()
+        stats = lambda: self.fleet.mocker(1, "GET", "/mocker/stats").json()  # noqa: E731
+        self.assertEqual(stats()["scheduling_policy"], "priority")
+        r = self.post(completion("header high " + uuid.uuid4().hex), extra={"x-kvroute-priority": "high"})
+        self.assertEqual(r.status, 200, r.body)
+        self.assertEqual(stats()["last_priority"], -1)
+        self.assertEqual(self.post(completion("normal " + uuid.uuid4().hex)).status, 200)
+        self.assertEqual(stats()["last_priority"], 0)
+        self.assertEqual(self.post(completion("body high " + uuid.uuid4().hex, priority=-5)).status, 200)
+        self.assertEqual(stats()["last_priority"], -5)
+        # The header moves a body's -1 down to the normal band: the engine sees 0.
+        r = self.post(completion("demoted " + uuid.uuid4().hex, priority=-1), extra={"x-kvroute-priority": "normal"})
+        self.assertEqual(r.status, 200, r.body)
+        self.assertEqual(stats()["last_priority"], 0)
 
     def test_ttft_deadline_answered_early(self):
         self.idle()

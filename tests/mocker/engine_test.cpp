@@ -275,6 +275,48 @@ TEST_CASE("batching limits: max sequences and max batched tokens per step") {
   CHECK(*big.engine->next_event_time() == doctest::Approx(big.engine->prefill_ms(50)));
 }
 
+TEST_CASE("scheduling policy: priority admits the lowest priority value first, fcfs by arrival") {
+  // One slot: request 1 runs; 2 (priority 0), 3 (priority -1), 4 (priority
+  // -1) and 5 (priority 0) wait. vLLM's priority policy pops (priority,
+  // arrival): 3, 4, 2, 5; fcfs: 2, 3, 4, 5.
+  const auto first_tokens = [](SchedulingPolicy policy) {
+    EngineConfig c = small_cfg();
+    c.kv_blocks = 1000;
+    c.max_seqs = 1;
+    c.policy = policy;
+    Run r(c);
+    r.engine->add_request(1, tokens(1, 8), 2, 0);
+    const int64_t prio[] = {0, -1, -1, 0};
+    for (uint64_t i = 2; i <= 5; ++i)
+      CHECK(r.engine->add_request(i, tokens(static_cast<uint32_t>(i), 8), 1, 1, {}, true, {}, prio[i - 2]));
+    double now = 0;
+    std::vector<uint64_t> order;
+    while (auto t = r.engine->next_event_time()) {
+      now = *t;
+      for (auto& o : r.engine->advance_to(now))
+        if (o.kind == EngineOutput::Kind::FirstToken) order.push_back(o.request);
+    }
+    return order;
+  };
+  CHECK(first_tokens(SchedulingPolicy::Priority) == std::vector<uint64_t>{1, 3, 4, 2, 5});
+  CHECK(first_tokens(SchedulingPolicy::Fcfs) == std::vector<uint64_t>{1, 2, 3, 4, 5});
+}
+
+TEST_CASE("queued_ms: an idle engine schedules at once; a busy one after the step in progress") {
+  EngineConfig c = small_cfg();
+  c.kv_blocks = 1000;
+  Run r(c);
+  r.engine->add_request(1, tokens(1, 8), 3, 0);
+  const double step1 = *r.engine->next_event_time();
+  r.engine->add_request(2, tokens(2, 8), 1, step1 / 4);  // arrives during step 1
+  double now = 0;
+  auto out = r.drain(now);
+  CHECK(out[1].front().kind == EngineOutput::Kind::FirstToken);
+  CHECK(out[1].front().queued_ms == 0);
+  CHECK(out[2].front().kind == EngineOutput::Kind::FirstToken);
+  CHECK(out[2].front().queued_ms == doctest::Approx(step1 - step1 / 4));
+}
+
 // Step time = new prompt tokens (1 ms each) + 10 ms if any request decodes.
 EngineConfig chunk_cfg() {
   EngineConfig c = small_cfg();

@@ -171,6 +171,16 @@ TEST_CASE("explain states a tie and that the order among equal costs is random")
   CHECK_FALSE(has(explain_json(r, "m", 16, cfg), R"("tie":[])"));
 }
 
+TEST_CASE("explain of a decision that waited in the flow queue states the wait") {
+  SchedulerConfig cfg;
+  auto r = decide({cand(1, 3, 100), cand(2, 0, 100)}, 8, cfg);
+  CHECK_FALSE(has(explain_json(r, "m", 16, cfg), "queue_wait_ms"));  // did not wait
+  r.queue_wait_seconds = 0.0125;
+  CHECK_MESSAGE(has(explain_json(r, "m", 16, cfg), R"("queue_wait_ms":12.5,)"), explain_json(r, "m", 16, cfg));
+  r.reset();
+  CHECK_FALSE(r.queue_wait_seconds.has_value());
+}
+
 TEST_CASE("explain explains an alpha switch caused by a tiny load spread") {
   SchedulerConfig cfg;
   // KV usage 0.01 % and 0.04 %: load_std 0.00015 > 0.1 x mean 0.00025.

@@ -166,3 +166,39 @@ TEST_CASE("cache salt pinning: the client's salts go, the tenant's is the only o
   CHECK_FALSE(pin_cache_salt(b, "T"));
   CHECK(b == before);
 }
+
+TEST_CASE("pin_member: any top-level member replaced by kvroute's JSON value") {
+  std::string b = R"({"model":"m","priority":0,"nested":{"priority":5}})";
+  REQUIRE(pin_member(b, "priority", "-1"));
+  CHECK(b == R"({"model":"m","nested":{"priority":5},"priority":-1})");
+  b = R"({})";
+  REQUIRE(pin_member(b, "priority", "3"));
+  CHECK(b == R"({"priority":3})");
+  b = R"({"model":"m","prio\u0072ity":0})";
+  const std::string before = b;
+  CHECK_FALSE(pin_member(b, "priority", "-1"));
+  CHECK(b == before);
+}
+
+TEST_CASE("engine priority: the band a request joined, as the vLLM priority its engine sees") {
+  FlowControl fc;
+  const auto t = fc.tables(config_with("", "name=high,max_priority=-1;name=mid,max_priority=5;name=normal"));
+  // The body already places it in its band: unchanged.
+  CHECK_FALSE(FlowControl::engine_priority(*t, 0, -3).has_value());
+  CHECK_FALSE(FlowControl::engine_priority(*t, 1, 2).has_value());
+  CHECK_FALSE(FlowControl::engine_priority(*t, 2, 9).has_value());
+  // No body priority (vLLM's 0 = band mid): high gets its max_priority; mid is
+  // already mid; normal gets one past mid's bound.
+  CHECK(FlowControl::engine_priority(*t, 0, std::nullopt) == -1);
+  CHECK_FALSE(FlowControl::engine_priority(*t, 1, std::nullopt).has_value());
+  CHECK(FlowControl::engine_priority(*t, 2, std::nullopt) == 6);
+  // The header moved it out of its body's band.
+  CHECK(FlowControl::engine_priority(*t, 0, 4) == -1);
+  CHECK(FlowControl::engine_priority(*t, 1, -7) == 5);
+  // The default bands: a header-high request without a body priority is -1;
+  // header-normal over a body's -1 becomes 0, written since the body has one.
+  const auto d = fc.tables(config_with("", ""));
+  CHECK(FlowControl::engine_priority(*d, 0, std::nullopt) == -1);
+  CHECK_FALSE(FlowControl::engine_priority(*d, 1, std::nullopt).has_value());
+  CHECK(FlowControl::engine_priority(*d, 1, -1) == 0);
+}

@@ -215,3 +215,27 @@ TEST_CASE("flow queue: stop wakes every waiter and refuses newcomers") {
   CHECK(h.add("z", 0) == Enter::Full);
   CHECK(h.q.empty());
 }
+
+TEST_CASE("oldest entry: the earliest entry time among the waiters a request of a band would wait behind") {
+  Harness h;
+  CHECK_FALSE(h.q.oldest_entry("m", 1).has_value());
+  // The caller's clock: entries 50 (normal, tenant 0), 20 (normal, tenant 1),
+  // 70 (high), 10 (another model).
+  const auto add_at = [&](const std::string& name, uint32_t band, uint32_t tenant, int64_t at,
+                          const std::string& model = "m") {
+    auto w = h.make(name, band, tenant, 1, 0, model);
+    w->entered = at;
+    REQUIRE(h.q.enter(w, h.limits) == Enter::Queued);
+  };
+  add_at("n0", 1, 0, 50);
+  add_at("n1", 1, 1, 20);
+  add_at("h", 0, 0, 70);
+  add_at("other", 1, 0, 10, "other-model");
+  CHECK(h.q.oldest_entry("m", 1) == 20);  // every band of m
+  CHECK(h.q.oldest_entry("m", 0) == 70);  // the high band only
+  CHECK(h.q.oldest_entry("other-model", 1) == 10);
+  CHECK_FALSE(h.q.oldest_entry("none", 1).has_value());
+  // The oldest leaves: the next one is reported.
+  CHECK(h.q.leave(*h.by_name["n1"]));
+  CHECK(h.q.oldest_entry("m", 1) == 50);
+}

@@ -1,5 +1,5 @@
 // The agent APIs through kvroute with their official SDKs: OpenAI's
-// `responses.create` (openai) and Anthropic's `messages.create`
+// `responses.create` and `responses.retrieve` (openai) and Anthropic's `messages.create`
 // (@anthropic-ai/sdk), streamed and not, in front of kvroute-mockers; a
 // repeated long prefix shows kvroute's prefix routing (x-kvroute-cached-tokens
 // and the engine's own cached-token count rise together). Started by
@@ -77,6 +77,25 @@ test("responses.create: previous_response_id continues on the worker that stored
     assert.equal(next.previous_response_id, first.id);
     assert.equal(r2.headers.get("x-kvroute-worker"), r1.headers.get("x-kvroute-worker"));
   }
+});
+
+test("responses.retrieve: the worker that stored the response answers; an unknown id is a 404", async () => {
+  // kvroute stores nothing: it sends the retrieve to the worker that produced
+  // the response (several workers: a wrong one would answer 404).
+  for (let i = 0; i < 4; i++) {
+    const { data: created, response: r1 } = await openai.responses
+      .create({ model, input: `Keep this ${i} ${Math.random()}`, max_output_tokens: 3 })
+      .withResponse();
+    const { data: got, response: r2 } = await openai.responses.retrieve(created.id).withResponse();
+    assert.equal(got.id, created.id);
+    assert.equal(got.object, "response");
+    assert.deepEqual(got.output, created.output);  // (output_text is added by create() only)
+    assert.equal(r2.headers.get("x-kvroute-worker"), r1.headers.get("x-kvroute-worker"));
+  }
+  await assert.rejects(
+    openai.responses.retrieve(`resp_${"0".repeat(32)}`),
+    (e) => e instanceof OpenAI.NotFoundError && e.type === "invalid_request_error" && /not found/.test(e.message),
+  );
 });
 
 test("responses.create: errors as SDK API errors with OpenAI bodies", async () => {

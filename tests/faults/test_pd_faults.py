@@ -109,6 +109,24 @@ class PdFaultsTest(unittest.TestCase):
         # The transfers the dead worker never claimed end with the prefill mockers' lease.
         self.assertTrue(wait_until(lambda: self.held() == 0, 20), self.held())
         self.assertGreaterEqual(f.metric('kvroute_pd_retries_total{leg="decode"}'), 1)
+        # Counted: decode legs the dead worker had received (closed by its death, or
+        # by the router's first-byte timeout before it).
+        self.assertGreaterEqual(f.metric('kvroute_pd_transfers_left_total{reason="worker_closed"}') +
+                                f.metric('kvroute_pd_transfers_left_total{reason="timeout"}'), 1)
+
+    def test_client_gone_during_the_decode_head_is_counted(self):
+        f = self.fleet(lease_ms=3000)
+        for i in DECODE:
+            f.mocker(i, "POST", "/mocker/hang", {"enabled": True})  # decode legs accepted, never answered
+        body = json.dumps({"model": "mock-model", "prompt": words("dhead", 200), "max_tokens": 4}).encode()
+        s = socket.create_connection(("127.0.0.1", f.router_port))
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        self.assertTrue(wait_until(lambda: sum(self.stats(i)["requests_total"] for i in DECODE) >= 1, 30))
+        s.close()
+        self.assertTrue(wait_until(lambda: f.metric('kvroute_pd_client_gone_total{phase="decode_head"}') == 1, 20),
+                        {k: v for k, v in f.metrics().items() if k.startswith("kvroute_pd_") and "bucket" not in k})
+        self.assertEqual(f.metric('kvroute_pd_client_gone_total{phase="prefill"}'), 0)
 
     def test_client_gone_around_its_prefill_leaks_nothing(self):
         # A slow engine (speedup 1): a long prompt's prefill takes a while; a
@@ -125,6 +143,9 @@ class PdFaultsTest(unittest.TestCase):
             s.close()
         self.assertTrue(wait_until(lambda: f.metric('kvroute_router_cancels_total') >= 3, 30),
                         f.metric('kvroute_router_cancels_total'))
+        gone = lambda: sum(f.metric(f'kvroute_pd_client_gone_total{{phase="{p}"}}')  # noqa: E731
+                           for p in ("prefill", "after_prefill", "decode_head"))
+        self.assertTrue(wait_until(lambda: gone() >= 3, 20), gone())
         # Clients that leave at once, with a short prompt: its prefill is over
         # before the router's client watch arms (20 ms), so the router finds
         # the client gone with a transfer in hand, and a release leg (a decode

@@ -501,7 +501,11 @@ awaitable<bool> MockerServer::Impl::generate(beast::tcp_stream& s, const http::r
   if (!reject && gen.leg == PdLeg::NixlDecode) reject = co_await nixl_pull(gen, prep, pulled);
   if (!reject && gen.leg == PdLeg::MooncakeDecode) reject = co_await mooncake_pull(gen, prep, pulled);
   if (!reject && gen.leg == PdLeg::SglDecode) reject = co_await sgl_take(gen, prep);
-  if (!reject && gen.leg == PdLeg::SglPrefill) reject = co_await sgl_wait_decode(gen, s.socket());
+  bool in_room = false;  // an SGLang prefill leg met its decode leg: its room is open until the hand-over
+  if (!reject && gen.leg == PdLeg::SglPrefill) {
+    reject = co_await sgl_wait_decode(gen, s.socket());
+    in_room = !reject;
+  }
   if (!reject && gen.leg == PdLeg::None) co_await offload_load(prep);  // offload mode: host tier, shared pool
   double arrival_ms = 0;
   if (!reject) {
@@ -511,6 +515,7 @@ awaitable<bool> MockerServer::Impl::generate(beast::tcp_stream& s, const http::r
   }
   if (reject) {
     ++rejected_total;
+    if (in_room) sgl_close_room(gen.room);  // refused at admission after the rendezvous
     // vLLM: a decode leg refused before its pull frees the prefill worker's blocks
     // (_with_kv_transfer_rejection_cleanup, vllm/entrypoints/generate/base/serving.py).
     if (gen.leg == PdLeg::NixlDecode && !pulled) nixl_notify_free(gen);
@@ -543,6 +548,7 @@ awaitable<bool> MockerServer::Impl::generate(beast::tcp_stream& s, const http::r
     engine->cancel(id);
     schedule();
     ++cancels_total;
+    if (in_room) sgl_close_room(gen.room);
     co_return false;
   }
   if (gen.leg == PdLeg::NixlPrefill) {

@@ -543,6 +543,19 @@ awaitable<std::optional<MockerServer::Impl::Reject>> MockerServer::Impl::sgl_wai
                                   gen.room, s));
 }
 
+// A prefill leg that met its decode leg and then ended without handing its
+// blocks over (refused at admission, or its client left during the prefill):
+// the room closes now, and its decode leg, waiting for the KV, fails at once
+// (SGLang: the prefill's KVSender fails, the decode's KVReceiver polls Failed).
+void MockerServer::Impl::sgl_close_room(uint64_t id) {
+  auto it = rooms.find(id);
+  if (it == rooms.end()) return;
+  std::shared_ptr<Room> room = it->second;
+  room->failed = true;
+  room->decode_wake.cancel();
+  rooms.erase(it);
+}
+
 // Prefill leg after its prefill: the room's decode leg takes the held blocks;
 // they are released either way.
 awaitable<std::optional<MockerServer::Impl::Reject>> MockerServer::Impl::sgl_hand_over(const GenParams& gen,

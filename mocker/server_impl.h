@@ -302,6 +302,9 @@ struct MockerServer::Impl {
   // SGLang prefill leg, before admission: waits for the decode leg of its room.
   // `client`: its leaving ends the wait (the room fails).
   awaitable<std::optional<Reject>> sgl_wait_decode(const GenParams& gen, tcp::socket& client);
+  // SGLang prefill leg that met its decode leg but will not hand its blocks
+  // over (refused, or its client left): closes the room, failing the decode leg.
+  void sgl_close_room(uint64_t id);
   // Prefill leg, after its engine request finished: registers the held
   // transfer (vLLM; returns the kv_transfer_params JSON, empty when none) or
   // hands the blocks to the room's decode leg and waits for it (SGLang).

@@ -658,6 +658,35 @@ class SglangTimeoutTest(SglangPair, unittest.TestCase):
         self.assertEqual(pd["rooms_waiting"], 0)
 
 
+class SglangRoomReleaseTest(unittest.TestCase):
+    def test_a_prefill_leg_refused_after_its_rendezvous_closes_its_room(self):
+        # A prompt too large for the prefill worker's KV cache is refused at
+        # admission, after the legs met: the room must close then (and the
+        # decode leg fail at once), not stay open until the waiting timeout.
+        with tempfile.TemporaryDirectory(prefix="kvroute-pd-room-release-") as tmp, PdFleet(BUILD_DIR, tmp) as fleet:
+            p_port, bootstrap = fleet.start_pd_mocker(
+                "prefill", ["--disaggregation-mode", "prefill", "--disaggregation-bootstrap-port", "0",
+                            "--kv-blocks", "4", "--disaggregation-waiting-timeout-ms", "60000"])
+            d_port, _ = fleet.start_pd_mocker(
+                "decode", ["--disaggregation-mode", "decode", "--disaggregation-waiting-timeout-ms", "60000"])
+            body = completion(bootstrap_host="127.0.0.1", bootstrap_port=bootstrap, bootstrap_room=77)
+            out = {}
+            t = threading.Thread(target=lambda: out.setdefault("d", fleet.post("/v1/completions", body, port=d_port)))
+            t0 = time.time()
+            t.start()
+            self.assertTrue(wait_until(lambda: fleet.pd(p_port)["rooms_waiting"] == 1, 10))
+            p = fleet.post("/v1/completions", body, port=p_port)
+            self.assertEqual(p.status, 400, p.body)
+            self.assertEqual(p.json()["error"]["code"], "context_length_exceeded")
+            self.assertTrue(wait_until(lambda: fleet.pd(p_port)["rooms_waiting"] == 0, 10),
+                            fleet.pd(p_port)["rooms_waiting"])
+            t.join(30)
+            self.assertFalse(t.is_alive())
+            self.assertEqual(out["d"].status, 500, out["d"].body)
+            self.assertLess(time.time() - t0, 30)  # well before the 60 s waiting timeout
+            self.assertEqual(fleet.pd(p_port)["held_blocks"], 0)
+
+
 class SglangRoomBoundTest(unittest.TestCase):
     def test_rooms_waiting_are_bounded(self):
         with tempfile.TemporaryDirectory(prefix="kvroute-pd-rooms-") as tmp, PdFleet(BUILD_DIR, tmp) as fleet:

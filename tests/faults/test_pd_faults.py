@@ -28,11 +28,16 @@ BUILD_DIR = "build"
 
 
 class PdFaultsTest(unittest.TestCase):
-    def fleet(self, lease_ms, speedup=20.0, prefill_timeout_ms=20000, protocol="vllm_nixl"):
+    protocol = "vllm_nixl"
+
+    def fleet(self, lease_ms, speedup=20.0, prefill_timeout_ms=20000, protocol=None):
+        protocol = protocol or self.protocol
         self.tmp = tempfile.TemporaryDirectory(prefix="kvroute-pd-faults-")
         self.f = Fleet(BUILD_DIR, self.tmp.name, speedup=speedup)
         try:
-            flags = (lambda role: ["--role", role, "--pd-lease-ms", str(lease_ms)]) if protocol == "vllm_nixl" else \
+            connector = ["--pd-connector", "mooncake"] if protocol == "vllm_mooncake" else []
+            flags = (lambda role: ["--role", role, "--pd-lease-ms", str(lease_ms), *connector]) \
+                if protocol != "sglang" else \
                 (lambda role: ["--disaggregation-mode", role, "--disaggregation-waiting-timeout-ms", "3000"] +
                  (["--disaggregation-bootstrap-port", "0", "--disaggregation-bootstrap-timeout-ms", "3000"]
                   if role == "prefill" else []))
@@ -143,9 +148,6 @@ class PdFaultsTest(unittest.TestCase):
             s.close()
         self.assertTrue(wait_until(lambda: f.metric('kvroute_router_cancels_total') >= 3, 30),
                         f.metric('kvroute_router_cancels_total'))
-        gone = lambda: sum(f.metric(f'kvroute_pd_client_gone_total{{phase="{p}"}}')  # noqa: E731
-                           for p in ("prefill", "after_prefill", "decode_head"))
-        self.assertTrue(wait_until(lambda: gone() >= 3, 20), gone())
         # Clients that leave at once, with a short prompt: its prefill is over
         # before the router's client watch arms (20 ms), so the router finds
         # the client gone with a transfer in hand, and a release leg (a decode
@@ -159,6 +161,9 @@ class PdFaultsTest(unittest.TestCase):
             s.close()
         self.assertTrue(wait_until(lambda: f.metric('kvroute_pd_releases_total{result="ok"}') >= 1, 20),
                         {k: v for k, v in f.metrics().items() if k.startswith("kvroute_pd_") and "bucket" not in k})
+        # Each release here follows a client found gone after its prefill, counted as such.
+        self.assertGreaterEqual(f.metric('kvroute_pd_client_gone_total{phase="after_prefill"}'),
+                                f.metric('kvroute_pd_releases_total{result="ok"}'))
         self.assertGreater(prefill_legs(), 0)
         # Claimed (a release leg, or the decode leg already sent) or aborted: nothing waits for the lease.
         self.assertTrue(wait_until(lambda: self.held() == 0, 15), self.held())
@@ -185,6 +190,11 @@ class PdFaultsTest(unittest.TestCase):
         self.assertEqual(r.status, 503, r.body)
         self.assertEqual(r.json()["error"]["code"], "prefill_unavailable")
         self.assertEqual(self.held(), 0)
+
+
+class MooncakePdFaultsTest(PdFaultsTest):
+    """The vLLM faults with the MooncakeConnector's legs (router-minted transfer ids)."""
+    protocol = "vllm_mooncake"
 
 
 class SglangPdFaultsTest(PdFaultsTest):

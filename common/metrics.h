@@ -107,6 +107,13 @@ class Family {
   M& get() { return plain_ ? *plain_ : with({}); }
   // Removes a child (e.g. a worker that left), so label sets stay bounded.
   void remove(std::initializer_list<std::string_view> values);
+  // Calls f(label values, child) for every child, under the family's shared
+  // lock: f must not call into this family.
+  template <class F>
+  void for_each(F&& f) const {
+    std::shared_lock lk(mu_);
+    for (const auto& [labels, child] : children_) f(labels, *child);
+  }
 
   void render(std::string& out) const;
   const std::string& name() const { return name_; }

@@ -586,7 +586,7 @@ std::optional<std::string> validate(const Config& c) {
   if (c.pd.policy != "conditional" && c.pd.policy != "always" && c.pd.policy != "never")
     return fmt::format("pd.policy: '{}' is not one of conditional, always, never", c.pd.policy);
   if (PdProtocol p; !parse_pd_protocol(c.pd.protocol, p))
-    return fmt::format("pd.protocol: '{}' is not one of vllm_nixl, sglang", c.pd.protocol);
+    return fmt::format("pd.protocol: '{}' is not one of vllm_nixl, vllm_mooncake, sglang", c.pd.protocol);
   if (auto e = check_model_protocols(c.pd.model_protocols)) return "pd.model_protocols: " + *e;
   if (c.pd.on_prefill_failure != "fallback" && c.pd.on_prefill_failure != "fail")
     return fmt::format("pd.on_prefill_failure: '{}' is not one of fallback, fail", c.pd.on_prefill_failure);
@@ -669,10 +669,18 @@ std::string to_yaml(const Config& c) {
 
 // ---- pd
 
-std::string_view to_string(PdProtocol p) { return p == PdProtocol::Sglang ? "sglang" : "vllm_nixl"; }
+std::string_view to_string(PdProtocol p) {
+  switch (p) {
+    case PdProtocol::VllmNixl: return "vllm_nixl";
+    case PdProtocol::VllmMooncake: return "vllm_mooncake";
+    case PdProtocol::Sglang: return "sglang";
+  }
+  return "vllm_nixl";
+}
 
 bool parse_pd_protocol(std::string_view s, PdProtocol& out) {
   if (s == "vllm_nixl") out = PdProtocol::VllmNixl;
+  else if (s == "vllm_mooncake") out = PdProtocol::VllmMooncake;
   else if (s == "sglang") out = PdProtocol::Sglang;
   else return false;
   return true;
@@ -705,7 +713,7 @@ std::optional<std::string> check_model_protocols(std::string_view text) {
     PdProtocol p;
     if (model.empty()) err = fmt::format("entry '{}={}' names no model", model, proto);
     else if (!parse_pd_protocol(proto, p))
-      err = fmt::format("model '{}': '{}' is not one of vllm_nixl, sglang", model, proto);
+      err = fmt::format("model '{}': '{}' is not one of vllm_nixl, vllm_mooncake, sglang", model, proto);
     return !err;
   });
   return err;

@@ -190,7 +190,9 @@ struct PdConfig {
   double transfer_ms_per_1k_tokens = 2.62;  // KV transfer time per 1,000 tokens (prediction only)
   // The wire protocol of a split request (docs/design/pd-protocols.md):
   // "vllm_nixl" (prefill leg first, its kv_transfer_params relayed to the
-  // decode leg) or "sglang" (both legs at once, a bootstrap room).
+  // decode leg), "vllm_mooncake" (prefill leg first with a router-minted
+  // transfer_id, the decode leg told the prefill worker's bootstrap address
+  // and engine id) or "sglang" (both legs at once, a bootstrap room).
   std::string protocol = "vllm_nixl";
   // Per-model exceptions to `protocol`: "model=protocol" entries separated by
   // ',' (pd_protocol_of()).
@@ -203,7 +205,7 @@ struct PdConfig {
 
 // The protocol a disaggregated request to `model` speaks: its
 // pd.model_protocols entry, else pd.protocol.
-enum class PdProtocol : uint8_t { VllmNixl, Sglang };
+enum class PdProtocol : uint8_t { VllmNixl, VllmMooncake, Sglang };
 std::string_view to_string(PdProtocol p);
 bool parse_pd_protocol(std::string_view s, PdProtocol& out);
 PdProtocol pd_protocol_of(const PdConfig& pd, std::string_view model);

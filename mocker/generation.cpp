@@ -176,7 +176,7 @@ std::optional<MockerServer::Impl::Reject> MockerServer::Impl::admit_generation(c
                                                                                Engine*& engine, double now) {
   engine = engines[static_cast<size_t>(prep.rank)].get();
   PdOptions pd;
-  pd.hold = gen.leg == PdLeg::NixlPrefill || gen.leg == PdLeg::SglPrefill;
+  pd.hold = gen.leg == PdLeg::NixlPrefill || gen.leg == PdLeg::MooncakePrefill || gen.leg == PdLeg::SglPrefill;
   pd.imported_blocks = prep.imported_blocks;
   if (!engine->add_request(id, prep.tokens, gen.max_tokens, now, prep.ns, prep.read_cache, pd, prep.priority))
     return Reject{http::status::bad_request,
@@ -518,8 +518,13 @@ awaitable<bool> MockerServer::Impl::generate(beast::tcp_stream& s, const http::r
   if (!reject) reject = prepare_generation(req, parsed, gen, lora, prep);
   // A disaggregated leg meets its other half before the engine sees it.
   if (!reject && gen.leg == PdLeg::NixlDecode) reject = co_await nixl_pull(gen, prep, pulled);
+  if (!reject && gen.leg == PdLeg::MooncakeDecode) reject = co_await mooncake_pull(gen, prep, pulled);
   if (!reject && gen.leg == PdLeg::SglDecode) reject = co_await sgl_take(gen, prep);
-  if (!reject && gen.leg == PdLeg::SglPrefill) reject = co_await sgl_wait_decode(gen, s.socket());
+  bool in_room = false;  // an SGLang prefill leg met its decode leg: its room is open until the hand-over
+  if (!reject && gen.leg == PdLeg::SglPrefill) {
+    reject = co_await sgl_wait_decode(gen, s.socket());
+    in_room = !reject;
+  }
   if (!reject && gen.leg == PdLeg::None) co_await offload_load(prep);  // offload mode: host tier, shared pool
   double arrival_ms = 0;
   if (!reject) {
@@ -529,9 +534,13 @@ awaitable<bool> MockerServer::Impl::generate(beast::tcp_stream& s, const http::r
   }
   if (reject) {
     ++rejected_total;
+    if (in_room) sgl_close_room(gen.room);  // refused at admission after the rendezvous
     // vLLM: a decode leg refused before its pull frees the prefill worker's blocks
     // (_with_kv_transfer_rejection_cleanup, vllm/entrypoints/generate/base/serving.py).
     if (gen.leg == PdLeg::NixlDecode && !pulled) nixl_notify_free(gen);
+    // Mooncake: request_finished() of a decode never scheduled queues an
+    // empty pull, so the prefill worker frees the transfer.
+    if (gen.leg == PdLeg::MooncakeDecode && !pulled) mooncake_notify_free(gen);
     // Bodies are built before co_await: GCC 12 mishandles temporaries in co_await expressions.
     std::string body = api_error_body(kind, reject->error);
     co_return co_await respond(s, v, keep, reject->status, std::move(body));
@@ -559,6 +568,7 @@ awaitable<bool> MockerServer::Impl::generate(beast::tcp_stream& s, const http::r
     engine->cancel(id);
     schedule();
     ++cancels_total;
+    if (in_room) sgl_close_room(gen.room);
     co_return false;
   }
   if (gen.leg == PdLeg::NixlPrefill) {
@@ -567,6 +577,9 @@ awaitable<bool> MockerServer::Impl::generate(beast::tcp_stream& s, const http::r
     std::string params = nixl_hold(gen, prep, r.rid, id);
     if (!r.parsed.stream && !params.empty()) r.extra = ",\"kv_transfer_params\":" + params;
   }
+  // Mooncake: held whether streamed or not (request_finished() looks at the
+  // finish reason only), and nothing returned.
+  if (gen.leg == PdLeg::MooncakePrefill) mooncake_hold(gen, prep, id);
   if (gen.leg == PdLeg::SglPrefill) {
     auto failed = co_await sgl_hand_over(gen, prep, id, s.socket());
     if (failed && !r.parsed.stream) {

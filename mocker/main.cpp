@@ -59,7 +59,9 @@ struct Flags {
   double prefill_a = 0, prefill_b = 0, prefill_c = 0, decode_base_ms = 0, decode_kv_ms = 0;
   std::vector<CLI::Option*> poly_flags;
   // Prefill/decode disaggregation.
-  std::string role = "both", disaggregation_mode = "null", bad_params = "reject", nixl_params = "newest";
+  std::string role = "both", disaggregation_mode = "null", bad_params = "reject", nixl_params = "newest",
+              connector = "nixl";
+  CLI::Option* lease = nullptr;
   uint16_t bootstrap_port = 8998;
   CLI::Option* side_channel_port = nullptr;
   CLI::Option* bootstrap_port_flag = nullptr;
@@ -134,6 +136,11 @@ void add_flags(CLI::App& app, Flags& f) {
                  "blocks and returns the params), decode (do_remote_prefill pulls the blocks from the prefill "
                  "mocker), both (no PD protocol)")
       ->capture_default_str()->check(CLI::IsMember({"prefill", "decode", "both"}));
+  app.add_option("--pd-connector", f.connector,
+                 "With --role: vLLM's kv_connector the worker speaks: nixl (NixlConnector: the prefill answer returns "
+                 "kv_transfer_params) or mooncake (MooncakeConnector: the router mints transfer_id, the prefill "
+                 "worker's bootstrap server on --pd-side-channel-port answers GET /query)")
+      ->capture_default_str()->check(CLI::IsMember({"nixl", "mooncake"}));
   app.add_option("--pd-engine-id", pd.engine_id, "vLLM remote_engine_id of this worker (empty = a uuid4, as vLLM)");
   app.add_option("--pd-side-channel-host", pd.side_channel_host,
                  "remote_host reported in kv_transfer_params (vLLM's VLLM_NIXL_SIDE_CHANNEL_HOST; empty = --host)");
@@ -141,9 +148,10 @@ void add_flags(CLI::App& app, Flags& f) {
                                        "Port of the side channel decode workers pull from (vLLM's "
                                        "VLLM_NIXL_SIDE_CHANNEL_PORT; 0 = a free one)")
                             ->capture_default_str();
-  app.add_option("--pd-lease-ms", pd.lease_ms,
+  f.lease = app.add_option("--pd-lease-ms", pd.lease_ms,
                  "Prefill: a held transfer not pulled within this many ms is freed (vLLM's kv_lease_duration 30 s; "
-                 "480000 = the older connector's VLLM_NIXL_ABORT_REQUEST_TIMEOUT)")
+                 "480000 = the older connector's VLLM_NIXL_ABORT_REQUEST_TIMEOUT; Mooncake's default: "
+                 "VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT, 480000)")
       ->capture_default_str()->check(CLI::Range(1.0, 86400000.0));
   app.add_option("--pd-max-held", pd.max_held, "Prefill: transfers held at once; a prefill leg beyond it gets 503")
       ->capture_default_str()->check(CLI::Range(size_t{1}, size_t{1000000}));
@@ -250,8 +258,13 @@ bool finish_flags(Flags& f) {
     std::fprintf(stderr, "kvroute-mocker: --role (vLLM) and --disaggregation-mode (SGLang) exclude each other\n");
     return false;
   }
+  if (f.role == "both" && f.connector != "nixl") {
+    std::fprintf(stderr, "kvroute-mocker: --pd-connector needs --role prefill|decode\n");
+    return false;
+  }
   if (f.role != "both") {
-    pd.protocol = mocker::PdProtocol::VllmNixl;
+    pd.protocol = f.connector == "mooncake" ? mocker::PdProtocol::VllmMooncake : mocker::PdProtocol::VllmNixl;
+    if (pd.protocol == mocker::PdProtocol::VllmMooncake && f.lease->count() == 0) pd.lease_ms = 480000;
     pd.role = f.role == "prefill" ? mocker::PdRole::Prefill : mocker::PdRole::Decode;
   } else if (f.disaggregation_mode != "null") {
     pd.protocol = mocker::PdProtocol::Sglang;
@@ -364,7 +377,7 @@ int main(int argc, char** argv) {
   std::string pd_part;
   if (o.pd.protocol != mocker::PdProtocol::None)
     pd_part = std::string(" pd ") + (o.pd.role == mocker::PdRole::Prefill ? "prefill" : "decode") +
-              (o.pd.protocol == mocker::PdProtocol::Sglang ? " bootstrap " : " side_channel ") + o.host + ":" +
+              (o.pd.protocol == mocker::PdProtocol::VllmNixl ? " side_channel " : " bootstrap ") + o.host + ":" +
               std::to_string(server.side_channel_port());
   if (vllm)
     std::printf("kvroute-mocker%s zmq kv_events %s replay %s listening on http://%s:%u\n", pd_part.c_str(),

@@ -106,7 +106,9 @@ std::optional<KvTransferParams> parse_kv_transfer_params(simdjson::dom::object b
       !read_bool(o, "do_remote_prefill", p.do_remote_prefill, err, detail) ||
       !read_string(o, "remote_engine_id", p.remote_engine_id, err, detail) ||
       !read_string(o, "remote_request_id", p.remote_request_id, err, detail) ||
-      !read_string(o, "remote_host", p.remote_host, err, detail))
+      !read_string(o, "remote_host", p.remote_host, err, detail) ||
+      !read_string(o, "transfer_id", p.transfer_id, err, detail) ||
+      !read_string(o, "remote_bootstrap_addr", p.remote_bootstrap_addr, err, detail))
     return std::nullopt;
   auto port = o.at_key("remote_port");
   if (!port.error() && !port.value_unsafe().is_null()) {
@@ -137,6 +139,36 @@ PdError check_decode_params(const KvTransferParams& p, std::string& detail) {
   if (!gap) return PdError::None;
   detail = fmt::format("kv_transfer_params.do_remote_prefill needs {}", gap);
   return PdError::Missing;
+}
+
+PdError check_mooncake_decode_params(const KvTransferParams& p, std::string& detail) {
+  // mooncake_connector.py update_state_after_alloc(): all three, else "Got
+  // invalid KVTransferParams" (stock vLLM then computes locally).
+  const char* gap = p.remote_engine_id.empty()        ? "remote_engine_id"
+                    : p.remote_bootstrap_addr.empty() ? "remote_bootstrap_addr"
+                    : p.transfer_id.empty()           ? "transfer_id"
+                                                      : nullptr;
+  if (!gap) return PdError::None;
+  detail = fmt::format("kv_transfer_params.do_remote_prefill needs {}", gap);
+  return PdError::Missing;
+}
+
+bool parse_bootstrap_addr(std::string_view addr, std::string& host, uint16_t& port) {
+  constexpr std::string_view scheme = "http://";
+  if (addr.substr(0, scheme.size()) != scheme) return false;
+  addr.remove_prefix(scheme.size());
+  while (!addr.empty() && addr.back() == '/') addr.remove_suffix(1);
+  const size_t colon = addr.rfind(':');
+  if (colon == std::string_view::npos || colon == 0) return false;
+  std::string_view h = addr.substr(0, colon), p = addr.substr(colon + 1);
+  if (h.size() >= 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
+  if (p.empty() || p.size() > 5 || !std::all_of(p.begin(), p.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return false;
+  const unsigned n = static_cast<unsigned>(std::stoul(std::string(p)));
+  if (n == 0 || n > 65535) return false;
+  host.assign(h);
+  port = static_cast<uint16_t>(n);
+  return true;
 }
 
 bool pd_host_allowed(std::string_view host) {
@@ -178,6 +210,11 @@ TransferTable::Take TransferTable::take(std::string_view request_id, const std::
   out = std::move(it->second);
   held_.erase(it);
   return Take::Ok;
+}
+
+const TransferTable::Held* TransferTable::find(std::string_view request_id) const {
+  auto it = held_.find(std::string(request_id));
+  return it == held_.end() ? nullptr : &it->second;
 }
 
 std::optional<TransferTable::Held> TransferTable::drop(std::string_view request_id) {

@@ -10,6 +10,12 @@
 //     builds the kv_transfer_params dict, update_state_after_alloc() checks it;
 //     the lease kv_lease_duration (30 s); older connector nixl/scheduler.py
 //     (commit 053da34): a fixed VLLM_NIXL_ABORT_REQUEST_TIMEOUT (480 s).
+//   vLLM MooncakeConnector, vllm/distributed/kv_transfer/kv_connector/v1/
+//     mooncake/mooncake_connector.py (commit 5c51233): update_state_after_alloc()
+//     (a prefill holds only with a transfer_id; a decode needs remote_engine_id,
+//     remote_bootstrap_addr and transfer_id), request_finished() (no params
+//     returned), VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT (480 s); mooncake_utils.py
+//     MooncakeBootstrapServer (GET /query).
 //   SGLang python/sglang/srt/disaggregation/common/conn.py and decode.py:
 //     the bootstrap room rendezvous, SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT
 //     and _WAITING_TIMEOUT (300 s each).
@@ -35,8 +41,10 @@ namespace kvroute::mocker {
 // --role: which leg of a disaggregated request this worker serves (vLLM
 // NixlConnector's roles come from the request, not kv_role; the mocker pins one).
 enum class PdRole : uint8_t { Both, Prefill, Decode };
-// Which engine's PD protocol: vLLM NIXL (kv_transfer_params) or SGLang (bootstrap room).
-enum class PdProtocol : uint8_t { None, VllmNixl, Sglang };
+// Which engine's PD protocol: vLLM NIXL (kv_transfer_params returned by the
+// prefill worker), vLLM Mooncake (kv_transfer_params with a router-minted
+// transfer_id and the prefill worker's bootstrap server) or SGLang (bootstrap room).
+enum class PdProtocol : uint8_t { None, VllmNixl, VllmMooncake, Sglang };
 
 // Why a PD leg was refused; one label of kvroute_mocker_pd_rejected_total each.
 enum class PdError : uint8_t {
@@ -79,6 +87,7 @@ struct KvTransferParams {
   std::string remote_engine_id, remote_request_id, remote_host;
   std::optional<uint16_t> remote_port;
   std::optional<std::vector<uint64_t>> remote_block_ids;
+  std::string transfer_id, remote_bootstrap_addr;  // Mooncake
 };
 
 // Reads `kv_transfer_params` of a request body's object. Absent or null:
@@ -90,6 +99,11 @@ std::optional<KvTransferParams> parse_kv_transfer_params(simdjson::dom::object b
 // A decode leg's params complete as update_state_after_alloc() requires (all
 // four remote_* and remote_block_ids)? PdError::Missing names the first gap.
 PdError check_decode_params(const KvTransferParams& p, std::string& detail);
+// A Mooncake decode leg's params complete as its update_state_after_alloc()
+// requires (remote_engine_id, remote_bootstrap_addr, transfer_id)?
+PdError check_mooncake_decode_params(const KvTransferParams& p, std::string& detail);
+// "http://HOST:PORT" (remote_bootstrap_addr) into host and port; false otherwise.
+bool parse_bootstrap_addr(std::string_view addr, std::string& host, uint16_t& port);
 // "localhost" or an IPv4/IPv6 literal: the only hosts a mocker connects to (no DNS lookups on the io thread).
 bool pd_host_allowed(std::string_view host);
 
@@ -118,6 +132,8 @@ class TransferTable {
   // in order. Expired: its lease ran out (remembered for the last 4096 expiries).
   Take take(std::string_view request_id, const std::vector<uint64_t>& ids, double now_ms, Held& out,
             std::vector<SequenceHash>& hashes);
+  // The held transfer `request_id`, or null (not removed).
+  const Held* find(std::string_view request_id) const;
   // Removes a transfer without a read (the decode side's "free" notification).
   std::optional<Held> drop(std::string_view request_id);
   // Removes and returns every transfer whose lease ended at or before now_ms.

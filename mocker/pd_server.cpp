@@ -55,7 +55,8 @@ std::optional<MockerServer::Impl::Reject> MockerServer::Impl::classify_pd(const 
   if (pd_parser.parse(req.body()).get_object().get(body)) return std::nullopt;  // parse_generation checked it
   std::string detail;
   PdError err = PdError::None;
-  if (c.protocol == PdProtocol::VllmNixl) {
+  if (c.protocol == PdProtocol::VllmNixl || c.protocol == PdProtocol::VllmMooncake) {
+    const bool mooncake = c.protocol == PdProtocol::VllmMooncake;
     auto kv = parse_kv_transfer_params(body, err, detail);
     // Refused here, or (--pd-bad-params recompute, stock vLLM) served aggregated.
     auto refuse = [&](PdError e, std::string msg) -> std::optional<Reject> {
@@ -81,12 +82,30 @@ std::optional<MockerServer::Impl::Reject> MockerServer::Impl::classify_pd(const 
         return pd_reject(http::status::service_unavailable, PdError::HeldFull,
                          fmt::format("this prefill worker holds {} transfers already", opts.pd.max_held));
       }
-      gen.leg = PdLeg::NixlPrefill;
+      // Mooncake: "Missing transfer_id in kv_transfer_params from router!"
+      // (update_state_after_alloc; stock vLLM then holds nothing).
+      if (mooncake && kv->transfer_id.empty())
+        return refuse(PdError::Missing, "kv_transfer_params.do_remote_decode needs transfer_id (minted by the router)");
+      gen.leg = mooncake ? PdLeg::MooncakePrefill : PdLeg::NixlPrefill;
       gen.kv = std::move(*kv);
       return std::nullopt;
     }
     if (c.role != PdRole::Decode)
       return refuse(PdError::WrongRole, "kv_transfer_params.do_remote_prefill sent to a prefill worker");
+    if (mooncake) {
+      if (PdError e = check_mooncake_decode_params(*kv, detail); e != PdError::None) return refuse(e, detail);
+      uint16_t port = 0;
+      if (!parse_bootstrap_addr(kv->remote_bootstrap_addr, kv->remote_host, port))
+        return refuse(PdError::Malformed, fmt::format("kv_transfer_params.remote_bootstrap_addr '{}' is not "
+                                                      "http://HOST:PORT", kv->remote_bootstrap_addr));
+      kv->remote_port = port;
+      if (!pd_host_allowed(kv->remote_host))
+        return refuse(PdError::BadHost, fmt::format("kv_transfer_params.remote_bootstrap_addr host '{}' is not an IP "
+                                                    "address or localhost", kv->remote_host));
+      gen.leg = PdLeg::MooncakeDecode;
+      gen.kv = std::move(*kv);
+      return std::nullopt;
+    }
     if (PdError e = check_decode_params(*kv, detail); e != PdError::None) return refuse(e, detail);
     if (!pd_host_allowed(kv->remote_host))
       return refuse(PdError::BadHost,
@@ -279,6 +298,89 @@ void MockerServer::Impl::nixl_notify_free(const GenParams& gen) {
       asio::detached);
 }
 
+// ---- vLLM Mooncake ----
+
+std::string MockerServer::Impl::mooncake_engine_id(uint32_t rank) const {
+  return engines.size() > 1 ? fmt::format("{}_dp{}", engine_id, rank) : engine_id;
+}
+
+// The decode side of the MooncakeConnector (mooncake_connector.py
+// update_state_after_alloc + the worker's receive): the blocks this worker
+// does not hold already come from the prefill worker at remote_bootstrap_addr
+// holding transfer_id for remote_engine_id, which frees them; the transfer
+// takes the link's time. (vLLM asks the bootstrap server for the engine's
+// worker addresses and has the prefill engine write the KV over RDMA; here
+// one HTTP read on the bootstrap port.)
+awaitable<std::optional<MockerServer::Impl::Reject>> MockerServer::Impl::mooncake_pull(const GenParams& gen,
+                                                                                       Prepared& prep,
+                                                                                       bool& contacted) {
+  const KvTransferParams& kv = gen.kv;
+  Engine& engine = *engines[static_cast<size_t>(prep.rank)];
+  const std::vector<SequenceHash> blocks = engine.prompt_blocks(prep.tokens, prep.ns);
+  auto fail = [&](PdError e, std::string msg) -> std::optional<Reject> {
+    count_rejection(e);
+    if (opts.pd.recompute_bad_params) {
+      if (log_now(++pd.recomputed))
+        spdlog::warn("kvroute-mocker: KV transfer failed ({}), computed locally ({} so far)", msg, pd.recomputed);
+      prep.imported_blocks = 0;
+      return std::nullopt;
+    }
+    return pd_reject(http::status::bad_request, e, std::move(msg));
+  };
+  const uint32_t local = engine.cached_prefix(blocks);
+  std::string body = fmt::format(R"({{"engine_id":"{}","transfer_id":"{}","from_block":{},"blocks":{}}})",
+                                 json_escape(kv.remote_engine_id), json_escape(kv.transfer_id), local, blocks.size());
+  const PeerReply reply =
+      co_await peer_post(kv.remote_host, *kv.remote_port, "/mooncake/read", std::move(body), std::chrono::seconds(10));
+  if (reply.status == 0)
+    co_return fail(PdError::Unreachable, fmt::format("the prefill worker's bootstrap server did not answer: {}", reply.error));
+  contacted = true;
+  if (reply.status != 200) {
+    const PdError e = read_error_code(reply.body);
+    co_return fail(e, fmt::format("the prefill worker refused the KV transfer ({}): transfer_id '{}'", pd_error_name(e),
+                                  kv.transfer_id));
+  }
+  std::vector<SequenceHash> got;
+  if (!read_blocks(reply.body, got) || !std::equal(got.begin(), got.end(), blocks.begin() + local, blocks.end()) ||
+      got.size() != blocks.size() - local)
+    co_return fail(PdError::PromptMismatch, "the transferred KV blocks are not this prompt's");
+  co_await transfer_blocks(blocks.size(), local, prep);
+  co_return std::nullopt;
+}
+
+// request_finished() of a Mooncake producer: a prefill that ran to its
+// length cap keeps its blocks for transfer_id; nothing is returned.
+void MockerServer::Impl::mooncake_hold(const GenParams& gen, const Prepared& prep, uint64_t id) {
+  Engine& engine = *engines[static_cast<size_t>(prep.rank)];
+  const std::vector<SequenceHash>* held = engine.held(id);
+  if (!held) return;
+  TransferTable::Held h;
+  h.request_id = gen.kv.transfer_id;
+  h.engine_request = id;
+  h.rank = static_cast<uint32_t>(prep.rank);
+  h.blocks = *held;
+  for (size_t i = 0; i < h.blocks.size(); ++i) h.block_ids.push_back(i);
+  if (!transfers.add(std::move(h), wall_ms())) {  // full, or the transfer id is held already
+    engine.release_held(id);
+    schedule();
+    count_rejection(PdError::HeldFull);
+    return;
+  }
+  arm_lease_timer();
+  ++pd.prefill_legs;
+}
+
+void MockerServer::Impl::mooncake_notify_free(const GenParams& gen) {
+  std::string body = fmt::format(R"({{"engine_id":"{}","transfer_id":"{}"}})", json_escape(gen.kv.remote_engine_id),
+                                 json_escape(gen.kv.transfer_id));
+  asio::co_spawn(
+      ioc,
+      [this, host = gen.kv.remote_host, port = *gen.kv.remote_port, body = std::move(body)]() -> awaitable<void> {
+        co_await peer_post(host, port, "/mooncake/free", body, std::chrono::seconds(5));
+      },
+      asio::detached);
+}
+
 // ---- vLLM NIXL: prefill leg ----
 
 // request_finished() of the prefill side (pull_scheduler.py): the blocks stay
@@ -441,6 +543,19 @@ awaitable<std::optional<MockerServer::Impl::Reject>> MockerServer::Impl::sgl_wai
                                   gen.room, s));
 }
 
+// A prefill leg that met its decode leg and then ended without handing its
+// blocks over (refused at admission, or its client left during the prefill):
+// the room closes now, and its decode leg, waiting for the KV, fails at once
+// (SGLang: the prefill's KVSender fails, the decode's KVReceiver polls Failed).
+void MockerServer::Impl::sgl_close_room(uint64_t id) {
+  auto it = rooms.find(id);
+  if (it == rooms.end()) return;
+  std::shared_ptr<Room> room = it->second;
+  room->failed = true;
+  room->decode_wake.cancel();
+  rooms.erase(it);
+}
+
 // Prefill leg after its prefill: the room's decode leg takes the held blocks;
 // they are released either way.
 awaitable<std::optional<MockerServer::Impl::Reject>> MockerServer::Impl::sgl_hand_over(const GenParams& gen,
@@ -570,7 +685,22 @@ awaitable<bool> MockerServer::Impl::side_channel(beast::tcp_stream& s, const htt
     again = co_await respond(s, v, keep, http::status::ok, "OK", "text/plain");
     co_return true;
   }
+  if (opts.pd.protocol == PdProtocol::VllmMooncake && target == "/query" && req.method() == http::verb::get) {
+    // MooncakeBootstrapServer.query (mooncake_utils.py): {dp_rank: {engine_id, worker_addr: {tp: {pp: addr}}}}.
+    std::string out = "{";
+    const std::string host = opts.pd.side_channel_host.empty() ? opts.host : opts.pd.side_channel_host;
+    for (uint32_t r = 0; r < engines.size(); ++r)
+      out += fmt::format(R"({}"{}":{{"engine_id":"{}","worker_addr":{{"0":{{"0":"tcp://{}:{}"}}}}}})", r ? "," : "", r,
+                         json_escape(mooncake_engine_id(r)), json_escape(host), side_acceptor.local_endpoint().port());
+    out += "}";
+    again = co_await respond(s, v, keep, http::status::ok, std::move(out));
+    co_return true;
+  }
   if (req.method() != http::verb::post) co_return false;
+  if (opts.pd.protocol == PdProtocol::VllmMooncake && (target == "/mooncake/read" || target == "/mooncake/free")) {
+    co_await mooncake_side_channel(s, req, again);
+    co_return true;
+  }
   if (opts.pd.protocol == PdProtocol::Sglang && target == "/mocker/sglang/room") {
     auto [st, body] = co_await sgl_room_request(req.body());
     again = co_await respond(s, v, keep, st, std::move(body));
@@ -641,6 +771,80 @@ awaitable<bool> MockerServer::Impl::side_channel(beast::tcp_stream& s, const htt
   co_return true;
 }
 
+// The Mooncake prefill worker's side of a transfer: {"engine_id", "transfer_id",
+// "from_block"?, "blocks"?} read (the held blocks from `from_block` on, then
+// freed: the prefill engine's send_kv_to_decode) or freed unread (a decode
+// aborted before its transfer: request_finished()'s empty pull).
+awaitable<void> MockerServer::Impl::mooncake_side_channel(beast::tcp_stream& s,
+                                                          const http::request<http::string_body>& req, bool& again) {
+  const std::string_view target(req.target().data(), req.target().size());
+  const bool keep = req.keep_alive();
+  const unsigned v = req.version();
+  simdjson::dom::object o;
+  std::string_view eid, tid;
+  uint64_t from = 0, count = 0;
+  bool ok = !pd_parser.parse(req.body()).get_object().get(o) && !o["engine_id"].get_string().get(eid) &&
+            !o["transfer_id"].get_string().get(tid);
+  if (ok && target == "/mooncake/read") ok = !o["from_block"].get_uint64().get(from) && !o["blocks"].get_uint64().get(count);
+  auto refuse = [&](http::status st, PdError e, std::string msg) -> awaitable<void> {
+    ++pd.side_channel_rejected[pd_error_name(e)];
+    again = co_await respond(s, v, keep, st, side_error(e, msg));
+  };
+  if (!ok) {
+    co_await refuse(http::status::bad_request, PdError::Malformed,
+                    R"(body must be {"engine_id": S, "transfer_id": S, "from_block": N, "blocks": N})");
+    co_return;
+  }
+  const TransferTable::Held* held = transfers.find(tid);
+  // The engine id names the rank holding the transfer (an unknown transfer is told below).
+  bool engine_known = false;
+  for (uint32_t r = 0; r < engines.size(); ++r) engine_known = engine_known || eid == mooncake_engine_id(r);
+  if (!engine_known || (held && eid != mooncake_engine_id(held->rank))) {
+    co_await refuse(http::status::not_found, PdError::UnknownEngine, fmt::format("engine '{}' is not this worker's", eid));
+    co_return;
+  }
+  if (target == "/mooncake/free") {
+    auto h = transfers.drop(tid);
+    if (h) {
+      engines[h->rank]->release_held(h->engine_request);
+      ++pd.transfers_freed;
+      schedule();
+      arm_lease_timer();
+    }
+    again = co_await respond(s, v, keep, http::status::ok, fmt::format(R"({{"freed":{}}})", h.has_value()));
+    co_return;
+  }
+  if (held && held->blocks.size() != count) {  // another prompt's transfer id: the transfer stays held
+    co_await refuse(http::status::bad_request, PdError::PromptMismatch,
+                    fmt::format("transfer '{}' holds {} blocks, not {}", tid, held->blocks.size(), count));
+    co_return;
+  }
+  std::vector<uint64_t> ids;
+  if (held)
+    for (size_t i = std::min<size_t>(from, held->block_ids.size()); i < held->block_ids.size(); ++i)
+      ids.push_back(held->block_ids[i]);
+  TransferTable::Held h;
+  std::vector<SequenceHash> hashes;
+  switch (transfers.take(tid, ids, wall_ms(), h, hashes)) {
+    case TransferTable::Take::Unknown:
+      co_await refuse(http::status::not_found, PdError::UnknownTransfer, fmt::format("no transfer '{}' is held", tid));
+      co_return;
+    case TransferTable::Take::Expired:
+      co_await refuse(http::status::gone, PdError::Expired,
+                      fmt::format("transfer '{}' expired after {} ms without a pull", tid, opts.pd.lease_ms));
+      co_return;
+    case TransferTable::Take::Forged:  // not reached: the ids are the transfer's own
+      co_await refuse(http::status::bad_request, PdError::ForgedBlocks, "forged block ids");
+      co_return;
+    case TransferTable::Take::Ok: break;
+  }
+  engines[h.rank]->release_held(h.engine_request);
+  ++pd.transfers_served;
+  schedule();
+  arm_lease_timer();
+  again = co_await respond(s, v, keep, http::status::ok, fmt::format(R"({{"blocks":[{}]}})", join_hashes(hashes)));
+}
+
 // ---- telemetry ----
 
 std::string MockerServer::Impl::pd_stats_json() const {
@@ -650,8 +854,9 @@ std::string MockerServer::Impl::pd_stats_json() const {
     return "{" + out + "}";
   };
   const char* role = opts.pd.role == PdRole::Prefill ? "prefill" : opts.pd.role == PdRole::Decode ? "decode" : "both";
-  const char* proto = opts.pd.protocol == PdProtocol::VllmNixl ? "vllm-nixl"
-                      : opts.pd.protocol == PdProtocol::Sglang ? "sglang"
+  const char* proto = opts.pd.protocol == PdProtocol::VllmNixl       ? "vllm-nixl"
+                      : opts.pd.protocol == PdProtocol::VllmMooncake ? "vllm-mooncake"
+                      : opts.pd.protocol == PdProtocol::Sglang       ? "sglang"
                                                                  : "none";
   uint64_t held_blocks = 0, ready_rooms = 0;
   for (const auto& e : engines) held_blocks += e->held_blocks();

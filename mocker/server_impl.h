@@ -70,7 +70,7 @@ struct Pending {
 };
 
 // Which leg of a disaggregated request this is (none: aggregated).
-enum class PdLeg : uint8_t { None, NixlPrefill, NixlDecode, SglPrefill, SglDecode };
+enum class PdLeg : uint8_t { None, NixlPrefill, NixlDecode, MooncakePrefill, MooncakeDecode, SglPrefill, SglDecode };
 
 // Fields of a completion request the router does not need.
 struct GenParams {
@@ -314,6 +314,7 @@ struct MockerServer::Impl {
   // Decode leg, before admission: pulls (vLLM) or takes (SGLang) the prompt's
   // KV from the prefill worker; sets prep.imported_blocks.
   awaitable<std::optional<Reject>> nixl_pull(const GenParams& gen, Prepared& prep, bool& contacted);
+  awaitable<std::optional<Reject>> mooncake_pull(const GenParams& gen, Prepared& prep, bool& contacted);
   awaitable<std::optional<Reject>> sgl_take(const GenParams& gen, Prepared& prep);
   // Both protocols' transfer once the peer has answered: waits the link's time
   // for the `blocks` − `local` blocks moved, counts them, marks them imported.
@@ -321,6 +322,9 @@ struct MockerServer::Impl {
   // SGLang prefill leg, before admission: waits for the decode leg of its room.
   // `client`: its leaving ends the wait (the room fails).
   awaitable<std::optional<Reject>> sgl_wait_decode(const GenParams& gen, tcp::socket& client);
+  // SGLang prefill leg that met its decode leg but will not hand its blocks
+  // over (refused, or its client left): closes the room, failing the decode leg.
+  void sgl_close_room(uint64_t id);
   // Prefill leg, after its engine request finished: registers the held
   // transfer (vLLM; returns the kv_transfer_params JSON, empty when none) or
   // hands the blocks to the room's decode leg and waits for it (SGLang).
@@ -329,6 +333,13 @@ struct MockerServer::Impl {
                                                  tcp::socket& client);
   // vLLM: a decode leg refused before its pull tells the prefill worker to free the blocks.
   void nixl_notify_free(const GenParams& gen);
+  // Mooncake: the prefill leg's blocks held under its transfer_id (no params
+  // returned); a decode leg refused before its pull frees them.
+  void mooncake_hold(const GenParams& gen, const Prepared& prep, uint64_t id);
+  void mooncake_notify_free(const GenParams& gen);
+  // Mooncake: rank r's engine id (the engine id alone without data parallelism,
+  // engine_id + "_dp" + r with it).
+  std::string mooncake_engine_id(uint32_t rank) const;
   void arm_lease_timer();
   double wall_ms() const {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
@@ -338,6 +349,7 @@ struct MockerServer::Impl {
   // The side channel's routes; false: not a side-channel route.
   awaitable<bool> side_channel(beast::tcp_stream& s, const http::request<http::string_body>& req, bool& again);
   awaitable<std::pair<http::status, std::string>> sgl_room_request(std::string_view body);
+  awaitable<void> mooncake_side_channel(beast::tcp_stream& s, const http::request<http::string_body>& req, bool& again);
   std::shared_ptr<Room> room_for(uint64_t id);
   std::string pd_stats_json() const;
   std::string pd_metrics_text() const;

@@ -214,6 +214,7 @@ class Daemon {
  private:
   void build_status();
   std::string pools_json();  // the status page's "pools"
+  std::string pd_status_json();  // the status page's "pd" counters
   HttpServerHooks server_hooks();
 
   const uint64_t open_files_;
@@ -387,6 +388,7 @@ void Daemon::build_status() {
   // worker was silent for half its TTL.
   sources.flow_json = [this] { return flow_.status_json(*config_.get()); };
   if (!pools_.pools().empty()) sources.pools_json = [this] { return pools_json(); };
+  sources.pd_json = [this] { return pd_status_json(); };
   sources.stale_after = [this](const WorkerAnnouncement& w) {
     const auto c = config_.get();
     const auto ms = w.metrics_url.empty() ? std::chrono::milliseconds(c->events.worker_ttl_ms) / 2
@@ -408,6 +410,31 @@ void Daemon::build_status() {
     return fmt::format(R"({{"band":"{}","ahead":{},"queued":{},"oldest_wait_ms":{}}})", t->bands[band].name,
                        flow_.queue().ahead(model, band), flow_.queue().waiting(), oldest_ms);
   });
+}
+
+// A disaggregated fleet's counters for the status page (the kvroute_pd_*
+// families, summed by the label the page shows).
+std::string Daemon::pd_status_json() {
+  RouterMetrics& m = router_metrics_;
+  // {"label":n,...} of a family with one label (or the first of two), summed.
+  auto by_first = [](const metrics::CounterFamily& f, uint64_t* not_ok = nullptr) {
+    std::map<std::string, uint64_t> sums;
+    f.for_each([&](const std::vector<std::string>& labels, const metrics::Counter& c) {
+      sums[labels.empty() ? std::string() : labels[0]] += c.value();
+    });
+    std::string out = "{";
+    for (const auto& [k, v] : sums) {
+      fmt::format_to(std::back_inserter(out), R"({}"{}":{})", out.size() > 1 ? "," : "", json_escape(k), v);
+      if (not_ok && k != "ok" && k != "cancelled") *not_ok += v;
+    }
+    return out + "}";
+  };
+  uint64_t prefill_failures = 0;
+  const std::string legs = by_first(m.pd_prefill_legs_total, &prefill_failures);
+  return fmt::format(
+      R"({{"requests":{},"prefill_legs":{},"prefill_failures":{},"releases":{},"transfers_left":{},"client_gone":{}}})",
+      by_first(m.pd_requests_total), legs, prefill_failures, by_first(m.pd_releases_total),
+      by_first(m.pd_transfers_left_total), by_first(m.pd_client_gone_total));
 }
 
 // The shared pools for the status page: each pool's members, weight (its

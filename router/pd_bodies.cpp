@@ -248,6 +248,64 @@ BodyError nixl_decode_body(std::string_view client_body, std::string_view params
   return BodyError::None;
 }
 
+BodyError mooncake_prefill_body(std::string_view client_body, std::string_view transfer_id, std::string& out) {
+  if (auto e = nixl_prefill_body(client_body, out); e != BodyError::None) return e;
+  // nixl_prefill_body wrote kv_transfer_params last: replaced by Mooncake's.
+  const size_t at = out.rfind(",\"kv_transfer_params\":");
+  if (at == std::string::npos) return BodyError::NotJson;  // not reached: written above
+  out.resize(at);
+  out += fmt::format(R"(,"kv_transfer_params":{{"do_remote_decode":true,"do_remote_prefill":false,"transfer_id":"{}"}}}})",
+                     json_escape(transfer_id));
+  return BodyError::None;
+}
+
+std::string mooncake_decode_params(std::string_view bootstrap_addr, std::string_view engine_id,
+                                   std::string_view transfer_id) {
+  return fmt::format(R"({{"do_remote_decode":false,"do_remote_prefill":true,"remote_bootstrap_addr":"{}",)"
+                     R"("remote_engine_id":"{}","transfer_id":"{}"}})",
+                     json_escape(bootstrap_addr), json_escape(engine_id), json_escape(transfer_id));
+}
+
+ParamsError read_mooncake_query(std::string_view answer, std::optional<uint32_t> rank, MooncakeEngine& out,
+                                std::string* detail) {
+  auto fail = [&](ParamsError e, std::string what) {
+    if (detail) *detail = std::move(what);
+    return e;
+  };
+  if (answer.size() > kMaxQueryAnswerBytes) return fail(ParamsError::TooLarge, "answer");
+  dom::parser parser;
+  dom::element root;
+  if (parser.parse(answer.data(), answer.size(), true).get(root)) return fail(ParamsError::NotJson, "answer");
+  if (!root.is_object()) return fail(ParamsError::NotObject, "answer");
+  const dom::object ranks = root.get_object().value_unsafe();
+  if (ranks.size() > kMaxQueryRanks) return fail(ParamsError::TooLarge, "ranks");
+  std::optional<uint32_t> chosen;
+  std::string_view chosen_id;
+  size_t n = 0;
+  for (dom::key_value_pair kv : ranks) {
+    uint32_t r = 0;
+    const std::string_view k = kv.key;
+    if (k.empty() || k.size() > 9 || !std::all_of(k.begin(), k.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      return fail(ParamsError::WrongType, "rank key");
+    for (char c : k) r = r * 10 + static_cast<uint32_t>(c - '0');
+    std::string_view id;
+    dom::element e;
+    if (!kv.value.is_object() || kv.value.get_object().value_unsafe().at_key("engine_id").get(e) ||
+        e.get_string().get(id) || id.empty() || id.size() > kMaxEngineIdBytes)
+      return fail(ParamsError::WrongType, fmt::format("engine_id of rank {}", r));
+    ++n;
+    if (rank ? r == *rank : (!chosen || r < *chosen)) {
+      chosen = r;
+      chosen_id = id;
+    }
+  }
+  if (!chosen) return fail(ParamsError::Missing, rank ? fmt::format("rank {}", *rank) : std::string("any rank"));
+  out.rank = *chosen;
+  out.engine_id.assign(chosen_id);
+  out.ranks = n;
+  return ParamsError::None;
+}
+
 BodyError sglang_body(std::string_view client_body, std::string_view bootstrap_host, uint32_t bootstrap_port,
                       uint64_t bootstrap_room, std::string& out) {
   std::vector<Member> members;

@@ -10,6 +10,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -39,13 +40,38 @@ BodyError strip_transfer_fields(std::string_view client_body, std::string& out);
 // {do_remote_decode: true, do_remote_prefill: false, remote_*: null},
 // stream false, stream_options removed, max_tokens 1 (and
 // max_completion_tokens / max_output_tokens 1 where the client sent them),
-// min_tokens and min_completion_tokens removed, n 1.
+// min_tokens and min_completion_tokens removed, n 1. Both caps are needed:
+// vLLM's chat request takes max_completion_tokens over max_tokens when both
+// are set (vllm/entrypoints/openai/chat_completion/protocol.py @d5dba2d,
+// ChatCompletionRequest.build_tok_params), so max_tokens alone would not stop
+// a client's max_completion_tokens prefill after one token; the Mooncake
+// example proxy sets both likewise (mooncake_connector_proxy.py @4b5c627).
 BodyError nixl_prefill_body(std::string_view client_body, std::string& out);
 
 // vLLM NIXL decode leg (§1.4): the client's body (its own stream and token
 // limits) with kv_transfer_params = `params`, a JSON object already read by
 // read_kv_transfer_params().
 BodyError nixl_decode_body(std::string_view client_body, std::string_view params, std::string& out);
+
+// vLLM MooncakeConnector prefill leg (pd-protocols.md §2.3; vLLM
+// vllm/distributed/kv_transfer/kv_connector/v1/mooncake/mooncake_connector.py
+// @5c51233 update_state_after_alloc: a producer holds a finished prompt's
+// blocks only when kv_transfer_params carries a transfer_id "from router";
+// examples/disaggregated/mooncake_connector/mooncake_connector_proxy.py
+// @4b5c627 send_request_to_service): nixl_prefill_body's one-token, unstreamed
+// body with kv_transfer_params {do_remote_decode: true, do_remote_prefill:
+// false, transfer_id}.
+BodyError mooncake_prefill_body(std::string_view client_body, std::string_view transfer_id, std::string& out);
+
+// The decode leg's kv_transfer_params of the vLLM MooncakeConnector (the
+// prefill engine returns none: request_finished() answers (delay_free, None)):
+// {do_remote_decode: false, do_remote_prefill: true, remote_bootstrap_addr
+// ("http://host:port" of the prefill worker's bootstrap server),
+// remote_engine_id (its engine id for the rank that prefilled), transfer_id},
+// the three keys update_state_after_alloc() requires. A JSON object's text
+// for nixl_decode_body().
+std::string mooncake_decode_params(std::string_view bootstrap_addr, std::string_view engine_id,
+                                   std::string_view transfer_id);
 
 // SGLang legs (§3.4; sglang python/sglang/srt/disaggregation/mini_lb.py
 // @001c2ae): both legs carry the client's body with bootstrap_host (the
@@ -93,5 +119,25 @@ ParamsError read_kv_transfer_params(std::string_view answer, std::string_view pr
 // True for the names an engine reports when its side channel listens on
 // loopback or every address (see read_kv_transfer_params()).
 bool is_loopback_or_unspecified(std::string_view host);
+
+// The prefill worker's Mooncake bootstrap server answer to GET /query
+// (vLLM mooncake_utils.py MooncakeBootstrapServer.query, @a8f1d79):
+// {"<dp_rank>": {"engine_id": S, "worker_addr": {...}}, ...}, read as
+// untrusted input. `rank`: the rank the prefill leg goes to (its
+// X-data-parallel-rank) or, when unset, the lowest listed; `engine_id` its
+// engine id (1..kMaxEngineIdBytes bytes); `ranks` how many ranks are listed
+// (over one: the prefill leg must name its rank). Missing: no entry for the
+// rank; WrongType: a key that is not a rank, an engine_id that is not a
+// non-empty string within the bound.
+inline constexpr size_t kMaxEngineIdBytes = 256;
+inline constexpr size_t kMaxQueryAnswerBytes = 64 * 1024;
+inline constexpr size_t kMaxQueryRanks = 1024;
+struct MooncakeEngine {
+  uint32_t rank = 0;
+  std::string engine_id;
+  size_t ranks = 0;
+};
+ParamsError read_mooncake_query(std::string_view answer, std::optional<uint32_t> rank, MooncakeEngine& out,
+                                std::string* detail = nullptr);
 
 }  // namespace kvroute::pd

@@ -102,6 +102,20 @@ struct RouterMetrics {
             "kvroute_pd_prefill_legs_total",
             "Prefill legs by result (ok, refused, status_4xx, status_5xx, timeout, connect, closed, cancelled)",
             {"result"})),
+        pd_transfers_left_total(r.counter(
+            "kvroute_pd_transfers_left_total",
+            "Prefilled transfers whose decode leg failed after the decode worker received it, by reason: "
+            "worker_closed (the worker closed or reset the connection: a transfer it had not pulled stays held "
+            "until the prefill engine's lease ends), timeout (kvroute closed the leg: the decode engine aborts "
+            "and frees it), status_5xx (the engine answered an error and released it)",
+            {"reason"})),
+        pd_client_gone_total(r.counter(
+            "kvroute_pd_client_gone_total",
+            "Split requests whose client left, by phase: prefill (during the prefill leg: aborted, nothing held), "
+            "after_prefill (before the decode leg: a release leg claims the transfer), decode_head (while the "
+            "decode worker computed its first byte: the decode leg is closed, the engine's abort frees the "
+            "transfer)",
+            {"phase"})),
         // gauges
         inflight_requests(r.gauge("kvroute_router_inflight_requests", "Requests being handled")),
         queued_requests(r.gauge("kvroute_router_queued_requests", "Requests waiting for a free worker")),
@@ -170,6 +184,8 @@ struct RouterMetrics {
   metrics::CounterFamily& pd_params_rejected_total;
   metrics::CounterFamily& pd_releases_total;
   metrics::CounterFamily& pd_prefill_legs_total;
+  metrics::CounterFamily& pd_transfers_left_total;
+  metrics::CounterFamily& pd_client_gone_total;
   metrics::GaugeFamily& inflight_requests;
   metrics::GaugeFamily& queued_requests;
   metrics::GaugeFamily& connections;

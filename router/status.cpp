@@ -283,16 +283,34 @@ std::string StatusReport::workers_json() const {
   return out + "]";
 }
 
+std::string StatusReport::pd_json() const {
+  uint64_t prefill = 0, decode = 0, both = 0;
+  for (const auto& w : registry_.all()) {
+    if (w.info->role == WorkerRole::Prefill) ++prefill;
+    else if (w.info->role == WorkerRole::Decode) ++decode;
+    else ++both;
+  }
+  if (prefill + decode == 0) return {};
+  std::string out = fmt::format(R"({{"roles":{{"prefill":{},"decode":{},"both":{}}})", prefill, decode, both);
+  if (sources_.pd_json) {
+    const std::string counters = sources_.pd_json();  // an object: its members join "roles"
+    if (counters.size() > 2) out.append(",").append(counters, 1, counters.size() - 2);
+  }
+  return out + "}";
+}
+
 std::string StatusReport::status_json(double unix_time) const {
   const StatusSample t = history_.window(10);
+  const std::string pd = pd_json();
   return fmt::format(
       R"({{"unix_time":{:.3f},"totals":{{"window_s":{},"requests_per_s":{},"hit_rate":{},"decision_p50_us":{},)"
       R"("decision_p99_us":{},"events_per_s":{},"index_blocks":{},"index_entries":{},"workers":{},"inflight":{},)"
-      R"("routed_total":{}}},"workers":{}{}{}}})",
+      R"("routed_total":{}}},"workers":{}{}{}{}}})",
       unix_time, num(t.seconds), num(t.requests_per_s), num(t.hit_rate), num(t.decision_p50_us),
       num(t.decision_p99_us), num(t.events_per_s), t.index_blocks, t.index_entries, t.workers, t.inflight,
       decisions_.routed(), workers_json(), sources_.flow_json ? R"(,"flow":)" + sources_.flow_json() : std::string(),
-      sources_.pools_json ? R"(,"pools":)" + sources_.pools_json() : std::string());
+      sources_.pools_json ? R"(,"pools":)" + sources_.pools_json() : std::string(),
+      pd.empty() ? std::string() : R"(,"pd":)" + pd);
 }
 
 }  // namespace kvroute

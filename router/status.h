@@ -156,6 +156,11 @@ struct StatusSources {
   // The shared pools (indexer.kv_pools): a JSON array, one object per pool
   // (name, medium, workers, weight, blocks, hits, hit_tokens); empty = omitted.
   std::function<std::string()> pools_json;
+  // A disaggregated fleet's counters (kvroute_pd_*): a JSON object with
+  // "requests" (by outcome), "prefill_legs" (by result), "prefill_failures",
+  // "releases", "transfers_left", "client_gone"; shown with the workers'
+  // roles when a worker has role prefill or decode. Empty = omitted.
+  std::function<std::string()> pd_json;
 };
 
 // The one state the status page shows for a worker, the most pressing first:
@@ -168,13 +173,16 @@ class StatusReport {
   StatusReport(const WorkerRegistry& registry, StatusSources sources, StatusHistory& history, DecisionLog& decisions)
       : registry_(registry), sources_(std::move(sources)), history_(history), decisions_(decisions) {}
 
-  // {"unix_time","totals":{...last 10 s},"workers":[...]} for GET /admin/status.
+  // {"unix_time","totals":{...last 10 s},"workers":[...]} for GET /admin/status,
+  // plus "pd" ({"roles":{"prefill":n,"decode":n,"both":n}, the pd_json
+  // counters}) when a worker has role prefill or decode.
   std::string status_json(double unix_time) const;
   std::string history_json() const { return history_.json(); }
   const DecisionLog& decisions() const { return decisions_; }
 
  private:
   std::string workers_json() const;
+  std::string pd_json() const;  // empty when no worker has a PD role
 
   const WorkerRegistry& registry_;
   StatusSources sources_;

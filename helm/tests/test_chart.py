@@ -45,9 +45,17 @@ METRICS = {
     "kvroute_events_queue_dropped_total", "kvroute_events_nats_connected", "kvroute_events_nats_reconnects_total",
     "kvroute_config_reloads_total", "kvroute_router_tokenized_requests_total", "kvroute_router_engine_tokenize_total",
     "kvroute_router_engine_tokenize_cache_total",
+    # disaggregated prefill/decode (router/router_metrics.h)
+    "kvroute_pd_requests_total", "kvroute_pd_retries_total", "kvroute_pd_params_rejected_total",
+    "kvroute_pd_releases_total", "kvroute_pd_prefill_legs_total", "kvroute_pd_transfers_left_total",
+    "kvroute_pd_client_gone_total", "kvroute_pd_leg_seconds",
+    # shared KV pools (indexer.kv_pools) and authentication
+    "kvroute_router_pool_hits_total", "kvroute_router_pool_hit_tokens_total", "kvroute_indexer_pool_blocks",
+    "kvroute_indexer_pool_events_total", "kvroute_indexer_pool_events_refused_total",
+    "kvroute_indexer_pools_emptied_total", "kvroute_router_auth_failures_total", "kvroute_admin_auth_failures_total",
 }
 HISTOGRAMS = {"kvroute_router_request_duration_seconds", "kvroute_router_ttfb_seconds",
-              "kvroute_router_decision_seconds", "kvroute_router_overlap_ratio"}
+              "kvroute_router_decision_seconds", "kvroute_router_overlap_ratio", "kvroute_pd_leg_seconds"}
 
 # values.yaml `config:` defaults that deliberately differ from the daemon's.
 CHART_DEFAULT_EXCEPTIONS = {
@@ -406,6 +414,17 @@ def check_dashboard():
     unknown = used - METRICS
     R.check(not unknown, "dashboard references only exported metrics", str(sorted(unknown)))
     R.check(not (METRICS - used), "dashboard covers every exported metric", str(sorted(METRICS - used)))
+    # The families declared in the daemon's sources for PD, the shared pools and
+    # authentication are all in METRICS (so all on the dashboard).
+    repo = os.path.dirname(HELM)
+    declared = set()
+    for rel in ("router/router_metrics.h", "router/admin_api.cpp", "indexer/indexer_metrics.cpp",
+                "router/flow/flow_control.cpp"):
+        with open(os.path.join(repo, rel)) as f:
+            declared |= set(re.findall(r'"(kvroute_[a-z_]+)"', f.read()))
+    wanted = {m for m in declared if m.startswith("kvroute_pd_") or "_pool" in m or "auth_failures" in m}
+    R.check(len(wanted) >= 16 and not (wanted - METRICS),
+            "every PD, pool and auth metric the daemon declares is on the dashboard", str(sorted(wanted - METRICS)))
     bad_hist = [e for e in exprs if "histogram_quantile" in e and "_bucket" not in e]
     R.check(not bad_hist, "histogram_quantile queries use _bucket series")
     gen = subprocess.run([sys.executable, GEN_DASHBOARD, "--stdout"], capture_output=True, text=True)

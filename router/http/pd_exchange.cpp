@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <array>
 #include <random>
+#include <unordered_map>
 
 #include "common/log.h"
 #include "router/http/upstream.h"
@@ -136,14 +137,81 @@ awaitable<void> run_leg(std::shared_ptr<PdLeg> leg, const Config& cfg, milliseco
 
 // The leg of `body` to the worker `t`, with the exchange's request id; null
 // if its url is unusable.
-std::shared_ptr<PdLeg> make_leg(const PdState& pd, const PdContext& c, const RouteTarget& t, std::string body) {
+// `rank`: the data-parallel rank the leg names (X-data-parallel-rank), the
+// target's own when unset.
+std::shared_ptr<PdLeg> make_leg(const PdState& pd, const PdContext& c, const RouteTarget& t, std::string body,
+                                std::optional<uint32_t> rank = std::nullopt) {
   auto leg = std::make_shared<PdLeg>(c.io);
   leg->url_text.assign(t.url);
   if (!parse_url(t.url, leg->url)) return nullptr;
   leg->body = std::move(body);
-  pd_leg_request_head(leg->head, c.req, leg->url, c.cfg.router.upstream_pool_size > 0, t.dp_rank, pd.request_id,
-                      leg->body.size(), c.credentials);
+  pd_leg_request_head(leg->head, c.req, leg->url, c.cfg.router.upstream_pool_size > 0, rank ? rank : t.dp_rank,
+                      pd.request_id, leg->body.size(), c.credentials);
   return leg;
+}
+
+// ---- vLLM MooncakeConnector: the prefill worker's engine ids
+
+// "http://host:port" of a prefill worker's Mooncake bootstrap server: its
+// url's host and its worker entry's bootstrap_port (vLLM's
+// VLLM_MOONCAKE_BOOTSTRAP_PORT, 8998 by default; mooncake_connector_proxy.py
+// make_http_path).
+std::string bootstrap_addr(const UpstreamUrl& url, uint32_t port) {
+  return url.ipv6 ? fmt::format("http://[{}]:{}", url.host, port) : fmt::format("http://{}:{}", url.host, port);
+}
+
+// The bootstrap servers' /query answers, per io thread (no lock): fetched
+// when a prefill leg needs one, kept kMooncakeQueryTtl, dropped when a leg of
+// that prefill worker fails (a restarted engine has a new engine id). At most
+// kMooncakeQueryEntries answers of at most pd::kMaxQueryAnswerBytes each.
+constexpr auto kMooncakeQueryTtl = std::chrono::seconds(10);
+constexpr size_t kMooncakeQueryEntries = 64;
+struct MooncakeQuery {
+  std::string answer;
+  Steady::time_point fetched;
+};
+std::unordered_map<std::string, MooncakeQuery>& mooncake_queries() {
+  thread_local std::unordered_map<std::string, MooncakeQuery> m;
+  return m;
+}
+void forget_mooncake_query(const std::string& addr) { mooncake_queries().erase(addr); }
+
+// The /query answer of the bootstrap server at `addr` (cached, else a GET
+// within pd.prefill_timeout_ms); nullopt when it cannot be had (`why` says
+// how the GET ended).
+awaitable<std::optional<std::string>> mooncake_query(const PdContext& c, const std::string& addr,
+                                                     std::string_view& why) {
+  auto& cache = mooncake_queries();
+  if (auto it = cache.find(addr); it != cache.end()) {
+    if (Steady::now() - it->second.fetched < kMooncakeQueryTtl) co_return it->second.answer;
+    cache.erase(it);
+  }
+  auto leg = std::make_shared<PdLeg>(c.io);
+  leg->url_text = addr;
+  if (!parse_url(leg->url_text, leg->url)) {
+    why = "connect";
+    co_return std::nullopt;
+  }
+  const bool keep = c.cfg.router.upstream_pool_size > 0;
+  leg->head = fmt::format("GET /query HTTP/1.1\r\nHost: {}{}{}:{}\r\nAccept: application/json\r\n{}\r\n",
+                          leg->url.ipv6 ? "[" : "", leg->url.host, leg->url.ipv6 ? "]" : "", leg->url.port,
+                          keep ? "" : "Connection: close\r\n");
+  co_await run_leg(leg, c.cfg, milliseconds(c.cfg.pd.prefill_timeout_ms), &c.watch);
+  if (leg->result != LegResult::Answered) {
+    why = to_string(leg->result);
+    co_return std::nullopt;
+  }
+  if (leg->status != 200) {
+    why = leg->status / 100 == 5 ? "status_5xx" : "status_4xx";
+    co_return std::nullopt;
+  }
+  if (leg->answer.size() > pd::kMaxQueryAnswerBytes) {
+    why = "too_large";
+    co_return std::nullopt;
+  }
+  if (cache.size() >= kMooncakeQueryEntries) cache.clear();  // more prefill workers than entries: start over
+  cache[addr] = MooncakeQuery{leg->answer, Steady::now()};
+  co_return std::move(leg->answer);
 }
 
 // The label of a prefill leg's end (kvroute_pd_prefill_legs_total).
@@ -238,16 +306,55 @@ void pd_fall_back(PdState& pd, std::string_view reason) {
   pd.reason = reason;
 }
 
-awaitable<PdPrefill> pd_prefill_nixl(PdState& pd, const PdContext& c) {
+awaitable<PdPrefill> pd_prefill_vllm(PdState& pd, const PdContext& c) {
   RouterMetrics* m = c.s.hooks.metrics;
   const std::vector<RouteTarget>& prefill = c.route.pd.prefill;
+  const bool mooncake = pd.protocol == PdProtocol::VllmMooncake;
   std::string leg_body;
-  pd::nixl_prefill_body(pd.stripped, leg_body);
+  if (!mooncake) pd::nixl_prefill_body(pd.stripped, leg_body);
   std::string_view failure = "no_prefill_worker";
   for (size_t tried = 0; pd.next_prefill < prefill.size(); ++pd.next_prefill, ++tried) {
     if (tried > 0 && m) m->pd_retries_total.with({"prefill"}).inc();
     const RouteTarget& t = prefill[pd.next_prefill];
-    auto leg = make_leg(pd, c, t, leg_body);
+    UpstreamUrl url;
+    if (!parse_url(t.url, url)) {
+      failure = "connect";
+      continue;
+    }
+    // Mooncake: the decode engine finds the prefilled blocks by the prefill
+    // worker's bootstrap server, its engine id for the rank that prefilled,
+    // and a transfer id the router mints, fresh for every prefill leg (the
+    // prefill engine keys its held blocks by it).
+    std::string mooncake_params;
+    std::optional<uint32_t> rank;
+    if (mooncake) {
+      const std::string addr = bootstrap_addr(url, c.route.pd.bootstrap_ports[pd.next_prefill]);
+      std::string_view why;
+      const std::optional<std::string> answer = co_await mooncake_query(c, addr, why);
+      if (c.watch.client_gone()) co_return PdPrefill::ClientGone;
+      pd::MooncakeEngine engine;
+      std::string detail;
+      const pd::ParamsError err =
+          answer ? pd::read_mooncake_query(*answer, t.dp_rank, engine, &detail) : pd::ParamsError::None;
+      if (!answer || err != pd::ParamsError::None) {
+        if (answer && m) m->pd_params_rejected_total.with({pd::to_string(err)}).inc();
+        if (answer) forget_mooncake_query(addr);
+        static RateLimiter rl;
+        if (rl.allow())
+          spdlog::warn("prefill worker {} ({}): its Mooncake bootstrap server {} gave no engine id: {}{}{}",
+                       t.worker.value, t.url, addr, answer ? pd::to_string(err) : why, detail.empty() ? "" : ": ",
+                       detail);
+        failure = "bootstrap_query";
+        continue;
+      }
+      // Over one rank: the prefill leg names the rank whose engine id the
+      // decode leg gets (mooncake_connector_proxy.py sends X-data-parallel-rank).
+      if (!t.dp_rank && engine.ranks > 1) rank = engine.rank;
+      const std::string transfer_id = fmt::format("xfer-{}-{}", pd.request_id, ++pd.transfers_minted);
+      pd::mooncake_prefill_body(pd.stripped, transfer_id, leg_body);
+      mooncake_params = pd::mooncake_decode_params(addr, engine.engine_id, transfer_id);
+    }
+    auto leg = make_leg(pd, c, t, leg_body, rank);
     if (!leg) {
       failure = "connect";
       continue;
@@ -261,6 +368,7 @@ awaitable<PdPrefill> pd_prefill_nixl(PdState& pd, const PdContext& c) {
     report_leg(c, t.worker, *leg);
     if (leg->result != LegResult::Answered) {
       failure = to_string(leg->result);
+      if (mooncake) forget_mooncake_query(bootstrap_addr(url, c.route.pd.bootstrap_ports[pd.next_prefill]));
       warn_leg(t, *leg, "the prefill leg failed");
       continue;
     }
@@ -273,19 +381,25 @@ awaitable<PdPrefill> pd_prefill_nixl(PdState& pd, const PdContext& c) {
     }
     if (leg->status / 100 != 2) {
       failure = leg->status == 429 ? "status_429" : "status_5xx";
+      if (mooncake) forget_mooncake_query(bootstrap_addr(url, c.route.pd.bootstrap_ports[pd.next_prefill]));
       warn_leg(t, *leg, "the prefill leg failed");
       continue;
     }
-    std::string params, detail;
-    const pd::ParamsError err = pd::read_kv_transfer_params(leg->answer, leg->url.host, {}, params, &detail);
-    if (err != pd::ParamsError::None) {
-      if (m) m->pd_params_rejected_total.with({pd::to_string(err)}).inc();
-      static RateLimiter rl;
-      if (rl.allow())
-        spdlog::warn("prefill worker {} ({}): its kv_transfer_params are not relayed: {}{}{}", t.worker.value, t.url,
-                     pd::to_string(err), detail.empty() ? "" : ": ", detail);
-      failure = "params_rejected";
-      continue;
+    std::string params;
+    if (mooncake) {
+      params = std::move(mooncake_params);  // the prefill engine answers no kv_transfer_params
+    } else {
+      std::string detail;
+      const pd::ParamsError err = pd::read_kv_transfer_params(leg->answer, leg->url.host, {}, params, &detail);
+      if (err != pd::ParamsError::None) {
+        if (m) m->pd_params_rejected_total.with({pd::to_string(err)}).inc();
+        static RateLimiter rl;
+        if (rl.allow())
+          spdlog::warn("prefill worker {} ({}): its kv_transfer_params are not relayed: {}{}{}", t.worker.value,
+                       t.url, pd::to_string(err), detail.empty() ? "" : ": ", detail);
+        failure = "params_rejected";
+        continue;
+      }
     }
     pd::nixl_decode_body(pd.stripped, params, pd.decode_body);
     pd::nixl_decode_body(leg_body, params, pd.release_body);  // max_tokens 1, no stream: a release
@@ -330,12 +444,19 @@ bool pd_start_sglang(PdState& pd, const PdContext& c) {
   return false;
 }
 
-void pd_decode_failed(PdState& pd, bool sent) {
+void pd_client_gone(const PdState& pd, const PdContext& c, std::string_view phase) {
   if (!pd.split) return;
-  if (pd.protocol == PdProtocol::VllmNixl) {
-    // A decode worker that received the request may have pulled (and so
-    // freed) the transfer: the next decode worker gets a fresh prefill. One
-    // that never received it leaves the transfer for the next.
+  if (RouterMetrics* m = c.s.hooks.metrics) m->pd_client_gone_total.with({phase}).inc();
+}
+
+void pd_decode_failed(PdState& pd, const PdContext& c, bool sent, std::string_view how) {
+  if (!pd.split) return;
+  if (sent && !pd.prefill_failed())
+    if (RouterMetrics* m = c.s.hooks.metrics) m->pd_transfers_left_total.with({how}).inc();
+  if (pd.protocol != PdProtocol::Sglang) {
+    // vLLM (NIXL, Mooncake): a decode worker that received the request may
+    // have pulled (and so freed) the transfer: the next decode worker gets a
+    // fresh prefill. One that never received it leaves the transfer for the next.
     if (sent) pd.need_prefill = true;
     return;
   }
@@ -370,7 +491,7 @@ awaitable<void> pd_finish_sglang(PdState& pd, const PdContext& c) {
 }
 
 void pd_release(PdState& pd, const PdContext& c, const RouteTarget& decode) {
-  if (!pd.split || pd.protocol != PdProtocol::VllmNixl || pd.need_prefill || pd.release_body.empty()) return;
+  if (!pd.split || pd.protocol == PdProtocol::Sglang || pd.need_prefill || pd.release_body.empty()) return;
   pd.need_prefill = true;
   auto leg = make_leg(pd, c, decode, std::move(pd.release_body));
   if (!leg) return;

@@ -7,7 +7,10 @@
 //   prefill       vLLM NIXL: the prefill leg (nixl_prefill_body, no stream),
 //                 over the prefill ranking until one answers with
 //                 kv_transfer_params, read as untrusted input; the decode
-//                 body carries them (nixl_decode_body)
+//                 body carries them (nixl_decode_body). vLLM Mooncake: the
+//                 same order (P then D, as SGLang Model Gateway sends them),
+//                 with a router-minted transfer_id and the decode params
+//                 built from the prefill worker's bootstrap server
 //   start_sglang  SGLang: the prefill leg sent beside the decode leg, both
 //                 with one bootstrap room (random 63-bit)
 //   decode_failed the decode leg failed before its first byte: the next
@@ -106,9 +109,10 @@ struct PdState {
   std::string stripped;     // the client's body without transfer fields
   std::string decode_body;  // the decode leg's body while split
   size_t next_prefill = 0;  // the prefill ranking's next worker to try
+  uint32_t transfers_minted = 0;  // Mooncake: transfer ids minted (one per prefill leg)
   std::optional<size_t> prefill;  // the prefill worker (index into route.pd.prefill) of decode_body's transfer
-  bool need_prefill = true;       // NIXL: no unclaimed transfer ready for the next decode attempt
-  std::string release_body;       // NIXL: the decode body of a release leg for the ready transfer
+  bool need_prefill = true;       // vLLM: no unclaimed transfer ready for the next decode attempt
+  std::string release_body;       // vLLM: the decode body of a release leg for the ready transfer
   std::string_view outcome;       // kvroute_pd_requests_total labels
   std::string_view reason;
   std::shared_ptr<PdLeg> concurrent;  // SGLang: the prefill leg in flight beside the decode leg
@@ -146,11 +150,16 @@ enum class PdPrefill : uint8_t {
   ClientGone,  ///< the client left during the prefill leg (the leg was aborted: nothing held)
 };
 
-// prefill (vLLM NIXL): the prefill ranking from pd.next_prefill until a
-// worker answers with valid kv_transfer_params. A refused, failed or timed
-// out leg moves to the next worker; a 4xx (the request itself is invalid)
-// runs the request whole, whose worker answers the client the same error.
-awaitable<PdPrefill> pd_prefill_nixl(PdState& pd, const PdContext& c);
+// prefill (vLLM NIXL, vLLM Mooncake): the prefill ranking from
+// pd.next_prefill until a worker prefills. NIXL: its answer's valid
+// kv_transfer_params go to the decode body. Mooncake: the worker's engine id
+// for the leg's rank comes from its bootstrap server (GET /query, cached), the
+// leg carries a transfer id minted here, and a 2xx answer is a prefilled
+// transfer the decode body names (the prefill engine returns no params). A
+// refused, failed or timed out leg moves to the next worker; a 4xx (the
+// request itself is invalid) runs the request whole, whose worker answers the
+// client the same error.
+awaitable<PdPrefill> pd_prefill_vllm(PdState& pd, const PdContext& c);
 
 // start_sglang: the prefill leg for the decode attempt about to start, on the
 // prefill ranking's pd.next_prefill worker, with a fresh room; the decode
@@ -159,14 +168,24 @@ awaitable<PdPrefill> pd_prefill_nixl(PdState& pd, const PdContext& c);
 bool pd_start_sglang(PdState& pd, const PdContext& c);
 
 // decode_failed: the decode attempt failed before its first byte; `sent`:
-// the decode worker may have received the request (its transfer consumed).
-void pd_decode_failed(PdState& pd, bool sent);
+// the decode worker may have received the request (its transfer consumed);
+// `how` (when sent): worker_closed, timeout or status_5xx, counted in
+// kvroute_pd_transfers_left_total. No release leg follows a worker that
+// received the leg: kvroute cannot tell whether it pulled the transfer, and a
+// Mooncake prefill engine asked for a transfer it no longer holds waits
+// VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT (480 s) before answering; the engines'
+// own abort paths (a closed decode leg) and leases free it.
+void pd_decode_failed(PdState& pd, const PdContext& c, bool sent, std::string_view how);
+
+// The client left during phase `phase` of a split request (prefill,
+// after_prefill, decode_head): kvroute_pd_client_gone_total.
+void pd_client_gone(const PdState& pd, const PdContext& c, std::string_view phase);
 
 // finish_sglang: waits (within pd.prefill_timeout_ms) for the prefill leg
 // beside a decode leg that answered, and counts how it ended.
 awaitable<void> pd_finish_sglang(PdState& pd, const PdContext& c);
 
-// release: the client left after a NIXL prefill succeeded and before a decode
+// release: the client left after a vLLM (NIXL, Mooncake) prefill succeeded and before a decode
 // worker took the transfer: a decode leg (max_tokens 1, no stream) to the
 // decode ranking's `decode` worker claims it, its answer discarded. Runs on
 // its own; the exchange may end.

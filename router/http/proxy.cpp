@@ -86,6 +86,7 @@ struct Exchange final : Swept {
   ResponsePin pin;    // Responses: previous_response_id affinity (response_pin.h)
   bool sent_request = false;  // the attempt's request was written to its worker
   PdState pd;         // a disaggregated fleet's legs (pd_exchange.h)
+  const PdContext* pdc = nullptr;  // their context, once the request is routed (in run()'s frame)
   ClientWatch watch;  // last: stops first
 
   // The body sent to the attempt's worker: a disaggregated fleet's (stripped
@@ -430,6 +431,7 @@ awaitable<Next> send_and_read_head(Exchange& x) {
     co_await read_http(up, x.client.upstream_buffer, *x.parser, ReadUntil::Header, x.ec);
     x.pd.decode_waits_on(nullptr);
     if (x.ec && x.watch.client_gone()) {
+      if (x.pdc) pd_client_gone(x.pd, *x.pdc, "decode_head");
       client_cancelled(x, 499);
       x.keep_result = false;
       co_return Next::Done;
@@ -681,7 +683,7 @@ awaitable<bool> relay(Exchange& x) {
 
 // ---- disaggregated legs (pd_exchange.h)
 
-// Before a split request's decode attempt: vLLM NIXL's prefill leg when no
+// Before a split request's decode attempt: vLLM's (NIXL, Mooncake) prefill leg when no
 // transfer is ready (the first attempt, or a decode worker that may have
 // consumed it), SGLang's concurrent prefill leg with a fresh room. A prefill
 // that cannot be had falls back to the decode worker alone or, with
@@ -693,8 +695,9 @@ awaitable<Next> prepare_legs(Exchange& x, const PdContext& pd, size_t attempt) {
     x.pd.outcome = "failed";
     x.pd.reason = "no_prefill_worker";
   } else if (x.pd.need_prefill) {
-    const PdPrefill r = co_await pd_prefill_nixl(x.pd, pd);
+    const PdPrefill r = co_await pd_prefill_vllm(x.pd, pd);
     if (r == PdPrefill::ClientGone) {
+      pd_client_gone(x.pd, pd, "prefill");
       client_cancelled(x, 499);
       x.keep_result = false;
       co_return Next::Done;
@@ -703,6 +706,7 @@ awaitable<Next> prepare_legs(Exchange& x, const PdContext& pd, size_t attempt) {
       // The client left while the transfer was made: a decode leg still
       // claims it (never leave a prefill worker holding KV for nobody).
       if (r == PdPrefill::Ready && peer_closed(x.client.socket)) {
+        pd_client_gone(x.pd, pd, "after_prefill");
         pd_release(x.pd, pd, x.client.route.ranked[attempt]);
         pd_count(x.pd, pd);
         client_cancelled(x, 499);
@@ -790,6 +794,7 @@ awaitable<bool> run(ServerState& s, ClientConn& client, ClientRequest& req, ApiK
   x.worker_key = s.worker_key.get(x.cfg_holder);
   x.credentials = worker_credential_fields(*x.worker_key, forwards_client_credentials(x.cfg), req.credential_fields);
   const PdContext pd{s, io, x.cfg, req, client.route, x.watch, client.parsed.model, x.credentials};
+  x.pdc = &pd;
   if (!retrieve && !pd_begin(x.pd, pd)) {
     ApiError e;
     invalid_request(e, "The request body must be a JSON object.", "");
@@ -826,7 +831,10 @@ awaitable<bool> run(ServerState& s, ClientConn& client, ClientRequest& req, ApiK
       if (x.pd.concurrent) co_await pd_finish_sglang(x.pd, pd);
       co_return keep;
     }
-    pd_decode_failed(x.pd, x.sent_request);
+    pd_decode_failed(x.pd, pd, x.sent_request,
+                     x.parser && x.parser->is_header_done() ? "status_5xx"
+                     : x.ec == asio::error::timed_out       ? "timeout"
+                                                            : "worker_closed");
     if (x.pd.split && attempt + 1 < attempts && x.metrics()) x.metrics()->pd_retries_total.with({"decode"}).inc();
   }
   // A prefilled transfer no decode worker took: claimed by a release leg on

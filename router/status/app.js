@@ -72,6 +72,7 @@ async function refresh() {
     renderFleet(status.workers);
     if (status.flow) renderFlow(status.flow);
     if (status.pools) renderPools(status.pools);
+    renderPd(status.pd);
     renderCharts(history);
     renderDecisions(decisions);
     $("updated").textContent = "updated " + new Date(status.unix_time * 1000).toLocaleTimeString();
@@ -91,15 +92,55 @@ function renderTotals(t) {
     el("div", { class: "tile", "data-key": k }, el("div", { class: "v" }, v), el("div", { class: "k" }, k))));
 }
 
+// Workers by role (prefill, decode, then aggregated) when the fleet has PD
+// roles: one heading row per group; otherwise in the report's order.
+const ROLE_ORDER = { prefill: 0, decode: 1, both: 2 };
+const ROLE_TITLE = { prefill: "prefill workers", decode: "decode workers", both: "aggregated workers" };
 function renderFleet(workers) {
-  const rows = workers.map((w) => el("tr", { "data-worker-id": w.worker_id },
+  const pd = workers.some((w) => w.role !== "both");
+  if (pd) workers = [...workers].sort((a, b) => ROLE_ORDER[a.role] - ROLE_ORDER[b.role] || a.worker_id - b.worker_id);
+  const rows = [];
+  let group = null;
+  for (const w of workers) {
+    if (pd && w.role !== group) {
+      group = w.role;
+      const n = workers.filter((x) => x.role === group).length;
+      rows.push(el("tr", { class: "role-group", "data-role-group": group },
+        el("td", { colSpan: 10 }, `${ROLE_TITLE[group] || group} (${n})`)));
+    }
+    rows.push(fleetRow(w));
+  }
+  $("fleet").tBodies[0].replaceChildren(...rows);
+}
+
+function fleetRow(w) {
+  return el("tr", { "data-worker-id": w.worker_id, "data-role": w.role },
     el("td", {}, "worker " + w.worker_id), el("td", {}, w.model), el("td", {}, w.source), el("td", {}, w.role),
     el("td", { class: "state-" + w.state }, w.state.replace("_", " "),
       w.salt_blind ? el("span", { class: "salt-blind", title: "its KV events carry no cache_salt: tenants' root blocks are attributed from the router's own dispatches" }, " salt-blind") : ""),
     el("td", { class: "num" }, fmtPct(w.kv_usage_reported)), el("td", { class: "num" }, fmtPct(w.kv_usage_predicted)),
     el("td", { class: "num" }, fmtInt(w.inflight)), el("td", { class: "num" }, fmtPct(w.hit_rate)),
-    el("td", { class: "num" }, fmtInt(w.index_entries))));
-  $("fleet").tBodies[0].replaceChildren(...rows);
+    el("td", { class: "num" }, fmtInt(w.index_entries)));
+}
+
+// A disaggregated fleet (router/http/pd_exchange.h): how requests were run and
+// what went wrong with their legs, since start (the kvroute_pd_* counters).
+function renderPd(pd) {
+  $("pd-section").hidden = !pd;
+  if (!pd) return;
+  const sum = (o) => Object.values(o || {}).reduce((a, b) => a + b, 0);
+  const req = pd.requests || {};
+  $("pd-roles").textContent = `(${pd.roles.prefill} prefill, ${pd.roles.decode} decode, ${pd.roles.both} aggregated workers)`;
+  const tiles = [
+    ["split", fmtInt(req.disaggregated || 0)], ["run whole", fmtInt(req.aggregated || 0)],
+    ["fallback after prefill failure", fmtInt(req.fallback || 0)], ["failed (503)", fmtInt(req.failed || 0)],
+    ["prefill failures", fmtInt(pd.prefill_failures)], ["transfers released", fmtInt(sum(pd.releases))],
+    ["transfers left to the engine", fmtInt(sum(pd.transfers_left))], ["clients gone", fmtInt(sum(pd.client_gone))]];
+  $("pd-tiles").replaceChildren(...tiles.map(([k, v]) =>
+    el("div", { class: "tile", "data-key": "pd " + k }, el("div", { class: "v" }, v), el("div", { class: "k" }, k))));
+  const words = (o) => Object.entries(o || {}).map(([k, v]) => `${k.replace("_", " ")} ${v}`).join(", ") || "none";
+  $("pd-detail").textContent = `prefill legs: ${words(pd.prefill_legs)}; transfers left by reason: ` +
+    `${words(pd.transfers_left)}; clients gone by phase: ${words(pd.client_gone)}`;
 }
 
 // The wait queue by band and each tenant's figures (router/flow/).

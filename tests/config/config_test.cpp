@@ -117,6 +117,15 @@ TEST_CASE("pd: the legs' protocol per model, the prefill timeout and failure pol
   CHECK(pd_protocol_of(c.pd, "b/c") == PdProtocol::Sglang);
   CHECK(pd_protocol_of(c.pd, "other") == PdProtocol::Sglang);  // pd.protocol
   CHECK(c.pd.prefill_timeout_ms == 1500);
+  {
+    Config m = c;
+    REQUIRE_FALSE(apply_yaml(m, "pd:\n  protocol: vllm_mooncake\n  model_protocols: \"s=sglang\"\n"));
+    CHECK(pd_protocol_of(m.pd, "other") == PdProtocol::VllmMooncake);
+    CHECK(pd_protocol_of(m.pd, "s") == PdProtocol::Sglang);
+    CHECK(to_string(PdProtocol::VllmMooncake) == "vllm_mooncake");
+    REQUIRE_FALSE(apply_yaml(m, "pd:\n  protocol: sglang\n  model_protocols: \"v=vllm_mooncake\"\n"));
+    CHECK(pd_protocol_of(m.pd, "v") == PdProtocol::VllmMooncake);
+  }
   CHECK(c.pd.on_prefill_failure == "fail");
   for (const char* bad : {"pd:\n  protocol: mooncake\n", "pd:\n  model_protocols: \"a=nixl\"\n",
                           "pd:\n  model_protocols: \"=sglang\"\n", "pd:\n  on_prefill_failure: retry\n",

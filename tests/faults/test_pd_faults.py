@@ -28,11 +28,16 @@ BUILD_DIR = "build"
 
 
 class PdFaultsTest(unittest.TestCase):
-    def fleet(self, lease_ms, speedup=20.0, prefill_timeout_ms=20000, protocol="vllm_nixl"):
+    protocol = "vllm_nixl"
+
+    def fleet(self, lease_ms, speedup=20.0, prefill_timeout_ms=20000, protocol=None):
+        protocol = protocol or self.protocol
         self.tmp = tempfile.TemporaryDirectory(prefix="kvroute-pd-faults-")
         self.f = Fleet(BUILD_DIR, self.tmp.name, speedup=speedup)
         try:
-            flags = (lambda role: ["--role", role, "--pd-lease-ms", str(lease_ms)]) if protocol == "vllm_nixl" else \
+            connector = ["--pd-connector", "mooncake"] if protocol == "vllm_mooncake" else []
+            flags = (lambda role: ["--role", role, "--pd-lease-ms", str(lease_ms), *connector]) \
+                if protocol != "sglang" else \
                 (lambda role: ["--disaggregation-mode", role, "--disaggregation-waiting-timeout-ms", "3000"] +
                  (["--disaggregation-bootstrap-port", "0", "--disaggregation-bootstrap-timeout-ms", "3000"]
                   if role == "prefill" else []))
@@ -109,6 +114,24 @@ class PdFaultsTest(unittest.TestCase):
         # The transfers the dead worker never claimed end with the prefill mockers' lease.
         self.assertTrue(wait_until(lambda: self.held() == 0, 20), self.held())
         self.assertGreaterEqual(f.metric('kvroute_pd_retries_total{leg="decode"}'), 1)
+        # Counted: decode legs the dead worker had received (closed by its death, or
+        # by the router's first-byte timeout before it).
+        self.assertGreaterEqual(f.metric('kvroute_pd_transfers_left_total{reason="worker_closed"}') +
+                                f.metric('kvroute_pd_transfers_left_total{reason="timeout"}'), 1)
+
+    def test_client_gone_during_the_decode_head_is_counted(self):
+        f = self.fleet(lease_ms=3000)
+        for i in DECODE:
+            f.mocker(i, "POST", "/mocker/hang", {"enabled": True})  # decode legs accepted, never answered
+        body = json.dumps({"model": "mock-model", "prompt": words("dhead", 200), "max_tokens": 4}).encode()
+        s = socket.create_connection(("127.0.0.1", f.router_port))
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        self.assertTrue(wait_until(lambda: sum(self.stats(i)["requests_total"] for i in DECODE) >= 1, 30))
+        s.close()
+        self.assertTrue(wait_until(lambda: f.metric('kvroute_pd_client_gone_total{phase="decode_head"}') == 1, 20),
+                        {k: v for k, v in f.metrics().items() if k.startswith("kvroute_pd_") and "bucket" not in k})
+        self.assertEqual(f.metric('kvroute_pd_client_gone_total{phase="prefill"}'), 0)
 
     def test_client_gone_around_its_prefill_leaks_nothing(self):
         # A slow engine (speedup 1): a long prompt's prefill takes a while; a
@@ -138,6 +161,9 @@ class PdFaultsTest(unittest.TestCase):
             s.close()
         self.assertTrue(wait_until(lambda: f.metric('kvroute_pd_releases_total{result="ok"}') >= 1, 20),
                         {k: v for k, v in f.metrics().items() if k.startswith("kvroute_pd_") and "bucket" not in k})
+        # Each release here follows a client found gone after its prefill, counted as such.
+        self.assertGreaterEqual(f.metric('kvroute_pd_client_gone_total{phase="after_prefill"}'),
+                                f.metric('kvroute_pd_releases_total{result="ok"}'))
         self.assertGreater(prefill_legs(), 0)
         # Claimed (a release leg, or the decode leg already sent) or aborted: nothing waits for the lease.
         self.assertTrue(wait_until(lambda: self.held() == 0, 15), self.held())
@@ -164,6 +190,11 @@ class PdFaultsTest(unittest.TestCase):
         self.assertEqual(r.status, 503, r.body)
         self.assertEqual(r.json()["error"]["code"], "prefill_unavailable")
         self.assertEqual(self.held(), 0)
+
+
+class MooncakePdFaultsTest(PdFaultsTest):
+    """The vLLM faults with the MooncakeConnector's legs (router-minted transfer ids)."""
+    protocol = "vllm_mooncake"
 
 
 class SglangPdFaultsTest(PdFaultsTest):

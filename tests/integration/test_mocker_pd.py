@@ -408,6 +408,104 @@ class VllmHeldBoundTest(unittest.TestCase):
             self.assertEqual(prefill("room again. " + PROMPT).status, 200)
 
 
+class VllmMooncakeTest(unittest.TestCase):
+    """vLLM's MooncakeConnector shape (--pd-connector mooncake): the router mints
+    transfer_id, the prefill answer carries no params, the decode leg names the
+    prefill worker's bootstrap server and engine id (from its GET /query)."""
+    @classmethod
+    def setUpClass(cls):
+        def start(f):
+            cls.p_port, cls.p_boot = f.start_pd_mocker(
+                "prefill", ["--role", "prefill", "--pd-connector", "mooncake", "--worker-id", "1",
+                            "--data-parallel-size", "2", "--zmq-endpoint", "tcp://127.0.0.1:0"])
+            cls.d_port, _ = f.start_pd_mocker("decode", ["--role", "decode", "--pd-connector", "mooncake",
+                                                         "--worker-id", "2"])
+        PdFleet.for_class(cls, "kvroute-pd-mc-", start)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.fleet.close()
+        cls.tmp.cleanup()
+
+    def query(self):
+        r = self.fleet.get("/query", port=self.p_boot)
+        self.assertEqual(r.status, 200, r.body)
+        return r.json()
+
+    def prefill(self, prompt, transfer_id, rank=0):
+        params = {"do_remote_decode": True, "do_remote_prefill": False, "transfer_id": transfer_id}
+        return self.fleet.post("/v1/completions", completion(prompt, 1, kv_transfer_params=params),
+                               port=self.p_port, headers={"X-data-parallel-rank": str(rank)})
+
+    def decode(self, prompt, transfer_id, engine_id, addr=None):
+        params = {"do_remote_decode": False, "do_remote_prefill": True, "transfer_id": transfer_id,
+                  "remote_engine_id": engine_id,
+                  "remote_bootstrap_addr": addr or f"http://127.0.0.1:{self.p_boot}"}
+        return self.fleet.post("/v1/completions", completion(prompt, 4, kv_transfer_params=params),
+                               port=self.d_port)
+
+    def test_query_lists_each_rank_with_its_engine_id(self):
+        q = self.query()
+        self.assertEqual(sorted(q), ["0", "1"])
+        base = self.fleet.pd(self.p_port)["engine_id"]
+        self.assertEqual(q["0"]["engine_id"], f"{base}_dp0")
+        self.assertEqual(q["1"]["engine_id"], f"{base}_dp1")
+        self.assertTrue(q["0"]["worker_addr"]["0"]["0"].startswith("tcp://127.0.0.1:"))
+
+    def test_transfer_by_router_minted_id_is_verified_and_frees_the_blocks(self):
+        prompt = "mooncake transfer. " + PROMPT
+        q = self.query()
+        before = self.fleet.pd(self.d_port)["transfers_completed"]
+        r = self.prefill(prompt, "xfer-a1", rank=1)
+        self.assertEqual(r.status, 200, r.body)
+        self.assertIsNone(r.json().get("kv_transfer_params"))  # request_finished() returns None
+        self.assertEqual(self.fleet.pd(self.p_port)["held_transfers"], 1)
+        self.assertGreater(self.fleet.pd(self.p_port)["held_blocks"], 0)
+        # Rank 0's engine id for rank 1's transfer: refused, the transfer stays held.
+        bad = self.decode(prompt, "xfer-a1", q["0"]["engine_id"])
+        self.assertEqual(bad.status, 400, bad.body)
+        self.assertEqual(bad.json()["error"]["code"], "unknown_engine")
+        self.assertEqual(self.fleet.pd(self.p_port)["held_transfers"], 1)
+        ok = self.decode(prompt, "xfer-a1", q["1"]["engine_id"])
+        self.assertEqual(ok.status, 200, ok.body)
+        self.assertEqual(ok.json()["usage"]["completion_tokens"], 4)
+        self.assertEqual(self.fleet.pd(self.d_port)["transfers_completed"], before + 1)
+        self.assertEqual(self.fleet.pd(self.p_port)["held_transfers"], 0)
+        self.assertEqual(self.fleet.pd(self.p_port)["held_blocks"], 0)
+        # A second pull of the same transfer id: nothing is held under it any more.
+        again = self.decode(prompt, "xfer-a1", q["1"]["engine_id"])
+        self.assertEqual(again.status, 400, again.body)
+        self.assertEqual(again.json()["error"]["code"], "unknown_transfer")
+
+    def test_missing_keys_are_refused(self):
+        prompt = "mooncake missing. " + PROMPT
+        r = self.fleet.post("/v1/completions",
+                            completion(prompt, 1, kv_transfer_params={"do_remote_decode": True}), port=self.p_port)
+        self.assertEqual(r.status, 400, r.body)
+        self.assertEqual(r.json()["error"]["code"], "missing")
+        for drop in ("transfer_id", "remote_engine_id", "remote_bootstrap_addr"):
+            params = {"do_remote_prefill": True, "transfer_id": "t", "remote_engine_id": "e",
+                      "remote_bootstrap_addr": f"http://127.0.0.1:{self.p_boot}"}
+            del params[drop]
+            r = self.fleet.post("/v1/completions", completion(prompt, 4, kv_transfer_params=params), port=self.d_port)
+            self.assertEqual(r.status, 400, (drop, r.body))
+            self.assertEqual(r.json()["error"]["code"], "missing", drop)
+
+    def test_decode_refused_before_its_pull_frees_the_transfer(self):
+        prompt = "mooncake free. " + PROMPT
+        q = self.query()
+        self.assertEqual(self.prefill(prompt, "xfer-f1").status, 200)
+        freed = self.fleet.pd(self.p_port)["transfers_freed"]
+        # Another model: refused before the pull; the decode side frees the transfer (the empty pull).
+        params = {"do_remote_decode": False, "do_remote_prefill": True, "transfer_id": "xfer-f1",
+                  "remote_engine_id": q["0"]["engine_id"], "remote_bootstrap_addr": f"http://127.0.0.1:{self.p_boot}"}
+        r = self.fleet.post("/v1/completions", {"model": "other", "prompt": prompt, "max_tokens": 4,
+                                                "kv_transfer_params": params}, port=self.d_port)
+        self.assertEqual(r.status, 404, r.body)
+        self.assertTrue(wait_until(lambda: self.fleet.pd(self.p_port)["transfers_freed"] == freed + 1, 10))
+        self.assertEqual(self.fleet.pd(self.p_port)["held_blocks"], 0)
+
+
 class SglangPair:
     """An SGLang-mode pair: both legs carry the same bootstrap fields and meet in the room."""
     TIMEOUT_MS = 20000  # the rendezvous waits this long; generous for a loaded machine
@@ -558,6 +656,35 @@ class SglangTimeoutTest(SglangPair, unittest.TestCase):
         pd = self.fleet.pd(self.p_port)
         self.assertEqual(pd["held_blocks"], 0)
         self.assertEqual(pd["rooms_waiting"], 0)
+
+
+class SglangRoomReleaseTest(unittest.TestCase):
+    def test_a_prefill_leg_refused_after_its_rendezvous_closes_its_room(self):
+        # A prompt too large for the prefill worker's KV cache is refused at
+        # admission, after the legs met: the room must close then (and the
+        # decode leg fail at once), not stay open until the waiting timeout.
+        with tempfile.TemporaryDirectory(prefix="kvroute-pd-room-release-") as tmp, PdFleet(BUILD_DIR, tmp) as fleet:
+            p_port, bootstrap = fleet.start_pd_mocker(
+                "prefill", ["--disaggregation-mode", "prefill", "--disaggregation-bootstrap-port", "0",
+                            "--kv-blocks", "4", "--disaggregation-waiting-timeout-ms", "60000"])
+            d_port, _ = fleet.start_pd_mocker(
+                "decode", ["--disaggregation-mode", "decode", "--disaggregation-waiting-timeout-ms", "60000"])
+            body = completion(bootstrap_host="127.0.0.1", bootstrap_port=bootstrap, bootstrap_room=77)
+            out = {}
+            t = threading.Thread(target=lambda: out.setdefault("d", fleet.post("/v1/completions", body, port=d_port)))
+            t0 = time.time()
+            t.start()
+            self.assertTrue(wait_until(lambda: fleet.pd(p_port)["rooms_waiting"] == 1, 10))
+            p = fleet.post("/v1/completions", body, port=p_port)
+            self.assertEqual(p.status, 400, p.body)
+            self.assertEqual(p.json()["error"]["code"], "context_length_exceeded")
+            self.assertTrue(wait_until(lambda: fleet.pd(p_port)["rooms_waiting"] == 0, 10),
+                            fleet.pd(p_port)["rooms_waiting"])
+            t.join(30)
+            self.assertFalse(t.is_alive())
+            self.assertEqual(out["d"].status, 500, out["d"].body)
+            self.assertLess(time.time() - t0, 30)  # well before the 60 s waiting timeout
+            self.assertEqual(fleet.pd(p_port)["held_blocks"], 0)
 
 
 class SglangRoomBoundTest(unittest.TestCase):

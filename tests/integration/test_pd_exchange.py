@@ -2,7 +2,9 @@
 """kvroute running disaggregated requests through 2 prefill + 2 decode
 kvroute-mockers (no NATS; vLLM-mode mockers as workers.static entries): the
 vLLM NIXL shape (prefill leg, then the decode leg with the prefill answer's
-kv_transfer_params) and the SGLang shape (both legs at once, one bootstrap
+kv_transfer_params), the vLLM Mooncake shape (prefill leg with a router-minted
+transfer_id, then the decode leg naming the prefill worker's bootstrap server
+and engine id) and the SGLang shape (both legs at once, one bootstrap
 room). Every decode answer of a split request is preceded by a transfer the
 decode mocker verified (its own counter, strict mode: forged or missing
 params are 400), the prefill side keeps prefix affinity, short uncached
@@ -55,7 +57,7 @@ def start_pd_fleet(f, protocol, mocker_flags, extra_config=""):
         role = "prefill" if i in PREFILL else "decode"
         url, kv, replay, pd_port = start_pd_mocker(f, i, mocker_flags(role))
         extra = f", role: {role}"
-        if protocol == "sglang" and role == "prefill":
+        if protocol in ("sglang", "vllm_mooncake") and role == "prefill":
             extra += f", bootstrap_port: {pd_port}"
         entries.append(f'    - {{id: {i}, url: "{url}", model: mock-model, kv_events: "{kv}", '
                        f'replay: "{replay}"{extra}}}')
@@ -86,8 +88,11 @@ class PdFleetCase(FleetTestCase):
 
     def transfers(self):
         """Transfers the decode mockers verified (pulled or handed over in a room)."""
-        key = "transfers_completed" if self.protocol == "vllm_nixl" else "rooms_completed"
+        key = "rooms_completed" if self.protocol == "sglang" else "transfers_completed"
         return sum(self.pd_stats(i)[key] for i in DECODE)
+
+    def rooms_waiting(self):
+        return sum(self.pd_stats(i)["rooms_waiting"] for i in PREFILL)
 
     def held(self):
         return sum(self.pd_stats(i)["held_transfers"] for i in PREFILL)
@@ -129,6 +134,8 @@ class PdExchangeTests:
         self.assertTrue(wait_until(lambda: self.transfers() - before == split, 10),
                         (self.transfers() - before, split))
         self.assertTrue(wait_until(lambda: self.held() == 0, 10), self.held())
+        # Every exchange ended: no bootstrap room stays open on a prefill worker.
+        self.assertTrue(wait_until(lambda: self.rooms_waiting() == 0, 10), self.rooms_waiting())
         m = self.f.metrics()
         self.assertGreaterEqual(m.get('kvroute_pd_requests_total{outcome="disaggregated",reason="disaggregated"}', 0),
                                 split)
@@ -221,6 +228,30 @@ class PdExchangeTests:
 
 class VllmNixlExchangeTest(PdExchangeTests, PdFleetCase):
     protocol = "vllm_nixl"
+
+
+class VllmMooncakeExchangeTest(PdExchangeTests, PdFleetCase):
+    """vLLM MooncakeConnector: the prefill leg with a router-minted transfer_id,
+    then the decode leg naming the prefill worker's bootstrap server and the
+    engine id its GET /query lists (the prefill mockers run 2 DP ranks, so the
+    engine id must be the rank's that prefilled)."""
+    protocol = "vllm_mooncake"
+
+    @classmethod
+    def mocker_flags(cls, role):
+        flags = ["--role", role, "--pd-connector", "mooncake", "--pd-lease-ms", "60000"]
+        if role == "prefill":
+            flags += ["--data-parallel-size", "2"]
+        return flags
+
+    def test_transfer_ids_are_minted_per_prefill_leg(self):
+        served = sum(self.pd_stats(i)["transfers_served"] for i in PREFILL)
+        for k in range(3):
+            self.assert_split(self.complete(words(f"mcmint{k}x", 200)))
+        # Three legs, three distinct transfers served (a reused id would be refused as held already).
+        self.assertTrue(wait_until(
+            lambda: sum(self.pd_stats(i)["transfers_served"] for i in PREFILL) - served == 3, 10))
+        self.assertEqual(sum(self.pd_stats(i)["rejected"].get("held_full", 0) for i in PREFILL), 0)
 
 
 class SglangExchangeTest(PdExchangeTests, PdFleetCase):

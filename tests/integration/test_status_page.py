@@ -1,6 +1,8 @@
 """The status page (/ui on the admin listener) in Debian's headless chromium,
 driven by playwright-core (browser/status_page.mjs), against a live fleet:
-nats-server, three mockers and kvroute on loopback. scripts/test.sh installs
+nats-server, three mockers and kvroute on loopback; then (browser/
+status_page_pd.mjs) against a disaggregated fleet: 2 prefill + 2 decode
+vLLM-mode mockers, no NATS (the roles, the PD section and its counters). scripts/test.sh installs
 chromium (apt) and playwright-core (npm ci in tests/integration/browser).
 
 Run: python3 tests/integration/test_status_page.py --build-dir build [--screenshot docs/status-page.png]
@@ -13,7 +15,8 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
-from fleet import start_fleet  # noqa: E402
+from fleet import Fleet, start_fleet  # noqa: E402
+from test_pd_exchange import DECODE, PREFILL, start_pd_fleet  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BROWSER_DIR = os.path.join(HERE, "browser")
@@ -39,6 +42,17 @@ def main():
                        KVROUTE_URL=f"http://127.0.0.1:{f.router_port}", KVROUTE_ADMIN_TOKEN=f.admin_token,
                        WORKERS="1,2,3", SCREENSHOT=screenshot, CHROMIUM=chromium)
             r = subprocess.run(["node", "status_page.mjs"], cwd=BROWSER_DIR, env=env, timeout=180)
+            if r.returncode != 0:
+                print(open(os.path.join(tmp, "kvroute.log")).read()[-3000:])
+                return r.returncode
+    with tempfile.TemporaryDirectory(prefix="kvroute-ui-pd-") as tmp:
+        fleet = Fleet(os.path.abspath(args.build_dir), tmp, speedup=20.0)
+        with fleet as f:
+            start_pd_fleet(f, "vllm_nixl", lambda role: ["--role", role])
+            env = dict(os.environ, KVROUTE_ADMIN_URL=f"http://127.0.0.1:{f.admin_port}",
+                       KVROUTE_URL=f"http://127.0.0.1:{f.router_port}", KVROUTE_ADMIN_TOKEN=f.admin_token,
+                       PREFILL=",".join(map(str, PREFILL)), DECODE=",".join(map(str, DECODE)), CHROMIUM=chromium)
+            r = subprocess.run(["node", "status_page_pd.mjs"], cwd=BROWSER_DIR, env=env, timeout=180)
             if r.returncode != 0:
                 print(open(os.path.join(tmp, "kvroute.log")).read()[-3000:])
             return r.returncode

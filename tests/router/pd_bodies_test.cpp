@@ -163,3 +163,54 @@ TEST_CASE("pd bodies: every params error has a distinct name") {
   std::sort(names.begin(), names.end());
   CHECK(std::unique(names.begin(), names.end()) == names.end());
 }
+
+TEST_CASE("pd bodies: the vLLM Mooncake legs carry the router's transfer id and the prefill's bootstrap server") {
+  std::string out;
+  const std::string body = R"({"model":"m","prompt":"x","stream":true,"max_completion_tokens":64,)"
+                           R"("kv_transfer_params":{"transfer_id":"client-chosen"}})";
+  REQUIRE(mooncake_prefill_body(body, "xfer-kvroute-1-1", out) == BodyError::None);
+  {
+    auto o = obj(out);
+    CHECK(o["stream"].get_bool().value() == false);
+    CHECK(o["max_tokens"].get_int64().value() == 1);
+    CHECK(o["max_completion_tokens"].get_int64().value() == 1);
+    auto p = o["kv_transfer_params"].get_object().value();
+    CHECK(p["do_remote_decode"].get_bool().value() == true);
+    CHECK(p["do_remote_prefill"].get_bool().value() == false);
+    CHECK(std::string(p["transfer_id"].get_string().value()) == "xfer-kvroute-1-1");
+  }
+  CHECK(out.find("client-chosen") == std::string::npos);
+  CHECK(out.find("kv_transfer_params") == out.rfind("kv_transfer_params"));
+  const std::string params = mooncake_decode_params("http://10.0.0.5:8998", "eng\"1", "xfer-kvroute-1-1");
+  CHECK(params == R"({"do_remote_decode":false,"do_remote_prefill":true,"remote_bootstrap_addr":"http://10.0.0.5:8998",)"
+                  R"("remote_engine_id":"eng\"1","transfer_id":"xfer-kvroute-1-1"})");
+  REQUIRE(nixl_decode_body(body, params, out) == BodyError::None);
+  CHECK(out == std::string(R"({"model":"m","prompt":"x","stream":true,"max_completion_tokens":64,"kv_transfer_params":)") +
+                   params + "}");
+}
+
+TEST_CASE("pd bodies: a Mooncake bootstrap server's /query answer is untrusted") {
+  const std::string q = R"({"0":{"engine_id":"e0","worker_addr":{"0":{"0":"tcp://10.0.0.5:1"}}},)"
+                        R"("1":{"engine_id":"e1","worker_addr":{}}})";
+  MooncakeEngine e;
+  REQUIRE(read_mooncake_query(q, std::nullopt, e) == ParamsError::None);
+  CHECK(e.rank == 0);
+  CHECK(e.engine_id == "e0");
+  CHECK(e.ranks == 2);
+  REQUIRE(read_mooncake_query(q, 1u, e) == ParamsError::None);
+  CHECK(e.engine_id == "e1");
+  std::string d;
+  CHECK(read_mooncake_query(q, 2u, e, &d) == ParamsError::Missing);
+  CHECK(d == "rank 2");
+  CHECK(read_mooncake_query("{}", std::nullopt, e) == ParamsError::Missing);
+  CHECK(read_mooncake_query("[1]", std::nullopt, e) == ParamsError::NotObject);
+  CHECK(read_mooncake_query("{", std::nullopt, e) == ParamsError::NotJson);
+  CHECK(read_mooncake_query(R"({"r":{"engine_id":"x"}})", std::nullopt, e) == ParamsError::WrongType);
+  CHECK(read_mooncake_query(R"({"0":{"engine_id":7}})", std::nullopt, e) == ParamsError::WrongType);
+  CHECK(read_mooncake_query(R"({"0":{"engine_id":""}})", std::nullopt, e) == ParamsError::WrongType);
+  CHECK(read_mooncake_query(R"({"0":{"engine_id":")" + std::string(kMaxEngineIdBytes + 1, 'a') + "\"}}",
+                            std::nullopt, e) == ParamsError::WrongType);
+  CHECK(read_mooncake_query(R"({"0":{"engine_id":"x","pad":")" + std::string(kMaxQueryAnswerBytes, 'a') + "\"}}",
+                            std::nullopt, e) == ParamsError::TooLarge);
+  CHECK(read_mooncake_query(R"({"0":"e"})", std::nullopt, e) == ParamsError::WrongType);
+}

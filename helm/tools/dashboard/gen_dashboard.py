@@ -183,6 +183,49 @@ panel("Config reloads by result", [(f"sum by (result) (increase(kvroute_config_r
                                     "{{result}}")], kind="stat", w=12)
 
 
+# ---- Disaggregated prefill/decode ----
+row("Disaggregated prefill/decode")
+panel("PD requests by outcome", [(rate("kvroute_pd_requests_total", "outcome"), "{{outcome}}")], "reqps", stack=True,
+      desc="Requests to a fleet with prefill/decode roles: disaggregated (two legs), aggregated (the decision ran it "
+           "whole), fallback (whole after its prefill failed), failed (503, pd.on_prefill_failure fail).")
+panel("PD decisions by reason", [(rate("kvroute_pd_requests_total", "reason"), "{{reason}}")], "reqps", stack=True,
+      desc="Why a request was split or run whole (pd.policy, min_uncached_tokens, busy pools), or why its prefill failed.")
+panel("Prefill legs by result", [(rate("kvroute_pd_prefill_legs_total", "result"), "{{result}}")], "ops", stack=True,
+      desc="ok, or how a prefill leg failed (connect, timeout, closed, status_4xx/5xx/429, cancelled: the client left).")
+panel("PD leg latency p50 / p99", [(quantile(0.5, "kvroute_pd_leg_seconds", "leg"), "p50 {{leg}}"),
+                                   (quantile(0.99, "kvroute_pd_leg_seconds", "leg"), "p99 {{leg}}")], "s",
+      desc="prefill: sent to its whole answer; decode: sent to its first byte.")
+panel("PD retries by leg", [(rate("kvroute_pd_retries_total", "leg"), "{{leg}}")], "ops",
+      desc="Legs sent to a further worker after a failure.")
+panel("Transfer params rejected", [(rate("kvroute_pd_params_rejected_total", "reason"), "{{reason}}")], "ops",
+      desc="Prefill answers whose kv_transfer_params (or Mooncake bootstrap /query answers) were not used.")
+panel("Transfers released / left", [(rate("kvroute_pd_releases_total", "result"), "released {{result}}"),
+                                    (rate("kvroute_pd_transfers_left_total", "reason"), "left: {{reason}}")], "ops",
+      desc="Release legs that claimed a prefilled transfer whose client left; transfers whose decode leg failed "
+           "after the decode worker received it (worker_closed: held until the prefill engine's lease ends).")
+panel("PD clients gone by phase", [(rate("kvroute_pd_client_gone_total", "phase"), "{{phase}}")], "ops", stack=True,
+      desc="Split requests whose client left: during the prefill leg, after it, or while the decode worker computed "
+           "its first byte.")
+
+# ---- Shared KV pools and admin ----
+row("Shared KV pools and authentication")
+panel("Pool hits", [(rate("kvroute_router_pool_hits_total", "pool"), "{{pool}}")], "reqps",
+      desc="Routed requests whose worker loads part of the prompt from a shared pool (indexer.kv_pools).")
+panel("Pool hit tokens", [(rate("kvroute_router_pool_hit_tokens_total", "pool"), "{{pool}}")], "short",
+      desc="Prompt tokens/s loaded from a shared pool instead of recomputed.")
+panel("Pool index size", [(f"max by (pool) (kvroute_indexer_pool_blocks{{{SEL}}})", "{{pool}}")],
+      desc="Blocks each shared pool holds in the index.")
+panel("Pool events", [(rate("kvroute_indexer_pool_events_total"), "applied"),
+                      (rate("kvroute_indexer_pool_events_refused_total", "reason"), "refused {{reason}}")], "ops",
+      desc="Members' KV events with their pool's medium, and those kept out of the pools.")
+panel("Pools emptied", [(f"sum by (pool) (increase(kvroute_indexer_pools_emptied_total{{{SEL}}}[$__range]))",
+                         "{{pool}}")], kind="stat",
+      desc="A pool's entries dropped at once (its last member left or the pool cleared).")
+panel("Authentication failures", [(rate("kvroute_router_auth_failures_total", "reason"), "OpenAI API {{reason}}"),
+                                  (rate("kvroute_admin_auth_failures_total"), "admin API")], "ops",
+      desc="Requests refused 401: the OpenAI listener's API keys (missing, invalid) and the admin token.")
+
+
 def var(name, label, query):
     return {"name": name, "label": label, "type": "query", "datasource": DS,
             "query": {"query": query, "refId": name}, "definition": query,

@@ -101,6 +101,9 @@ async function main() {
     const firstRow = await page.locator("#fleet tbody tr").first().innerText();
     check(/mock-model/.test(firstRow) && /\bok\b/.test(firstRow), `a fleet row has model and state: ${firstRow.replace(/\s+/g, " ")}`);
     check(/\bboth\b/.test(firstRow), `a fleet row has the worker's role: ${firstRow.replace(/\s+/g, " ")}`);
+    // An aggregated fleet: no role headings, no PD section (status_page_pd.mjs has a disaggregated one).
+    check(await page.locator("#fleet tbody tr.role-group").count() === 0, "no role headings in an aggregated fleet");
+    check(await page.locator("#pd-section").isHidden(), "no PD section in an aggregated fleet");
     // Flow control: the implied tenant "default" (no keys: an open listener) and the queue by band.
     await page.locator('#flow-tenants tbody tr[data-tenant="default"]').waitFor({ timeout: deadline });
     const flowSummary = await page.locator("#flow-summary").innerText();

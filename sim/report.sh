@@ -18,7 +18,7 @@ mkdir -p "$OUT"
 ARGS=(--workers 8 --seed 1)
 POLICIES=round_robin,random,least_loaded,dynamo_v01,dynamo,llmd,kvroute
 NAMES="round_robin random least_loaded dynamo_v01 dynamo llmd kvroute"
-WORKLOADS="trace agentic api bursts"
+WORKLOADS="trace agentic api bursts long_agents team"
 if [ -z "${README_ONLY:-}" ]; then
 # The target table, one workload per run, two runs at a time, merged (sim/merge_targets.py).
 printf '%s\n' $WORKLOADS | xargs -P "${JOBS:-2}" -I{} sh -c \

@@ -50,7 +50,7 @@ PdOptions pd_options(const Args& a, double rate) {
 // train slice is another draw of it (the seed mixed), its test slice the seed's own.
 std::vector<SimRequest> pd_slice(const Args& a, const std::string& wl, const std::string& slice) {
   if (wl == "trace") return load_slice(a, wl, slice);
-  const uint64_t seed = slice == "train" ? mix(a.sim.seed ^ 0x7EA1u) : a.sim.seed;
+  const uint64_t seed = slice == "train" ? train_seed(a.sim.seed) : a.sim.seed;
   return pd_workload(wl, seed, a.requests == SIZE_MAX ? 6000 : a.requests);
 }
 

@@ -12,8 +12,11 @@
 namespace kvroute::sim {
 
 std::vector<SimRequest> load_slice(const Args& a, const std::string& workload, const std::string& slice) {
+  // A generated workload's train slice is another draw (train_seed), its test slice and "all" the seed's own.
+  if (workload != "trace")
+    return make_workload(workload, a.trace, slice == "train" ? train_seed(a.sim.seed) : a.sim.seed, a.requests);
   auto all = make_workload(workload, a.trace, a.sim.seed, a.requests);
-  if (slice == "all" || workload != "trace") return all;
+  if (slice == "all") return all;
   std::vector<SimRequest> train, test;
   time_split(all, 0.5, train, test);
   return slice == "train" ? train : test;

@@ -22,7 +22,7 @@ struct Args {
   std::string trace = KVROUTE_DEFAULT_TRACE;
   std::string workload = "trace";
   std::string slice = "all";
-  std::vector<std::string> workloads = {"trace", "agentic", "api", "bursts"};
+  std::vector<std::string> workloads = {"trace", "agentic", "api", "bursts", "long_agents", "team"};
   std::vector<double> rates = {1, 2, 3};
   size_t requests = SIZE_MAX;
   std::vector<std::string> policies = {"round_robin", "random", "least_loaded", "dynamo_v01",
@@ -54,7 +54,8 @@ struct Args {
   std::string dat_out;                                  // plan: the capacity grid for plotting
 };
 
-// The workload's requests; for the trace, `slice` all, train or test (time split at 50%).
+// The workload's requests; for the trace, `slice` all, train or test (time split at 50%);
+// for a generated one, train is another draw (train_seed), all and test the --seed's own.
 std::vector<SimRequest> load_slice(const Args& a, const std::string& workload, const std::string& slice);
 
 // The workload-aware eviction's reuse profiles (sim/tiers.h), fit on the

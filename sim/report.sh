@@ -18,7 +18,7 @@ mkdir -p "$OUT"
 ARGS=(--workers 8 --seed 1)
 POLICIES=round_robin,random,least_loaded,dynamo_v01,dynamo,llmd,kvroute
 NAMES="round_robin random least_loaded dynamo_v01 dynamo llmd kvroute"
-WORKLOADS="trace agentic api bursts"
+WORKLOADS="trace agentic api bursts long_agents team"
 if [ -z "${README_ONLY:-}" ]; then
 # The target table, one workload per run, two runs at a time, merged (sim/merge_targets.py).
 printf '%s\n' $WORKLOADS | xargs -P "${JOBS:-2}" -I{} sh -c \
@@ -78,8 +78,9 @@ fi
   echo "h100-llama3-8b (mocker/profile.h: step times fitted to H100 measurements of a Llama-3-8B-shaped model,"
   echo "chunked prefill with vLLM's 8,192-token step budget) with that profile's KV capacity, 875 blocks of 512"
   echo "tokens each (448,308 tokens: an H100's memory at vLLM's 0.9 utilisation, less the weights and a 2 GiB"
-  echo "reserve), 64 sequences, load reports every 100 ms, seed 1. Rate x1 replays"
-  echo "each workload's own timing; x2 and x3 compress it. The Mooncake conversation trace is split in time:"
+  echo "reserve), 64 sequences, load reports every 100 ms, seed 1. A rate xR multiplies each workload's"
+  echo "own arrival rate: x1 replays its timing, x2 compresses it by 2, except the time within a session (tool"
+  echo "pauses), which every rate keeps: sessions start R times as often. The Mooncake conversation trace is split in time:"
   echo "\`kvroute-sim tune\` chose the defaults on its first half (train); every figure below is on its"
   echo "second half (test) or on a generated workload (sim/workload.h) that tuning never saw."
   echo
@@ -176,10 +177,10 @@ PY
   cat "$OUT/affinity.txt"
   echo
   echo "Off by default (scheduler.session_affinity). On the h100-llama3-8b profile's capacity, with nothing"
-  echo "rejected, it is the difference between an overloaded fleet and a working one at x1 (hit rate 0.51 -> 0.81,"
-  echo "TTFT p50 143 s -> 304 ms, p99 818 -> 10.8 s) and cuts p50 by 3x at x2 and x3 (521 -> 166 s, 700 -> 243 s),"
-  echo "below both peers there; the default was chosen on the old engine model and is left to a tune that"
-  echo "weighs sessions (the trace's train slice has none)."
+  echo "rejected, it is the difference between an overloaded fleet and a working one at x1 (1.23 C; hit rate"
+  echo "0.51 -> 0.81, TTFT p50 143 s -> 304 ms, p99 818 -> 10.8 s) and halves p50 at x2 and x3 (2.5 and 3.7 C:"
+  echo "486 -> 229 s, 475 -> 317 s), where every policy overloads; the default was chosen on the old engine model"
+  echo "and is left to a tune that weighs sessions (the trace's train slice has none)."
   echo
   echo "## Tuning (train slice) and held-out results"
   echo

@@ -227,6 +227,95 @@ std::vector<SimRequest> burst_workload(uint64_t seed, size_t requests) {
   return w;
 }
 
+namespace {
+
+// A tool pause: log-uniform in [1 s, 120 s] (a file read, a test run, a build).
+double tool_pause(std::mt19937_64& rng) {
+  return std::exp(std::uniform_real_distribution<double>(std::log(kMinToolPauseMs), std::log(kMaxToolPauseMs))(rng));
+}
+
+// One agent's session on `context` (its blocks so far; `tail` tokens beyond
+// them): turns until its prompt passes `target` tokens or `turns` turns are
+// done (0 = no turn limit), from time `t`, the session's group having started
+// at `group_start`. Each turn's prompt is the whole conversation; the next
+// arrives after this turn's answer (kMsPerOutputToken a token) and a tool
+// pause, and adds the answer and the tool's result.
+void agent_session(std::vector<SimRequest>& w, std::vector<uint64_t> context, uint32_t tail, double t,
+                   double group_start, uint64_t session, uint32_t target, uint32_t turns, uint32_t result_lo,
+                   uint32_t result_hi, double result_median, std::mt19937_64& rng, IdSource& ids) {
+  std::lognormal_distribution<double> result(std::log(result_median), 0.9), output(std::log(300.0), 0.8);
+  for (uint32_t k = 0; turns == 0 || k < turns; ++k) {
+    while (tail >= kBlock) {
+      context.push_back(ids.take(1)[0]);
+      tail -= kBlock;
+    }
+    SimRequest r;
+    r.t_ms = t;
+    r.input_tokens = static_cast<uint32_t>(context.size()) * kBlock + std::max<uint32_t>(tail, 1);
+    r.output_tokens = std::clamp<uint32_t>(static_cast<uint32_t>(output(rng)), 32, 2000);
+    r.ids = context;
+    r.session = session;
+    r.session_offset_ms = t - group_start;
+    if (r.input_tokens > kMaxContextTokens) return;  // the context window is full
+    w.push_back(r);
+    if (r.input_tokens > target) return;  // the task is done
+    tail += r.output_tokens + std::clamp<uint32_t>(static_cast<uint32_t>(result(rng)), result_lo, result_hi);
+    t += r.output_tokens * kMsPerOutputToken + tool_pause(rng);
+  }
+}
+
+}  // namespace
+
+std::vector<SimRequest> long_agent_workload(uint64_t seed, size_t requests) {
+  std::mt19937_64 rng(mix(seed ^ 0x10A6E));
+  IdSource ids;
+  // Coding agents: a few long system prompts with tool schemas (8k-16k tokens).
+  std::vector<std::vector<uint64_t>> agents;
+  for (int a = 0; a < 4; ++a) agents.push_back(ids.take(uniform(rng, 16, 32)));
+  std::exponential_distribution<double> session_gap(1.0 / 20000.0);  // ms between session starts
+  std::vector<SimRequest> w;
+  double start = 0;
+  uint64_t session = 0;
+  while (w.size() < requests + requests / 4) {
+    start += session_gap(rng);
+    const auto& sys = agents[uniform(rng, 0, static_cast<uint32_t>(agents.size() - 1))];
+    // The task and the files read first (2k-8k tokens); the session runs until its context passes
+    // its target, 64k-120k tokens, with tool results (file contents, test logs) of 0.5k-16k tokens.
+    agent_session(w, sys, uniform(rng, 2000, 8000), start, start, ++session, uniform(rng, 65536, 120000), 0, 500,
+                  16000, 3000, rng, ids);
+  }
+  sort_by_time(w, requests);
+  return w;
+}
+
+std::vector<SimRequest> team_workload(uint64_t seed, size_t requests) {
+  std::mt19937_64 rng(mix(seed ^ 0x7EA3));
+  IdSource ids;
+  std::vector<std::vector<uint64_t>> kinds;  // the team's system prompt (4k-8k tokens)
+  for (int a = 0; a < 4; ++a) kinds.push_back(ids.take(uniform(rng, 8, 16)));
+  std::exponential_distribution<double> team_gap(1.0 / 30000.0);  // ms between team starts
+  std::vector<SimRequest> w;
+  double start = 0;
+  uint64_t session = 0;
+  while (w.size() < requests + requests / 4) {
+    start += team_gap(rng);
+    // The shared context: the team's system prompt, then one repository or document (24k-64k tokens).
+    auto shared = kinds[uniform(rng, 0, static_cast<uint32_t>(kinds.size() - 1))];
+    const auto repo = ids.take(uniform(rng, 48, 128));
+    shared.insert(shared.end(), repo.begin(), repo.end());
+    const uint32_t agents = uniform(rng, kMinTeam, kMaxTeam);
+    for (uint32_t i = 0; i < agents; ++i) {
+      // Each agent: its role and task (0.3k-2k tokens of its own), joining within 10 s of the team's
+      // start, then 4-20 turns of its own tail (tool results 0.3k-6k tokens).
+      const double join = start + std::uniform_real_distribution<double>(0, 10000)(rng);
+      agent_session(w, shared, uniform(rng, 300, 2000), join, start, ++session, kMaxContextTokens,
+                    uniform(rng, 4, 20), 300, 6000, 1200, rng, ids);
+    }
+  }
+  sort_by_time(w, requests);
+  return w;
+}
+
 std::vector<SimRequest> make_workload(const std::string& name, const std::string& trace_path, uint64_t seed,
                                       size_t limit) {
   const size_t n = limit == SIZE_MAX ? 12000 : limit;
@@ -234,9 +323,14 @@ std::vector<SimRequest> make_workload(const std::string& name, const std::string
   if (name == "agentic") return agentic_workload(seed, n);
   if (name == "api") return api_workload(seed, n);
   if (name == "bursts") return burst_workload(seed, n);
-  std::fprintf(stderr, "kvroute-sim: unknown --workload '%s' (trace, agentic, api, bursts)\n", name.c_str());
+  if (name == "long_agents") return long_agent_workload(seed, n);
+  if (name == "team") return team_workload(seed, n);
+  std::fprintf(stderr, "kvroute-sim: unknown --workload '%s' (trace, agentic, api, bursts, long_agents, team)\n",
+               name.c_str());
   std::exit(2);
 }
+
+uint64_t train_seed(uint64_t seed) { return mix(seed ^ 0x7EA1u); }
 
 void time_split(const std::vector<SimRequest>& all, double fraction, std::vector<SimRequest>& train,
                 std::vector<SimRequest>& test) {

@@ -1,4 +1,4 @@
-// kvroute-sim workloads: the Mooncake trace and three generators the router
+// kvroute-sim workloads: the Mooncake trace and generators the router
 // was never tuned on. A request is Mooncake-shaped: arrival time, prompt and
 // output lengths, and the ids of its 512-token prompt blocks (equal ids =
 // equal content; a block's id depends on everything before it, as a prefix
@@ -20,8 +20,9 @@ struct SimRequest {
   uint32_t input_tokens = 1, output_tokens = 1;
   std::vector<uint64_t> ids;  // prompt block ids, first block first
   uint64_t session = 0;       // conversation id (0 = none)
-  // Time since the session's first request (0 without a session): the tool
-  // runs and the turns before this one. A rate multiplier compresses when
+  // Time since the session's first request, or the start of the team of
+  // sessions it belongs to (0 without a session): the tool pauses and turns
+  // before this one. A rate multiplier compresses when
   // sessions start, not how long a tool runs (at_rate).
   double session_offset_ms = 0;
 };
@@ -55,9 +56,38 @@ std::vector<SimRequest> api_workload(uint64_t seed, size_t requests);
 // differ in a short question.
 std::vector<SimRequest> burst_workload(uint64_t seed, size_t requests);
 
-// Named workloads: trace (the file), agentic, api, bursts. Exits on an unknown name.
+// Long-context agents (coding agents): sessions on one of a few 8k-16k-token
+// system prompts with tool schemas, a task with the files read first (2k-8k
+// tokens), then turns whose prompt is the whole conversation so far, growing
+// by the answer (32-2000 tokens) and a tool result (0.5k-16k tokens: file
+// contents, test logs) until it passes the session's target of 64k-120k
+// tokens (never beyond kMaxContextTokens). The next turn arrives after the
+// answer (kMsPerOutputToken a token) and a tool pause, log-uniform in
+// [kMinToolPauseMs, kMaxToolPauseMs]. Sessions start as a Poisson process,
+// 20 s apart on average.
+std::vector<SimRequest> long_agent_workload(uint64_t seed, size_t requests);
+// Teams of kMinTeam-kMaxTeam agents over one long shared context: the team's
+// system prompt (4k-8k tokens) and one repository or document (24k-64k
+// tokens), the same blocks for every agent of the team; each agent (its own
+// session) adds its role and task (0.3k-2k tokens) and runs 4-20 turns of its
+// own growing tail (answers, tool results of 0.3k-6k tokens, tool pauses as
+// above), joining within 10 s of the team's start. Teams start as a Poisson
+// process, 30 s apart on average; session_offset_ms counts from the team's start.
+std::vector<SimRequest> team_workload(uint64_t seed, size_t requests);
+
+inline constexpr double kMinToolPauseMs = 1000, kMaxToolPauseMs = 120000;
+inline constexpr double kMsPerOutputToken = 20;  // an answer's time before its tool runs
+inline constexpr uint32_t kMaxContextTokens = 131072;
+inline constexpr uint32_t kMinTeam = 3, kMaxTeam = 8;
+
+// Named workloads: trace (the file), agentic, api, bursts, long_agents, team. Exits on an unknown name.
 std::vector<SimRequest> make_workload(const std::string& name, const std::string& trace_path, uint64_t seed,
                                       size_t limit);
+
+// The seed of a generated workload's training draw: another draw of the same
+// generator, so that what a tune fits on is never what the tables report
+// (they use the seed itself). kvroute-sim's train slices (load_slice, pd-tune).
+uint64_t train_seed(uint64_t seed);
 
 // Time split: requests arriving before `fraction` of the span (train) and the
 // rest (test), the test slice shifted to start at 0.

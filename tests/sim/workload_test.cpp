@@ -77,3 +77,100 @@ TEST_CASE("the same seed gives the same workload") {
   }
   CHECK(a[0].t_ms != c[0].t_ms);
 }
+
+namespace {
+
+// Per session, its requests in order.
+std::map<uint64_t, std::vector<const SimRequest*>> by_session(const std::vector<SimRequest>& w) {
+  std::map<uint64_t, std::vector<const SimRequest*>> s;
+  for (const auto& r : w) s[r.session].push_back(&r);
+  return s;
+}
+
+// Each turn's prompt extends the previous one's blocks, and arrives after the
+// previous answer and a tool pause within [1 s, 120 s].
+void check_turns(const std::vector<const SimRequest*>& turns) {
+  for (size_t i = 1; i < turns.size(); ++i) {
+    const SimRequest& prev = *turns[i - 1];
+    const SimRequest& r = *turns[i];
+    REQUIRE(r.ids.size() >= prev.ids.size());
+    CHECK(std::equal(prev.ids.begin(), prev.ids.end(), r.ids.begin()));
+    CHECK(r.input_tokens > prev.input_tokens + prev.output_tokens);
+    const double pause = (r.t_ms - prev.t_ms) - prev.output_tokens * kMsPerOutputToken;
+    CHECK(pause >= kMinToolPauseMs - 1e-6);
+    CHECK(pause <= kMaxToolPauseMs + 1e-6);
+    CHECK(r.session_offset_ms - prev.session_offset_ms == doctest::Approx(r.t_ms - prev.t_ms));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("long_agents: contexts grow past 64k tokens, with tool pauses of 1-120 s between turns") {
+  const auto w = long_agent_workload(1, 6000);
+  REQUIRE(w.size() == 6000);
+  CHECK(std::is_sorted(w.begin(), w.end(), [](const SimRequest& a, const SimRequest& b) { return a.t_ms < b.t_ms; }));
+  size_t ended = 0, pauses = 0;
+  double shortest = 1e300, longest = 0;
+  for (const auto& [session, turns] : by_session(w)) {
+    REQUIRE(session != 0);
+    CHECK(turns.front()->session_offset_ms == 0);
+    check_turns(turns);
+    for (size_t i = 1; i < turns.size(); ++i) {
+      const double pause = (turns[i]->t_ms - turns[i - 1]->t_ms) - turns[i - 1]->output_tokens * kMsPerOutputToken;
+      shortest = std::min(shortest, pause), longest = std::max(longest, pause), ++pauses;
+    }
+    for (const auto* r : turns) CHECK(r->input_tokens <= kMaxContextTokens);
+    // A session whose next turn would have come before the workload's end has
+    // ended: its context passed 64k tokens.
+    const SimRequest& last = *turns.back();
+    if (last.t_ms + last.output_tokens * kMsPerOutputToken + kMaxToolPauseMs < w.back().t_ms) {
+      CHECK(last.input_tokens > 65536);
+      ++ended;
+    }
+  }
+  CHECK(ended > 50);
+  CHECK(pauses > 4000);
+  CHECK(shortest < 2000);   // the pauses span their range
+  CHECK(longest > 100000);
+}
+
+TEST_CASE("team: several agents share one long context, each with its own growing tail") {
+  const auto w = team_workload(1, 6000);
+  REQUIRE(w.size() == 6000);
+  const auto sessions = by_session(w);
+  // Teammates: sessions whose first prompts share at least 24k tokens of blocks.
+  std::map<std::vector<uint64_t>, std::vector<uint64_t>> teams;  // shared prefix -> sessions
+  std::map<uint64_t, const SimRequest*> first;
+  for (const auto& [session, turns] : sessions) {
+    check_turns(turns);
+    first[session] = turns.front();
+  }
+  size_t teamed = 0, whole_teams = 0;
+  for (const auto& [session, r] : first) {
+    // Its team: the sessions whose first prompt has the same 56 first blocks (system prompt and repository).
+    size_t mates = 0;
+    for (const auto& [other, o] : first) {
+      if (other == session) continue;
+      size_t common = 0;
+      while (common < r->ids.size() && common < o->ids.size() && r->ids[common] == o->ids[common]) ++common;
+      if (common >= 56) {
+        ++mates;
+        // The shared context ends where their own tails begin: the next blocks differ.
+        if (common < r->ids.size() && common < o->ids.size()) CHECK(r->ids[common] != o->ids[common]);
+        CHECK(std::abs(r->t_ms - o->t_ms) <= 10000);  // joined within 10 s of the team's start
+      }
+    }
+    teamed += mates > 0;
+    if (mates == 0) CHECK(r->t_ms > w.back().t_ms - 10000);  // its teammates would join after the cut
+    whole_teams += mates + 1 >= kMinTeam && mates + 1 <= kMaxTeam;
+  }
+  // Sessions cut at the workload's edges may have fewer teammates in it.
+  CHECK(teamed + 3 >= first.size());
+  CHECK(whole_teams >= first.size() * 9 / 10);
+  CHECK(ideal_hit_rate(w) > 0.85);
+}
+
+TEST_CASE("the named workloads include the long-context agents and the teams") {
+  CHECK(make_workload("long_agents", "", 3, 100).size() == 100);
+  CHECK(make_workload("team", "", 3, 100).size() == 100);
+}

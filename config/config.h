@@ -135,7 +135,9 @@ struct IndexerConfig {
 
 struct SchedulerConfig {
   double alpha_balanced = 0.3;
-  double alpha_imbalanced = 0.7;
+  // Equal to alpha_balanced by default (kvroute-sim: the 0.7 switch moved
+  // long sessions off their caches; config/README.md).
+  double alpha_imbalanced = 0.3;
   double balance_threshold = 0.1;
   double gamma = 0.1;                   // weight of request-slot load
   double delta = 0.1;                   // weight of queued requests
@@ -152,7 +154,7 @@ struct SchedulerConfig {
   // Weight of prefill tokens the router has in flight on a worker (not yet
   // answered with a first byte), added to this request's new tokens. 0 = the
   // baseline weighted cost (Dynamo v0.1's formula, scheduler/README.md).
-  double pending_prefill_weight = 0.5;
+  double pending_prefill_weight = 0.2;
   // Busy thresholds: a worker at or over any of them is skipped.
   double busy_kv_usage = 1.0;           // kv_active / kv_total
   double busy_slot_usage = 1.0;         // active / total request slots

@@ -117,6 +117,11 @@ std::string alpha_sentence(const Decision& d, const SchedulerConfig& cfg) {
         "Alpha {} (the cache weighs more than load): the eligible workers' KV usage is balanced (spread load_std "
         "{:.3g} <= scheduler.balance_threshold {} x mean {:.3g}).",
         d.alpha, denoise(d.load_std), cfg.balance_threshold, denoise(d.load_mean));
+  if (cfg.alpha_imbalanced == cfg.alpha_balanced)  // uneven, but no switch to describe
+    return fmt::format(
+        "Alpha {} whatever the load spread (scheduler.alpha_imbalanced = alpha_balanced: no switch; spread load_std "
+        "{:.3g} > scheduler.balance_threshold {} x mean {:.3g}).",
+        d.alpha, denoise(d.load_std), cfg.balance_threshold, denoise(d.load_mean));
   std::string s = fmt::format(
       "Alpha {} (load weighs more than the cache): the eligible workers' KV usage is imbalanced (spread load_std "
       "{:.3g} > scheduler.balance_threshold {} x mean {:.3g}).",

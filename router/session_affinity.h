@@ -9,9 +9,9 @@
 // it ranks. Config:
 // scheduler.session_affinity, off by default: kvroute-sim (docs/sim/README.md)
 // on agentic sessions found it cut TTFT p99 by 15 % at rate x3 with
-// pending_prefill_weight 1.0, but with the tuned 0.5 it changes p99 by -1 % to
-// +2 % and e2e p50 by up to +3 %: the scheduler already keeps sessions on
-// their cache.
+// pending_prefill_weight 1.0, but with 0.5 it changed p99 by -1 % to +2 % and
+// e2e p50 by up to +3 %: the scheduler already keeps sessions on their cache
+// (docs/sim/affinity.txt has the figures with the current defaults).
 //
 // Threading: thread-safe (one mutex; apply() is O(1) plus a scan of the
 // candidates, called from every io thread). At most `max_sessions` sessions

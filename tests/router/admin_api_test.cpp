@@ -183,6 +183,7 @@ TEST_CASE("explain of a decision that waited in the flow queue states the wait")
 
 TEST_CASE("explain explains an alpha switch caused by a tiny load spread") {
   SchedulerConfig cfg;
+  cfg.alpha_imbalanced = 0.7;  // the switch is off by default (equal alphas)
   // KV usage 0.01 % and 0.04 %: load_std 0.00015 > 0.1 x mean 0.00025.
   auto r = decide({cand(1, 2, 1, 10000), cand(2, 2, 4, 10000)}, 4, cfg);
   CHECK(r.decision.alpha == cfg.alpha_imbalanced);
@@ -196,6 +197,13 @@ TEST_CASE("explain explains an alpha switch caused by a tiny load spread") {
   text = explain_text(r, cfg, 16);
   CHECK(has(text.choice, "Alpha 0.3 (the cache weighs more than load)"));
   CHECK_FALSE(has(text.choice, "tiny"));
+  // The defaults do not switch: explain says so instead of "load weighs more".
+  const SchedulerConfig defaults;
+  r = decide({cand(1, 2, 1, 10000), cand(2, 2, 4, 10000)}, 4, defaults);
+  text = explain_text(r, defaults, 16);
+  CHECK_MESSAGE(has(text.choice, "Alpha 0.3 whatever the load spread (scheduler.alpha_imbalanced = alpha_balanced"),
+                text.choice);
+  CHECK_FALSE(has(text.choice, "load weighs more"));
 }
 
 TEST_CASE("explain states softmax sampling and the lowest-cost worker it passed over") {

@@ -94,6 +94,11 @@ TEST_CASE("same-prefix requests go to the worker that holds the prefix") {
 
 TEST_CASE("an overloaded holder loses to the balance term") {
   Sim sim;
+  // The alpha switch (off by default: alpha_imbalanced = alpha_balanced).
+  sim.config.update([](Config& c) {
+    c.scheduler.alpha_imbalanced = 0.7;
+    return std::nullopt;
+  });
   sim.add_worker(1, 9500);  // holder, 95% KV used
   sim.add_worker(2, 500);
   sim.add_worker(3, 500);
@@ -114,6 +119,12 @@ TEST_CASE("an overloaded holder loses to the balance term") {
 TEST_CASE("100 simultaneous same-prefix requests spread according to predicted load") {
   Sim sim;
   for (uint64_t w = 1; w <= 4; ++w) sim.add_worker(w, 1000);
+  // Weight 0.5 (the default is 0.2, under which the holder keeps 82 of the
+  // 100: its queue of 64-token suffixes stays cheaper than recomputing 576).
+  sim.config.update([](Config& c) {
+    c.scheduler.pending_prefill_weight = 0.5;
+    return std::nullopt;
+  });
   const auto shared = prompt(11, 32 * kBlock);  // 512 cached tokens on worker 1
   sim.cache(1, shared);
   // All 100 are dispatched before any load report or first byte comes back:

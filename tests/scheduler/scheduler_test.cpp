@@ -41,6 +41,7 @@ TEST_CASE("cost terms follow the weighted cost (scheduler/README.md) with balanc
 
 TEST_CASE("uneven load switches to alpha_imbalanced and the balance term can beat overlap") {
   SchedulerConfig cfg;
+  cfg.alpha_imbalanced = 0.7;
   SeededRandom rnd(1);
   // Holder of the prefix is nearly full; the other is empty.
   std::vector<Candidate> cs = {cand(1, 8, 950), cand(2, 0, 50)};
@@ -50,6 +51,27 @@ TEST_CASE("uneven load switches to alpha_imbalanced and the balance term can bea
   CHECK(d.scores[0].cost == doctest::Approx(0.375));
   CHECK(d.scores[1].cost == doctest::Approx(-0.015));
   CHECK(cs[*d.chosen].owner.worker == WorkerId{2});
+}
+
+TEST_CASE("the defaults keep a prefix holder whose KV reads fuller than the rest") {
+  // A long session's blocks make the KV load uneven nearly always; the
+  // defaults do not switch alpha for it (alpha_imbalanced = alpha_balanced),
+  // so a whole prompt's hit is not given up for a load deviation of 0.45.
+  SchedulerConfig cfg;
+  SeededRandom rnd(1);
+  std::vector<Candidate> cs = {cand(1, 8, 950), cand(2, 0, 50)};
+  Decision d = schedule(cs, 100, 10, cfg, rnd);
+  CHECK(d.alpha == doctest::Approx(0.3));
+  // holder: 0.3*0.45 + 0.7*0.2 = 0.275 ; other: 0.3*-0.45 + 0.7*1 = 0.565
+  CHECK(d.scores[0].cost == doctest::Approx(0.275));
+  CHECK(d.scores[1].cost == doctest::Approx(0.565));
+  CHECK(cs[*d.chosen].owner.worker == WorkerId{1});
+  // A holder busy prefilling 150 tokens for earlier requests is still kept
+  // (default pending_prefill_weight 0.2: (20 + 0.2*150) / 100 < 1).
+  cs[0].pending_prefill_tokens = 150;
+  d = schedule(cs, 100, 10, cfg, rnd);
+  CHECK(d.scores[0].prefill_ratio == doctest::Approx((20 + 0.2 * 150) / 100.0));
+  CHECK(cs[*d.chosen].owner.worker == WorkerId{1});
 }
 
 TEST_CASE("same load: the longest cached prefix wins") {

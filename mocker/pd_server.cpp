@@ -4,34 +4,11 @@
 // prefill worker's side channel (HTTP here, NIXL in vLLM). SGLang: both legs
 // meet in a bootstrap room on the prefill worker's bootstrap server. The pure
 // parts (parameters, held transfers, lease) are mocker/pd.h.
+#include "mocker/pd_wire.h"
 #include "mocker/server_impl.h"
 
 namespace kvroute::mocker {
 
-namespace {
-
-thread_local simdjson::dom::parser pd_parser;
-
-// Degraded input is logged at warn, rate-limited: the 1st, 2nd, 4th, 8th... time per process.
-bool log_now(uint64_t n) { return (n & (n - 1)) == 0; }
-
-std::string join_hashes(const std::vector<SequenceHash>& v) {
-  std::string out;
-  for (size_t i = 0; i < v.size(); ++i) fmt::format_to(std::back_inserter(out), "{}{}", i ? "," : "", v[i].value);
-  return out;
-}
-
-PdError pd_error_from_name(std::string_view name) {
-  for (PdError e : kPdErrors)
-    if (name == pd_error_name(e)) return e;
-  return PdError::Unreachable;
-}
-
-std::string side_error(PdError e, std::string_view message) {
-  return error_body(ApiError{400, std::string(message), "invalid_request_error", "", pd_error_name(e)});
-}
-
-}  // namespace
 
 MockerServer::Impl::Reject MockerServer::Impl::pd_reject(http::status st, PdError e, std::string message) {
   const bool server_side = st >= http::status::internal_server_error;
@@ -52,69 +29,82 @@ std::optional<MockerServer::Impl::Reject> MockerServer::Impl::classify_pd(const 
   if (auto h = req.find("X-Request-Id"); h != req.end() && h->value().size() <= kMaxParamString)
     gen.request_id_header.assign(h->value().data(), h->value().size());
   simdjson::dom::object body;
-  if (pd_parser.parse(req.body()).get_object().get(body)) return std::nullopt;  // parse_generation checked it
+  if (pd_parser().parse(req.body()).get_object().get(body)) return std::nullopt;  // parse_generation checked it
+  if (c.protocol == PdProtocol::VllmNixl || c.protocol == PdProtocol::VllmMooncake) return classify_vllm(body, gen);
+  return classify_sglang(body, gen);
+}
+
+// vLLM (NIXL or Mooncake connector): the leg from kv_transfer_params
+// (do_remote_decode: a prefill leg; do_remote_prefill: a decode leg; neither:
+// aggregated, as vLLM serves it).
+std::optional<MockerServer::Impl::Reject> MockerServer::Impl::classify_vllm(simdjson::dom::object body, GenParams& gen) {
+  const PdConfig& c = opts.pd;
   std::string detail;
   PdError err = PdError::None;
-  if (c.protocol == PdProtocol::VllmNixl || c.protocol == PdProtocol::VllmMooncake) {
-    const bool mooncake = c.protocol == PdProtocol::VllmMooncake;
-    auto kv = parse_kv_transfer_params(body, err, detail);
-    // Refused here, or (--pd-bad-params recompute, stock vLLM) served aggregated.
-    auto refuse = [&](PdError e, std::string msg) -> std::optional<Reject> {
-      count_rejection(e);
-      if (c.recompute_bad_params) {
-        if (log_now(++pd.recomputed))
-          spdlog::warn("kvroute-mocker: invalid kv_transfer_params ({}), computed locally ({} so far)", msg,
-                       pd.recomputed);
-        gen.leg = PdLeg::None;
-        return std::nullopt;
-      }
-      return pd_reject(http::status::bad_request, e, std::move(msg));
-    };
-    if (err != PdError::None) return refuse(err, detail);
-    if (!kv || (!kv->do_remote_decode && !kv->do_remote_prefill)) return std::nullopt;  // aggregated, as vLLM
-    if (kv->do_remote_decode && kv->do_remote_prefill)
-      return refuse(PdError::Malformed, "kv_transfer_params sets both do_remote_decode and do_remote_prefill");
-    if (kv->do_remote_decode) {
-      if (c.role != PdRole::Prefill)
-        return refuse(PdError::WrongRole, "kv_transfer_params.do_remote_decode sent to a decode worker");
-      if (transfers.full()) {
-        count_rejection(PdError::HeldFull);
-        return pd_reject(http::status::service_unavailable, PdError::HeldFull,
-                         fmt::format("this prefill worker holds {} transfers already", opts.pd.max_held));
-      }
-      // Mooncake: "Missing transfer_id in kv_transfer_params from router!"
-      // (update_state_after_alloc; stock vLLM then holds nothing).
-      if (mooncake && kv->transfer_id.empty())
-        return refuse(PdError::Missing, "kv_transfer_params.do_remote_decode needs transfer_id (minted by the router)");
-      gen.leg = mooncake ? PdLeg::MooncakePrefill : PdLeg::NixlPrefill;
-      gen.kv = std::move(*kv);
+  const bool mooncake = c.protocol == PdProtocol::VllmMooncake;
+  auto kv = parse_kv_transfer_params(body, err, detail);
+  // Refused here, or (--pd-bad-params recompute, stock vLLM) served aggregated.
+  auto refuse = [&](PdError e, std::string msg) -> std::optional<Reject> {
+    count_rejection(e);
+    if (c.recompute_bad_params) {
+      if (log_now(++pd.recomputed))
+        spdlog::warn("kvroute-mocker: invalid kv_transfer_params ({}), computed locally ({} so far)", msg,
+                     pd.recomputed);
+      gen.leg = PdLeg::None;
       return std::nullopt;
     }
-    if (c.role != PdRole::Decode)
-      return refuse(PdError::WrongRole, "kv_transfer_params.do_remote_prefill sent to a prefill worker");
-    if (mooncake) {
-      if (PdError e = check_mooncake_decode_params(*kv, detail); e != PdError::None) return refuse(e, detail);
-      uint16_t port = 0;
-      if (!parse_bootstrap_addr(kv->remote_bootstrap_addr, kv->remote_host, port))
-        return refuse(PdError::Malformed, fmt::format("kv_transfer_params.remote_bootstrap_addr '{}' is not "
-                                                      "http://HOST:PORT", kv->remote_bootstrap_addr));
-      kv->remote_port = port;
-      if (!pd_host_allowed(kv->remote_host))
-        return refuse(PdError::BadHost, fmt::format("kv_transfer_params.remote_bootstrap_addr host '{}' is not an IP "
-                                                    "address or localhost", kv->remote_host));
-      gen.leg = PdLeg::MooncakeDecode;
-      gen.kv = std::move(*kv);
-      return std::nullopt;
+    return pd_reject(http::status::bad_request, e, std::move(msg));
+  };
+  if (err != PdError::None) return refuse(err, detail);
+  if (!kv || (!kv->do_remote_decode && !kv->do_remote_prefill)) return std::nullopt;  // aggregated, as vLLM
+  if (kv->do_remote_decode && kv->do_remote_prefill)
+    return refuse(PdError::Malformed, "kv_transfer_params sets both do_remote_decode and do_remote_prefill");
+  if (kv->do_remote_decode) {
+    if (c.role != PdRole::Prefill)
+      return refuse(PdError::WrongRole, "kv_transfer_params.do_remote_decode sent to a decode worker");
+    if (transfers.full()) {
+      count_rejection(PdError::HeldFull);
+      return pd_reject(http::status::service_unavailable, PdError::HeldFull,
+                       fmt::format("this prefill worker holds {} transfers already", opts.pd.max_held));
     }
-    if (PdError e = check_decode_params(*kv, detail); e != PdError::None) return refuse(e, detail);
-    if (!pd_host_allowed(kv->remote_host))
-      return refuse(PdError::BadHost,
-                    fmt::format("kv_transfer_params.remote_host '{}' is not an IP address or localhost", kv->remote_host));
-    gen.leg = PdLeg::NixlDecode;
+    // Mooncake: "Missing transfer_id in kv_transfer_params from router!"
+    // (update_state_after_alloc; stock vLLM then holds nothing).
+    if (mooncake && kv->transfer_id.empty())
+      return refuse(PdError::Missing, "kv_transfer_params.do_remote_decode needs transfer_id (minted by the router)");
+    gen.leg = mooncake ? PdLeg::MooncakePrefill : PdLeg::NixlPrefill;
     gen.kv = std::move(*kv);
     return std::nullopt;
   }
-  // SGLang (io_struct.py GenerateReqInput): bootstrap_host, bootstrap_port, bootstrap_room.
+  if (c.role != PdRole::Decode)
+    return refuse(PdError::WrongRole, "kv_transfer_params.do_remote_prefill sent to a prefill worker");
+  if (mooncake) {
+    if (PdError e = check_mooncake_decode_params(*kv, detail); e != PdError::None) return refuse(e, detail);
+    uint16_t port = 0;
+    if (!parse_bootstrap_addr(kv->remote_bootstrap_addr, kv->remote_host, port))
+      return refuse(PdError::Malformed, fmt::format("kv_transfer_params.remote_bootstrap_addr '{}' is not "
+                                                    "http://HOST:PORT", kv->remote_bootstrap_addr));
+    kv->remote_port = port;
+    if (!pd_host_allowed(kv->remote_host))
+      return refuse(PdError::BadHost, fmt::format("kv_transfer_params.remote_bootstrap_addr host '{}' is not an IP "
+                                                  "address or localhost", kv->remote_host));
+    gen.leg = PdLeg::MooncakeDecode;
+    gen.kv = std::move(*kv);
+    return std::nullopt;
+  }
+  if (PdError e = check_decode_params(*kv, detail); e != PdError::None) return refuse(e, detail);
+  if (!pd_host_allowed(kv->remote_host))
+    return refuse(PdError::BadHost,
+                  fmt::format("kv_transfer_params.remote_host '{}' is not an IP address or localhost", kv->remote_host));
+  gen.leg = PdLeg::NixlDecode;
+  gen.kv = std::move(*kv);
+  return std::nullopt;
+}
+
+// SGLang (io_struct.py GenerateReqInput): bootstrap_host, bootstrap_port,
+// bootstrap_room; the leg is this worker's role.
+std::optional<MockerServer::Impl::Reject> MockerServer::Impl::classify_sglang(simdjson::dom::object body,
+                                                                              GenParams& gen) {
+  const PdConfig& c = opts.pd;
   auto room = body.at_key("bootstrap_room");
   if (room.error() || room.value_unsafe().is_null()) {
     count_rejection(PdError::Missing);
@@ -203,23 +193,6 @@ awaitable<PeerReply> MockerServer::Impl::peer_post(std::string host, uint16_t po
   co_return out;
 }
 
-// Reads {"blocks":[u64...]} from a side-channel answer.
-static bool read_blocks(std::string_view body, std::vector<SequenceHash>& out) {
-  simdjson::dom::array a;
-  if (pd_parser.parse(body.data(), body.size(), true)["blocks"].get_array().get(a)) return false;
-  for (simdjson::dom::element e : a) {
-    uint64_t h = 0;
-    if (e.get_uint64().get(h) || out.size() >= kMaxRemoteBlocks) return false;
-    out.push_back(SequenceHash{h});
-  }
-  return true;
-}
-
-static PdError read_error_code(std::string_view body) {
-  std::string_view code;
-  if (pd_parser.parse(body.data(), body.size(), true)["error"]["code"].get_string().get(code)) return PdError::Unreachable;
-  return pd_error_from_name(code);
-}
 
 // ---- vLLM NIXL: decode leg ----
 
@@ -447,233 +420,6 @@ void MockerServer::Impl::arm_lease_timer() {
   });
 }
 
-// ---- SGLang ----
-
-std::shared_ptr<Room> MockerServer::Impl::room_for(uint64_t id) {
-  auto it = rooms.find(id);
-  if (it != rooms.end()) return it->second;
-  if (rooms.size() >= opts.pd.max_rooms) return nullptr;
-  auto room = std::make_shared<Room>(ioc.get_executor());
-  rooms.emplace(id, room);
-  return room;
-}
-
-static void erase_room(std::unordered_map<uint64_t, std::shared_ptr<Room>>& rooms, uint64_t id,
-                       const std::shared_ptr<Room>& room) {
-  auto it = rooms.find(id);
-  if (it != rooms.end() && it->second == room) rooms.erase(it);
-}
-
-// Waits on `timer` until `done()` or the deadline; true when done.
-template <typename Pred>
-static awaitable<bool> wait_for(asio::steady_timer& timer, std::chrono::steady_clock::time_point deadline, Pred done) {
-  while (!done() && std::chrono::steady_clock::now() < deadline) {
-    timer.expires_at(deadline);
-    beast::error_code ec;
-    co_await timer.async_wait(nothrow(ec));
-  }
-  co_return done();
-}
-
-// Watches a waiting leg's client: when it closes its connection, `gone` is
-// set and `wake` runs. Cancel the socket's operations to end the watch (the
-// handler then touches nothing). As watch_client() in generation.cpp.
-static void watch_gone(tcp::socket& sock, std::shared_ptr<bool> gone, std::function<void()> wake) {
-  sock.async_wait(tcp::socket::wait_read, [&sock, gone, wake = std::move(wake)](beast::error_code ec) {
-    if (ec == asio::error::operation_aborted) return;
-    if (!ec) {
-      char b;
-      beast::error_code rec;
-      sock.non_blocking(true, rec);
-      const size_t n = sock.receive(asio::buffer(&b, 1), tcp::socket::message_peek, rec);
-      beast::error_code ignored;
-      sock.non_blocking(false, ignored);
-      if (n > 0 || rec == asio::error::would_block || rec == asio::error::try_again) return;  // alive
-    }
-    *gone = true;
-    wake();
-  });
-}
-
-static void end_watch(tcp::socket& sock) {
-  beast::error_code ignored;
-  sock.cancel(ignored);
-}
-
-static std::chrono::steady_clock::time_point deadline_in(double ms) {
-  return std::chrono::steady_clock::now() + std::chrono::microseconds(static_cast<int64_t>(ms * 1000));
-}
-
-// Prefill leg: SGLang's prefill request stays in KVPoll.Bootstrapping until
-// its decode leg connects (common/conn.py), failing after the bootstrap timeout.
-awaitable<std::optional<MockerServer::Impl::Reject>> MockerServer::Impl::sgl_wait_decode(const GenParams& gen,
-                                                                                         tcp::socket& client) {
-  auto room = room_for(gen.room);
-  if (!room) {
-    count_rejection(PdError::RoomsFull);
-    co_return pd_reject(http::status::service_unavailable, PdError::RoomsFull,
-                        fmt::format("{} bootstrap rooms are waiting already", opts.pd.max_rooms));
-  }
-  if (room->prefill_arrived) {
-    count_rejection(PdError::DuplicateRoom);
-    co_return pd_reject(http::status::bad_request, PdError::DuplicateRoom,
-                        fmt::format("bootstrap_room {} has a prefill request already", gen.room));
-  }
-  room->prefill_arrived = true;
-  const auto t0 = std::chrono::steady_clock::now();
-  auto gone = std::make_shared<bool>(false);
-  watch_gone(client, gone, [room] { room->prefill_wake.cancel(); });
-  const bool met = co_await wait_for(room->prefill_wake, deadline_in(opts.pd.bootstrap_timeout_ms),
-                                     [&] { return room->decode_arrived || room->failed || *gone; });
-  end_watch(client);
-  if (met && !room->failed && !*gone) co_return std::nullopt;
-  room->failed = true;
-  room->decode_wake.cancel();
-  erase_room(rooms, gen.room, room);
-  if (*gone) {  // the client left (the router cancelled the leg): nothing to answer
-    ++cancels_total;
-    co_return pd_reject(http::status::bad_request, PdError::RoomTimeout, "the client went away");
-  }
-  count_rejection(PdError::RoomTimeout);
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  co_return pd_reject(http::status::internal_server_error, PdError::RoomTimeout,
-                      fmt::format("Prefill bootstrap failed for request bootstrap_room={0} with exception "
-                                  "KVTransferError(bootstrap_room={0}): Request {0} timed out after {1:.1f}s in "
-                                  "KVPoll.Bootstrapping",
-                                  gen.room, s));
-}
-
-// A prefill leg that met its decode leg and then ended without handing its
-// blocks over (refused at admission, or its client left during the prefill):
-// the room closes now, and its decode leg, waiting for the KV, fails at once
-// (SGLang: the prefill's KVSender fails, the decode's KVReceiver polls Failed).
-void MockerServer::Impl::sgl_close_room(uint64_t id) {
-  auto it = rooms.find(id);
-  if (it == rooms.end()) return;
-  std::shared_ptr<Room> room = it->second;
-  room->failed = true;
-  room->decode_wake.cancel();
-  rooms.erase(it);
-}
-
-// Prefill leg after its prefill: the room's decode leg takes the held blocks;
-// they are released either way.
-awaitable<std::optional<MockerServer::Impl::Reject>> MockerServer::Impl::sgl_hand_over(const GenParams& gen,
-                                                                                       const Prepared& prep,
-                                                                                       uint64_t id,
-                                                                                       tcp::socket& client) {
-  Engine& engine = *engines[static_cast<size_t>(prep.rank)];
-  auto it = rooms.find(gen.room);
-  std::shared_ptr<Room> room = it == rooms.end() ? nullptr : it->second;
-  bool taken = false;
-  if (room && engine.held(id)) {
-    room->blocks = *engine.held(id);
-    room->ready = true;
-    room->decode_wake.cancel();
-    auto gone = std::make_shared<bool>(false);
-    watch_gone(client, gone, [room] { room->prefill_wake.cancel(); });
-    taken = co_await wait_for(room->prefill_wake, deadline_in(opts.pd.waiting_timeout_ms),
-                              [&] { return room->taken || room->failed || *gone; }) &&
-            room->taken;
-    end_watch(client);
-    if (!taken) {  // the decode leg will not get it now
-      room->failed = true;
-      room->decode_wake.cancel();
-    }
-    erase_room(rooms, gen.room, room);
-  }
-  engine.release_held(id);
-  schedule();
-  if (taken) {
-    ++pd.rooms_completed;
-    ++pd.prefill_legs;
-    co_return std::nullopt;
-  }
-  count_rejection(PdError::RoomTimeout);
-  co_return pd_reject(http::status::internal_server_error, PdError::RoomTimeout,
-                      fmt::format("Prefill transfer failed for request bootstrap_room={0} with exception "
-                                  "KVTransferError(bootstrap_room={0}): the decode instance did not take the KV cache",
-                                  gen.room));
-}
-
-// The bootstrap server's side of a decode leg (this emulation's stand-in for
-// the decode's metadata message and the transfer): waits for the room's
-// prefill, then takes its blocks.
-awaitable<std::pair<http::status, std::string>> MockerServer::Impl::sgl_room_request(std::string_view body) {
-  uint64_t id = 0, wait_ms = 0;
-  auto doc = pd_parser.parse(body.data(), body.size(), true);
-  if (doc["room"].get_uint64().get(id) || doc["wait_ms"].get_uint64().get(wait_ms))
-    co_return std::pair{http::status::bad_request, side_error(PdError::Malformed, R"(body must be {"room": N, "wait_ms": N})")};
-  auto room = room_for(id);
-  if (!room) {
-    ++pd.side_channel_rejected[pd_error_name(PdError::RoomsFull)];
-    co_return std::pair{http::status::service_unavailable, side_error(PdError::RoomsFull, "too many rooms waiting")};
-  }
-  if (room->decode_arrived) {
-    ++pd.side_channel_rejected[pd_error_name(PdError::DuplicateRoom)];
-    co_return std::pair{http::status::conflict,
-                        side_error(PdError::DuplicateRoom, fmt::format("room {} has a decode request already", id))};
-  }
-  room->decode_arrived = true;
-  room->prefill_wake.cancel();
-  const double cap = std::min<double>(double(wait_ms), opts.pd.waiting_timeout_ms);
-  const bool ready = co_await wait_for(room->decode_wake, deadline_in(cap), [&] { return room->ready || room->failed; });
-  if (ready && room->ready && !room->failed) {
-    room->taken = true;
-    room->prefill_wake.cancel();
-    ++pd.transfers_served;
-    co_return std::pair{http::status::ok, fmt::format(R"({{"blocks":[{}]}})", join_hashes(room->blocks))};
-  }
-  room->failed = true;
-  room->prefill_wake.cancel();
-  if (!room->prefill_arrived) erase_room(rooms, id, room);
-  ++pd.side_channel_rejected[pd_error_name(PdError::RoomTimeout)];
-  co_return std::pair{http::status::gateway_timeout,
-                      side_error(PdError::RoomTimeout, fmt::format("no prefill for room {} in time", id))};
-}
-
-// Decode leg: SGLang's decode registers with the prefill's bootstrap server
-// and waits in KVPoll.WaitingForInput for the KV, failing after the waiting
-// timeout with HTTP 500 (disaggregation/decode.py pop_transferred():
-// prepare_abort(..., status_code=INTERNAL_SERVER_ERROR)).
-awaitable<std::optional<MockerServer::Impl::Reject>> MockerServer::Impl::sgl_take(const GenParams& gen,
-                                                                                  Prepared& prep) {
-  Engine& engine = *engines[static_cast<size_t>(prep.rank)];
-  const std::vector<SequenceHash> blocks = engine.prompt_blocks(prep.tokens, prep.ns);
-  const auto t0 = std::chrono::steady_clock::now();
-  auto fail = [&](PdError e, std::string why) -> std::optional<Reject> {
-    count_rejection(e);
-    return pd_reject(http::status::internal_server_error, e,
-                     fmt::format("Decode transfer failed for request bootstrap_room={0} with exception "
-                                 "KVTransferError(bootstrap_room={0}): {1}",
-                                 gen.room, why));
-  };
-  std::string body = fmt::format(R"({{"room":{},"wait_ms":{}}})", gen.room,
-                                 static_cast<uint64_t>(opts.pd.waiting_timeout_ms));
-  const PeerReply reply =
-      co_await peer_post(gen.bootstrap_host, gen.bootstrap_port, "/mocker/sglang/room", std::move(body),
-                         std::chrono::milliseconds(static_cast<int64_t>(opts.pd.waiting_timeout_ms) + 10000));
-  if (reply.status == 0)
-    co_return fail(PdError::Unreachable, "Failed to get kvcache from prefill instance, it might be dead");
-  if (reply.status == 504) {
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    co_return fail(PdError::RoomTimeout,
-                   fmt::format("Request {} timed out after {:.1f}s in KVPoll.WaitingForInput", gen.room, s));
-  }
-  if (reply.status != 200) {
-    const PdError e = read_error_code(reply.body);
-    co_return fail(e, fmt::format("the prefill instance refused the room ({})", pd_error_name(e)));
-  }
-  std::vector<SequenceHash> got;
-  if (!read_blocks(reply.body, got) || got != blocks)
-    co_return fail(PdError::PromptMismatch, "the KV cache received is not this prompt's");
-  // Pages this worker caches already are not sent (send_metadata's decode_prefix_len, common/conn.py).
-  const uint32_t local = engine.cached_prefix(blocks);
-  co_await transfer_blocks(blocks.size(), local, prep);
-  ++pd.rooms_completed;
-  co_return std::nullopt;
-}
-
 // ---- the side channel's routes ----
 
 awaitable<bool> MockerServer::Impl::side_channel(beast::tcp_stream& s, const http::request<http::string_body>& req,
@@ -711,7 +457,7 @@ awaitable<bool> MockerServer::Impl::side_channel(beast::tcp_stream& s, const htt
   simdjson::dom::object o;
   std::string_view eid, rid;
   std::vector<uint64_t> ids;
-  bool ok = !pd_parser.parse(req.body()).get_object().get(o) && !o["engine_id"].get_string().get(eid) &&
+  bool ok = !pd_parser().parse(req.body()).get_object().get(o) && !o["engine_id"].get_string().get(eid) &&
             !o["request_id"].get_string().get(rid);
   if (ok && target == "/nixl/read") {
     simdjson::dom::array a;
@@ -783,7 +529,7 @@ awaitable<void> MockerServer::Impl::mooncake_side_channel(beast::tcp_stream& s,
   simdjson::dom::object o;
   std::string_view eid, tid;
   uint64_t from = 0, count = 0;
-  bool ok = !pd_parser.parse(req.body()).get_object().get(o) && !o["engine_id"].get_string().get(eid) &&
+  bool ok = !pd_parser().parse(req.body()).get_object().get(o) && !o["engine_id"].get_string().get(eid) &&
             !o["transfer_id"].get_string().get(tid);
   if (ok && target == "/mooncake/read") ok = !o["from_block"].get_uint64().get(from) && !o["blocks"].get_uint64().get(count);
   auto refuse = [&](http::status st, PdError e, std::string msg) -> awaitable<void> {

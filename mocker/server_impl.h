@@ -310,6 +310,8 @@ struct MockerServer::Impl {
   // ---- prefill/decode disaggregation (pd_server.cpp) ----
   static Reject pd_reject(http::status st, PdError e, std::string message);
   std::optional<Reject> classify_pd(const http::request<http::string_body>& req, GenParams& gen);
+  std::optional<Reject> classify_vllm(simdjson::dom::object body, GenParams& gen);
+  std::optional<Reject> classify_sglang(simdjson::dom::object body, GenParams& gen);
   void count_rejection(PdError e) { ++pd.rejected[pd_error_name(e)]; }
   // Decode leg, before admission: pulls (vLLM) or takes (SGLang) the prompt's
   // KV from the prefill worker; sets prep.imported_blocks.

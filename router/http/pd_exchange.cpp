@@ -43,6 +43,10 @@ void PdLeg::cancel() {
   result = LegResult::Cancelled;
 }
 
+// What asking a Mooncake prefill worker's bootstrap server came to (outside
+// the anonymous namespace: pd_prefill_vllm()'s coroutine frame holds it).
+enum class MooncakeSetup : uint8_t { Ready, NoEngine, ClientGone };
+
 namespace {
 
 // The answer of a prefill leg: one output token, and block ids of the prompt.
@@ -285,6 +289,42 @@ awaitable<void> release_leg(std::shared_ptr<PdLeg> leg, std::shared_ptr<const Co
   }
 }
 
+// Mooncake: the decode engine finds the prefilled blocks by the prefill
+// worker's bootstrap server, its engine id for the rank that prefilled, and
+// a transfer id the router mints, fresh for every prefill leg (the prefill
+// engine keys its held blocks by it). Ready: `leg_body` is the prefill leg's
+// body, `params` the decode leg's kv_transfer_params and `rank` the rank the
+// prefill leg names (over one rank with none pinned).
+awaitable<MooncakeSetup> mooncake_setup(PdState& pd, const PdContext& c, const RouteTarget& t, const UpstreamUrl& url,
+                                        std::string& leg_body, std::string& params, std::optional<uint32_t>& rank) {
+  RouterMetrics* m = c.s.hooks.metrics;
+  const std::string addr = bootstrap_addr(url, c.route.pd.bootstrap_ports[pd.next_prefill]);
+  std::string_view why;
+  const std::optional<std::string> answer = co_await mooncake_query(c, addr, why);
+  if (c.watch.client_gone()) co_return MooncakeSetup::ClientGone;
+  pd::MooncakeEngine engine;
+  std::string detail;
+  const pd::ParamsError err =
+      answer ? pd::read_mooncake_query(*answer, t.dp_rank, engine, &detail) : pd::ParamsError::None;
+  if (!answer || err != pd::ParamsError::None) {
+    if (answer && m) m->pd_params_rejected_total.with({pd::to_string(err)}).inc();
+    if (answer) forget_mooncake_query(addr);
+    static RateLimiter rl;
+    if (rl.allow())
+      spdlog::warn("prefill worker {} ({}): its Mooncake bootstrap server {} gave no engine id: {}{}{}",
+                   t.worker.value, t.url, addr, answer ? pd::to_string(err) : why, detail.empty() ? "" : ": ",
+                   detail);
+    co_return MooncakeSetup::NoEngine;
+  }
+  // Over one rank: the prefill leg names the rank whose engine id the
+  // decode leg gets (mooncake_connector_proxy.py sends X-data-parallel-rank).
+  if (!t.dp_rank && engine.ranks > 1) rank = engine.rank;
+  const std::string transfer_id = fmt::format("xfer-{}-{}", pd.request_id, ++pd.transfers_minted);
+  pd::mooncake_prefill_body(pd.stripped, transfer_id, leg_body);
+  params = pd::mooncake_decode_params(addr, engine.engine_id, transfer_id);
+  co_return MooncakeSetup::Ready;
+}
+
 }  // namespace
 
 bool pd_begin(PdState& pd, const PdContext& c) {
@@ -321,38 +361,15 @@ awaitable<PdPrefill> pd_prefill_vllm(PdState& pd, const PdContext& c) {
       failure = "connect";
       continue;
     }
-    // Mooncake: the decode engine finds the prefilled blocks by the prefill
-    // worker's bootstrap server, its engine id for the rank that prefilled,
-    // and a transfer id the router mints, fresh for every prefill leg (the
-    // prefill engine keys its held blocks by it).
     std::string mooncake_params;
     std::optional<uint32_t> rank;
     if (mooncake) {
-      const std::string addr = bootstrap_addr(url, c.route.pd.bootstrap_ports[pd.next_prefill]);
-      std::string_view why;
-      const std::optional<std::string> answer = co_await mooncake_query(c, addr, why);
-      if (c.watch.client_gone()) co_return PdPrefill::ClientGone;
-      pd::MooncakeEngine engine;
-      std::string detail;
-      const pd::ParamsError err =
-          answer ? pd::read_mooncake_query(*answer, t.dp_rank, engine, &detail) : pd::ParamsError::None;
-      if (!answer || err != pd::ParamsError::None) {
-        if (answer && m) m->pd_params_rejected_total.with({pd::to_string(err)}).inc();
-        if (answer) forget_mooncake_query(addr);
-        static RateLimiter rl;
-        if (rl.allow())
-          spdlog::warn("prefill worker {} ({}): its Mooncake bootstrap server {} gave no engine id: {}{}{}",
-                       t.worker.value, t.url, addr, answer ? pd::to_string(err) : why, detail.empty() ? "" : ": ",
-                       detail);
+      const MooncakeSetup setup = co_await mooncake_setup(pd, c, t, url, leg_body, mooncake_params, rank);
+      if (setup == MooncakeSetup::ClientGone) co_return PdPrefill::ClientGone;
+      if (setup == MooncakeSetup::NoEngine) {
         failure = "bootstrap_query";
         continue;
       }
-      // Over one rank: the prefill leg names the rank whose engine id the
-      // decode leg gets (mooncake_connector_proxy.py sends X-data-parallel-rank).
-      if (!t.dp_rank && engine.ranks > 1) rank = engine.rank;
-      const std::string transfer_id = fmt::format("xfer-{}-{}", pd.request_id, ++pd.transfers_minted);
-      pd::mooncake_prefill_body(pd.stripped, transfer_id, leg_body);
-      mooncake_params = pd::mooncake_decode_params(addr, engine.engine_id, transfer_id);
     }
     auto leg = make_leg(pd, c, t, leg_body, rank);
     if (!leg) {

@@ -81,8 +81,9 @@ fi
   echo "reserve), 64 sequences, load reports every 100 ms, seed 1. A rate xR multiplies each workload's"
   echo "own arrival rate: x1 replays its timing, x2 compresses it by 2, except the time within a session (tool"
   echo "pauses), which every rate keeps: sessions start R times as often. The Mooncake conversation trace is split in time:"
-  echo "\`kvroute-sim tune\` chose the defaults on its first half (train); every figure below is on its"
-  echo "second half (test) or on a generated workload (sim/workload.h) that tuning never saw."
+  echo "the defaults were chosen on its first half (train) and on other draws (seed 2) of the generated"
+  echo "workloads; every figure below is on its second half (test) or on a generated workload (sim/workload.h)"
+  echo "drawn with seed 1, which tuning never saw."
   echo
   echo "KV tiers (a host tier per worker, a pool shared by the fleet, the pool's bandwidth varied): [pools.md](pools.md)"
   echo "(\`bash sim/pools_report.sh\`). Aggregated vs disaggregated (prefill/decode) fleets: [pd.md](pd.md)"
@@ -176,11 +177,11 @@ PY
   echo "|---|---|---|---|---|---|"
   cat "$OUT/affinity.txt"
   echo
-  echo "Off by default (scheduler.session_affinity). On the h100-llama3-8b profile's capacity, with nothing"
-  echo "rejected, it is the difference between an overloaded fleet and a working one at x1 (1.23 C; hit rate"
-  echo "0.51 -> 0.81, TTFT p50 143 s -> 304 ms, p99 818 -> 10.8 s) and halves p50 at x2 and x3 (2.5 and 3.7 C:"
-  echo "486 -> 229 s, 475 -> 317 s), where every policy overloads; the default was chosen on the old engine model"
-  echo "and is left to a tune that weighs sessions (the trace's train slice has none)."
+  echo "Off by default (scheduler.session_affinity). With the defaults above it no longer helps where the"
+  echo "fleet is near capacity: at x1 (1.23 C) it lowers the hit rate (0.823 -> 0.809) and raises TTFT p50 255 -> 297 ms and"
+  echo "p99 7.0 -> 10.6 s. At x2 and x3 (2.5 and 3.7 C), where every policy's queue grows for the whole run,"
+  echo "it lowers p50 (380 -> 230 s, 406 -> 315 s). A session is kept on its worker by its cached prefix"
+  echo "already; the affinity adds a pin that ignores load."
   echo
   echo "## Tuning (train slice) and held-out results"
   echo

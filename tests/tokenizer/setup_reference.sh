@@ -9,6 +9,10 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 DATA="$ROOT/tests/reference/data"
 mkdir -p "$DATA/models" "$DATA/node"
+# Several tests call this at once under ctest -j2 on a fresh clone: one installs, the others wait
+# for it (without the lock two of them replaced the same model directory under each other).
+exec 9>"$DATA/.lock"
+flock 9
 
 MODELS=(qwen3 llama3_1 deepseek_v3 gemma3 gpt4o gptoss llama2)
 for m in "${MODELS[@]}"; do

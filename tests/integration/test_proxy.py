@@ -397,24 +397,18 @@ class Ipv6AndPoolTest(unittest.TestCase):
                     seen.add(r.header("x-kvroute-worker"))
                 self.assertIn("6", seen)
 
-                def pooled_to(p):  # the router's connections to port p, still open on its side
-                    n = 0
-                    for path in ("/proc/net/tcp6", "/proc/net/tcp"):
-                        with open(path) as fh:
-                            for line in fh.readlines()[1:]:
-                                fields = line.split()
-                                if int(fields[2].rsplit(":", 1)[1], 16) == p:
-                                    n += 1
-                    return n
-                def states_to(p):  # their TCP states (hex, as /proc/net/tcp* gives them), for a failure message
+                def states_to(p):  # the router's connections to port p still open on its side: their TCP states
                     out = []
                     for path in ("/proc/net/tcp6", "/proc/net/tcp"):
                         with open(path) as fh:
                             for line in fh.readlines()[1:]:
                                 fields = line.split()
                                 if int(fields[2].rsplit(":", 1)[1], 16) == p:
-                                    out.append(fields[3])
+                                    out.append(fields[3])  # hex, as /proc/net/tcp* gives them
                     return out
+
+                def pooled_to(p):
+                    return len(states_to(p))
                 self.assertGreater(pooled_to(port), 0)
                 f.kill("mocker-6")  # its sockets on the router's side linger (CLOSE_WAIT) until evicted
                 self.assertTrue(wait_until(lambda: f.metric("kvroute_scheduler_workers") == 1, 10))

@@ -189,28 +189,6 @@ std::optional<MockerServer::Impl::Reject> MockerServer::Impl::admit_generation(c
   return std::nullopt;
 }
 
-// Watches the client while generating: a close cancels the request.
-static void watch_client(tcp::socket& sock, const std::shared_ptr<Pending>& p) {
-  sock.async_wait(tcp::socket::wait_read, [&sock, p](beast::error_code ec) {
-    // Cancelled when the response is done: the session may be gone, touch nothing.
-    if (ec == asio::error::operation_aborted || p->client_gone) return;
-    if (ec) {  // the socket failed: the client is gone
-      p->client_gone = true;
-      p->wake.cancel();
-      return;
-    }
-    char b;
-    beast::error_code rec;
-    sock.non_blocking(true, rec);
-    const size_t n = sock.receive(asio::buffer(&b, 1), tcp::socket::message_peek, rec);
-    beast::error_code ignored;
-    sock.non_blocking(false, ignored);
-    if (n > 0 || rec == asio::error::would_block || rec == asio::error::try_again) return;  // alive
-    p->client_gone = true;
-    p->wake.cancel();
-  });
-}
-
 // One generation's answer as it is written: ids, counts, the SSE framing, and
 // the shapes of each API (chat and completions; the Responses API as OpenAI
 // and vllm/entrypoints/openai/responses/serving.py write it; the Messages API
@@ -537,10 +515,16 @@ awaitable<bool> MockerServer::Impl::generate(beast::tcp_stream& s, const http::r
     if (in_room) sgl_close_room(gen.room);  // refused at admission after the rendezvous
     // vLLM: a decode leg refused before its pull frees the prefill worker's blocks
     // (_with_kv_transfer_rejection_cleanup, vllm/entrypoints/generate/base/serving.py).
-    if (gen.leg == PdLeg::NixlDecode && !pulled) nixl_notify_free(gen);
+    if (gen.leg == PdLeg::NixlDecode && !pulled)
+      notify_peer(gen, "/nixl/free",
+                  fmt::format(R"({{"engine_id":"{}","request_id":"{}"}})", json_escape(gen.kv.remote_engine_id),
+                              json_escape(gen.kv.remote_request_id)));
     // Mooncake: request_finished() of a decode never scheduled queues an
     // empty pull, so the prefill worker frees the transfer.
-    if (gen.leg == PdLeg::MooncakeDecode && !pulled) mooncake_notify_free(gen);
+    if (gen.leg == PdLeg::MooncakeDecode && !pulled)
+      notify_peer(gen, "/mooncake/free",
+                  fmt::format(R"({{"engine_id":"{}","transfer_id":"{}"}})", json_escape(gen.kv.remote_engine_id),
+                              json_escape(gen.kv.transfer_id)));
     // Bodies are built before co_await: GCC 12 mishandles temporaries in co_await expressions.
     std::string body = api_error_body(kind, reject->error);
     co_return co_await respond(s, v, keep, reject->status, std::move(body));
@@ -549,7 +533,11 @@ awaitable<bool> MockerServer::Impl::generate(beast::tcp_stream& s, const http::r
   p->arrival_ms = arrival_ms;
   pending[id] = p;
   schedule();
-  watch_client(s.socket(), p);
+  watch_departure(s.socket(), [p] {  // the client left: cancel the request
+    if (p->client_gone) return;
+    p->client_gone = true;
+    p->wake.cancel();
+  });
 
   // A PD-role worker names its answer after X-Request-Id as vLLM does (cmpl-{X-Request-Id}), so
   // a test can tell that both legs of a request carried one id.
@@ -580,6 +568,7 @@ awaitable<bool> MockerServer::Impl::generate(beast::tcp_stream& s, const http::r
   // Mooncake: held whether streamed or not (request_finished() looks at the
   // finish reason only), and nothing returned.
   if (gen.leg == PdLeg::MooncakePrefill) mooncake_hold(gen, prep, id);
+  if (gen.leg == PdLeg::NixlPrefill || gen.leg == PdLeg::MooncakePrefill) co_await hold_answer();
   if (gen.leg == PdLeg::SglPrefill) {
     auto failed = co_await sgl_hand_over(gen, prep, id, s.socket());
     if (failed && !r.parsed.stream) {

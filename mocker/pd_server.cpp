@@ -205,39 +205,56 @@ awaitable<std::optional<MockerServer::Impl::Reject>> MockerServer::Impl::nixl_pu
   const KvTransferParams& kv = gen.kv;
   Engine& engine = *engines[static_cast<size_t>(prep.rank)];
   const std::vector<SequenceHash> blocks = engine.prompt_blocks(prep.tokens, prep.ns);
-  auto fail = [&](PdError e, std::string msg) -> std::optional<Reject> {
-    count_rejection(e);
-    if (opts.pd.recompute_bad_params) {  // kv_load_failure_policy=recompute: compute locally
-      if (log_now(++pd.recomputed))
-        spdlog::warn("kvroute-mocker: KV pull failed ({}), computed locally ({} so far)", msg, pd.recomputed);
-      prep.imported_blocks = 0;
-      return std::nullopt;
-    }
-    return pd_reject(http::status::bad_request, e, std::move(msg));
-  };
   const std::vector<uint64_t>& ids = *kv.remote_block_ids;
   if (ids.size() != blocks.size())
-    co_return fail(PdError::PromptMismatch,
-                   fmt::format("kv_transfer_params.remote_block_ids lists {} blocks; this prompt has {} complete blocks",
-                               ids.size(), blocks.size()));
+    co_return pull_failed(PdError::PromptMismatch,
+                          fmt::format("kv_transfer_params.remote_block_ids lists {} blocks; this prompt has {} "
+                                      "complete blocks",
+                                      ids.size(), blocks.size()),
+                          prep);
   const uint32_t local = engine.cached_prefix(blocks);
   std::string body = fmt::format(R"({{"engine_id":"{}","request_id":"{}","block_ids":[{}]}})",
                                  json_escape(kv.remote_engine_id), json_escape(kv.remote_request_id),
                                  fmt::join(ids.begin() + local, ids.end(), ","));
   const PeerReply reply =
       co_await peer_post(kv.remote_host, *kv.remote_port, "/nixl/read", std::move(body), std::chrono::seconds(10));
+  const std::string transfer = fmt::format("remote_request_id '{}'", kv.remote_request_id);
+  co_return co_await finish_pull(reply, blocks, local, prep, contacted, "side channel", transfer);
+}
+
+// A decode leg whose pull failed: refused, or computed here (--pd-bad-params
+// recompute, vLLM's kv_load_failure_policy=recompute).
+std::optional<MockerServer::Impl::Reject> MockerServer::Impl::pull_failed(PdError e, std::string msg, Prepared& prep) {
+  count_rejection(e);
+  if (opts.pd.recompute_bad_params) {
+    if (log_now(++pd.recomputed))
+      spdlog::warn("kvroute-mocker: KV transfer failed ({}), computed locally ({} so far)", msg, pd.recomputed);
+    prep.imported_blocks = 0;
+    return std::nullopt;
+  }
+  return pd_reject(http::status::bad_request, e, std::move(msg));
+}
+
+// The tail both vLLM pulls share: the prefill worker's reply to a read of
+// the prompt's blocks from `local` on, checked (no answer, a refusal naming
+// its reason, blocks that are not the prompt's), then the transfer time.
+awaitable<std::optional<MockerServer::Impl::Reject>> MockerServer::Impl::finish_pull(
+    const PeerReply& reply, const std::vector<SequenceHash>& blocks, uint32_t local, Prepared& prep, bool& contacted,
+    std::string_view peer, std::string_view transfer) {
   if (reply.status == 0)
-    co_return fail(PdError::Unreachable, fmt::format("the prefill worker's side channel did not answer: {}", reply.error));
+    co_return pull_failed(PdError::Unreachable,
+                          fmt::format("the prefill worker's {} did not answer: {}", peer, reply.error), prep);
   contacted = true;
   if (reply.status != 200) {
     const PdError e = read_error_code(reply.body);
-    co_return fail(e, fmt::format("the prefill worker refused the KV transfer ({}): remote_request_id '{}'",
-                                  pd_error_name(e), kv.remote_request_id));
+    co_return pull_failed(e, fmt::format("the prefill worker refused the KV transfer ({}): {}", pd_error_name(e),
+                                         transfer),
+                          prep);
   }
   std::vector<SequenceHash> got;
-  if (!read_blocks(reply.body, got) ||
+  if (!read_blocks(reply.body, got) || got.size() != blocks.size() - local ||
       !std::equal(got.begin(), got.end(), blocks.begin() + local, blocks.end()))
-    co_return fail(PdError::PromptMismatch, "the pulled KV blocks are not this prompt's");
+    co_return pull_failed(PdError::PromptMismatch, "the transferred KV blocks are not this prompt's", prep);
   co_await transfer_blocks(blocks.size(), local, prep);
   co_return std::nullopt;
 }
@@ -260,13 +277,15 @@ awaitable<void> MockerServer::Impl::transfer_blocks(size_t blocks, uint32_t loca
   prep.imported_blocks = static_cast<uint32_t>(blocks);
 }
 
-void MockerServer::Impl::nixl_notify_free(const GenParams& gen) {
-  std::string body = fmt::format(R"({{"engine_id":"{}","request_id":"{}"}})", json_escape(gen.kv.remote_engine_id),
-                                 json_escape(gen.kv.remote_request_id));
+// The decode side's "free" to the prefill worker that holds a transfer it
+// will not read (NIXL's notification, Mooncake's empty pull): sent on its
+// own, its answer not awaited by the leg.
+void MockerServer::Impl::notify_peer(const GenParams& gen, std::string_view target, std::string body) {
   asio::co_spawn(
       ioc,
-      [this, host = gen.kv.remote_host, port = *gen.kv.remote_port, body = std::move(body)]() -> awaitable<void> {
-        co_await peer_post(host, port, "/nixl/free", body, std::chrono::seconds(5));
+      [this, host = gen.kv.remote_host, port = *gen.kv.remote_port, target = std::string(target),
+       body = std::move(body)]() -> awaitable<void> {
+        co_await peer_post(host, port, target, body, std::chrono::seconds(5));
       },
       asio::detached);
 }
@@ -290,35 +309,13 @@ awaitable<std::optional<MockerServer::Impl::Reject>> MockerServer::Impl::mooncak
   const KvTransferParams& kv = gen.kv;
   Engine& engine = *engines[static_cast<size_t>(prep.rank)];
   const std::vector<SequenceHash> blocks = engine.prompt_blocks(prep.tokens, prep.ns);
-  auto fail = [&](PdError e, std::string msg) -> std::optional<Reject> {
-    count_rejection(e);
-    if (opts.pd.recompute_bad_params) {
-      if (log_now(++pd.recomputed))
-        spdlog::warn("kvroute-mocker: KV transfer failed ({}), computed locally ({} so far)", msg, pd.recomputed);
-      prep.imported_blocks = 0;
-      return std::nullopt;
-    }
-    return pd_reject(http::status::bad_request, e, std::move(msg));
-  };
   const uint32_t local = engine.cached_prefix(blocks);
   std::string body = fmt::format(R"({{"engine_id":"{}","transfer_id":"{}","from_block":{},"blocks":{}}})",
                                  json_escape(kv.remote_engine_id), json_escape(kv.transfer_id), local, blocks.size());
   const PeerReply reply =
       co_await peer_post(kv.remote_host, *kv.remote_port, "/mooncake/read", std::move(body), std::chrono::seconds(10));
-  if (reply.status == 0)
-    co_return fail(PdError::Unreachable, fmt::format("the prefill worker's bootstrap server did not answer: {}", reply.error));
-  contacted = true;
-  if (reply.status != 200) {
-    const PdError e = read_error_code(reply.body);
-    co_return fail(e, fmt::format("the prefill worker refused the KV transfer ({}): transfer_id '{}'", pd_error_name(e),
-                                  kv.transfer_id));
-  }
-  std::vector<SequenceHash> got;
-  if (!read_blocks(reply.body, got) || !std::equal(got.begin(), got.end(), blocks.begin() + local, blocks.end()) ||
-      got.size() != blocks.size() - local)
-    co_return fail(PdError::PromptMismatch, "the transferred KV blocks are not this prompt's");
-  co_await transfer_blocks(blocks.size(), local, prep);
-  co_return std::nullopt;
+  const std::string transfer = fmt::format("transfer_id '{}'", kv.transfer_id);
+  co_return co_await finish_pull(reply, blocks, local, prep, contacted, "bootstrap server", transfer);
 }
 
 // request_finished() of a Mooncake producer: a prefill that ran to its
@@ -343,15 +340,15 @@ void MockerServer::Impl::mooncake_hold(const GenParams& gen, const Prepared& pre
   ++pd.prefill_legs;
 }
 
-void MockerServer::Impl::mooncake_notify_free(const GenParams& gen) {
-  std::string body = fmt::format(R"({{"engine_id":"{}","transfer_id":"{}"}})", json_escape(gen.kv.remote_engine_id),
-                                 json_escape(gen.kv.transfer_id));
-  asio::co_spawn(
-      ioc,
-      [this, host = gen.kv.remote_host, port = *gen.kv.remote_port, body = std::move(body)]() -> awaitable<void> {
-        co_await peer_post(host, port, "/mooncake/free", body, std::chrono::seconds(5));
-      },
-      asio::detached);
+awaitable<void> MockerServer::Impl::hold_answer() {
+  if (!hold_answers) co_return;
+  ++pd.answers_held;
+  while (hold_answers) {
+    beast::error_code ec;
+    co_await answers_gate.async_wait(nothrow(ec));  // cancelled when the hold is cleared (or the server stops)
+    if (ec != asio::error::operation_aborted) break;
+  }
+  --pd.answers_held;
 }
 
 // ---- vLLM NIXL: prefill leg ----
@@ -611,11 +608,11 @@ std::string MockerServer::Impl::pd_stats_json() const {
       R"({{"role":"{}","protocol":"{}","engine_id":"{}","side_channel_port":{},"held_transfers":{},"held_blocks":{},)"
       R"("transfers_served":{},"transfers_expired":{},"transfers_freed":{},)"
       R"("transfers_completed":{},"blocks_pulled":{},"bytes_pulled":{},"blocks_local":{},"prefill_legs":{},)"
-      R"("recomputed":{},"rooms_waiting":{},"rooms_completed":{},"rejected":{},"side_channel_rejected":{}}})",
+      R"("recomputed":{},"answers_held":{},"rooms_waiting":{},"rooms_completed":{},"rejected":{},"side_channel_rejected":{}}})",
       role, proto, json_escape(engine_id), side_acceptor.is_open() ? side_acceptor.local_endpoint().port() : 0,
       transfers.held_transfers() + ready_rooms, held_blocks, pd.transfers_served, pd.transfers_expired,
       pd.transfers_freed, pd.transfers_completed, pd.blocks_pulled, pd.bytes_pulled, pd.blocks_local,
-      pd.prefill_legs, pd.recomputed, rooms.size(), pd.rooms_completed, reasons(pd.rejected),
+      pd.prefill_legs, pd.recomputed, pd.answers_held, rooms.size(), pd.rooms_completed, reasons(pd.rejected),
       reasons(pd.side_channel_rejected));
 }
 

@@ -35,23 +35,12 @@ static awaitable<bool> wait_for(asio::steady_timer& timer, std::chrono::steady_c
   co_return done();
 }
 
-// Watches a waiting leg's client: when it closes its connection, `gone` is
-// set and `wake` runs. Cancel the socket's operations to end the watch (the
-// handler then touches nothing). As watch_client() in generation.cpp.
-static void watch_gone(tcp::socket& sock, std::shared_ptr<bool> gone, std::function<void()> wake) {
-  sock.async_wait(tcp::socket::wait_read, [&sock, gone, wake = std::move(wake)](beast::error_code ec) {
-    if (ec == asio::error::operation_aborted) return;
-    if (!ec) {
-      char b;
-      beast::error_code rec;
-      sock.non_blocking(true, rec);
-      const size_t n = sock.receive(asio::buffer(&b, 1), tcp::socket::message_peek, rec);
-      beast::error_code ignored;
-      sock.non_blocking(false, ignored);
-      if (n > 0 || rec == asio::error::would_block || rec == asio::error::try_again) return;  // alive
-    }
+// A waiting prefill leg's client leaving sets `gone` and wakes the leg
+// (watch_departure(); end_watch() ends it).
+static void wake_on_departure(tcp::socket& client, std::shared_ptr<bool> gone, std::shared_ptr<Room> room) {
+  watch_departure(client, [gone = std::move(gone), room = std::move(room)] {
     *gone = true;
-    wake();
+    room->prefill_wake.cancel();
   });
 }
 
@@ -82,7 +71,7 @@ awaitable<std::optional<MockerServer::Impl::Reject>> MockerServer::Impl::sgl_wai
   room->prefill_arrived = true;
   const auto t0 = std::chrono::steady_clock::now();
   auto gone = std::make_shared<bool>(false);
-  watch_gone(client, gone, [room] { room->prefill_wake.cancel(); });
+  wake_on_departure(client, gone, room);
   const bool met = co_await wait_for(room->prefill_wake, deadline_in(opts.pd.bootstrap_timeout_ms),
                                      [&] { return room->decode_arrived || room->failed || *gone; });
   end_watch(client);
@@ -131,7 +120,7 @@ awaitable<std::optional<MockerServer::Impl::Reject>> MockerServer::Impl::sgl_han
     room->ready = true;
     room->decode_wake.cancel();
     auto gone = std::make_shared<bool>(false);
-    watch_gone(client, gone, [room] { room->prefill_wake.cancel(); });
+    wake_on_departure(client, gone, room);
     taken = co_await wait_for(room->prefill_wake, deadline_in(opts.pd.waiting_timeout_ms),
                               [&] { return room->taken || room->failed || *gone; }) &&
             room->taken;

@@ -166,6 +166,18 @@ awaitable<void> MockerServer::Impl::session(tcp::socket socket, bool side) {
         again = co_await respond(stream, v, keep, http::status::bad_request,
                                  R"({"error":{"message":"body must be {\"enabled\": true|false}","type":"invalid_request_error","param":"enabled","code":null}})");
       }
+    } else if (target == "/mocker/pd/hold_answers" && req.method() == http::verb::post) {
+      simdjson::dom::parser p;
+      bool on = false;
+      auto doc = p.parse(req.body());
+      if (!doc.error() && !doc.value_unsafe()["enabled"].get_bool().get(on)) {
+        hold_answers = on;
+        if (!on) answers_gate.cancel();  // the held answers go now
+        again = co_await respond(stream, v, keep, http::status::ok, fmt::format(R"({{"hold_answers":{}}})", on));
+      } else {
+        again = co_await respond(stream, v, keep, http::status::bad_request,
+                                 R"({"error":{"message":"body must be {\"enabled\": true|false}","type":"invalid_request_error","param":"enabled","code":null}})");
+      }
     } else {
       again = co_await respond(stream, v, keep, http::status::not_found,
                                R"({"error":{"message":"not found","type":"invalid_request_error","param":null,"code":null}})");

@@ -57,6 +57,29 @@ using asio::use_awaitable;
 
 inline auto nothrow(beast::error_code& ec) { return asio::redirect_error(use_awaitable, ec); }
 
+// Watches a served connection for its client leaving while the server has
+// nothing to read from it (a generation, a wait in a room): readable with
+// no data (end of stream) or failed; `on_gone` runs then, once. A byte
+// pipelined by a client that is still there reads as alive (the watch
+// ends). Cancel the socket's operations to end the watch: the handler then
+// touches nothing (the session may be gone).
+template <typename OnGone>
+void watch_departure(tcp::socket& sock, OnGone on_gone) {
+  sock.async_wait(tcp::socket::wait_read, [&sock, on_gone = std::move(on_gone)](beast::error_code ec) mutable {
+    if (ec == asio::error::operation_aborted) return;
+    if (!ec) {  // readable: a peek without blocking tells end of stream from data
+      char b;
+      beast::error_code rec;
+      sock.non_blocking(true, rec);
+      const size_t n = sock.receive(asio::buffer(&b, 1), tcp::socket::message_peek, rec);
+      beast::error_code ignored;
+      sock.non_blocking(false, ignored);
+      if (n > 0 || rec == asio::error::would_block || rec == asio::error::try_again) return;  // alive
+    }
+    on_gone();
+  });
+}
+
 inline constexpr const char* kWords[] = {"the ", "cache ", "router ", "sends ", "each ", "request ", "to ", "a ",
                                   "worker ", "that ", "already ", "holds ", "its ", "prefix ", "and ", "streams "};
 
@@ -118,6 +141,7 @@ struct PdStats {
   uint64_t blocks_local = 0;         // decode: blocks already cached here, not transferred
   uint64_t rooms_completed = 0;      // SGLang: rendezvous done (counted on each side)
   uint64_t prefill_legs = 0;         // requests served as a prefill leg
+  uint64_t answers_held = 0;         // vLLM prefill legs whose KV is held and whose answer waits (hold_answers)
   uint64_t recomputed = 0;           // decode: bad params served aggregated (--pd-bad-params recompute)
   std::unordered_map<std::string, uint64_t> rejected;               // decode / leg refusals by reason
   std::unordered_map<std::string, uint64_t> side_channel_rejected;  // prefill: reads refused by reason
@@ -142,6 +166,7 @@ struct MockerServer::Impl {
         acceptor(ioc),
         side_acceptor(ioc),
         lease_timer(ioc),
+        answers_gate(ioc, asio::steady_timer::time_point::max()),
         transfers(opts.pd.max_held, opts.pd.lease_ms),
         tick(ioc),
         heartbeat(ioc),
@@ -183,6 +208,13 @@ struct MockerServer::Impl {
   tcp::acceptor acceptor;
   tcp::acceptor side_acceptor;  // PD: vLLM side channel or SGLang bootstrap server
   asio::steady_timer lease_timer;
+  // POST /mocker/pd/hold_answers: while set, a vLLM prefill leg that
+  // finished (its KV held, as the engine holds it) waits on answers_gate
+  // before its answer is written (the window in which an engine has
+  // prefilled but its client has not read the answer). The gate never
+  // expires; clearing the flag cancels its waits.
+  bool hold_answers = false;
+  asio::steady_timer answers_gate;
   TransferTable transfers;      // prefill: held for their pull
   std::unordered_map<uint64_t, std::shared_ptr<Room>> rooms;  // SGLang bootstrap rooms
   PdStats pd;
@@ -317,6 +349,13 @@ struct MockerServer::Impl {
   // KV from the prefill worker; sets prep.imported_blocks.
   awaitable<std::optional<Reject>> nixl_pull(const GenParams& gen, Prepared& prep, bool& contacted);
   awaitable<std::optional<Reject>> mooncake_pull(const GenParams& gen, Prepared& prep, bool& contacted);
+  // Their shared end: the prefill worker's reply (from its `peer`, naming
+  // `transfer` in errors) checked against the prompt's blocks from `local`
+  // on, then transfer_blocks(); and a failed pull refused or recomputed.
+  awaitable<std::optional<Reject>> finish_pull(const PeerReply& reply, const std::vector<SequenceHash>& blocks,
+                                               uint32_t local, Prepared& prep, bool& contacted, std::string_view peer,
+                                               std::string_view transfer);
+  std::optional<Reject> pull_failed(PdError e, std::string msg, Prepared& prep);
   awaitable<std::optional<Reject>> sgl_take(const GenParams& gen, Prepared& prep);
   // Both protocols' transfer once the peer has answered: waits the link's time
   // for the `blocks` − `local` blocks moved, counts them, marks them imported.
@@ -333,12 +372,13 @@ struct MockerServer::Impl {
   std::string nixl_hold(const GenParams& gen, const Prepared& prep, const std::string& rid, uint64_t id);
   awaitable<std::optional<Reject>> sgl_hand_over(const GenParams& gen, const Prepared& prep, uint64_t id,
                                                  tcp::socket& client);
-  // vLLM: a decode leg refused before its pull tells the prefill worker to free the blocks.
-  void nixl_notify_free(const GenParams& gen);
-  // Mooncake: the prefill leg's blocks held under its transfer_id (no params
-  // returned); a decode leg refused before its pull frees them.
+  // vLLM: a decode leg refused before its pull tells the prefill worker
+  // (gen.kv.remote_host:remote_port) to free the blocks: POST `target` `body`.
+  void notify_peer(const GenParams& gen, std::string_view target, std::string body);
+  // Mooncake: the prefill leg's blocks held under its transfer_id (no params returned).
   void mooncake_hold(const GenParams& gen, const Prepared& prep, uint64_t id);
-  void mooncake_notify_free(const GenParams& gen);
+  // A vLLM prefill leg's answer waits here while hold_answers is set (its KV is held meanwhile).
+  awaitable<void> hold_answer();
   // Mooncake: rank r's engine id (the engine id alone without data parallelism,
   // engine_id + "_dp" + r with it).
   std::string mooncake_engine_id(uint32_t rank) const;

@@ -19,6 +19,7 @@
 #include <boost/asio/ip/tcp.hpp>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 
 #include <sys/socket.h>
@@ -171,12 +172,23 @@ class ClientWatch final : Swept {
     return gone;
   }
   bool armed() const { return state_ != nullptr; }
+  // Watches the client with no connection to close: for a leg that must run
+  // to its end whatever the client does (a prefill whose KV would be held
+  // for nobody if it were cut as it finished). Arms at once; when the client
+  // goes away `on_gone` runs once, on this thread, and client_gone() reads
+  // true. Stopped as a watch is (client_gone(), or watch() of an upstream).
+  void notice(std::function<void()> on_gone) {
+    client_gone();
+    arm();
+    state_->on_gone = std::move(on_gone);
+  }
 
  private:
   struct State {
     bool done = false;
     bool client_gone = false;
-    Socket* upstream = nullptr;
+    Socket* upstream = nullptr;       // closed when the client goes (null: none)
+    std::function<void()> on_gone;  // notice(): run when the client goes
   };
   void on_sweep(Clock::time_point now) override {
     if (upstream_ != nullptr && !state_ && now - since_ >= kDelay) arm();
@@ -192,6 +204,8 @@ class ClientWatch final : Swept {
                          // A spurious wake-up or pipelined data: the client is alive.
                          if (!peer_closed(client)) return;
                          s->client_gone = true;
+                         if (s->on_gone) s->on_gone();
+                         if (!s->upstream) return;
                          boost::system::error_code ignored;
                          s->upstream->shutdown(Socket::shutdown_both, ignored);
                          s->upstream->close(ignored);

@@ -4,7 +4,10 @@
 // mini_lb.py @001c2ae (both legs at once, one room, the decode answer is the
 // client's), SGLang Model Gateway model_gateway/src/routers/http/pd_router.rs
 // @f8daa88 (the prefill answer drained and checked; a failed leg cancels the
-// other), docs/design/pd-protocols.md for all of them.
+// other), docs/design/pd-protocols.md for all of them. An SGLang prefill leg
+// may be cut with its exchange (a vLLM one may not: pd_prefill_vllm()): it
+// answers only once its KV was pushed to the decode side (SGLang
+// python/sglang/srt/disaggregation/prefill.py @0bd3524, the inflight queue).
 #include "router/http/pd_exchange.h"
 
 #include <boost/asio/co_spawn.hpp>
@@ -280,6 +283,7 @@ awaitable<void> release_leg(std::shared_ptr<PdLeg> leg, std::shared_ptr<const Co
   co_await run_leg(leg, *cfg, milliseconds(cfg->pd.prefill_timeout_ms), nullptr);
   const bool ok = leg->result == LegResult::Answered && leg->status / 100 == 2;
   if (m) m->pd_releases_total.with({ok ? "ok" : "failed"}).inc();
+  if (!ok && m) m->pd_transfers_left_total.with({"release_failed"}).inc();
   if (!ok) {
     static RateLimiter rl;
     if (rl.allow())
@@ -365,7 +369,10 @@ awaitable<PdPrefill> pd_prefill_vllm(PdState& pd, const PdContext& c) {
     std::optional<uint32_t> rank;
     if (mooncake) {
       const MooncakeSetup setup = co_await mooncake_setup(pd, c, t, url, leg_body, mooncake_params, rank);
-      if (setup == MooncakeSetup::ClientGone) co_return PdPrefill::ClientGone;
+      if (setup == MooncakeSetup::ClientGone) {  // nothing prefilled yet: the query was cut
+        pd_client_gone(pd, c, "prefill");
+        co_return PdPrefill::ClientGone;
+      }
       if (setup == MooncakeSetup::NoEngine) {
         failure = "bootstrap_query";
         continue;
@@ -379,10 +386,24 @@ awaitable<PdPrefill> pd_prefill_vllm(PdState& pd, const PdContext& c) {
     // The router's in-flight accounting: the prefill worker computes the
     // prompt; the decode worker's guard (the proxy's) counts no prefill.
     InflightGuard guard(*c.s.hooks.registry, t.worker, c.route.request_blocks, t.prefill_tokens);
-    co_await run_leg(leg, c.cfg, milliseconds(c.cfg.pd.prefill_timeout_ms), &c.watch);
+    // A sent prefill leg is never cut for its client: cut as the engine
+    // finished, its KV is held for nobody (the engine's abort is a no-op for
+    // a finished request: vLLM nixl pull_scheduler.py and mooncake_connector.py
+    // request_finished() hold a FINISHED_LENGTH_CAPPED prefill's blocks),
+    // and kvroute would never read the answer that names it. A Mooncake
+    // release leg sent blind after a cut is no way out either: when the
+    // abort won, the decode engine waits VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT
+    // (480 s) for a transfer that will not come (mooncake_connector.py @5c51233
+    // send_kv_to_decode(); record_send_reqs() drops an aborted transfer id).
+    // So the leg runs to its answer (within pd.prefill_timeout_ms) and a
+    // client that left meanwhile gets its transfer released (prepare_legs).
+    c.watch.notice([&pd, &c] { pd_client_gone(pd, c, "prefill"); });
+    co_await run_leg(leg, c.cfg, milliseconds(c.cfg.pd.prefill_timeout_ms), nullptr);
+    pd.client_left = c.watch.client_gone();
     count_leg(c, *leg);
-    if (leg->result == LegResult::Cancelled) co_return PdPrefill::ClientGone;
     report_leg(c, t.worker, *leg);
+    const bool prefilled = leg->result == LegResult::Answered && leg->status / 100 == 2;
+    if (pd.client_left && !prefilled) co_return PdPrefill::ClientGone;
     if (leg->result != LegResult::Answered) {
       failure = to_string(leg->result);
       if (mooncake) forget_mooncake_query(bootstrap_addr(url, c.route.pd.bootstrap_ports[pd.next_prefill]));
@@ -414,6 +435,9 @@ awaitable<PdPrefill> pd_prefill_vllm(PdState& pd, const PdContext& c) {
         if (rl.allow())
           spdlog::warn("prefill worker {} ({}): its kv_transfer_params are not relayed: {}{}{}", t.worker.value,
                        t.url, pd::to_string(err), detail.empty() ? "" : ": ", detail);
+        // A 2xx prefill holds a transfer these params cannot name: left to its lease.
+        if (m) m->pd_transfers_left_total.with({"params_rejected"}).inc();
+        if (pd.client_left) co_return PdPrefill::ClientGone;
         failure = "params_rejected";
         continue;
       }

@@ -17,7 +17,8 @@
 //                 decode worker gets a fresh prefill where the transfer may
 //                 have been consumed or its room closed
 //   finish_sglang the prefill leg's answer drained and checked
-//   release       the client left after its prefill succeeded: a decode leg
+//   release       the client left during or after its prefill and the prefill
+//                 succeeded (a vLLM prefill leg is never cut: see prefill): a decode leg
 //                 with max_tokens 1 still claims the transfer (pd-protocols.md
 //                 §1.7), answer discarded
 //
@@ -112,6 +113,7 @@ struct PdState {
   uint32_t transfers_minted = 0;  // Mooncake: transfer ids minted (one per prefill leg)
   std::optional<size_t> prefill;  // the prefill worker (index into route.pd.prefill) of decode_body's transfer
   bool need_prefill = true;       // vLLM: no unclaimed transfer ready for the next decode attempt
+  bool client_left = false;       // vLLM: the client left during the prefill leg (counted then)
   std::string release_body;       // vLLM: the decode body of a release leg for the ready transfer
   std::string_view outcome;       // kvroute_pd_requests_total labels
   std::string_view reason;
@@ -147,7 +149,7 @@ enum class PdPrefill : uint8_t {
   Ready,       ///< split: the decode body carries the transfer
   Aggregated,  ///< run whole on the decode worker (a fallback, or the prefill refused the request as invalid)
   Fail,        ///< pd.on_prefill_failure fail: answer 503
-  ClientGone,  ///< the client left during the prefill leg (the leg was aborted: nothing held)
+  ClientGone,  ///< the client left and nothing is held for it (no prefill, or one that failed)
 };
 
 // prefill (vLLM NIXL, vLLM Mooncake): the prefill ranking from
@@ -158,7 +160,11 @@ enum class PdPrefill : uint8_t {
 // transfer the decode body names (the prefill engine returns no params). A
 // refused, failed or timed out leg moves to the next worker; a 4xx (the
 // request itself is invalid) runs the request whole, whose worker answers the
-// client the same error.
+// client the same error. A sent leg is never cut for its client: a client
+// that leaves meanwhile is counted then (kvroute_pd_client_gone_total
+// {phase="prefill"}, pd.client_left) and, when the leg prefilled, gets Ready
+// so that the caller releases the transfer (pd_release()); otherwise
+// ClientGone.
 awaitable<PdPrefill> pd_prefill_vllm(PdState& pd, const PdContext& c);
 
 // start_sglang: the prefill leg for the decode attempt about to start, on the

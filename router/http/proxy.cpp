@@ -461,8 +461,7 @@ awaitable<Next> prepare_legs(Exchange& x, const PdContext& pd, size_t attempt) {
     x.pd.reason = "no_prefill_worker";
   } else if (x.pd.need_prefill) {
     const PdPrefill r = co_await pd_prefill_vllm(x.pd, pd);
-    if (r == PdPrefill::ClientGone) {
-      pd_client_gone(x.pd, pd, "prefill");
+    if (r == PdPrefill::ClientGone) {  // counted by pd_prefill_vllm()
       client_cancelled(x, 499);
       x.keep_result = false;
       co_return Next::Done;
@@ -470,8 +469,8 @@ awaitable<Next> prepare_legs(Exchange& x, const PdContext& pd, size_t attempt) {
     if (r != PdPrefill::Fail) {
       // The client left while the transfer was made: a decode leg still
       // claims it (never leave a prefill worker holding KV for nobody).
-      if (r == PdPrefill::Ready && peer_closed(x.client.socket)) {
-        pd_client_gone(x.pd, pd, "after_prefill");
+      if (r == PdPrefill::Ready && (x.pd.client_left || peer_closed(x.client.socket))) {
+        if (!x.pd.client_left) pd_client_gone(x.pd, pd, "after_prefill");
         pd_release(x.pd, pd, x.client.route.ranked[attempt]);
         pd_count(x.pd, pd);
         client_cancelled(x, 499);

@@ -161,14 +161,44 @@ class PdFaultsTest(unittest.TestCase):
             s.close()
         self.assertTrue(wait_until(lambda: f.metric('kvroute_pd_releases_total{result="ok"}') >= 1, 20),
                         {k: v for k, v in f.metrics().items() if k.startswith("kvroute_pd_") and "bucket" not in k})
-        # Each release here follows a client found gone after its prefill, counted as such.
-        self.assertGreaterEqual(f.metric('kvroute_pd_client_gone_total{phase="after_prefill"}'),
+        # Each release here follows a client that left during or after its prefill, counted as such.
+        self.assertGreaterEqual(f.metric('kvroute_pd_client_gone_total{phase="after_prefill"}') +
+                                f.metric('kvroute_pd_client_gone_total{phase="prefill"}'),
                                 f.metric('kvroute_pd_releases_total{result="ok"}'))
         self.assertGreater(prefill_legs(), 0)
         # Claimed (a release leg, or the decode leg already sent) or aborted: nothing waits for the lease.
         self.assertTrue(wait_until(lambda: self.held() == 0, 15), self.held())
         r = f.post("/v1/completions", {"model": "mock-model", "prompt": words("after", 200), "max_tokens": 2})
         self.assertEqual(r.status, 200, r.body)
+
+    def test_client_gone_as_its_prefill_answers_leaks_nothing(self):
+        # The window between an engine finishing a prefill (its KV held for
+        # the transfer) and the router reading the answer that names it: the
+        # prefill mockers hold their answers (POST /mocker/pd/hold_answers)
+        # while the client leaves and the router notices; then the answers
+        # go. A router that cut the leg never reads its answer and the KV
+        # would wait for the lease (60 s here).
+        f = self.fleet(lease_ms=60000)
+        for i in PREFILL:
+            self.assertEqual(f.mocker(i, "POST", "/mocker/pd/hold_answers", {"enabled": True}).status, 200)
+        body = json.dumps({"model": "mock-model", "prompt": words("window", 200), "max_tokens": 8}).encode()
+        s = socket.create_connection(("127.0.0.1", f.router_port))
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        answers_held = lambda: sum(self.stats(i)["pd"]["answers_held"] for i in PREFILL)  # noqa: E731
+        self.assertTrue(wait_until(lambda: answers_held() == 1 and self.held() == 1, 30),
+                        [self.stats(i)["pd"] for i in PREFILL])
+        s.close()
+        self.assertTrue(wait_until(lambda: f.metric('kvroute_pd_client_gone_total{phase="prefill"}') == 1, 20),
+                        {k: v for k, v in f.metrics().items() if k.startswith("kvroute_pd_") and "bucket" not in k})
+        for i in PREFILL:
+            f.mocker(i, "POST", "/mocker/pd/hold_answers", {"enabled": False})
+        self.assertTrue(wait_until(lambda: self.held() == 0, 15), [self.stats(i)["pd"] for i in PREFILL])
+        # Claimed by a release leg (a decode leg with max_tokens 1) and counted as released.
+        self.assertTrue(wait_until(lambda: f.metric('kvroute_pd_releases_total{result="ok"}') == 1, 15))
+        self.assertEqual(sum(self.stats(i)["pd"]["transfers_served"] for i in PREFILL), 1)
+        self.assertEqual(f.metric('kvroute_pd_client_gone_total{phase="after_prefill"}'), 0)
+        self.assertTrue(wait_until(lambda: f.metric('kvroute_router_cancels_total') == 1, 15))
 
     def test_no_prefill_worker_answers(self):
         # Both prefill workers accept legs and never answer: each leg times out
@@ -227,6 +257,11 @@ class SglangPdFaultsTest(PdFaultsTest):
         self.assertEqual({int(r.header("x-kvroute-worker")) for r in results}, {4})
         # The prefill legs of the dead worker's rooms were closed with their attempt: no room left waiting.
         self.assertTrue(wait_until(lambda: self.held() == 0, 15), self.held())
+
+    def test_client_gone_as_its_prefill_answers_leaks_nothing(self):
+        self.skipTest("SGLang's prefill answers after its KV was pushed to the decode leg (disaggregation/"
+                      "prefill.py: the inflight queue returns a request once its transfer finished): "
+                      "an answer names nothing held, and hold_answers holds vLLM legs only")
 
     def test_client_gone_around_its_prefill_leaks_nothing(self):
         f = self.fleet(lease_ms=0, speedup=1.0)

@@ -50,12 +50,13 @@ def start_pd_mocker(f, i, flags):
     return m.group(4), m.group(2), m.group(3), int(m.group(1))
 
 
-def start_pd_fleet(f, protocol, mocker_flags, extra_config=""):
-    """Mockers 1-2 prefill, 3-4 decode, as workers.static entries with their roles, and kvroute (no NATS)."""
+def start_pd_fleet(f, protocol, mocker_flags, extra_config="", extra_flags=None):
+    """Mockers 1-2 prefill, 3-4 decode, as workers.static entries with their roles, and kvroute (no NATS).
+    extra_flags: more flags for some mockers, by worker id."""
     entries = []
     for i in PREFILL + DECODE:
         role = "prefill" if i in PREFILL else "decode"
-        url, kv, replay, pd_port = start_pd_mocker(f, i, mocker_flags(role))
+        url, kv, replay, pd_port = start_pd_mocker(f, i, mocker_flags(role) + list((extra_flags or {}).get(i, ())))
         extra = f", role: {role}"
         if protocol in ("sglang", "vllm_mooncake") and role == "prefill":
             extra += f", bootstrap_port: {pd_port}"

@@ -512,19 +512,7 @@ awaitable<bool> MockerServer::Impl::generate(beast::tcp_stream& s, const http::r
   }
   if (reject) {
     ++rejected_total;
-    if (in_room) sgl_close_room(gen.room);  // refused at admission after the rendezvous
-    // vLLM: a decode leg refused before its pull frees the prefill worker's blocks
-    // (_with_kv_transfer_rejection_cleanup, vllm/entrypoints/generate/base/serving.py).
-    if (gen.leg == PdLeg::NixlDecode && !pulled)
-      notify_peer(gen, "/nixl/free",
-                  fmt::format(R"({{"engine_id":"{}","request_id":"{}"}})", json_escape(gen.kv.remote_engine_id),
-                              json_escape(gen.kv.remote_request_id)));
-    // Mooncake: request_finished() of a decode never scheduled queues an
-    // empty pull, so the prefill worker frees the transfer.
-    if (gen.leg == PdLeg::MooncakeDecode && !pulled)
-      notify_peer(gen, "/mooncake/free",
-                  fmt::format(R"({{"engine_id":"{}","transfer_id":"{}"}})", json_escape(gen.kv.remote_engine_id),
-                              json_escape(gen.kv.transfer_id)));
+    pd_leg_refused(gen, pulled, in_room);
     // Bodies are built before co_await: GCC 12 mishandles temporaries in co_await expressions.
     std::string body = api_error_body(kind, reject->error);
     co_return co_await respond(s, v, keep, reject->status, std::move(body));

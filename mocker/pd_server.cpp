@@ -277,6 +277,23 @@ awaitable<void> MockerServer::Impl::transfer_blocks(size_t blocks, uint32_t loca
   prep.imported_blocks = static_cast<uint32_t>(blocks);
 }
 
+void MockerServer::Impl::pd_leg_refused(const GenParams& gen, bool pulled, bool in_room) {
+  if (in_room) sgl_close_room(gen.room);  // refused at admission after the rendezvous
+  if (pulled) return;                     // the side channel freed or refused the transfer itself
+  // vLLM: a decode leg refused before its pull frees the prefill worker's blocks
+  // (_with_kv_transfer_rejection_cleanup, vllm/entrypoints/generate/base/serving.py).
+  if (gen.leg == PdLeg::NixlDecode)
+    notify_peer(gen, "/nixl/free",
+                fmt::format(R"({{"engine_id":"{}","request_id":"{}"}})", json_escape(gen.kv.remote_engine_id),
+                            json_escape(gen.kv.remote_request_id)));
+  // Mooncake: request_finished() of a decode never scheduled queues an
+  // empty pull, so the prefill worker frees the transfer.
+  if (gen.leg == PdLeg::MooncakeDecode)
+    notify_peer(gen, "/mooncake/free",
+                fmt::format(R"({{"engine_id":"{}","transfer_id":"{}"}})", json_escape(gen.kv.remote_engine_id),
+                            json_escape(gen.kv.transfer_id)));
+}
+
 // The decode side's "free" to the prefill worker that holds a transfer it
 // will not read (NIXL's notification, Mooncake's empty pull): sent on its
 // own, its answer not awaited by the leg.

@@ -73,6 +73,45 @@ bool MockerServer::Impl::authorized(const http::request<http::string_body>& req)
   return false;
 }
 
+// The test hooks (mocker/README.md "Test hooks"); false: not one of their routes.
+awaitable<bool> MockerServer::Impl::test_hook(beast::tcp_stream& stream, const http::request<http::string_body>& req,
+                                              bool& again) {
+  const std::string_view target(req.target().data(), req.target().size());
+  const bool keep = req.keep_alive();
+  const unsigned v = req.version();
+  if (target == "/mocker/drop_events" && req.method() == http::verb::post) {
+    simdjson::dom::parser p;
+    uint64_t n = 0;
+    auto doc = p.parse(req.body());
+    if (!doc.error() && !doc.value_unsafe()["count"].get_uint64().get(n)) {
+      if (vllm) vllm->drop_next_live(n);  // vLLM mode: n batches skip the PUB socket (replay has them)
+      else drop_remaining += n;
+      again = co_await respond(stream, v, keep, http::status::ok, fmt::format(R"({{"dropping":{}}})", drop_remaining));
+    } else {
+      again = co_await respond(stream, v, keep, http::status::bad_request,
+                               R"({"error":{"message":"body must be {\"count\": N}","type":"invalid_request_error","param":"count","code":null}})");
+    }
+  } else if ((target == "/mocker/hang" || target == "/mocker/pd/hold_answers") && req.method() == http::verb::post) {
+    // The test hooks switched by {"enabled": bool}.
+    const bool hold = target == "/mocker/pd/hold_answers";
+    simdjson::dom::parser p;
+    bool on = false;
+    auto doc = p.parse(req.body());
+    if (!doc.error() && !doc.value_unsafe()["enabled"].get_bool().get(on)) {
+      (hold ? hold_answers : hang) = on;
+      if (hold && !on) answers_gate.cancel();  // the held answers go now
+      again = co_await respond(stream, v, keep, http::status::ok,
+                               fmt::format(R"({{"{}":{}}})", hold ? "hold_answers" : "hang", on));
+    } else {
+      again = co_await respond(stream, v, keep, http::status::bad_request,
+                               R"({"error":{"message":"body must be {\"enabled\": true|false}","type":"invalid_request_error","param":"enabled","code":null}})");
+    }
+  } else {
+    co_return false;
+  }
+  co_return true;
+}
+
 awaitable<void> MockerServer::Impl::session(tcp::socket socket, bool side) {
   beast::tcp_stream stream(std::move(socket));
   beast::flat_buffer buffer;
@@ -143,41 +182,7 @@ awaitable<void> MockerServer::Impl::session(tcp::socket socket, bool side) {
       again = co_await respond(stream, v, keep, http::status::ok, metrics_text(), "text/plain; version=0.0.4");
     } else if (target == "/mocker/stats") {
       again = co_await respond(stream, v, keep, http::status::ok, stats_json());
-    } else if (target == "/mocker/drop_events" && req.method() == http::verb::post) {
-      simdjson::dom::parser p;
-      uint64_t n = 0;
-      auto doc = p.parse(req.body());
-      if (!doc.error() && !doc.value_unsafe()["count"].get_uint64().get(n)) {
-        if (vllm) vllm->drop_next_live(n);  // vLLM mode: n batches skip the PUB socket (replay has them)
-        else drop_remaining += n;
-        again = co_await respond(stream, v, keep, http::status::ok, fmt::format(R"({{"dropping":{}}})", drop_remaining));
-      } else {
-        again = co_await respond(stream, v, keep, http::status::bad_request,
-                                 R"({"error":{"message":"body must be {\"count\": N}","type":"invalid_request_error","param":"count","code":null}})");
-      }
-    } else if (target == "/mocker/hang" && req.method() == http::verb::post) {
-      simdjson::dom::parser p;
-      bool on = false;
-      auto doc = p.parse(req.body());
-      if (!doc.error() && !doc.value_unsafe()["enabled"].get_bool().get(on)) {
-        hang = on;
-        again = co_await respond(stream, v, keep, http::status::ok, fmt::format(R"({{"hang":{}}})", hang));
-      } else {
-        again = co_await respond(stream, v, keep, http::status::bad_request,
-                                 R"({"error":{"message":"body must be {\"enabled\": true|false}","type":"invalid_request_error","param":"enabled","code":null}})");
-      }
-    } else if (target == "/mocker/pd/hold_answers" && req.method() == http::verb::post) {
-      simdjson::dom::parser p;
-      bool on = false;
-      auto doc = p.parse(req.body());
-      if (!doc.error() && !doc.value_unsafe()["enabled"].get_bool().get(on)) {
-        hold_answers = on;
-        if (!on) answers_gate.cancel();  // the held answers go now
-        again = co_await respond(stream, v, keep, http::status::ok, fmt::format(R"({{"hold_answers":{}}})", on));
-      } else {
-        again = co_await respond(stream, v, keep, http::status::bad_request,
-                                 R"({"error":{"message":"body must be {\"enabled\": true|false}","type":"invalid_request_error","param":"enabled","code":null}})");
-      }
+    } else if (co_await test_hook(stream, req, again)) {
     } else {
       again = co_await respond(stream, v, keep, http::status::not_found,
                                R"({"error":{"message":"not found","type":"invalid_request_error","param":null,"code":null}})");

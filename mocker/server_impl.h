@@ -328,6 +328,8 @@ struct MockerServer::Impl {
   awaitable<bool> relay_tokens(beast::tcp_stream& s, Pending& p, Reply& r);
   awaitable<bool> finish_reply(beast::tcp_stream& s, Reply& r);
   awaitable<bool> tokenize(beast::tcp_stream& s, const http::request<http::string_body>& req);
+  // POST /mocker/drop_events, /mocker/hang, /mocker/pd/hold_answers (server.cpp); false: another route.
+  awaitable<bool> test_hook(beast::tcp_stream& stream, const http::request<http::string_body>& req, bool& again);
   awaitable<bool> embeddings(beast::tcp_stream& s, const http::request<http::string_body>& req);
   // POST /detokenize, /v1/rerank, /v1/score, /v1/messages/count_tokens (passthrough.cpp).
   awaitable<bool> passthrough(beast::tcp_stream& s, const http::request<http::string_body>& req, ApiKind kind);
@@ -372,6 +374,10 @@ struct MockerServer::Impl {
   std::string nixl_hold(const GenParams& gen, const Prepared& prep, const std::string& rid, uint64_t id);
   awaitable<std::optional<Reject>> sgl_hand_over(const GenParams& gen, const Prepared& prep, uint64_t id,
                                                  tcp::socket& client);
+  // A refused request's PD cleanup: an SGLang room it joined closes; a vLLM
+  // decode leg that never reached the prefill worker (`pulled` false) frees
+  // its transfer there (notify_peer()).
+  void pd_leg_refused(const GenParams& gen, bool pulled, bool in_room);
   // vLLM: a decode leg refused before its pull tells the prefill worker
   // (gen.kv.remote_host:remote_port) to free the blocks: POST `target` `body`.
   void notify_peer(const GenParams& gen, std::string_view target, std::string body);

@@ -262,6 +262,25 @@ void warn_leg(const RouteTarget& t, const PdLeg& l, std::string_view what) {
                  leg_label(l), l.result == LegResult::Answered ? fmt::format(" {}", l.status) : std::string());
 }
 
+// NIXL: the kv_transfer_params of a prefill leg's 2xx answer, read as
+// untrusted input into `params`; false (counted, warned) when refused: the
+// transfer they would name is left to the engine's lease.
+bool nixl_params(const PdContext& c, const RouteTarget& t, const PdLeg& leg, std::string& params) {
+  std::string detail;
+  const pd::ParamsError err = pd::read_kv_transfer_params(leg.answer, leg.url.host, {}, params, &detail);
+  if (err == pd::ParamsError::None) return true;
+  if (RouterMetrics* m = c.s.hooks.metrics) {
+    m->pd_params_rejected_total.with({pd::to_string(err)}).inc();
+    m->pd_transfers_left_total.with({"params_rejected"}).inc();
+  }
+  static RateLimiter rl;
+  if (rl.allow())
+    spdlog::warn("prefill worker {} ({}): its kv_transfer_params are not relayed: {}{}{}; the transfer they name "
+                 "is left to its lease",
+                 t.worker.value, t.url, pd::to_string(err), detail.empty() ? "" : ": ", detail);
+  return false;
+}
+
 // SGLang's prefill leg beside the decode leg: counted as a prefill leg,
 // with the prefill worker's in-flight accounting while it runs.
 awaitable<void> sglang_prefill_leg(std::shared_ptr<PdLeg> leg, std::shared_ptr<PdDecodeLink> link,
@@ -426,21 +445,10 @@ awaitable<PdPrefill> pd_prefill_vllm(PdState& pd, const PdContext& c) {
     std::string params;
     if (mooncake) {
       params = std::move(mooncake_params);  // the prefill engine answers no kv_transfer_params
-    } else {
-      std::string detail;
-      const pd::ParamsError err = pd::read_kv_transfer_params(leg->answer, leg->url.host, {}, params, &detail);
-      if (err != pd::ParamsError::None) {
-        if (m) m->pd_params_rejected_total.with({pd::to_string(err)}).inc();
-        static RateLimiter rl;
-        if (rl.allow())
-          spdlog::warn("prefill worker {} ({}): its kv_transfer_params are not relayed: {}{}{}", t.worker.value,
-                       t.url, pd::to_string(err), detail.empty() ? "" : ": ", detail);
-        // A 2xx prefill holds a transfer these params cannot name: left to its lease.
-        if (m) m->pd_transfers_left_total.with({"params_rejected"}).inc();
-        if (pd.client_left) co_return PdPrefill::ClientGone;
-        failure = "params_rejected";
-        continue;
-      }
+    } else if (!nixl_params(c, t, *leg, params)) {
+      if (pd.client_left) co_return PdPrefill::ClientGone;
+      failure = "params_rejected";
+      continue;
     }
     pd::nixl_decode_body(pd.stripped, params, pd.decode_body);
     pd::nixl_decode_body(leg_body, params, pd.release_body);  // max_tokens 1, no stream: a release

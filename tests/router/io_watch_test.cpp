@@ -142,3 +142,32 @@ TEST_CASE("a client that stays leaves the upstream alone") {
   run_until(ioc, sweeper, [&] { return Clock::now() - t1 > milliseconds(50); });
   CHECK(upstream.is_open());
 }
+
+TEST_CASE("a notice tells the client's leaving once and closes nothing; a later watch replaces it") {
+  asio::io_context ioc;
+  kvroute::Sweeper sweeper;
+  auto [client, client_peer] = connected_pair(ioc);
+  auto [upstream, upstream_peer] = connected_pair(ioc);
+  kvroute::ClientWatch watch(sweeper, client);
+  int noticed = 0;
+  watch.notice([&] { ++noticed; });
+  CHECK(watch.armed());  // at once: no upstream whose activity would arm it
+  client_peer.close();
+  run_until(ioc, sweeper, [&] { return noticed > 0; });
+  CHECK(noticed == 1);
+  CHECK(upstream.is_open());  // the leg it watched for runs on
+  CHECK(watch.client_gone());
+  CHECK_FALSE(watch.armed());
+
+  // A notice stopped before the client leaves runs nothing; watch() of an upstream stops it too.
+  auto [client2, client2_peer] = connected_pair(ioc);
+  kvroute::ClientWatch watch2(sweeper, client2);
+  int noticed2 = 0;
+  watch2.notice([&] { ++noticed2; });
+  watch2.watch(upstream, true);  // the decode leg's watch: closes its upstream when the client goes
+  client2_peer.close();
+  run_until(ioc, sweeper, [&] { return !upstream.is_open(); });
+  CHECK_FALSE(upstream.is_open());
+  CHECK(noticed2 == 0);
+  CHECK(watch2.client_gone());
+}

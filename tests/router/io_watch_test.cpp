@@ -40,6 +40,18 @@ void run_until(asio::io_context& ioc, kvroute::Sweeper& sweeper, Done done, mill
   }
 }
 
+// A client connection and an upstream one on one io_context and sweeper.
+struct WatchRig {
+  asio::io_context ioc;
+  kvroute::Sweeper sweeper;
+  std::pair<Socket, Socket> client_pair = connected_pair(ioc);
+  std::pair<Socket, Socket> upstream_pair = connected_pair(ioc);
+  Socket& client = client_pair.first;
+  Socket& client_peer = client_pair.second;
+  Socket& upstream = upstream_pair.first;
+  Socket& upstream_peer = upstream_pair.second;
+};
+
 }  // namespace
 
 TEST_CASE("a deadline cancels a pending read once past, and it reads as a timeout") {
@@ -98,10 +110,8 @@ TEST_CASE("a settled deadline does not cut the socket's next operation") {
 }
 
 TEST_CASE("a client watch arms after its delay and closes the upstream when the client leaves") {
-  asio::io_context ioc;
-  kvroute::Sweeper sweeper;
-  auto [client, client_peer] = connected_pair(ioc);
-  auto [upstream, upstream_peer] = connected_pair(ioc);
+  WatchRig rig;
+  auto& [ioc, sweeper, cp, up, client, client_peer, upstream, upstream_peer] = rig;
   {
     kvroute::ClientWatch watch(sweeper, client);
     watch.watch(upstream, false);
@@ -124,10 +134,8 @@ TEST_CASE("a client watch arms after its delay and closes the upstream when the 
 }
 
 TEST_CASE("a client that stays leaves the upstream alone") {
-  asio::io_context ioc;
-  kvroute::Sweeper sweeper;
-  auto [client, client_peer] = connected_pair(ioc);
-  auto [upstream, upstream_peer] = connected_pair(ioc);
+  WatchRig rig;
+  auto& [ioc, sweeper, cp, up, client, client_peer, upstream, upstream_peer] = rig;
   kvroute::ClientWatch watch(sweeper, client);
   watch.watch(upstream, true);
   CHECK(watch.armed());
@@ -144,10 +152,8 @@ TEST_CASE("a client that stays leaves the upstream alone") {
 }
 
 TEST_CASE("a notice tells the client's leaving once and closes nothing; a later watch replaces it") {
-  asio::io_context ioc;
-  kvroute::Sweeper sweeper;
-  auto [client, client_peer] = connected_pair(ioc);
-  auto [upstream, upstream_peer] = connected_pair(ioc);
+  WatchRig rig;
+  auto& [ioc, sweeper, cp, up, client, client_peer, upstream, upstream_peer] = rig;
   kvroute::ClientWatch watch(sweeper, client);
   int noticed = 0;
   watch.notice([&] { ++noticed; });

@@ -95,8 +95,8 @@ struct RouterMetrics {
             {"reason"})),
         pd_releases_total(r.counter(
             "kvroute_pd_releases_total",
-            "Decode legs sent only to release a prefilled transfer (the client left after its prefill), by result "
-            "(ok, failed)",
+            "Decode legs sent only to release a prefilled transfer (the client left during or after its prefill), "
+            "by result (ok, failed)",
             {"result"})),
         pd_prefill_legs_total(r.counter(
             "kvroute_pd_prefill_legs_total",
@@ -104,15 +104,18 @@ struct RouterMetrics {
             {"result"})),
         pd_transfers_left_total(r.counter(
             "kvroute_pd_transfers_left_total",
-            "Prefilled transfers whose decode leg failed after the decode worker received it, by reason: "
-            "worker_closed (the worker closed or reset the connection: a transfer it had not pulled stays held "
-            "until the prefill engine's lease ends), timeout (kvroute closed the leg: the decode engine aborts "
-            "and frees it), status_5xx (the engine answered an error and released it)",
+            "Prefilled transfers left to the engines, by reason: worker_closed (the decode worker closed or reset "
+            "the connection after it received its leg: a transfer it had not pulled stays held until the prefill "
+            "engine's lease ends), timeout (kvroute closed the decode leg: the decode engine aborts and frees it), "
+            "status_5xx (the decode engine answered an error and released it), release_failed (a release leg "
+            "failed: held until the lease), params_rejected (a 2xx prefill answer whose kv_transfer_params kvroute "
+            "refused: held until the lease)",
             {"reason"})),
         pd_client_gone_total(r.counter(
             "kvroute_pd_client_gone_total",
-            "Split requests whose client left, by phase: prefill (during the prefill leg: aborted, nothing held), "
-            "after_prefill (before the decode leg: a release leg claims the transfer), decode_head (while the "
+            "Split requests whose client left, by phase: prefill (during the prefill leg: a vLLM leg runs to its "
+            "answer and a prefilled transfer is released, an SGLang leg is closed), after_prefill (before the "
+            "decode leg: a release leg claims the transfer), decode_head (while the "
             "decode worker computed its first byte: the decode leg is closed, the engine's abort frees the "
             "transfer)",
             {"phase"})),

@@ -7,6 +7,7 @@ namespace kvroute {
 void EventSequencer::mark_stale(CacheOwner owner, OwnerSeq& s) {
   counters_.gaps.fetch_add(1, std::memory_order_relaxed);
   s.stale = true;
+  inner_.on_stream(owner, StreamNotice::Gap);
   {
     std::unique_lock lk(stale_mu_);
     if (stale_.insert(owner).second) counters_.stale_owners.fetch_add(1, std::memory_order_relaxed);
@@ -29,6 +30,7 @@ ApplyResult EventSequencer::forward(const KvEvent& event) {
 
 void EventSequencer::restart(CacheOwner owner, OwnerSeq& s, uint64_t instance) {
   counters_.restarts.fetch_add(1, std::memory_order_relaxed);
+  inner_.on_stream(owner, StreamNotice::Restarted);
   inner_.clear_owner(owner);
   set_trusted(owner);
   s = OwnerSeq{};
@@ -43,6 +45,11 @@ void EventSequencer::remember(OwnerSeq& s, const KvEvent& event) {
   s.buffer.push_back(event);
 }
 
+void EventSequencer::hold(OwnerSeq& s, const KvEvent& event) {
+  remember(s, event);
+  inner_.on_event_held(event);
+}
+
 ApplyResult EventSequencer::apply(const KvEvent& event) {
   auto [it, fresh] = seq_.try_emplace(event.owner);
   OwnerSeq& s = it->second;
@@ -55,7 +62,7 @@ ApplyResult EventSequencer::apply(const KvEvent& event) {
   if (!event.event_id) return forward(event);
   const uint64_t id = *event.event_id;
   if (s.stale) {
-    remember(s, event);  // waiting for a dump: replayed after it
+    hold(s, event);  // waiting for a dump: replayed after it
     return ApplyResult::Applied;
   }
   if (!s.seen) {
@@ -63,8 +70,8 @@ ApplyResult EventSequencer::apply(const KvEvent& event) {
     s.last = id;
     if (id > 1) {
       // Joined after the worker started: what it stored before is unknown.
-      s.buffer.push_back(event);
       mark_stale(event.owner, s);
+      hold(s, event);
       return ApplyResult::Applied;
     }
     if (s.resyncing) remember(s, event);
@@ -83,8 +90,8 @@ ApplyResult EventSequencer::apply(const KvEvent& event) {
     return forward(event);
   }
   if (id > s.last + 1) {
-    s.buffer.push_back(event);
     mark_stale(event.owner, s);
+    hold(s, event);
     return ApplyResult::Applied;
   }
   s.last = id;
@@ -98,6 +105,7 @@ void EventSequencer::begin_resync(CacheOwner owner) {
   if (s.stale || s.resyncing) return;
   s.resyncing = true;
   s.buffer.clear();
+  inner_.on_stream(owner, StreamNotice::DumpRequested);
 }
 
 bool EventSequencer::on_instance(WorkerId worker, uint64_t instance) {
@@ -125,12 +133,14 @@ void EventSequencer::apply_resync(CacheOwner owner, uint64_t last_event_id, cons
     std::erase_if(buffered, [&](const KvEvent& e) { return e.instance != 0 && e.instance != instance; });
     s.instance = instance;
   }
+  inner_.on_stream(owner, StreamNotice::DumpBegins);
   inner_.clear_owner(owner);
   for (const auto& ev : dump) {
     KvEvent e = ev;
     e.owner = owner;
     forward(e);
   }
+  inner_.on_stream(owner, StreamNotice::DumpApplied);
   s.last = last_event_id;
   s.seen = true;
   s.stale = false;
@@ -138,6 +148,7 @@ void EventSequencer::apply_resync(CacheOwner owner, uint64_t last_event_id, cons
   s.after_resync = true;
   counters_.resyncs_completed.fetch_add(1, std::memory_order_relaxed);
   replay_after_dump(owner, s, std::move(buffered));
+  inner_.on_stream(owner, StreamNotice::ReplayDone);
 }
 
 // Replays what arrived after the dump was taken, in id order, while contiguous.

@@ -30,6 +30,10 @@
 // first event after the dump (id N+1) is applied, late events with id <= N
 // are already in the dump: ignored (counted as duplicates), not a restart.
 //
+// The index below hears of each change of an owner's stream (on_stream) and
+// of each event held back (on_event_held), so that state several owners write
+// (a shared pool, indexer/pool_index.h) can follow the same rules.
+//
 // Threading: the mutating calls on the single writer thread; find_matches
 // and stats from any thread (the stale set has its own lock). The resync
 // callback runs on the writer thread and must not block (queue the request).
@@ -112,6 +116,7 @@ class EventSequencer final : public Indexer {
   void mark_stale(CacheOwner owner, OwnerSeq& s);
   void restart(CacheOwner owner, OwnerSeq& s, uint64_t instance);
   void remember(OwnerSeq& s, const KvEvent& event);
+  void hold(OwnerSeq& s, const KvEvent& event);  // remember a stale owner's event, told to the inner index
   void replay_after_dump(CacheOwner owner, OwnerSeq& s, std::vector<KvEvent> buffered);
   ApplyResult forward(const KvEvent& event);  // inner_.apply, counted
   void set_trusted(CacheOwner owner);

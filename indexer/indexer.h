@@ -53,6 +53,19 @@ struct OverlapScores {
   std::vector<OwnerOverlap> owners;  // only owners with blocks > 0, any order
 };
 
+// What the event sequencer (indexer/event_sequencer.h) tells the index below
+// it about one owner's event stream, for an index whose state several owners
+// write (PoolIndex: a shared pool takes each member's gaps and resyncs as its
+// own). In the order they happen to an owner.
+enum class StreamNotice : uint8_t {
+  DumpRequested,  // a dump was asked for while the owner is trusted: its events keep applying
+  Gap,            // events were lost: the owner is stale until its dump; its events are held
+  Restarted,      // the owner's worker restarted: its blocks were dropped, an awaited dump forgotten
+  DumpBegins,     // its dump follows (clear_owner, then the dump's events through apply)
+  DumpApplied,    // the dump was applied; its held or remembered events are replayed next
+  ReplayDone,     // the replay ended (the owner is trusted again, or a Gap came first)
+};
+
 // A set of cache owners the index shares between every node held by exactly
 // these owners in this tier (interned). Immutable once published; `serial`
 // is unique in the process and never reused, so a reader may cache what it
@@ -126,6 +139,12 @@ class Indexer {
   virtual void begin_resync(CacheOwner /*owner*/) {}
   // True when the worker restarted and its blocks were dropped.
   virtual bool on_instance(WorkerId /*worker*/, uint64_t /*instance*/) { return false; }
+  // Writer thread, from the event sequencer to the index below it: a change of
+  // `owner`'s stream, and each event of a stale owner it holds back until the
+  // dump (applied later, in the replay). An index of per-owner state ignores
+  // both (the sequencer already keeps each owner exact).
+  virtual void on_stream(CacheOwner /*owner*/, StreamNotice /*notice*/) {}
+  virtual void on_event_held(const KvEvent& /*event*/) {}
 };
 
 }  // namespace kvroute

@@ -76,9 +76,18 @@ void register_pool_metrics(metrics::Registry& r, const PoolIndex& pools, const R
               s.add({"reserved_owner"}, pc.reserved_refused.load());
             });
   r.counter_fn("kvroute_indexer_pools_emptied_total",
-               "shared pools emptied (a clear with the pool's medium, or its last publishing member gone)",
+               "shared pools emptied (a clear with the pool's medium, its last publishing member gone, a member gone "
+               "or restarted with its dump owed after a gap, or too many events to replay after a dump)",
                [&pc] { return pc.emptied.load(); });
+  r.counter_fn("kvroute_indexer_pool_resyncs_total",
+               "shared pools replaced by a member's resync dump, the pool's events since the request replayed after it",
+               [&pc] { return pc.resyncs.load(); });
   // gauges
+  r.collect(Type::Gauge, "kvroute_indexer_stale_pools",
+            "shared pools whose hits count as none: a member lost KV events and its dump is awaited", {"pool"},
+            [&pools](Samples& s) {
+              for (uint32_t p = 0; p < pools.pools().size(); ++p) s.add({pools.pools()[p].name}, pools.is_stale(p));
+            });
   r.collect(Type::Gauge, "kvroute_indexer_pool_blocks", "blocks indexed in each shared pool", {"pool"},
             [&pools, &exact](Samples& s) {
               const auto by = exact.entries_by_worker();

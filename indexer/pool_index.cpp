@@ -7,7 +7,13 @@ namespace kvroute {
 
 namespace {
 
-bool same_medium(std::string_view a, std::string_view b) {
+bool is_pool_owner(const CacheOwner& o) {
+  return PoolIndex::is_reserved(o.worker) && o.dp_rank == PoolIndex::kPoolRank;
+}
+
+}  // namespace
+
+bool PoolIndex::same_medium(std::string_view a, std::string_view b) {
   if (a.size() != b.size()) return false;
   for (size_t i = 0; i < a.size(); ++i) {
     const auto lower = [](char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; };
@@ -16,15 +22,10 @@ bool same_medium(std::string_view a, std::string_view b) {
   return true;
 }
 
-bool is_pool_owner(const CacheOwner& o) {
-  return PoolIndex::is_reserved(o.worker) && o.dp_rank == PoolIndex::kPoolRank;
-}
-
-}  // namespace
-
 PoolIndex::PoolIndex(Indexer& inner, std::vector<PoolSpec> pools) : inner_(inner), pools_(std::move(pools)) {
   assert(pools_.size() <= static_cast<size_t>(kMaxPools));
   live_.resize(pools_.size());
+  sync_.resize(pools_.size());
   for (uint32_t p = 0; p < pools_.size(); ++p)
     for (WorkerId w : pools_[p].members) member_of_.emplace(w.value, p);
 }
@@ -56,8 +57,16 @@ ApplyResult PoolIndex::apply(const KvEvent& event) {
   }
   const int p = pool_for(event);
   if (p < 0) return inner_.apply(event);
+  // A member's replayed event after its dump: the pool's log had it already.
+  if (replaying_ && *replaying_ == event.owner) return ApplyResult::Applied;
   counters_.events.fetch_add(1, std::memory_order_relaxed);
   const auto pool = static_cast<uint32_t>(p);
+  // A dump's events are the pool's new contents, not news to replay.
+  if (!(loading_ && *loading_ == event.owner)) log_event(pool, event);
+  return apply_to_pool(pool, event);
+}
+
+ApplyResult PoolIndex::apply_to_pool(uint32_t pool, const KvEvent& event) {
   if (std::holds_alternative<KvCleared>(event.data)) {
     empty_pool(pool);
     return ApplyResult::Applied;
@@ -80,6 +89,7 @@ void PoolIndex::remove_worker(WorkerId worker) {
   inner_.remove_worker(worker);
   const int p = pool_of(worker);
   if (p < 0) return;
+  forget_dumps(worker);
   auto& live = live_[static_cast<size_t>(p)];
   if (live.erase(worker.value) && live.empty()) empty_pool(static_cast<uint32_t>(p));
 }
@@ -101,7 +111,7 @@ void PoolIndex::set_block_limits(const std::vector<std::pair<WorkerId, uint64_t>
   inner_.set_block_limits(all, ceiling);
 }
 
-void PoolIndex::expand(const std::vector<PoolSpec>& pools, std::vector<OwnerOverlap>& owners) {
+void PoolIndex::expand(const std::vector<PoolSpec>& pools, std::vector<OwnerOverlap>& owners, uint32_t stale) {
   // The pools' entries, taken out of the list (rare: only when a pool holds some of the prompt).
   std::array<const OwnerOverlap*, kMaxPools> hit{};
   std::array<OwnerOverlap, kMaxPools> held{};
@@ -112,7 +122,7 @@ void PoolIndex::expand(const std::vector<PoolSpec>& pools, std::vector<OwnerOver
       continue;
     }
     const uint64_t p = owners[i].owner.worker.value - kPoolWorkerBase;
-    if (p < pools.size()) {
+    if (p < pools.size() && !((stale >> p) & 1u)) {
       held[p] = owners[i];
       hit[p] = &held[p];
       any = true;
@@ -154,7 +164,7 @@ void PoolIndex::expand(const std::vector<PoolSpec>& pools, std::vector<OwnerOver
 
 OverlapScores PoolIndex::find_matches(std::span<const LocalBlockHash> blocks) const {
   OverlapScores out = inner_.find_matches(blocks);
-  if (!pools_.empty()) expand(pools_, out.owners);
+  if (!pools_.empty()) expand(pools_, out.owners, stale_.load(std::memory_order_acquire));
   return out;
 }
 
@@ -174,7 +184,7 @@ void PoolIndex::find_match_layers(std::span<const LocalBlockHash> blocks, MatchL
     out.clear();
     out.extra = std::move(all.owners);
   }
-  expand(pools_, out.extra);
+  expand(pools_, out.extra, stale_.load(std::memory_order_acquire));
 }
 
 }  // namespace kvroute

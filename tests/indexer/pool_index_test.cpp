@@ -213,3 +213,128 @@ TEST_CASE("find_match_layers gives find_matches' answer when a pool holds part o
   CHECK(m->by_tier[0] == 2);
   CHECK(m->by_tier[kPool0] == 3);
 }
+
+namespace {
+
+KvEvent numbered(KvEvent e, uint64_t id) {
+  e.event_id = id;
+  return e;
+}
+
+// Owners matching prompt `q` through find_match_layers, as find_matches lists them.
+std::vector<OwnerOverlap> layered(const Indexer& idx, const std::vector<LocalBlockHash>& q) {
+  MatchLayers layers;
+  idx.find_match_layers(q, layers);
+  return layers.expand().owners;
+}
+
+}  // namespace
+
+TEST_CASE("a pool removal lost in a member's gap: the pool reads as none until that member's dump replaces it") {
+  RadixIndexer radix;
+  PoolIndex pools(radix, one_pool());
+  EventSequencer seq(pools);
+  seq.apply(numbered(stored(1, 100, 3, std::nullopt, "LMCache"), 1));
+  // Event 2 (worker 1 evicts block 102 from the pool) is lost; event 3 shows the gap.
+  seq.apply(numbered(stored(1, 500, 1, std::nullopt, {}, 700), 3));
+  REQUIRE(seq.is_stale(ow(1)));
+  CHECK(pools.is_stale(0));
+  // Like a stale worker's, the pool's hits count as none meanwhile, for every member.
+  CHECK(find(seq.find_matches(prompt(3)), ow(2)) == nullptr);
+  CHECK(layered(seq, prompt(3)).empty());
+  // The dump, taken after event 2, lists the pool as worker 1 sees it: 100, 101.
+  seq.apply_resync(ow(1), 2, {stored(1, 100, 2, std::nullopt, "LMCache")});
+  CHECK_FALSE(pools.is_stale(0));
+  CHECK_FALSE(seq.is_stale(ow(1)));
+  for (uint64_t w : {1, 2}) {
+    const OwnerOverlap* o = find(seq.find_matches(prompt(3)), ow(w));
+    REQUIRE(o != nullptr);
+    CHECK(o->blocks == 2);
+    CHECK(o->by_tier[kPool0] == 2);
+  }
+  CHECK(pools.counters().resyncs == 1);
+}
+
+TEST_CASE("pool events arriving while a member's dump is awaited are replayed after the dump, in arrival order") {
+  RadixIndexer radix;
+  PoolIndex pools(radix, one_pool());
+  EventSequencer seq(pools);
+  seq.apply(numbered(stored(1, 100, 4, std::nullopt, "LMCache"), 1));
+  // Worker 1 loses event 2; its event 3 (a pool block 900, another prompt) is held for the replay.
+  seq.apply(numbered(stored(1, 900, 1, std::nullopt, "LMCache", 5000), 3));
+  REQUIRE(seq.is_stale(ow(1)));
+  // Then worker 2 evicts block 103 and that block 900 from the pool.
+  seq.apply(removed(2, {103, 900}, "LMCache"));
+  // Worker 1's dump was taken before worker 2's eviction reached it: 100..103.
+  seq.apply_resync(ow(1), 2, {stored(1, 100, 4, std::nullopt, "LMCache")});
+  // The eviction that arrived after the request is not undone by the dump...
+  const OwnerOverlap* two = find(seq.find_matches(prompt(4)), ow(2));
+  REQUIRE(two != nullptr);
+  CHECK(two->blocks == 3);
+  // ...nor by replaying worker 1's held store after it (it came before the eviction).
+  std::vector<LocalBlockHash> other{LocalBlockHash{5000 + 800}};
+  CHECK(seq.find_matches(other).owners.empty());
+  // Worker 1's sequence goes on from event 3.
+  seq.apply(numbered(removed(1, {102}, "LMCache"), 4));
+  CHECK(find(seq.find_matches(prompt(4)), ow(2))->blocks == 2);
+  CHECK_FALSE(pools.is_stale(0));
+}
+
+TEST_CASE("a dump asked for while trusted keeps the pool readable and undoes no eviction that came meanwhile") {
+  RadixIndexer radix;
+  PoolIndex pools(radix, one_pool());
+  EventSequencer seq(pools);
+  seq.apply(numbered(stored(1, 100, 3, std::nullopt, "LMCache"), 1));
+  seq.begin_resync(ow(1));  // e.g. after a NATS reconnect
+  CHECK_FALSE(pools.is_stale(0));
+  CHECK(find(seq.find_matches(prompt(3)), ow(2))->blocks == 3);
+  seq.apply(removed(2, {102}, "LMCache"));
+  // The dump, taken before the eviction reached worker 1, still lists 102.
+  seq.apply_resync(ow(1), 1, {stored(1, 100, 3, std::nullopt, "LMCache")});
+  CHECK(find(seq.find_matches(prompt(3)), ow(2))->blocks == 2);
+}
+
+TEST_CASE("a member leaving or restarting with its dump owed after a gap empties the pool") {
+  for (const bool restart : {false, true}) {
+    CAPTURE(restart);
+    RadixIndexer radix;
+    PoolIndex pools(radix, one_pool());
+    EventSequencer seq(pools);
+    seq.apply(stored(2, 200, 1));  // worker 2 publishes too: the pool is not emptied for want of members
+    KvEvent first = numbered(stored(1, 100, 3, std::nullopt, "LMCache"), 1);
+    first.instance = 7;
+    seq.apply(first);
+    KvEvent after_gap = numbered(stored(1, 500, 1, std::nullopt, {}, 700), 3);
+    after_gap.instance = 7;
+    seq.apply(after_gap);
+    REQUIRE(pools.is_stale(0));
+    const uint64_t emptied = pools.counters().emptied;
+    if (restart)
+      seq.on_instance(WorkerId{1}, 8);
+    else
+      seq.remove_worker(WorkerId{1});
+    // Its lost events may have evicted anything: the pool holds nothing it cannot vouch for.
+    CHECK_FALSE(pools.is_stale(0));
+    CHECK(pools.counters().emptied == emptied + 1);
+    CHECK(seq.find_matches(prompt(3)).owners.empty());
+    // Worker 2's later stores fill it again.
+    seq.apply(stored(2, 100, 1, std::nullopt, "LMCache"));
+    CHECK(find(seq.find_matches(prompt(3)), ow(2))->blocks == 1);
+  }
+}
+
+TEST_CASE("hostile: a flood of pool events while a dump is awaited is bounded; the dump then empties the pool") {
+  RadixIndexer radix;
+  PoolIndex pools(radix, one_pool());
+  EventSequencer seq(pools);
+  seq.apply(numbered(stored(1, 100, 3, std::nullopt, "LMCache"), 1));
+  seq.apply(numbered(stored(1, 500, 1, std::nullopt, {}, 700), 3));  // a gap
+  REQUIRE(pools.is_stale(0));
+  for (uint64_t k = 0; k <= PoolIndex::kMaxLogEvents; ++k) seq.apply(removed(2, {100 + k % 3}, "LMCache"));
+  const uint64_t emptied = pools.counters().emptied;
+  seq.apply_resync(ow(1), 2, {stored(1, 100, 3, std::nullopt, "LMCache")});
+  CHECK(pools.counters().emptied == emptied + 1);
+  CHECK(pools.counters().resyncs == 0);
+  CHECK(seq.find_matches(prompt(3)).owners.empty());
+  CHECK_FALSE(pools.is_stale(0));
+}

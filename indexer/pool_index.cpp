@@ -7,6 +7,17 @@ namespace kvroute {
 
 namespace {
 
+// A member's own prefix, continued in the pool's tier as far as the pool holds the prompt.
+void continue_with_pool(OwnerOverlap& o, const OwnerOverlap& pool, StorageTier tier) {
+  if (o.blocks >= pool.blocks) return;
+  // All-zero tiers mean "all device" (scheduler.h): make that explicit first.
+  uint32_t sum = 0;
+  for (uint32_t t : o.by_tier) sum += t;
+  if (sum == 0) o.by_tier[0] = o.blocks;
+  o.by_tier[static_cast<size_t>(tier)] += pool.blocks - o.blocks;
+  o.blocks = pool.blocks;
+}
+
 bool is_pool_owner(const CacheOwner& o) {
   return PoolIndex::is_reserved(o.worker) && o.dp_rank == PoolIndex::kPoolRank;
 }
@@ -131,33 +142,34 @@ void PoolIndex::expand(const std::vector<PoolSpec>& pools, std::vector<OwnerOver
     owners.pop_back();
   }
   if (!any) return;
-  // Members' own entries (rank 0), by worker id.
-  thread_local std::unordered_map<uint64_t, size_t> own;
-  own.clear();
-  for (size_t i = 0; i < owners.size(); ++i)
-    if (owners[i].owner.dp_rank == 0) own.emplace(owners[i].owner.worker.value, i);
+  // Every rank of a member can load the pool's blocks: each of the member's
+  // own entries (any dp rank) is continued by its pool.
+  thread_local std::unordered_map<uint64_t, uint32_t> member_pool;
+  thread_local std::unordered_set<uint64_t> continued;
+  member_pool.clear();
+  continued.clear();
+  for (size_t p = 0; p < pools.size(); ++p)
+    if (hit[p])
+      for (WorkerId m : pools[p].members) member_pool.emplace(m.value, static_cast<uint32_t>(p));
+  for (OwnerOverlap& o : owners) {
+    const auto it = member_pool.find(o.owner.worker.value);
+    if (it == member_pool.end()) continue;
+    continued.insert(o.owner.worker.value);
+    continue_with_pool(o, *hit[it->second], pool_tier(it->second));
+  }
+  // A member holding none of the prompt itself: one entry, rank 0, all of it
+  // in the pool: any rank loads it alike (the router leaves the rank to the
+  // engine: router/routing.cpp, steered_rank).
   for (size_t p = 0; p < pools.size(); ++p) {
     if (!hit[p]) continue;
-    const OwnerOverlap& pool = *hit[p];
     const auto tier = static_cast<size_t>(pool_tier(static_cast<uint32_t>(p)));
     for (WorkerId m : pools[p].members) {
-      const auto it = own.find(m.value);
-      if (it == own.end()) {
-        OwnerOverlap o;
-        o.owner = CacheOwner{m, 0};
-        o.blocks = pool.blocks;
-        o.by_tier[tier] = pool.blocks;
-        owners.push_back(o);
-        continue;
-      }
-      OwnerOverlap& o = owners[it->second];
-      if (o.blocks >= pool.blocks) continue;
-      // All-zero tiers mean "all device" (scheduler.h): make that explicit first.
-      uint32_t sum = 0;
-      for (uint32_t t : o.by_tier) sum += t;
-      if (sum == 0) o.by_tier[0] = o.blocks;
-      o.by_tier[tier] += pool.blocks - o.blocks;
-      o.blocks = pool.blocks;
+      if (continued.count(m.value)) continue;
+      OwnerOverlap o;
+      o.owner = CacheOwner{m, 0};
+      o.blocks = hit[p]->blocks;
+      o.by_tier[tier] = hit[p]->blocks;
+      owners.push_back(o);
     }
   }
 }

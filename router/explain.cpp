@@ -217,13 +217,19 @@ std::string candidate_json(const RouteResult& r, size_t i, int rank, const std::
   const auto& c = r.candidates[i];
   const auto& s = d.scores.empty() ? WorkerScore{} : d.scores[i];
   const auto& t = c.overlap_by_tier;
+  // The rank the request would name; null when a worker of several ranks
+  // loads its whole prefix from a shared pool (any rank can: the engine picks).
+  std::string dp_rank = std::to_string(c.owner.dp_rank);
+  if (i < r.workers.size() && r.workers[i].info->dp_size > 1 &&
+      !steered_rank(*r.workers[i].info, c.overlap_blocks, pool_blocks(t), c.owner.dp_rank) && c.overlap_blocks > 0)
+    dp_rank = "null";
   return fmt::format(
       R"({{"worker_id":{},"url":"{}","role":"{}","dp_rank":{},"overlap_blocks":{},"overlap_by_tier":{{"device":{},"host_pinned":{},"disk":{},"external":{},"pool":{}}},)"
       R"("cached_tokens":{},"reported_load":{},"predicted_load":{},"pending_prefill_tokens":{},"excluded":{},"rank":{},)"
       R"("terms":{{"load_ratio":{},"load_deviation":{},"prefill_ratio":{},"slot_ratio":{},"queue_ratio":{}}},"cost":{},"reason":"{}",)"
       R"("predicted_ttft_ms":{}}})",
       c.owner.worker.value, i < r.workers.size() ? json_escape(r.workers[i].info->url) : "",
-      to_string(i < r.workers.size() ? r.workers[i].info->role : c.role), c.owner.dp_rank, c.overlap_blocks, t[0], t[1], t[2], t[3], pool_blocks(t), num(s.cached_tokens),
+      to_string(i < r.workers.size() ? r.workers[i].info->role : c.role), dp_rank, c.overlap_blocks, t[0], t[1], t[2], t[3], pool_blocks(t), num(s.cached_tokens),
       i < r.workers.size() ? load_json(r.workers[i].info->load) : "null", load_json(c.load),
       c.pending_prefill_tokens,
       s.excluded == Exclusion::None ? std::string("null") : fmt::format("\"{}\"", to_string(s.excluded)),

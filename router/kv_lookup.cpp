@@ -205,7 +205,11 @@ std::string kv_lookup_json(const KvLookupResult& r) {
     put(i ? R"(,{"worker_id":)" : R"({"worker_id":)");
     num(h.overlap.owner.worker.value);
     put(R"(,"dp_rank":)");
-    num(h.overlap.owner.dp_rank);
+    // A worker of several ranks whose prefix is all in its pool: any rank loads it.
+    if (h.info->dp_size > 1 && pool_blocks(h.overlap.by_tier) >= h.overlap.blocks && h.overlap.blocks > 0)
+      put("null");
+    else
+      num(h.overlap.owner.dp_rank);
     put(R"(,"url":")");
     escaped.clear();
     json_escape_append(escaped, h.info->url);

@@ -15,8 +15,10 @@
 
 namespace kvroute {
 
-std::optional<uint32_t> steered_rank(const WorkerAnnouncement& info, uint32_t overlap_blocks, uint32_t rank) {
-  if (info.dp_size <= 1 || overlap_blocks == 0 || rank >= info.dp_size) return std::nullopt;
+std::optional<uint32_t> steered_rank(const WorkerAnnouncement& info, uint32_t overlap_blocks, uint32_t pool_blocks,
+                                     uint32_t rank) {
+  if (info.dp_size <= 1 || overlap_blocks == 0 || pool_blocks >= overlap_blocks || rank >= info.dp_size)
+    return std::nullopt;
   return rank;
 }
 
@@ -24,10 +26,14 @@ uint32_t claimed_tokens(uint32_t overlap_blocks, uint32_t isl_tokens, uint32_t b
   return static_cast<uint32_t>(cached_prefix_tokens(overlap_blocks, isl_tokens, block_size));
 }
 
-RouteTarget route_target(WorkerId worker, const WorkerAnnouncement& info, uint32_t overlap_blocks, uint32_t dp_rank,
-                         uint32_t isl_tokens, uint32_t block_size) {
+RouteTarget route_target(WorkerId worker, const WorkerAnnouncement& info, uint32_t overlap_blocks,
+                         const std::array<uint32_t, kNumStorageTiers>& by_tier, uint32_t dp_rank, uint32_t isl_tokens,
+                         uint32_t block_size) {
   const uint32_t cached = claimed_tokens(overlap_blocks, isl_tokens, block_size);
-  return RouteTarget{worker, info.url, cached, isl_tokens - cached, steered_rank(info, overlap_blocks, dp_rank)};
+  RouteTarget t{worker, info.url, cached, isl_tokens - cached,
+                steered_rank(info, overlap_blocks, pool_blocks(by_tier), dp_rank)};
+  set_pool_share(t, overlap_blocks, by_tier, block_size);
+  return t;
 }
 
 void set_pool_share(RouteTarget& t, uint32_t overlap_blocks, const std::array<uint32_t, kNumStorageTiers>& by_tier,
@@ -338,8 +344,8 @@ bool RoutingService::decide_ranked(const Config& cfg, const SchedulerConfig& sch
     s.predicted_ttft_ms = predicted_ttft_ms(c, out.isl_tokens - s.cached_tokens);  // explain, affinity
     d.ranking.push_back(i);
     out.ranked.push_back(
-        route_target(p.worker, *out.workers[i].info, p.overlap_blocks, p.dp_rank, out.isl_tokens, block_size));
-    set_pool_share(out.ranked.back(), p.overlap_blocks, p.overlap_by_tier, block_size);
+        route_target(p.worker, *out.workers[i].info, p.overlap_blocks, p.overlap_by_tier, p.dp_rank, out.isl_tokens,
+                     block_size));
   }
   out.stage_seconds[3] = seconds_between(t1, StageClock::now());
   if (fd.ranked.empty()) {
@@ -430,9 +436,8 @@ void RoutingService::decide_all(const Config& cfg, const SchedulerConfig& sched,
   out.ranked.reserve(out.decision.ranking.size());
   for (size_t i : out.decision.ranking) {
     const auto& c = out.candidates[i];
-    out.ranked.push_back(route_target(c.owner.worker, *out.workers[i].info, c.overlap_blocks, c.owner.dp_rank,
-                                      isl_tokens, block_size));
-    set_pool_share(out.ranked.back(), c.overlap_blocks, c.overlap_by_tier, block_size);
+    out.ranked.push_back(route_target(c.owner.worker, *out.workers[i].info, c.overlap_blocks, c.overlap_by_tier,
+                                      c.owner.dp_rank, isl_tokens, block_size));
   }
   uint32_t best_overlap = 0;
   for (size_t i = 0; i < out.candidates.size(); ++i)
@@ -487,8 +492,8 @@ void RoutingService::decide_pd(const ParsedRequest& request, RouteResult& out) c
   const size_t limit = cfg->router.max_attempts;
   auto target_of = [&](size_t i) {
     const Candidate& c = out.candidates[i];
-    return route_target(c.owner.worker, *out.workers[i].info, c.overlap_blocks, c.owner.dp_rank, out.isl_tokens,
-                        block_size);
+    return route_target(c.owner.worker, *out.workers[i].info, c.overlap_blocks, c.overlap_by_tier, c.owner.dp_rank,
+                        out.isl_tokens, block_size);
   };
   out.ranked.clear();
   for (size_t k = 0; k < d.decode_ranking.size() && k < limit; ++k) out.ranked.push_back(target_of(d.decode_ranking[k]));

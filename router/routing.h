@@ -66,15 +66,20 @@ struct RouteTarget {
 void set_pool_share(RouteTarget& t, uint32_t overlap_blocks, const std::array<uint32_t, kNumStorageTiers>& by_tier,
                     uint32_t block_size);
 
-// The rank a target names: `rank` when the worker has several and one of them
-// holds some of the prompt.
-std::optional<uint32_t> steered_rank(const WorkerAnnouncement& info, uint32_t overlap_blocks, uint32_t rank);
+// The rank a target names: `rank` when the worker has several and that rank
+// holds some of the prompt itself. None when the worker's prefix is all in a
+// shared pool (`pool_blocks` of `overlap_blocks`): every rank of a member
+// loads it alike, so the engine's DP balancer picks, as without a hit.
+std::optional<uint32_t> steered_rank(const WorkerAnnouncement& info, uint32_t overlap_blocks, uint32_t pool_blocks,
+                                     uint32_t rank);
 
 // The target for `worker` (announced as `info`) whose best rank `dp_rank`
-// holds `overlap_blocks` of the prompt: its claimed cached tokens, the rest of
-// the prompt to prefill, and the rank to name.
-RouteTarget route_target(WorkerId worker, const WorkerAnnouncement& info, uint32_t overlap_blocks, uint32_t dp_rank,
-                         uint32_t isl_tokens, uint32_t block_size);
+// holds `overlap_blocks` of the prompt (`by_tier`: in which tiers): its
+// claimed cached tokens, the rest of the prompt to prefill, the rank to name
+// and the pool share.
+RouteTarget route_target(WorkerId worker, const WorkerAnnouncement& info, uint32_t overlap_blocks,
+                         const std::array<uint32_t, kNumStorageTiers>& by_tier, uint32_t dp_rank, uint32_t isl_tokens,
+                         uint32_t block_size);
 
 // What the client-facing message of a RouteError names besides the
 // RouteResult's own figures.

@@ -25,8 +25,8 @@ void promote(RouteResult& r, size_t i, uint32_t block_size) {
     t = *it;
     r.ranked.erase(it);
   } else {
-    t = route_target(c.owner.worker, *r.workers[i].info, c.overlap_blocks, c.owner.dp_rank, r.isl_tokens,
-                     block_size);
+    t = route_target(c.owner.worker, *r.workers[i].info, c.overlap_blocks, c.overlap_by_tier, c.owner.dp_rank,
+                     r.isl_tokens, block_size);
   }
   r.ranked.insert(r.ranked.begin(), t);
   r.decision.chosen = i;

@@ -338,3 +338,28 @@ TEST_CASE("hostile: a flood of pool events while a dump is awaited is bounded; t
   CHECK(seq.find_matches(prompt(3)).owners.empty());
   CHECK_FALSE(pools.is_stale(0));
 }
+
+TEST_CASE("every dp rank of a member can load the pool: each rank's own prefix is continued by it") {
+  RadixIndexer radix;
+  PoolIndex idx(radix, one_pool());
+  idx.apply(stored(1, 100, 6, std::nullopt, "LMCache"));  // the pool: 6 blocks
+  KvEvent on_rank1 = stored(2, 100, 2);                     // worker 2's dp rank 1: 2 blocks on its device
+  on_rank1.owner = ow(2, 1);
+  idx.apply(on_rank1);
+  const auto s = idx.find_matches(prompt(8));
+  const OwnerOverlap* rank1 = find(s, ow(2, 1));
+  REQUIRE(rank1 != nullptr);
+  CHECK(rank1->blocks == 6);
+  CHECK(rank1->by_tier[0] == 2);
+  CHECK(rank1->by_tier[kPool0] == 4);
+  // Worker 2's rank 1 is its best: no pool-only entry on rank 0 competes with it.
+  CHECK(find(s, ow(2, 0)) == nullptr);
+  // Worker 1 holds nothing itself: one pool-only entry (any rank loads it alike).
+  const OwnerOverlap* one = find(s, ow(1, 0));
+  REQUIRE(one != nullptr);
+  CHECK(one->by_tier[kPool0] == 6);
+  CHECK(s.owners.size() == 2);
+  auto a = layered(idx, prompt(8));
+  CHECK(a.size() == 2);
+  for (const auto& o : a) CHECK(o.blocks == 6);
+}

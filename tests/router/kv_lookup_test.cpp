@@ -297,3 +297,104 @@ TEST_CASE("kv lookup answers as the reference lookup (find_matches, a table look
   CHECK(kv_lookup_json(got) == kv_lookup_json(want));
   CHECK(kv_lookup_json(got).find(R"("worker_id":1,)") == std::string::npos);
 }
+
+TEST_CASE("a pool member with several dp ranks: each rank's own prefix continues in the pool; a pool-only hit names no rank") {
+  ManualClock clock;
+  SeededRandom random{1};
+  RadixIndexer radix;
+  PoolIndex index{radix, {PoolSpec{"lmc", "LMCache", {WorkerId{1}, WorkerId{2}}, 0}}};
+  WorkerRegistry registry{clock};
+  ConfigStore config{[] {
+    Config c;
+    c.admin.token = "s3cret";
+    c.indexer.block_size = kBlock;
+    return c;
+  }()};
+  RoutingService routing{index, registry, config, random};
+  AdminApi api{config, routing, registry, index};
+  api.set_pool_names({"lmc"});
+  for (uint32_t id : {1u, 2u}) {
+    WorkerAnnouncement a;
+    a.id = WorkerId{id};
+    a.url = "http://127.0.0.1:" + std::to_string(9000 + id);
+    a.model = "m";
+    a.dp_size = 4;
+    a.load = WorkerLoad{0, 10, 0, 0, 1000};
+    registry.upsert(a);
+  }
+  const auto t = prompt(6 * kBlock);
+  std::vector<LocalBlockHash> h;
+  hash_blocks(t, kBlock, HashNamespace{}, h);
+  auto store = [&](CacheOwner owner, size_t from, size_t to, std::string medium) {
+    KvStored s;
+    if (from > 0) s.parent = SequenceHash{owner.worker.value * 1000 + from - 1};
+    for (size_t i = from; i < to; ++i) s.blocks.push_back(StoredBlock{SequenceHash{owner.worker.value * 1000 + i}, h[i]});
+    KvEvent e;
+    e.owner = owner;
+    e.medium = std::move(medium);
+    e.data = std::move(s);
+    REQUIRE(index.apply(e) == ApplyResult::Applied);
+  };
+  store(CacheOwner{WorkerId{1}, 0}, 0, 5, "LMCache");  // the pool: 5 blocks
+  store(CacheOwner{WorkerId{2}, 3}, 0, 2, "");         // worker 2's rank 3: 2 on its device
+
+  const auto r = api.handle("POST", "/v1/kv/lookup", kAuth, tokens_body(t, R"(,"model":"m")"));
+  REQUIRE(r.status == 200);
+  simdjson::dom::parser p;
+  const simdjson::dom::element doc = p.parse(r.body);
+  const auto workers = doc["workers"].get_array().value();
+  REQUIRE(workers.size() == 2);
+  // Worker 1 holds nothing itself: the pool's 5 blocks, on whichever rank loads them.
+  CHECK(workers.at(0)["worker_id"].get_uint64().value() == 1);
+  CHECK(workers.at(0)["dp_rank"].is_null());
+  CHECK(workers.at(0)["tiers"]["pool"].get_uint64().value() == 5 * kBlock);
+  // Worker 2's rank 3 has its 2 blocks and loads the next 3 from the pool.
+  CHECK(workers.at(1)["worker_id"].get_uint64().value() == 2);
+  CHECK(workers.at(1)["dp_rank"].get_uint64().value() == 3);
+  CHECK(workers.at(1)["matched_tokens"].get_uint64().value() == 5 * kBlock);
+  CHECK(workers.at(1)["tiers"]["device"].get_uint64().value() == 2 * kBlock);
+  CHECK(workers.at(1)["tiers"]["pool"].get_uint64().value() == 3 * kBlock);
+
+  // Routing: worker 2 goes to its rank 3; worker 1 is sent to no rank in particular.
+  ParsedRequest req;
+  req.model = "m";
+  req.prompt_tokens = t;
+  req.has_prompt_tokens = true;
+  const RouteResult rr = routing.route(req, true);
+  REQUIRE(rr.ok);
+  bool saw1 = false, saw2 = false;
+  for (const RouteTarget& target : rr.ranked) {
+    if (target.worker == WorkerId{1}) {
+      saw1 = true;
+      CHECK_FALSE(target.dp_rank.has_value());
+    }
+    if (target.worker == WorkerId{2}) {
+      saw2 = true;
+      REQUIRE(target.dp_rank.has_value());
+      CHECK(*target.dp_rank == 3);
+      CHECK(target.pool_tokens == 3 * kBlock);
+    }
+  }
+  CHECK(saw1);
+  CHECK(saw2);
+  std::string body = tokens_body(t, R"(,"model":"m")");
+  body.replace(body.find("\"tokens\""), 8, "\"prompt\"");
+  const auto ex = api.handle("POST", "/admin/route/explain", kAuth, body);
+  REQUIRE(ex.status == 200);
+  simdjson::dom::parser explain_parser;
+  const simdjson::dom::element e = explain_parser.parse(ex.body);
+  const simdjson::dom::array explained = e["workers"].get_array().value();
+  size_t seen = 0;
+  for (const auto w : explained) {
+    const uint64_t id = w["worker_id"].get_uint64().value();
+    if (id == 1) {
+      CHECK(w["dp_rank"].is_null());
+      ++seen;
+    }
+    if (id == 2) {
+      CHECK(w["dp_rank"].get_uint64().value() == 3);
+      ++seen;
+    }
+  }
+  CHECK(seen == 2);
+}

@@ -27,7 +27,7 @@ RouteResult routed(size_t n, size_t ranked) {
     c.owner.worker = info->id;
     r.candidates.push_back(c);
     r.decision.scores.push_back(WorkerScore{});
-    if (i < ranked) r.ranked.push_back(route_target(info->id, *info, 0, 0, 100, 16));
+    if (i < ranked) r.ranked.push_back(route_target(info->id, *info, 0, {}, 0, 100, 16));
   }
   r.decision.chosen = 0;
   return r;

@@ -16,36 +16,6 @@
 
 namespace kvroute::sim {
 
-RateBracket bisect_rate(const std::function<bool(double)>& meets, int steps) {
-  RateBracket b;
-  if (meets(1)) {
-    b.lo = 1;
-    for (double r = 2; r <= kHighestRate; r *= 2) {
-      if (!meets(r)) {
-        b.hi = r;
-        break;
-      }
-      b.lo = r;
-    }
-    if (b.hi == 0) return b;  // meets it up to the highest rate tried
-  } else {
-    b.hi = 1;
-    for (double r = 0.5; r >= kLowestRate; r /= 2) {
-      if (meets(r)) {
-        b.lo = r;
-        break;
-      }
-      b.hi = r;
-    }
-    if (b.lo == 0) return b;  // misses it down to the lowest rate tried
-  }
-  for (int i = 0; i < steps; ++i) {
-    const double mid = 0.5 * (b.lo + b.hi);
-    (meets(mid) ? b.lo : b.hi) = mid;
-  }
-  return b;
-}
-
 Capacity peer_capacity(const std::vector<SimRequest>& w, const Args& a) {
   const auto ec = engine_config(a.sim);
   std::map<double, PeerProbe> seen;

@@ -24,6 +24,8 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -126,58 +128,29 @@ bool meets_slo(const PolicyResult& r, const Args& a) {
 }
 
 struct Fleet {
-  uint32_t workers = 0;  // smallest meeting the SLO (0: none up to kMaxWorkers)
+  uint32_t workers = 0;  // smallest meeting the SLO (0: none up to kMaxFleet)
   PolicyResult at;
 };
 
-constexpr uint32_t kMaxWorkers = 256;
 
-// The smallest fleet meeting the SLO: from --workers, halve (or double) until
-// the answer is bracketed, then bisect on the integer count.
+// The smallest fleet meeting the SLO (find_boundary, sim/boundary.h): from
+// --workers, halve (or double) until the answer is bracketed, then bisect on
+// the integer count.
 Fleet smallest_fleet(const std::vector<SimRequest>& w, const Args& a, const SimOptions& base) {
-  auto run = [&](uint32_t n) {
+  std::map<uint32_t, PolicyResult> seen;
+  auto meets = [&](double x) {
+    const auto n = static_cast<uint32_t>(x);
     SimOptions o = base;
     o.workers = n;
     // A pool sized per worker grows with the fleet (base.tiers.pool_blocks is for base.workers).
     if (base.tiers.pool_blocks) o.tiers.pool_blocks = base.tiers.pool_blocks * n / base.workers;
-    return simulate(w, o, "kvroute");
+    const PolicyResult& r = seen[n] = simulate(w, o, "kvroute");
+    return meets_slo(r, a);
   };
-  Fleet f;
-  uint32_t lo = 0, hi = 0;  // lo misses (0: none tried), hi meets
-  uint32_t n = base.workers;
-  PolicyResult r = run(n);
-  if (meets_slo(r, a)) {
-    hi = n, f = {n, r};
-    while (n > 1) {
-      n = n / 2;
-      r = run(n);
-      if (!meets_slo(r, a)) {
-        lo = n;
-        break;
-      }
-      hi = n, f = {n, r};
-    }
-    if (lo == 0) return f;  // one worker meets it
-  } else {
-    lo = n;
-    while (true) {
-      if (n >= kMaxWorkers) return f;
-      n = std::min(kMaxWorkers, n * 2);
-      r = run(n);
-      if (meets_slo(r, a)) {
-        hi = n, f = {n, r};
-        break;
-      }
-      lo = n;
-    }
-  }
-  while (hi - lo > 1) {
-    const uint32_t mid = lo + (hi - lo) / 2;
-    r = run(mid);
-    if (meets_slo(r, a)) hi = mid, f = {mid, r};
-    else lo = mid;
-  }
-  return f;
+  const Bracket b = find_boundary(meets, fleet_search(base.workers));
+  if (b.holds == 0) return {};
+  const auto n = static_cast<uint32_t>(b.holds);
+  return {n, seen[n]};
 }
 
 // The smallest fleet meeting the SLO for device only and the tiered fleets
@@ -215,7 +188,7 @@ void fleet_table(const std::vector<SimRequest>& w, const Args& a, const ReusePro
     o.tiers.profiles = profiles;
     const Fleet f = smallest_fleet(w, a, o);
     if (f.workers == 0)
-      std::printf("| %s | more than %u | | | | |\n", fc.name.c_str(), kMaxWorkers);
+      std::printf("| %s | more than %u | | | | |\n", fc.name.c_str(), kMaxFleet);
     else
       std::printf("| %s | %u | %.0f | %.0f | %.0f | %.3f |\n", fc.name.c_str(), f.workers, f.at.ttft_p50,
                   ttft_at(f.at, a.slo_percentile), f.at.itl_p99, f.at.hit_rate);

@@ -8,10 +8,12 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "sim/boundary.h"
 #include "sim/simulate.h"
 #include "sim/workload.h"
 
@@ -79,17 +81,6 @@ int check_run(const std::vector<SimRequest>& w, const Args& a, const std::vector
 // messages. 0 = all match, 1 = a difference, 2 = unreadable.
 int compare_cells(const char* what, const std::string& path, const std::vector<std::string>& lines, double tol,
                   double abs_floor = 0);
-
-// Bisection over the arrival-rate multiplier for a property that holds at
-// low rates and fails at high ones (more load never helps): from x1 it doubles
-// or halves until the property changes (within x1/64 .. x256), then halves the
-// bracket `steps` times. One call of `meets` per rate tried.
-inline constexpr double kLowestRate = 1.0 / 64, kHighestRate = 256;
-struct RateBracket {
-  double lo = 0;  // the highest rate seen meeting it (0: none down to kLowestRate)
-  double hi = 0;  // the lowest rate seen missing it (0: none up to kHighestRate)
-};
-RateBracket bisect_rate(const std::function<bool(double)>& meets, int steps);
 
 // The load levels' reference (sim/load_levels.cpp): the highest rate at which
 // the better of dynamo and llmd keeps TTFT p99 <= the causal floor's p99 +

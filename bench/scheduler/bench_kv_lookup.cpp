@@ -22,7 +22,11 @@
 // rounds); ratios: reference / lookup at p99 (the speed-up), and the whole
 // answer (lookup + JSON) / the decision at p99. Seed 7.
 //
-// Run: build/bench/scheduler/bench_kv_lookup [--quick] [--rounds N] [--calls N] [--scenario NAME]
+// --stages adds one round per scenario timing the lookup's phases one by one
+// (hashing, find_match_layers, the holders, the JSON), each after a decision
+// and a reference lookup as above: where the lookup's time and its tail go.
+//
+// Run: build/bench/scheduler/bench_kv_lookup [--quick] [--rounds N] [--calls N] [--scenario NAME] [--stages]
 // The last line is one JSON object.
 #include <algorithm>
 #include <cstdio>
@@ -117,6 +121,40 @@ Row round(Testbed& f, size_t calls, size_t max_holders, double overhead) {
   return row;
 }
 
+// The lookup's phases timed one by one (hash, find_match_layers, holders,
+// JSON), each call after a decision and a reference lookup as in round().
+void stage_round(Testbed& f, size_t calls, size_t max_holders, double overhead) {
+  SeededRandom random(7);
+  RoutingService routing(f.index, f.registry, *f.config, random);
+  const KvLookupSources src{routing, f.index, f.registry};
+  RouteResult decision, scratch;
+  KvLookupResult reference, result;
+  MatchLayers match;
+  std::vector<double> h, m, w, j;
+  for (size_t i = 0; i < calls; ++i) {
+    const ParsedRequest& req = f.reqs[i % f.reqs.size()];
+    routing.route(req, decision);
+    kv_lookup_reference(src, req, kBlock, max_holders, scratch, reference);
+    double t = cpu_us();
+    scratch.reset();
+    routing.hash_request(req, kBlock, scratch, nullptr);
+    h.push_back(cpu_us() - t - overhead);
+    t = cpu_us();
+    f.index.find_match_layers(scratch.block_hashes, match);
+    m.push_back(cpu_us() - t - overhead);
+    t = cpu_us();
+    result.holders_total = static_cast<uint32_t>(f.registry.holders(req.model, match, max_holders, result.holders, result.keep));
+    w.push_back(cpu_us() - t - overhead);
+    match.clear();
+    t = cpu_us();
+    const std::string json = kv_lookup_json(result);
+    j.push_back(cpu_us() - t - overhead);
+  }
+  const Percentiles ph = percentiles(h), pm = percentiles(m), pw = percentiles(w), pj = percentiles(j);
+  std::printf("  stages p50/p99: hash %.2f/%.2f  match %.2f/%.2f  holders %.2f/%.2f  json %.2f/%.2f\n", ph.p50, ph.p99,
+              pm.p50, pm.p99, pw.p50, pw.p99, pj.p50, pj.p99);
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
@@ -127,6 +165,7 @@ double median(std::vector<double> v) {
 int main(int argc, char** argv) {
   size_t rounds = 3, calls = 20000;
   std::string only;  // --scenario NAME: run that one only (for a profiler)
+  bool stages = false;  // --stages: one more round per scenario, the lookup's phases timed one by one
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--quick")) {
       rounds = 1;
@@ -135,10 +174,12 @@ int main(int argc, char** argv) {
       rounds = std::strtoul(argv[++i], nullptr, 10);
     } else if (!std::strcmp(argv[i], "--scenario") && i + 1 < argc) {
       only = argv[++i];
+    } else if (!std::strcmp(argv[i], "--stages")) {
+      stages = true;
     } else if (!std::strcmp(argv[i], "--calls") && i + 1 < argc) {
       calls = std::strtoul(argv[++i], nullptr, 10);
     } else {
-      std::fprintf(stderr, "usage: bench_kv_lookup [--quick] [--rounds N] [--calls N] [--scenario by8|shared|shared16]\n");
+      std::fprintf(stderr, "usage: bench_kv_lookup [--quick] [--rounds N] [--calls N] [--scenario by8|shared|shared16] [--stages]\n");
       return 2;
     }
   }
@@ -180,6 +221,7 @@ int main(int argc, char** argv) {
     std::printf("%-8s %8zu %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f %8.1f %8.2f %8.2f\n", sc.name,
                 last.holders, median(dp50), median(dp99), median(rp50), median(rp99), median(lp50), median(lp99),
                 median(jp50), median(jp99), last.json_bytes / 1024.0, speedup, ratio);
+    if (stages) stage_round(*f, calls, sc.max_holders, overhead);
     json += std::string(json.size() > 1 ? "," : "") + "\"" + sc.name + "\":{" +
             "\"holders\":" + std::to_string(last.holders) + ",\"decision_p99_us\":" + std::to_string(median(dp99)) +
             ",\"reference_p99_us\":" + std::to_string(median(rp99)) + ",\"lookup_p50_us\":" +

@@ -78,10 +78,13 @@ int pools(const Args& a) {
   configs.push_back({"+ host + pool " + fmt("%g", mid) + " GB/s, write-through", host, pool, mid, true});
   std::printf("## The fleet and the table\n\n%u workers (%s), device %llu blocks (%.0f GiB) each; host tier "
               "%llu blocks (%.0f GiB) per worker at %.1f GB/s; pool %llu blocks (%.0f GiB) shared, each worker "
-              "loading at the bandwidth shown; %s eviction in the tiers; %.0f bytes of KV per token; seed %llu.\n\n",
+              "loading at the bandwidth shown, the loads in flight sharing the pool's (%s); %s eviction in the tiers; %.0f bytes of KV per token; seed %llu.\n\n",
               a.sim.workers, a.sim.engine_profile.c_str(), (unsigned long long)device, gib(device, a),
               (unsigned long long)host, gib(host, a), a.sim.tiers.host_gb_per_s, (unsigned long long)pool,
-              gib(pool, a), to_string(a.sim.tiers.eviction), kv_bytes(a), (unsigned long long)a.sim.seed);
+              gib(pool, a),
+              a.sim.tiers.pool_total_gb_per_s > 0 ? (fmt("%g", a.sim.tiers.pool_total_gb_per_s) + " GB/s").c_str()
+                                                  : "the bandwidth shown",
+              to_string(a.sim.tiers.eviction), kv_bytes(a), (unsigned long long)a.sim.seed);
   std::printf("| workload | rate | policy | tiers | TTFT p50 ms | TTFT p99 ms | hit rate | from host | from pool | "
               "mean load ms |\n|---|---|---|---|---|---|---|---|---|---|\n");
   std::vector<std::string> json;

@@ -92,6 +92,7 @@ void usage() {
       "  --host-gb-per-s X its load bandwidth, 10^9 bytes/s (default 25)\n"
       "  --pool-blocks N   a KV pool of N blocks shared by every worker (default 0: none)\n"
       "  --pool-gb-per-s X each worker's load bandwidth from it (default 12.5)\n"
+      "  --pool-total-gb-per-s X the pool's own bandwidth, shared by the loads in flight (default: --pool-gb-per-s)\n"
       "  --pool-write-through  the pool also receives every block the devices compute (default: only\n"
       "                    what the host tiers, or without them the devices, evict)\n"
       "  --eviction E      the host tiers' and the pool's: lru (default) or workload_aware (fit on the\n"
@@ -201,6 +202,8 @@ void parse(int argc, char** argv, Args& a) {
       else if (f == "--host-gb-per-s") a.sim.tiers.host_gb_per_s = std::stod(need("--host-gb-per-s"));
       else if (f == "--pool-blocks") a.sim.tiers.pool_blocks = std::stoull(need("--pool-blocks"));
       else if (f == "--pool-gb-per-s") a.sim.tiers.pool_gb_per_s = std::stod(need("--pool-gb-per-s"));
+      else if (f == "--pool-total-gb-per-s")
+        a.sim.tiers.pool_total_gb_per_s = std::stod(need("--pool-total-gb-per-s"));
       else if (f == "--pool-write-through") a.sim.tiers.pool_write_through = true;
       else if (f == "--eviction") {
         const std::string v = need("--eviction");
@@ -266,7 +269,7 @@ void parse(int argc, char** argv, Args& a) {
       std::fprintf(stderr, "kvroute-sim: unknown policy '%s'\n", p.c_str());
       std::exit(2);
     }
-  if (!(a.sim.tiers.host_gb_per_s > 0) || !(a.sim.tiers.pool_gb_per_s > 0) ||
+  if (!(a.sim.tiers.host_gb_per_s > 0) || !(a.sim.tiers.pool_gb_per_s > 0) || !(a.sim.tiers.pool_total_gb_per_s >= 0) ||
       a.sim.tiers.host_blocks > (uint64_t{1} << 32) || a.sim.tiers.pool_blocks > (uint64_t{1} << 32)) {
     std::fprintf(stderr, "kvroute-sim: --host-gb-per-s and --pool-gb-per-s must be > 0, --host-blocks and "
                          "--pool-blocks at most 2^32\n");

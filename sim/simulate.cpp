@@ -159,13 +159,23 @@ class Simulation {
   // Enqueues request `id` on its engine, after a loader for its first
   // `loaded` blocks when any came from the tiers.
   void enqueue(size_t id, uint32_t loaded, double now);
+  void on_pool_load(double now);
 
   std::unordered_map<uint64_t, BlockMeta> meta_;
   std::vector<std::unordered_map<uint64_t, StorageTier>> view_;  // per worker: the index's tier of each block
   std::vector<std::unordered_set<uint64_t>> device_;             // per worker: blocks its engine holds
   std::vector<TierCache> host_;
   std::unique_ptr<TierCache> pool_;
-  std::vector<double> host_link_free_, pool_link_free_;
+  std::vector<double> host_link_free_;
+  std::unique_ptr<SharedBandwidth> pool_bw_;  // the pool's loads in flight
+  // A request loading from the pool: when its host load ends (0: none), the
+  // blocks it will hold, when it was dispatched.
+  struct PoolLoad {
+    double host_done = 0;
+    uint32_t blocks = 0;
+    double since = 0;
+  };
+  std::unordered_map<size_t, PoolLoad> pool_loads_;
   std::vector<uint8_t> categories_;
   std::priority_queue<Load, std::vector<Load>, std::greater<Load>> loads_;
   double bytes_per_token_ = 0, now_ = 0, load_ms_sum_ = 0;
@@ -341,20 +351,21 @@ void Simulation::dispatch(size_t id, double now) {
       enqueue(id, 0, now);
       return;
     }
-    // Each worker's host link and pool link carry one load at a time.
+    // Each worker's host link carries one load at a time; the pool's loads
+    // share its bandwidth (pool_bw_), each worker's one at a time.
     double done = now;
     if (from_host) {
       host_link_free_[w] = std::max(now, host_link_free_[w]) +
                            load_ms(uint64_t{from_host} * kBlock, bytes_per_token_, o_.tiers.host_gb_per_s);
       done = std::max(done, host_link_free_[w]);
     }
+    ++loading_requests_;
     if (from_pool) {
-      pool_link_free_[w] = std::max(now, pool_link_free_[w]) +
-                           load_ms(uint64_t{from_pool} * kBlock, bytes_per_token_, o_.tiers.pool_gb_per_s);
-      done = std::max(done, pool_link_free_[w]);
+      pool_loads_[id] = PoolLoad{done, k, now};
+      pool_bw_->start(w, id, double(uint64_t{from_pool} * kBlock) * bytes_per_token_, now);
+      return;  // on_pool_load() when it ends
     }
     load_ms_sum_ += done - now;
-    ++loading_requests_;
     loads_.push(Load{done, id, k});
     return;
   }
@@ -366,6 +377,17 @@ void Simulation::dispatch(size_t id, double now) {
   dynamo_.add(w, hashes, r.input_tokens % kBlock != 0);
   hashes_[id] = std::move(hashes);
   per_worker_[w]++;
+}
+
+// A pool load ended: the request waits for its host load, if any, then enters its engine.
+void Simulation::on_pool_load(double now) {
+  const size_t id = pool_bw_->finish(now);
+  const auto it = pool_loads_.find(id);
+  const PoolLoad pl = it->second;
+  pool_loads_.erase(it);
+  const double done = std::max(now, pl.host_done);
+  load_ms_sum_ += done - pl.since;
+  loads_.push(Load{done, id, pl.blocks});
 }
 
 void Simulation::enqueue(size_t id, uint32_t loaded, double now) {
@@ -394,7 +416,9 @@ void Simulation::init_tiers() {
   for (uint32_t i = 0; i < o_.workers; ++i) host_.emplace_back(t.host_blocks, t.eviction, &t.profiles);
   if (t.pool_blocks) pool_ = std::make_unique<TierCache>(t.pool_blocks, t.eviction, &t.profiles);
   host_link_free_.assign(o_.workers, 0);
-  pool_link_free_.assign(o_.workers, 0);
+  // GB/s = 10^6 bytes per ms.
+  const double link = t.pool_gb_per_s * 1e6, total = (t.pool_total_gb_per_s > 0 ? t.pool_total_gb_per_s : t.pool_gb_per_s) * 1e6;
+  pool_bw_ = std::make_unique<SharedBandwidth>(total, link, o_.workers);
   categories_ = request_categories(w_);
   const mocker::EngineProfile* p = mocker::find_profile(o_.engine_profile);
   bytes_per_token_ = t.kv_bytes_per_token > 0                  ? t.kv_bytes_per_token
@@ -507,13 +531,16 @@ PolicyResult Simulation::run(bool progress) {
     uint32_t which = 0;
     for (uint32_t i = 0; i < o_.workers; ++i)
       if (auto t = engines_[i]->next_event_time(); t && *t < t_engine) t_engine = *t, which = i;
-    const double t_load = loads_.empty() ? 1e300 : loads_.top().at;  // a tier load completing
+    const double t_pool = pool_bw_ ? pool_bw_->next_done() : 1e300;  // a pool load ending
+    const double t_load = std::min(loads_.empty() ? 1e300 : loads_.top().at, t_pool);  // a tier load completing
     if (t_arrival == 1e300 && t_engine == 1e300 && t_load == 1e300) break;
     const double t_report = last_report + o_.report_ms;
     if (t_report < t_arrival && t_report < t_engine && t_report < t_load) {
       report(last_report = t_report);
     } else if (t_engine <= t_arrival && t_engine <= t_load) {
       on_engine(which, t_engine);
+    } else if (t_load <= t_arrival && t_pool == t_load) {
+      on_pool_load(t_pool);
     } else if (t_load <= t_arrival) {
       const Load ld = loads_.top();
       loads_.pop();

@@ -26,7 +26,10 @@ struct TierOptions {
   uint64_t host_blocks = 0;   // per worker, 512-token blocks; 0 = no host tier
   double host_gb_per_s = 25;  // a worker's host-to-device load bandwidth, 10^9 bytes/s
   uint64_t pool_blocks = 0;   // one pool mounted by every worker; 0 = no pool
-  double pool_gb_per_s = 12.5;  // each worker's load bandwidth from the pool
+  double pool_gb_per_s = 12.5;  // each worker's load bandwidth from the pool (its link)
+  // The pool's own bandwidth, shared by the loads in flight (SharedBandwidth,
+  // sim/tiers.h); 0 = pool_gb_per_s: one load alone has all of it.
+  double pool_total_gb_per_s = 0;
   double kv_bytes_per_token = 0;  // 0 = the engine profile's (131072 for llama3-8b)
   // The pool also receives every block as the device stores it (LMCache's
   // remote backends, HiCache's write-through to storage), not only what the

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cassert>
 #include <cmath>
+#include <limits>
 
 namespace kvroute::sim {
 
@@ -138,6 +139,55 @@ TierCache::Block TierCache::victim(double now_ms) const {
 
 double load_ms(uint64_t tokens, double kv_bytes_per_token, double gbytes_per_s) {
   return double(tokens) * kv_bytes_per_token / (gbytes_per_s * 1e9) * 1000.0;
+}
+
+SharedBandwidth::SharedBandwidth(double total_bytes_per_ms, double link_bytes_per_ms, uint32_t workers)
+    : total_(total_bytes_per_ms), link_(link_bytes_per_ms), queued_(workers), busy_(workers, 0) {}
+
+double SharedBandwidth::rate() const {
+  return active_.empty() ? link_ : std::min(link_, total_ / double(active_.size()));
+}
+
+void SharedBandwidth::advance(double now) {
+  if (now <= last_) return;
+  const double moved = rate() * (now - last_);
+  for (Transfer& t : active_) t.remaining = std::max(0.0, t.remaining - moved);
+  last_ = now;
+}
+
+void SharedBandwidth::start(uint32_t w, size_t id, double bytes, double now) {
+  advance(now);
+  if (busy_[w]) {
+    queued_[w].push_back(Transfer{w, id, bytes});
+    return;
+  }
+  busy_[w] = 1;
+  active_.push_back(Transfer{w, id, bytes});
+}
+
+double SharedBandwidth::next_done() const {
+  if (active_.empty()) return std::numeric_limits<double>::infinity();
+  double least = active_.front().remaining;
+  for (const Transfer& t : active_) least = std::min(least, t.remaining);
+  return last_ + least / rate();
+}
+
+size_t SharedBandwidth::finish(double now) {
+  advance(now);
+  // The load with the least left (ties: the earliest started) ends now.
+  size_t at = 0;
+  for (size_t i = 1; i < active_.size(); ++i)
+    if (active_[i].remaining < active_[at].remaining) at = i;
+  const Transfer done = active_[at];
+  active_.erase(active_.begin() + static_cast<std::ptrdiff_t>(at));
+  busy_[done.worker] = 0;
+  auto& q = queued_[done.worker];
+  if (!q.empty()) {
+    busy_[done.worker] = 1;
+    active_.push_back(q.front());
+    q.erase(q.begin());
+  }
+  return done.id;
 }
 
 }  // namespace kvroute::sim

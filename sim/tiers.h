@@ -110,4 +110,38 @@ class TierCache {
 // A load's duration: tokens × bytes per token ÷ bandwidth (GB/s = 10^9 bytes/s), in ms.
 double load_ms(uint64_t tokens, double kv_bytes_per_token, double gbytes_per_s);
 
+// A shared pool's bandwidth, shared by the loads in flight (processor
+// sharing: n loads each move at min(link, total ÷ n) bytes per ms), each
+// worker's own link carrying one load at a time (a worker's next load waits
+// for its previous one). Loads finish in virtual time; the simulation asks
+// next_done() as one more event and finish() at that time.
+class SharedBandwidth {
+ public:
+  // Bytes per ms: the pool's in total, and one worker's link.
+  SharedBandwidth(double total_bytes_per_ms, double link_bytes_per_ms, uint32_t workers);
+  // A load of `bytes` for request `id` on worker `w`, asked at `now` (no
+  // earlier than any previous call's time).
+  void start(uint32_t w, size_t id, double bytes, double now);
+  // When the next load in flight ends; infinity when none is.
+  double next_done() const;
+  // At next_done(): the load that ends (its request id); the worker's next
+  // queued load starts.
+  size_t finish(double now);
+  size_t in_flight() const { return active_.size(); }
+
+ private:
+  struct Transfer {
+    uint32_t worker = 0;
+    size_t id = 0;
+    double remaining = 0;  // bytes
+  };
+  double rate() const;  // bytes per ms of each load in flight
+  void advance(double now);
+
+  double total_, link_, last_ = 0;
+  std::vector<Transfer> active_;
+  std::vector<std::vector<Transfer>> queued_;  // per worker, FIFO
+  std::vector<uint8_t> busy_;                  // per worker: a load in flight
+};
+
 }  // namespace kvroute::sim

@@ -5,6 +5,7 @@
 #include "sim/tiers.h"
 
 #include <cmath>
+#include <limits>
 
 #include <doctest/doctest.h>
 
@@ -240,4 +241,48 @@ TEST_CASE("write-through pool: a block is in the pool as soon as a device comput
   const auto res = simulate(w, o, "round_robin");
   CHECK(res.pool_hit_rate == doctest::Approx(8.0 / 16));
   CHECK(res.hit_rate == doctest::Approx(8.0 / 16));
+}
+
+TEST_CASE("a pool's bandwidth is shared by the loads in flight; a worker's own link carries one load at a time") {
+  constexpr double kBytes = 1000;
+  // A pool of 10 bytes/ms in total, each worker's link 10 bytes/ms.
+  SharedBandwidth b(10, 10, 4);
+  CHECK(b.next_done() == std::numeric_limits<double>::infinity());
+  b.start(0, 7, kBytes, 0);
+  CHECK(b.next_done() == doctest::Approx(100));  // alone: the whole bandwidth
+  b.start(1, 8, kBytes, 50);                     // half done; the two now share 10 bytes/ms
+  CHECK(b.next_done() == doctest::Approx(150));  // 500 left at 5 bytes/ms
+  CHECK(b.finish(b.next_done()) == 7);
+  CHECK(b.next_done() == doctest::Approx(200));  // 500 left, alone again at 10 bytes/ms
+  // Worker 1's next load waits for its first, then has the pool to itself.
+  b.start(1, 9, kBytes, 160);
+  CHECK(b.finish(b.next_done()) == 8);
+  CHECK(b.next_done() == doctest::Approx(300));
+  CHECK(b.finish(b.next_done()) == 9);
+  CHECK(b.in_flight() == 0);
+  // A pool four links wide: two loads at once each get a full link.
+  SharedBandwidth wide(40, 10, 2);
+  wide.start(0, 1, kBytes, 0);
+  wide.start(1, 2, kBytes, 0);
+  CHECK(wide.next_done() == doctest::Approx(100));
+}
+
+TEST_CASE("two workers loading from the pool at once share its bandwidth; a pool twice as wide serves both in full") {
+  // Round robin over three roomy engines, the pool written through: A on 0,
+  // then A on 1 and on 2 at the same moment, both loading its 8 blocks from the pool.
+  const std::vector<SimRequest> w = {prompt(0, 100), prompt(10'000, 100), prompt(10'000, 100)};
+  SimOptions o;
+  o.workers = 3;
+  o.kv_blocks = 100;
+  o.engine_profile = "h100-llama3-8b";
+  o.tiers.pool_blocks = 1000;
+  o.tiers.pool_write_through = true;
+  o.tiers.pool_gb_per_s = 10;
+  const double alone = load_ms(8 * kBlock, 131072, 10);
+  auto res = simulate(w, o, "round_robin");
+  CHECK(res.pool_hit_rate == doctest::Approx(16.0 / 24));
+  CHECK(res.load_ms_mean == doctest::Approx(2 * alone));  // both at half the bandwidth
+  o.tiers.pool_total_gb_per_s = 20;
+  res = simulate(w, o, "round_robin");
+  CHECK(res.load_ms_mean == doctest::Approx(alone));
 }

@@ -83,7 +83,7 @@ void register_pool_metrics(metrics::Registry& r, const PoolIndex& pools, const R
                "shared pools replaced by a member's resync dump, the pool's events since the request replayed after it",
                [&pc] { return pc.resyncs.load(); });
   // gauges
-  r.collect(Type::Gauge, "kvroute_indexer_stale_pools",
+  r.collect(Type::Gauge, "kvroute_indexer_pools_stale",
             "shared pools whose hits count as none: a member lost KV events and its dump is awaited", {"pool"},
             [&pools](Samples& s) {
               for (uint32_t p = 0; p < pools.pools().size(); ++p) s.add({pools.pools()[p].name}, pools.is_stale(p));

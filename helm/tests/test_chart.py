@@ -52,7 +52,7 @@ METRICS = {
     # shared KV pools (indexer.kv_pools) and authentication
     "kvroute_router_pool_hits_total", "kvroute_router_pool_hit_tokens_total", "kvroute_indexer_pool_blocks",
     "kvroute_indexer_pool_events_total", "kvroute_indexer_pool_events_refused_total",
-    "kvroute_indexer_pools_emptied_total", "kvroute_indexer_pool_resyncs_total", "kvroute_indexer_stale_pools",
+    "kvroute_indexer_pools_emptied_total", "kvroute_indexer_pool_resyncs_total", "kvroute_indexer_pools_stale",
     "kvroute_router_auth_failures_total", "kvroute_admin_auth_failures_total",
 }
 HISTOGRAMS = {"kvroute_router_request_duration_seconds", "kvroute_router_ttfb_seconds",

@@ -72,6 +72,49 @@ std::string tokens_body(const std::vector<TokenId>& t, std::string_view extra = 
 
 constexpr std::string_view kAuth = "Bearer s3cret";
 
+// A fleet of model "m" whose workers 1 and 2 mount pool "lmc" (medium LMCache).
+struct PoolFixture {
+  ManualClock clock;
+  SeededRandom random{1};
+  RadixIndexer radix;
+  PoolIndex index{radix, {PoolSpec{"lmc", "LMCache", {WorkerId{1}, WorkerId{2}}, 0}}};
+  WorkerRegistry registry{clock};
+  ConfigStore config{[] {
+    Config c;
+    c.admin.token = "s3cret";
+    c.indexer.block_size = kBlock;
+    return c;
+  }()};
+  RoutingService routing{index, registry, config, random};
+  AdminApi api{config, routing, registry, index};
+  std::vector<LocalBlockHash> h;  // the hashed prompt's blocks
+
+  PoolFixture(const std::vector<TokenId>& prompt, std::initializer_list<uint32_t> workers, uint32_t dp_size = 1) {
+    api.set_pool_names({"lmc"});
+    hash_blocks(prompt, kBlock, HashNamespace{}, h);
+    for (uint32_t id : workers) {
+      WorkerAnnouncement a;
+      a.id = WorkerId{id};
+      a.url = "http://127.0.0.1:" + std::to_string(9000 + id);
+      a.model = "m";
+      a.dp_size = dp_size;
+      a.load = WorkerLoad{0, 10, 0, 0, 1000};
+      registry.upsert(a);
+    }
+  }
+  // `owner` stores the prompt's blocks [from, to) with `medium`.
+  void store(CacheOwner owner, size_t from, size_t to, std::string medium) {
+    KvStored s;
+    if (from > 0) s.parent = SequenceHash{owner.worker.value * 1000 + from - 1};
+    for (size_t i = from; i < to; ++i) s.blocks.push_back(StoredBlock{SequenceHash{owner.worker.value * 1000 + i}, h[i]});
+    KvEvent e;
+    e.owner = owner;
+    e.medium = std::move(medium);
+    e.data = std::move(s);
+    REQUIRE(index.apply(e) == ApplyResult::Applied);
+  }
+};
+
 }  // namespace
 
 TEST_CASE("kv lookup: every holder with its prefix and tiers, longest first, LMCache's layout_info") {
@@ -178,40 +221,11 @@ TEST_CASE("kv lookup of a prompt the engine does not read its cache for (prompt_
 }
 
 TEST_CASE("kv lookup reports a shared pool's part of each member's prefix, in its own tier, named") {
-  ManualClock clock;
-  SeededRandom random{1};
-  RadixIndexer radix;
-  PoolIndex index{radix, {PoolSpec{"lmc", "LMCache", {WorkerId{1}, WorkerId{2}}, 0}}};
-  WorkerRegistry registry{clock};
-  ConfigStore config{[] {
-    Config c;
-    c.admin.token = "s3cret";
-    c.indexer.block_size = kBlock;
-    return c;
-  }()};
-  RoutingService routing{index, registry, config, random};
-  AdminApi api{config, routing, registry, index};
-  api.set_pool_names({"lmc"});
-  for (uint32_t id : {1u, 2u, 3u}) {
-    WorkerAnnouncement a;
-    a.id = WorkerId{id};
-    a.url = "http://127.0.0.1:" + std::to_string(9000 + id);
-    a.model = "m";
-    a.load = WorkerLoad{0, 10, 0, 0, 1000};
-    registry.upsert(a);
-  }
   const auto t = prompt(6 * kBlock);
-  std::vector<LocalBlockHash> h;
-  hash_blocks(t, kBlock, HashNamespace{}, h);
+  PoolFixture f(t, {1, 2, 3});
+  auto& api = f.api;
   auto store = [&](uint64_t worker, size_t from, size_t to, std::string medium) {
-    KvStored s;
-    if (from > 0) s.parent = SequenceHash{from - 1};
-    for (size_t i = from; i < to; ++i) s.blocks.push_back(StoredBlock{SequenceHash{i}, h[i]});
-    KvEvent e;
-    e.owner = CacheOwner{WorkerId{worker}, 0};
-    e.medium = std::move(medium);
-    e.data = std::move(s);
-    REQUIRE(index.apply(e) == ApplyResult::Applied);
+    f.store(CacheOwner{WorkerId{worker}, 0}, from, to, std::move(medium));
   };
   store(1, 0, 5, "LMCache");  // worker 1 offloaded 5 blocks to the pool
   store(2, 0, 2, "");         // worker 2 holds 2 on its device
@@ -299,41 +313,12 @@ TEST_CASE("kv lookup answers as the reference lookup (find_matches, a table look
 }
 
 TEST_CASE("a pool member with several dp ranks: each rank's own prefix continues in the pool; a pool-only hit names no rank") {
-  ManualClock clock;
-  SeededRandom random{1};
-  RadixIndexer radix;
-  PoolIndex index{radix, {PoolSpec{"lmc", "LMCache", {WorkerId{1}, WorkerId{2}}, 0}}};
-  WorkerRegistry registry{clock};
-  ConfigStore config{[] {
-    Config c;
-    c.admin.token = "s3cret";
-    c.indexer.block_size = kBlock;
-    return c;
-  }()};
-  RoutingService routing{index, registry, config, random};
-  AdminApi api{config, routing, registry, index};
-  api.set_pool_names({"lmc"});
-  for (uint32_t id : {1u, 2u}) {
-    WorkerAnnouncement a;
-    a.id = WorkerId{id};
-    a.url = "http://127.0.0.1:" + std::to_string(9000 + id);
-    a.model = "m";
-    a.dp_size = 4;
-    a.load = WorkerLoad{0, 10, 0, 0, 1000};
-    registry.upsert(a);
-  }
   const auto t = prompt(6 * kBlock);
-  std::vector<LocalBlockHash> h;
-  hash_blocks(t, kBlock, HashNamespace{}, h);
+  PoolFixture f(t, {1, 2}, 4);
+  auto& api = f.api;
+  auto& routing = f.routing;
   auto store = [&](CacheOwner owner, size_t from, size_t to, std::string medium) {
-    KvStored s;
-    if (from > 0) s.parent = SequenceHash{owner.worker.value * 1000 + from - 1};
-    for (size_t i = from; i < to; ++i) s.blocks.push_back(StoredBlock{SequenceHash{owner.worker.value * 1000 + i}, h[i]});
-    KvEvent e;
-    e.owner = owner;
-    e.medium = std::move(medium);
-    e.data = std::move(s);
-    REQUIRE(index.apply(e) == ApplyResult::Applied);
+    f.store(owner, from, to, std::move(medium));
   };
   store(CacheOwner{WorkerId{1}, 0}, 0, 5, "LMCache");  // the pool: 5 blocks
   store(CacheOwner{WorkerId{2}, 3}, 0, 2, "");         // worker 2's rank 3: 2 on its device

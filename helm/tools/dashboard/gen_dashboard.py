@@ -222,7 +222,7 @@ panel("Pools emptied", [(f"sum by (pool) (increase(kvroute_indexer_pools_emptied
                          "{{pool}}")], kind="stat",
       desc="A pool's entries dropped at once (its last member left or the pool cleared).")
 panel("Pool resyncs", [(rate("kvroute_indexer_pool_resyncs_total"), "replaced by a dump"),
-                      ("sum by (pool) (kvroute_indexer_stale_pools{" + SEL + "})", "stale {{pool}}")], "short",
+                      ("sum by (pool) (kvroute_indexer_pools_stale{" + SEL + "})", "stale {{pool}}")], "short",
       desc="Pools replaced by a member's resync dump (the events since replayed after it), and pools whose hits "
            "count as none while a member that lost KV events awaits its dump.")
 panel("Authentication failures", [(rate("kvroute_router_auth_failures_total", "reason"), "OpenAI API {{reason}}"),

@@ -363,3 +363,16 @@ TEST_CASE("every dp rank of a member can load the pool: each rank's own prefix i
   CHECK(a.size() == 2);
   for (const auto& o : a) CHECK(o.blocks == 6);
 }
+
+TEST_CASE("a dump that was asked for and lists none of the pool leaves it empty; one nobody asked for replaces nothing") {
+  RadixIndexer radix;
+  PoolIndex pools(radix, one_pool());
+  EventSequencer seq(pools);
+  seq.apply(numbered(stored(1, 100, 3, std::nullopt, "LMCache"), 1));
+  seq.apply_resync(ow(1), 1, {});  // not asked for: the pool keeps its blocks
+  CHECK(find(seq.find_matches(prompt(3)), ow(2))->blocks == 3);
+  seq.apply(numbered(stored(1, 500, 1, std::nullopt, {}, 700), 3));  // a gap
+  seq.apply_resync(ow(1), 2, {stored(1, 500, 1, std::nullopt, {}, 700)});  // its own block only
+  CHECK(seq.find_matches(prompt(3)).owners.empty());
+  CHECK_FALSE(pools.is_stale(0));
+}

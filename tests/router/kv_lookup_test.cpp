@@ -17,17 +17,20 @@ namespace {
 
 constexpr uint32_t kBlock = 16;
 
+// The admin token and block size every fixture here runs with.
+Config lookup_config() {
+  Config c;
+  c.admin.token = "s3cret";
+  c.indexer.block_size = kBlock;
+  return c;
+}
+
 struct Fixture {
   ManualClock clock;
   SeededRandom random{1};
   RadixIndexer index;
   WorkerRegistry registry{clock};
-  ConfigStore config{[] {
-    Config c;
-    c.admin.token = "s3cret";
-    c.indexer.block_size = kBlock;
-    return c;
-  }()};
+  ConfigStore config{lookup_config()};
   RoutingService routing{index, registry, config, random};
   AdminApi api{config, routing, registry, index};
   uint64_t next_id = 1;
@@ -79,12 +82,7 @@ struct PoolFixture {
   RadixIndexer radix;
   PoolIndex index{radix, {PoolSpec{"lmc", "LMCache", {WorkerId{1}, WorkerId{2}}, 0}}};
   WorkerRegistry registry{clock};
-  ConfigStore config{[] {
-    Config c;
-    c.admin.token = "s3cret";
-    c.indexer.block_size = kBlock;
-    return c;
-  }()};
+  ConfigStore config{lookup_config()};
   RoutingService routing{index, registry, config, random};
   AdminApi api{config, routing, registry, index};
   std::vector<LocalBlockHash> h;  // the hashed prompt's blocks

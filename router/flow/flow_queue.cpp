@@ -319,6 +319,17 @@ QueueSnapshot FlowQueue::snapshot() const {
   s.bytes = bytes_;
   s.by_band = band_count_;
   s.by_tenant = tenant_count_;
+  s.oldest_by_band.resize(band_count_.size());
+  // A tenant's waiters of a band and model are in arrival order: its first is its oldest there.
+  for (const auto& [name, m] : models_)
+    for (const auto& [band, b] : m.bands)
+      for (const auto& [tenant, waiters] : b.tenants) {
+        const int64_t e = waiters.begin()->second->entered;
+        auto& ob = s.oldest_by_band[band];
+        if (!ob || e < *ob) ob = e;
+        const auto [it, fresh] = s.oldest_by_tenant.try_emplace(tenant, e);
+        if (!fresh && e < it->second) it->second = e;
+      }
   return s;
 }
 

@@ -109,6 +109,10 @@ struct QueueSnapshot {
   uint64_t bytes = 0;
   std::vector<uint64_t> by_band;                // index = band
   std::map<uint32_t, uint64_t> by_tenant;       // tenant index -> waiting
+  // The earliest `entered` of a band's (index) and a tenant's waiters, every
+  // model; absent when none waits.
+  std::vector<std::optional<int64_t>> oldest_by_band;
+  std::map<uint32_t, int64_t> oldest_by_tenant;
 };
 
 class FlowQueue {

@@ -1,7 +1,8 @@
 // Drives Debian's headless chromium (playwright-core, no browser download)
 // against kvroute's status page on a live fleet and checks what an operator
-// sees: the token prompt, every worker in the fleet table, totals that move
-// after traffic, a latest decision opening its explain in words, and the
+// sees: the token prompt, every worker in the fleet table, the queue's wait
+// (the oldest waiter, the p99 wait) while every worker is busy, totals that
+// move after traffic, a latest decision opening its explain in words, and the
 // paste-a-body explain box. Every request the page makes must go to loopback:
 // anything else is aborted and fails the test.
 //
@@ -39,6 +40,26 @@ async function traffic(n, tag) {
 }
 
 const tile = (page, key) => page.locator(`.tile[data-key="${key}"] .v`).innerText();
+
+// A streaming request that holds its worker's one slot (the mockers run with
+// --max-seqs 1) until the returned function ends it.
+async function hold(tag) {
+  const ac = new AbortController();
+  const r = await fetch(routerUrl + "/v1/completions", {
+    method: "POST", headers: { "content-type": "application/json" }, signal: ac.signal,
+    body: JSON.stringify({ model: "mock-model", max_tokens: 100000, stream: true, prompt: `${tag}: hold the slot` }),
+  });
+  check(r.status === 200, `a long stream holds a worker (${tag})`);
+  const reader = r.body.getReader();
+  await reader.read();  // its first token: it runs on its worker
+  return () => { ac.abort(); reader.cancel().catch(() => {}); };
+}
+
+// Waits until the page shows a positive number in the normal band's cell of class `cls`.
+const bandCellPositive = (page, cls) => page.waitForFunction((c) => {
+  const td = document.querySelector(`#flow-bands tbody tr[data-band="normal"] td.${c}`);
+  return td !== null && Number(td.textContent.replace(/,/g, "")) > 0;
+}, cls, { timeout: deadline });
 
 async function main() {
   const profile = mkdtempSync(join(tmpdir(), "kvroute-chromium-"));
@@ -108,6 +129,30 @@ async function main() {
     await page.locator('#flow-tenants tbody tr[data-tenant="default"]').waitFor({ timeout: deadline });
     const flowSummary = await page.locator("#flow-summary").innerText();
     check(/no API keys/.test(flowSummary) && /normal/.test(flowSummary), `the flow section shows the queue and the open listener: ${flowSummary}`);
+    // The queue wait: every worker busy (a stream holds each one's only slot),
+    // one more request waits in the queue; the page shows how long its band's
+    // and its tenant's oldest waiter has waited, then, once a slot frees and
+    // it is admitted, the band's p99 wait.
+    const ends = [];
+    for (const id of workers) ends.push(await hold(`hold-${id}`));
+    const queued = fetch(routerUrl + "/v1/completions", {
+      method: "POST", headers: { "content-type": "application/json" },
+      body: JSON.stringify({ model: "mock-model", max_tokens: 4, prompt: "browser-test: queued behind the streams" }),
+    });
+    await bandCellPositive(page, "oldest-wait");
+    const oldest = await page.locator('#flow-bands tbody tr[data-band="normal"]').innerText();
+    check(/\b1\b/.test(oldest), `the band's row shows the waiting request and its oldest wait: ${oldest.replace(/\s+/g, " ")}`);
+    const tenantWait = await page.locator('#flow-tenants tbody tr[data-tenant="default"] td.oldest-wait').innerText();
+    check(Number(tenantWait) > 0, `the tenant's row shows its oldest wait (${tenantWait} ms)`);
+    ends.shift()();  // a slot frees: the queued request is admitted
+    const answered = await queued;
+    await answered.text();
+    check(answered.status === 200, `the queued request is admitted when a slot frees (${answered.status})`);
+    await bandCellPositive(page, "wait-p99");
+    const after = await page.locator('#flow-bands tbody tr[data-band="normal"]').innerText();
+    check(true, `the band's p99 queue wait shows once a wait ended: ${after.replace(/\s+/g, " ")}`);
+    for (const end of ends) end();
+
     const stored = await page.evaluate(() => sessionStorage.getItem("kvroute-admin-token"));
     check(stored === token, "the token is kept in sessionStorage (this tab only)");
     const cookies = await context.cookies();

@@ -35,6 +35,11 @@ struct Exchange final : Swept {
            std::shared_ptr<const Config> config)
       : Swept(t.exchanges), s(st), client(c), req(r), kind(k), io(t), cfg_holder(std::move(config)),
         cfg(*cfg_holder), up_deadline(t.sweeper), watch(t.sweeper, c.socket) {}
+  // A slot claimed for a request answered before its first attempt (refused
+  // after the queue admitted it) never reached the worker.
+  ~Exchange() {
+    if (claim && guard) guard->withdraw();
+  }
 
   ServerState& s;
   ClientConn& client;

@@ -116,6 +116,7 @@ bool begin_attempt(Exchange& x, size_t attempt) {
   // The slot the queue's trial claimed is kept when this attempt is its.
   const bool claimed = x.claim && x.claim->worker == target.worker && x.claim->blocks == blocks &&
                        x.claim->prefill == prefill;
+  if (x.claim && !claimed && x.guard) x.guard->withdraw();  // never sent: not in any load report
   x.claim.reset();
   if (!claimed) x.guard.reset();
   x.target = &target;

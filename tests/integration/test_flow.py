@@ -83,6 +83,15 @@ class FlowTest(FleetTestCase):
         headers.update(extra or {})
         return self.fleet.post("/v1/completions", body, headers=headers)
 
+    def queue_up(self, names, send, threads):
+        """send(name) for each name on a thread of its own (appended to
+        `threads`), each once the one before it is waiting in the queue."""
+        for name in names:
+            threads.append(threading.Thread(target=send, args=(name,)))
+            threads[-1].start()
+            n = len(threads)
+            self.assertTrue(wait_until(lambda: self.fleet.metric("kvroute_router_queued_requests") == n, 10))
+
     def idle(self):
         self.assertTrue(wait_until(lambda: self.fleet.metric("kvroute_router_inflight_requests") == 0, 20))
 
@@ -117,12 +126,7 @@ class FlowTest(FleetTestCase):
         threads = []
         try:
             # Two normal-band requests fill the queue (queue_size 2).
-            for name in ("normal-a", "normal-b"):
-                threads.append(threading.Thread(target=send, args=(name,)))
-                threads[-1].start()
-                n = len(threads)
-                self.assertTrue(wait_until(
-                    lambda: self.fleet.metric("kvroute_router_queued_requests") == n, 10))
+            self.queue_up(("normal-a", "normal-b"), send, threads)
             # Explain shows where a request would stand: its band, how many of
             # its model wait ahead of it (a higher band jumps the normal ones).
             q = self.fleet.admin("POST", "/admin/route/explain", json.dumps(completion("where"))).json()["queue"]
@@ -187,11 +191,7 @@ class FlowTest(FleetTestCase):
 
             threads = []
             try:
-                for name in ("first", "second"):
-                    threads.append(threading.Thread(target=send, args=(name,)))
-                    threads[-1].start()
-                    n = len(threads)
-                    self.assertTrue(wait_until(lambda: self.fleet.metric("kvroute_router_queued_requests") == n, 10))
+                self.queue_up(("first", "second"), send, threads)
             finally:
                 hold.close()
             for t in threads:

@@ -55,6 +55,24 @@ double Histogram::sum() const {
   return total;
 }
 
+double histogram_quantile(const std::vector<double>& bounds, const std::vector<uint64_t>& counts, double q) {
+  uint64_t total = 0;
+  for (auto c : counts) total += c;
+  if (total == 0) return NAN;
+  const double rank = q * static_cast<double>(total);
+  double seen = 0;
+  for (size_t i = 0; i < counts.size(); ++i) {
+    if (counts[i] == 0) continue;
+    if (seen + static_cast<double>(counts[i]) >= rank) {
+      const double lo = i == 0 ? 0 : bounds[i - 1];
+      if (i >= bounds.size()) return lo;  // +Inf bucket: its lower bound
+      return lo + (bounds[i] - lo) * (rank - seen) / static_cast<double>(counts[i]);
+    }
+    seen += static_cast<double>(counts[i]);
+  }
+  return bounds.empty() ? NAN : bounds.back();
+}
+
 std::vector<double> exponential_buckets(double start, double factor, size_t n) {
   std::vector<double> b;
   for (size_t i = 0; i < n; ++i, start *= factor) b.push_back(start);

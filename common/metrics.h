@@ -85,6 +85,10 @@ class Histogram {
 // Exponential bucket bounds: start, start*factor, ... (n bounds).
 std::vector<double> exponential_buckets(double start, double factor, size_t n);
 std::vector<double> linear_buckets(double start, double width, size_t n);
+// Quantile q (0..1) of a histogram with `bounds` and per-bucket `counts`
+// (the last is +Inf), interpolated linearly inside the bucket (as
+// Prometheus' histogram_quantile()); NaN if empty.
+double histogram_quantile(const std::vector<double>& bounds, const std::vector<uint64_t>& counts, double q);
 
 enum class Type { Counter, Gauge, Histogram };
 

@@ -418,6 +418,12 @@ class InflightGuard {
     prefilling_ = false;
     r_ = nullptr;
   }
+  // Released without the request having reached the worker (a slot claimed
+  // for it that it did not use): no load report can have counted it.
+  void withdraw() {
+    sample_.start = {};
+    release();
+  }
 
  private:
   WorkerRegistry* r_ = nullptr;

@@ -67,9 +67,7 @@ struct StatusSample {
 // The bounds of the decision time histogram (seconds), shared by DecisionLog
 // and the quantiles of StatusHistory.
 const std::vector<double>& decision_time_bounds();
-// Quantile q (0..1) of a histogram with `bounds` and per-bucket `counts`
-// (the last is +Inf), interpolated linearly inside the bucket; NaN if empty.
-double histogram_quantile(const std::vector<double>& bounds, const std::vector<uint64_t>& counts, double q);
+using metrics::histogram_quantile;  // common/metrics.h
 
 class StatusHistory {
  public:

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <chrono>
 #include <cmath>
 #include <fstream>
 #include <sstream>
@@ -251,7 +252,38 @@ void FlowControl::register_metrics(metrics::Registry& r, const ConfigStore* conf
             });
 }
 
+namespace {
+
+// "null" or the milliseconds since `entered` (steady nanoseconds).
+std::string wait_ms(std::optional<int64_t> entered, int64_t now_ns) {
+  if (!entered) return "null";
+  return fmt::format("{:.1f}", static_cast<double>(std::max<int64_t>(now_ns - *entered, 0)) / 1e6);
+}
+
+// The p99 of a band's queue waits since start (every outcome), in ms, from
+// the histogram's buckets; "null" before the first.
+std::string wait_p99_ms(const FlowMetrics* m, std::string_view band) {
+  if (!m) return "null";
+  std::vector<uint64_t> counts;
+  std::vector<double> bounds;
+  m->queue_wait_seconds.for_each([&](const auto& labels, const metrics::Histogram& h) {
+    if (labels.empty() || labels[0] != band) return;
+    bounds = h.bounds();
+    counts.resize(bounds.size() + 1, 0);
+    for (size_t i = 0; i < counts.size(); ++i) counts[i] += h.bucket(i);
+  });
+  const double p99 = metrics::histogram_quantile(bounds, counts, 0.99);
+  return std::isnan(p99) ? "null" : fmt::format("{:.1f}", p99 * 1e3);
+}
+
+}  // namespace
+
 std::string FlowControl::status_json(const Config& cfg) {
+  return status_json(cfg, std::chrono::duration_cast<std::chrono::nanoseconds>(
+                              std::chrono::steady_clock::now().time_since_epoch()).count());
+}
+
+std::string FlowControl::status_json(const Config& cfg, int64_t now_ns) {
   (void)cfg;
   std::shared_ptr<const FlowTables> t;
   {
@@ -262,9 +294,12 @@ std::string FlowControl::status_json(const Config& cfg) {
   std::string out = fmt::format(R"({{"queued":{},"queued_bytes":{},"authenticated":{},"keys":{},"bands":[)", q.count,
                                 q.bytes, keys_enabled() ? "true" : "false", key_count());
   if (t) {
-    for (uint32_t i = 0; i < t->bands.size(); ++i)
-      out += fmt::format(R"({}{{"name":"{}","queued":{}}})", i ? "," : "", json_escape(t->bands[i].name),
-                         i < q.by_band.size() ? q.by_band[i] : 0);
+    for (uint32_t i = 0; i < t->bands.size(); ++i) {
+      const auto oldest = i < q.oldest_by_band.size() ? q.oldest_by_band[i] : std::nullopt;
+      out += fmt::format(R"({}{{"name":"{}","queued":{},"oldest_wait_ms":{},"wait_p99_ms":{}}})", i ? "," : "",
+                         json_escape(t->bands[i].name), i < q.by_band.size() ? q.by_band[i] : 0,
+                         wait_ms(oldest, now_ns), wait_p99_ms(metrics_.get(), t->bands[i].name));
+    }
   }
   out += R"(],"tenants":[)";
   if (t) {
@@ -272,13 +307,17 @@ std::string FlowControl::status_json(const Config& cfg) {
     for (uint32_t i = 0; i < t->tenants.size(); ++i) {
       const TenantEntry& e = t->tenants[i];
       const auto qt = q.by_tenant.find(i);
+      const auto ot = q.oldest_by_tenant.find(i);
       std::string outcomes;
       if (const auto it = outcomes_.find(e.name); it != outcomes_.end())
         for (const auto& [k, v] : it->second) outcomes += fmt::format(R"({}"{}":{})", outcomes.empty() ? "" : ",", k, v);
       out += fmt::format(
-          R"({}{{"name":"{}","weight":{},"rps":{},"tps":{},"cache_salt_pinned":{},"queued":{},"outcomes":{{{}}}}})",
+          R"({}{{"name":"{}","weight":{},"rps":{},"tps":{},"cache_salt_pinned":{},"queued":{},"oldest_wait_ms":{},)"
+          R"("outcomes":{{{}}}}})",
           i ? "," : "", json_escape(e.name), e.weight, e.rps, e.tps, e.cache_salt.empty() ? "false" : "true",
-          qt == q.by_tenant.end() ? 0 : qt->second, outcomes);
+          qt == q.by_tenant.end() ? 0 : qt->second,
+          wait_ms(ot == q.oldest_by_tenant.end() ? std::nullopt : std::optional<int64_t>(ot->second), now_ns),
+          outcomes);
     }
   }
   out += "]}";

@@ -112,8 +112,15 @@ class FlowControl {
   FlowMetrics* metrics() const { return metrics_.get(); }
 
   // The status page's and explain's view: the queue by band and tenant, and
-  // each tenant's limits and counts so far (a JSON object).
-  std::string status_json(const Config& cfg);
+  // each tenant's limits and counts so far (a JSON object). The queue wait:
+  // per band and tenant how long its oldest waiter has waited
+  // (`oldest_wait_ms`, null when none waits; `now_ns` is the clock the
+  // waiters' entry times are in, steady nanoseconds), and per band the p99
+  // of the waits that ended since start (`wait_p99_ms`, from
+  // kvroute_router_queue_wait_seconds' buckets as histogram_quantile() reads
+  // them; null before the first).
+  std::string status_json(const Config& cfg, int64_t now_ns);
+  std::string status_json(const Config& cfg);  // now_ns: the steady clock now
   // Counts a finished request of a tenant by outcome (ok, rate_limited,
   // queue_full, shed, queue_timeout, deadline, unauthorized, error).
   void count(const FlowTables& t, uint32_t tenant, std::string_view outcome);

@@ -51,7 +51,7 @@ void FlowQueue::remove(Waiter& w) {
   --count_;
   waiting_.store(count_, std::memory_order_relaxed);
   bytes_ -= w.bytes;
-  if (w.state == Waiter::State::Trying) m.trying = false;
+  if (w.state == Waiter::State::Trying || w.state == Waiter::State::Handed) m.trying = false;
   w.state = Waiter::State::Gone;
   if (m.count == 0 && !m.trying) models_.erase(mit);
 }
@@ -82,8 +82,21 @@ void FlowQueue::start_trial(Model& m) {
   if (!w) return;
   m.trying = true;
   m.again = false;
+  if (w->take && w->take()) {
+    w->state = Waiter::State::Handed;
+    return;
+  }
   w->state = Waiter::State::Trying;
   w->wake(Wake::Try);
+}
+
+void FlowQueue::admitted(Waiter& w) {
+  double& v = vtime(w.tenant);
+  vclock_ = std::max(vclock_, v);
+  v += 1.0 / std::max<uint32_t>(w.weight, 1);
+  remove(w);  // clears the model's trial; may erase the model (w, the caller's, keeps its name)
+  const auto again = models_.find(w.model);
+  if (again != models_.end()) start_trial(again->second);  // more slots may be free
 }
 
 Waiter* FlowQueue::victim(const Waiter& w, uint32_t only_band, bool any_band, const std::vector<Waiter*>& taken) {
@@ -186,12 +199,7 @@ void FlowQueue::trial_done(Waiter& w, bool admitted) {
   const auto mit = models_.find(w.model);
   Model& m = mit->second;
   if (admitted) {
-    double& v = vtime(w.tenant);
-    vclock_ = std::max(vclock_, v);
-    v += 1.0 / std::max<uint32_t>(w.weight, 1);
-    remove(w);  // clears m.trying; may erase the model
-    const auto again = models_.find(w.model);
-    if (again != models_.end()) start_trial(again->second);  // more slots may be free
+    this->admitted(w);
     return;
   }
   w.state = Waiter::State::Queued;
@@ -199,8 +207,34 @@ void FlowQueue::trial_done(Waiter& w, bool admitted) {
   if (m.again) start_trial(m);
 }
 
+std::optional<Wake> FlowQueue::handover_done(Waiter& w, bool admitted) {
+  std::lock_guard lock(mu_);
+  assert(w.state == Waiter::State::Handed);
+  if (admitted) {
+    this->admitted(w);  // admitted even if it gave up or the queue stopped meanwhile: it has its worker
+    return Wake::Admitted;
+  }
+  Model& m = models_.find(w.model)->second;
+  if (w.stop_pending || w.gave_up) {
+    const Wake k = w.stop_pending ? Wake::Stop : Wake::Left;
+    remove(w);
+    // Its trial counts as failed: an event it absorbed goes to the next head.
+    const auto mit = models_.find(w.model);
+    if (mit != models_.end() && mit->second.again && !stopped_) start_trial(mit->second);
+    return k;
+  }
+  w.state = Waiter::State::Queued;
+  m.trying = false;
+  if (m.again) start_trial(m);
+  return std::nullopt;
+}
+
 bool FlowQueue::leave(Waiter& w) {
   std::lock_guard lock(mu_);
+  if (w.state == Waiter::State::Handed) {
+    w.gave_up = true;  // handover_done() tells it the outcome
+    return false;
+  }
   if (w.state != Waiter::State::Queued && w.state != Waiter::State::Trying) return false;
   const bool was_trying = w.state == Waiter::State::Trying;
   const std::string model = w.model;
@@ -238,6 +272,10 @@ void FlowQueue::stop_all() {
       for (auto& [tenant, waiters] : b.tenants)
         for (auto& [seq, w] : waiters) all.push_back(w);
   for (auto& w : all) {
+    if (w->state == Waiter::State::Handed) {
+      w->stop_pending = true;  // its trial runs on another thread: handover_done() tells it
+      continue;
+    }
     remove(*w);
     w->wake(Wake::Stop);
   }
@@ -281,6 +319,17 @@ QueueSnapshot FlowQueue::snapshot() const {
   s.bytes = bytes_;
   s.by_band = band_count_;
   s.by_tenant = tenant_count_;
+  s.oldest_by_band.resize(band_count_.size());
+  // A tenant's waiters of a band and model are in arrival order: its first is its oldest there.
+  for (const auto& [name, m] : models_)
+    for (const auto& [band, b] : m.bands)
+      for (const auto& [tenant, waiters] : b.tenants) {
+        const int64_t e = waiters.begin()->second->entered;
+        auto& ob = s.oldest_by_band[band];
+        if (!ob || e < *ob) ob = e;
+        const auto [it, fresh] = s.oldest_by_tenant.try_emplace(tenant, e);
+        if (!fresh && e < it->second) it->second = e;
+      }
   return s;
 }
 

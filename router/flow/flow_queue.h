@@ -29,6 +29,14 @@
 // admitted trial chains to the next head (more slots may be free), a failed
 // one ends the chain unless another event came meanwhile.
 //
+// Handover: a waiter's take() may instead accept the trial for the thread
+// that raised the event (the io thread whose request just freed the slot):
+// that thread runs the waiter's trial once its locks are released and
+// reports handover_done(), which says what to tell the waiter. While such a
+// trial runs (state Handed) the waiter is neither shed nor stopped, and its
+// leave() only marks it as given up: the waiter's own thread does not touch
+// the request until it is told the outcome.
+//
 // Bounds: count (all bands), bytes of the waiting bodies, and an optional
 // count per band. A request that does not fit sheds a waiter of a lower
 // band, or of its own band from a tenant holding more than its weighted
@@ -56,6 +64,8 @@ enum class Wake : uint8_t {
   Try,   ///< a slot may be free: route again, then trial_done()
   Shed,  ///< pushed out by a request of a higher band or a fairer share (429)
   Stop,  ///< the router is shutting down
+  Admitted,  ///< a trial handed over to another thread routed it (handover_done())
+  Left,      ///< it gave up (leave()) while a handed-over trial failed: it left the queue
 };
 
 // One waiting request. Owned by the request (shared with the queue while
@@ -72,10 +82,17 @@ struct Waiter {
   int64_t entered = 0;
   // Called with the queue's mutex held: post, never re-enter the queue.
   std::function<void(Wake)> wake;
+  // Optional, called with the queue's mutex held before a trial's wake(Try):
+  // true if the calling thread takes the trial (it must then run it outside
+  // every lock and report handover_done(); wake(Try) is not called).
+  std::function<bool()> take;
 
-  enum class State : uint8_t { Idle, Queued, Trying, Gone };
+  enum class State : uint8_t { Idle, Queued, Trying, Handed, Gone };
   State state = State::Idle;  // guarded by the queue's mutex
   uint64_t seq = 0;           // arrival order
+  // While Handed: leave() or stop_all() came meanwhile (guarded by the mutex).
+  bool gave_up = false;
+  bool stop_pending = false;
 };
 
 struct QueueLimits {
@@ -92,6 +109,10 @@ struct QueueSnapshot {
   uint64_t bytes = 0;
   std::vector<uint64_t> by_band;                // index = band
   std::map<uint32_t, uint64_t> by_tenant;       // tenant index -> waiting
+  // The earliest `entered` of a band's (index) and a tenant's waiters, every
+  // model; absent when none waits.
+  std::vector<std::optional<int64_t>> oldest_by_band;
+  std::map<uint32_t, int64_t> oldest_by_tenant;
 };
 
 class FlowQueue {
@@ -103,9 +124,16 @@ class FlowQueue {
   // The waiter's trial ended: admitted (it leaves the queue and the next head
   // of its model gets a trial) or still busy (it keeps its place).
   void trial_done(Waiter& w, bool admitted);
+  // A trial that take() handed to another thread ended there. Admitted: the
+  // waiter leaves the queue (the next head gets a trial) and is told
+  // Admitted. Not admitted: it keeps its place and is told nothing, unless
+  // it gave up meanwhile (it leaves: Left) or the queue stopped (Stop).
+  // nullopt: nothing to tell.
+  std::optional<Wake> handover_done(Waiter& w, bool admitted);
   // The waiter gives up (its deadline): true if it was still queued (it is
   // removed now; a trial it had counts as failed), false if it was shed or
-  // stopped meanwhile (its wake() was called).
+  // stopped meanwhile (its wake() was called) or a handed-over trial runs
+  // (it will be told that trial's outcome: Admitted or Left).
   bool leave(Waiter& w);
   // Capacity may have been freed (any model): every model with waiters and
   // no trial in progress gets one; a model with a trial notes the event.
@@ -144,6 +172,9 @@ class FlowQueue {
   Waiter* head(Model& m);
   // Offers `m`'s head a trial unless one is in progress.
   void start_trial(Model& m);
+  // An admitted trial's bookkeeping: its tenant's virtual time, out of the
+  // queue, the next head's trial.
+  void admitted(Waiter& w);
   // A waiter to shed for `w`: lowest band first, then the tenant most over
   // its weighted share, newest first. Null: nobody may be shed for it.
   Waiter* victim(const Waiter& w, uint32_t only_band, bool any_band, const std::vector<Waiter*>& taken);

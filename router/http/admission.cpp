@@ -41,6 +41,21 @@ bool route_request(Exchange& x) {
   return !route.ok && may_queue(route.failure) && x.cfg.scheduler.queue_size > 0;
 }
 
+// Claims the slot of the worker a queue trial routed the request to (the
+// first attempt keeps it: begin_attempt(), proxy.cpp). The trial may run on
+// the io thread that freed the slot, well before the request's own thread
+// sends it, and the next head's trial follows at once: without the claim it
+// would see the same slot free. Counted as an unsplit request (a split one's
+// decode leg counts no prefill: its first attempt takes the slot again).
+void claim_slot(Exchange& x) {
+  const RouteTarget& t = x.client.route.ranked.front();
+  const uint64_t prompts = x.client.parsed.prompts;
+  const Exchange::Claim c{t.worker, x.client.route.request_blocks * prompts, t.prefill_tokens * prompts};
+  x.guard.reset();
+  x.guard.emplace(*x.s.hooks.registry, c.worker, c.blocks, c.prefill);
+  x.claim = c;
+}
+
 // No eligible worker (all busy): waits in the queue (router/http/
 // admission_queue.h) until a trial routes it, its deadline (the queue
 // timeout, or the latest start that still meets its TTFT deadline), a more
@@ -70,9 +85,13 @@ awaitable<void> wait_in_queue(Exchange& x) {
   AdmissionQueue::Outcome outcome = AdmissionQueue::Outcome::Timeout;
   const auto t0 = Steady::now();
   if (!(ttft_bound && deadline <= t0)) {  // else it cannot meet its deadline even if admitted now
+    // May run on another io thread while this coroutine sleeps (Handover,
+    // admission_queue.h): it touches only the route, the claim and what no
+    // one changes while the request waits.
     const std::function<bool()> try_admit = [&x, &route] {
       x.s.hooks.routing->reroute(x.client.parsed.model, route,
                                  sticky_session(x) || x.pin.needs_all_scored());  // keeps tokens and hashes
+      if (route.ok && !route.ranked.empty()) claim_slot(x);
       return route.ok;
     };
     const TenantEntry* tenant = x.flow.tenant_entry();

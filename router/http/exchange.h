@@ -35,6 +35,11 @@ struct Exchange final : Swept {
            std::shared_ptr<const Config> config)
       : Swept(t.exchanges), s(st), client(c), req(r), kind(k), io(t), cfg_holder(std::move(config)),
         cfg(*cfg_holder), up_deadline(t.sweeper), watch(t.sweeper, c.socket) {}
+  // A slot claimed for a request answered before its first attempt (refused
+  // after the queue admitted it) never reached the worker.
+  ~Exchange() {
+    if (claim && guard) guard->withdraw();
+  }
 
   ServerState& s;
   ClientConn& client;
@@ -59,6 +64,16 @@ struct Exchange final : Swept {
   const RouteTarget* target = nullptr;
   UpstreamUrl url;
   std::optional<InflightGuard> guard;
+  // The slot a queue trial claimed in `guard` when it routed the request
+  // (claim_slot(), admission.cpp; the trial may run on the io thread that
+  // freed the slot): the first attempt keeps it if it goes to that worker
+  // with the same load, else it is released and taken again.
+  struct Claim {
+    WorkerId worker;
+    uint64_t blocks = 0;
+    uint64_t prefill = 0;
+  };
+  std::optional<Claim> claim;
   std::optional<Socket> upstream;
   bool pooled = false;
   Deadline up_deadline;  // after `upstream`: destroyed first

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/types.h"
+#include "router/http/admission_queue.h"
 #include "router/http/executor.h"
 #include "router/http/io_watch.h"
 #include "router/http/upstream.h"
@@ -38,6 +39,9 @@ struct IoThread {
   // from other threads stay locked).
   asio::io_context ioc{BOOST_ASIO_CONCURRENCY_HINT_UNSAFE_IO};
   asio::executor_work_guard<asio::io_context::executor_type> work = asio::make_work_guard(ioc);
+  // The queue trials a capacity event raised on this thread took from
+  // other threads' waiters (admission_queue.h); installed while it runs.
+  Handover handover{ioc.get_executor()};
   UpstreamPool pool;
   std::thread thread;
 

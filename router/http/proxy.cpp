@@ -106,8 +106,19 @@ bool begin_attempt(Exchange& x, size_t attempt) {
   x.up_deadline.disarm();
   x.parser.reset();
   x.upstream.reset();
-  x.guard.reset();
   const RouteTarget& target = x.client.route.ranked[attempt];
+  // A batch is routed on its first prompt; its load is counted as that many
+  // prompts like the first (n > 1 shares the prompt's prefill and blocks).
+  const uint64_t prompts = x.client.parsed.prompts;
+  const uint64_t blocks = x.client.route.request_blocks * prompts;
+  // A split request's decode worker pulls the prompt's KV: no prefill counted.
+  const uint64_t prefill = x.pd.split ? 0 : target.prefill_tokens * prompts;
+  // The slot the queue's trial claimed is kept when this attempt is its.
+  const bool claimed = x.claim && x.claim->worker == target.worker && x.claim->blocks == blocks &&
+                       x.claim->prefill == prefill;
+  if (x.claim && !claimed && x.guard) x.guard->withdraw();  // never sent: not in any load report
+  x.claim.reset();
+  if (!claimed) x.guard.reset();
   x.target = &target;
   x.rec.attempts = static_cast<uint32_t>(attempt + 1);
   x.rec.worker = static_cast<int64_t>(target.worker.value);
@@ -118,12 +129,7 @@ bool begin_attempt(Exchange& x, size_t attempt) {
     if (rl.allow()) spdlog::warn("worker {} has an unusable url '{}'", target.worker.value, target.url);
     return false;
   }
-  // A batch is routed on its first prompt; its load is counted as that many
-  // prompts like the first (n > 1 shares the prompt's prefill and blocks).
-  const uint64_t prompts = x.client.parsed.prompts;
-  // A split request's decode worker pulls the prompt's KV: no prefill counted.
-  x.guard.emplace(*x.s.hooks.registry, target.worker, x.client.route.request_blocks * prompts,
-                  x.pd.split ? 0 : target.prefill_tokens * prompts);
+  if (!claimed) x.guard.emplace(*x.s.hooks.registry, target.worker, blocks, prefill);
   if (x.s.hooks.on_dispatch) x.s.hooks.on_dispatch(target.worker, x.client.route);
   // The request to forward: unchanged but for hop-by-hop headers. Its head is
   // written out here (fields as Beast parsed and validated them) and sent with

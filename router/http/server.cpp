@@ -245,9 +245,10 @@ void HttpServer::start(unsigned threads) {
   if (im.admin_acceptor.is_open()) asio::co_spawn(admin.ioc, im.accept_loop(im.admin_acceptor, true), asio::detached);
   for (IoThread* t : im.all_threads()) asio::co_spawn(t->ioc, im.sweep_loop(*t), asio::detached);
   for (auto& t : im.io)
-    t->thread = std::thread([&ioc = t->ioc] {
+    t->thread = std::thread([&io = *t] {
       pthread_setname_np(pthread_self(), "kvroute-http");
-      ioc.run();
+      const Handover::Scope handover(io.handover);
+      io.ioc.run();
     });
   admin.thread = std::thread([&ioc = admin.ioc] {
     pthread_setname_np(pthread_self(), "kvroute-admin");

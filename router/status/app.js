@@ -149,10 +149,15 @@ function renderFlow(f) {
   $("flow-summary").textContent =
     `(queued ${fmtInt(f.queued)}: ${bands}; ${fmtInt(f.queued_bytes)} bytes; ` +
     (f.authenticated ? `${fmtInt(f.keys)} API keys)` : "no API keys: open listener)");
+  // The queue wait: each band's oldest waiter and p99 of the waits that ended; null = none.
+  $("flow-bands").tBodies[0].replaceChildren(...f.bands.map((b) => el("tr", { "data-band": b.name },
+    el("td", {}, b.name), el("td", { class: "num" }, fmtInt(b.queued)),
+    el("td", { class: "num oldest-wait" }, fmtNum(b.oldest_wait_ms)),
+    el("td", { class: "num wait-p99" }, fmtNum(b.wait_p99_ms)))));
   const rows = f.tenants.map((t) => el("tr", { "data-tenant": t.name },
     el("td", {}, t.name), el("td", { class: "num" }, fmtInt(t.weight)), el("td", { class: "num" }, fmtInt(t.rps)),
     el("td", { class: "num" }, fmtInt(t.tps)), el("td", {}, t.cache_salt_pinned ? "yes" : "no"),
-    el("td", { class: "num" }, fmtInt(t.queued)),
+    el("td", { class: "num" }, fmtInt(t.queued)), el("td", { class: "num oldest-wait" }, fmtNum(t.oldest_wait_ms)),
     el("td", {}, Object.entries(t.outcomes).map(([k, v]) => `${k} ${v}`).join(", "))));
   $("flow-tenants").tBodies[0].replaceChildren(...rows);
 }

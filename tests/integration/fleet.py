@@ -62,13 +62,13 @@ def wait_until(pred, timeout, step=0.05):
     return pred()
 
 
-def start_fleet(build_dir, workdir, workers=3, **kw):
-    """nats-server + `workers` mockers (ids 1..N) + kvroute, ready; closes all on failure."""
+def start_fleet(build_dir, workdir, workers=3, mocker_args=(), **kw):
+    """nats-server + `workers` mockers (ids 1..N, `mocker_args`) + kvroute, ready; closes all on failure."""
     fleet = Fleet(build_dir, workdir, **kw)
     try:
         fleet.start_nats()
         for i in range(1, workers + 1):
-            fleet.start_mocker(i)
+            fleet.start_mocker(i, mocker_args)
         fleet.start_router()
         fleet.wait_ready(workers)
     except Exception:

@@ -1,8 +1,9 @@
 """Flow control on the OpenAI listener: API keys (401 in OpenAI's shape,
 Authorization: Bearer and x-api-key, SIGHUP reload), priority bands and
 429 + Retry-After for a full band and a shed request, the TTFT deadline's
-early 429, a tenant's request rate, a tenant's pinned cache_salt. Real
-nats-server, one kvroute-mocker with one request slot (--max-seqs 1: one
+early 429, a tenant's request rate, a tenant's pinned cache_salt, one freed
+slot admitting one waiter (the slot claimed by the trial that admits it).
+Real nats-server, one kvroute-mocker with one request slot (--max-seqs 1: one
 stream makes the fleet busy) and kvroute on loopback.
 
 Run: python3 tests/integration/test_flow.py --build-dir build
@@ -82,6 +83,15 @@ class FlowTest(FleetTestCase):
         headers.update(extra or {})
         return self.fleet.post("/v1/completions", body, headers=headers)
 
+    def queue_up(self, names, send, threads):
+        """send(name) for each name on a thread of its own (appended to
+        `threads`), each once the one before it is waiting in the queue."""
+        for name in names:
+            threads.append(threading.Thread(target=send, args=(name,)))
+            threads[-1].start()
+            n = len(threads)
+            self.assertTrue(wait_until(lambda: self.fleet.metric("kvroute_router_queued_requests") == n, 10))
+
     def idle(self):
         self.assertTrue(wait_until(lambda: self.fleet.metric("kvroute_router_inflight_requests") == 0, 20))
 
@@ -116,12 +126,7 @@ class FlowTest(FleetTestCase):
         threads = []
         try:
             # Two normal-band requests fill the queue (queue_size 2).
-            for name in ("normal-a", "normal-b"):
-                threads.append(threading.Thread(target=send, args=(name,)))
-                threads[-1].start()
-                n = len(threads)
-                self.assertTrue(wait_until(
-                    lambda: self.fleet.metric("kvroute_router_queued_requests") == n, 10))
+            self.queue_up(("normal-a", "normal-b"), send, threads)
             # Explain shows where a request would stand: its band, how many of
             # its model wait ahead of it (a higher band jumps the normal ones).
             q = self.fleet.admin("POST", "/admin/route/explain", json.dumps(completion("where"))).json()["queue"]
@@ -162,6 +167,41 @@ class FlowTest(FleetTestCase):
         self.assertGreaterEqual(self.fleet.metric('kvroute_router_queue_rejected_total{band="normal",reason="shed"}'), 1)
         self.assertGreaterEqual(
             self.fleet.metric('kvroute_router_queue_wait_seconds_count{band="high",outcome="admitted"}'), 1)
+
+    def test_one_freed_slot_admits_one_waiter(self):
+        # Two requests wait for the worker's one slot; the stream holding it
+        # ends. The first waiter is admitted: its trial routes it and claims
+        # the slot at once, possibly on the io thread that freed the slot
+        # (the handover), before its own thread sends it. The second's trial
+        # follows at once (an admission chains to the next head) and must
+        # find the slot taken: if it were sent too, the engine would hold it
+        # in its waiting queue until the first ends (x-mocker-queued-ms, in
+        # the engine's own time: not slowed by a loaded machine). Two rounds
+        # of three connections: the router hands connections to its two io
+        # threads in turn, so in one of them the first waiter sits on the
+        # other thread than the stream that frees the slot.
+        for round_ in range(2):
+            self.idle()
+            hold = open_stream(self.fleet.router_port, completion("hold " + uuid.uuid4().hex, max_tokens=5000,
+                                                                  stream=True), KEY_ACME)
+            results = {}
+
+            def send(name):
+                results[name] = self.post(completion(f"{name} {uuid.uuid4().hex}", max_tokens=1000, stream=True))
+
+            threads = []
+            try:
+                self.queue_up(("first", "second"), send, threads)
+            finally:
+                hold.close()
+            for t in threads:
+                t.join(30)
+            for name in ("first", "second"):
+                r = results[name]
+                self.assertEqual(r.status, 200, r.body)
+                # ~1,000 decode steps if it had been sent while the other ran; at most a step or two if not
+                # (streams: the mocker sends the header with their head).
+                self.assertLess(float(r.header("x-mocker-queued-ms")), 50, f"round {round_}: {name}")
 
     def test_band_forwarded_as_engine_priority(self):
         # flow.forward_priority: a request the header puts in the high band

@@ -35,7 +35,11 @@ def main():
         print("playwright-core is missing: run scripts/test.sh (npm ci in tests/integration/browser)")
         return 1
     with tempfile.TemporaryDirectory(prefix="kvroute-ui-") as tmp:
-        fleet = start_fleet(os.path.abspath(args.build_dir), tmp, workers=3, speedup=20.0)
+        # One request slot per mocker and a wait queue: three streams make
+        # the fleet busy and a fourth request waits (the page's queue wait).
+        fleet = start_fleet(os.path.abspath(args.build_dir), tmp, workers=3, speedup=20.0,
+                            mocker_args=["--max-seqs", "1"],
+                            router_args=["--scheduler.queue_size", "8", "--scheduler.queue_timeout_ms", "20000"])
         with fleet as f:
             screenshot = os.path.abspath(args.screenshot) if args.screenshot else os.path.join(tmp, "page.png")
             env = dict(os.environ, KVROUTE_ADMIN_URL=f"http://127.0.0.1:{f.admin_port}",

@@ -202,3 +202,46 @@ TEST_CASE("engine priority: the band a request joined, as the vLLM priority its 
   CHECK_FALSE(FlowControl::engine_priority(*d, 1, std::nullopt).has_value());
   CHECK(FlowControl::engine_priority(*d, 1, -1) == 0);
 }
+
+// The status page's queue wait: each band's and tenant's oldest waiter, and
+// each band's p99 of the waits that ended (from the wait histogram).
+TEST_CASE("flow control status: the oldest wait per band and tenant, the p99 wait per band") {
+  FlowControl fc;
+  metrics::Registry reg;
+  fc.register_metrics(reg, nullptr);
+  const auto cfg = config_with("name=acme;name=beta", "name=high,max_priority=-1;name=normal");
+  const auto t = fc.tables(cfg);
+  const QueueLimits limits{.max_count = 16, .max_bytes = 0, .band_max = {}};
+  const auto waiter = [](uint32_t band, uint32_t tenant, int64_t entered_ms) {
+    auto w = std::make_shared<Waiter>();
+    w->model = "m";
+    w->band = band;
+    w->tenant = tenant;
+    w->entered = entered_ms * 1'000'000;
+    w->wake = [](Wake) {};
+    return w;
+  };
+  const uint32_t acme = t->tenant_index.at("acme"), beta = t->tenant_index.at("beta");
+  std::string s = fc.status_json(*cfg, 5'000'000'000);
+  CHECK(s.find(R"("name":"high","queued":0,"oldest_wait_ms":null,"wait_p99_ms":null)") != std::string::npos);
+  CHECK(s.find(R"("name":"acme","weight":1,"rps":0,"tps":0,"cache_salt_pinned":false,"queued":0,"oldest_wait_ms":null)") !=
+        std::string::npos);
+  auto a1 = waiter(1, acme, 1000), a2 = waiter(1, acme, 1500), b1 = waiter(1, beta, 1200), h1 = waiter(0, beta, 4000);
+  for (auto& w : {a1, a2, b1, h1}) REQUIRE(fc.queue().enter(w, limits) == Enter::Queued);
+  // 100 waits that ended in the normal band: 99 of ~1 ms, one of ~1 s.
+  for (int i = 0; i < 99; ++i) fc.metrics()->queue_wait_seconds.with({"normal", "admitted"}).observe(0.001);
+  fc.metrics()->queue_wait_seconds.with({"normal", "timeout"}).observe(1.0);
+  s = fc.status_json(*cfg, 5'000'000'000);  // 5 s on the waiters' clock
+  INFO(s);
+  CHECK(s.find(R"("name":"high","queued":1,"oldest_wait_ms":1000.0,"wait_p99_ms":null)") != std::string::npos);
+  CHECK(s.find(R"("name":"normal","queued":3,"oldest_wait_ms":4000.0,"wait_p99_ms":)") != std::string::npos);
+  CHECK(s.find(R"("queued":2,"oldest_wait_ms":4000.0,"outcomes")") != std::string::npos);  // acme: a1
+  CHECK(s.find(R"("queued":2,"oldest_wait_ms":3800.0,"outcomes")") != std::string::npos);  // beta: b1 (before h1)
+  // The p99 of 100 waits is the 99th: in the ~1 ms bucket, not the 1 s outlier.
+  const auto p = s.find(R"("name":"normal")");
+  const auto v = s.find(R"("wait_p99_ms":)", p) + 14;
+  const double p99 = std::stod(s.substr(v));
+  CHECK(p99 > 0.5);
+  CHECK(p99 < 2.1);
+  fc.queue().stop_all();
+}

@@ -216,6 +216,76 @@ TEST_CASE("flow queue: stop wakes every waiter and refuses newcomers") {
   CHECK(h.q.empty());
 }
 
+// A waiter whose trial another thread takes (take() returns true, as the
+// HTTP side's Handover does on the io thread that freed a slot): its wake()
+// is not called for that trial, and it stays in the queue, unshed and
+// unstopped, until handover_done() reports the outcome.
+TEST_CASE("flow queue: a trial handed over to the freeing thread; the waiter keeps its place until the outcome") {
+  Harness h;
+  h.limits.max_count = 2;
+  auto x = h.make("x", 1);
+  int taken = 0;
+  x->take = [&taken] { return ++taken, true; };
+  REQUIRE(h.q.enter(x, h.limits) == Enter::Queued);
+  REQUIRE(h.add("y", 1) == Enter::Queued);
+  h.q.notify();
+  CHECK(taken == 1);
+  CHECK(h.log.empty());  // no wake-up: the freeing thread runs the trial
+  CHECK(x->state == Waiter::State::Handed);
+  h.q.notify();  // noted: one trial per model
+  CHECK(taken == 1);
+  // A higher band arriving at a full queue sheds y, never x (its trial runs).
+  REQUIRE(h.add("hi", 0) == Enter::Queued);
+  CHECK(h.log == std::vector<std::pair<std::string, Wake>>{{"y", Wake::Shed}});
+  CHECK(h.add("hi2", 0) == Enter::Full);
+  // The trial routed x: it is told so, leaves, and the next head (the event
+  // noted meanwhile, or the chain) gets a trial.
+  CHECK(h.q.handover_done(*x, true) == Wake::Admitted);
+  CHECK(h.log.back() == std::pair<std::string, Wake>{"hi", Wake::Try});
+  CHECK(h.q.snapshot().count == 1);
+}
+
+TEST_CASE("flow queue: a waiter that gives up or is stopped during a handed-over trial is told when it ends") {
+  Harness h;
+  auto x = h.make("x", 0);
+  x->take = [] { return true; };
+  REQUIRE(h.q.enter(x, h.limits) == Enter::Queued);
+  REQUIRE(h.add("y", 0) == Enter::Queued);
+  h.q.notify();
+  REQUIRE(x->state == Waiter::State::Handed);
+  // Its deadline: it may not leave yet (the other thread is routing it).
+  CHECK_FALSE(h.q.leave(*x));
+  CHECK(h.q.snapshot().count == 2);
+  h.q.notify();  // an event during the trial
+  // The trial failed: it leaves now, and the event goes to y.
+  CHECK(h.q.handover_done(*x, false) == Wake::Left);
+  CHECK(h.q.snapshot().count == 1);
+  CHECK(h.log.back() == std::pair<std::string, Wake>{"y", Wake::Try});
+  h.q.trial_done(*h.by_name["y"], false);
+
+  // A failed trial of a waiter that did not give up: it keeps its place, told nothing.
+  auto z = h.make("z", 0);
+  z->take = [] { return true; };
+  REQUIRE(h.q.enter(z, h.limits) == Enter::Queued);
+  h.q.notify();  // y is the head
+  h.q.trial_done(*h.by_name["y"], true);  // admitted: chains to z, taken
+  REQUIRE(z->state == Waiter::State::Handed);
+  const size_t before = h.log.size();
+  CHECK_FALSE(h.q.handover_done(*z, false).has_value());
+  CHECK(z->state == Waiter::State::Queued);
+  CHECK(h.log.size() == before);
+
+  // Stopped during its trial: stop_all() does not wake it (its coroutine
+  // must not leave while another thread writes its route); the outcome does.
+  h.q.notify();
+  REQUIRE(z->state == Waiter::State::Handed);
+  h.q.stop_all();
+  CHECK(h.log.size() == before);
+  CHECK_FALSE(h.q.empty());
+  CHECK(h.q.handover_done(*z, false) == Wake::Stop);
+  CHECK(h.q.empty());
+}
+
 TEST_CASE("oldest entry: the earliest entry time among the waiters a request of a band would wait behind") {
   Harness h;
   CHECK_FALSE(h.q.oldest_entry("m", 1).has_value());

@@ -183,7 +183,7 @@ PY
   echo "it lowers p50 (380 -> 230 s, 406 -> 315 s). A session is kept on its worker by its cached prefix"
   echo "already; the affinity adds a pin that ignores load."
   echo
-  echo "## Tuning (train slice) and held-out results"
+  echo "## Tuning (train slices) and held-out results"
   echo
   echo '```'
   cat "$OUT/tune.txt"

@@ -27,7 +27,7 @@ python3 sim/merge_targets.py $(for w in $WORKLOADS; do echo "$OUT/targets_$w.par
 for w in $WORKLOADS; do rm -f "$OUT/targets_$w.part"; done
 # The reduced table the test suite holds (tests: sim_targets); keep its arguments in sync with sim/CMakeLists.txt.
 "$BIN" targets --workers 4 --kv-blocks 2000 --requests 2000 --rates 3 --seed 1 2>/dev/null | grep '^{' >"$OUT/targets_small.jsonl"
-"$BIN" tune "${ARGS[@]}" --rates 1,2,3 2>/dev/null >"$OUT/tune.txt"
+"$BIN" tune "${ARGS[@]}" 2>/dev/null >"$OUT/tune.txt"
 "$BIN" goodput "${ARGS[@]}" --goodput-steps 4 2>/dev/null >"$OUT/goodput.txt"
 # Session affinity, with and without, on the one workload that has sessions (agentic).
 : >"$OUT/affinity.txt"
@@ -183,7 +183,7 @@ PY
   echo "it lowers p50 (380 -> 230 s, 406 -> 315 s). A session is kept on its worker by its cached prefix"
   echo "already; the affinity adds a pin that ignores load."
   echo
-  echo "## Tuning (train slice) and held-out results"
+  echo "## Tuning (train slices) and held-out results"
   echo
   echo '```'
   cat "$OUT/tune.txt"

@@ -3,7 +3,7 @@
 // workload (sim/workload.h), routed by kvroute or a peer's policy
 // (sim/policies.h). Commands:
 //   kvroute-sim [flags]        one workload, every policy: a table, then one JSON line
-//   kvroute-sim tune [flags]   tune on the trace's train slice, report on its test slice and the workloads
+//   kvroute-sim tune [flags]   tune on the train slices at the load levels, report on the held-out ones
 //   kvroute-sim targets [flags] the target table (workloads x rates), optionally checked against a file
 //   kvroute-sim pd [flags]     aggregated vs disaggregated fleets and the PD policies (sim/pd_report.cpp)
 //   kvroute-sim pd-tune [flags] kvroute_pd's thresholds on the trace's train slice
@@ -30,14 +30,15 @@ namespace {
 void usage() {
   std::printf(
       "kvroute-sim [tune|targets|goodput] [flags]: simulated fleet routed by kvroute's own code or a peer's policy.\n"
-      "  tune              tune scheduler weights on the trace's train slice (first 50%% of its time);\n"
-      "                    report the best and the defaults on the test slice and on every workload\n"
+      "  tune              tune scheduler weights on the train slices (the trace's first 50%% of its time,\n"
+      "                    the generated workloads drawn with another seed) at --levels of the better peer's\n"
+      "                    capacity on each; report the best and the defaults on the held-out slices\n"
       "  targets           the target table: kvroute vs the better of dynamo and llmd and the causal floor on\n"
       "                    the trace's test slice and each generated workload at --levels of the better peer's\n"
       "                    capacity, then at the fixed compressions --rates (markdown, then JSON)\n"
-      "  --levels LIST     targets: the load levels, fractions of the better peer's capacity (default\n"
+      "  --levels LIST     targets, tune: the load levels, fractions of the better peer's capacity (default\n"
       "                    0.3,0.6,0.9: light, busy, at-limit; sim/load_levels.cpp)\n"
-      "  --level-steps N   targets: bisection steps after bracketing for that capacity (default 4)\n"
+      "  --level-steps N   targets, tune: bisection steps after bracketing for that capacity (default 4)\n"
       "  goodput           per workload and policy (default kvroute,dynamo,llmd): the highest rate with TTFT\n"
       "                    p99 <= --slo-ttft-ms and inter-token latency p99 <= --slo-itl-ms (bisection)\n"
       "  pd                aggregated fleet (X+Y engines) vs X prefill + Y decode engines: TTFT and ITL p50/p99\n"

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <unordered_set>
 
@@ -137,6 +138,30 @@ SimRequest api_call(double t, const std::vector<Tenant>& tenants, const Zipf& zi
                     std::clamp<uint32_t>(static_cast<uint32_t>(out(rng)), 8, 1500), ids);
 }
 
+// One turn of a session: the complete blocks of the grown `tail` join `context` (fresh ids, kept for
+// later turns), the prompt is the whole context and what is left of the tail, the answer is drawn from
+// `output` clamped to [min_output, 2000] tokens. Empty when the prompt passes `max_context` tokens (the
+// context window is full: the session ends). The answer is drawn either way, so the draws that follow do
+// not depend on the cap.
+std::optional<SimRequest> session_turn(std::vector<uint64_t>& context, uint32_t& tail, double t, double group_start,
+                                       uint64_t session, uint32_t min_output, uint32_t max_context,
+                                       std::lognormal_distribution<double>& output, std::mt19937_64& rng,
+                                       IdSource& ids) {
+  while (tail >= kBlock) {
+    context.push_back(ids.take(1)[0]);
+    tail -= kBlock;
+  }
+  SimRequest r;
+  r.t_ms = t;
+  r.input_tokens = static_cast<uint32_t>(context.size()) * kBlock + std::max<uint32_t>(tail, 1);
+  r.output_tokens = std::clamp<uint32_t>(static_cast<uint32_t>(output(rng)), min_output, 2000);
+  r.ids = context;
+  r.session = session;
+  r.session_offset_ms = t - group_start;
+  if (r.input_tokens > max_context) return std::nullopt;
+  return r;
+}
+
 void sort_by_time(std::vector<SimRequest>& w, size_t requests) {
   std::stable_sort(w.begin(), w.end(), [](const SimRequest& a, const SimRequest& b) { return a.t_ms < b.t_ms; });
   if (w.size() > requests) w.resize(requests);
@@ -166,20 +191,9 @@ std::vector<SimRequest> agentic_workload(uint64_t seed, size_t requests) {
     double t = start;
     const uint32_t turns = uniform(rng, 4, 40);
     for (uint32_t k = 0; k < turns; ++k) {
-      // Complete blocks of the grown tail become shared context (fresh ids, kept for later turns).
-      while (tail >= kBlock) {
-        context.push_back(ids.take(1)[0]);
-        tail -= kBlock;
-      }
-      SimRequest r;
-      r.t_ms = t;
-      r.input_tokens = static_cast<uint32_t>(context.size()) * kBlock + std::max<uint32_t>(tail, 1);
-      r.output_tokens = std::clamp<uint32_t>(static_cast<uint32_t>(output(rng)), 16, 2000);
-      r.ids = context;
-      r.session = session;
-      r.session_offset_ms = t - start;
-      if (r.input_tokens > 120000) break;  // the context window is full: the session ends
-      w.push_back(r);
+      const auto turn = session_turn(context, tail, t, start, session, 16, 120000, output, rng, ids);
+      if (!turn) break;  // the context window is full: the session ends
+      const SimRequest& r = w.emplace_back(*turn);
       // Next turn: the prompt grows by this output and a tool result, after the tool ran.
       tail += r.output_tokens + std::clamp<uint32_t>(static_cast<uint32_t>(tool_result(rng)), 300, 6000);
       t += std::clamp(tool_wait(rng), 1000.0, 300000.0) + 2000.0;  // tool time plus the turn itself
@@ -245,19 +259,9 @@ void agent_session(std::vector<SimRequest>& w, std::vector<uint64_t> context, ui
                    uint32_t result_hi, double result_median, std::mt19937_64& rng, IdSource& ids) {
   std::lognormal_distribution<double> result(std::log(result_median), 0.9), output(std::log(300.0), 0.8);
   for (uint32_t k = 0; turns == 0 || k < turns; ++k) {
-    while (tail >= kBlock) {
-      context.push_back(ids.take(1)[0]);
-      tail -= kBlock;
-    }
-    SimRequest r;
-    r.t_ms = t;
-    r.input_tokens = static_cast<uint32_t>(context.size()) * kBlock + std::max<uint32_t>(tail, 1);
-    r.output_tokens = std::clamp<uint32_t>(static_cast<uint32_t>(output(rng)), 32, 2000);
-    r.ids = context;
-    r.session = session;
-    r.session_offset_ms = t - group_start;
-    if (r.input_tokens > kMaxContextTokens) return;  // the context window is full
-    w.push_back(r);
+    const auto turn = session_turn(context, tail, t, group_start, session, 32, kMaxContextTokens, output, rng, ids);
+    if (!turn) return;  // the context window is full
+    const SimRequest& r = w.emplace_back(*turn);
     if (r.input_tokens > target) return;  // the task is done
     tail += r.output_tokens + std::clamp<uint32_t>(static_cast<uint32_t>(result(rng)), result_lo, result_hi);
     t += r.output_tokens * kMsPerOutputToken + tool_pause(rng);

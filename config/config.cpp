@@ -588,6 +588,8 @@ std::optional<std::string> validate(const Config& c) {
   if (PdProtocol p; !parse_pd_protocol(c.pd.protocol, p))
     return fmt::format("pd.protocol: '{}' is not one of vllm_nixl, vllm_mooncake, sglang", c.pd.protocol);
   if (auto e = check_model_protocols(c.pd.model_protocols)) return "pd.model_protocols: " + *e;
+  if (c.pd.decode_alpha != -1 && !(c.pd.decode_alpha >= 0 && c.pd.decode_alpha <= 1))
+    return fmt::format("pd.decode_alpha: {} is neither -1 (the scheduler's alpha) nor within 0-1", c.pd.decode_alpha);
   if (c.pd.on_prefill_failure != "fallback" && c.pd.on_prefill_failure != "fail")
     return fmt::format("pd.on_prefill_failure: '{}' is not one of fallback, fail", c.pd.on_prefill_failure);
   if (c.tokenizer.remote != "auto" && c.tokenizer.remote != "off")

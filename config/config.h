@@ -190,6 +190,11 @@ struct PdConfig {
   // the split's predicted TTFT (prefill + transfer); 0 = off.
   double aggregate_time_ratio = 0;
   double transfer_ms_per_1k_tokens = 2.62;  // KV transfer time per 1,000 tokens (prediction only)
+  // The decode worker's choice weighs KV load against the prefill term with
+  // this alpha (both of scheduler.alpha_balanced / alpha_imbalanced, for the
+  // decode side only); -1 = the scheduler's. A decode worker's own cached
+  // prefix only shortens a transfer, its KV holds every decode.
+  double decode_alpha = -1;
   // The wire protocol of a split request (docs/design/pd-protocols.md):
   // "vllm_nixl" (prefill leg first, its kv_transfer_params relayed to the
   // decode leg), "vllm_mooncake" (prefill leg first with a router-minted
@@ -686,6 +691,11 @@ void for_each_key(C& c, F&& f) {
             "Predicted KV transfer time per 1,000 prompt tokens the decode worker lacks (pd.aggregate_time_ratio).",
             0, 1e6, !S, R},
     c.pd.transfer_ms_per_1k_tokens);
+  f(KeyInfo{"pd.decode_alpha",
+            "The decode worker's choice: weight of KV load against the prefill term (replaces "
+            "scheduler.alpha_balanced/alpha_imbalanced there); -1 = the scheduler's.",
+            -1, 1, !S, R},
+    c.pd.decode_alpha);
   f(KeyInfo{"pd.protocol",
             "The wire protocol of a split request: vllm_nixl (prefill leg, then its kv_transfer_params to the decode "
             "leg) or sglang (both legs at once, a bootstrap room).",

@@ -346,6 +346,8 @@ std::string pd_explain_json(const RouteResult& r, uint32_t block_size, bool sing
   out += fmt::format(R"(,"decode_busy_kv_usage":{},"decode_kv_usage":{},"decode_busy":{})",
                      num(pd.decode_busy_kv_usage),
                      d.decode_kv_usage < 0 ? std::string("null") : num(d.decode_kv_usage), d.decode_busy);
+  // The alpha the decode side was ranked with: pd.decode_alpha, or the scheduler's when it is -1.
+  out += fmt::format(R"(,"decode_alpha":{})", num(d.decode_alpha));
   // The prediction rule, only while it is on (conditional, ratio > 0): both
   // predicted times and the transfer, null when the decision ended before the
   // prediction (it runs last, once a prefill worker is ranked).

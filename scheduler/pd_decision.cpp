@@ -141,7 +141,16 @@ double decode_kv_usage(const Candidate& c, const PdRequest& r, const PdDecodeTer
 PdDecision decide_pd(const std::vector<Candidate>& candidates, const PdRequest& r, const SchedulerConfig& cfg,
                      const PdConfig& pd, Random& random) {
   PdDecision d;
-  choose_decode(candidates, r, cfg, random, d);
+  // The decode side's own weighting (pd.decode_alpha): its KV holds every
+  // decode it runs, while its cached prefix only shortens a transfer.
+  SchedulerConfig decode_cfg;
+  const SchedulerConfig* dc = &cfg;
+  if (pd.decode_alpha >= 0) {
+    decode_cfg = cfg;
+    decode_cfg.alpha_balanced = decode_cfg.alpha_imbalanced = pd.decode_alpha;
+    dc = &decode_cfg;
+  }
+  choose_decode(candidates, r, *dc, random, d);
   price_prefill(candidates, r, cfg, d);
   if (!d.decode) {
     d.reason = PdReason::NoDecodeWorker;

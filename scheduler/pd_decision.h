@@ -9,7 +9,8 @@
 //   1. decode worker: schedule()'s cost over the decode side (role decode or
 //      both) — load, slots, queue and its own cached prefix (blocks it holds
 //      are not transferred) — among the workers with KV headroom for the
-//      request's uncached blocks;
+//      request's uncached blocks, with pd.decode_alpha (when set) as the
+//      weight of KV load against the prefill term;
 //   2. disaggregate or not: with policy conditional, the request runs whole on
 //      the decode worker when the tokens it lacks are fewer than
 //      pd.min_uncached_tokens (llm-d prefix_based_pd_decider.go: disaggregate

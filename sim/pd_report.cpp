@@ -11,7 +11,7 @@
 //            with a verdict; markdown, then one JSON line per cell (--expect
 //            compares a published file within --tolerance).
 //   pd-tune  kvroute_pd's keys (pd.min_uncached_tokens, pd.aggregate_time_ratio,
-//            pd.decode_busy_kv_usage) on the train slices only (the trace's
+//            pd.decode_busy_kv_usage, pd.decode_alpha) on the train slices only (the trace's
 //            first half in time; another draw of each generated workload),
 //            scored by TTFT p50 and p99 over the better PD peer's at each
 //            workload and rate (mean of p50, p99 and the worse of the two),
@@ -108,11 +108,12 @@ int pd(const Args& a) {
   std::printf("engines: %s, %llu blocks of 512 tokens each, max_batched_tokens %u, max_seqs %u; link %.0f Gbit/s per "
               "decode engine, %.0f KV bytes per token; kvroute_pd: pd.policy %s, pd.min_uncached_tokens %u, "
               "pd.prefill_busy_tokens %llu, pd.decode_busy_kv_usage %g, pd.aggregate_time_ratio %g, "
-              "pd.transfer_ms_per_1k_tokens %g; seed %llu\n\n",
+              "pd.transfer_ms_per_1k_tokens %g, pd.decode_alpha %g; seed %llu\n\n",
               a.sim.engine_profile.c_str(), (unsigned long long)engine_config(a.sim).kv_blocks,
               a.sim.max_batched_tokens, a.sim.max_seqs, a.kv_link_gbps, kv_bytes_per_token(o0),
               keys.pd.policy.c_str(), keys.pd.min_uncached_tokens, (unsigned long long)keys.pd.prefill_busy_tokens,
               keys.pd.decode_busy_kv_usage, keys.pd.aggregate_time_ratio, keys.pd.transfer_ms_per_1k_tokens,
+              keys.pd.decode_alpha,
               (unsigned long long)a.sim.seed);
   std::printf("| workload | rate | fleet | policy | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms | disaggregated "
               "| hit rate | transfer ms (mean) | rejected |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
@@ -187,12 +188,14 @@ int pd_tune(const Args& a) {
   // prediction with the decode gate (at 0.8: a ratio without the gate overloads the decode pool).
   const std::vector<double> uncached = {512, 2048, 8192};
   const std::vector<std::pair<double, double>> rules = {{0, 0}, {0.7, 0.8}, {1, 0.8}};
+  // pd.decode_alpha: the scheduler's alpha (-1), or the decode side weighing KV load more.
+  const std::vector<double> decode_alphas = {-1, 0.5, 0.7};
   // ITL p99 within this many times the worse peer's at every cell: a split-everything peer (llmd_pd)
   // sets an ITL no policy that runs anything whole can match, so the bound is what the users of either
   // peer already accept, plus 25 %; the ratio to the better peer is shown too.
   constexpr double kItlBound = 1.25;
   struct Scored {
-    double t = 0, r = 0, g = 0, score = 0;
+    double t = 0, r = 0, g = 0, a = -1, score = 0;
     bool itl_ok = true;    // ITL p99 within kItlBound x the worse peer's everywhere
     double itl_worst = 0;  // the highest ITL p99 / better peer's over the cells
   };
@@ -202,7 +205,8 @@ int pd_tune(const Args& a) {
     return std::vector<std::pair<std::string, std::string>>{
         {"pd.min_uncached_tokens", std::to_string(static_cast<uint64_t>(s.t))},
         {"pd.aggregate_time_ratio", fmt_g(s.r)},
-        {"pd.decode_busy_kv_usage", fmt_g(s.g)}};
+        {"pd.decode_busy_kv_usage", fmt_g(s.g)},
+        {"pd.decode_alpha", fmt_g(s.a)}};
   };
   auto evaluate = [&](const std::string& slice, std::vector<Scored>& out) {
     struct Peer {
@@ -239,16 +243,17 @@ int pd_tune(const Args& a) {
           s.itl_ok = s.itl_ok && k.itl_p99 <= kItlBound * p.itl_worse;
         }
       s.score = sum / (3.0 * double(cell));
-      std::printf("%s pd.min_uncached_tokens %-5.0f pd.aggregate_time_ratio %-3g pd.decode_busy_kv_usage %-3g score "
-                  "%.3f  ITL p99 up to %.2fx%s\n",
-                  slice.c_str(), s.t, s.r, s.g, s.score, s.itl_worst,
+      std::printf("%s pd.min_uncached_tokens %-5.0f pd.aggregate_time_ratio %-3g pd.decode_busy_kv_usage %-3g "
+                  "pd.decode_alpha %-3g score %.3f  ITL p99 up to %.2fx%s\n",
+                  slice.c_str(), s.t, s.r, s.g, s.a, s.score, s.itl_worst,
                   s.itl_ok ? "" : "  (above 1.25x the worse peer's somewhere)");
       std::fflush(stdout);
     }
   };
   std::vector<Scored> grid;
   for (double t : uncached)
-    for (const auto& [r, g] : rules) grid.push_back({t, r, g});
+    for (const auto& [r, g] : rules)
+      for (double al : decode_alphas) grid.push_back({t, r, g, al});
   evaluate("train", grid);
   // The best TTFT score among the settings that keep the decodes' ITL p99
   // within kItlBound x the worse peer's (a PD fleet exists to protect them).
@@ -256,8 +261,9 @@ int pd_tune(const Args& a) {
     return x.itl_ok != y.itl_ok ? x.itl_ok : x.score < y.score;
   });
   const PdConfig d;
-  std::vector<Scored> shown = {{best.t, best.r, best.g},
-                               {double(d.min_uncached_tokens), d.aggregate_time_ratio, d.decode_busy_kv_usage}};
+  std::vector<Scored> shown = {{best.t, best.r, best.g, best.a},
+                               {double(d.min_uncached_tokens), d.aggregate_time_ratio, d.decode_busy_kv_usage,
+                                d.decode_alpha}};
   std::printf("best on train (score %.3f: mean of p50, p99 and the worse of the two over the better PD peer, every "
               "workload and rate; ITL p99 up to %.2fx the better peer's, bound %.2fx the worse peer's); then it and the "
               "defaults on test\n",

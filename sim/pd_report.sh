@@ -14,7 +14,7 @@ mkdir -p "$OUT"
 # kvroute_pd's keys as pd-tune chooses them on the train slices (docs/sim/pd_tune.txt; 3,000 requests
 # per workload before the trace's time split, for time); the tables below are on the test slices.
 # sim/CMakeLists.txt's sim_pd_table passes the same keys: keep them in sync.
-TUNED=(--set pd.min_uncached_tokens=512 --set pd.aggregate_time_ratio=0.7 --set pd.decode_busy_kv_usage=0.8)
+TUNED=(--set pd.min_uncached_tokens=512 --set pd.aggregate_time_ratio=0.7 --set pd.decode_busy_kv_usage=0.8 --set pd.decode_alpha=0.7)
 "$BIN" pd-tune --pd 4:4 --rates 0.5,1,1.5 --seed 1 --requests 3000 2>/dev/null >"$OUT/pd_tune.txt"
 chosen=$(sed -n 's/^best-sets: //p' "$OUT/pd_tune.txt")
 if [[ "$chosen" != "${TUNED[*]}" ]]; then

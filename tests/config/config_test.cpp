@@ -109,6 +109,23 @@ TEST_CASE("pd: policy is one of three names, thresholds reload") {
   CHECK_FALSE(check_reload(c, next).has_value());
 }
 
+TEST_CASE("pd: decode_alpha is -1 (the scheduler's) or within 0-1, and reloads") {
+  Config c;
+  CHECK(c.pd.decode_alpha == -1);
+  REQUIRE_FALSE(apply_yaml(c, "pd:\n  decode_alpha: 0.7\n"));
+  CHECK(c.pd.decode_alpha == doctest::Approx(0.7));
+  for (const char* bad : {"pd:\n  decode_alpha: -0.5\n", "pd:\n  decode_alpha: 1.5\n"}) {
+    auto e = apply_yaml(c, bad);
+    REQUIRE(e.has_value());
+    CHECK(e->find("pd.decode_alpha") != std::string::npos);
+    CHECK(c.pd.decode_alpha == doctest::Approx(0.7));  // nothing applied
+  }
+  REQUIRE_FALSE(apply_yaml(c, "pd:\n  decode_alpha: -1\n"));
+  Config next = c;
+  next.pd.decode_alpha = 0.5;
+  CHECK_FALSE(check_reload(c, next).has_value());
+}
+
 TEST_CASE("pd: the legs' protocol per model, the prefill timeout and failure policy, validated and reloadable") {
   Config c;
   REQUIRE_FALSE(apply_yaml(c, "pd:\n  protocol: sglang\n  model_protocols: \"a=vllm_nixl, b/c=sglang\"\n"

@@ -9,6 +9,7 @@ No NATS: vLLM-mode mockers as workers.static entries, one more added through
 POST /admin/workers. (Heartbeat roles are pinned by tests/events/wire_test.cpp.)
 """
 import json
+import re
 import os
 import sys
 import tempfile
@@ -89,7 +90,8 @@ class WorkerRolesTest(unittest.TestCase):
                                f'replay: "{replay}", role: {role}}}')
             f.start_router_config("workers:\n  scrape_interval_ms: 100\n  static:\n" + "\n".join(entries) + "\n"
                                   "pd:\n  min_uncached_tokens: 0\n  decode_busy_kv_usage: 0.75\n"
-                                  "  aggregate_time_ratio: 0.5\n  transfer_ms_per_1k_tokens: 1000\n")
+                                  "  aggregate_time_ratio: 0.5\n  transfer_ms_per_1k_tokens: 1000\n"
+                                  "  decode_alpha: 0.6\n")
             f.wait_ready(2)
             body = json.dumps({"model": "mock-model", "prompt": "gate " * 40, "max_tokens": 1})
 
@@ -98,6 +100,7 @@ class WorkerRolesTest(unittest.TestCase):
 
             pd = explain()
             self.assertEqual(int(pd["decode"]), 3)
+            self.assertEqual(pd["decode_alpha"], 0.6)  # the decode side's own alpha
             self.assertEqual([int(w["worker_id"]) for w in pd["prefill_workers"]], [2])
             self.assertEqual((pd["decode_busy_kv_usage"], pd["aggregate_time_ratio"], pd["transfer_ms_per_1k_tokens"]),
                              (0.75, 0.5, 1000))
@@ -124,6 +127,14 @@ class WorkerRolesTest(unittest.TestCase):
             self.assertGreater(pd["decode_kv_usage"], 1e-9)
             self.assertEqual((pd["reason"], pd["disaggregate"], int(pd["prefill"])), ("disaggregated", True, 2))
             self.assertGreater(pd["predicted_split_ms"], pd["transfer_ms"])
+
+            # pd.decode_alpha back to -1 (reloaded): the decode side takes the scheduler's alpha.
+            self.assertEqual(f.admin("PUT", "/admin/config", "pd:\n  decode_alpha: -1\n").status, 200)
+            self.assertTrue(wait_until(lambda: explain()["decode_alpha"] != 0.6, 10))
+            text = f.admin("GET", "/admin/config").body.decode()
+            alphas = {float(re.search(rf"\n  {k}: ([0-9.e-]+)", text).group(1))
+                      for k in ("alpha_balanced", "alpha_imbalanced")}
+            self.assertIn(explain()["decode_alpha"], alphas)
 
             # The rule off: no predicted times (they would mean nothing).
             self.assertEqual(f.admin("PUT", "/admin/config", "pd:\n  aggregate_time_ratio: 0\n").status, 200)

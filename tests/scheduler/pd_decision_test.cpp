@@ -85,6 +85,30 @@ TEST_CASE("pd: enough uncached tokens split the request; the prefill worker with
   for (size_t i : d.decode_ranking) CHECK(cs[i].role != WorkerRole::Prefill);
 }
 
+TEST_CASE("pd: pd.decode_alpha weighs the decode side's KV load instead of the scheduler's alpha") {
+  SchedulerConfig sched;  // alpha 0.3 balanced and imbalanced
+  PdConfig pd;
+  SeededRandom rnd(9);
+  // Decode 1 holds 50 blocks (800 tokens) at 60 % KV; decode 2 holds nothing at 10 %.
+  std::vector<Candidate> cs = {worker(1, WorkerRole::Decode, 50, 600), worker(2, WorkerRole::Decode, 0, 100),
+                               worker(3, WorkerRole::Prefill, 0)};
+  // The scheduler's alpha: 1 costs 0.3·0.6 + 0.7·0.2 = 0.32 against 2's 0.3·0.1 + 0.7·1 = 0.73.
+  PdDecision d = decide_pd(cs, request(), sched, pd, rnd);
+  REQUIRE(d.decode.has_value());
+  CHECK(*d.decode == 0);
+  CHECK(d.decode_alpha == doctest::Approx(0.3));
+  // 0.9: 1 costs 0.9·0.6 + 0.1·0.2 = 0.56 against 2's 0.9·0.1 + 0.1·1 = 0.19; it lacks 1,000 tokens: split.
+  pd.decode_alpha = 0.9;
+  d = decide_pd(cs, request(), sched, pd, rnd);
+  REQUIRE(d.decode.has_value());
+  CHECK(*d.decode == 1);
+  CHECK(d.decode_alpha == doctest::Approx(0.9));
+  CHECK(decode_terms_of(d, 1).score.cost < decode_terms_of(d, 0).score.cost);
+  CHECK(d.disaggregate);
+  // The prefill side is priced by its TTFT model either way, whatever the alpha.
+  CHECK(prefill_terms_of(d, 2).predicted_ttft_ms == doctest::Approx(35.5));
+}
+
 TEST_CASE("pd: a prefill worker's queue outweighs its cached prefix") {
   SchedulerConfig sched;
   PdConfig pd;

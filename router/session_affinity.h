@@ -7,11 +7,11 @@
 // decided with every eligible worker scored (RoutingService::route's
 // score_all, not the fast path), so the session's worker is found wherever
 // it ranks. Config:
-// scheduler.session_affinity, off by default: kvroute-sim (docs/sim/README.md)
-// on agentic sessions found it cut TTFT p99 by 15 % at rate x3 with
-// pending_prefill_weight 1.0, but with 0.5 it changed p99 by -1 % to +2 % and
-// e2e p50 by up to +3 %: the scheduler already keeps sessions on their cache
-// (docs/sim/affinity.txt has the figures with the current defaults).
+// scheduler.session_affinity, off by default: in kvroute-sim on agentic
+// sessions with the shipped defaults (pending_prefill_weight 0.2) the
+// scheduler already keeps sessions on their cache, and affinity at rate x1
+// raises TTFT p99 7.0 -> 10.6 s; it lowers p50 only where the fleet is over
+// capacity (docs/sim/affinity.txt, docs/sim/README.md "Session affinity").
 //
 // Threading: thread-safe (one mutex; apply() is O(1) plus a scan of the
 // candidates, called from every io thread). At most `max_sessions` sessions

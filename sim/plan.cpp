@@ -212,11 +212,13 @@ int plan(const Args& a) {
   const double span_s = w.empty() ? 0 : w.back().t_ms / 1000.0;
   std::printf("## The run\n\nworkload %s (%s): %zu requests over %.0f s (%.2f requests/s at x%g); %u workers "
               "(%s), %.0f bytes of KV per token (%.0f MiB per 512-token block); host tiers at %.1f GB/s, pool at "
-              "%.1f GB/s per worker; policy kvroute; seed %llu. Host sizes are per worker, in multiples of the "
-              "device's; pool sizes in multiples of the whole fleet's device capacity.\n\n",
+              "%.1f GB/s per worker's link and %.1f GB/s in all, shared by the loads in flight; policy kvroute; "
+              "seed %llu. Host sizes are per worker, in multiples of the device's; pool sizes in multiples of the "
+              "whole fleet's device capacity.\n\n",
               wl.c_str(), slice.c_str(), w.size(), span_s, span_s > 0 ? double(w.size()) / span_s * a.sim.rate : 0,
               a.sim.rate, a.sim.workers, a.sim.engine_profile.c_str(), kv_bytes(a),
               double(kBlock) * kv_bytes(a) / (1 << 20), a.sim.tiers.host_gb_per_s, a.sim.tiers.pool_gb_per_s,
+              a.sim.tiers.pool_total_gb_per_s > 0 ? a.sim.tiers.pool_total_gb_per_s : a.sim.tiers.pool_gb_per_s,
               (unsigned long long)a.sim.seed);
   std::printf("The workload-aware eviction's reuse profiles (fit on the %s; category = turn):\n\n"
               "| category | reused | mean time to reuse s | lifetime (p99) s |\n|---|---|---|---|\n",

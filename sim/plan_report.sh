@@ -7,8 +7,8 @@
 #   hit_rate.png, ttft.png   the curves
 #   plan_small.jsonl  the reduced table the sim_plan_table test pins (keep its arguments in sync with
 #                     sim/CMakeLists.txt)
-#   bash sim/plan_report.sh   (after building kvroute-sim; 2 min 54 s of CPU: 12 minutes on 2 cores
-#                             shared with other jobs, load average 10)
+#   bash sim/plan_report.sh   (after building kvroute-sim; about 2 min 15 s of CPU, 2 min 20 s wall on 2 cores
+#                             at load average 3; up to 12 minutes shared with other jobs, load average 10)
 # Another trace: TRACE=path/to/trace.jsonl OUT=plan-out bash sim/plan_report.sh (the Mooncake JSONL shape,
 # traces/README.md): the same tables and plots in OUT, without the Mooncake notes and the pinned table.
 set -euo pipefail

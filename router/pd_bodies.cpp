@@ -266,8 +266,31 @@ std::string mooncake_decode_params(std::string_view bootstrap_addr, std::string_
                      json_escape(bootstrap_addr), json_escape(engine_id), json_escape(transfer_id));
 }
 
+namespace {
+
+// A rank's worker_addr as the decode engine reads it ({tp_rank: {pp_rank:
+// "tcp://host:port"}}, mooncake_connector.py _connect_to_prefiller_bootstrap
+// turns the keys into ints): a non-empty object of non-empty objects of
+// strings, every key a rank number.
+bool worker_addr_ok(dom::object entry) {
+  auto is_rank = [](std::string_view k) {
+    return !k.empty() && k.size() <= 9 && std::all_of(k.begin(), k.end(), [](char c) { return c >= '0' && c <= '9'; });
+  };
+  dom::object tps;
+  if (entry.at_key("worker_addr").get_object().get(tps) || tps.size() == 0) return false;
+  for (dom::key_value_pair tp : tps) {
+    dom::object pps;
+    if (!is_rank(tp.key) || tp.value.get_object().get(pps) || pps.size() == 0) return false;
+    for (dom::key_value_pair pp : pps)
+      if (!is_rank(pp.key) || !pp.value.is_string()) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 ParamsError read_mooncake_query(std::string_view answer, std::optional<uint32_t> rank, MooncakeEngine& out,
-                                std::string* detail) {
+                                std::string* detail, uint64_t turn) {
   auto fail = [&](ParamsError e, std::string what) {
     if (detail) *detail = std::move(what);
     return e;
@@ -279,9 +302,8 @@ ParamsError read_mooncake_query(std::string_view answer, std::optional<uint32_t>
   if (!root.is_object()) return fail(ParamsError::NotObject, "answer");
   const dom::object ranks = root.get_object().value_unsafe();
   if (ranks.size() > kMaxQueryRanks) return fail(ParamsError::TooLarge, "ranks");
-  std::optional<uint32_t> chosen;
-  std::string_view chosen_id;
-  size_t n = 0;
+  std::vector<std::pair<uint32_t, std::string_view>> listed;  // (rank, engine id)
+  listed.reserve(ranks.size());
   for (dom::key_value_pair kv : ranks) {
     uint32_t r = 0;
     const std::string_view k = kv.key;
@@ -293,16 +315,26 @@ ParamsError read_mooncake_query(std::string_view answer, std::optional<uint32_t>
     if (!kv.value.is_object() || kv.value.get_object().value_unsafe().at_key("engine_id").get(e) ||
         e.get_string().get(id) || id.empty() || id.size() > kMaxEngineIdBytes)
       return fail(ParamsError::WrongType, fmt::format("engine_id of rank {}", r));
-    ++n;
-    if (rank ? r == *rank : (!chosen || r < *chosen)) {
-      chosen = r;
-      chosen_id = id;
-    }
+    if (!worker_addr_ok(kv.value.get_object().value_unsafe()))
+      return fail(ParamsError::WrongType, fmt::format("worker_addr of rank {}", r));
+    listed.emplace_back(r, id);
   }
-  if (!chosen) return fail(ParamsError::Missing, rank ? fmt::format("rank {}", *rank) : std::string("any rank"));
-  out.rank = *chosen;
-  out.engine_id.assign(chosen_id);
-  out.ranks = n;
+  // Ascending ranks; one entry each (vLLM's answer is a dict keyed by rank:
+  // a rank listed twice, "1" and "01" included, is not its answer).
+  std::sort(listed.begin(), listed.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (size_t i = 1; i < listed.size(); ++i)
+    if (listed[i].first == listed[i - 1].first)
+      return fail(ParamsError::WrongType, fmt::format("rank {} listed twice", listed[i].first));
+  if (listed.empty()) return fail(ParamsError::Missing, rank ? fmt::format("rank {}", *rank) : std::string("any rank"));
+  size_t chosen = turn % listed.size();
+  if (rank) {
+    const auto it = std::find_if(listed.begin(), listed.end(), [&](const auto& l) { return l.first == *rank; });
+    if (it == listed.end()) return fail(ParamsError::Missing, fmt::format("rank {}", *rank));
+    chosen = static_cast<size_t>(it - listed.begin());
+  }
+  out.rank = listed[chosen].first;
+  out.engine_id.assign(listed[chosen].second);
+  out.ranks = listed.size();
   return ParamsError::None;
 }
 

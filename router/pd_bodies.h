@@ -121,14 +121,26 @@ ParamsError read_kv_transfer_params(std::string_view answer, std::string_view pr
 bool is_loopback_or_unspecified(std::string_view host);
 
 // The prefill worker's Mooncake bootstrap server answer to GET /query
-// (vLLM mooncake_utils.py MooncakeBootstrapServer.query, @a8f1d79):
-// {"<dp_rank>": {"engine_id": S, "worker_addr": {...}}, ...}, read as
-// untrusted input. `rank`: the rank the prefill leg goes to (its
-// X-data-parallel-rank) or, when unset, the lowest listed; `engine_id` its
-// engine id (1..kMaxEngineIdBytes bytes); `ranks` how many ranks are listed
-// (over one: the prefill leg must name its rank). Missing: no entry for the
-// rank; WrongType: a key that is not a rank, an engine_id that is not a
-// non-empty string within the bound.
+// (vLLM vllm/distributed/kv_transfer/kv_connector/v1/mooncake/mooncake_utils.py
+// MooncakeBootstrapServer.query @e7ad92e: {"<dp_rank>": {"engine_id": S,
+// "worker_addr": {"<tp_rank>": {"<pp_rank>": "tcp://host:port"}}}, ...}; one
+// entry per data-parallel rank of the engine, registered by each rank's
+// workers under the rank's engine id: under data parallelism vLLM suffixes
+// every rank's, rank 0 included, "<engine_id>_dp<local rank>"
+// (vllm/v1/engine/core.py run_engine_core @ac3cb2e; later versions the global
+// rank), so kvroute builds none: it takes them from here), read as untrusted
+// input. `rank`: the rank the
+// prefill leg goes to (its X-data-parallel-rank: vLLM's API server takes it
+// as the engine index, the key /query lists the rank under); unset: the
+// `turn % ranks`-th listed rank in ascending order (turn 0: the lowest), so
+// that a router passing a counter spreads unpinned prefills over the ranks as
+// vLLM's proxy does (mooncake_connector_proxy.py @4b5c627 prefiller_cycle).
+// `engine_id` that rank's engine id (1..kMaxEngineIdBytes bytes); `ranks`
+// how many ranks are listed (over one: the prefill leg must name its rank).
+// Missing: no entry for the rank; WrongType: a key that is not a rank, a rank
+// listed twice, an engine_id that is not a non-empty string within the bound,
+// a worker_addr the decode engine could not read (not a non-empty
+// {tp: {pp: string}} map of rank numbers: its pull would fail).
 inline constexpr size_t kMaxEngineIdBytes = 256;
 inline constexpr size_t kMaxQueryAnswerBytes = 64 * 1024;
 inline constexpr size_t kMaxQueryRanks = 1024;
@@ -138,6 +150,6 @@ struct MooncakeEngine {
   size_t ranks = 0;
 };
 ParamsError read_mooncake_query(std::string_view answer, std::optional<uint32_t> rank, MooncakeEngine& out,
-                                std::string* detail = nullptr);
+                                std::string* detail = nullptr, uint64_t turn = 0);
 
 }  // namespace kvroute::pd

@@ -183,6 +183,17 @@ std::unordered_map<std::string, MooncakeQuery>& mooncake_queries() {
 }
 void forget_mooncake_query(const std::string& addr) { mooncake_queries().erase(addr); }
 
+// The next turn of a prefill worker's unpinned prefill legs over its ranks
+// (per io thread, per bootstrap server; at most kMooncakeQueryEntries kept):
+// the legs go round its ranks as vLLM's proxy sends them
+// (mooncake_connector_proxy.py @4b5c627 prefiller_cycle), where always the
+// lowest rank would leave the others of a data-parallel prefill engine idle.
+uint64_t next_mooncake_turn(const std::string& addr) {
+  thread_local std::unordered_map<std::string, uint64_t> turns;
+  if (turns.size() >= kMooncakeQueryEntries && !turns.contains(addr)) turns.clear();
+  return turns[addr]++;
+}
+
 // The /query answer of the bootstrap server at `addr` (cached, else a GET
 // within pd.prefill_timeout_ms); nullopt when it cannot be had (`why` says
 // how the GET ended).
@@ -327,8 +338,14 @@ awaitable<MooncakeSetup> mooncake_setup(PdState& pd, const PdContext& c, const R
   if (c.watch.client_gone()) co_return MooncakeSetup::ClientGone;
   pd::MooncakeEngine engine;
   std::string detail;
+  // A worker kvroute knows as one rank (its dp_size) keeps the lowest: the
+  // index follows its rank 0's KV events only.
+  uint32_t known_ranks = 1;
+  for (const WorkerView& w : c.route.workers)
+    if (w.info && w.info->id == t.worker) known_ranks = w.info->dp_size;
+  const uint64_t turn = answer && !t.dp_rank && known_ranks > 1 ? next_mooncake_turn(addr) : 0;
   const pd::ParamsError err =
-      answer ? pd::read_mooncake_query(*answer, t.dp_rank, engine, &detail) : pd::ParamsError::None;
+      answer ? pd::read_mooncake_query(*answer, t.dp_rank, engine, &detail, turn) : pd::ParamsError::None;
   if (!answer || err != pd::ParamsError::None) {
     if (answer && m) m->pd_params_rejected_total.with({pd::to_string(err)}).inc();
     if (answer) forget_mooncake_query(addr);
@@ -340,7 +357,9 @@ awaitable<MooncakeSetup> mooncake_setup(PdState& pd, const PdContext& c, const R
     co_return MooncakeSetup::NoEngine;
   }
   // Over one rank: the prefill leg names the rank whose engine id the
-  // decode leg gets (mooncake_connector_proxy.py sends X-data-parallel-rank).
+  // decode leg gets (mooncake_connector_proxy.py sends X-data-parallel-rank);
+  // when the router steered to no rank (no cached prefix there), the worker's
+  // next turn over its ranks.
   if (!t.dp_rank && engine.ranks > 1) rank = engine.rank;
   const std::string transfer_id = fmt::format("xfer-{}-{}", pd.request_id, ++pd.transfers_minted);
   pd::mooncake_prefill_body(pd.stripped, transfer_id, leg_body);

@@ -50,9 +50,9 @@ def start_pd_mocker(f, i, flags):
     return m.group(4), m.group(2), m.group(3), int(m.group(1))
 
 
-def start_pd_fleet(f, protocol, mocker_flags, extra_config="", extra_flags=None):
+def start_pd_fleet(f, protocol, mocker_flags, extra_config="", extra_flags=None, prefill_entry=""):
     """Mockers 1-2 prefill, 3-4 decode, as workers.static entries with their roles, and kvroute (no NATS).
-    extra_flags: more flags for some mockers, by worker id."""
+    extra_flags: more flags for some mockers, by worker id; prefill_entry: more keys of the prefill entries."""
     entries = []
     for i in PREFILL + DECODE:
         role = "prefill" if i in PREFILL else "decode"
@@ -60,6 +60,8 @@ def start_pd_fleet(f, protocol, mocker_flags, extra_config="", extra_flags=None)
         extra = f", role: {role}"
         if protocol in ("sglang", "vllm_mooncake") and role == "prefill":
             extra += f", bootstrap_port: {pd_port}"
+        if role == "prefill":
+            extra += prefill_entry
         entries.append(f'    - {{id: {i}, url: "{url}", model: mock-model, kv_events: "{kv}", '
                        f'replay: "{replay}"{extra}}}')
     f.start_router_config(
@@ -74,6 +76,7 @@ class PdFleetCase(FleetTestCase):
     tmp_prefix = "kvroute-pd-exchange-"
     protocol = "vllm_nixl"
     extra_config = ""
+    prefill_entry = ""
 
     @classmethod
     def mocker_flags(cls, role):
@@ -81,7 +84,7 @@ class PdFleetCase(FleetTestCase):
 
     @classmethod
     def start(cls, f):
-        start_pd_fleet(f, cls.protocol, cls.mocker_flags, cls.extra_config)
+        start_pd_fleet(f, cls.protocol, cls.mocker_flags, cls.extra_config, prefill_entry=cls.prefill_entry)
 
     # -- helpers ---------------------------------------------------------
     def pd_stats(self, i):
@@ -237,6 +240,7 @@ class VllmMooncakeExchangeTest(PdExchangeTests, PdFleetCase):
     engine id its GET /query lists (the prefill mockers run 2 DP ranks, so the
     engine id must be the rank's that prefilled)."""
     protocol = "vllm_mooncake"
+    prefill_entry = ", dp_size: 2"
 
     @classmethod
     def mocker_flags(cls, role):
@@ -253,6 +257,26 @@ class VllmMooncakeExchangeTest(PdExchangeTests, PdFleetCase):
         self.assertTrue(wait_until(
             lambda: sum(self.pd_stats(i)["transfers_served"] for i in PREFILL) - served == 3, 10))
         self.assertEqual(sum(self.pd_stats(i)["rejected"].get("held_full", 0) for i in PREFILL), 0)
+
+    def test_unpinned_prefill_legs_take_the_data_parallel_ranks_in_turn(self):
+        """A prompt cached nowhere steers to no rank: its prefill leg still names
+        one (the decode leg needs that rank's engine id), and the legs go round
+        the ranks /query lists, as vLLM's proxy sends them, rather than all to
+        the lowest. 12 legs over 2 prefill workers and 2 io threads: some
+        thread sends a worker two legs in a row."""
+        def by_rank():
+            ranks = [0, 0]
+            for i in PREFILL:
+                for r in self.f.mocker(i, "GET", "/mocker/stats").json()["ranks"]:
+                    ranks[r["rank"]] += r["requests"]
+            return ranks
+        before = by_rank()
+        for k in range(12):
+            self.assert_split(self.complete(words(f"mcrank{k}x", 200)))
+        after = by_rank()
+        self.assertEqual(sum(after) - sum(before), 12, (before, after))
+        self.assertGreater(after[0] - before[0], 0, (before, after))
+        self.assertGreater(after[1] - before[1], 0, (before, after))
 
 
 class SglangExchangeTest(PdExchangeTests, PdFleetCase):

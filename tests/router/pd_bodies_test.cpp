@@ -191,7 +191,7 @@ TEST_CASE("pd bodies: the vLLM Mooncake legs carry the router's transfer id and 
 
 TEST_CASE("pd bodies: a Mooncake bootstrap server's /query answer is untrusted") {
   const std::string q = R"({"0":{"engine_id":"e0","worker_addr":{"0":{"0":"tcp://10.0.0.5:1"}}},)"
-                        R"("1":{"engine_id":"e1","worker_addr":{}}})";
+                        R"("1":{"engine_id":"e1","worker_addr":{"0":{"0":"tcp://10.0.0.5:2"}}}})";
   MooncakeEngine e;
   REQUIRE(read_mooncake_query(q, std::nullopt, e) == ParamsError::None);
   CHECK(e.rank == 0);
@@ -213,4 +213,43 @@ TEST_CASE("pd bodies: a Mooncake bootstrap server's /query answer is untrusted")
   CHECK(read_mooncake_query(R"({"0":{"engine_id":"x","pad":")" + std::string(kMaxQueryAnswerBytes, 'a') + "\"}}",
                             std::nullopt, e) == ParamsError::TooLarge);
   CHECK(read_mooncake_query(R"({"0":"e"})", std::nullopt, e) == ParamsError::WrongType);
+}
+
+TEST_CASE("pd bodies: a data-parallel prefill engine's /query names each rank's engine id") {
+  // vLLM's answer for DP 2, TP 2 (mooncake_utils.py MooncakeBootstrapServer.query:
+  // {dp_rank: {engine_id, worker_addr: {tp_rank: {pp_rank: addr}}}}; every
+  // rank's engine id suffixed _dp<rank>, rank 0's too), listed out of order.
+  const std::string q =
+      R"({"1":{"engine_id":"7f3a_dp1","worker_addr":{"0":{"0":"tcp://10.0.0.5:40103"},"1":{"0":"tcp://10.0.0.5:40104"}}},)"
+      R"("0":{"engine_id":"7f3a_dp0","worker_addr":{"0":{"0":"tcp://10.0.0.5:40101"},"1":{"0":"tcp://10.0.0.5:40102"}}}})";
+  MooncakeEngine e;
+  REQUIRE(read_mooncake_query(q, 1u, e) == ParamsError::None);
+  CHECK(e.rank == 1);
+  CHECK(e.engine_id == "7f3a_dp1");
+  CHECK(e.ranks == 2);
+  // Unpinned legs take the ranks in turn, in ascending order (vLLM's proxy
+  // cycles over them); a pinned rank ignores the turn.
+  for (uint64_t turn : {0u, 1u, 2u, 3u}) {
+    REQUIRE(read_mooncake_query(q, std::nullopt, e, nullptr, turn) == ParamsError::None);
+    CHECK(e.rank == turn % 2);
+    CHECK(e.engine_id == (turn % 2 ? "7f3a_dp1" : "7f3a_dp0"));
+  }
+  REQUIRE(read_mooncake_query(q, 0u, e, nullptr, 1) == ParamsError::None);
+  CHECK(e.engine_id == "7f3a_dp0");
+  // A rank the decode engine could not pull from (its workers' addresses
+  // missing or unreadable) and a rank listed twice are refused.
+  std::string d;
+  CHECK(read_mooncake_query(R"({"0":{"engine_id":"e0"}})", std::nullopt, e, &d) == ParamsError::WrongType);
+  CHECK(d == "worker_addr of rank 0");
+  CHECK(read_mooncake_query(R"({"0":{"engine_id":"e0","worker_addr":{}}})", std::nullopt, e) == ParamsError::WrongType);
+  CHECK(read_mooncake_query(R"({"0":{"engine_id":"e0","worker_addr":{"0":{}}}})", std::nullopt, e) ==
+        ParamsError::WrongType);
+  CHECK(read_mooncake_query(R"({"0":{"engine_id":"e0","worker_addr":{"0":{"0":5}}}})", std::nullopt, e) ==
+        ParamsError::WrongType);
+  CHECK(read_mooncake_query(R"({"0":{"engine_id":"e0","worker_addr":{"tp":{"0":"tcp://h:1"}}}})", std::nullopt, e) ==
+        ParamsError::WrongType);
+  const std::string w = R"("worker_addr":{"0":{"0":"tcp://h:1"}})";
+  CHECK(read_mooncake_query(R"({"1":{"engine_id":"a",)" + w + R"(},"01":{"engine_id":"b",)" + w + "}}", 1u, e, &d) ==
+        ParamsError::WrongType);
+  CHECK(d == "rank 1 listed twice");
 }

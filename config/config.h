@@ -208,6 +208,10 @@ struct PdConfig {
   // When no prefill worker could prefill the request: "fallback" runs it whole
   // on its decode worker; "fail" answers 503 in the API's shape.
   std::string on_prefill_failure = "fallback";
+  // vllm_mooncake: send the prefill leg and the decode leg at once, as vLLM's
+  // proxy does (the decode engine's pull waits for the prefill); false: the
+  // decode leg once the prefill leg answered.
+  bool mooncake_concurrent_legs = false;
 };
 
 // The protocol a disaggregated request to `model` speaks: its
@@ -712,6 +716,11 @@ void for_each_key(C& c, F&& f) {
             "fail (503 in the API's shape).",
             0, 0, S, R},
     c.pd.on_prefill_failure);
+  f(KeyInfo{"pd.mooncake_concurrent_legs",
+            "vllm_mooncake: send the prefill and decode legs at once (vLLM's proxy; the decode engine waits for the "
+            "prefill's KV) instead of the decode leg once the prefill leg answered.",
+            0, 1, !S, R},
+    c.pd.mooncake_concurrent_legs);
   // flow
   f(KeyInfo{"flow.bands",
             "Priority bands, highest first: 'name=N[,max_priority=P][,max_queued=Q]' separated by ';' (YAML: a "

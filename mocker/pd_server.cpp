@@ -232,7 +232,10 @@ std::optional<MockerServer::Impl::Reject> MockerServer::Impl::pull_failed(PdErro
     prep.imported_blocks = 0;
     return std::nullopt;
   }
-  return pd_reject(http::status::bad_request, e, std::move(msg));
+  // A prefill worker that did not answer is no fault of the request (500, as
+  // SGLang's dead bootstrap server); the rest are its params' (400).
+  return pd_reject(e == PdError::Unreachable ? http::status::internal_server_error : http::status::bad_request, e,
+                   std::move(msg));
 }
 
 // The tail both vLLM pulls share: the prefill worker's reply to a read of
@@ -330,7 +333,8 @@ awaitable<std::optional<MockerServer::Impl::Reject>> MockerServer::Impl::mooncak
   std::string body = fmt::format(R"({{"engine_id":"{}","transfer_id":"{}","from_block":{},"blocks":{}}})",
                                  json_escape(kv.remote_engine_id), json_escape(kv.transfer_id), local, blocks.size());
   const PeerReply reply =
-      co_await peer_post(kv.remote_host, *kv.remote_port, "/mooncake/read", std::move(body), std::chrono::seconds(10));
+      co_await peer_post(kv.remote_host, *kv.remote_port, "/mooncake/read", std::move(body),
+                         std::chrono::milliseconds(static_cast<int64_t>(opts.pd.lease_ms)) + std::chrono::seconds(60));
   const std::string transfer = fmt::format("transfer_id '{}'", kv.transfer_id);
   co_return co_await finish_pull(reply, blocks, local, prep, contacted, "bootstrap server", transfer);
 }
@@ -355,6 +359,37 @@ void MockerServer::Impl::mooncake_hold(const GenParams& gen, const Prepared& pre
   }
   arm_lease_timer();
   ++pd.prefill_legs;
+  mooncake_wake(gen.kv.transfer_id);
+}
+
+// vLLM's send_kv_to_decode (mooncake_connector.py @00f4240): a decode
+// engine's request for a transfer id its prefill engine does not know yet
+// makes a placeholder and waits for the prefill, at most
+// VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT (the mocker's lease_ms); a prefill that
+// is aborted instead never wakes it (record_send_reqs drops the placeholder
+// unsignalled), so the wait runs to its bound, as here.
+awaitable<bool> MockerServer::Impl::mooncake_wait_held(std::string transfer_id) {
+  if (transfers.find(transfer_id)) co_return true;
+  if (mooncake_waiters.size() >= opts.pd.max_held) co_return false;
+  ++pd.pulls_waited;
+  asio::steady_timer t(ioc);
+  t.expires_after(std::chrono::microseconds(static_cast<int64_t>(opts.pd.lease_ms * 1000)));
+  const auto it = mooncake_waiters.emplace(transfer_id, &t);
+  bool woken = false;
+  for (;;) {
+    beast::error_code ec;
+    co_await t.async_wait(nothrow(ec));
+    woken = transfers.find(transfer_id) != nullptr;
+    if (woken || ec != asio::error::operation_aborted) break;  // held, or the bound
+  }
+  mooncake_waiters.erase(it);
+  if (!woken) ++pd.pulls_timed_out;
+  co_return true;
+}
+
+void MockerServer::Impl::mooncake_wake(const std::string& transfer_id) {
+  auto [b, e] = mooncake_waiters.equal_range(transfer_id);
+  for (auto it = b; it != e; ++it) it->second->cancel();
 }
 
 awaitable<void> MockerServer::Impl::hold_answer() {
@@ -555,11 +590,26 @@ awaitable<void> MockerServer::Impl::mooncake_side_channel(beast::tcp_stream& s,
                     R"(body must be {"engine_id": S, "transfer_id": S, "from_block": N, "blocks": N})");
     co_return;
   }
-  const TransferTable::Held* held = transfers.find(tid);
-  // The engine id names the rank holding the transfer (an unknown transfer is told below).
+  // The engine id names a rank of this worker, the one holding the transfer
+  // (an unknown transfer is told below).
   bool engine_known = false;
   for (uint32_t r = 0; r < engines.size(); ++r) engine_known = engine_known || eid == mooncake_engine_id(r);
-  if (!engine_known || (held && eid != mooncake_engine_id(held->rank))) {
+  if (!engine_known) {
+    co_await refuse(http::status::not_found, PdError::UnknownEngine, fmt::format("engine '{}' is not this worker's", eid));
+    co_return;
+  }
+  // Concurrent legs: the decode side may ask before the prefill is done. (The
+  // parser's views do not outlive the wait: copied.)
+  const std::string eid_held(eid), tid_held(tid);
+  eid = eid_held;
+  tid = tid_held;
+  if (!co_await mooncake_wait_held(tid_held)) {
+    co_await refuse(http::status::service_unavailable, PdError::HeldFull,
+                    fmt::format("{} pulls wait for their transfer already", mooncake_waiters.size()));
+    co_return;
+  }
+  const TransferTable::Held* held = transfers.find(tid);
+  if (held && eid != mooncake_engine_id(held->rank)) {
     co_await refuse(http::status::not_found, PdError::UnknownEngine, fmt::format("engine '{}' is not this worker's", eid));
     co_return;
   }
@@ -625,11 +675,13 @@ std::string MockerServer::Impl::pd_stats_json() const {
       R"({{"role":"{}","protocol":"{}","engine_id":"{}","side_channel_port":{},"held_transfers":{},"held_blocks":{},)"
       R"("transfers_served":{},"transfers_expired":{},"transfers_freed":{},)"
       R"("transfers_completed":{},"blocks_pulled":{},"bytes_pulled":{},"blocks_local":{},"prefill_legs":{},)"
-      R"("recomputed":{},"answers_held":{},"rooms_waiting":{},"rooms_completed":{},"rejected":{},"side_channel_rejected":{}}})",
+      R"("recomputed":{},"answers_held":{},"pulls_waiting":{},"pulls_waited":{},"pulls_timed_out":{},)"
+      R"("rooms_waiting":{},"rooms_completed":{},"rejected":{},"side_channel_rejected":{}}})",
       role, proto, json_escape(engine_id), side_acceptor.is_open() ? side_acceptor.local_endpoint().port() : 0,
       transfers.held_transfers() + ready_rooms, held_blocks, pd.transfers_served, pd.transfers_expired,
       pd.transfers_freed, pd.transfers_completed, pd.blocks_pulled, pd.bytes_pulled, pd.blocks_local,
-      pd.prefill_legs, pd.recomputed, pd.answers_held, rooms.size(), pd.rooms_completed, reasons(pd.rejected),
+      pd.prefill_legs, pd.recomputed, pd.answers_held, mooncake_waiters.size(), pd.pulls_waited, pd.pulls_timed_out,
+      rooms.size(), pd.rooms_completed, reasons(pd.rejected),
       reasons(pd.side_channel_rejected));
 }
 
@@ -676,6 +728,9 @@ std::string MockerServer::Impl::pd_metrics_text() const {
       transfers.held_transfers() + ready_rooms);
   one("kvroute_mocker_pd_held_blocks", "gauge", "Prefill: KV blocks held for transfers (not evictable).", held_blocks);
   one("kvroute_mocker_pd_rooms_waiting", "gauge", "SGLang: bootstrap rooms open on this prefill worker.", rooms.size());
+  one("kvroute_mocker_pd_pulls_waiting", "gauge",
+      "vLLM Mooncake: decode pulls waiting on this prefill worker for a transfer not held yet.",
+      mooncake_waiters.size());
   return out;
 }
 

@@ -142,6 +142,8 @@ struct PdStats {
   uint64_t rooms_completed = 0;      // SGLang: rendezvous done (counted on each side)
   uint64_t prefill_legs = 0;         // requests served as a prefill leg
   uint64_t answers_held = 0;         // vLLM prefill legs whose KV is held and whose answer waits (hold_answers)
+  uint64_t pulls_waited = 0;         // Mooncake prefill: pulls that arrived before their transfer was held
+  uint64_t pulls_timed_out = 0;      // Mooncake prefill: of those, the ones whose transfer never came
   uint64_t recomputed = 0;           // decode: bad params served aggregated (--pd-bad-params recompute)
   std::unordered_map<std::string, uint64_t> rejected;               // decode / leg refusals by reason
   std::unordered_map<std::string, uint64_t> side_channel_rejected;  // prefill: reads refused by reason
@@ -398,6 +400,13 @@ struct MockerServer::Impl {
   awaitable<bool> side_channel(beast::tcp_stream& s, const http::request<http::string_body>& req, bool& again);
   awaitable<std::pair<http::status, std::string>> sgl_room_request(std::string_view body);
   awaitable<void> mooncake_side_channel(beast::tcp_stream& s, const http::request<http::string_body>& req, bool& again);
+  // Mooncake prefill: a pull (or the empty pull that frees) for a transfer not
+  // held yet waits until it is, at most lease_ms (send_kv_to_decode). False:
+  // too many pulls wait already.
+  awaitable<bool> mooncake_wait_held(std::string transfer_id);
+  // Wakes the pulls waiting for `transfer_id` (its prefill finished and holds it).
+  void mooncake_wake(const std::string& transfer_id);
+  std::unordered_multimap<std::string, asio::steady_timer*> mooncake_waiters;  // by transfer id
   std::shared_ptr<Room> room_for(uint64_t id);
   std::string pd_stats_json() const;
   std::string pd_metrics_text() const;

@@ -241,30 +241,32 @@ std::string_view leg_label(const PdLeg& l) {
 }
 
 // Passive health, as the proxy reports a worker's failures and successes.
-void report_leg(const PdContext& c, WorkerId worker, const PdLeg& l) {
-  WorkerRegistry& registry = *c.s.hooks.registry;
+void report_leg(ServerState& s, IoThread& io, WorkerId worker, const PdLeg& l) {
+  WorkerRegistry& registry = *s.hooks.registry;
   const bool failed = l.result == LegResult::Connect || l.result == LegResult::Timeout ||
                       l.result == LegResult::Closed || (l.result == LegResult::Answered && l.status >= 500);
   if (failed) {
     registry.report_failure(worker, l.result == LegResult::Connect   ? HealthSignal::ConnectRefused
                                     : l.result == LegResult::Timeout ? HealthSignal::FirstByteTimeout
                                                                      : HealthSignal::ServerError);
-    c.io.suspect(worker);
+    io.suspect(worker);
     return;
   }
-  auto& s = c.io.suspects;
-  if (const auto it = std::find(s.begin(), s.end(), worker); it != s.end()) {
-    s.erase(it);
+  auto& suspects = io.suspects;
+  if (const auto it = std::find(suspects.begin(), suspects.end(), worker); it != suspects.end()) {
+    suspects.erase(it);
     registry.report_success(worker);
   }
 }
+void report_leg(const PdContext& c, WorkerId worker, const PdLeg& l) { report_leg(c.s, c.io, worker, l); }
 
-void count_leg(const PdContext& c, const PdLeg& l) {
-  RouterMetrics* m = c.s.hooks.metrics;
+void count_leg(ServerState& s, const PdLeg& l) {
+  RouterMetrics* m = s.hooks.metrics;
   if (!m) return;
   m->pd_prefill_legs_total.with({leg_label(l)}).inc();
   if (l.result == LegResult::Answered) m->pd_leg_seconds.with({"prefill"}).observe(l.seconds);
 }
+void count_leg(const PdContext& c, const PdLeg& l) { count_leg(c.s, l); }
 
 void warn_leg(const RouteTarget& t, const PdLeg& l, std::string_view what) {
   static RateLimiter rl;
@@ -292,20 +294,54 @@ bool nixl_params(const PdContext& c, const RouteTarget& t, const PdLeg& leg, std
   return false;
 }
 
-// SGLang's prefill leg beside the decode leg: counted as a prefill leg,
-// with the prefill worker's in-flight accounting while it runs.
-awaitable<void> sglang_prefill_leg(std::shared_ptr<PdLeg> leg, std::shared_ptr<PdDecodeLink> link,
+// A prefill leg beside the decode leg (SGLang; Mooncake with
+// pd.mooncake_concurrent_legs), with the prefill worker's in-flight
+// accounting while it runs; when it fails it ends the decode leg's wait.
+// `self_counted` (Mooncake: the leg outlives its attempt, never cut): counted
+// and reported here when it ends, on `s` and `io` (they outlive it), rather
+// than by the exchange.
+awaitable<void> concurrent_prefill_leg(std::shared_ptr<PdLeg> leg, std::shared_ptr<PdDecodeLink> link,
                                    std::shared_ptr<const Config> cfg, WorkerRegistry* registry, WorkerId worker,
-                                   uint64_t blocks, uint64_t tokens) {
+                                   uint64_t blocks, uint64_t tokens, ServerState* self_counted, IoThread* io) {
   InflightGuard guard(*registry, worker, blocks, tokens);
   co_await run_leg(leg, *cfg, milliseconds(cfg->pd.prefill_timeout_ms), nullptr);
+  if (self_counted) {
+    count_leg(*self_counted, *leg);
+    report_leg(*self_counted, *io, worker, *leg);
+  }
   const bool ok = leg->result == LegResult::Answered && leg->status / 100 == 2;
   if (ok || leg->result == LegResult::Cancelled) co_return;
   link->prefill_failed = true;
   if (link->decode) {
     boost::system::error_code ignored;
-    link->decode->cancel(ignored);  // the decode leg's wait ends: the proxy retries with a fresh room
+    link->decode->cancel(ignored);  // the decode leg's wait ends: the proxy retries with a fresh room or transfer
   }
+}
+
+// The concurrent leg of `pd` set up: the decode body names the same
+// transfer, and the leg runs on its own (it may outlive the exchange).
+void spawn_concurrent(PdState& pd, const PdContext& c, const RouteTarget& t, std::shared_ptr<PdLeg> leg) {
+  pd.prefill = pd.next_prefill;
+  pd.concurrent = leg;
+  if (pd.link) pd.link->decode = nullptr;  // the previous attempt's link stays with its leg
+  pd.link = std::make_shared<PdDecodeLink>();
+  const bool self_counted = pd.protocol == PdProtocol::VllmMooncake;
+  asio::co_spawn(c.io.ioc,
+                 concurrent_prefill_leg(std::move(leg), pd.link, c.s.hooks.config->get(), c.s.hooks.registry,
+                                        t.worker, c.route.request_blocks, t.prefill_tokens,
+                                        self_counted ? &c.s : nullptr, &c.io),
+                 asio::detached);
+}
+
+// How a split request ends when no prefill worker is left to try.
+PdPrefill no_prefill_left(PdState& pd, const PdContext& c, std::string_view failure) {
+  if (c.cfg.pd.on_prefill_failure == "fail") {
+    pd.outcome = "failed";
+    pd.reason = failure;
+    return PdPrefill::Fail;
+  }
+  pd_fall_back(pd, failure);
+  return PdPrefill::Aggregated;
 }
 
 // A release leg: its answer discarded, its end counted.
@@ -376,6 +412,8 @@ bool pd_begin(PdState& pd, const PdContext& c) {
   if (pd::strip_transfer_fields(c.req.body, pd.stripped) != pd::BodyError::None) return false;
   pd.split = r.disaggregate && !r.prefill.empty();
   pd.protocol = pd_protocol_of(c.cfg.pd, c.model);
+  pd.concurrent_legs = pd.protocol == PdProtocol::Sglang ||
+                       (pd.protocol == PdProtocol::VllmMooncake && c.cfg.pd.mooncake_concurrent_legs);
   pd.request_id = fmt::format("kvroute-{:016x}", rng()());
   pd.outcome = pd.split ? "disaggregated" : "aggregated";
   pd.reason = to_string(r.reason);
@@ -383,6 +421,8 @@ bool pd_begin(PdState& pd, const PdContext& c) {
 }
 
 void pd_fall_back(PdState& pd, std::string_view reason) {
+  if (pd.link) pd.link->decode = nullptr;
+  pd.link.reset();  // a failed concurrent prefill leg no longer ends the (whole) decode attempt's wait
   pd.split = false;
   pd.outcome = "fallback";
   pd.reason = reason;
@@ -475,13 +515,46 @@ awaitable<PdPrefill> pd_prefill_vllm(PdState& pd, const PdContext& c) {
     pd.need_prefill = false;
     co_return PdPrefill::Ready;
   }
-  if (c.cfg.pd.on_prefill_failure == "fail") {
-    pd.outcome = "failed";
-    pd.reason = failure;
-    co_return PdPrefill::Fail;
+  co_return no_prefill_left(pd, c, failure);
+}
+
+awaitable<PdPrefill> pd_start_mooncake(PdState& pd, const PdContext& c) {
+  RouterMetrics* m = c.s.hooks.metrics;
+  const std::vector<RouteTarget>& prefill = c.route.pd.prefill;
+  std::string_view failure = "no_prefill_worker";
+  // The last attempt's prefill worker failed (or may have): this is a retry on the next.
+  const bool after_failure = pd.prefill && pd.next_prefill > *pd.prefill;
+  for (size_t tried = 0; pd.next_prefill < prefill.size(); ++pd.next_prefill, ++tried) {
+    if ((tried > 0 || after_failure) && m) m->pd_retries_total.with({"prefill"}).inc();
+    const RouteTarget& t = prefill[pd.next_prefill];
+    UpstreamUrl url;
+    if (!parse_url(t.url, url)) {
+      failure = "connect";
+      continue;
+    }
+    std::string leg_body, params;
+    std::optional<uint32_t> rank;
+    const MooncakeSetup setup = co_await mooncake_setup(pd, c, t, url, leg_body, params, rank);
+    if (setup == MooncakeSetup::ClientGone) {  // nothing sent yet: the query was cut
+      pd_client_gone(pd, c, "prefill");
+      co_return PdPrefill::ClientGone;
+    }
+    if (setup == MooncakeSetup::NoEngine) {
+      failure = "bootstrap_query";
+      continue;
+    }
+    auto leg = make_leg(pd, c, t, leg_body, rank);
+    if (!leg) {
+      failure = "connect";
+      continue;
+    }
+    pd::nixl_decode_body(pd.stripped, params, pd.decode_body);
+    pd::nixl_decode_body(leg_body, params, pd.release_body);  // max_tokens 1, no stream: a release
+    pd.need_prefill = false;
+    spawn_concurrent(pd, c, t, std::move(leg));
+    co_return PdPrefill::Ready;
   }
-  pd_fall_back(pd, failure);
-  co_return PdPrefill::Aggregated;
+  co_return no_prefill_left(pd, c, failure);
 }
 
 bool pd_start_sglang(PdState& pd, const PdContext& c) {
@@ -499,14 +572,7 @@ bool pd_start_sglang(PdState& pd, const PdContext& c) {
     pd::sglang_body(pd.stripped, url.host, r.bootstrap_ports[pd.next_prefill], room, pd.decode_body);
     auto leg = make_leg(pd, c, t, pd.decode_body);
     if (!leg) continue;
-    pd.prefill = pd.next_prefill;
-    pd.concurrent = leg;
-    if (pd.link) pd.link->decode = nullptr;  // the previous attempt's link stays with its leg
-    pd.link = std::make_shared<PdDecodeLink>();
-    asio::co_spawn(c.io.ioc,
-                   sglang_prefill_leg(leg, pd.link, c.s.hooks.config->get(), c.s.hooks.registry, t.worker,
-                                      c.route.request_blocks, t.prefill_tokens),
-                   asio::detached);
+    spawn_concurrent(pd, c, t, std::move(leg));
     return true;
   }
   return false;
@@ -517,10 +583,52 @@ void pd_client_gone(const PdState& pd, const PdContext& c, std::string_view phas
   if (RouterMetrics* m = c.s.hooks.metrics) m->pd_client_gone_total.with({phase}).inc();
 }
 
+namespace {
+
+// Mooncake with concurrent legs: a decode attempt ended before its first
+// byte. Its prefill leg failed: that transfer is gone (the prefill engine
+// frees an aborted prefill's blocks; a decode engine pulling it waits out
+// VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT, which the router cannot shorten: see
+// README "Connect a disaggregated vLLM fleet"); its worker's bootstrap
+// answer is dropped (the leg counted itself), and the next attempt has a fresh
+// transfer on the next prefill worker (so does a decode failure while the
+// prefill leg has not succeeded). A decode worker that received the
+// request holds the transfer id: its pull, or the empty pull of its abort
+// (mooncake_connector.py request_finished()), claims the transfer, so the
+// next attempt gets a fresh one and this prefill leg runs on to its answer
+// (never cut). One that never received it leaves the transfer for the next.
+void mooncake_decode_failed(PdState& pd, const PdContext& c, bool sent) {
+  const bool prefill_failed = pd.prefill_failed();
+  if (prefill_failed && pd.concurrent && pd.prefill) {  // (the leg counted and reported itself)
+    const RouteTarget& t = c.route.pd.prefill[*pd.prefill];
+    UpstreamUrl url;
+    if (parse_url(t.url, url)) forget_mooncake_query(bootstrap_addr(url, c.route.pd.bootstrap_ports[*pd.prefill]));
+    warn_leg(t, *pd.concurrent, "the concurrent prefill leg failed");
+    pd.next_prefill = *pd.prefill + 1;
+  } else if (sent && pd.concurrent && pd.prefill &&
+             !(pd.concurrent->done && pd.concurrent->result == LegResult::Answered && pd.concurrent->status / 100 == 2)) {
+    // A prefill leg that did not succeed may be the cause even when it has
+    // not ended yet: a decode engine whose pull finds the prefill worker gone
+    // answers first (as SGLang's, pd_decode_failed()).
+    pd.next_prefill = *pd.prefill + 1;
+  }
+  if (!prefill_failed && !sent) return;
+  pd.need_prefill = true;
+  pd.concurrent.reset();
+  if (pd.link) pd.link->decode = nullptr;
+  if (!prefill_failed) pd.link.reset();  // a failed one tells the exchange why, should it be the last attempt
+}
+
+}  // namespace
+
 void pd_decode_failed(PdState& pd, const PdContext& c, bool sent, std::string_view how) {
   if (!pd.split) return;
   if (sent && !pd.prefill_failed())
     if (RouterMetrics* m = c.s.hooks.metrics) m->pd_transfers_left_total.with({how}).inc();
+  if (pd.protocol == PdProtocol::VllmMooncake && pd.concurrent_legs) {
+    mooncake_decode_failed(pd, c, sent);
+    return;
+  }
   if (pd.protocol != PdProtocol::Sglang) {
     // vLLM (NIXL, Mooncake): a decode worker that received the request may
     // have pulled (and so freed) the transfer: the next decode worker gets a
@@ -540,20 +648,22 @@ void pd_decode_failed(PdState& pd, const PdContext& c, bool sent, std::string_vi
   }
 }
 
-awaitable<void> pd_finish_sglang(PdState& pd, const PdContext& c) {
+awaitable<void> pd_finish_concurrent(PdState& pd, const PdContext& c) {
   std::shared_ptr<PdLeg> leg = std::move(pd.concurrent);
   if (!leg) co_return;
   if (!leg->done) {
     boost::system::error_code ec;
     co_await leg->done_signal.async_wait(nothrow(ec));  // woken when the leg ends (bounded by its own timeout)
   }
-  count_leg(c, *leg);
-  if (pd.prefill) report_leg(c, c.route.pd.prefill[*pd.prefill].worker, *leg);
+  if (pd.protocol == PdProtocol::Sglang) {  // a Mooncake leg counts itself (concurrent_prefill_leg)
+    count_leg(c, *leg);
+    if (pd.prefill) report_leg(c, c.route.pd.prefill[*pd.prefill].worker, *leg);
+  }
   if (!(leg->result == LegResult::Answered && leg->status / 100 == 2) && pd.prefill) {
     const RouteTarget& t = c.route.pd.prefill[*pd.prefill];
     static RateLimiter rl;
     if (rl.allow())
-      spdlog::warn("prefill worker {} ({}): its SGLang prefill leg ended {} {} while its decode leg answered",
+      spdlog::warn("prefill worker {} ({}): its concurrent prefill leg ended {} {} while its decode leg answered",
                    t.worker.value, t.url, to_string(leg->result), leg->status);
   }
 }

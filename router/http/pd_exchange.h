@@ -7,25 +7,32 @@
 //   prefill       vLLM NIXL: the prefill leg (nixl_prefill_body, no stream),
 //                 over the prefill ranking until one answers with
 //                 kv_transfer_params, read as untrusted input; the decode
-//                 body carries them (nixl_decode_body). vLLM Mooncake: the
-//                 same order (P then D, as SGLang Model Gateway sends them),
-//                 with a router-minted transfer_id and the decode params
-//                 built from the prefill worker's bootstrap server
+//                 body carries them (nixl_decode_body). vLLM Mooncake by
+//                 default: the same order (P then D, as SGLang Model Gateway
+//                 sends them: a failed prefill never leaves a decode engine
+//                 waiting with its KV blocks held, see start_mooncake), with a
+//                 router-minted transfer_id and the decode params built from
+//                 the prefill worker's bootstrap server
+//   start_mooncake vLLM Mooncake with pd.mooncake_concurrent_legs: the
+//                 prefill leg sent beside the decode leg (vLLM's proxy), the
+//                 decode engine's pull waiting for the prefill
 //   start_sglang  SGLang: the prefill leg sent beside the decode leg, both
 //                 with one bootstrap room (random 63-bit)
 //   decode_failed the decode leg failed before its first byte: the next
 //                 decode worker gets a fresh prefill where the transfer may
 //                 have been consumed or its room closed
-//   finish_sglang the prefill leg's answer drained and checked
+//   finish_concurrent the concurrent prefill leg's answer drained and checked
 //   release       the client left during or after its prefill and the prefill
 //                 succeeded (a vLLM prefill leg is never cut: see prefill): a decode leg
 //                 with max_tokens 1 still claims the transfer (pd-protocols.md
 //                 §1.7), answer discarded
 //
 // Threading: everything runs on the request's io thread. A leg in flight
-// beside the exchange (SGLang's prefill, a release leg) owns its state
+// beside the exchange (a concurrent prefill, a release leg) owns its state
 // through a shared_ptr, so it may outlive the exchange; an exchange that ends
-// first closes its concurrent leg (the engine sees the disconnect).
+// first closes its concurrent SGLang leg (the engine sees the disconnect) and
+// leaves a Mooncake one to its answer (a vLLM prefill leg is never cut:
+// pd_prefill_vllm()).
 #pragma once
 
 #include <cstdint>
@@ -56,12 +63,14 @@ enum class LegResult : uint8_t {
 };
 std::string_view to_string(LegResult r);
 
-// SGLang: what a prefill leg running beside the decode leg knows of it. A
-// prefill leg that fails while the decode leg waits for its first byte
-// cancels that wait (the decode engine would wait for the room's KV until its
-// own timeout, 300 s; SGLang Model Gateway pd_router.rs cancels the surviving
-// leg likewise). Shared by the exchange and the leg; the exchange clears
-// `decode` before the socket goes away.
+// What a prefill leg running beside the decode leg (SGLang, Mooncake with
+// pd.mooncake_concurrent_legs) knows of it. A prefill leg that fails while the
+// decode leg waits for its first byte cancels that wait (the decode engine
+// would wait for the KV until its own timeout: SGLang's room 300 s, vLLM
+// Mooncake's VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT 480 s; SGLang Model Gateway
+// pd_router.rs cancels the surviving leg likewise); one that failed before
+// the decode leg waits ends the wait as it starts. Shared by the exchange and
+// the leg; the exchange clears `decode` before the socket goes away.
 struct PdDecodeLink {
   Socket* decode = nullptr;     // the decode leg's connection while it waits for its head
   bool prefill_failed = false;  // set by the prefill leg
@@ -106,6 +115,7 @@ struct PdState {
   bool active = false;  // the model's fleet has PD roles: every body sent is stripped of transfer fields
   bool split = false;   // two legs (cleared by a fallback to the decode worker alone)
   PdProtocol protocol = PdProtocol::VllmNixl;
+  bool concurrent_legs = false;  // the prefill leg runs beside the decode leg (SGLang; Mooncake when configured)
   std::string request_id;   // X-Request-Id of both legs
   std::string stripped;     // the client's body without transfer fields
   std::string decode_body;  // the decode leg's body while split
@@ -117,8 +127,8 @@ struct PdState {
   std::string release_body;       // vLLM: the decode body of a release leg for the ready transfer
   std::string_view outcome;       // kvroute_pd_requests_total labels
   std::string_view reason;
-  std::shared_ptr<PdLeg> concurrent;  // SGLang: the prefill leg in flight beside the decode leg
-  std::shared_ptr<PdDecodeLink> link; // SGLang: that leg's hold on the decode leg's wait
+  std::shared_ptr<PdLeg> concurrent;  // concurrent legs: the prefill leg in flight beside the decode leg
+  std::shared_ptr<PdDecodeLink> link; // concurrent legs: that leg's hold on the decode leg's wait
   std::string fields;                 // x-kvroute-* fields of the client's response head
   bool counted = false;               // in kvroute_pd_requests_total
 
@@ -127,14 +137,18 @@ struct PdState {
   PdState& operator=(const PdState&) = delete;
   ~PdState() {
     if (link) link->decode = nullptr;
-    if (concurrent && !concurrent->done) concurrent->cancel();
+    if (concurrent && !concurrent->done && protocol == PdProtocol::Sglang) concurrent->cancel();
   }
-  // SGLang: the decode leg waits on `s` for its head (null: no longer).
+  // Concurrent legs: the decode leg waits on `s` for its head (null: no
+  // longer); a prefill leg that failed already ends the wait at once.
   void decode_waits_on(Socket* s) {
-    if (link) link->decode = s;
+    if (!link) return;
+    link->decode = s;
+    boost::system::error_code ignored;
+    if (s && link->prefill_failed) s->cancel(ignored);
   }
-  // SGLang: the decode attempt ended because its prefill leg failed (not
-  // the decode worker's fault).
+  // Concurrent legs: the decode attempt ended because its prefill leg failed
+  // (not the decode worker's fault).
   bool prefill_failed() const { return link && link->prefill_failed; }
   // The body the decode leg (or the whole request) sends now.
   std::string_view body() const { return split ? decode_body : stripped; }
@@ -167,6 +181,26 @@ enum class PdPrefill : uint8_t {
 // ClientGone.
 awaitable<PdPrefill> pd_prefill_vllm(PdState& pd, const PdContext& c);
 
+// start_mooncake (pd.mooncake_concurrent_legs, off by default): the prefill
+// leg of a fresh
+// transfer on the prefill ranking's pd.next_prefill worker (its engine id
+// from its bootstrap server, as pd_prefill_vllm() has it), sent beside the
+// decode leg about to start, whose body names the transfer: the decode
+// engine's pull waits on the prefill worker until the prefill is done
+// (mooncake_connector.py send_kv_to_decode: "This req is not enqueued in P
+// side yet", bounded by VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT). The leg is
+// never cut; when it fails the decode leg's wait ends (PdDecodeLink) and the
+// next attempt gets a fresh transfer on the next prefill worker. What the
+// router cannot undo: a decode engine whose pull began keeps the request's KV
+// blocks until the prefill engine's wait runs out (vLLM
+// vllm/v1/core/sched/scheduler.py finish_requests @00024d3 delays the free of
+// a WAITING_FOR_REMOTE_KVS request; mooncake_connector.py @00f4240
+// record_send_reqs drops an aborted prefill's transfer without waking the
+// pull): why the legs are sequential by default. Ready; else,
+// with no worker left, Aggregated or Fail per pd.on_prefill_failure, or
+// ClientGone (the client left during a bootstrap query).
+awaitable<PdPrefill> pd_start_mooncake(PdState& pd, const PdContext& c);
+
 // start_sglang: the prefill leg for the decode attempt about to start, on the
 // prefill ranking's pd.next_prefill worker, with a fresh room; the decode
 // body gets the same fields. False when no prefill worker is left (the
@@ -187,9 +221,9 @@ void pd_decode_failed(PdState& pd, const PdContext& c, bool sent, std::string_vi
 // after_prefill, decode_head): kvroute_pd_client_gone_total.
 void pd_client_gone(const PdState& pd, const PdContext& c, std::string_view phase);
 
-// finish_sglang: waits (within pd.prefill_timeout_ms) for the prefill leg
+// finish_concurrent: waits (within pd.prefill_timeout_ms) for the prefill leg
 // beside a decode leg that answered, and counts how it ended.
-awaitable<void> pd_finish_sglang(PdState& pd, const PdContext& c);
+awaitable<void> pd_finish_concurrent(PdState& pd, const PdContext& c);
 
 // release: the client left after a vLLM (NIXL, Mooncake) prefill succeeded and before a decode
 // worker took the transfer: a decode leg (max_tokens 1, no stream) to the

@@ -456,8 +456,9 @@ awaitable<bool> relay(Exchange& x) {
 
 // Before a split request's decode attempt: vLLM's (NIXL, Mooncake) prefill leg when no
 // transfer is ready (the first attempt, or a decode worker that may have
-// consumed it), SGLang's concurrent prefill leg with a fresh room. A prefill
-// that cannot be had falls back to the decode worker alone or, with
+// consumed it), answered first, or with pd.mooncake_concurrent_legs sent
+// beside the decode leg; SGLang's concurrent prefill leg with a fresh room. A
+// prefill that cannot be had falls back to the decode worker alone or, with
 // pd.on_prefill_failure fail, answers 503 (Done).
 awaitable<Next> prepare_legs(Exchange& x, const PdContext& pd, size_t attempt) {
   if (x.pd.protocol == PdProtocol::Sglang) {
@@ -466,7 +467,10 @@ awaitable<Next> prepare_legs(Exchange& x, const PdContext& pd, size_t attempt) {
     x.pd.outcome = "failed";
     x.pd.reason = "no_prefill_worker";
   } else if (x.pd.need_prefill) {
-    const PdPrefill r = co_await pd_prefill_vllm(x.pd, pd);
+    // (Two statements: GCC 12 mishandles a conditional expression's temporaries in co_await.)
+    PdPrefill r;
+    if (x.pd.concurrent_legs) r = co_await pd_start_mooncake(x.pd, pd);
+    else r = co_await pd_prefill_vllm(x.pd, pd);
     if (r == PdPrefill::ClientGone) {  // counted by pd_prefill_vllm()
       client_cancelled(x, 499);
       x.keep_result = false;
@@ -567,7 +571,7 @@ awaitable<bool> run(ServerState& s, ClientConn& client, ClientRequest& req, ApiK
     if (next == Next::Go) {
       pd_committed(x.pd, pd, seconds_since(x.sent_at));
       const bool keep = co_await relay(x);
-      if (x.pd.concurrent) co_await pd_finish_sglang(x.pd, pd);
+      if (x.pd.concurrent) co_await pd_finish_concurrent(x.pd, pd);
       co_return keep;
     }
     pd_decode_failed(x.pd, pd, x.sent_request,
@@ -579,7 +583,7 @@ awaitable<bool> run(ServerState& s, ClientConn& client, ClientRequest& req, ApiK
   // A prefilled transfer no decode worker took: claimed by a release leg on
   // the best decode worker (it may be back), else freed by its lease.
   if (x.pd.split && !x.pd.need_prefill && !client.route.ranked.empty()) pd_release(x.pd, pd, client.route.ranked[0]);
-  if (x.pd.split && x.pd.prefill_failed() && !x.cut) {  // SGLang: the last attempt's prefill leg failed
+  if (x.pd.split && x.pd.prefill_failed() && !x.cut) {  // concurrent legs: the last attempt's prefill leg failed
     x.pd.outcome = "failed";
     x.pd.reason = "prefill_failed";
     pd_count(x.pd, pd);

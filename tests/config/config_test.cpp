@@ -129,7 +129,9 @@ TEST_CASE("pd: decode_alpha is -1 (the scheduler's) or within 0-1, and reloads")
 TEST_CASE("pd: the legs' protocol per model, the prefill timeout and failure policy, validated and reloadable") {
   Config c;
   REQUIRE_FALSE(apply_yaml(c, "pd:\n  protocol: sglang\n  model_protocols: \"a=vllm_nixl, b/c=sglang\"\n"
-                              "  prefill_timeout_ms: 1500\n  on_prefill_failure: fail\n"));
+                              "  prefill_timeout_ms: 1500\n  on_prefill_failure: fail\n"
+                              "  mooncake_concurrent_legs: true\n"));
+  CHECK(c.pd.mooncake_concurrent_legs);
   CHECK(pd_protocol_of(c.pd, "a") == PdProtocol::VllmNixl);
   CHECK(pd_protocol_of(c.pd, "b/c") == PdProtocol::Sglang);
   CHECK(pd_protocol_of(c.pd, "other") == PdProtocol::Sglang);  // pd.protocol
@@ -146,7 +148,7 @@ TEST_CASE("pd: the legs' protocol per model, the prefill timeout and failure pol
   CHECK(c.pd.on_prefill_failure == "fail");
   for (const char* bad : {"pd:\n  protocol: mooncake\n", "pd:\n  model_protocols: \"a=nixl\"\n",
                           "pd:\n  model_protocols: \"=sglang\"\n", "pd:\n  on_prefill_failure: retry\n",
-                          "pd:\n  prefill_timeout_ms: 5\n"}) {
+                          "pd:\n  prefill_timeout_ms: 5\n", "pd:\n  mooncake_concurrent_legs: sometimes\n"}) {
     Config d = c;
     const auto e = apply_yaml(d, bad);
     REQUIRE(e.has_value());
@@ -157,6 +159,7 @@ TEST_CASE("pd: the legs' protocol per model, the prefill timeout and failure pol
   next.pd.model_protocols = "";
   next.pd.prefill_timeout_ms = 30000;
   next.pd.on_prefill_failure = "fallback";
+  next.pd.mooncake_concurrent_legs = false;
   CHECK_FALSE(check_reload(c, next).has_value());
 }
 

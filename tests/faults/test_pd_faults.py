@@ -29,6 +29,7 @@ BUILD_DIR = "build"
 
 class PdFaultsTest(unittest.TestCase):
     protocol = "vllm_nixl"
+    extra_pd = ""  # more pd.* lines of the router's config
 
     def fleet(self, lease_ms, speedup=20.0, prefill_timeout_ms=20000, protocol=None):
         protocol = protocol or self.protocol
@@ -42,7 +43,7 @@ class PdFaultsTest(unittest.TestCase):
                  (["--disaggregation-bootstrap-port", "0", "--disaggregation-bootstrap-timeout-ms", "3000"]
                   if role == "prefill" else []))
             start_pd_fleet(self.f, protocol, flags,
-                           f"  prefill_timeout_ms: {prefill_timeout_ms}\n")
+                           f"  prefill_timeout_ms: {prefill_timeout_ms}\n" + self.extra_pd)
         except BaseException:
             self.tearDown()
             raise
@@ -247,6 +248,101 @@ class PdFaultsTest(unittest.TestCase):
 class MooncakePdFaultsTest(PdFaultsTest):
     """The vLLM faults with the MooncakeConnector's legs (router-minted transfer ids)."""
     protocol = "vllm_mooncake"
+
+
+class MooncakeConcurrentPdFaultsTest(PdFaultsTest):
+    """The vLLM Mooncake faults with pd.mooncake_concurrent_legs: the decode
+    leg goes out beside the prefill leg (vLLM's proxy), and the decode
+    mocker's pull waits on the prefill mocker for the transfer, at most its
+    --pd-lease-ms (vLLM's VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT)."""
+    protocol = "vllm_mooncake"
+    extra_pd = "  mooncake_concurrent_legs: true\n"
+
+    def pulls(self, key):
+        return sum(self.stats(i)["pd"][key] for i in PREFILL)
+
+    def test_the_decode_leg_goes_out_beside_the_prefill_leg(self):
+        # The prefill mockers hold their answers (the KV is held already): a
+        # router that waited for the prefill answer before the decode leg
+        # would wait here until pd.prefill_timeout_ms; concurrent legs answer.
+        f = self.fleet(lease_ms=60000)
+        for i in PREFILL:
+            f.mocker(i, "POST", "/mocker/pd/hold_answers", {"enabled": True})
+        r = f.post("/v1/completions", {"model": "mock-model", "prompt": words("beside", 200), "max_tokens": 4},
+                   timeout=15)
+        self.assertEqual(r.status, 200, r.body)
+        self.assertEqual(r.header("x-kvroute-pd"), "disaggregated")
+        self.assertEqual(self.pulls("answers_held"), 1)  # the prefill answer is still held
+        self.assertEqual(self.pulls("transfers_served"), 1)
+        self.assertEqual(self.held(), 0)
+        for i in PREFILL:
+            f.mocker(i, "POST", "/mocker/pd/hold_answers", {"enabled": False})
+        self.assertTrue(wait_until(lambda: f.metric('kvroute_pd_prefill_legs_total{result="ok"}') == 1, 15))
+
+    def test_no_prefill_worker_answers(self):
+        # Both prefill workers accept legs and never answer: each attempt's
+        # prefill leg times out (pd.prefill_timeout_ms 800), which ends its
+        # decode leg's wait at once; both decode attempts spent: 503. Had the
+        # router left a decode leg waiting, the decode mocker's pull would have
+        # failed after the prefill mockers' 3 s bound and answered 400
+        # unknown_transfer instead. Nothing is held; the decode engines' pulls
+        # end at the bound (vLLM's decode engine keeps its KV blocks that long:
+        # the router cannot shorten it).
+        f = self.fleet(lease_ms=3000, prefill_timeout_ms=800)
+        for i in PREFILL:
+            f.mocker(i, "POST", "/mocker/hang", {"enabled": True})
+        t0 = time.monotonic()
+        r = f.post("/v1/completions", {"model": "mock-model", "prompt": words("cnopf", 200), "max_tokens": 3})
+        self.assertEqual(r.status, 503, r.body)
+        self.assertEqual(r.json()["error"]["code"], "prefill_unavailable")
+        self.assertLess(time.monotonic() - t0, 3.0)
+        self.assertEqual(f.metric('kvroute_pd_prefill_legs_total{result="timeout"}'), 2)
+        self.assertEqual(f.metric('kvroute_pd_requests_total{outcome="failed",reason="prefill_failed"}'), 1)
+        self.assertEqual(f.metric('kvroute_pd_retries_total{leg="prefill"}'), 1)
+        self.assertEqual(self.held(), 0)
+        self.assertTrue(wait_until(lambda: self.pulls("pulls_waiting") == 0, 15),
+                        [self.stats(i)["pd"] for i in PREFILL])
+        self.assertEqual(self.pulls("pulls_timed_out"), self.pulls("pulls_waited"))
+        # The router holds no decode slot for them.
+        self.assertTrue(wait_until(lambda: f.metric('kvroute_router_inflight_requests') == 0, 10))
+        for i in PREFILL:
+            f.mocker(i, "POST", "/mocker/hang", {"enabled": False})
+        r = f.post("/v1/completions", {"model": "mock-model", "prompt": words("cafter", 200), "max_tokens": 2})
+        self.assertEqual(r.status, 200, r.body)
+        self.assertEqual(r.header("x-kvroute-pd"), "disaggregated")
+
+    def test_client_gone_around_its_prefill_leaks_nothing(self):
+        # A slow engine (speedup 1), a long lease (60 s): clients leave while
+        # their decode leg waits for the prefill. The router closes the decode
+        # leg and leaves the prefill leg to its answer; the decode engine's
+        # pull claims the transfer once the prefill is done. Nothing waits for
+        # the lease.
+        f = self.fleet(lease_ms=60000, speedup=1.0)
+        body = json.dumps({"model": "mock-model", "prompt": words("cgone", 1500), "max_tokens": 64}).encode()
+        for k, delay in enumerate((0.05, 0.3, 0.6, 1.0)):
+            s = socket.create_connection(("127.0.0.1", f.router_port))
+            req = body.replace(b"cgone", f"cgone{k}x".encode())
+            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      b"Content-Length: " + str(len(req)).encode() + b"\r\n\r\n" + req)
+            time.sleep(delay)
+            s.close()
+        self.assertTrue(wait_until(lambda: f.metric('kvroute_router_cancels_total') >= 3, 30),
+                        {k: v for k, v in f.metrics().items() if k.startswith("kvroute_pd_") and "bucket" not in k})
+        self.assertGreaterEqual(f.metric('kvroute_pd_client_gone_total{phase="decode_head"}'), 1)
+        self.assertTrue(wait_until(lambda: self.held() == 0 and self.pulls("pulls_waiting") == 0, 20),
+                        [self.stats(i)["pd"] for i in PREFILL])
+        self.assertEqual(self.pulls("pulls_timed_out"), 0)
+        self.assertEqual(self.pulls("transfers_expired"), 0)
+        r = f.post("/v1/completions", {"model": "mock-model", "prompt": words("cgafter", 200), "max_tokens": 2})
+        self.assertEqual(r.status, 200, r.body)
+
+    def test_client_gone_as_its_prefill_answers_leaks_nothing(self):
+        self.skipTest("the decode leg went out with the prefill leg and pulled the KV: no prefill answer names "
+                      "a transfer left for the router to release (test_the_decode_leg_goes_out_beside_the_"
+                      "prefill_leg holds the answers)")
+
+    def test_a_failed_release_is_counted_as_left(self):
+        self.skipTest("no release leg waits for a prefill answer: the decode leg went out with the prefill leg")
 
 
 class SglangPdFaultsTest(PdFaultsTest):

@@ -411,13 +411,19 @@ class VllmHeldBoundTest(unittest.TestCase):
 class VllmMooncakeTest(unittest.TestCase):
     """vLLM's MooncakeConnector shape (--pd-connector mooncake): the router mints
     transfer_id, the prefill answer carries no params, the decode leg names the
-    prefill worker's bootstrap server and engine id (from its GET /query)."""
+    prefill worker's bootstrap server and engine id (from its GET /query).
+    A pull that comes before its prefill waits for it, at most the prefill
+    worker's --pd-lease-ms (vLLM's VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT, short
+    here)."""
+    WAIT_MS = 4000
+
     @classmethod
     def setUpClass(cls):
         def start(f):
             cls.p_port, cls.p_boot = f.start_pd_mocker(
                 "prefill", ["--role", "prefill", "--pd-connector", "mooncake", "--worker-id", "1",
-                            "--data-parallel-size", "2", "--zmq-endpoint", "tcp://127.0.0.1:0"])
+                            "--data-parallel-size", "2", "--zmq-endpoint", "tcp://127.0.0.1:0",
+                            "--pd-lease-ms", str(cls.WAIT_MS)])
             cls.d_port, _ = f.start_pd_mocker("decode", ["--role", "decode", "--pd-connector", "mooncake",
                                                          "--worker-id", "2"])
         PdFleet.for_class(cls, "kvroute-pd-mc-", start)
@@ -472,10 +478,32 @@ class VllmMooncakeTest(unittest.TestCase):
         self.assertEqual(self.fleet.pd(self.d_port)["transfers_completed"], before + 1)
         self.assertEqual(self.fleet.pd(self.p_port)["held_transfers"], 0)
         self.assertEqual(self.fleet.pd(self.p_port)["held_blocks"], 0)
-        # A second pull of the same transfer id: nothing is held under it any more.
+        # A second pull of the same transfer id: nothing is held under it any more
+        # (and no prefill comes: it waits out the bound, then fails).
+        timed_out = self.fleet.pd(self.p_port)["pulls_timed_out"]
         again = self.decode(prompt, "xfer-a1", q["1"]["engine_id"])
         self.assertEqual(again.status, 400, again.body)
         self.assertEqual(again.json()["error"]["code"], "unknown_transfer")
+        self.assertEqual(self.fleet.pd(self.p_port)["pulls_timed_out"], timed_out + 1)
+        self.assertEqual(self.fleet.pd(self.p_port)["pulls_waiting"], 0)
+
+    def test_a_pull_before_its_prefill_waits_for_it(self):
+        """Concurrent legs (vLLM's proxy sends both at once): the decode side
+        asks for a transfer its prefill has not made yet, and the prefill
+        worker answers once the prefill holds it (send_kv_to_decode)."""
+        prompt = "mooncake decode first. " + PROMPT
+        q = self.query()
+        waited = self.fleet.pd(self.p_port)["pulls_waited"]
+        out = {}
+        t = threading.Thread(target=lambda: out.update(d=self.decode(prompt, "xfer-c1", q["0"]["engine_id"])))
+        t.start()
+        self.assertTrue(wait_until(lambda: self.fleet.pd(self.p_port)["pulls_waiting"] == 1, 10))
+        self.assertEqual(self.prefill(prompt, "xfer-c1").status, 200)
+        t.join(30)
+        self.assertEqual(out["d"].status, 200, out["d"].body)
+        self.assertEqual(out["d"].json()["usage"]["completion_tokens"], 4)
+        pd = self.fleet.pd(self.p_port)
+        self.assertEqual((pd["pulls_waited"], pd["pulls_waiting"], pd["held_transfers"]), (waited + 1, 0, 0))
 
     def test_missing_keys_are_refused(self):
         prompt = "mooncake missing. " + PROMPT

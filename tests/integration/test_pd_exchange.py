@@ -279,6 +279,13 @@ class VllmMooncakeExchangeTest(PdExchangeTests, PdFleetCase):
         self.assertGreater(after[1] - before[1], 0, (before, after))
 
 
+class VllmMooncakeConcurrentExchangeTest(VllmMooncakeExchangeTest):
+    """The Mooncake legs with pd.mooncake_concurrent_legs: the decode leg goes
+    out beside the prefill leg (vLLM's proxy) and the decode mocker's pull
+    waits on the prefill mocker for the transfer; every shared test holds."""
+    extra_config = "  mooncake_concurrent_legs: true\n"
+
+
 class SglangExchangeTest(PdExchangeTests, PdFleetCase):
     protocol = "sglang"
 

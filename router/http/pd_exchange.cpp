@@ -403,6 +403,35 @@ awaitable<MooncakeSetup> mooncake_setup(PdState& pd, const PdContext& c, const R
   co_return MooncakeSetup::Ready;
 }
 
+// The Mooncake prefill leg to the prefill ranking's pd.next_prefill worker
+// (mooncake_setup()): `leg_body` its body, `params` the decode leg's
+// kv_transfer_params. Null when that worker cannot be asked (`failure` says
+// why) or the client left during its bootstrap query (`gone`, counted:
+// nothing was sent).
+awaitable<std::shared_ptr<PdLeg>> mooncake_leg(PdState& pd, const PdContext& c, std::string& leg_body,
+                                               std::string& params, std::string_view& failure, bool& gone) {
+  const RouteTarget& t = c.route.pd.prefill[pd.next_prefill];
+  UpstreamUrl url;
+  if (!parse_url(t.url, url)) {
+    failure = "connect";
+    co_return nullptr;
+  }
+  std::optional<uint32_t> rank;
+  const MooncakeSetup setup = co_await mooncake_setup(pd, c, t, url, leg_body, params, rank);
+  if (setup == MooncakeSetup::ClientGone) {
+    pd_client_gone(pd, c, "prefill");
+    gone = true;
+    co_return nullptr;
+  }
+  if (setup == MooncakeSetup::NoEngine) {
+    failure = "bootstrap_query";
+    co_return nullptr;
+  }
+  auto leg = make_leg(pd, c, t, leg_body, rank);
+  if (!leg) failure = "connect";
+  co_return leg;
+}
+
 }  // namespace
 
 bool pd_begin(PdState& pd, const PdContext& c) {
@@ -444,23 +473,15 @@ awaitable<PdPrefill> pd_prefill_vllm(PdState& pd, const PdContext& c) {
       continue;
     }
     std::string mooncake_params;
-    std::optional<uint32_t> rank;
+    std::shared_ptr<PdLeg> leg;
     if (mooncake) {
-      const MooncakeSetup setup = co_await mooncake_setup(pd, c, t, url, leg_body, mooncake_params, rank);
-      if (setup == MooncakeSetup::ClientGone) {  // nothing prefilled yet: the query was cut
-        pd_client_gone(pd, c, "prefill");
-        co_return PdPrefill::ClientGone;
-      }
-      if (setup == MooncakeSetup::NoEngine) {
-        failure = "bootstrap_query";
-        continue;
-      }
-    }
-    auto leg = make_leg(pd, c, t, leg_body, rank);
-    if (!leg) {
+      bool gone = false;
+      leg = co_await mooncake_leg(pd, c, leg_body, mooncake_params, failure, gone);
+      if (gone) co_return PdPrefill::ClientGone;
+    } else if (!(leg = make_leg(pd, c, t, leg_body))) {
       failure = "connect";
-      continue;
     }
+    if (!leg) continue;
     // The router's in-flight accounting: the prefill worker computes the
     // prompt; the decode worker's guard (the proxy's) counts no prefill.
     InflightGuard guard(*c.s.hooks.registry, t.worker, c.route.request_blocks, t.prefill_tokens);
@@ -527,27 +548,11 @@ awaitable<PdPrefill> pd_start_mooncake(PdState& pd, const PdContext& c) {
   for (size_t tried = 0; pd.next_prefill < prefill.size(); ++pd.next_prefill, ++tried) {
     if ((tried > 0 || after_failure) && m) m->pd_retries_total.with({"prefill"}).inc();
     const RouteTarget& t = prefill[pd.next_prefill];
-    UpstreamUrl url;
-    if (!parse_url(t.url, url)) {
-      failure = "connect";
-      continue;
-    }
     std::string leg_body, params;
-    std::optional<uint32_t> rank;
-    const MooncakeSetup setup = co_await mooncake_setup(pd, c, t, url, leg_body, params, rank);
-    if (setup == MooncakeSetup::ClientGone) {  // nothing sent yet: the query was cut
-      pd_client_gone(pd, c, "prefill");
-      co_return PdPrefill::ClientGone;
-    }
-    if (setup == MooncakeSetup::NoEngine) {
-      failure = "bootstrap_query";
-      continue;
-    }
-    auto leg = make_leg(pd, c, t, leg_body, rank);
-    if (!leg) {
-      failure = "connect";
-      continue;
-    }
+    bool gone = false;
+    auto leg = co_await mooncake_leg(pd, c, leg_body, params, failure, gone);
+    if (gone) co_return PdPrefill::ClientGone;
+    if (!leg) continue;
     pd::nixl_decode_body(pd.stripped, params, pd.decode_body);
     pd::nixl_decode_body(leg_body, params, pd.release_body);  // max_tokens 1, no stream: a release
     pd.need_prefill = false;

@@ -60,6 +60,13 @@ class PdFaultsTest(unittest.TestCase):
     def stats(self, i):
         return self.f.mocker(i, "GET", "/mocker/stats").json()
 
+    def open_request(self, body):
+        """A POST /v1/completions of `body` (bytes) on a raw socket the test may close at any point."""
+        s = socket.create_connection(("127.0.0.1", self.f.router_port))
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        return s
+
     def held(self, workers=PREFILL):
         return sum(self.stats(i)["pd"]["held_transfers"] for i in workers)
 
@@ -125,9 +132,7 @@ class PdFaultsTest(unittest.TestCase):
         for i in DECODE:
             f.mocker(i, "POST", "/mocker/hang", {"enabled": True})  # decode legs accepted, never answered
         body = json.dumps({"model": "mock-model", "prompt": words("dhead", 200), "max_tokens": 4}).encode()
-        s = socket.create_connection(("127.0.0.1", f.router_port))
-        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                  b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        s = self.open_request(body)
         self.assertTrue(wait_until(lambda: sum(self.stats(i)["requests_total"] for i in DECODE) >= 1, 30))
         s.close()
         self.assertTrue(wait_until(lambda: f.metric('kvroute_pd_client_gone_total{phase="decode_head"}') == 1, 20),
@@ -141,10 +146,8 @@ class PdFaultsTest(unittest.TestCase):
         body = json.dumps({"model": "mock-model", "prompt": words("gone", 1500), "max_tokens": 64}).encode()
         prefill_legs = lambda: sum(self.stats(i)["pd"]["prefill_legs"] for i in PREFILL)  # noqa: E731
         for k, delay in enumerate((0.02, 0.1, 0.3, 0.6, 1.0, 1.5)):
-            s = socket.create_connection(("127.0.0.1", f.router_port))
             req = body.replace(b"gone", f"gone{k}x".encode())
-            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                      b"Content-Length: " + str(len(req)).encode() + b"\r\n\r\n" + req)
+            s = self.open_request(req)
             time.sleep(delay)
             s.close()
         self.assertTrue(wait_until(lambda: f.metric('kvroute_router_cancels_total') >= 3, 30),
@@ -155,10 +158,8 @@ class PdFaultsTest(unittest.TestCase):
         # leg with max_tokens 1, answer discarded) claims it.
         short = json.dumps({"model": "mock-model", "prompt": words("quick", 80), "max_tokens": 64}).encode()
         for k in range(8):
-            s = socket.create_connection(("127.0.0.1", f.router_port))
             req = short.replace(b"quick", f"quick{k}x".encode())
-            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                      b"Content-Length: " + str(len(req)).encode() + b"\r\n\r\n" + req)
+            s = self.open_request(req)
             s.close()
         self.assertTrue(wait_until(lambda: f.metric('kvroute_pd_releases_total{result="ok"}') >= 1, 20),
                         {k: v for k, v in f.metrics().items() if k.startswith("kvroute_pd_") and "bucket" not in k})
@@ -183,9 +184,7 @@ class PdFaultsTest(unittest.TestCase):
         for i in PREFILL:
             self.assertEqual(f.mocker(i, "POST", "/mocker/pd/hold_answers", {"enabled": True}).status, 200)
         body = json.dumps({"model": "mock-model", "prompt": words("window", 200), "max_tokens": 8}).encode()
-        s = socket.create_connection(("127.0.0.1", f.router_port))
-        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                  b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        s = self.open_request(body)
         answers_held = lambda: sum(self.stats(i)["pd"]["answers_held"] for i in PREFILL)  # noqa: E731
         self.assertTrue(wait_until(lambda: answers_held() == 1 and self.held() == 1, 30),
                         [self.stats(i)["pd"] for i in PREFILL])
@@ -208,9 +207,7 @@ class PdFaultsTest(unittest.TestCase):
         for i in PREFILL:
             f.mocker(i, "POST", "/mocker/pd/hold_answers", {"enabled": True})
         body = json.dumps({"model": "mock-model", "prompt": words("norel", 200), "max_tokens": 8}).encode()
-        s = socket.create_connection(("127.0.0.1", f.router_port))
-        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                  b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        s = self.open_request(body)
         self.assertTrue(wait_until(lambda: sum(self.stats(i)["pd"]["answers_held"] for i in PREFILL) == 1, 30))
         for i in DECODE:
             f.kill(f"mocker-{i}")
@@ -320,10 +317,8 @@ class MooncakeConcurrentPdFaultsTest(PdFaultsTest):
         f = self.fleet(lease_ms=60000, speedup=1.0)
         body = json.dumps({"model": "mock-model", "prompt": words("cgone", 1500), "max_tokens": 64}).encode()
         for k, delay in enumerate((0.05, 0.3, 0.6, 1.0)):
-            s = socket.create_connection(("127.0.0.1", f.router_port))
             req = body.replace(b"cgone", f"cgone{k}x".encode())
-            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                      b"Content-Length: " + str(len(req)).encode() + b"\r\n\r\n" + req)
+            s = self.open_request(req)
             time.sleep(delay)
             s.close()
         self.assertTrue(wait_until(lambda: f.metric('kvroute_router_cancels_total') >= 3, 30),
@@ -389,10 +384,8 @@ class SglangPdFaultsTest(PdFaultsTest):
         body = json.dumps({"model": "mock-model", "prompt": words("sgone", 1500), "max_tokens": 64,
                            "stream": True}).encode()
         for k, delay in enumerate((0.02, 0.1, 0.3, 0.6)):
-            s = socket.create_connection(("127.0.0.1", f.router_port))
             req = body.replace(b"sgone", f"sgone{k}x".encode())
-            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                      b"Content-Length: " + str(len(req)).encode() + b"\r\n\r\n" + req)
+            s = self.open_request(req)
             time.sleep(delay)
             s.close()
         self.assertTrue(wait_until(lambda: f.metric('kvroute_router_cancels_total') >= 1, 30))

@@ -655,20 +655,20 @@ void pd_decode_failed(PdState& pd, const PdContext& c, bool sent, std::string_vi
 
 awaitable<void> pd_finish_concurrent(PdState& pd, const PdContext& c) {
   std::shared_ptr<PdLeg> leg = std::move(pd.concurrent);
-  if (!leg) co_return;
+  // A Mooncake leg counts and reports itself (concurrent_prefill_leg): the
+  // client's connection need not wait for it.
+  if (!leg || pd.protocol != PdProtocol::Sglang) co_return;
   if (!leg->done) {
     boost::system::error_code ec;
     co_await leg->done_signal.async_wait(nothrow(ec));  // woken when the leg ends (bounded by its own timeout)
   }
-  if (pd.protocol == PdProtocol::Sglang) {  // a Mooncake leg counts itself (concurrent_prefill_leg)
-    count_leg(c, *leg);
-    if (pd.prefill) report_leg(c, c.route.pd.prefill[*pd.prefill].worker, *leg);
-  }
+  count_leg(c, *leg);
+  if (pd.prefill) report_leg(c, c.route.pd.prefill[*pd.prefill].worker, *leg);
   if (!(leg->result == LegResult::Answered && leg->status / 100 == 2) && pd.prefill) {
     const RouteTarget& t = c.route.pd.prefill[*pd.prefill];
     static RateLimiter rl;
     if (rl.allow())
-      spdlog::warn("prefill worker {} ({}): its concurrent prefill leg ended {} {} while its decode leg answered",
+      spdlog::warn("prefill worker {} ({}): its SGLang prefill leg ended {} {} while its decode leg answered",
                    t.worker.value, t.url, to_string(leg->result), leg->status);
   }
 }

@@ -21,7 +21,7 @@
 //   decode_failed the decode leg failed before its first byte: the next
 //                 decode worker gets a fresh prefill where the transfer may
 //                 have been consumed or its room closed
-//   finish_concurrent the concurrent prefill leg's answer drained and checked
+//   finish_concurrent SGLang: the concurrent prefill leg's answer drained and checked
 //   release       the client left during or after its prefill and the prefill
 //                 succeeded (a vLLM prefill leg is never cut: see prefill): a decode leg
 //                 with max_tokens 1 still claims the transfer (pd-protocols.md
@@ -221,8 +221,9 @@ void pd_decode_failed(PdState& pd, const PdContext& c, bool sent, std::string_vi
 // after_prefill, decode_head): kvroute_pd_client_gone_total.
 void pd_client_gone(const PdState& pd, const PdContext& c, std::string_view phase);
 
-// finish_concurrent: waits (within pd.prefill_timeout_ms) for the prefill leg
-// beside a decode leg that answered, and counts how it ended.
+// finish_concurrent: SGLang: waits (within pd.prefill_timeout_ms) for the
+// prefill leg beside a decode leg that answered, and counts how it ended (a
+// Mooncake leg counts itself: no wait).
 awaitable<void> pd_finish_concurrent(PdState& pd, const PdContext& c);
 
 // release: the client left after a vLLM (NIXL, Mooncake) prefill succeeded and before a decode

@@ -78,20 +78,31 @@ bool same_holders(const KvLookupResult& a, const KvLookupResult& b) {
   return true;
 }
 
+// What both rounds call on: the production routing service over the
+// testbed's index and registry (seed 7), and the scratch results it fills.
+struct LookupRig {
+  explicit LookupRig(Testbed& f)
+      : random(7), routing(f.index, f.registry, *f.config, random), src{routing, f.index, f.registry} {}
+  SeededRandom random;
+  RoutingService routing;
+  const KvLookupSources src;
+  RouteResult decision, scratch;
+  KvLookupResult result, reference;
+};
+
 // One round: `calls` of each kind over the same requests, interleaved per
 // request so that the machine's drift hits all four alike.
 Row round(Testbed& f, size_t calls, size_t max_holders, double overhead) {
-  SeededRandom random(7);
-  RoutingService routing(f.index, f.registry, *f.config, random);
-  const KvLookupSources src{routing, f.index, f.registry};
-  RouteResult decision, scratch;
-  KvLookupResult result, reference;
+  LookupRig rig(f);
+  const KvLookupSources& src = rig.src;
+  RouteResult &decision = rig.decision, &scratch = rig.scratch;
+  KvLookupResult &result = rig.result, &reference = rig.reference;
   std::vector<double> d, r, l, j;
   Row row;
   for (size_t i = 0; i < calls; ++i) {
     const ParsedRequest& req = f.reqs[i % f.reqs.size()];
     double t = cpu_us();
-    routing.route(req, decision);
+    rig.routing.route(req, decision);
     d.push_back(cpu_us() - t - overhead);
     t = cpu_us();
     kv_lookup_reference(src, req, kBlock, max_holders, scratch, reference);
@@ -124,20 +135,18 @@ Row round(Testbed& f, size_t calls, size_t max_holders, double overhead) {
 // The lookup's phases timed one by one (hash, find_match_layers, holders,
 // JSON), each call after a decision and a reference lookup as in round().
 void stage_round(Testbed& f, size_t calls, size_t max_holders, double overhead) {
-  SeededRandom random(7);
-  RoutingService routing(f.index, f.registry, *f.config, random);
-  const KvLookupSources src{routing, f.index, f.registry};
-  RouteResult decision, scratch;
-  KvLookupResult reference, result;
+  LookupRig rig(f);
+  RouteResult& scratch = rig.scratch;
+  KvLookupResult& result = rig.result;
   MatchLayers match;
   std::vector<double> h, m, w, j;
   for (size_t i = 0; i < calls; ++i) {
     const ParsedRequest& req = f.reqs[i % f.reqs.size()];
-    routing.route(req, decision);
-    kv_lookup_reference(src, req, kBlock, max_holders, scratch, reference);
+    rig.routing.route(req, rig.decision);
+    kv_lookup_reference(rig.src, req, kBlock, max_holders, scratch, rig.reference);
     double t = cpu_us();
     scratch.reset();
-    routing.hash_request(req, kBlock, scratch, nullptr);
+    rig.routing.hash_request(req, kBlock, scratch, nullptr);
     h.push_back(cpu_us() - t - overhead);
     t = cpu_us();
     f.index.find_match_layers(scratch.block_hashes, match);

@@ -61,7 +61,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view answer(reinterpret_cast<const char*>(data), size);
   const MooncakeEngine sentinel{7, "sentinel", 3};
   const std::pair<std::optional<uint32_t>, uint64_t> asks[] = {{std::nullopt, 0}, {std::nullopt, 1}, {1u, 1}};
-  for (const auto& [want, turn] : asks) {
+  for (const auto& ask : asks) {
+    const std::optional<uint32_t> want = ask.first;  // named copies: a lambda may not capture a structured binding (clang 14)
+    const uint64_t turn = ask.second;
     MooncakeEngine e;
     const bool ok = fuzz::decoded_or_untouched(e, sentinel, same, [&](MooncakeEngine& out, std::string* detail) {
       return read_mooncake_query(answer, want, out, detail, turn) == ParamsError::None;

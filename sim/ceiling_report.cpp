@@ -22,7 +22,8 @@ CeilingOptions ceiling_options(const Args& a) {
   CeilingOptions o;
   o.workers = a.sim.workers;
   o.max_seqs = a.sim.max_seqs;
-  o.kv_blocks = engine_config(a.sim).kv_blocks;
+  // KV tiers below the device hold blocks the device evicted: no device-only KV bound then.
+  o.kv_blocks = a.sim.tiers.any() ? 0 : engine_config(a.sim).kv_blocks;
   o.slo_ttft_ms = a.slo_ttft_ms;
   return o;
 }

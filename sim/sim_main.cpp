@@ -7,6 +7,7 @@
 //   kvroute-sim targets [flags] the target table (workloads x rates), optionally checked against a file
 //   kvroute-sim pd [flags]     aggregated vs disaggregated fleets and the PD policies (sim/pd_report.cpp)
 //   kvroute-sim pd-tune [flags] kvroute_pd's thresholds on the trace's train slice
+//   kvroute-sim ceiling [flags] the goodput ceiling per workload and each policy's goodput against it (sim/ceiling.h)
 // `--help` lists the flags. Same seed, same numbers.
 #include <algorithm>
 #include <chrono>

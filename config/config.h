@@ -139,7 +139,8 @@ struct SchedulerConfig {
   // long sessions off their caches; config/README.md).
   double alpha_imbalanced = 0.3;
   double balance_threshold = 0.1;
-  double gamma = 0.1;                   // weight of request-slot load
+  // 0.5: kvroute-sim tune's best on the train slices (docs/sim/tune.txt; config/README.md).
+  double gamma = 0.5;                   // weight of request-slot load
   double delta = 0.1;                   // weight of queued requests
   // Value of a cached block by storage tier, relative to recomputing it (0) or
   // a device hit (1).

@@ -86,6 +86,8 @@ HeartbeatVerdict WorkerRegistry::admit_heartbeat(const WorkerAnnouncement& a, si
   e.last_seen = now;
   e.last_load = now;
   e.has_load = true;
+  e.ended_requests = 0;  // a fresh report counts only what runs now (as on_load_report)
+  e.ended_blocks = 0;
   sync(a.id, e, now);
   capacity_may_be_free(e);
   return inserted ? HeartbeatVerdict::Joined : HeartbeatVerdict::Refreshed;

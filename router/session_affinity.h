@@ -8,9 +8,9 @@
 // score_all, not the fast path), so the session's worker is found wherever
 // it ranks. Config:
 // scheduler.session_affinity, off by default: in kvroute-sim on agentic
-// sessions with the shipped defaults (pending_prefill_weight 0.2) the
+// sessions with the shipped defaults (gamma 0.5, pending_prefill_weight 0.2) the
 // scheduler already keeps sessions on their cache, and affinity at rate x1
-// raises TTFT p99 7.0 -> 10.6 s; it lowers p50 only where the fleet is over
+// raises TTFT p99 7.0 -> 10.7 s; it lowers p50 only where the fleet is over
 // capacity (docs/sim/affinity.txt, docs/sim/README.md "Session affinity").
 //
 // Threading: thread-safe (one mutex; apply() is O(1) plus a scan of the

@@ -15,8 +15,6 @@
 
 namespace kvroute::sim {
 
-namespace {
-
 // Requests per second at rate multiplier `rate` (at_rate: sessions keep their pauses).
 double requests_per_s(const std::vector<SimRequest>& w, double rate) {
   std::vector<SimRequest> storage;
@@ -25,29 +23,21 @@ double requests_per_s(const std::vector<SimRequest>& w, double rate) {
   return span_s > 0 ? double(t.size()) / span_s : 0;
 }
 
-bool meets(const PolicyResult& r, const Args& a) {
+bool meets_slos(const PolicyResult& r, const Args& a) {
   return r.rejected == 0 && r.ttft_p99 <= a.slo_ttft_ms && r.itl_p99 <= a.slo_itl_ms;
 }
 
-struct Goodput {
-  double rate = 0;  // highest multiplier found meeting the SLOs (0: none down to the lowest tried)
-  PolicyResult at;  // the run at that rate (rate 0: the run at the lowest rate tried)
-  double failed = 0;  // the lowest rate tried that missed them (0: none missed up to kHighestRate)
-};
-
-Goodput search(const std::vector<SimRequest>& w, const Args& a, const std::string& policy) {
+Goodput goodput_search(const std::vector<SimRequest>& w, const Args& a, const std::string& policy) {
   std::map<double, PolicyResult> runs;
   const RateBracket b = bisect_rate(
       [&](double rate) {
         SimOptions o = a.sim;
         o.rate = rate;
-        return meets(runs[rate] = simulate(w, o, policy), a);
+        return meets_slos(runs[rate] = simulate(w, o, policy), a);
       },
       a.goodput_steps);
   return Goodput{b.lo, runs[b.lo > 0 ? b.lo : kLowestRate], b.hi};
 }
-
-}  // namespace
 
 int goodput(const Args& a) {
   std::printf("goodput: the highest arrival rate (x the workload's own) with TTFT p99 <= %.0f ms and inter-token\n"
@@ -74,7 +64,7 @@ int goodput(const Args& a) {
       continue;
     }
     for (const auto& p : a.policies) {
-      const Goodput g = search(w, a, p);
+      const Goodput g = goodput_search(w, a, p);
       const double rps = g.rate > 0 ? requests_per_s(w, g.rate) : 0;
       if (g.rate > 0)
         std::printf(" x%.3g (%.1f req/s; p99 TTFT %.0f ms, ITL %.0f ms) |", g.rate, rps, g.at.ttft_p99, g.at.itl_p99);
@@ -87,12 +77,12 @@ int goodput(const Args& a) {
       json += buf;
       // --check: the bracket is consistent when run again (same seed, same numbers): the rate found
       // meets the SLOs and the lowest rate seen missing them misses them.
-      if (a.check && g.rate > 0 && !meets(simulate(w, [&] { SimOptions o = a.sim; o.rate = g.rate; return o; }(), p), a)) {
+      if (a.check && g.rate > 0 && !meets_slos(simulate(w, [&] { SimOptions o = a.sim; o.rate = g.rate; return o; }(), p), a)) {
         std::fprintf(stderr, "kvroute-sim goodput --check FAILED: %s on %s misses the SLOs at x%g\n", p.c_str(),
                      wl.c_str(), g.rate);
         return 1;
       }
-      if (a.check && g.failed > 0 && meets(simulate(w, [&] { SimOptions o = a.sim; o.rate = g.failed; return o; }(), p), a)) {
+      if (a.check && g.failed > 0 && meets_slos(simulate(w, [&] { SimOptions o = a.sim; o.rate = g.failed; return o; }(), p), a)) {
         std::fprintf(stderr, "kvroute-sim goodput --check FAILED: %s on %s meets the SLOs at x%g, reported missed\n",
                      p.c_str(), wl.c_str(), g.failed);
         return 1;

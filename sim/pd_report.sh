@@ -6,6 +6,8 @@
 #   pd_small.jsonl   the reduced table the sim_pd_table test pins (keep its arguments in sync with
 #                    sim/CMakeLists.txt)
 #   bash sim/pd_report.sh     (after building kvroute-sim; about 15 minutes on 2 cores)
+#   PD_TUNE_FROM=FILE bash sim/pd_report.sh   takes pd_tune.txt from FILE, the output of the pd-tune
+#                             command below run apart on the same code, instead of running it again
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BUILD_DIR:-build}/sim/kvroute-sim
@@ -15,7 +17,12 @@ mkdir -p "$OUT"
 # per workload before the trace's time split, for time); the tables below are on the test slices.
 # sim/CMakeLists.txt's sim_pd_table passes the same keys: keep them in sync.
 TUNED=(--set pd.min_uncached_tokens=512 --set pd.aggregate_time_ratio=0.7 --set pd.decode_busy_kv_usage=0.8 --set pd.decode_alpha=0.7)
-"$BIN" pd-tune --pd 4:4 --rates 0.5,1,1.5 --seed 1 --requests 3000 2>/dev/null >"$OUT/pd_tune.txt"
+if [ -n "${PD_TUNE_FROM:-}" ]; then
+  grep -q '^best-sets: ' "$PD_TUNE_FROM" || { echo "pd_report.sh: $PD_TUNE_FROM is not a finished pd-tune's output" >&2; exit 1; }
+  [ "$PD_TUNE_FROM" -ef "$OUT/pd_tune.txt" ] || cp "$PD_TUNE_FROM" "$OUT/pd_tune.txt"
+else
+  "$BIN" pd-tune --pd 4:4 --rates 0.5,1,1.5 --seed 1 --requests 3000 2>/dev/null >"$OUT/pd_tune.txt"
+fi
 chosen=$(sed -n 's/^best-sets: //p' "$OUT/pd_tune.txt")
 if [[ "$chosen" != "${TUNED[*]}" ]]; then
   echo "pd_report.sh: pd-tune chose '$chosen', TUNED is '${TUNED[*]}': update TUNED and sim_pd_table" >&2

@@ -54,6 +54,7 @@ struct Args {
   double fleet_host_x = 2, fleet_pool_x = 1;            // plan: the tiered fleets searched
   double slo_percentile = 0.9;                          // plan: the TTFT SLO's percentile (0.5, 0.9, 0.99)
   std::string dat_out;                                  // plan: the capacity grid for plotting
+  bool ceiling_goodput = true;                          // ceiling: measure each policy's goodput too
 };
 
 // The workload's requests; for the trace, `slice` all, train or test (time split at 50%);
@@ -100,8 +101,20 @@ struct Capacity {
 };
 Capacity peer_capacity(const std::vector<SimRequest>& w, const Args& a);
 
+// goodput's search (sim/goodput.cpp): one policy's highest rate meeting both SLOs, nothing rejected.
+bool meets_slos(const PolicyResult& r, const Args& a);
+struct Goodput {
+  double rate = 0;  // highest multiplier found meeting the SLOs (0: none down to the lowest tried)
+  PolicyResult at;  // the run at that rate (rate 0: the run at the lowest rate tried)
+  double failed = 0;  // the lowest rate tried that missed them (0: none missed up to kHighestRate)
+};
+Goodput goodput_search(const std::vector<SimRequest>& w, const Args& a, const std::string& policy);
+// Requests per second at rate multiplier `rate` (at_rate: sessions keep their pauses).
+double requests_per_s(const std::vector<SimRequest>& w, double rate);
+
 int tune(const Args& a);
 int goodput(const Args& a);
+int ceiling(const Args& a);  // sim/ceiling_report.cpp
 int targets(const Args& a);
 int pd(const Args& a);       // sim/pd_report.cpp
 int pd_tune(const Args& a);

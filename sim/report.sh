@@ -8,6 +8,9 @@
 #   bash sim/report.sh        (after scripts/setup.sh; installs gnuplot-nox)
 #   README_ONLY=1 bash sim/report.sh   rebuilds docs/sim/README.md from the files already there
 #                                      (after editing sim/report_notes.md)
+#   TUNE_FROM=FILE bash sim/report.sh  takes docs/sim/tune.txt from FILE, the output of
+#                                      `kvroute-sim tune --workers 8 --seed 1` run apart (40+ minutes
+#                                      on one core), instead of running the tune again
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BUILD_DIR:-build}/sim/kvroute-sim
@@ -27,7 +30,12 @@ python3 sim/merge_targets.py $(for w in $WORKLOADS; do echo "$OUT/targets_$w.par
 for w in $WORKLOADS; do rm -f "$OUT/targets_$w.part"; done
 # The reduced table the test suite holds (tests: sim_targets); keep its arguments in sync with sim/CMakeLists.txt.
 "$BIN" targets --workers 4 --kv-blocks 2000 --requests 2000 --rates 3 --seed 1 2>/dev/null | grep '^{' >"$OUT/targets_small.jsonl"
-"$BIN" tune "${ARGS[@]}" 2>/dev/null >"$OUT/tune.txt"
+if [ -n "${TUNE_FROM:-}" ]; then
+  grep -q '^{"tune":' "$TUNE_FROM" || { echo "report.sh: $TUNE_FROM is not a finished tune's output" >&2; exit 1; }
+  cp "$TUNE_FROM" "$OUT/tune.txt"
+else
+  "$BIN" tune "${ARGS[@]}" 2>/dev/null >"$OUT/tune.txt"
+fi
 "$BIN" goodput "${ARGS[@]}" --goodput-steps 4 2>/dev/null >"$OUT/goodput.txt"
 # Session affinity, with and without, on the one workload that has sessions (agentic).
 : >"$OUT/affinity.txt"
@@ -178,9 +186,9 @@ PY
   cat "$OUT/affinity.txt"
   echo
   echo "Off by default (scheduler.session_affinity). With the defaults above it no longer helps where the"
-  echo "fleet is near capacity: at x1 (1.23 C) it lowers the hit rate (0.823 -> 0.809) and raises TTFT p50 255 -> 297 ms and"
-  echo "p99 7.0 -> 10.6 s. At x2 and x3 (2.5 and 3.7 C), where every policy's queue grows for the whole run,"
-  echo "it lowers p50 (380 -> 230 s, 406 -> 315 s). A session is kept on its worker by its cached prefix"
+  echo "fleet is near capacity: at x1 (1.23 C) it lowers the hit rate (0.827 -> 0.805) and raises TTFT p50 252 -> 298 ms and"
+  echo "p99 7.0 -> 10.7 s. At x2 and x3 (2.5 and 3.7 C), where every policy's queue grows for the whole run,"
+  echo "it lowers p50 (332 -> 216 s, 360 -> 321 s). A session is kept on its worker by its cached prefix"
   echo "already; the affinity adds a pin that ignores load."
   echo
   echo "## Tuning (train slices) and held-out results"

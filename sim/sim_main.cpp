@@ -7,6 +7,7 @@
 //   kvroute-sim targets [flags] the target table (workloads x rates), optionally checked against a file
 //   kvroute-sim pd [flags]     aggregated vs disaggregated fleets and the PD policies (sim/pd_report.cpp)
 //   kvroute-sim pd-tune [flags] kvroute_pd's thresholds on the trace's train slice
+//   kvroute-sim ceiling [flags] the goodput ceiling per workload and each policy's goodput against it (sim/ceiling.h)
 // `--help` lists the flags. Same seed, same numbers.
 #include <algorithm>
 #include <chrono>
@@ -58,6 +59,11 @@ void usage() {
       "  --plan-pool LIST  plan: shared pool, x the fleet's device capacity (default 0,1,4)\n"
       "  --fleet-host-x X, --fleet-pool-x X  plan: the tiered fleets the fleet search sizes (default 2, 1)\n"
       "  --no-fleet        plan: skip the smallest-fleet search\n"
+      "  ceiling           per workload, the rates at which no router keeps TTFT p99 <= --slo-ttft-ms on the\n"
+      "                    engine model (causal floor, minimal work in windows; sim/ceiling.h), then each\n"
+      "                    policy's goodput against it and the goodput target (1.15x the better peer); --check\n"
+      "                    fails if a goodput lies above the ceiling; --expect compares the JSON lines\n"
+      "  --no-goodput      ceiling: the ceiling alone, no goodput search\n"
       "  --slo-percentile P  plan: the TTFT SLO's percentile, 0.5, 0.9 (default) or 0.99\n"
       "  --dat-out FILE    plan: the capacity grid as columns, for gnuplot\n"
       "  --pd X:Y          pd: prefill and decode engines (default 2:2)\n"
@@ -170,6 +176,7 @@ void parse(int argc, char** argv, Args& a) {
       } else if (f == "--fleet-host-x") a.fleet_host_x = std::stod(need("--fleet-host-x"));
       else if (f == "--fleet-pool-x") a.fleet_pool_x = std::stod(need("--fleet-pool-x"));
       else if (f == "--no-fleet") a.plan_fleet = false;
+      else if (f == "--no-goodput") a.ceiling_goodput = false;
       else if (f == "--slo-percentile") {
         a.slo_percentile = std::stod(need("--slo-percentile"));
         if (a.slo_percentile != 0.5 && a.slo_percentile != 0.9 && a.slo_percentile != 0.99) {
@@ -319,7 +326,7 @@ int main(int argc, char** argv) {
   if (argc > 1 && (std::string(argv[1]) == "tune" || std::string(argv[1]) == "targets" ||
                    std::string(argv[1]) == "goodput" || std::string(argv[1]) == "pd" ||
                    std::string(argv[1]) == "pd-tune" || std::string(argv[1]) == "pools" ||
-                   std::string(argv[1]) == "plan")) {
+                   std::string(argv[1]) == "plan" || std::string(argv[1]) == "ceiling")) {
     command = argv[1];
     --argc;
     ++argv;
@@ -334,6 +341,11 @@ int main(int argc, char** argv) {
     return pools(a);
   }
   if (command == "plan") return plan(a);
+  if (command == "ceiling") {
+    if (!a.policies_set) a.policies = {"kvroute", "dynamo", "llmd"};
+    if (!a.ceiling_goodput) a.policies.clear();
+    return ceiling(a);
+  }
   if (command == "goodput") {
     if (!a.policies_set) a.policies = {"kvroute", "dynamo", "llmd"};
     return goodput(a);

@@ -25,11 +25,11 @@ TEST_CASE("YAML overrides defaults; absent keys keep them") {
 
 TEST_CASE("errors name the key and the allowed range; nothing is applied") {
   Config c;
-  auto e = apply_yaml(c, "scheduler:\n  gamma: 0.5\n  alpha_balanced: 1.5\n");
+  auto e = apply_yaml(c, "scheduler:\n  gamma: 0.25\n  alpha_balanced: 1.5\n");  // 0.25: not the default
   REQUIRE(e.has_value());
   CHECK(e->find("scheduler.alpha_balanced") != std::string::npos);
   CHECK(e->find("[0, 1]") != std::string::npos);
-  CHECK(c.scheduler.gamma == doctest::Approx(0.1));  // all-or-nothing
+  CHECK(c.scheduler.gamma == doctest::Approx(SchedulerConfig{}.gamma));  // all-or-nothing
 
   e = apply_yaml(c, "router:\n  prot: 1\n");
   REQUIRE(e.has_value());

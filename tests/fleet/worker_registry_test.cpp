@@ -210,6 +210,27 @@ TEST_CASE("in-flight requests raise predicted load until released") {
   CHECK(r.size() == 0);
 }
 
+TEST_CASE("a heartbeat's load report starts the count of ended requests afresh, as a scrape does") {
+  ManualClock clock;
+  WorkerRegistry r(clock);
+  r.on_heartbeat(ann(1, "m", 0));
+  // Three requests started after that report and ended after the next one:
+  // the next report (3 running) counted them; their ends take them off it.
+  std::vector<std::unique_ptr<InflightGuard>> g;
+  clock.advance(10ms);
+  for (int i = 0; i < 3; ++i) g.push_back(std::make_unique<InflightGuard>(r, WorkerId{1}, 1, 0));
+  clock.advance(10ms);
+  r.on_heartbeat(ann(1, "m", 3));
+  clock.advance(10ms);
+  g.clear();
+  CHECK(r.candidates("m").at(0).predicted.request_active_slots == 0);
+  // A later heartbeat reports 5 requests the router does not know of (another
+  // router's, or sent to the engine directly): they are its load now.
+  clock.advance(10ms);
+  r.on_heartbeat(ann(1, "m", 5));
+  CHECK(r.candidates("m").at(0).predicted.request_active_slots == 5);
+}
+
 TEST_CASE("draining survives heartbeats and is reported") {
   ManualClock clock;
   WorkerRegistry r(clock);

@@ -137,12 +137,12 @@ TEST_CASE("explain says in words why a worker was chosen and why a better-cached
                 text.choice);
   // The example of router/README.md ("Route explain in words"), word for word.
   CHECK(text.choice ==
-        "Chose worker 2: holds 12 of 14 blocks (192 of 229 prompt tokens cached) at 10 % KV usage; cost 0.119; "
+        "Chose worker 2: holds 12 of 14 blocks (192 of 229 prompt tokens cached) at 10 % KV usage; cost 0.144; "
         "worker 3 holds 14 but is at 97 % KV usage (limit scheduler.busy_kv_usage 95 %). Alpha 0.3 (the cache "
         "weighs more than load): the eligible workers' KV usage is balanced (spread load_std 0 <= "
         "scheduler.balance_threshold 0.1 x mean 0.1).");
   CHECK(text.per_worker[0] ==
-        "rank 2: holds 0 of 14 blocks at 10 % KV usage; cost 0.706, 0.587 more than the choice, mostly for more to "
+        "rank 2: holds 0 of 14 blocks at 10 % KV usage; cost 0.731, 0.587 more than the choice, mostly for more to "
         "prefill (0 prompt tokens cached against 192)");
   CHECK(has(text.per_worker[2], "excluded: is at 97 % KV usage"));
   CHECK(has(text.per_worker[1], "chosen, lowest cost"));

@@ -32,7 +32,7 @@ TEST_CASE("cost terms follow the weighted cost (scheduler/README.md) with balanc
   CHECK(d.load_mean == doctest::Approx(0.5));
   // worker 1: dev 0, prefill (100-50)/100 = .5, slots .1, queue 2/4
   CHECK(d.scores[0].prefill_ratio == doctest::Approx(0.5));
-  CHECK(d.scores[0].cost == doctest::Approx(0.7 * 0.5 + 0.1 * 0.1 + 0.1 * 0.5));
+  CHECK(d.scores[0].cost == doctest::Approx(0.7 * 0.5 + cfg.gamma * 0.1 + 0.1 * 0.5));
   // worker 2: prefill 1, slots 0, queue 1
   CHECK(d.scores[1].cost == doctest::Approx(0.7 * 1.0 + 0.1 * 1.0));
   CHECK(*d.chosen == 0);

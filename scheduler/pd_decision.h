@@ -51,7 +51,9 @@ namespace kvroute {
 struct PdRequest {
   uint32_t isl_tokens = 0;      // prompt tokens
   uint32_t block_size = 16;     // tokens per KV block
-  uint64_t request_blocks = 0;  // KV blocks the request occupies on its decode worker (prompt + output); 0 = unknown
+  // KV blocks of the request's prompt (the router's RouteResult::request_blocks: its output is not
+  // known at dispatch, so neither the headroom nor the decode gate counts it); 0 = unknown
+  uint64_t request_blocks = 0;
   // False for n > 1 or a multi-prompt batch: one KV handoff feeds one decode
   // request (vLLM returns only the first prompt's kv_transfer_params; SMG
   // pd_router.rs runs n > 1 decode-only), so such a request is never split.

@@ -188,7 +188,7 @@ bool PdSimulation::decide(const SimRequest& r, const std::vector<LocalBlockHash>
   PdRequest req;
   req.isl_tokens = r.input_tokens;
   req.block_size = kBlock;
-  req.request_blocks = (uint64_t{r.input_tokens} + r.output_tokens + kBlock - 1) / kBlock;
+  req.request_blocks = route_.request_blocks;  // the prompt's blocks, as the router counts them (routing.cpp)
   const auto cfg = config_.get();
   const PdDecision d = decide_pd(route_.candidates, req, cfg->scheduler, cfg->pd, random_);
   if (!d.decode) return false;

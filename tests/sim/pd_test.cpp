@@ -199,3 +199,16 @@ TEST_CASE("PD fleet: kvroute_pd is the router's decide_pd, with its pd.* keys") 
   o.sim.sets = {{"pd.policy", "never"}};
   CHECK(simulate_pd({req(0, 100000, 2, {})}, o, "kvroute_pd").disaggregated == 0);
 }
+
+TEST_CASE("PD fleet: kvroute_pd sizes a request by its prompt's blocks, as the router does") {
+  // The decode gate at 0.003 of 875 blocks: the prompt's 2 blocks (0.0023) leave the idle decode
+  // engine under it, so the request runs whole there (pd.min_uncached_tokens above the prompt); its
+  // 3 blocks with the output (0.0034), which the router cannot know at dispatch, would veto that.
+  auto o = one_one();
+  o.sim.sets = {{"pd.min_uncached_tokens", "2000"}, {"pd.decode_busy_kv_usage", "0.003"}};
+  const auto res = simulate_pd({req(0, 1024, 512, {1, 2})}, o, "kvroute_pd");
+  REQUIRE(res.completed == 1);
+  CHECK(res.disaggregated == 0);
+  // A prompt of 3 blocks is over the gate: split.
+  CHECK(simulate_pd({req(0, 1536, 2, {1, 2, 3})}, o, "kvroute_pd").disaggregated == 1);
+}

@@ -172,10 +172,10 @@ int tune(const Args& a) {
   const auto& best = trials.front();
   std::printf("\nheld out: kvroute p50/p99 / the better peer's at each level of the held-out slice's own capacity\n"
               "(the trace's second half, the generated workloads drawn with --seed: tune never saw them)\n");
-  for (const Trial* t : {&best, defaults}) {
-    if (t == defaults && t == &best) break;  // the defaults are the best: reported once
+  std::vector<const Trial*> reported{&best};
+  if (defaults && defaults != &best) reported.push_back(defaults);  // the defaults being the best: reported once
+  for (const Trial* t : reported)
     for (const auto& b : held_out) report_line(b, a, *t);
-  }
   std::printf("\n# kvroute.yaml: best on the train slices%s\nscheduler:\n  cost: %s\n  alpha_balanced: %g\n"
               "  alpha_imbalanced: %g\n  gamma: %g\n  pending_prefill_weight: %g\n",
               &best == defaults ? " (the shipped defaults)" : "", best.s.cost.c_str(), best.s.alpha_balanced,

@@ -156,6 +156,10 @@ struct SchedulerConfig {
   // answered with a first byte), added to this request's new tokens. 0 = the
   // baseline weighted cost (Dynamo v0.1's formula, scheduler/README.md).
   double pending_prefill_weight = 0.2;
+  // In-flight KV (predicted load): false = every in-flight request's whole
+  // prompt; true = its uncached blocks, plus the largest cached prefix among
+  // the worker's in-flight requests once (WorkerRegistry::begin_request).
+  bool inflight_prefix_once = true;
   // Busy thresholds: a worker at or over any of them is skipped.
   double busy_kv_usage = 1.0;           // kv_active / kv_total
   double busy_slot_usage = 1.0;         // active / total request slots
@@ -641,6 +645,10 @@ void for_each_key(C& c, F&& f) {
             "Weight of prefill tokens in flight on a worker, added to a request's new tokens (0 = DESIGN baseline).",
             0, 100, !S, R},
     c.scheduler.pending_prefill_weight);
+  f(KeyInfo{"scheduler.inflight_prefix_once",
+            "In-flight KV counts a cached prefix shared by the worker's in-flight requests once (else each request's whole prompt).",
+            0, 1, !S, R},
+    c.scheduler.inflight_prefix_once);
   f(KeyInfo{"scheduler.busy_kv_usage", "Skip workers whose KV usage is at or above this (0 would skip every worker).", 0.01, 1, !S, R},
     c.scheduler.busy_kv_usage);
   f(KeyInfo{"scheduler.busy_slot_usage", "Skip workers whose request-slot usage is at or above this (0 would skip every worker).", 0.01, 1, !S, R},

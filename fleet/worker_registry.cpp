@@ -473,7 +473,29 @@ bool WorkerRegistry::set_draining(WorkerId id, bool draining) {
   return true;
 }
 
-TtftSample WorkerRegistry::begin_request(WorkerId id, uint64_t blocks, uint64_t prefill_tokens) {
+uint64_t WorkerRegistry::add_inflight_kv(Entry& e, uint64_t blocks, uint64_t cached_blocks) {
+  const uint64_t before = e.inflight_blocks;
+  cached_blocks = std::min(cached_blocks, blocks);
+  e.inflight_own_blocks += blocks - cached_blocks;
+  if (cached_blocks > 0) ++e.inflight_prefixes[cached_blocks];
+  const uint64_t prefix = e.inflight_prefixes.empty() ? 0 : e.inflight_prefixes.rbegin()->first;
+  e.inflight_blocks = e.inflight_own_blocks + prefix;
+  return e.inflight_blocks - before;
+}
+
+uint64_t WorkerRegistry::remove_inflight_kv(Entry& e, uint64_t blocks, uint64_t cached_blocks) {
+  const uint64_t before = e.inflight_blocks;
+  cached_blocks = std::min(cached_blocks, blocks);
+  e.inflight_own_blocks -= std::min(e.inflight_own_blocks, blocks - cached_blocks);
+  if (auto it = e.inflight_prefixes.find(cached_blocks); cached_blocks > 0 && it != e.inflight_prefixes.end())
+    if (--it->second == 0) e.inflight_prefixes.erase(it);
+  const uint64_t prefix = e.inflight_prefixes.empty() ? 0 : e.inflight_prefixes.rbegin()->first;
+  e.inflight_blocks = e.inflight_own_blocks + prefix;
+  return before - std::min(before, e.inflight_blocks);
+}
+
+TtftSample WorkerRegistry::begin_request(WorkerId id, uint64_t blocks, uint64_t prefill_tokens,
+                                         uint64_t cached_blocks) {
   inflight_generation_.fetch_add(1, std::memory_order_relaxed);  // replica sync publishes on change
   std::lock_guard lk(mu_);
   auto it = workers_.find(id);
@@ -486,7 +508,7 @@ TtftSample WorkerRegistry::begin_request(WorkerId id, uint64_t blocks, uint64_t 
                     clock_.now()};
   it->second.pending_prefill_requests += 1;
   it->second.inflight_requests += 1;
-  it->second.inflight_blocks += blocks;
+  add_inflight_kv(it->second, blocks, cached_blocks);
   it->second.pending_prefill_tokens += prefill_tokens;
   sync(id, it->second, clock_.now());
   return sample;
@@ -515,19 +537,21 @@ TtftStats WorkerRegistry::ttft_stats() const {
 }
 
 void WorkerRegistry::end_request(WorkerId id, uint64_t blocks, uint64_t prefill_tokens, bool prefilling,
-                                 TimePoint started) {
+                                 TimePoint started, uint64_t cached_blocks) {
   inflight_generation_.fetch_add(1, std::memory_order_relaxed);  // replica sync publishes on change
   std::lock_guard lk(mu_);
   auto it = workers_.find(id);
   if (it == workers_.end()) return;  // expired meanwhile: nothing to release
   it->second.inflight_requests -= std::min<uint32_t>(it->second.inflight_requests, 1);
-  it->second.inflight_blocks -= std::min(it->second.inflight_blocks, blocks);
+  // The blocks that left the in-flight KV: a prefix other requests still
+  // share stays (on the worker and in its next report).
+  const uint64_t freed = remove_inflight_kv(it->second, blocks, cached_blocks);
   it->second.pending_prefill_tokens -= std::min(it->second.pending_prefill_tokens, prefill_tokens);
   if (prefilling) it->second.pending_prefill_requests -= std::min<uint32_t>(it->second.pending_prefill_requests, 1);
   Entry& e = it->second;
   if (e.has_load && started != TimePoint{} && started <= e.last_load) {
     e.ended_requests += 1;
-    e.ended_blocks += blocks;
+    e.ended_blocks += freed;
   }
   sync(id, e, clock_.now());
   capacity_may_be_free(e);

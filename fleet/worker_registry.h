@@ -260,13 +260,22 @@ class WorkerRegistry {
   // begin_request() returns the TTFT model's features as the request found
   // the worker; first_byte() with that sample teaches the worker's model the
   // observed time; `prefilling` in end_request(): first_byte() never came.
-  TtftSample begin_request(WorkerId id, uint64_t blocks, uint64_t prefill_tokens);
+  // `cached_blocks`: of `blocks`, those the worker held in its cache when the
+  // request was sent (its prompt's prefix, which other in-flight requests may
+  // share); the rest are blocks the worker computes or receives for it alone.
+  // The in-flight KV is then the sum of every request's own blocks plus the
+  // largest cached prefix among them: a lower bound of the distinct blocks
+  // they hold (a prefix that many requests share counts once; prefixes that
+  // differ are left to the worker's report). Without `cached_blocks` a
+  // request's blocks are all its own.
+  TtftSample begin_request(WorkerId id, uint64_t blocks, uint64_t prefill_tokens, uint64_t cached_blocks = 0);
   void first_byte(WorkerId id, uint64_t prefill_tokens, const TtftSample* sample = nullptr);
   // `started`: begin_request()'s time (TtftSample::start); when the last load
   // report came after it, that report counted the request and the predicted
   // load drops it at once (until the next report). {}: not known.
+  // `blocks` and `cached_blocks` as begin_request() was given them.
   void end_request(WorkerId id, uint64_t blocks, uint64_t prefill_tokens = 0, bool prefilling = false,
-                   TimePoint started = {});
+                   TimePoint started = {}, uint64_t cached_blocks = 0);
   // Prediction error of every worker's TTFT model so far (MAPE metric).
   TtftStats ttft_stats() const;
 
@@ -304,6 +313,11 @@ class WorkerRegistry {
     TimePoint ejected_until{};
     uint64_t failures_total = 0;
     uint32_t inflight_requests = 0;
+    // This router's in-flight KV: the requests' own (uncached) blocks, their
+    // cached prefixes' sizes (size -> requests), and the lower bound of the
+    // distinct blocks both give (begin_request()).
+    uint64_t inflight_own_blocks = 0;
+    std::map<uint64_t, uint32_t> inflight_prefixes;
     uint64_t inflight_blocks = 0;
     uint64_t pending_prefill_tokens = 0;
     uint32_t remote_requests = 0;  // other replicas' (set_remote_inflight)
@@ -321,6 +335,10 @@ class WorkerRegistry {
   // Reported load raised by the routers' in-flight work (this router's and
   // other replicas'; as view() reports it).
   static WorkerLoad predicted(const Entry& e);
+  // Adds (or removes) one request's KV to the entry's in-flight KV; returns
+  // how far inflight_blocks moved.
+  static uint64_t add_inflight_kv(Entry& e, uint64_t blocks, uint64_t cached_blocks);
+  static uint64_t remove_inflight_kv(Entry& e, uint64_t blocks, uint64_t cached_blocks);
   static uint64_t pending_prefill(const Entry& e);  // this router's + other replicas' (view())
   // Puts the worker into (or takes it out of) the rankings of the names it
   // serves, with its current state; call after every change of `e`.
@@ -399,9 +417,10 @@ class WorkerRegistry {
 class InflightGuard {
  public:
   InflightGuard() = default;
-  InflightGuard(WorkerRegistry& r, WorkerId id, uint64_t blocks, uint64_t prefill_tokens)
-      : r_(&r), id_(id), blocks_(blocks), prefill_(prefill_tokens) {
-    sample_ = r.begin_request(id, blocks, prefill_tokens);
+  // `cached_blocks`: as WorkerRegistry::begin_request().
+  InflightGuard(WorkerRegistry& r, WorkerId id, uint64_t blocks, uint64_t prefill_tokens, uint64_t cached_blocks = 0)
+      : r_(&r), id_(id), blocks_(blocks), cached_(std::min(cached_blocks, blocks)), prefill_(prefill_tokens) {
+    sample_ = r.begin_request(id, blocks, prefill_tokens, cached_);
   }
   InflightGuard(const InflightGuard&) = delete;
   InflightGuard& operator=(const InflightGuard&) = delete;
@@ -413,7 +432,7 @@ class InflightGuard {
     prefilling_ = false;
   }
   void release() {
-    if (r_) r_->end_request(id_, blocks_, prefill_, prefilling_, sample_.start);  // one update for both
+    if (r_) r_->end_request(id_, blocks_, prefill_, prefilling_, sample_.start, cached_);  // one update for both
     prefill_ = 0;
     prefilling_ = false;
     r_ = nullptr;
@@ -429,6 +448,7 @@ class InflightGuard {
   WorkerRegistry* r_ = nullptr;
   WorkerId id_;
   uint64_t blocks_ = 0;
+  uint64_t cached_ = 0;
   uint64_t prefill_ = 0;
   bool prefilling_ = true;
   TtftSample sample_;

@@ -30,7 +30,7 @@ RouteTarget route_target(WorkerId worker, const WorkerAnnouncement& info, uint32
                          const std::array<uint32_t, kNumStorageTiers>& by_tier, uint32_t dp_rank, uint32_t isl_tokens,
                          uint32_t block_size) {
   const uint32_t cached = claimed_tokens(overlap_blocks, isl_tokens, block_size);
-  RouteTarget t{worker, info.url, cached, isl_tokens - cached,
+  RouteTarget t{worker, info.url, cached, isl_tokens - cached, overlap_blocks,
                 steered_rank(info, overlap_blocks, pool_blocks(by_tier), dp_rank)};
   set_pool_share(t, overlap_blocks, by_tier, block_size);
   return t;

@@ -52,6 +52,9 @@ struct RouteTarget {
   std::string_view url;  // in the worker's announcement, kept alive by RouteResult::workers
   uint32_t cached_tokens = 0;  // matched prefix length per the index
   uint32_t prefill_tokens = 0; // tokens the worker must still prefill (predicted load)
+  // The prompt's leading blocks in the worker's cache (any tier): in-flight
+  // KV counts a prefix that requests share once (WorkerRegistry::begin_request).
+  uint32_t cached_blocks = 0;
   // The data-parallel rank holding the cached prefix, for a worker with
   // dp_size > 1 and a cache hit (sent as X-data-parallel-rank); none: the
   // engine's own DP balancer picks.
@@ -61,6 +64,13 @@ struct RouteTarget {
   int pool = -1;
   uint32_t pool_tokens = 0;
 };
+
+// The blocks of `t`'s prompt that in-flight accounting counts as a prefix
+// the worker's in-flight requests may share (scheduler.inflight_prefix_once;
+// 0: the request's whole prompt is its own).
+inline uint32_t inflight_shared_blocks(const SchedulerConfig& s, const RouteTarget& t) {
+  return s.inflight_prefix_once ? t.cached_blocks : 0;
+}
 
 // Sets `t`'s pool share from the owner's overlap by tier.
 void set_pool_share(RouteTarget& t, uint32_t overlap_blocks, const std::array<uint32_t, kNumStorageTiers>& by_tier,

@@ -236,8 +236,14 @@ void PdSimulation::dispatch(size_t id, double now) {
   l.started = true;
   if (policy_ == "kvroute_pd") {  // the router's in-flight accounting for each leg it sends
     const uint64_t blocks = (uint64_t{r.input_tokens} + kBlock - 1) / kBlock;
-    l.prefill_guard = std::make_unique<InflightGuard>(registry_, WorkerId{l.p}, blocks, l.uncached);
-    if (c.disaggregate) l.decode_guard = std::make_unique<InflightGuard>(registry_, WorkerId{l.d}, blocks, 0);
+    // With scheduler.inflight_prefix_once, each counts the prompt's prefix its engine holds as shared
+    // (WorkerRegistry::begin_request).
+    const bool once = config_.get()->scheduler.inflight_prefix_once;
+    l.prefill_guard =
+        std::make_unique<InflightGuard>(registry_, WorkerId{l.p}, blocks, l.uncached, once ? on.overlap_blocks : 0);
+    if (c.disaggregate)
+      l.decode_guard = std::make_unique<InflightGuard>(registry_, WorkerId{l.d}, blocks, 0,
+                                                       once ? in.decode[c.decode].overlap_blocks : 0);
   }
   track_prefill(l.p, l);
   tracked_[l.p].requests += 1;

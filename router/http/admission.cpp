@@ -50,9 +50,10 @@ bool route_request(Exchange& x) {
 void claim_slot(Exchange& x) {
   const RouteTarget& t = x.client.route.ranked.front();
   const uint64_t prompts = x.client.parsed.prompts;
-  const Exchange::Claim c{t.worker, x.client.route.request_blocks * prompts, t.prefill_tokens * prompts};
+  const Exchange::Claim c{t.worker, x.client.route.request_blocks * prompts, t.prefill_tokens * prompts,
+                          inflight_shared_blocks(x.cfg.scheduler, t)};
   x.guard.reset();
-  x.guard.emplace(*x.s.hooks.registry, c.worker, c.blocks, c.prefill);
+  x.guard.emplace(*x.s.hooks.registry, c.worker, c.blocks, c.prefill, c.cached_blocks);
   x.claim = c;
 }
 

@@ -72,6 +72,7 @@ struct Exchange final : Swept {
     WorkerId worker;
     uint64_t blocks = 0;
     uint64_t prefill = 0;
+    uint64_t cached_blocks = 0;
   };
   std::optional<Claim> claim;
   std::optional<Socket> upstream;

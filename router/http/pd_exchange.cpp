@@ -302,8 +302,9 @@ bool nixl_params(const PdContext& c, const RouteTarget& t, const PdLeg& leg, std
 // than by the exchange.
 awaitable<void> concurrent_prefill_leg(std::shared_ptr<PdLeg> leg, std::shared_ptr<PdDecodeLink> link,
                                    std::shared_ptr<const Config> cfg, WorkerRegistry* registry, WorkerId worker,
-                                   uint64_t blocks, uint64_t tokens, ServerState* self_counted, IoThread* io) {
-  InflightGuard guard(*registry, worker, blocks, tokens);
+                                   uint64_t blocks, uint64_t tokens, uint64_t cached_blocks, ServerState* self_counted,
+                                   IoThread* io) {
+  InflightGuard guard(*registry, worker, blocks, tokens, cached_blocks);
   co_await run_leg(leg, *cfg, milliseconds(cfg->pd.prefill_timeout_ms), nullptr);
   if (self_counted) {
     count_leg(*self_counted, *leg);
@@ -329,6 +330,7 @@ void spawn_concurrent(PdState& pd, const PdContext& c, const RouteTarget& t, std
   asio::co_spawn(c.io.ioc,
                  concurrent_prefill_leg(std::move(leg), pd.link, c.s.hooks.config->get(), c.s.hooks.registry,
                                         t.worker, c.route.request_blocks, t.prefill_tokens,
+                                        inflight_shared_blocks(c.cfg.scheduler, t),
                                         self_counted ? &c.s : nullptr, &c.io),
                  asio::detached);
 }
@@ -484,7 +486,8 @@ awaitable<PdPrefill> pd_prefill_vllm(PdState& pd, const PdContext& c) {
     if (!leg) continue;
     // The router's in-flight accounting: the prefill worker computes the
     // prompt; the decode worker's guard (the proxy's) counts no prefill.
-    InflightGuard guard(*c.s.hooks.registry, t.worker, c.route.request_blocks, t.prefill_tokens);
+    InflightGuard guard(*c.s.hooks.registry, t.worker, c.route.request_blocks, t.prefill_tokens,
+                        inflight_shared_blocks(c.cfg.scheduler, t));
     // A sent prefill leg is never cut for its client: cut as the engine
     // finished, its KV is held for nobody (the engine's abort is a no-op for
     // a finished request: vLLM nixl pull_scheduler.py and mooncake_connector.py

@@ -210,6 +210,54 @@ TEST_CASE("in-flight requests raise predicted load until released") {
   CHECK(r.size() == 0);
 }
 
+TEST_CASE("in-flight KV counts a cached prefix that the worker's in-flight requests share once") {
+  ManualClock clock;
+  WorkerRegistry r(clock);
+  r.on_heartbeat(ann(1, "m", 0));
+  {
+    // Three turns on one 60-block context the worker holds, each with 4 new
+    // blocks: 3 x 4 own blocks + the 60-block prefix once, not 3 x 64.
+    InflightGuard a(r, WorkerId{1}, 64, 2048, 60);
+    InflightGuard b(r, WorkerId{1}, 64, 2048, 60);
+    InflightGuard c(r, WorkerId{1}, 64, 2048, 60);
+    CHECK(r.candidates("m").at(0).inflight_blocks == 72);
+    CHECK(r.candidates("m").at(0).predicted.kv_active_blocks == 72);
+    // A request on another, shorter prefix: its own blocks only (a lower
+    // bound: prefixes that differ are left to the worker's report).
+    InflightGuard d(r, WorkerId{1}, 30, 5120, 20);
+    CHECK(r.candidates("m").at(0).inflight_blocks == 82);
+    // The largest prefix leaves with the last request that holds it.
+    a.release();
+    b.release();
+    CHECK(r.candidates("m").at(0).inflight_blocks == 74);
+    c.release();
+    CHECK(r.candidates("m").at(0).inflight_blocks == 30);
+    // More cached than the request's blocks counts as all of them.
+    InflightGuard e(r, WorkerId{1}, 5, 0, 9);
+    CHECK(r.candidates("m").at(0).inflight_blocks == 30);
+  }
+  CHECK(r.candidates("m").at(0).inflight_blocks == 0);
+}
+
+TEST_CASE("a request that shares its prefix takes only its own blocks off a report that counted it") {
+  ManualClock clock;
+  WorkerRegistry r(clock);
+  r.on_heartbeat(ann(1, "m", 0));
+  clock.advance(10ms);
+  InflightGuard a(r, WorkerId{1}, 64, 2048, 60);
+  auto b = std::make_unique<InflightGuard>(r, WorkerId{1}, 64, 2048, 60);
+  clock.advance(10ms);
+  WorkerAnnouncement report = ann(1, "m", 3);
+  report.load.kv_total_blocks = 1000;
+  // The engine: the prefix once, 4 + 4 own blocks, and 100 of a request
+  // another client sent it.
+  report.load.kv_active_blocks = 168;
+  r.on_heartbeat(report);
+  clock.advance(10ms);
+  b.reset();  // ended after the report: its 4 own blocks leave; the prefix stays with `a`
+  CHECK(r.candidates("m").at(0).predicted.kv_active_blocks == 164);
+}
+
 TEST_CASE("a heartbeat's load report starts the count of ended requests afresh, as a scrape does") {
   ManualClock clock;
   WorkerRegistry r(clock);

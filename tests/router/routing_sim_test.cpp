@@ -92,6 +92,31 @@ TEST_CASE("same-prefix requests go to the worker that holds the prefix") {
   }
 }
 
+TEST_CASE("a route names each target's cached blocks; in-flight KV shares them only with inflight_prefix_once") {
+  Sim sim;
+  for (uint64_t w = 1; w <= 2; ++w) sim.add_worker(w, 1000);
+  const auto shared = prompt(9, 64 * kBlock);
+  sim.cache(1, shared);
+  auto r = sim.routing.route(sim.request(with_suffix(shared, 1, 40)));
+  REQUIRE(r.ok);
+  REQUIRE(r.ranked.size() == 2);
+  CHECK(r.ranked[0].worker == WorkerId{1});
+  CHECK(r.ranked[0].cached_blocks == 64);
+  CHECK(r.ranked[1].cached_blocks == 0);
+  SchedulerConfig s;
+  CHECK(inflight_shared_blocks(s, r.ranked[0]) == 0);  // the default: the whole prompt is the request's own
+  s.inflight_prefix_once = true;
+  CHECK(inflight_shared_blocks(s, r.ranked[0]) == 64);
+  // Three such requests in flight on the holder: 3 x 3 own blocks + the prefix once.
+  std::vector<std::unique_ptr<InflightGuard>> g;
+  for (int i = 0; i < 3; ++i)
+    g.push_back(std::make_unique<InflightGuard>(sim.registry, r.ranked[0].worker, r.request_blocks,
+                                                r.ranked[0].prefill_tokens, inflight_shared_blocks(s, r.ranked[0])));
+  CHECK(r.request_blocks == 67);
+  for (const auto& v : sim.registry.candidates("m"))
+    if (v.info->id == WorkerId{1}) CHECK(v.inflight_blocks == 3 * 3 + 64);
+}
+
 TEST_CASE("an overloaded holder loses to the balance term") {
   Sim sim;
   // The alpha switch (off by default: alpha_imbalanced = alpha_balanced).

@@ -584,7 +584,7 @@ void RankedCandidates::decide_impl(std::span<const MatchLayers::Layer> layers, s
   const double n = eligible_;
   out.load_mean = sum_lr_ / n;
   out.load_std = std::sqrt(std::max(0.0, sum_lr2_ / n - out.load_mean * out.load_mean));
-  const int a = out.load_std > cfg.balance_threshold * out.load_mean ? 1 : 0;
+  const int a = load_uneven(out.load_std, out.load_mean, cfg) ? 1 : 0;
   out.alpha = params_.alpha[a];
   // Bitmaps are cached up to kMaxCachedSets, never dropped within a decision.
   if (sets_.size() + layers.size() > kMaxCachedSets) forget_sets();

@@ -127,7 +127,7 @@ void schedule(const std::vector<Candidate>& candidates, uint32_t isl_tokens, uin
     var += dev * dev;
   }
   d.load_std = std::sqrt(var / static_cast<double>(order.size()));
-  d.alpha = d.load_std > cfg.balance_threshold * d.load_mean ? cfg.alpha_imbalanced : cfg.alpha_balanced;
+  d.alpha = load_uneven(d.load_std, d.load_mean, cfg) ? cfg.alpha_imbalanced : cfg.alpha_balanced;
 
   // Order by cost; equal costs in random order (a random tie-break key per
   // worker id from one draw of the injected randomness, so a seed reproduces

@@ -99,6 +99,12 @@ inline uint64_t tie_key(uint64_t draw, WorkerId worker) {
 // uncached tokens on candidate `c` (WorkerScore::predicted_ttft_ms; the cost
 // under scheduler.cost = predicted_ttft).
 double predicted_ttft_ms(const Candidate& c, double new_tokens);
+// The eligible workers' KV load reads uneven, so alpha is
+// scheduler.alpha_imbalanced: its spread (standard deviation of load_ratio)
+// over scheduler.balance_threshold × its mean. Decision::load_std/load_mean.
+inline bool load_uneven(double load_std, double load_mean, const SchedulerConfig& cfg) {
+  return load_std > cfg.balance_threshold * load_mean;
+}
 // The cost a ranking orders by: the weighted cost (scheduler/README.md) without its -alpha·mean
 // term, which is the same for every candidate of one decision (so the order
 // is the same, and it does not depend on how the mean was summed).

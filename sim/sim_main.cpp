@@ -308,6 +308,12 @@ int run(const Args& a) {
                   r.policy.c_str(), (unsigned long long)a.sim.tiers.host_blocks, a.sim.tiers.host_gb_per_s,
                   (unsigned long long)a.sim.tiers.pool_blocks, a.sim.tiers.pool_gb_per_s,
                   to_string(a.sim.tiers.eviction), r.host_hit_rate, r.pool_hit_rate, r.load_ms_mean);
+  for (const auto& r : results)
+    if (r.decisions)
+      std::printf("load: %s, kvroute's scheduler read the KV load as uneven (std > scheduler.balance_threshold x "
+                  "mean) in %zu of %zu decisions (%.1f %%)\n",
+                  r.policy.c_str(), r.uneven_decisions, r.decisions,
+                  100.0 * double(r.uneven_decisions) / double(r.decisions));
   const double ideal = ideal_hit_rate(w);
   if (!a.cdf_out.empty()) write_cdf(a.cdf_out, results);
   if (!a.requests_out.empty()) write_requests(a.requests_out, results);

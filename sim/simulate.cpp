@@ -201,7 +201,7 @@ class Simulation {
   std::vector<double> ttft_, e2e_, itl_;
   std::vector<uint64_t> per_worker_;
   uint64_t out_tokens_ = 0, best_cached_ = 0, chosen_cached_ = 0;
-  size_t rejected_ = 0, rr_ = 0;
+  size_t rejected_ = 0, rr_ = 0, decisions_ = 0, uneven_ = 0;
   double end_time_ = 0;
 };
 
@@ -251,6 +251,10 @@ std::optional<Simulation::Pick> Simulation::choose(const SimRequest& r, const st
   if (policy_ == "random") return Pick{static_cast<uint32_t>(rng_() % o_.workers)};
   routing_.route_blocks("m", r.input_tokens, hashes, true, route_);
   if (route_.candidates.empty()) return std::nullopt;
+  if (route_.ok) {  // the scheduler decided: did it read the KV load as uneven (alpha_imbalanced)?
+    ++decisions_;
+    uneven_ += load_uneven(route_.decision.load_std, route_.decision.load_mean, config_.get()->scheduler);
+  }
   // Decision quality: the longest cached prefix among eligible workers.
   uint64_t best = 0;
   for (size_t i = 0; i < route_.candidates.size(); ++i)
@@ -569,6 +573,8 @@ PolicyResult Simulation::results() const {
   res.policy = policy_;
   res.completed = e2e_.size();
   res.rejected = rejected_;
+  res.decisions = decisions_;
+  res.uneven_decisions = uneven_;
   res.hit_rate = prompt_blocks ? double(hit_blocks) / double(prompt_blocks) : 0;
   if (dispatched_blocks_) {
     res.host_hit_rate = double(host_hits_) / double(dispatched_blocks_);

@@ -75,6 +75,11 @@ struct PolicyResult {
   double ttft_mape = 0;   // the registry's TTFT model: mean |predicted - observed| / observed
   double cache_gap = 0;   // 1 - cached tokens achieved / best reachable among eligible workers (index view)
   size_t completed = 0, rejected = 0;
+  // Decisions of kvroute's scheduler (every policy but round_robin and random
+  // consults it; the peers then pick by their own score), and how many of
+  // them read the eligible workers' KV load as uneven (load_uneven():
+  // scheduler.alpha_imbalanced applies, whether or not it differs).
+  size_t decisions = 0, uneven_decisions = 0;
   // Tiers (SimOptions::tiers): of the prompt blocks of dispatched requests,
   // the share loaded from a host tier and from the pool; the mean load time
   // of a request that loaded anything.

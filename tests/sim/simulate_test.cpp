@@ -78,3 +78,32 @@ TEST_CASE("a rate multiplier starts sessions faster or slower and keeps their to
   // not its own): 40 of 82 prompt blocks.
   CHECK(res.hit_rate == doctest::Approx(40.0 / 82.0));
 }
+
+TEST_CASE("the share of decisions that read the KV load as uneven (alpha_imbalanced applies)") {
+  // Two idle engines; A (20 blocks, long output) at 0, B (20 other blocks) 1 ms
+  // later, while A still runs. A's decision sees equal loads (0 and 0: even);
+  // B's sees A's worker holding A's blocks and the other empty: std = mean,
+  // over balance_threshold 0.1 x mean, uneven.
+  auto req = [](double t, uint64_t first) {
+    SimRequest r;
+    r.t_ms = t;
+    r.input_tokens = 20 * kBlock;
+    r.output_tokens = 200;
+    for (uint64_t i = 0; i < 20; ++i) r.ids.push_back(first + i);
+    return r;
+  };
+  const std::vector<SimRequest> w = {req(0, 1), req(1, 101)};
+  SimOptions o;
+  o.workers = 2;
+  auto res = simulate(w, o, "kvroute");
+  CHECK(res.decisions == 2);
+  CHECK(res.uneven_decisions == 1);
+  // std / mean is 1 for two workers, one of them empty: under a threshold of 2, even.
+  o.sets = {{"scheduler.balance_threshold", "2"}};
+  res = simulate(w, o, "kvroute");
+  CHECK(res.decisions == 2);
+  CHECK(res.uneven_decisions == 0);
+  // Round robin never asks the scheduler.
+  res = simulate(w, o, "round_robin");
+  CHECK(res.decisions == 0);
+}

@@ -1,4 +1,5 @@
 #include "config/config.h"
+#include "config/config_schema.h"
 
 #include <yaml-cpp/yaml.h>
 

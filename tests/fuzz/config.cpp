@@ -13,6 +13,7 @@
 #include <string>
 
 #include "config/config.h"
+#include "config/config_schema.h"
 #include "tests/fuzz/fuzz_target.h"
 
 using namespace kvroute;

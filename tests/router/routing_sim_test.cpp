@@ -92,7 +92,7 @@ TEST_CASE("same-prefix requests go to the worker that holds the prefix") {
   }
 }
 
-TEST_CASE("a route names each target's cached blocks; in-flight KV shares them only with inflight_prefix_once") {
+TEST_CASE("a route names each target's cached blocks; in-flight KV shares them unless inflight_prefix_once is off") {
   Sim sim;
   for (uint64_t w = 1; w <= 2; ++w) sim.add_worker(w, 1000);
   const auto shared = prompt(9, 64 * kBlock);
@@ -104,9 +104,10 @@ TEST_CASE("a route names each target's cached blocks; in-flight KV shares them o
   CHECK(r.ranked[0].cached_blocks == 64);
   CHECK(r.ranked[1].cached_blocks == 0);
   SchedulerConfig s;
-  CHECK(inflight_shared_blocks(s, r.ranked[0]) == 0);  // the default: the whole prompt is the request's own
+  CHECK(inflight_shared_blocks(s, r.ranked[0]) == 64);  // the default
+  s.inflight_prefix_once = false;  // the whole prompt is the request's own
+  CHECK(inflight_shared_blocks(s, r.ranked[0]) == 0);
   s.inflight_prefix_once = true;
-  CHECK(inflight_shared_blocks(s, r.ranked[0]) == 64);
   // Three such requests in flight on the holder: 3 x 3 own blocks + the prefix once.
   std::vector<std::unique_ptr<InflightGuard>> g;
   for (int i = 0; i < 3; ++i)

@@ -113,9 +113,10 @@ bool begin_attempt(Exchange& x, size_t attempt) {
   const uint64_t blocks = x.client.route.request_blocks * prompts;
   // A split request's decode worker pulls the prompt's KV: no prefill counted.
   const uint64_t prefill = x.pd.split ? 0 : target.prefill_tokens * prompts;
+  const uint64_t shared = inflight_shared_blocks(x.cfg.scheduler, target);
   // The slot the queue's trial claimed is kept when this attempt is its.
   const bool claimed = x.claim && x.claim->worker == target.worker && x.claim->blocks == blocks &&
-                       x.claim->prefill == prefill && x.claim->cached_blocks == inflight_shared_blocks(x.cfg.scheduler, target);
+                       x.claim->prefill == prefill && x.claim->cached_blocks == shared;
   if (x.claim && !claimed && x.guard) x.guard->withdraw();  // never sent: not in any load report
   x.claim.reset();
   if (!claimed) x.guard.reset();
@@ -129,8 +130,7 @@ bool begin_attempt(Exchange& x, size_t attempt) {
     if (rl.allow()) spdlog::warn("worker {} has an unusable url '{}'", target.worker.value, target.url);
     return false;
   }
-  if (!claimed) x.guard.emplace(*x.s.hooks.registry, target.worker, blocks, prefill,
-                                   inflight_shared_blocks(x.cfg.scheduler, target));
+  if (!claimed) x.guard.emplace(*x.s.hooks.registry, target.worker, blocks, prefill, shared);
   if (x.s.hooks.on_dispatch) x.s.hooks.on_dispatch(target.worker, x.client.route);
   // The request to forward: unchanged but for hop-by-hop headers. Its head is
   // written out here (fields as Beast parsed and validated them) and sent with

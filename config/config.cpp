@@ -93,6 +93,15 @@ bool is_list_key(const std::string& path) {
          path == "indexer.kv_pools";
 }
 
+// The error for a key no schema entry names; a replaced key names its
+// replacement.
+std::string unknown_key(std::string_view path) {
+  if (path == "scheduler.inflight_prefix_once")
+    return "scheduler.inflight_prefix_once: unknown key (replaced by scheduler.inflight_kv: true was prefix_once, "
+           "false whole)";
+  return fmt::format("{}: unknown key", path);
+}
+
 // `sections` holds every key's prefixes ("scheduler"): a mapping anywhere
 // else is an unknown key, so YAML aliases cannot make the walk exponential.
 std::optional<std::string> walk_yaml(Config& c, const YAML::Node& node, const std::string& prefix,
@@ -112,11 +121,11 @@ std::optional<std::string> walk_yaml(Config& c, const YAML::Node& node, const st
     if (kv.second.IsMap()) {
       if (!sections.count(path))
         return known.count(path) ? fmt::format("{}: expected a scalar value", path)
-                                 : fmt::format("{}: unknown key", path);
+                                 : unknown_key(path);
       if (auto e = walk_yaml(c, kv.second, path, known, sections)) return e;
       continue;
     }
-    if (!known.count(path)) return fmt::format("{}: unknown key", path);
+    if (!known.count(path)) return unknown_key(path);
     if (!kv.second.IsScalar()) return fmt::format("{}: expected a scalar value", path);
     if (auto e = set_key(c, path, kv.second.Scalar())) return e;
   }
@@ -140,7 +149,7 @@ std::optional<std::string> set_key(Config& c, std::string_view path, std::string
     found = true;
     err = parse_into(k, value, field);
   });
-  if (!found) return fmt::format("{}: unknown key", path);
+  if (!found) return unknown_key(path);
   return err;
 }
 
@@ -584,6 +593,10 @@ std::optional<std::string> validate(const Config& c) {
     return fmt::format("log.level: '{}' is not one of trace, debug, info, warn, error", c.log.level);
   if (c.scheduler.cost != "weighted" && c.scheduler.cost != "predicted_ttft")
     return fmt::format("scheduler.cost: '{}' is not one of weighted, predicted_ttft", c.scheduler.cost);
+  if (c.scheduler.inflight_kv != "distinct" && c.scheduler.inflight_kv != "prefix_once" &&
+      c.scheduler.inflight_kv != "whole")
+    return fmt::format("scheduler.inflight_kv: '{}' is not one of distinct, prefix_once, whole",
+                       c.scheduler.inflight_kv);
   if (c.pd.policy != "conditional" && c.pd.policy != "always" && c.pd.policy != "never")
     return fmt::format("pd.policy: '{}' is not one of conditional, always, never", c.pd.policy);
   if (PdProtocol p; !parse_pd_protocol(c.pd.protocol, p))

@@ -156,8 +156,11 @@ struct SchedulerConfig {
   // answered with a first byte), added to this request's new tokens. 0 = the
   // baseline weighted cost (Dynamo v0.1's formula, scheduler/README.md).
   double pending_prefill_weight = 0.2;
-  // In-flight KV counts a cached prefix once (WorkerRegistry::begin_request).
-  bool inflight_prefix_once = true;
+  // What the router's in-flight KV on a worker counts (WorkerRegistry::
+  // begin_request): "distinct" each block of the in-flight prompts once,
+  // "prefix_once" each request's uncached blocks and the largest cached
+  // prefix once, "whole" every prompt whole.
+  std::string inflight_kv = "distinct";
   // Busy thresholds: a worker at or over any of them is skipped.
   double busy_kv_usage = 1.0;           // kv_active / kv_total
   double busy_slot_usage = 1.0;         // active / total request slots

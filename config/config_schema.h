@@ -217,9 +217,10 @@ void for_each_key(C& c, F&& f) {
             "Weight of prefill tokens in flight on a worker, added to a request's new tokens (0 = DESIGN baseline).",
             0, 100, !S, R},
     c.scheduler.pending_prefill_weight);
-  f(KeyInfo{"scheduler.inflight_prefix_once", "In-flight KV counts a shared cached prefix once (else every prompt whole).",
-            0, 1, !S, R},
-    c.scheduler.inflight_prefix_once);
+  f(KeyInfo{"scheduler.inflight_kv",
+            "What in-flight KV counts: distinct (each block of the in-flight prompts once), prefix_once or whole.", 0,
+            0, S, R},
+    c.scheduler.inflight_kv);
   f(KeyInfo{"scheduler.busy_kv_usage", "Skip workers whose KV usage is at or above this (0 would skip every worker).", 0.01, 1, !S, R},
     c.scheduler.busy_kv_usage);
   f(KeyInfo{"scheduler.busy_slot_usage", "Skip workers whose request-slot usage is at or above this (0 would skip every worker).", 0.01, 1, !S, R},

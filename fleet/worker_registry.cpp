@@ -6,6 +6,8 @@
 #include <map>
 #include <set>
 
+#include "indexer/block_hash.h"
+
 namespace kvroute {
 
 std::string_view to_string(WorkerSource s) {
@@ -473,33 +475,60 @@ bool WorkerRegistry::set_draining(WorkerId id, bool draining) {
   return true;
 }
 
-uint64_t WorkerRegistry::add_inflight_kv(Entry& e, uint64_t blocks, uint64_t cached_blocks) {
-  const uint64_t before = e.inflight_blocks;
-  cached_blocks = std::min(cached_blocks, blocks);
-  e.inflight_own_blocks += blocks - cached_blocks;
-  if (cached_blocks > 0) ++e.inflight_prefixes[cached_blocks];
+std::vector<uint64_t> inflight_chain(std::span<const LocalBlockHash> prompt) {
+  std::vector<uint64_t> chain;
+  chain.reserve(prompt.size());
+  SequenceHash parent{0};
+  for (LocalBlockHash b : prompt) chain.push_back((parent = sequence_hash(parent, b)).value);
+  return chain;
+}
+
+void WorkerRegistry::total_inflight_kv(Entry& e) {
   const uint64_t prefix = e.inflight_prefixes.empty() ? 0 : e.inflight_prefixes.rbegin()->first;
-  e.inflight_blocks = e.inflight_own_blocks + prefix;
+  e.inflight_blocks = e.inflight_own_blocks + prefix + e.inflight_chained.size();
+}
+
+uint64_t WorkerRegistry::add_inflight_kv(Entry& e, InflightKv& kv) {
+  const uint64_t before = e.inflight_blocks;
+  const uint64_t capacity = e.info ? e.info->load.kv_total_blocks : 0;
+  const uint64_t limit = capacity ? kMaxInflightChainFactor * capacity : kMaxInflightChainUnknown;
+  if (kv.chain.size() > kv.blocks || e.inflight_chained.size() + kv.chain.size() > limit) kv.chain.clear();
+  if (!kv.chain.empty()) {
+    kv.cached_blocks = 0;  // the chain names the prefix block by block
+    for (uint64_t key : kv.chain) {
+      const uint32_t* n = e.inflight_chained.find(key);
+      e.inflight_chained.put(key, n ? *n + 1 : 1);
+    }
+  }
+  kv.cached_blocks = std::min(kv.cached_blocks, kv.blocks);
+  e.inflight_own_blocks += kv.blocks - kv.chain.size() - kv.cached_blocks;
+  if (kv.cached_blocks > 0) ++e.inflight_prefixes[kv.cached_blocks];
+  total_inflight_kv(e);
   return e.inflight_blocks - before;
 }
 
-uint64_t WorkerRegistry::remove_inflight_kv(Entry& e, uint64_t blocks, uint64_t cached_blocks) {
+uint64_t WorkerRegistry::remove_inflight_kv(Entry& e, const InflightKv& kv) {
   const uint64_t before = e.inflight_blocks;
-  cached_blocks = std::min(cached_blocks, blocks);
-  e.inflight_own_blocks -= std::min(e.inflight_own_blocks, blocks - cached_blocks);
-  if (auto it = e.inflight_prefixes.find(cached_blocks); cached_blocks > 0 && it != e.inflight_prefixes.end())
+  for (uint64_t key : kv.chain) {
+    uint32_t* n = e.inflight_chained.find(key);
+    if (!n) continue;
+    if (--*n == 0) e.inflight_chained.erase(key);
+  }
+  e.inflight_own_blocks -= std::min(e.inflight_own_blocks, kv.blocks - kv.chain.size() - kv.cached_blocks);
+  if (auto it = e.inflight_prefixes.find(kv.cached_blocks); kv.cached_blocks > 0 && it != e.inflight_prefixes.end())
     if (--it->second == 0) e.inflight_prefixes.erase(it);
-  const uint64_t prefix = e.inflight_prefixes.empty() ? 0 : e.inflight_prefixes.rbegin()->first;
-  e.inflight_blocks = e.inflight_own_blocks + prefix;
+  total_inflight_kv(e);
   return before - std::min(before, e.inflight_blocks);
 }
 
-TtftSample WorkerRegistry::begin_request(WorkerId id, uint64_t blocks, uint64_t prefill_tokens,
-                                         uint64_t cached_blocks) {
+TtftSample WorkerRegistry::begin_request(WorkerId id, InflightKv& kv, uint64_t prefill_tokens) {
   inflight_generation_.fetch_add(1, std::memory_order_relaxed);  // replica sync publishes on change
   std::lock_guard lk(mu_);
   auto it = workers_.find(id);
-  if (it == workers_.end()) return {};
+  if (it == workers_.end()) {
+    kv.chain.clear();  // counted nowhere: end_request() finds no worker either
+    return {};
+  }
   // The TTFT model's features as the scheduler saw them (view()'s predicted load).
   const auto& e = it->second;
   const uint32_t running = std::max(e.info ? e.info->load.request_active_slots : 0u, e.inflight_requests);
@@ -508,7 +537,7 @@ TtftSample WorkerRegistry::begin_request(WorkerId id, uint64_t blocks, uint64_t 
                     clock_.now()};
   it->second.pending_prefill_requests += 1;
   it->second.inflight_requests += 1;
-  add_inflight_kv(it->second, blocks, cached_blocks);
+  add_inflight_kv(it->second, kv);
   it->second.pending_prefill_tokens += prefill_tokens;
   sync(id, it->second, clock_.now());
   return sample;
@@ -536,8 +565,8 @@ TtftStats WorkerRegistry::ttft_stats() const {
   return ttft_stats_;
 }
 
-void WorkerRegistry::end_request(WorkerId id, uint64_t blocks, uint64_t prefill_tokens, bool prefilling,
-                                 TimePoint started, uint64_t cached_blocks) {
+void WorkerRegistry::end_request(WorkerId id, const InflightKv& kv, uint64_t prefill_tokens, bool prefilling,
+                                 TimePoint started) {
   inflight_generation_.fetch_add(1, std::memory_order_relaxed);  // replica sync publishes on change
   std::lock_guard lk(mu_);
   auto it = workers_.find(id);
@@ -545,7 +574,7 @@ void WorkerRegistry::end_request(WorkerId id, uint64_t blocks, uint64_t prefill_
   it->second.inflight_requests -= std::min<uint32_t>(it->second.inflight_requests, 1);
   // The blocks that left the in-flight KV: a prefix other requests still
   // share stays (on the worker and in its next report).
-  const uint64_t freed = remove_inflight_kv(it->second, blocks, cached_blocks);
+  const uint64_t freed = remove_inflight_kv(it->second, kv);
   it->second.pending_prefill_tokens -= std::min(it->second.pending_prefill_tokens, prefill_tokens);
   if (prefilling) it->second.pending_prefill_requests -= std::min<uint32_t>(it->second.pending_prefill_requests, 1);
   Entry& e = it->second;

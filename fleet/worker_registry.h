@@ -42,6 +42,7 @@
 
 #include "common/clock.h"
 #include "common/types.h"
+#include "indexer/flat_map.h"
 #include "scheduler/ranked_candidates.h"
 #include "scheduler/scheduler.h"
 #include "scheduler/ttft_model.h"
@@ -127,6 +128,24 @@ struct WorkerView {
   uint32_t pending_prefill_requests = 0;
   TtftCoefficients ttft;
 };
+
+// One request's KV as the registry counts it in flight on a worker
+// (begin_request(), end_request()). Three ways, by what the caller knows:
+// `chain` set: the prompt's complete blocks, each counted once per worker
+// however many in-flight requests hold it (the exact distinct count);
+// else `cached_blocks`: the worker's cached prefix of the prompt, the
+// largest of them counted once per worker (a lower bound); else every
+// block is the request's own.
+struct InflightKv {
+  uint64_t blocks = 0;          // the KV blocks the request holds
+  uint64_t cached_blocks = 0;   // of `blocks`, the worker's cached prefix (without `chain`)
+  std::vector<uint64_t> chain;  // of `blocks`, the prompt's complete blocks (inflight_chain())
+};
+
+// The prompt's complete blocks as in-flight accounting keys them: each
+// block's hash chained with its prefix's (a block means the same KV only
+// after the same prefix), as the index does (indexer/block_hash.h).
+std::vector<uint64_t> inflight_chain(std::span<const LocalBlockHash> prompt);
 
 // What begin_request() saw, for learning the TTFT when the first byte comes.
 struct TtftSample {
@@ -260,22 +279,34 @@ class WorkerRegistry {
   // begin_request() returns the TTFT model's features as the request found
   // the worker; first_byte() with that sample teaches the worker's model the
   // observed time; `prefilling` in end_request(): first_byte() never came.
-  // `cached_blocks`: of `blocks`, those the worker held in its cache when the
-  // request was sent (its prompt's prefix, which other in-flight requests may
-  // share); the rest are blocks the worker computes or receives for it alone.
-  // The in-flight KV is then the sum of every request's own blocks plus the
-  // largest cached prefix among them: a lower bound of the distinct blocks
-  // they hold (a prefix that many requests share counts once; prefixes that
-  // differ are left to the worker's report). Without `cached_blocks` a
-  // request's blocks are all its own.
-  TtftSample begin_request(WorkerId id, uint64_t blocks, uint64_t prefill_tokens, uint64_t cached_blocks = 0);
+  // `kv`: the request's KV (InflightKv). The worker's in-flight KV is the
+  // sum of every request's own blocks, plus each distinct chained block
+  // once, plus the largest cached prefix among requests that name one.
+  // A chain that would take the worker's distinct blocks past
+  // kMaxInflightChainFactor x its KV capacity (kMaxInflightChainUnknown
+  // when it reports none) is dropped from `kv` and its blocks counted as
+  // the request's own: the worker reads as full either way, and one
+  // worker's keys stay bounded whatever its clients send.
+  TtftSample begin_request(WorkerId id, InflightKv& kv, uint64_t prefill_tokens);
+  // Every block the request's own, or a cached prefix of `cached_blocks`.
+  TtftSample begin_request(WorkerId id, uint64_t blocks, uint64_t prefill_tokens, uint64_t cached_blocks = 0) {
+    InflightKv kv{blocks, cached_blocks, {}};
+    return begin_request(id, kv, prefill_tokens);
+  }
   void first_byte(WorkerId id, uint64_t prefill_tokens, const TtftSample* sample = nullptr);
   // `started`: begin_request()'s time (TtftSample::start); when the last load
   // report came after it, that report counted the request and the predicted
   // load drops it at once (until the next report). {}: not known.
-  // `blocks` and `cached_blocks` as begin_request() was given them.
+  // `kv` as begin_request() left it.
+  void end_request(WorkerId id, const InflightKv& kv, uint64_t prefill_tokens = 0, bool prefilling = false,
+                   TimePoint started = {});
   void end_request(WorkerId id, uint64_t blocks, uint64_t prefill_tokens = 0, bool prefilling = false,
-                   TimePoint started = {}, uint64_t cached_blocks = 0);
+                   TimePoint started = {}, uint64_t cached_blocks = 0) {
+    end_request(id, InflightKv{blocks, cached_blocks, {}}, prefill_tokens, prefilling, started);
+  }
+  // Bounds of a worker's distinct in-flight blocks (begin_request()).
+  static constexpr uint64_t kMaxInflightChainFactor = 2;
+  static constexpr uint64_t kMaxInflightChainUnknown = 1 << 16;
   // Prediction error of every worker's TTFT model so far (MAPE metric).
   TtftStats ttft_stats() const;
 
@@ -313,11 +344,12 @@ class WorkerRegistry {
     TimePoint ejected_until{};
     uint64_t failures_total = 0;
     uint32_t inflight_requests = 0;
-    // This router's in-flight KV: the requests' own (uncached) blocks, their
-    // cached prefixes' sizes (size -> requests), and the lower bound of the
-    // distinct blocks both give (begin_request()).
+    // This router's in-flight KV (begin_request()): the requests' own
+    // blocks, their cached prefixes' sizes (size -> requests), their
+    // chained blocks (key -> requests holding it), and the total.
     uint64_t inflight_own_blocks = 0;
     std::map<uint64_t, uint32_t> inflight_prefixes;
+    FlatMap64<uint32_t> inflight_chained;
     uint64_t inflight_blocks = 0;
     uint64_t pending_prefill_tokens = 0;
     uint32_t remote_requests = 0;  // other replicas' (set_remote_inflight)
@@ -337,8 +369,9 @@ class WorkerRegistry {
   static WorkerLoad predicted(const Entry& e);
   // Adds (or removes) one request's KV to the entry's in-flight KV; returns
   // how far inflight_blocks moved.
-  static uint64_t add_inflight_kv(Entry& e, uint64_t blocks, uint64_t cached_blocks);
-  static uint64_t remove_inflight_kv(Entry& e, uint64_t blocks, uint64_t cached_blocks);
+  static uint64_t add_inflight_kv(Entry& e, InflightKv& kv);
+  static uint64_t remove_inflight_kv(Entry& e, const InflightKv& kv);
+  static void total_inflight_kv(Entry& e);  // sets inflight_blocks from its parts
   static uint64_t pending_prefill(const Entry& e);  // this router's + other replicas' (view())
   // Puts the worker into (or takes it out of) the rankings of the names it
   // serves, with its current state; call after every change of `e`.
@@ -417,10 +450,18 @@ class WorkerRegistry {
 class InflightGuard {
  public:
   InflightGuard() = default;
-  // `cached_blocks`: as WorkerRegistry::begin_request().
-  InflightGuard(WorkerRegistry& r, WorkerId id, uint64_t blocks, uint64_t prefill_tokens, uint64_t cached_blocks = 0)
-      : r_(&r), id_(id), blocks_(blocks), cached_(std::min(cached_blocks, blocks)), prefill_(prefill_tokens) {
-    sample_ = r.begin_request(id, blocks, prefill_tokens, cached_);
+  // `cached_blocks`: as InflightKv; `prompt` (optional): the prompt's
+  // complete blocks, counted once per worker (InflightKv::chain).
+  InflightGuard(WorkerRegistry& r, WorkerId id, uint64_t blocks, uint64_t prefill_tokens, uint64_t cached_blocks = 0,
+                std::span<const LocalBlockHash> prompt = {})
+      : r_(&r), id_(id), kv_{blocks, std::min(cached_blocks, blocks), inflight_chain(prompt.first(
+                                                                          std::min<size_t>(prompt.size(), blocks)))},
+        prefill_(prefill_tokens) {
+    sample_ = r.begin_request(id, kv_, prefill_tokens);
+  }
+  InflightGuard(WorkerRegistry& r, WorkerId id, InflightKv kv, uint64_t prefill_tokens)
+      : r_(&r), id_(id), kv_(std::move(kv)), prefill_(prefill_tokens) {
+    sample_ = r.begin_request(id, kv_, prefill_tokens);
   }
   InflightGuard(const InflightGuard&) = delete;
   InflightGuard& operator=(const InflightGuard&) = delete;
@@ -432,7 +473,7 @@ class InflightGuard {
     prefilling_ = false;
   }
   void release() {
-    if (r_) r_->end_request(id_, blocks_, prefill_, prefilling_, sample_.start, cached_);  // one update for both
+    if (r_) r_->end_request(id_, kv_, prefill_, prefilling_, sample_.start);  // one update for both
     prefill_ = 0;
     prefilling_ = false;
     r_ = nullptr;
@@ -447,8 +488,7 @@ class InflightGuard {
  private:
   WorkerRegistry* r_ = nullptr;
   WorkerId id_;
-  uint64_t blocks_ = 0;
-  uint64_t cached_ = 0;
+  InflightKv kv_;
   uint64_t prefill_ = 0;
   bool prefilling_ = true;
   TtftSample sample_;

@@ -52,8 +52,8 @@ struct RouteTarget {
   std::string_view url;  // in the worker's announcement, kept alive by RouteResult::workers
   uint32_t cached_tokens = 0;  // matched prefix length per the index
   uint32_t prefill_tokens = 0; // tokens the worker must still prefill (predicted load)
-  // The prompt's leading blocks in the worker's cache (any tier): in-flight
-  // KV counts a prefix that requests share once (WorkerRegistry::begin_request).
+  // The prompt's leading blocks in the worker's cache (any tier), for
+  // in-flight accounting (inflight_shared_blocks()).
   uint32_t cached_blocks = 0;
   // The data-parallel rank holding the cached prefix, for a worker with
   // dp_size > 1 and a cache hit (sent as X-data-parallel-rank); none: the
@@ -65,11 +65,21 @@ struct RouteTarget {
   uint32_t pool_tokens = 0;
 };
 
-// The blocks of `t`'s prompt that in-flight accounting counts as a prefix
-// the worker's in-flight requests may share (scheduler.inflight_prefix_once;
-// 0: the request's whole prompt is its own).
+// What in-flight accounting (InflightGuard) shares of a request's prompt
+// with the worker's other in-flight requests (scheduler.inflight_kv):
+// inflight_prompt(), its complete blocks, each counted once per worker
+// ("distinct"); else inflight_shared_blocks(), the worker's cached prefix
+// of it ("prefix_once", given the target's `cached_blocks`); else nothing
+// ("whole").
+inline bool inflight_distinct(const SchedulerConfig& s) { return s.inflight_kv == "distinct"; }
+inline uint32_t inflight_shared_blocks(const SchedulerConfig& s, uint32_t cached_blocks) {
+  return s.inflight_kv == "prefix_once" ? cached_blocks : 0;
+}
 inline uint32_t inflight_shared_blocks(const SchedulerConfig& s, const RouteTarget& t) {
-  return s.inflight_prefix_once ? t.cached_blocks : 0;
+  return inflight_shared_blocks(s, t.cached_blocks);
+}
+inline std::span<const LocalBlockHash> inflight_prompt(const SchedulerConfig& s, std::span<const LocalBlockHash> blocks) {
+  return inflight_distinct(s) ? blocks : std::span<const LocalBlockHash>{};
 }
 
 // Sets `t`'s pool share from the owner's overlap by tier.

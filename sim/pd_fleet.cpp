@@ -236,14 +236,15 @@ void PdSimulation::dispatch(size_t id, double now) {
   l.started = true;
   if (policy_ == "kvroute_pd") {  // the router's in-flight accounting for each leg it sends
     const uint64_t blocks = (uint64_t{r.input_tokens} + kBlock - 1) / kBlock;
-    // With scheduler.inflight_prefix_once, each counts the prompt's prefix its engine holds as shared
-    // (WorkerRegistry::begin_request).
-    const bool once = config_.get()->scheduler.inflight_prefix_once;
-    l.prefill_guard =
-        std::make_unique<InflightGuard>(registry_, WorkerId{l.p}, blocks, l.uncached, once ? on.overlap_blocks : 0);
+    // What each shares with its worker's other in-flight requests, by scheduler.inflight_kv
+    // (router/routing.h inflight_prompt()).
+    const SchedulerConfig& sc = config_.get()->scheduler;
+    const std::span<const LocalBlockHash> prompt = inflight_prompt(sc, l.hashes);
+    l.prefill_guard = std::make_unique<InflightGuard>(registry_, WorkerId{l.p}, blocks, l.uncached,
+                                                      inflight_shared_blocks(sc, on.overlap_blocks), prompt);
     if (c.disaggregate)
-      l.decode_guard = std::make_unique<InflightGuard>(registry_, WorkerId{l.d}, blocks, 0,
-                                                       once ? in.decode[c.decode].overlap_blocks : 0);
+      l.decode_guard = std::make_unique<InflightGuard>(
+          registry_, WorkerId{l.d}, blocks, 0, inflight_shared_blocks(sc, in.decode[c.decode].overlap_blocks), prompt);
   }
   track_prefill(l.p, l);
   tracked_[l.p].requests += 1;

@@ -306,11 +306,10 @@ void Simulation::dispatch(size_t id, double now) {
       pick->candidate
           ? static_cast<uint32_t>(cached_prefix_tokens(pick->candidate->overlap_blocks, r.input_tokens, kBlock))
           : 0;
-  l.guard = std::make_unique<InflightGuard>(registry_, WorkerId{w}, (uint64_t{r.input_tokens} + kBlock - 1) / kBlock,
-                                            r.input_tokens - cached_pred,
-                                            pick->candidate && config_.get()->scheduler.inflight_prefix_once
-                                                ? pick->candidate->overlap_blocks
-                                                : 0);
+  const SchedulerConfig& sc = config_.get()->scheduler;
+  l.guard = std::make_unique<InflightGuard>(
+      registry_, WorkerId{w}, (uint64_t{r.input_tokens} + kBlock - 1) / kBlock, r.input_tokens - cached_pred,
+      inflight_shared_blocks(sc, pick->candidate ? pick->candidate->overlap_blocks : 0), inflight_prompt(sc, hashes));
   if (o_.tiers.any()) {
     now_ = now;
     if (engines_[w]->blocks_needed(r.input_tokens, r.output_tokens) > engines_[w]->config().kv_blocks) {

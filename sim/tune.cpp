@@ -35,7 +35,7 @@ std::string trial_name(const SchedulerConfig& s) {
   else
     std::snprintf(name, sizeof name, "%s a=%.1f/%.1f g=%.1f p=%.1f", s.cost.c_str(), s.alpha_balanced,
                   s.alpha_imbalanced, s.gamma, s.pending_prefill_weight);
-  return std::string(name) + (s.inflight_prefix_once ? " once" : "");
+  return std::string(name) + (s.inflight_kv == "whole" ? "" : " " + s.inflight_kv);
 }
 
 bool same_setting(const SchedulerConfig& x, const SchedulerConfig& y) { return trial_name(x) == trial_name(y); }
@@ -43,27 +43,30 @@ bool same_setting(const SchedulerConfig& x, const SchedulerConfig& y) { return t
 // The grid: the weighted cost over the alpha switch (alpha_imbalanced; alpha_balanced stays 0.3, the
 // weight while the load is even) and the pending-prefill weight at gamma 0.1, and the shipped defaults
 // (gamma 0.5, chosen by this grid) beside them;
-// the in-flight KV with a shared prefix counted once (scheduler.inflight_prefix_once) at both gammas;
-// predicted_ttft over alpha (pending_prefill_weight is not one of its terms). Fourteen settings: each is
+// what the in-flight KV shares (scheduler.inflight_kv prefix_once and distinct; the rest count every
+// prompt whole) at both gammas;
+// predicted_ttft over alpha (pending_prefill_weight is not one of its terms). Sixteen settings: each is
 // 18 runs of a whole workload, so the grid is kept to the keys that moved the train figures. The
 // shipped defaults are one of them (added if not).
 std::vector<Trial> candidates() {
   std::vector<Trial> t;
-  auto add = [&](const char* cost, double alpha, double alpha_imb, double pending, double gamma, bool once = false) {
+  auto add = [&](const char* cost, double alpha, double alpha_imb, double pending, double gamma,
+                 const char* inflight = "whole") {
     SchedulerConfig s;
     s.cost = cost;
     s.alpha_balanced = alpha;
     s.alpha_imbalanced = alpha_imb;
     s.pending_prefill_weight = pending;
     s.gamma = gamma;
-    s.inflight_prefix_once = once;
+    s.inflight_kv = inflight;
     t.push_back({trial_name(s), s});
   };
   for (double alpha_imb : {0.3, 0.5, 0.7})
     for (double pending : {0.0, 0.2, 0.5}) add("weighted", 0.3, alpha_imb, pending, 0.1);
   add("weighted", 0.3, 0.3, 0.2, 0.5);
-  // In-flight KV with a shared cached prefix counted once, at both gammas.
-  for (double gamma : {0.1, 0.5}) add("weighted", 0.3, 0.3, 0.2, gamma, true);
+  // In-flight KV that shares a cached prefix, or every distinct block, at both gammas.
+  for (const char* inflight : {"prefix_once", "distinct"})
+    for (double gamma : {0.1, 0.5}) add("weighted", 0.3, 0.3, 0.2, gamma, inflight);
   for (double alpha : {0.1, 0.3}) add("predicted_ttft", alpha, alpha, SchedulerConfig{}.pending_prefill_weight, 0.1);
   const SchedulerConfig defaults;
   if (std::none_of(t.begin(), t.end(), [&](const Trial& x) { return same_setting(x.s, defaults); }))
@@ -181,16 +184,15 @@ int tune(const Args& a) {
   for (const Trial* t : reported)
     for (const auto& b : held_out) report_line(b, a, *t);
   std::printf("\n# kvroute.yaml: best on the train slices%s\nscheduler:\n  cost: %s\n  alpha_balanced: %g\n"
-              "  alpha_imbalanced: %g\n  gamma: %g\n  pending_prefill_weight: %g\n  inflight_prefix_once: %s\n",
+              "  alpha_imbalanced: %g\n  gamma: %g\n  pending_prefill_weight: %g\n  inflight_kv: %s\n",
               &best == defaults ? " (the shipped defaults)" : "", best.s.cost.c_str(), best.s.alpha_balanced,
-              best.s.alpha_imbalanced, best.s.gamma, best.s.pending_prefill_weight,
-              best.s.inflight_prefix_once ? "true" : "false");
+              best.s.alpha_imbalanced, best.s.gamma, best.s.pending_prefill_weight, best.s.inflight_kv.c_str());
   std::printf("{\"tune\":{\"cost\":\"%s\",\"alpha_balanced\":%g,\"alpha_imbalanced\":%g,\"gamma\":%g,"
-              "\"pending_prefill_weight\":%g,\"inflight_prefix_once\":%s,\"train_misses\":%zu,\"train_score\":%.4f,\"defaults_train_misses\":%zu,"
-              "\"defaults_train_score\":%.4f,\"defaults_best\":%s}}\n",
+              "\"pending_prefill_weight\":%g,\"inflight_kv\":\"%s\",\"train_misses\":%zu,\"train_score\":%.4f,"
+              "\"defaults_train_misses\":%zu,\"defaults_train_score\":%.4f,\"defaults_best\":%s}}\n",
               best.s.cost.c_str(), best.s.alpha_balanced, best.s.alpha_imbalanced, best.s.gamma,
-              best.s.pending_prefill_weight, best.s.inflight_prefix_once ? "true" : "false", best.misses, best.score, defaults->misses, defaults->score,
-              &best == defaults ? "true" : "false");
+              best.s.pending_prefill_weight, best.s.inflight_kv.c_str(), best.misses, best.score, defaults->misses,
+              defaults->score, &best == defaults ? "true" : "false");
   // --check: the chosen setting is at or below parity with the better peer on the slices it was tuned on.
   if (a.check && !(best.score <= static_cast<double>(cells) + 1e-9)) {
     std::fprintf(stderr, "kvroute-sim tune --check FAILED: the best sum %.3f is over parity (%zu)\n", best.score,

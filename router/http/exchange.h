@@ -73,6 +73,7 @@ struct Exchange final : Swept {
     uint64_t blocks = 0;
     uint64_t prefill = 0;
     uint64_t cached_blocks = 0;
+    bool distinct = false;  // the prompt's blocks counted once per worker (inflight_prompt())
   };
   std::optional<Claim> claim;
   std::optional<Socket> upstream;

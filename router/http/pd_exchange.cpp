@@ -294,6 +294,14 @@ bool nixl_params(const PdContext& c, const RouteTarget& t, const PdLeg& leg, std
   return false;
 }
 
+// The KV a prefill leg holds on its worker `t` while it runs, as in-flight
+// accounting counts it (router/routing.h inflight_prompt()); a copy, since
+// a concurrent leg may outlive the route.
+InflightKv prefill_leg_kv(const PdContext& c, const RouteTarget& t) {
+  return InflightKv{c.route.request_blocks, inflight_shared_blocks(c.cfg.scheduler, t),
+                    inflight_chain(inflight_prompt(c.cfg.scheduler, c.route.block_hashes))};
+}
+
 // A prefill leg beside the decode leg (SGLang; Mooncake with
 // pd.mooncake_concurrent_legs), with the prefill worker's in-flight
 // accounting while it runs; when it fails it ends the decode leg's wait.
@@ -302,9 +310,8 @@ bool nixl_params(const PdContext& c, const RouteTarget& t, const PdLeg& leg, std
 // than by the exchange.
 awaitable<void> concurrent_prefill_leg(std::shared_ptr<PdLeg> leg, std::shared_ptr<PdDecodeLink> link,
                                    std::shared_ptr<const Config> cfg, WorkerRegistry* registry, WorkerId worker,
-                                   uint64_t blocks, uint64_t tokens, uint64_t cached_blocks, ServerState* self_counted,
-                                   IoThread* io) {
-  InflightGuard guard(*registry, worker, blocks, tokens, cached_blocks);
+                                   InflightKv kv, uint64_t tokens, ServerState* self_counted, IoThread* io) {
+  InflightGuard guard(*registry, worker, std::move(kv), tokens);
   co_await run_leg(leg, *cfg, milliseconds(cfg->pd.prefill_timeout_ms), nullptr);
   if (self_counted) {
     count_leg(*self_counted, *leg);
@@ -329,8 +336,7 @@ void spawn_concurrent(PdState& pd, const PdContext& c, const RouteTarget& t, std
   const bool self_counted = pd.protocol == PdProtocol::VllmMooncake;
   asio::co_spawn(c.io.ioc,
                  concurrent_prefill_leg(std::move(leg), pd.link, c.s.hooks.config->get(), c.s.hooks.registry,
-                                        t.worker, c.route.request_blocks, t.prefill_tokens,
-                                        inflight_shared_blocks(c.cfg.scheduler, t),
+                                        t.worker, prefill_leg_kv(c, t), t.prefill_tokens,
                                         self_counted ? &c.s : nullptr, &c.io),
                  asio::detached);
 }
@@ -486,8 +492,7 @@ awaitable<PdPrefill> pd_prefill_vllm(PdState& pd, const PdContext& c) {
     if (!leg) continue;
     // The router's in-flight accounting: the prefill worker computes the
     // prompt; the decode worker's guard (the proxy's) counts no prefill.
-    InflightGuard guard(*c.s.hooks.registry, t.worker, c.route.request_blocks, t.prefill_tokens,
-                        inflight_shared_blocks(c.cfg.scheduler, t));
+    InflightGuard guard(*c.s.hooks.registry, t.worker, prefill_leg_kv(c, t), t.prefill_tokens);
     // A sent prefill leg is never cut for its client: cut as the engine
     // finished, its KV is held for nobody (the engine's abort is a no-op for
     // a finished request: vLLM nixl pull_scheduler.py and mooncake_connector.py

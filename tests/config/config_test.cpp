@@ -48,6 +48,20 @@ TEST_CASE("errors name the key and the allowed range; nothing is applied") {
   CHECK(e->find("scheduler.alpha_imbalanced") != std::string::npos);
 }
 
+TEST_CASE("scheduler.inflight_kv takes one of its three values; the key it replaced names it") {
+  Config c;
+  CHECK(c.scheduler.inflight_kv == "distinct");
+  REQUIRE_FALSE(apply_yaml(c, "scheduler:\n  inflight_kv: prefix_once\n").has_value());
+  CHECK(c.scheduler.inflight_kv == "prefix_once");
+  auto e = apply_yaml(c, "scheduler:\n  inflight_kv: once\n");
+  REQUIRE(e.has_value());
+  CHECK(*e == "scheduler.inflight_kv: 'once' is not one of distinct, prefix_once, whole");
+  CHECK(c.scheduler.inflight_kv == "prefix_once");  // nothing applied
+  e = apply_yaml(c, "scheduler:\n  inflight_prefix_once: false\n");
+  REQUIRE(e.has_value());
+  CHECK(e->find("replaced by scheduler.inflight_kv") != std::string::npos);
+}
+
 TEST_CASE("environment variables and set_key") {
   Config c;
   std::string a = "KVROUTE_SCHEDULER_DELTA=0.4", b = "KVROUTE_EVENTS_NATS_URL=nats://h:1", z = "OTHER=1";

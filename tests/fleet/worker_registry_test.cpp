@@ -239,6 +239,81 @@ TEST_CASE("in-flight KV counts a cached prefix that the worker's in-flight reque
   CHECK(r.candidates("m").at(0).inflight_blocks == 0);
 }
 
+namespace {
+// A prompt of `n` complete blocks: `shared` of them common to every prompt
+// of this test, the rest its own (`tag`).
+std::vector<LocalBlockHash> blocks_of(uint64_t tag, size_t shared, size_t n) {
+  std::vector<LocalBlockHash> b;
+  for (size_t i = 0; i < n; ++i) b.push_back(LocalBlockHash{i < shared ? 1000 + i : tag * 100000 + i});
+  return b;
+}
+uint64_t inflight_blocks(WorkerRegistry& r) { return r.candidates("m").at(0).inflight_blocks; }
+}  // namespace
+
+TEST_CASE("in-flight KV counts each distinct block of the in-flight prompts once") {
+  ManualClock clock;
+  WorkerRegistry r(clock);
+  r.on_heartbeat(ann(1, "m", 0));  // 100 blocks of KV
+  {
+    // Two sessions on one 20-block system prompt with 30-block contexts of
+    // their own, one with a second turn in flight: 20 + 30 + 30, plus each
+    // request's partial last block.
+    const auto s1 = blocks_of(1, 20, 50), s2 = blocks_of(2, 20, 50);
+    InflightGuard a(r, WorkerId{1}, 51, 0, 0, s1);
+    InflightGuard b(r, WorkerId{1}, 51, 0, 0, s1);
+    InflightGuard c(r, WorkerId{1}, 51, 0, 0, s2);
+    CHECK(inflight_blocks(r) == 20 + 30 + 30 + 3);
+    // The prefix-once lower bound would have left out one context: 3 + 50 + 20.
+    a.release();
+    CHECK(inflight_blocks(r) == 20 + 30 + 30 + 2);  // `b` still holds the context
+    b.release();
+    CHECK(inflight_blocks(r) == 50 + 1);
+    // A block equal to one of another prompt but after another prefix is another block.
+    std::vector<LocalBlockHash> other(s2.rbegin(), s2.rend());
+    InflightGuard d(r, WorkerId{1}, 50, 0, 0, other);
+    CHECK(inflight_blocks(r) == 50 + 1 + 50);
+  }
+  CHECK(inflight_blocks(r) == 0);
+}
+
+TEST_CASE("one worker's distinct in-flight blocks are bounded by its KV capacity; past it a prompt counts whole") {
+  ManualClock clock;
+  WorkerRegistry r(clock);
+  r.on_heartbeat(ann(1, "m", 0));  // 100 blocks: at most 200 distinct keys
+  std::vector<std::unique_ptr<InflightGuard>> g;
+  for (uint64_t i = 0; i < 3; ++i)
+    g.push_back(std::make_unique<InflightGuard>(r, WorkerId{1}, 60, 0, 0, blocks_of(10 + i, 0, 60)));
+  CHECK(inflight_blocks(r) == 180);
+  // This prompt's chain would make 240 keys: it is counted whole, its
+  // blocks shared with nobody (the same prompt again adds 60 more).
+  g.push_back(std::make_unique<InflightGuard>(r, WorkerId{1}, 60, 0, 0, blocks_of(10, 0, 60)));
+  CHECK(inflight_blocks(r) == 240);
+  g.erase(g.begin());  // a chained prompt leaves: the copy counted whole stays
+  CHECK(inflight_blocks(r) == 180);
+  g.clear();
+  CHECK(inflight_blocks(r) == 0);
+  // A chain longer than the request's blocks is cut to them.
+  InflightGuard h(r, WorkerId{1}, 5, 0, 0, blocks_of(1, 0, 9));
+  CHECK(inflight_blocks(r) == 5);
+}
+
+TEST_CASE("a request whose blocks others still hold takes only the rest off a report that counted it") {
+  ManualClock clock;
+  WorkerRegistry r(clock);
+  r.on_heartbeat(ann(1, "m", 0));
+  clock.advance(10ms);
+  InflightGuard a(r, WorkerId{1}, 64, 2048, 0, blocks_of(1, 60, 64));
+  auto b = std::make_unique<InflightGuard>(r, WorkerId{1}, 64, 2048, 0, blocks_of(2, 60, 64));
+  clock.advance(10ms);
+  WorkerAnnouncement report = ann(1, "m", 2);
+  report.load.kv_total_blocks = 1000;
+  report.load.kv_active_blocks = 168;  // 60 + 4 + 4, and 100 of another client's request
+  r.on_heartbeat(report);
+  clock.advance(10ms);
+  b.reset();  // its 4 blocks leave; the 60 that `a` shares stay
+  CHECK(r.candidates("m").at(0).predicted.kv_active_blocks == 164);
+}
+
 TEST_CASE("a request that shares its prefix takes only its own blocks off a report that counted it") {
   ManualClock clock;
   WorkerRegistry r(clock);

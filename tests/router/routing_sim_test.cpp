@@ -92,7 +92,7 @@ TEST_CASE("same-prefix requests go to the worker that holds the prefix") {
   }
 }
 
-TEST_CASE("a route names each target's cached blocks; in-flight KV shares them unless inflight_prefix_once is off") {
+TEST_CASE("in-flight KV shares what scheduler.inflight_kv names: each distinct block, the cached prefix, or nothing") {
   Sim sim;
   for (uint64_t w = 1; w <= 2; ++w) sim.add_worker(w, 1000);
   const auto shared = prompt(9, 64 * kBlock);
@@ -103,19 +103,30 @@ TEST_CASE("a route names each target's cached blocks; in-flight KV shares them u
   CHECK(r.ranked[0].worker == WorkerId{1});
   CHECK(r.ranked[0].cached_blocks == 64);
   CHECK(r.ranked[1].cached_blocks == 0);
-  SchedulerConfig s;
-  CHECK(inflight_shared_blocks(s, r.ranked[0]) == 64);  // the default
-  s.inflight_prefix_once = false;  // the whole prompt is the request's own
-  CHECK(inflight_shared_blocks(s, r.ranked[0]) == 0);
-  s.inflight_prefix_once = true;
-  // Three such requests in flight on the holder: 3 x 3 own blocks + the prefix once.
-  std::vector<std::unique_ptr<InflightGuard>> g;
-  for (int i = 0; i < 3; ++i)
-    g.push_back(std::make_unique<InflightGuard>(sim.registry, r.ranked[0].worker, r.request_blocks,
-                                                r.ranked[0].prefill_tokens, inflight_shared_blocks(s, r.ranked[0])));
   CHECK(r.request_blocks == 67);
-  for (const auto& v : sim.registry.candidates("m"))
-    if (v.info->id == WorkerId{1}) CHECK(v.inflight_blocks == 3 * 3 + 64);
+  REQUIRE(r.block_hashes.size() == 66);  // complete blocks: 64 shared, 2 of the suffix
+  // Three such requests (the same prompt) in flight on the holder, as the proxy counts them.
+  auto inflight_on_holder = [&](const SchedulerConfig& s) {
+    std::vector<std::unique_ptr<InflightGuard>> g;
+    for (int i = 0; i < 3; ++i)
+      g.push_back(std::make_unique<InflightGuard>(sim.registry, r.ranked[0].worker, r.request_blocks,
+                                                  r.ranked[0].prefill_tokens, inflight_shared_blocks(s, r.ranked[0]),
+                                                  inflight_prompt(s, r.block_hashes)));
+    for (const auto& v : sim.registry.candidates("m"))
+      if (v.info->id == WorkerId{1}) return v.inflight_blocks;
+    return uint64_t{0};
+  };
+  SchedulerConfig s;
+  CHECK(s.inflight_kv == "distinct");  // the default
+  CHECK(inflight_prompt(s, r.block_hashes).size() == 66);
+  CHECK(inflight_shared_blocks(s, r.ranked[0]) == 0);
+  CHECK(inflight_on_holder(s) == 66 + 3 * 1);  // each complete block once, each partial block per request
+  s.inflight_kv = "prefix_once";
+  CHECK(inflight_prompt(s, r.block_hashes).empty());
+  CHECK(inflight_on_holder(s) == 3 * 3 + 64);  // own blocks per request, the cached prefix once
+  s.inflight_kv = "whole";
+  CHECK(inflight_shared_blocks(s, r.ranked[0]) == 0);
+  CHECK(inflight_on_holder(s) == 3 * 67);
 }
 
 TEST_CASE("an overloaded holder loses to the balance term") {

@@ -134,7 +134,7 @@ void score_all(std::vector<Trial>& trials, const std::vector<Bench>& train, cons
 }
 
 void report_line(const Bench& b, const Args& a, const Trial& t) {
-  std::printf("  %-12s %-36s", b.label.c_str(), t.name.c_str());
+  std::printf("  %-12s %-42s", b.label.c_str(), t.name.c_str());
   if (b.rates.empty()) std::printf("  (no capacity: no peer meets the criterion down to x1/%.0f)", 1 / kLowestRate);
   const auto r = ratios(b, a, t.s);
   for (size_t i = 0; i < b.rates.size(); ++i) std::printf("  %g C %.2f/%.2f", a.levels[i], r[2 * i], r[2 * i + 1]);
@@ -168,12 +168,12 @@ int tune(const Args& a) {
   std::printf(" C of each train slice, kvroute's TTFT p50 and p99 / the better of dynamo\n"
               "and llmd's (%zu ratios; parity = 1 each): fewest over 1.02x first, then the lowest sum\n",
               cells);
-  std::printf("  %-36s %6s %8s %6s\n", "setting (cost a=balanced/imbalanced)", "> 1.02", "sum", "worst");
+  std::printf("  %-42s %6s %8s %6s\n", "setting (cost a=balanced/imbalanced)", "> 1.02", "sum", "worst");
   const SchedulerConfig shipped;
   const Trial* defaults = nullptr;
   for (const auto& t : trials) {
     if (same_setting(t.s, shipped)) defaults = &t;
-    std::printf("  %-36s %6zu %8.3f %6.2f%s\n", t.name.c_str(), t.misses, t.score, t.worst,
+    std::printf("  %-42s %6zu %8.3f %6.2f%s\n", t.name.c_str(), t.misses, t.score, t.worst,
                 same_setting(t.s, shipped) ? "  (the shipped defaults)" : "");
   }
   const auto& best = trials.front();

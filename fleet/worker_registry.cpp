@@ -475,58 +475,67 @@ bool WorkerRegistry::set_draining(WorkerId id, bool draining) {
   return true;
 }
 
-std::vector<uint64_t> inflight_chain(std::span<const LocalBlockHash> prompt) {
-  std::vector<uint64_t> chain;
-  chain.reserve(prompt.size());
-  SequenceHash parent{0};
-  for (LocalBlockHash b : prompt) chain.push_back((parent = sequence_hash(parent, b)).value);
-  return chain;
-}
-
 void WorkerRegistry::total_inflight_kv(Entry& e) {
   const uint64_t prefix = e.inflight_prefixes.empty() ? 0 : e.inflight_prefixes.rbegin()->first;
-  e.inflight_blocks = e.inflight_own_blocks + prefix + e.inflight_chained.size();
+  const uint64_t chained = static_cast<uint64_t>(std::max<int64_t>(0, e.inflight_chained_blocks));
+  e.inflight_blocks = e.inflight_own_blocks + prefix + chained;
 }
 
-uint64_t WorkerRegistry::add_inflight_kv(Entry& e, InflightKv& kv) {
+uint64_t WorkerRegistry::add_inflight_kv(Entry& e, const InflightKv& kv, uint64_t chained) {
   const uint64_t before = e.inflight_blocks;
-  const uint64_t capacity = e.info ? e.info->load.kv_total_blocks : 0;
-  const uint64_t limit = capacity ? kMaxInflightChainFactor * capacity : kMaxInflightChainUnknown;
-  if (kv.chain.size() > kv.blocks || e.inflight_chained.size() + kv.chain.size() > limit) kv.chain.clear();
-  if (!kv.chain.empty()) {
-    kv.cached_blocks = 0;  // the chain names the prefix block by block
-    for (uint64_t key : kv.chain) {
-      const uint32_t* n = e.inflight_chained.find(key);
-      e.inflight_chained.put(key, n ? *n + 1 : 1);
-    }
-  }
-  kv.cached_blocks = std::min(kv.cached_blocks, kv.blocks);
-  e.inflight_own_blocks += kv.blocks - kv.chain.size() - kv.cached_blocks;
-  if (kv.cached_blocks > 0) ++e.inflight_prefixes[kv.cached_blocks];
+  const uint64_t cached = kv.chain.empty() ? std::min(kv.cached_blocks, kv.blocks) : 0;
+  e.inflight_own_blocks += kv.blocks - kv.chain.size() - cached;
+  if (cached > 0) ++e.inflight_prefixes[cached];
+  e.inflight_chained_blocks += static_cast<int64_t>(chained);
   total_inflight_kv(e);
-  return e.inflight_blocks - before;
+  return e.inflight_blocks - std::min(e.inflight_blocks, before);
 }
 
-uint64_t WorkerRegistry::remove_inflight_kv(Entry& e, const InflightKv& kv) {
+uint64_t WorkerRegistry::remove_inflight_kv(Entry& e, const InflightKv& kv, uint64_t chained) {
   const uint64_t before = e.inflight_blocks;
-  for (uint64_t key : kv.chain) {
-    uint32_t* n = e.inflight_chained.find(key);
-    if (!n) continue;
-    if (--*n == 0) e.inflight_chained.erase(key);
-  }
-  e.inflight_own_blocks -= std::min(e.inflight_own_blocks, kv.blocks - kv.chain.size() - kv.cached_blocks);
-  if (auto it = e.inflight_prefixes.find(kv.cached_blocks); kv.cached_blocks > 0 && it != e.inflight_prefixes.end())
+  const uint64_t cached = kv.chain.empty() ? std::min(kv.cached_blocks, kv.blocks) : 0;
+  e.inflight_own_blocks -= std::min(e.inflight_own_blocks, kv.blocks - kv.chain.size() - cached);
+  if (auto it = e.inflight_prefixes.find(cached); cached > 0 && it != e.inflight_prefixes.end())
     if (--it->second == 0) e.inflight_prefixes.erase(it);
+  e.inflight_chained_blocks -= static_cast<int64_t>(chained);
   total_inflight_kv(e);
   return before - std::min(before, e.inflight_blocks);
 }
 
+uint64_t WorkerRegistry::count_chain(WorkerId id, InflightKv& kv) {
+  kv.counted_in.reset();
+  if (kv.chain.empty()) return 0;
+  std::shared_ptr<InflightBlocks> table;
+  uint64_t limit = 0;
+  {
+    std::lock_guard lk(mu_);
+    if (auto it = workers_.find(id); it != workers_.end()) {
+      table = it->second.inflight_chained;
+      const uint64_t capacity = it->second.info ? it->second.info->load.kv_total_blocks : 0;
+      limit = capacity ? kMaxInflightChainFactor * capacity : kMaxInflightChainUnknown;
+    }
+  }
+  const std::optional<uint64_t> added =
+      table && kv.chain.size() <= kv.blocks ? table->add(kv.chain, limit) : std::nullopt;
+  if (!added) {
+    kv.chain.clear();  // counted whole
+    return 0;
+  }
+  kv.counted_in = std::move(table);
+  return *added;
+}
+
 TtftSample WorkerRegistry::begin_request(WorkerId id, InflightKv& kv, uint64_t prefill_tokens) {
   inflight_generation_.fetch_add(1, std::memory_order_relaxed);  // replica sync publishes on change
+  const uint64_t chained = count_chain(id, kv);
   std::lock_guard lk(mu_);
   auto it = workers_.find(id);
-  if (it == workers_.end()) {
-    kv.chain.clear();  // counted nowhere: end_request() finds no worker either
+  if (it == workers_.end() || (kv.counted_in && kv.counted_in != it->second.inflight_chained)) {
+    // Gone (or replaced) since its chain was counted: counted nowhere, as
+    // end_request() will find.
+    if (kv.counted_in) kv.counted_in->remove(kv.chain);
+    kv.counted_in.reset();
+    kv.chain.clear();
     return {};
   }
   // The TTFT model's features as the scheduler saw them (view()'s predicted load).
@@ -537,7 +546,7 @@ TtftSample WorkerRegistry::begin_request(WorkerId id, InflightKv& kv, uint64_t p
                     clock_.now()};
   it->second.pending_prefill_requests += 1;
   it->second.inflight_requests += 1;
-  add_inflight_kv(it->second, kv);
+  add_inflight_kv(it->second, kv, chained);
   it->second.pending_prefill_tokens += prefill_tokens;
   sync(id, it->second, clock_.now());
   return sample;
@@ -568,13 +577,15 @@ TtftStats WorkerRegistry::ttft_stats() const {
 void WorkerRegistry::end_request(WorkerId id, const InflightKv& kv, uint64_t prefill_tokens, bool prefilling,
                                  TimePoint started) {
   inflight_generation_.fetch_add(1, std::memory_order_relaxed);  // replica sync publishes on change
+  const uint64_t unchained = kv.counted_in ? kv.counted_in->remove(kv.chain) : 0;  // outside mu_
   std::lock_guard lk(mu_);
   auto it = workers_.find(id);
   if (it == workers_.end()) return;  // expired meanwhile: nothing to release
   it->second.inflight_requests -= std::min<uint32_t>(it->second.inflight_requests, 1);
   // The blocks that left the in-flight KV: a prefix other requests still
   // share stays (on the worker and in its next report).
-  const uint64_t freed = remove_inflight_kv(it->second, kv);
+  const bool same_table = kv.counted_in == it->second.inflight_chained;  // else counted in a replaced entry
+  const uint64_t freed = remove_inflight_kv(it->second, kv, same_table ? unchained : 0);
   it->second.pending_prefill_tokens -= std::min(it->second.pending_prefill_tokens, prefill_tokens);
   if (prefilling) it->second.pending_prefill_requests -= std::min<uint32_t>(it->second.pending_prefill_requests, 1);
   Entry& e = it->second;

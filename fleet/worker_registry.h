@@ -42,7 +42,7 @@
 
 #include "common/clock.h"
 #include "common/types.h"
-#include "indexer/flat_map.h"
+#include "fleet/inflight_blocks.h"
 #include "scheduler/ranked_candidates.h"
 #include "scheduler/scheduler.h"
 #include "scheduler/ttft_model.h"
@@ -140,12 +140,9 @@ struct InflightKv {
   uint64_t blocks = 0;          // the KV blocks the request holds
   uint64_t cached_blocks = 0;   // of `blocks`, the worker's cached prefix (without `chain`)
   std::vector<uint64_t> chain;  // of `blocks`, the prompt's complete blocks (inflight_chain())
+  // Set by begin_request(): the worker's table that counts `chain`.
+  std::shared_ptr<InflightBlocks> counted_in;
 };
-
-// The prompt's complete blocks as in-flight accounting keys them: each
-// block's hash chained with its prefix's (a block means the same KV only
-// after the same prefix), as the index does (indexer/block_hash.h).
-std::vector<uint64_t> inflight_chain(std::span<const LocalBlockHash> prompt);
 
 // What begin_request() saw, for learning the TTFT when the first byte comes.
 struct TtftSample {
@@ -281,7 +278,8 @@ class WorkerRegistry {
   // observed time; `prefilling` in end_request(): first_byte() never came.
   // `kv`: the request's KV (InflightKv). The worker's in-flight KV is the
   // sum of every request's own blocks, plus each distinct chained block
-  // once, plus the largest cached prefix among requests that name one.
+  // once (the worker's InflightBlocks, counted outside the table's lock),
+  // plus the largest cached prefix among requests that name one.
   // A chain that would take the worker's distinct blocks past
   // kMaxInflightChainFactor x its KV capacity (kMaxInflightChainUnknown
   // when it reports none) is dropped from `kv` and its blocks counted as
@@ -349,7 +347,8 @@ class WorkerRegistry {
     // chained blocks (key -> requests holding it), and the total.
     uint64_t inflight_own_blocks = 0;
     std::map<uint64_t, uint32_t> inflight_prefixes;
-    FlatMap64<uint32_t> inflight_chained;
+    std::shared_ptr<InflightBlocks> inflight_chained = std::make_shared<InflightBlocks>();
+    int64_t inflight_chained_blocks = 0;  // its size as the deltas applied so far give it
     uint64_t inflight_blocks = 0;
     uint64_t pending_prefill_tokens = 0;
     uint32_t remote_requests = 0;  // other replicas' (set_remote_inflight)
@@ -369,8 +368,14 @@ class WorkerRegistry {
   static WorkerLoad predicted(const Entry& e);
   // Adds (or removes) one request's KV to the entry's in-flight KV; returns
   // how far inflight_blocks moved.
-  static uint64_t add_inflight_kv(Entry& e, InflightKv& kv);
-  static uint64_t remove_inflight_kv(Entry& e, const InflightKv& kv);
+  // `chained`: the keys the request's chain added to (or took from) the
+  // worker's InflightBlocks.
+  static uint64_t add_inflight_kv(Entry& e, const InflightKv& kv, uint64_t chained);
+  static uint64_t remove_inflight_kv(Entry& e, const InflightKv& kv, uint64_t chained);
+  // Counts `kv`'s chain in the worker's InflightBlocks, outside mu_ (drops
+  // it from `kv` when the worker is unknown or its limit is reached);
+  // returns the keys it added.
+  uint64_t count_chain(WorkerId id, InflightKv& kv);
   static void total_inflight_kv(Entry& e);  // sets inflight_blocks from its parts
   static uint64_t pending_prefill(const Entry& e);  // this router's + other replicas' (view())
   // Puts the worker into (or takes it out of) the rankings of the names it

@@ -69,6 +69,12 @@ class FlatMap64 {
     std::swap(empty_key_value_, o.empty_key_value_);
   }
   size_t capacity() const { return cap_; }
+  // Grows once so that `n` entries fit without a rehash.
+  void reserve(size_t n) {
+    size_t c = cap_ ? cap_ : 8;
+    while (n * 4 > c * 3) c *= 2;
+    if (c != cap_) rehash(c);
+  }
   size_t bytes() const { return cap_ * (sizeof(uint64_t) + sizeof(V)); }
 
   V* find(uint64_t key) {

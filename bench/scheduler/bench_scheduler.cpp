@@ -8,11 +8,16 @@
 // fails otherwise).
 //
 // Load accumulates as in a live router: every decision begins an in-flight
-// request on the chosen worker (InflightGuard), which ends W decisions later
-// (W = workers; its first byte comes after W/4), so predicted load changes on
-// every decision and at steady state W requests are in flight. The
-// bookkeeping is part of decisions_per_s; the latency is the decision alone
-// (hash + find_matches + score; token ids are given, as with the placeholder).
+// request on the chosen worker (InflightGuard, as the proxy counts it under
+// scheduler.inflight_kv), which ends W decisions later (W = workers; its
+// first byte comes after W/4), so predicted load changes on every decision
+// and at steady state W requests are in flight. The bookkeeping is part of
+// decisions_per_s; the latency is the decision alone (hash + find_matches +
+// score; token ids are given, as with the placeholder).
+//
+// Then the in-flight accounting alone (accounting_us()) per
+// scheduler.inflight_kv against `whole`, and routing beside a thread that
+// accounts long prompts (decisions_beside_accounting()).
 //
 // Scenarios (block size 16, requests of 128 blocks = 2,048 tokens: a cached
 // prefix of 124 blocks + 64 random tokens):
@@ -41,6 +46,8 @@
 #include <random>
 #include <ctime>
 #include <string>
+#include <thread>
+#include <atomic>
 
 #include "indexer/block_hash.h"
 #include "indexer/radix_indexer.h"
@@ -97,7 +104,9 @@ Run run(Testbed& f, bool fast, size_t decisions, bool timed) {
     out.choices = (out.choices ^ t.worker.value) * 0x100000001B3ull;
     auto& slot = inflight[i % end_after];
     slot.reset();  // the request dispatched end_after decisions ago ends
-    slot.emplace(f.registry, t.worker, r.request_blocks, t.prefill_tokens);
+    const SchedulerConfig& sc = f.config->get()->scheduler;  // as the proxy counts it (scheduler.inflight_kv)
+    slot.emplace(f.registry, t.worker, r.request_blocks, t.prefill_tokens, inflight_shared_blocks(sc, t),
+                 inflight_prompt(sc, r.block_hashes));
     if (i >= first_byte_after)
       if (auto& old = inflight[(i - first_byte_after) % end_after]) old->first_byte();
   }
@@ -172,6 +181,52 @@ Row measure(Testbed& f, size_t decisions, int rounds) {
   return Row{med(fast), med(ref)};
 }
 
+// In-flight accounting alone: thread CPU time (us) per request to begin and
+// end it on its worker (InflightGuard; the chain hashed, the worker's
+// reference counts updated) under scheduler.inflight_kv `mode`, for prompts
+// of `blocks` complete blocks, `per_worker` requests in flight on each
+// worker. Prompts share their first half (a system prompt); their worker
+// is given.
+double accounting_us(Testbed& f, const char* mode, uint32_t blocks, uint32_t per_worker, size_t requests) {
+  SchedulerConfig sc;
+  sc.inflight_kv = mode;
+  std::vector<std::vector<LocalBlockHash>> prompts(64);
+  for (size_t p = 0; p < prompts.size(); ++p)
+    for (uint32_t b = 0; b < blocks; ++b) prompts[p].push_back(LocalBlockHash{b < blocks / 2 ? b + 1 : p << 32 | b});
+  std::vector<std::optional<InflightGuard>> inflight(size_t{f.workers} * per_worker);
+  const double c0 = cpu_us();
+  for (size_t i = 0; i < requests; ++i) {
+    const auto& prompt = prompts[i % prompts.size()];
+    const WorkerId w{static_cast<uint64_t>(i % f.workers)};  // the slot's request ended on the same worker
+    auto& slot = inflight[i % inflight.size()];
+    slot.reset();
+    slot.emplace(f.registry, w, blocks + 1, 0, inflight_shared_blocks(sc, blocks / 2), inflight_prompt(sc, prompt));
+  }
+  for (auto& g : inflight) g.reset();
+  return (cpu_us() - c0) / static_cast<double>(requests);
+}
+
+// Decisions per wall second on this thread while another thread begins and
+// ends requests of `blocks`-block prompts (16 in flight per worker) under
+// scheduler.inflight_kv `mode`: what the accounting takes from routing
+// (both need the worker table's lock; InflightBlocks counts a chain
+// without it).
+double decisions_beside_accounting(Testbed& f, const char* mode, uint32_t blocks, size_t decisions) {
+  std::atomic<bool> stop{false};
+  std::thread other([&] {
+    while (!stop.load(std::memory_order_relaxed)) accounting_us(f, mode, blocks, 16, 64);
+  });
+  SeededRandom random(7);
+  RoutingService routing(f.index, f.registry, *f.config, random);
+  RouteResult r;
+  const auto t0 = Steady::now();
+  for (size_t i = 0; i < decisions; ++i) routing.route(f.reqs[i % f.reqs.size()], r);
+  const double s = std::chrono::duration<double>(Steady::now() - t0).count();
+  stop = true;
+  other.join();
+  return static_cast<double>(decisions) / s;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -212,6 +267,27 @@ int main(int argc, char** argv) {
       if (head) headline = row;
       if (!std::strcmp(sc.name, "default") && w == 8192) at8192 = row;
     }
+  }
+  // The in-flight accounting's cost per request by scheduler.inflight_kv (the decisions above count
+  // the default, distinct), against `whole` (no chain) in the same process.
+  {
+    auto f = build(128, scenarios[0]);
+    const size_t n = quick ? 20000 : 100000;
+    std::printf("\nin-flight accounting, thread CPU us per request (begin + end), 128 workers:\n");
+    for (uint32_t per_worker : {1u, 16u})
+      for (uint32_t blocks : {128u, 2048u}) {
+        const size_t k = blocks > 128 ? n / 16 : n;
+        const double whole = accounting_us(*f, "whole", blocks, per_worker, k);
+        const double once = accounting_us(*f, "prefix_once", blocks, per_worker, k);
+        const double distinct = accounting_us(*f, "distinct", blocks, per_worker, k);
+        std::printf("  %2u in flight per worker, %4u-block prompts: whole %.2f, prefix_once %.2f, distinct %.2f"
+                    " (%.0fx whole)\n", per_worker, blocks, whole, once, distinct, distinct / whole);
+      }
+    const size_t d = quick ? 20000 : 100000;
+    const double whole = decisions_beside_accounting(*f, "whole", 2048, d);
+    const double distinct = decisions_beside_accounting(*f, "distinct", 2048, d);
+    std::printf("  decisions per wall second beside a thread accounting 2048-block requests: whole %.0f, distinct %.0f"
+                " (%.2fx)\n", whole, distinct, distinct / whole);
   }
   std::printf("{\"workers\":1024,\"scenario\":\"default\",\"decisions_per_s\":%.0f,\"decision_p50_us\":%.3f,"
               "\"decision_p99_us\":%.3f,\"decision_wall_p99_us\":%.3f,\"baseline\":\"O(workers) schedule()\",\"baseline_decisions_per_s\":%.0f,"

@@ -288,7 +288,7 @@ class WorkerRegistry {
   TtftSample begin_request(WorkerId id, InflightKv& kv, uint64_t prefill_tokens);
   // Every block the request's own, or a cached prefix of `cached_blocks`.
   TtftSample begin_request(WorkerId id, uint64_t blocks, uint64_t prefill_tokens, uint64_t cached_blocks = 0) {
-    InflightKv kv{blocks, cached_blocks, {}};
+    InflightKv kv{blocks, cached_blocks, {}, {}};
     return begin_request(id, kv, prefill_tokens);
   }
   void first_byte(WorkerId id, uint64_t prefill_tokens, const TtftSample* sample = nullptr);
@@ -300,7 +300,7 @@ class WorkerRegistry {
                    TimePoint started = {});
   void end_request(WorkerId id, uint64_t blocks, uint64_t prefill_tokens = 0, bool prefilling = false,
                    TimePoint started = {}, uint64_t cached_blocks = 0) {
-    end_request(id, InflightKv{blocks, cached_blocks, {}}, prefill_tokens, prefilling, started);
+    end_request(id, InflightKv{blocks, cached_blocks, {}, {}}, prefill_tokens, prefilling, started);
   }
   // Bounds of a worker's distinct in-flight blocks (begin_request()).
   static constexpr uint64_t kMaxInflightChainFactor = 2;
@@ -459,8 +459,10 @@ class InflightGuard {
   // complete blocks, counted once per worker (InflightKv::chain).
   InflightGuard(WorkerRegistry& r, WorkerId id, uint64_t blocks, uint64_t prefill_tokens, uint64_t cached_blocks = 0,
                 std::span<const LocalBlockHash> prompt = {})
-      : r_(&r), id_(id), kv_{blocks, std::min(cached_blocks, blocks), inflight_chain(prompt.first(
-                                                                          std::min<size_t>(prompt.size(), blocks)))},
+      : r_(&r),
+        id_(id),
+        kv_{blocks, std::min(cached_blocks, blocks), inflight_chain(prompt.first(std::min<size_t>(prompt.size(), blocks))),
+            {}},
         prefill_(prefill_tokens) {
     sample_ = r.begin_request(id, kv_, prefill_tokens);
   }

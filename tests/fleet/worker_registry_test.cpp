@@ -2,6 +2,10 @@
 
 #include <doctest/doctest.h>
 
+#include <memory>
+#include <thread>
+#include <vector>
+
 using namespace kvroute;
 using namespace std::chrono_literals;
 
@@ -295,6 +299,47 @@ TEST_CASE("one worker's distinct in-flight blocks are bounded by its KV capacity
   // A chain longer than the request's blocks is cut to them.
   InflightGuard h(r, WorkerId{1}, 5, 0, 0, blocks_of(1, 0, 9));
   CHECK(inflight_blocks(r) == 5);
+}
+
+TEST_CASE("concurrent requests count their chains outside the table's lock and leave nothing behind") {
+  ManualClock clock;
+  WorkerRegistry r(clock);
+  r.on_heartbeat(ann(1, "m", 0));  // 100 blocks of KV: up to 200 chained keys
+  // Four threads, each holding up to 3 requests at once on one worker: 4
+  // prompts that share their first 10 blocks, 30 blocks each.
+  std::vector<std::vector<LocalBlockHash>> prompts;
+  for (uint64_t p = 0; p < 4; ++p) prompts.push_back(blocks_of(p + 1, 10, 30));
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      std::vector<std::unique_ptr<InflightGuard>> held;
+      for (int i = 0; i < 2000; ++i) {
+        if (held.size() == 3) held.erase(held.begin() + i % 3);
+        held.push_back(std::make_unique<InflightGuard>(r, WorkerId{1}, 31, 0, 0, prompts[(t + i) % 4]));
+      }
+    });
+  for (auto& t : threads) t.join();
+  CHECK(inflight_blocks(r) == 0);
+  // Then a known set: all four prompts in flight twice.
+  std::vector<std::unique_ptr<InflightGuard>> g;
+  for (int k = 0; k < 8; ++k) g.push_back(std::make_unique<InflightGuard>(r, WorkerId{1}, 31, 0, 0, prompts[k % 4]));
+  CHECK(inflight_blocks(r) == 10 + 4 * 20 + 8);
+}
+
+TEST_CASE("a chain counted for a worker that left is taken back; its successor starts from nothing") {
+  ManualClock clock;
+  WorkerRegistry r(clock);
+  r.on_heartbeat(ann(1, "m", 0));
+  auto a = std::make_unique<InflightGuard>(r, WorkerId{1}, 40, 0, 0, blocks_of(1, 0, 40));
+  CHECK(inflight_blocks(r) == 40);
+  clock.advance(10s);
+  r.expire(1s);  // the worker's entry goes, `a` still in flight
+  REQUIRE(r.size() == 0);
+  r.on_heartbeat(ann(1, "m", 0));  // back, as a new entry
+  InflightGuard b(r, WorkerId{1}, 40, 0, 0, blocks_of(1, 0, 40));
+  CHECK(inflight_blocks(r) == 40);  // `a` was counted in the old entry only
+  a.reset();
+  CHECK(inflight_blocks(r) == 40);
 }
 
 TEST_CASE("a request whose blocks others still hold takes only the rest off a report that counted it") {

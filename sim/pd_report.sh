@@ -5,7 +5,7 @@
 #   pd_tune.txt      `kvroute-sim pd-tune`: kvroute_pd's keys on the train slices, shown on test
 #   pd_small.jsonl   the reduced table the sim_pd_table test pins (keep its arguments in sync with
 #                    sim/CMakeLists.txt)
-#   bash sim/pd_report.sh     (after building kvroute-sim; about 15 minutes on 2 cores)
+#   bash sim/pd_report.sh     (after building kvroute-sim; about 2 minutes on 2 cores, pd-tune 1 of them)
 #   PD_TUNE_FROM=FILE bash sim/pd_report.sh   takes pd_tune.txt from FILE, the output of the pd-tune
 #                             command below run apart on the same code, instead of running it again
 set -euo pipefail

@@ -40,9 +40,4 @@ uint64_t InflightBlocks::remove(std::span<const uint64_t> chain) {
   return before - refs_.size();
 }
 
-size_t InflightBlocks::size() const {
-  std::lock_guard lk(mu_);
-  return refs_.size();
-}
-
 }  // namespace kvroute

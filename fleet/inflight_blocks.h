@@ -34,10 +34,9 @@ class InflightBlocks {
   // Removes a chain add() took: returns how many keys no request holds any
   // more.
   uint64_t remove(std::span<const uint64_t> chain);
-  size_t size() const;
 
  private:
-  mutable std::mutex mu_;
+  std::mutex mu_;
   // Keyed with a per-process secret (flat_map.h): prompts crafted to share
   // slots cannot be found. Never shrunk while requests come and go (a
   // worker with one request at a time would rehash on every one): the last

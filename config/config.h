@@ -161,6 +161,12 @@ struct SchedulerConfig {
   // "prefix_once" each request's uncached blocks and the largest cached
   // prefix once, "whole" every prompt whole.
   std::string inflight_kv = "distinct";
+  // KV the router expects back on a worker (WorkerRegistry: parked KV): the
+  // prompt blocks of the requests it answered there, fading with this time
+  // constant in seconds, less the cached prefix each new request there takes
+  // up again. It counts with the worker's active KV in the cost's KV-load
+  // term only (not in busy_kv_usage). 0 = off.
+  double parked_kv_seconds = 10;
   // Busy thresholds: a worker at or over any of them is skipped.
   double busy_kv_usage = 1.0;           // kv_active / kv_total
   double busy_slot_usage = 1.0;         // active / total request slots

@@ -221,6 +221,11 @@ void for_each_key(C& c, F&& f) {
             "What in-flight KV counts: distinct (each block of the in-flight prompts once), prefix_once or whole.", 0,
             0, S, R},
     c.scheduler.inflight_kv);
+  f(KeyInfo{"scheduler.parked_kv_seconds",
+            "Time constant (s) of the parked KV: the prompts the router answered on a worker, counted in its KV load "
+            "until they fade or a request takes them up again (0 = off).",
+            0, 3600, !S, R},
+    c.scheduler.parked_kv_seconds);
   f(KeyInfo{"scheduler.busy_kv_usage", "Skip workers whose KV usage is at or above this (0 would skip every worker).", 0.01, 1, !S, R},
     c.scheduler.busy_kv_usage);
   f(KeyInfo{"scheduler.busy_slot_usage", "Skip workers whose request-slot usage is at or above this (0 would skip every worker).", 0.01, 1, !S, R},

@@ -1,14 +1,15 @@
 #include "fleet/inflight_blocks.h"
 
+#include <algorithm>
+
 #include "indexer/block_hash.h"
 
 namespace kvroute {
 
 std::vector<uint64_t> inflight_chain(std::span<const LocalBlockHash> prompt) {
-  std::vector<uint64_t> chain;
-  chain.reserve(prompt.size());
-  SequenceHash parent{0};
-  for (LocalBlockHash b : prompt) chain.push_back((parent = sequence_hash(parent, b)).value);
+  const std::vector<SequenceHash> seq = sequence_hashes(prompt);
+  std::vector<uint64_t> chain(seq.size());
+  std::transform(seq.begin(), seq.end(), chain.begin(), [](SequenceHash h) { return h.value; });
   return chain;
 }
 

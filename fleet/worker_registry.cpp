@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <limits>
 #include <map>
 #include <set>
@@ -224,6 +225,15 @@ void WorkerRegistry::report_success(WorkerId id) {
   capacity_may_be_free(e);
 }
 
+void WorkerRegistry::set_parked_kv_seconds(double seconds) {
+  std::lock_guard lk(mu_);
+  if (seconds == parked_kv_seconds_) return;
+  const TimePoint now = clock_.now();
+  for (auto& [id, e] : workers_) fade_parked(e, now);  // the old constant up to now
+  parked_kv_seconds_ = seconds;
+  for (auto& [id, e] : workers_) sync(id, e, now);
+}
+
 void WorkerRegistry::set_health_policy(const HealthPolicy& p) {
   std::lock_guard lk(mu_);
   policy_ = p;
@@ -254,6 +264,7 @@ void WorkerRegistry::view(const Entry& e, WorkerView& v, TimePoint now) const {
   v.load_age = e.has_load ? Nanos(now - e.last_load) : Nanos(-1);
   v.pending_prefill_requests = e.pending_prefill_requests;  // TTFT model (ttft_model.h)
   v.ttft = e.ttft.coefficients();
+  v.parked_blocks = parked_now(e, now);
   v.predicted = predicted(e);
 }
 
@@ -275,7 +286,21 @@ uint64_t WorkerRegistry::pending_prefill(const Entry& e) {
   return e.pending_prefill_tokens + e.remote_prefill_tokens;  // as view() reports it
 }
 
+double WorkerRegistry::parked_now(const Entry& e, TimePoint now) const {
+  if (parked_kv_seconds_ <= 0) return 0;
+  if (now <= e.parked_at || e.parked_blocks <= 0) return e.parked_blocks;
+  const double left =
+      e.parked_blocks * std::exp(-std::chrono::duration<double>(now - e.parked_at).count() / parked_kv_seconds_);
+  return left < 0.5 ? 0 : left;  // faded: an exact 0, no denormals
+}
+
+void WorkerRegistry::fade_parked(Entry& e, TimePoint now) const {
+  e.parked_blocks = parked_now(e, now);
+  e.parked_at = std::max(e.parked_at, now);
+}
+
 void WorkerRegistry::sync(WorkerId id, Entry& e, TimePoint now) {
+  fade_parked(e, now);
   const WorkerAnnouncement& a = *e.info;
   const HealthState h = state(e, now);
   const bool in = !a.url.empty() && h == HealthState::Ok;
@@ -291,7 +316,7 @@ void WorkerRegistry::sync(WorkerId id, Entry& e, TimePoint now) {
   }
   if (h == HealthState::Ejected) ejections_.emplace(e.ejected_until, id);
   if (!in) return;
-  const CandidateState st{predicted(e), pending_prefill(e), e.draining};
+  const CandidateState st{predicted(e), pending_prefill(e), e.draining, e.parked_blocks};
   auto put = [&](const std::string& name) {
     if (name.empty()) return;
     auto f = rankings_.find(name);
@@ -546,6 +571,8 @@ TtftSample WorkerRegistry::begin_request(WorkerId id, InflightKv& kv, uint64_t p
                     clock_.now()};
   it->second.pending_prefill_requests += 1;
   it->second.inflight_requests += 1;
+  fade_parked(it->second, clock_.now());
+  it->second.parked_blocks -= std::min(it->second.parked_blocks, static_cast<double>(kv.resumed_blocks));
   add_inflight_kv(it->second, kv, chained);
   it->second.pending_prefill_tokens += prefill_tokens;
   sync(id, it->second, clock_.now());
@@ -586,6 +613,10 @@ void WorkerRegistry::end_request(WorkerId id, const InflightKv& kv, uint64_t pre
   // share stays (on the worker and in its next report).
   const bool same_table = kv.counted_in == it->second.inflight_chained;  // else counted in a replaced entry
   const uint64_t freed = remove_inflight_kv(it->second, kv, same_table ? unchained : 0);
+  if (!prefilling && parked_kv_seconds_ > 0) {  // answered: its prompt is in the engine's cache
+    fade_parked(it->second, clock_.now());
+    it->second.parked_blocks += static_cast<double>(kv.blocks);
+  }
   it->second.pending_prefill_tokens -= std::min(it->second.pending_prefill_tokens, prefill_tokens);
   if (prefilling) it->second.pending_prefill_requests -= std::min<uint32_t>(it->second.pending_prefill_requests, 1);
   Entry& e = it->second;

@@ -127,6 +127,8 @@ struct WorkerView {
   // worker's fitted coefficients.
   uint32_t pending_prefill_requests = 0;
   TtftCoefficients ttft;
+  // KV this router expects back on the worker (set_parked_kv_seconds()).
+  double parked_blocks = 0;
 };
 
 // One request's KV as the registry counts it in flight on a worker
@@ -140,6 +142,9 @@ struct InflightKv {
   uint64_t blocks = 0;          // the KV blocks the request holds
   uint64_t cached_blocks = 0;   // of `blocks`, the worker's cached prefix (without `chain`)
   std::vector<uint64_t> chain;  // of `blocks`, the prompt's complete blocks (inflight_chain())
+  // The worker's cached prefix of the prompt as routing saw it, whatever
+  // `cached_blocks` counts: the parked KV this request takes up again.
+  uint64_t resumed_blocks = 0;
   // Set by begin_request(): the worker's table that counts `chain`.
   std::shared_ptr<InflightBlocks> counted_in;
 };
@@ -186,6 +191,16 @@ class WorkerRegistry {
   void report_failure(WorkerId id, HealthSignal signal);
   void report_success(WorkerId id);
   void set_health_policy(const HealthPolicy& p);
+  // Parked KV (config scheduler.parked_kv_seconds): the prompt blocks of
+  // the requests this router saw answered on a worker (their first byte
+  // came), kept in the cache by the engine and likely asked for again (a
+  // conversation's next turn, an agent back from a tool). Each worker's
+  // figure fades by exp(-elapsed / seconds) and loses a new request's
+  // cached prefix there (InflightKv::resumed_blocks), which is in flight
+  // again. The scheduler counts it with the worker's active KV, so a new
+  // context goes where it displaces the least of what is expected back.
+  // 0 turns it off and clears it.
+  void set_parked_kv_seconds(double seconds);
   // Failures observed by signal, since start (for metrics).
   std::array<uint64_t, kNumHealthSignals> failure_counts() const;
   // Marks a worker as draining: it gets no new requests, in-flight ones finish.
@@ -288,7 +303,7 @@ class WorkerRegistry {
   TtftSample begin_request(WorkerId id, InflightKv& kv, uint64_t prefill_tokens);
   // Every block the request's own, or a cached prefix of `cached_blocks`.
   TtftSample begin_request(WorkerId id, uint64_t blocks, uint64_t prefill_tokens, uint64_t cached_blocks = 0) {
-    InflightKv kv{blocks, cached_blocks, {}, {}};
+    InflightKv kv{blocks, cached_blocks, {}, 0, {}};
     return begin_request(id, kv, prefill_tokens);
   }
   void first_byte(WorkerId id, uint64_t prefill_tokens, const TtftSample* sample = nullptr);
@@ -300,7 +315,7 @@ class WorkerRegistry {
                    TimePoint started = {});
   void end_request(WorkerId id, uint64_t blocks, uint64_t prefill_tokens = 0, bool prefilling = false,
                    TimePoint started = {}, uint64_t cached_blocks = 0) {
-    end_request(id, InflightKv{blocks, cached_blocks, {}, {}}, prefill_tokens, prefilling, started);
+    end_request(id, InflightKv{blocks, cached_blocks, {}, 0, {}}, prefill_tokens, prefilling, started);
   }
   // Bounds of a worker's distinct in-flight blocks (begin_request()).
   static constexpr uint64_t kMaxInflightChainFactor = 2;
@@ -360,6 +375,8 @@ class WorkerRegistry {
     // predicted load leaves them out (reset by the next report).
     uint32_t ended_requests = 0;
     uint64_t ended_blocks = 0;
+    double parked_blocks = 0;  // as of parked_at (set_parked_kv_seconds())
+    TimePoint parked_at{};
     TtftModel ttft;
     std::vector<std::string> rankings;  // the rankings_ this worker is in (its model, its LoRA names)
   };
@@ -378,6 +395,9 @@ class WorkerRegistry {
   uint64_t count_chain(WorkerId id, InflightKv& kv);
   static void total_inflight_kv(Entry& e);  // sets inflight_blocks from its parts
   static uint64_t pending_prefill(const Entry& e);  // this router's + other replicas' (view())
+  // The entry's parked KV faded to `now`; fade_parked() stores it.
+  double parked_now(const Entry& e, TimePoint now) const;
+  void fade_parked(Entry& e, TimePoint now) const;
   // Puts the worker into (or takes it out of) the rankings of the names it
   // serves, with its current state; call after every change of `e`.
   void sync(WorkerId id, Entry& e, TimePoint now);
@@ -432,6 +452,7 @@ class WorkerRegistry {
   std::map<std::string, RankedCandidates, std::less<>> rankings_;  // by served model / LoRA name
   std::set<std::pair<TimePoint, WorkerId>> ejections_;     // ejected workers by end of ejection
   HealthPolicy policy_;
+  double parked_kv_seconds_ = 0;  // set_parked_kv_seconds(); 0 = no parked KV
   std::array<uint64_t, kNumHealthSignals> failures_by_signal_{};
   // LoRA adapter names of every worker with the base model of the first
   // worker serving each (by id), sorted by name; rebuilt on membership changes.
@@ -455,14 +476,14 @@ class WorkerRegistry {
 class InflightGuard {
  public:
   InflightGuard() = default;
-  // `cached_blocks`: as InflightKv; `prompt` (optional): the prompt's
-  // complete blocks, counted once per worker (InflightKv::chain).
+  // `cached_blocks`, `resumed_blocks`: as InflightKv; `prompt` (optional):
+  // the prompt's complete blocks, counted once per worker (InflightKv::chain).
   InflightGuard(WorkerRegistry& r, WorkerId id, uint64_t blocks, uint64_t prefill_tokens, uint64_t cached_blocks = 0,
-                std::span<const LocalBlockHash> prompt = {})
+                std::span<const LocalBlockHash> prompt = {}, uint64_t resumed_blocks = 0)
       : r_(&r),
         id_(id),
         kv_{blocks, std::min(cached_blocks, blocks), inflight_chain(prompt.first(std::min<size_t>(prompt.size(), blocks))),
-            {}},
+            std::min(resumed_blocks, blocks), {}},
         prefill_(prefill_tokens) {
     sample_ = r.begin_request(id, kv_, prefill_tokens);
   }

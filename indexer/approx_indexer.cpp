@@ -9,12 +9,10 @@ void ApproxIndexer::record(CacheOwner owner, std::span<const LocalBlockHash> blo
   KvEvent ev;
   ev.owner = owner;
   KvStored st;
-  SequenceHash parent{0};
-  for (LocalBlockHash h : blocks) {
-    const SequenceHash id = sequence_hash(parent, h);
-    st.blocks.push_back({id, h});
-    touched_[Key{owner, id.value}] = now;
-    parent = id;
+  const std::vector<SequenceHash> ids = sequence_hashes(blocks);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    st.blocks.push_back({ids[i], blocks[i]});
+    touched_[Key{owner, ids[i].value}] = now;
   }
   // Deepest block first: among records of the same age the tail of a prefix
   // is evicted before its head (evicting block 0 would void the whole prefix).

@@ -78,4 +78,12 @@ SequenceHash sequence_hash(SequenceHash parent, LocalBlockHash local) {
   return SequenceHash{XXH3_64bits_withSeed(buf, sizeof buf, kDefaultBlockHashSeed)};
 }
 
+std::vector<SequenceHash> sequence_hashes(std::span<const LocalBlockHash> blocks) {
+  std::vector<SequenceHash> out;
+  out.reserve(blocks.size());
+  SequenceHash parent{0};
+  for (LocalBlockHash b : blocks) out.push_back(parent = sequence_hash(parent, b));
+  return out;
+}
+
 }  // namespace kvroute

@@ -56,5 +56,8 @@ void hash_blocks(std::span<const TokenId> tokens, uint32_t block_size, const Has
 // (parent, local) as two little-endian uint64. Used by kvroute-mocker and the
 // simulator as their `block_hash`; the router never derives meaning from it.
 SequenceHash sequence_hash(SequenceHash parent, LocalBlockHash local);
+// A prompt's blocks chained from the root: element i is
+// sequence_hash(element i - 1, blocks[i]), the first one's parent 0.
+std::vector<SequenceHash> sequence_hashes(std::span<const LocalBlockHash> blocks);
 
 }  // namespace kvroute

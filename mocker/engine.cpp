@@ -58,11 +58,7 @@ bool Engine::add_request(uint64_t id, std::span<const TokenId> prompt, uint32_t 
 std::vector<SequenceHash> Engine::prompt_blocks(std::span<const TokenId> prompt, const HashNamespace& ns) const {
   std::vector<LocalBlockHash> locals;
   hash_blocks(prompt, cfg_.block_size, ns, locals);
-  std::vector<SequenceHash> out;
-  out.reserve(locals.size());
-  SequenceHash parent{0};
-  for (LocalBlockHash h : locals) out.push_back(parent = sequence_hash(parent, h));
-  return out;
+  return sequence_hashes(locals);
 }
 
 uint32_t Engine::cached_prefix(std::span<const SequenceHash> blocks) const {
@@ -116,9 +112,7 @@ bool Engine::add_request_impl(uint64_t id, uint32_t prompt_tokens, std::span<con
   r.pd = pd;
   r.priority = priority;
   r.pd.imported_blocks = std::min<uint32_t>(pd.imported_blocks, static_cast<uint32_t>(blocks.size()));
-  r.blocks.reserve(blocks.size());
-  SequenceHash parent{0};
-  for (LocalBlockHash h : blocks) r.blocks.push_back(parent = sequence_hash(parent, h));
+  r.blocks = sequence_hashes(blocks);
   return enqueue(std::move(r), now_ms);
 }
 

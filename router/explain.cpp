@@ -225,13 +225,13 @@ std::string candidate_json(const RouteResult& r, size_t i, int rank, const std::
     dp_rank = "null";
   return fmt::format(
       R"({{"worker_id":{},"url":"{}","role":"{}","dp_rank":{},"overlap_blocks":{},"overlap_by_tier":{{"device":{},"host_pinned":{},"disk":{},"external":{},"pool":{}}},)"
-      R"("cached_tokens":{},"reported_load":{},"predicted_load":{},"pending_prefill_tokens":{},"excluded":{},"rank":{},)"
+      R"("cached_tokens":{},"reported_load":{},"predicted_load":{},"pending_prefill_tokens":{},"parked_blocks":{},"excluded":{},"rank":{},)"
       R"("terms":{{"load_ratio":{},"load_deviation":{},"prefill_ratio":{},"slot_ratio":{},"queue_ratio":{}}},"cost":{},"reason":"{}",)"
       R"("predicted_ttft_ms":{}}})",
       c.owner.worker.value, i < r.workers.size() ? json_escape(r.workers[i].info->url) : "",
       to_string(i < r.workers.size() ? r.workers[i].info->role : c.role), dp_rank, c.overlap_blocks, t[0], t[1], t[2], t[3], pool_blocks(t), num(s.cached_tokens),
       i < r.workers.size() ? load_json(r.workers[i].info->load) : "null", load_json(c.load),
-      c.pending_prefill_tokens,
+      c.pending_prefill_tokens, std::llround(c.parked_blocks),
       s.excluded == Exclusion::None ? std::string("null") : fmt::format("\"{}\"", to_string(s.excluded)),
       rank < 0 ? std::string("null") : std::to_string(rank + 1), num(s.load_ratio), num(s.load_deviation),
       num(s.prefill_ratio), num(s.slot_ratio), num(s.queue_ratio),

@@ -36,6 +36,14 @@ RouteTarget route_target(WorkerId worker, const WorkerAnnouncement& info, uint32
   return t;
 }
 
+const std::vector<uint64_t>& inflight_chain(const SchedulerConfig& s, const RouteResult& r) {
+  if (!r.chain_set) {
+    r.chain = inflight_chain(inflight_prompt(s, r.block_hashes));
+    r.chain_set = true;
+  }
+  return r.chain;
+}
+
 void set_pool_share(RouteTarget& t, uint32_t overlap_blocks, const std::array<uint32_t, kNumStorageTiers>& by_tier,
                     uint32_t block_size) {
   for (int p = 0; p < kMaxPools; ++p) {
@@ -96,6 +104,8 @@ void RouteResult::reset() {
   token_source = TokenSource::Client;
   request_blocks = 0;
   block_hashes.clear();
+  chain.clear();
+  chain_set = false;
   first_block.reset();
   salt_hash = 0;
   skips_prefix_cache = false;
@@ -337,6 +347,7 @@ bool RoutingService::decide_ranked(const Config& cfg, const SchedulerConfig& sch
     c.overlap_by_tier = p.overlap_by_tier;
     c.pending_prefill_tokens = p.state.pending_prefill_tokens;
     c.draining = p.state.draining;
+    c.parked_blocks = p.state.parked_blocks;
     c.pending_prefill_requests = out.workers[i].pending_prefill_requests;  // as decide_all()
     c.ttft = out.workers[i].ttft;
     c.role = out.workers[i].info->role;
@@ -399,6 +410,7 @@ void RoutingService::decide_all(const Config& cfg, const SchedulerConfig& sched,
     c.load = w.predicted;
     c.pending_prefill_tokens = w.pending_prefill_tokens;
     c.draining = w.draining;
+    c.parked_blocks = w.parked_blocks;
     c.pending_prefill_requests = w.pending_prefill_requests;  // scheduler.cost = predicted_ttft
     c.ttft = w.ttft;
     c.role = w.info->role;

@@ -172,6 +172,10 @@ struct RouteResult {
   std::vector<Candidate> candidates;
   Decision decision;
   PdRoute pd;  // set by RoutingService::decide_pd()
+  // inflight_chain(s, route)'s chain, hashed on its first use; a route is
+  // read by its request's thread only.
+  mutable std::vector<uint64_t> chain;
+  mutable bool chain_set = false;
 
   // Back to a default-constructed RouteResult, keeping the vectors' capacity.
   void reset();
@@ -179,6 +183,12 @@ struct RouteResult {
   // (route_error()).
   void fail(RouteError e, const RouteErrorDetail& detail);
 };
+
+// The chain in-flight accounting counts for a routed request (InflightKv::
+// chain: inflight_chain() of inflight_prompt()), hashed once per route: a
+// request's failover attempts, its queue slot and both legs of a split
+// request copy it.
+const std::vector<uint64_t>& inflight_chain(const SchedulerConfig& s, const RouteResult& r);
 
 // The error the client gets for `e` (status, OpenAI type and code, message):
 // the one place these are written.

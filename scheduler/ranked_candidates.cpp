@@ -230,7 +230,7 @@ void RankedCandidates::upsert(WorkerId id, const CandidateState& st) {
   s.id = id;
   s.live = true;
   s.st = st;
-  s.load_ratio = ratio(static_cast<double>(st.load.kv_active_blocks), static_cast<double>(st.load.kv_total_blocks));
+  s.load_ratio = kv_load_ratio(st.load, st.parked_blocks);
   s.slot_ratio = ratio(st.load.request_active_slots, st.load.request_total_slots);
   if (exclusion_of(st.load, st.draining, cfg_) == Exclusion::None) add_eligible(slot);
   if (keys_stale_) rebuild();

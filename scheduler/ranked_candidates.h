@@ -63,6 +63,7 @@ struct CandidateState {
   WorkerLoad load;  // predicted: reported, raised by the router's own in-flight work
   uint64_t pending_prefill_tokens = 0;
   bool draining = false;
+  double parked_blocks = 0;  // KV the router expects back (Candidate::parked_blocks)
 };
 
 // One ranked worker of a fast decision, with every term (as WorkerScore).

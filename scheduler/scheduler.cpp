@@ -113,7 +113,7 @@ void schedule(const std::vector<Candidate>& candidates, uint32_t isl_tokens, uin
     s.excluded = exclusion_of(l, candidates[i].draining, cfg);
     if (s.excluded != Exclusion::None) continue;
     order.push_back({0, 0, i});
-    s.load_ratio = ratio(static_cast<double>(l.kv_active_blocks), static_cast<double>(l.kv_total_blocks));
+    s.load_ratio = kv_load_ratio(l, candidates[i].parked_blocks);
     max_waiting = std::max(max_waiting, l.num_requests_waiting);
   }
   if (order.empty()) return;

@@ -26,6 +26,10 @@ struct Candidate {
   std::array<uint32_t, kNumStorageTiers> overlap_by_tier{};
   uint64_t pending_prefill_tokens = 0;  // router's in-flight prefill on this worker
   bool draining = false;                // an operator asked for no new requests
+  // KV blocks the router expects back on this worker: prompts it answered
+  // there, fading (scheduler.parked_kv_seconds; WorkerRegistry). Priced
+  // with the active KV in load_ratio, never in the busy_kv_usage test.
+  double parked_blocks = 0;
   // For scheduler.cost = predicted_ttft (scheduler/ttft_model.h):
   uint32_t pending_prefill_requests = 0;  // router's in-flight requests not yet answered
   TtftCoefficients ttft;                  // the worker's fitted TTFT model
@@ -48,7 +52,7 @@ std::string_view to_string(Exclusion e);
 struct WorkerScore {
   Exclusion excluded = Exclusion::None;
   double cached_tokens = 0;   // tier-weighted tokens this worker saves
-  double load_ratio = 0;      // kv_active / kv_total
+  double load_ratio = 0;      // (kv_active + parked) / kv_total
   double load_deviation = 0;  // load_ratio - mean
   double prefill_ratio = 0;   // (new_tokens + pending_prefill_weight * pending) / isl_tokens
   double slot_ratio = 0;      // active / total slots
@@ -81,6 +85,12 @@ Exclusion exclusion_of(const WorkerLoad& load, bool draining, const SchedulerCon
 // drained workers. For ranking the busy workers when every worker is busy and
 // requests are not rejected for it (scheduler.reject_when_busy false).
 SchedulerConfig without_busy_limits(const SchedulerConfig& cfg);
+// The KV load the cost prices: active blocks and the parked blocks the
+// router expects back, over the worker's total (0 when it reports none).
+inline double kv_load_ratio(const WorkerLoad& l, double parked_blocks) {
+  return l.kv_total_blocks ? (static_cast<double>(l.kv_active_blocks) + parked_blocks) / static_cast<double>(l.kv_total_blocks)
+                           : 0.0;
+}
 // Σ_tier overlap_by_tier · tier_weight (all device when by_tier is all zero);
 // a shared pool's tier weighs cfg.tier_weight_pool[p] (its load cost).
 double tier_weighted_blocks(uint32_t overlap_blocks, const std::array<uint32_t, kNumStorageTiers>& by_tier,

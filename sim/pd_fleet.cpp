@@ -91,6 +91,7 @@ class PdSimulation {
       : w_(w), o_(o), policy_(policy), n_(o.prefill + o.decode), rng_(o.sim.seed), random_(o.sim.seed),
         registry_(clock_), config_(pd_config(o.sim)), routing_(index_, registry_, config_, random_), dynamo_(n_),
         tracked_(n_), scraped_(n_), link_free_(n_, 0.0), live_(w.size()) {
+    registry_.set_parked_kv_seconds(config_.get()->scheduler.parked_kv_seconds);  // as the daemon's KnownWorkers
     ec_ = engine_config(o.sim);
     bytes_ = kv_bytes_per_token(o);
     for (uint32_t i = 0; i < n_; ++i) {
@@ -241,10 +242,13 @@ void PdSimulation::dispatch(size_t id, double now) {
     const SchedulerConfig& sc = config_.get()->scheduler;
     const std::span<const LocalBlockHash> prompt = inflight_prompt(sc, l.hashes);
     l.prefill_guard = std::make_unique<InflightGuard>(registry_, WorkerId{l.p}, blocks, l.uncached,
-                                                      inflight_shared_blocks(sc, on.overlap_blocks), prompt);
-    if (c.disaggregate)
-      l.decode_guard = std::make_unique<InflightGuard>(
-          registry_, WorkerId{l.d}, blocks, 0, inflight_shared_blocks(sc, in.decode[c.decode].overlap_blocks), prompt);
+                                                      inflight_shared_blocks(sc, on.overlap_blocks), prompt,
+                                                      on.overlap_blocks);
+    if (c.disaggregate) {
+      const uint32_t held = in.decode[c.decode].overlap_blocks;
+      l.decode_guard = std::make_unique<InflightGuard>(registry_, WorkerId{l.d}, blocks, 0,
+                                                       inflight_shared_blocks(sc, held), prompt, held);
+    }
   }
   track_prefill(l.p, l);
   tracked_[l.p].requests += 1;

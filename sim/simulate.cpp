@@ -100,6 +100,7 @@ class Simulation {
       : w_(w), o_(o), policy_(policy), random_(o.seed), rng_(o.seed), registry_(clock_),
         config_(policy_config(o, policy, scheduler)), routing_(index_, registry_, config_, random_),
         dynamo_(o.workers), live_(w.size()), per_worker_(o.workers, 0) {
+    registry_.set_parked_kv_seconds(config_.get()->scheduler.parked_kv_seconds);  // as the daemon's KnownWorkers
     for (uint32_t i = 0; i < o.workers; ++i) {
       mocker::EngineConfig ec = engine_config(o);
       ec.owner = CacheOwner{WorkerId{i}, 0};
@@ -307,9 +308,10 @@ void Simulation::dispatch(size_t id, double now) {
           ? static_cast<uint32_t>(cached_prefix_tokens(pick->candidate->overlap_blocks, r.input_tokens, kBlock))
           : 0;
   const SchedulerConfig& sc = config_.get()->scheduler;
-  l.guard = std::make_unique<InflightGuard>(
-      registry_, WorkerId{w}, (uint64_t{r.input_tokens} + kBlock - 1) / kBlock, r.input_tokens - cached_pred,
-      inflight_shared_blocks(sc, pick->candidate ? pick->candidate->overlap_blocks : 0), inflight_prompt(sc, hashes));
+  const uint32_t held = pick->candidate ? pick->candidate->overlap_blocks : 0;
+  l.guard = std::make_unique<InflightGuard>(registry_, WorkerId{w}, (uint64_t{r.input_tokens} + kBlock - 1) / kBlock,
+                                            r.input_tokens - cached_pred, inflight_shared_blocks(sc, held),
+                                            inflight_prompt(sc, hashes), held);
   if (o_.tiers.any()) {
     now_ = now;
     if (engines_[w]->blocks_needed(r.input_tokens, r.output_tokens) > engines_[w]->config().kv_blocks) {
@@ -318,11 +320,8 @@ void Simulation::dispatch(size_t id, double now) {
       return;
     }
     // The prompt's blocks: their chain, category and last use.
-    std::vector<SequenceHash> seq;
-    seq.reserve(full);
-    SequenceHash parent{0};
+    const std::vector<SequenceHash> seq = sequence_hashes(std::span(hashes).first(full));
     for (uint32_t i = 0; i < full; ++i) {
-      seq.push_back(parent = sequence_hash(parent, hashes[i]));
       auto [it, fresh] = meta_.try_emplace(seq[i].value);
       if (fresh) {
         it->second.parent = i ? seq[i - 1].value : 0;

@@ -70,8 +70,8 @@ inline std::unique_ptr<Testbed> build(uint32_t workers, const Scenario& sc) {
     KvEvent ev;
     ev.owner = CacheOwner{w, 0};
     KvStored st;
-    SequenceHash parent{0};
-    for (auto h : hashes) st.blocks.push_back({parent = sequence_hash(parent, h), h});
+    const std::vector<SequenceHash> ids = sequence_hashes(hashes);
+    for (size_t i = 0; i < ids.size(); ++i) st.blocks.push_back({ids[i], hashes[i]});
     ev.data = st;
     f->index.apply(ev);
   };

@@ -50,11 +50,13 @@ bool route_request(Exchange& x) {
 void claim_slot(Exchange& x) {
   const RouteTarget& t = x.client.route.ranked.front();
   const uint64_t prompts = x.client.parsed.prompts;
-  const std::span<const LocalBlockHash> prompt = inflight_prompt(x.cfg.scheduler, x.client.route.block_hashes);
   const Exchange::Claim c{t.worker, x.client.route.request_blocks * prompts, t.prefill_tokens * prompts,
-                          inflight_shared_blocks(x.cfg.scheduler, t), !prompt.empty()};
+                          inflight_shared_blocks(x.cfg.scheduler, t), inflight_distinct(x.cfg.scheduler)};
   x.guard.reset();
-  x.guard.emplace(*x.s.hooks.registry, c.worker, c.blocks, c.prefill, c.cached_blocks, prompt);
+  x.guard.emplace(*x.s.hooks.registry, c.worker,
+                  InflightKv{c.blocks, c.cached_blocks, inflight_chain(x.cfg.scheduler, x.client.route), t.cached_blocks,
+                             {}},
+                  c.prefill);
   x.claim = c;
 }
 

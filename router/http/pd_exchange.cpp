@@ -299,7 +299,7 @@ bool nixl_params(const PdContext& c, const RouteTarget& t, const PdLeg& leg, std
 // a concurrent leg may outlive the route.
 InflightKv prefill_leg_kv(const PdContext& c, const RouteTarget& t) {
   return InflightKv{c.route.request_blocks, inflight_shared_blocks(c.cfg.scheduler, t),
-                    inflight_chain(inflight_prompt(c.cfg.scheduler, c.route.block_hashes)), {}};
+                    inflight_chain(c.cfg.scheduler, c.route), t.cached_blocks, {}};
 }
 
 // A prefill leg beside the decode leg (SGLang; Mooncake with

@@ -114,11 +114,10 @@ bool begin_attempt(Exchange& x, size_t attempt) {
   // A split request's decode worker pulls the prompt's KV: no prefill counted.
   const uint64_t prefill = x.pd.split ? 0 : target.prefill_tokens * prompts;
   const uint64_t shared = inflight_shared_blocks(x.cfg.scheduler, target);
-  const std::span<const LocalBlockHash> prompt = inflight_prompt(x.cfg.scheduler, x.client.route.block_hashes);
+  const bool distinct = inflight_distinct(x.cfg.scheduler);
   // The slot the queue's trial claimed is kept when this attempt is its.
   const bool claimed = x.claim && x.claim->worker == target.worker && x.claim->blocks == blocks &&
-                       x.claim->prefill == prefill && x.claim->cached_blocks == shared &&
-                       x.claim->distinct == !prompt.empty();
+                       x.claim->prefill == prefill && x.claim->cached_blocks == shared && x.claim->distinct == distinct;
   if (x.claim && !claimed && x.guard) x.guard->withdraw();  // never sent: not in any load report
   x.claim.reset();
   if (!claimed) x.guard.reset();
@@ -132,7 +131,10 @@ bool begin_attempt(Exchange& x, size_t attempt) {
     if (rl.allow()) spdlog::warn("worker {} has an unusable url '{}'", target.worker.value, target.url);
     return false;
   }
-  if (!claimed) x.guard.emplace(*x.s.hooks.registry, target.worker, blocks, prefill, shared, prompt);
+  if (!claimed)
+    x.guard.emplace(*x.s.hooks.registry, target.worker,
+                    InflightKv{blocks, shared, inflight_chain(x.cfg.scheduler, x.client.route), target.cached_blocks, {}},
+                    prefill);
   if (x.s.hooks.on_dispatch) x.s.hooks.on_dispatch(target.worker, x.client.route);
   // The request to forward: unchanged but for hop-by-hop headers. Its head is
   // written out here (fields as Beast parsed and validated them) and sent with

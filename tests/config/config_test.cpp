@@ -62,6 +62,19 @@ TEST_CASE("scheduler.inflight_kv takes one of its three values; the key it repla
   CHECK(e->find("replaced by scheduler.inflight_kv") != std::string::npos);
 }
 
+TEST_CASE("scheduler.parked_kv_seconds: a time constant in seconds, 0 (off) to an hour") {
+  Config c;
+  CHECK(c.scheduler.parked_kv_seconds == doctest::Approx(10));  // the default, tuned (config/README.md)
+  REQUIRE_FALSE(apply_yaml(c, "scheduler:\n  parked_kv_seconds: 45\n").has_value());
+  CHECK(c.scheduler.parked_kv_seconds == doctest::Approx(45));
+  for (const char* bad : {"-1", "3601", "soon"}) {
+    auto e = apply_yaml(c, std::string("scheduler:\n  parked_kv_seconds: ") + bad + "\n");
+    REQUIRE(e.has_value());
+    CHECK(e->find("scheduler.parked_kv_seconds") != std::string::npos);
+    CHECK(c.scheduler.parked_kv_seconds == doctest::Approx(45));  // nothing applied
+  }
+}
+
 TEST_CASE("environment variables and set_key") {
   Config c;
   std::string a = "KVROUTE_SCHEDULER_DELTA=0.4", b = "KVROUTE_EVENTS_NATS_URL=nats://h:1", z = "OTHER=1";

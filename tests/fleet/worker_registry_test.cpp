@@ -2,6 +2,7 @@
 
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -212,6 +213,61 @@ TEST_CASE("in-flight requests raise predicted load until released") {
   r.expire(1s);
   g.release();
   CHECK(r.size() == 0);
+}
+
+TEST_CASE("parked KV: answered prompts count until they fade or a request takes them up again") {
+  ManualClock clock;
+  WorkerRegistry r(clock);
+  r.on_heartbeat(ann(1));
+  r.on_heartbeat(ann(2));
+  auto parked = [&](uint64_t id) {
+    for (const auto& v : r.candidates("m"))
+      if (v.info->id == WorkerId{id}) return v.parked_blocks;
+    FAIL("no worker " << id);
+    return -1.0;
+  };
+  {
+    InflightGuard a(r, WorkerId{1}, 40, 640);
+    a.first_byte();
+  }
+  CHECK(parked(1) == 0);  // no time constant set (KnownWorkers sets the config's): nothing kept
+  r.set_parked_kv_seconds(10);
+  {
+    InflightGuard a(r, WorkerId{1}, 40, 640);
+    InflightGuard never(r, WorkerId{2}, 30, 480);  // no first byte: its prompt may not be cached
+    a.first_byte();
+    CHECK(parked(1) == 0);  // in flight: counted as in-flight KV, not parked
+  }
+  CHECK(parked(1) == doctest::Approx(40));
+  CHECK(parked(2) == 0);
+  clock.advance(10s);
+  CHECK(parked(1) == doctest::Approx(40 * std::exp(-1.0)));  // one time constant later
+  // A request routed there with 12 of its blocks cached takes them back: in flight again.
+  const double before = parked(1);
+  {
+    InflightGuard next(r, WorkerId{1}, 20, 128, 0, {}, 12);
+    CHECK(parked(1) == doctest::Approx(before - 12));
+    CHECK(r.candidates("m").at(0).predicted.kv_active_blocks == 20);  // the active KV is apart
+    next.first_byte();
+  }
+  CHECK(parked(1) == doctest::Approx(before - 12 + 20));
+  // The scheduler prices it in the KV load term (kv_active + parked) / total.
+  auto v = r.candidates("m").at(0);
+  Candidate c;
+  c.load = v.predicted;
+  c.parked_blocks = v.parked_blocks;
+  CHECK(kv_load_ratio(c.load, c.parked_blocks) == doctest::Approx((before + 8) / 100));
+  clock.advance(1000s);
+  CHECK(parked(1) == 0);  // faded to nothing (under half a block reads 0)
+  {
+    InflightGuard a(r, WorkerId{2}, 10, 160);
+    a.first_byte();
+  }
+  CHECK(parked(2) == doctest::Approx(10));
+  r.set_parked_kv_seconds(0);  // off: cleared
+  CHECK(parked(2) == 0);
+  r.set_parked_kv_seconds(10);
+  CHECK(parked(2) == 0);  // not brought back
 }
 
 TEST_CASE("in-flight KV counts a cached prefix that the worker's in-flight requests share once") {

@@ -35,6 +35,9 @@ CandidateState random_state(std::mt19937_64& rng, bool ties) {
   s.load.num_requests_waiting = static_cast<uint32_t>(pick(3) == 0 ? pick(6) : 0);
   s.pending_prefill_tokens = pick(3) == 0 ? (ties ? 512 : pick(5000)) : 0;
   s.draining = pick(40) == 0;
+  // Parked KV on a third of the workers, from the draws above (another draw
+  // would change every fleet after it).
+  s.parked_blocks = s.load.request_active_slots % 3 == 1 ? static_cast<double>(s.load.kv_active_blocks) / 2 + 7.5 : 0;
   return s;
 }
 
@@ -120,6 +123,7 @@ Decision reference(const Case& c, uint64_t seed, std::vector<Candidate>& cands) 
     x.owner.worker = id;
     x.load = st.load;
     x.pending_prefill_tokens = st.pending_prefill_tokens;
+    x.parked_blocks = st.parked_blocks;
     x.draining = st.draining;
     for (const auto& o : c.owners) {
       if (o.owner.worker != id) continue;

@@ -189,6 +189,24 @@ TEST_CASE("busy thresholds exclude, each with its reason") {
   CHECK(d.ranking.front() != 0);  // the full worker ranks below the others
 }
 
+TEST_CASE("parked KV counts with the active KV in the load term, never in the busy threshold") {
+  SchedulerConfig cfg;
+  cfg.busy_kv_usage = 0.5;
+  SeededRandom rnd(1);
+  // A new context (no worker holds any of it): the worker holding paused
+  // sessions' prompts is the dearer place, though its active KV is lower.
+  Candidate paused = cand(1, 0, 100), busy = cand(2, 0, 200);
+  paused.parked_blocks = 400;
+  std::vector<Candidate> cs = {paused, busy};
+  Decision d = schedule(cs, 100, 10, cfg, rnd);
+  CHECK(d.scores[0].load_ratio == doctest::Approx(0.5));  // (100 active + 400 parked) / 1000
+  CHECK(d.scores[0].excluded == Exclusion::None);         // 0.5 is the threshold: the active 0.1 is tested
+  CHECK(cs[*d.chosen].owner.worker == WorkerId{2});
+  cs[0].parked_blocks = 0;
+  d = schedule(cs, 100, 10, cfg, rnd);
+  CHECK(cs[*d.chosen].owner.worker == WorkerId{1});
+}
+
 TEST_CASE("pending prefill on a worker counts like its own new tokens, weighted; weight 0 is the baseline") {
   SchedulerConfig cfg;
   cfg.pending_prefill_weight = 0.2;

@@ -37,8 +37,10 @@ RouteTarget route_target(WorkerId worker, const WorkerAnnouncement& info, uint32
 }
 
 const std::vector<uint64_t>& inflight_chain(const SchedulerConfig& s, const RouteResult& r) {
+  static const std::vector<uint64_t> none;
+  if (!inflight_distinct(s)) return none;  // read per call: a reload may change it between attempts
   if (!r.chain_set) {
-    r.chain = inflight_chain(inflight_prompt(s, r.block_hashes));
+    r.chain = inflight_chain(r.block_hashes);
     r.chain_set = true;
   }
   return r.chain;
@@ -242,6 +244,8 @@ void RoutingService::route_blocks(std::string_view model, uint32_t isl_tokens, s
 
 void RoutingService::reroute(std::string_view model, RouteResult& out, bool score_all, bool serve_busy) const {
   std::vector<LocalBlockHash> hashes = std::move(out.block_hashes);
+  std::vector<uint64_t> chain = std::move(out.chain);  // the same blocks: hashed once (inflight_chain())
+  const bool chain_set = out.chain_set;
   const auto first_block = out.first_block;
   const uint64_t salt = out.salt_hash;
   const bool skips = out.skips_prefix_cache;
@@ -253,6 +257,8 @@ void RoutingService::reroute(std::string_view model, RouteResult& out, bool scor
   out.reset();
   out.band_reserve = reserve;
   out.block_hashes = std::move(hashes);
+  out.chain = std::move(chain);
+  out.chain_set = chain_set;
   out.first_block = first_block;
   out.salt_hash = salt;
   out.skips_prefix_cache = skips;

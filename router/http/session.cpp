@@ -28,7 +28,9 @@ void ClientConn::idle() {
     parsed = ParsedRequest();
   else
     parsed.reset();
-  if (route.block_hashes.capacity() * sizeof(LocalBlockHash) > ServerState::kKeptCapacity) route = RouteResult();
+  if (route.block_hashes.capacity() * sizeof(LocalBlockHash) > ServerState::kKeptCapacity ||
+      route.chain.capacity() * sizeof(uint64_t) > ServerState::kKeptCapacity)
+    route = RouteResult();
   else route.reset();
 }
 

@@ -127,6 +127,24 @@ TEST_CASE("in-flight KV shares what scheduler.inflight_kv names: each distinct b
   s.inflight_kv = "whole";
   CHECK(inflight_shared_blocks(s, r.ranked[0]) == 0);
   CHECK(inflight_on_holder(s) == 3 * 67);
+
+  // The route's chain, as the proxy, the queue's slot claim and a PD prefill
+  // leg copy it: the complete blocks chained, hashed once, kept across a
+  // queued request's re-decision, and none unless the config says distinct.
+  s.inflight_kv = "distinct";
+  const std::vector<uint64_t> want = inflight_chain(inflight_prompt(s, r.block_hashes));
+  CHECK(inflight_chain(s, r) == want);
+  CHECK(r.chain_set);
+  r.chain[0] ^= 1;  // a marker: a second call reads the kept chain, not the blocks again
+  CHECK(inflight_chain(s, r)[0] == (want[0] ^ 1));
+  sim.routing.reroute("m", r, false, false);
+  CHECK(r.chain_set);
+  CHECK(inflight_chain(s, r)[0] == (want[0] ^ 1));
+  s.inflight_kv = "whole";
+  CHECK(inflight_chain(s, r).empty());
+  r.reset();
+  CHECK_FALSE(r.chain_set);
+  CHECK(r.chain.empty());
 }
 
 TEST_CASE("an overloaded holder loses to the balance term") {

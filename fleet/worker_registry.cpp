@@ -264,7 +264,7 @@ void WorkerRegistry::view(const Entry& e, WorkerView& v, TimePoint now) const {
   v.load_age = e.has_load ? Nanos(now - e.last_load) : Nanos(-1);
   v.pending_prefill_requests = e.pending_prefill_requests;  // TTFT model (ttft_model.h)
   v.ttft = e.ttft.coefficients();
-  v.parked_blocks = parked_now(e, now);
+  v.parked_blocks = e.parked_blocks;  // as the rankings have it (sync()): the reference scorer prices the same
   v.predicted = predicted(e);
 }
 
@@ -286,16 +286,13 @@ uint64_t WorkerRegistry::pending_prefill(const Entry& e) {
   return e.pending_prefill_tokens + e.remote_prefill_tokens;  // as view() reports it
 }
 
-double WorkerRegistry::parked_now(const Entry& e, TimePoint now) const {
-  if (parked_kv_seconds_ <= 0) return 0;
-  if (now <= e.parked_at || e.parked_blocks <= 0) return e.parked_blocks;
-  const double left =
-      e.parked_blocks * std::exp(-std::chrono::duration<double>(now - e.parked_at).count() / parked_kv_seconds_);
-  return left < 0.5 ? 0 : left;  // faded: an exact 0, no denormals
-}
-
 void WorkerRegistry::fade_parked(Entry& e, TimePoint now) const {
-  e.parked_blocks = parked_now(e, now);
+  if (parked_kv_seconds_ <= 0) {
+    e.parked_blocks = 0;
+  } else if (now > e.parked_at && e.parked_blocks > 0) {
+    e.parked_blocks *= std::exp(-std::chrono::duration<double>(now - e.parked_at).count() / parked_kv_seconds_);
+    if (e.parked_blocks < 0.5) e.parked_blocks = 0;  // faded: an exact 0, no denormals
+  }
   e.parked_at = std::max(e.parked_at, now);
 }
 

@@ -127,7 +127,8 @@ struct WorkerView {
   // worker's fitted coefficients.
   uint32_t pending_prefill_requests = 0;
   TtftCoefficients ttft;
-  // KV this router expects back on the worker (set_parked_kv_seconds()).
+  // KV this router expects back on the worker (set_parked_kv_seconds()),
+  // faded to the worker's last change or load report.
   double parked_blocks = 0;
 };
 
@@ -395,8 +396,7 @@ class WorkerRegistry {
   uint64_t count_chain(WorkerId id, InflightKv& kv);
   static void total_inflight_kv(Entry& e);  // sets inflight_blocks from its parts
   static uint64_t pending_prefill(const Entry& e);  // this router's + other replicas' (view())
-  // The entry's parked KV faded to `now`; fade_parked() stores it.
-  double parked_now(const Entry& e, TimePoint now) const;
+  // Fades the entry's parked KV to `now`.
   void fade_parked(Entry& e, TimePoint now) const;
   // Puts the worker into (or takes it out of) the rankings of the names it
   // serves, with its current state; call after every change of `e`.

@@ -313,6 +313,9 @@ awaitable<void> concurrent_prefill_leg(std::shared_ptr<PdLeg> leg, std::shared_p
                                    InflightKv kv, uint64_t tokens, ServerState* self_counted, IoThread* io) {
   InflightGuard guard(*registry, worker, std::move(kv), tokens);
   co_await run_leg(leg, *cfg, milliseconds(cfg->pd.prefill_timeout_ms), nullptr);
+  // Answered: its prefill is over, as for a sequential leg (the TTFT model
+  // learns it; the prompt is in the worker's cache: parked KV).
+  if (leg->result == LegResult::Answered) guard.first_byte();
   if (self_counted) {
     count_leg(*self_counted, *leg);
     report_leg(*self_counted, *io, worker, *leg);

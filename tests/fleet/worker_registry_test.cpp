@@ -241,6 +241,8 @@ TEST_CASE("parked KV: answered prompts count until they fade or a request takes 
   CHECK(parked(1) == doctest::Approx(40));
   CHECK(parked(2) == 0);
   clock.advance(10s);
+  CHECK(parked(1) == doctest::Approx(40));  // faded at the worker's next change or report, as the rankings see it
+  r.on_load_report(WorkerId{1}, ann(1).load);
   CHECK(parked(1) == doctest::Approx(40 * std::exp(-1.0)));  // one time constant later
   // A request routed there with 12 of its blocks cached takes them back: in flight again.
   const double before = parked(1);
@@ -258,6 +260,7 @@ TEST_CASE("parked KV: answered prompts count until they fade or a request takes 
   c.parked_blocks = v.parked_blocks;
   CHECK(kv_load_ratio(c.load, c.parked_blocks) == doctest::Approx((before + 8) / 100));
   clock.advance(1000s);
+  r.on_load_report(WorkerId{1}, ann(1).load);
   CHECK(parked(1) == 0);  // faded to nothing (under half a block reads 0)
   {
     InflightGuard a(r, WorkerId{2}, 10, 160);

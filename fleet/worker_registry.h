@@ -500,6 +500,14 @@ class InflightGuard {
     prefill_ = 0;
     prefilling_ = false;
   }
+  // The same for an answer whose first byte is not its first token (a
+  // response sent whole, after its generation): its prefill is over and its
+  // prompt cached (parked KV at its end), but the time is not a TTFT.
+  void answered() {
+    if (r_ && prefilling_) r_->first_byte(id_, prefill_, nullptr);
+    prefill_ = 0;
+    prefilling_ = false;
+  }
   void release() {
     if (r_) r_->end_request(id_, kv_, prefill_, prefilling_, sample_.start);  // one update for both
     prefill_ = 0;

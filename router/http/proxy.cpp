@@ -286,6 +286,9 @@ awaitable<bool> relay_small(Exchange& x, char* buf, uint64_t length, bool client
   const unsigned status = x.client.response.status;
   const milliseconds idle(x.cfg.router.idle_timeout_ms);
   beast::error_code& ec = x.ec;
+  // A whole response: its prefill is over (not a TTFT: the first byte came
+  // after the generation); an error's prompt is not known to be cached.
+  if (status / 100 == 2) x.guard->answered();
   parser.body_into(buf, static_cast<size_t>(length));
   if (!parser.is_done()) {
     x.up_deadline.arm(*x.upstream, idle);

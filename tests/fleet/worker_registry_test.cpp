@@ -267,6 +267,15 @@ TEST_CASE("parked KV: answered prompts count until they fade or a request takes 
     a.first_byte();
   }
   CHECK(parked(2) == doctest::Approx(10));
+  {
+    // A response sent whole (its first byte after the generation): parked,
+    // but not a TTFT sample.
+    const uint64_t samples = r.ttft_stats().samples;
+    InflightGuard whole(r, WorkerId{2}, 6, 96);
+    whole.answered();
+    CHECK(r.ttft_stats().samples == samples);
+  }
+  CHECK(parked(2) == doctest::Approx(16));
   r.set_parked_kv_seconds(0);  // off: cleared
   CHECK(parked(2) == 0);
   r.set_parked_kv_seconds(10);

@@ -251,13 +251,24 @@ class AgentApis(unittest.TestCase):
         self.assertEqual(r["error"]["code"], "model_not_found")
 
     def test_passthrough_routes_reach_the_workers_and_balance(self):
-        workers = set()
-        for _ in range(20):
-            status, headers, r = self.post("/detokenize", {"model": MODEL, "tokens": [1, 2, 3]})
-            self.assertEqual(status, 200, r)
-            self.assertIsInstance(r["prompt"], str)
-            workers.add(headers["x-kvroute-worker"])
-        self.assertEqual(len(workers), 2, "passthrough requests all went to one worker")
+        # Ranked by the same cost as prompts: with the parked KV on, a worker
+        # holding the prompts earlier tests had answered would take none of
+        # them (config/README.md, scheduler.parked_kv_seconds); without it
+        # idle workers tie and the tie is broken at random.
+        def parked(seconds):
+            r = self.f.admin("PUT", "/admin/config", json.dumps({"scheduler": {"parked_kv_seconds": seconds}}))
+            self.assertEqual(r.status, 200, r.body)
+        parked(0)
+        try:
+            workers = set()
+            for _ in range(20):
+                status, headers, r = self.post("/detokenize", {"model": MODEL, "tokens": [1, 2, 3]})
+                self.assertEqual(status, 200, r)
+                self.assertIsInstance(r["prompt"], str)
+                workers.add(headers["x-kvroute-worker"])
+            self.assertEqual(len(workers), 2, "passthrough requests all went to one worker")
+        finally:
+            parked(10)
         status, _, r = self.post("/v1/rerank", {"model": MODEL, "query": "q", "documents": ["a", "bb"]})
         self.assertEqual(status, 200, r)
         self.assertEqual(len(r["results"]), 2)

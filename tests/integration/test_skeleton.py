@@ -77,14 +77,55 @@ class RoutingTest(FleetCase):
             self.assertGreater(usage["prompt_tokens_details"]["cached_tokens"], 0)
             self.assertLessEqual(cached, usage["prompt_tokens"])
 
+    def set_parked_kv_seconds(self, seconds):
+        r = self.fleet.admin("PUT", "/admin/config", json.dumps({"scheduler": {"parked_kv_seconds": seconds}}))
+        self.assertEqual(r.status, 200, r.body)
+
+    def parked_blocks(self):
+        r = self.fleet.admin("GET", "/admin/workers")
+        self.assertEqual(r.status, 200, r.body)
+        return {str(w["worker_id"]): w["parked_blocks"] for w in r.json()}
+
     def test_distinct_prefixes_spread_over_all_workers(self):
+        # Without the parked KV (the prompts answered on a worker, expected
+        # back) nothing but load tells idle workers apart: distinct prefixes
+        # sent one after another spread over all of them.
         f = self.fleet
-        seen = {}
-        for i in range(30):
-            r = f.post("/v1/completions", completion(uuid.uuid4().hex * 20 + f" {i}"))
-            self.assertEqual(r.status, 200, r.body)
-            seen[r.header("x-kvroute-worker")] = seen.get(r.header("x-kvroute-worker"), 0) + 1
-        self.assertEqual(set(seen), {"1", "2", "3"}, f"distribution {seen}")
+        self.set_parked_kv_seconds(0)
+        try:
+            # Off clears it (applied on the fleet thread, just after the answer).
+            self.assertTrue(wait_until(lambda: set(self.parked_blocks().values()) == {0}, 5), self.parked_blocks())
+            seen = {}
+            for i in range(30):
+                r = f.post("/v1/completions", completion(uuid.uuid4().hex * 20 + f" {i}"))
+                self.assertEqual(r.status, 200, r.body)
+                seen[r.header("x-kvroute-worker")] = seen.get(r.header("x-kvroute-worker"), 0) + 1
+            self.assertEqual(set(seen), {"1", "2", "3"}, f"distribution {seen}")
+        finally:
+            self.set_parked_kv_seconds(10)
+
+    def test_new_contexts_pass_over_the_worker_holding_answered_prompts(self):
+        # The default parked KV: a worker that just answered a long prompt
+        # holds it for that prompt's next turn, so new short contexts go to
+        # the others while its parked figure is the largest.
+        f = self.fleet
+        self.set_parked_kv_seconds(0)  # start from nothing parked anywhere
+        self.assertTrue(wait_until(lambda: set(self.parked_blocks().values()) == {0}, 5), self.parked_blocks())
+        self.set_parked_kv_seconds(3600)  # no fading within the test
+        try:
+            long_prompt = uuid.uuid4().hex + SHARED_PREFIX * 4  # ~140 blocks, its own from the first
+            first = f.post("/v1/completions", completion(long_prompt))
+            self.assertEqual(first.status, 200, first.body)
+            holder = first.header("x-kvroute-worker")
+            # Parked when the router ends the request, just after its last byte.
+            self.assertTrue(wait_until(lambda: self.parked_blocks()[holder] >= len(long_prompt) // 64, 5),
+                            self.parked_blocks())
+            for i in range(4):  # ~10 blocks each: the others stay below the holder
+                r = f.post("/v1/completions", completion(uuid.uuid4().hex * 10 + f" {i}"))
+                self.assertEqual(r.status, 200, r.body)
+                self.assertNotEqual(r.header("x-kvroute-worker"), holder, f"request {i}: {self.parked_blocks()}")
+        finally:
+            self.set_parked_kv_seconds(10)
 
     def test_chat_streaming_passthrough(self):
         f = self.fleet

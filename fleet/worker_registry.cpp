@@ -613,6 +613,9 @@ void WorkerRegistry::end_request(WorkerId id, const InflightKv& kv, uint64_t pre
   if (!prefilling && parked_kv_seconds_ > 0) {  // answered: its prompt is in the engine's cache
     fade_parked(it->second, clock_.now());
     it->second.parked_blocks += static_cast<double>(kv.blocks);
+    // The engine holds no more than its capacity: past it, LRU has evicted the oldest.
+    if (const uint64_t total = it->second.info ? it->second.info->load.kv_total_blocks : 0)
+      it->second.parked_blocks = std::min(it->second.parked_blocks, static_cast<double>(total));
   }
   it->second.pending_prefill_tokens -= std::min(it->second.pending_prefill_tokens, prefill_tokens);
   if (prefilling) it->second.pending_prefill_requests -= std::min<uint32_t>(it->second.pending_prefill_requests, 1);

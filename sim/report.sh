@@ -186,9 +186,9 @@ PY
   cat "$OUT/affinity.txt"
   echo
   echo "Off by default (scheduler.session_affinity). With the defaults above it no longer helps where the"
-  echo "fleet is near capacity: at x1 (1.23 C) it lowers the hit rate (0.913 -> 0.864) and raises TTFT p50 174 -> 251 ms and"
-  echo "p99 3.2 -> 27.2 s. At x2 and x3 (2.5 and 3.7 C), where every policy's queue grows for the whole run,"
-  echo "it lowers p50 (326 -> 220 s, 372 -> 330 s). A session is kept on its worker by its cached prefix"
+  echo "fleet is near capacity: at x1 (1.23 C) it lowers the hit rate (0.913 -> 0.899) and raises TTFT p50 173 -> 187 ms and"
+  echo "p99 3.1 -> 4.7 s. At x2 and x3 (2.5 and 3.7 C), where every policy's queue grows for the whole run,"
+  echo "it lowers p50 (326 -> 217 s, 372 -> 330 s). A session is kept on its worker by its cached prefix"
   echo "already; the affinity adds a pin that ignores load."
   echo
   echo "## Tuning (train slices) and held-out results"

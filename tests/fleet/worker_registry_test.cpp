@@ -276,6 +276,11 @@ TEST_CASE("parked KV: answered prompts count until they fade or a request takes 
     CHECK(r.ttft_stats().samples == samples);
   }
   CHECK(parked(2) == doctest::Approx(16));
+  {
+    InflightGuard big(r, WorkerId{2}, 250, 4000);  // more than the worker's 100 blocks
+    big.first_byte();
+  }
+  CHECK(parked(2) == doctest::Approx(100));  // at most its capacity: LRU evicted the rest
   r.set_parked_kv_seconds(0);  // off: cleared
   CHECK(parked(2) == 0);
   r.set_parked_kv_seconds(10);

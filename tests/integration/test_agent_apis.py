@@ -260,6 +260,9 @@ class AgentApis(unittest.TestCase):
             self.assertEqual(r.status, 200, r.body)
         parked(0)
         try:
+            # Applied on the router's fleet thread, just after the answer.
+            cleared = lambda: all(w["parked_blocks"] == 0 for w in self.f.admin("GET", "/admin/workers").json())
+            self.assertTrue(wait_until(cleared, 5), "the parked KV was not cleared")
             workers = set()
             for _ in range(20):
                 status, headers, r = self.post("/detokenize", {"model": MODEL, "tokens": [1, 2, 3]})

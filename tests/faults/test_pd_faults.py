@@ -43,7 +43,10 @@ class PdFaultsTest(unittest.TestCase):
                  (["--disaggregation-bootstrap-port", "0", "--disaggregation-bootstrap-timeout-ms", "3000"]
                   if role == "prefill" else []))
             start_pd_fleet(self.f, protocol, flags,
-                           f"  prefill_timeout_ms: {prefill_timeout_ms}\n" + self.extra_pd)
+                           f"  prefill_timeout_ms: {prefill_timeout_ms}\n" + self.extra_pd +
+                           # Faults, not placement, are the subject: no parked KV from a
+                           # request answered while the fleet came up steers the decode legs.
+                           "scheduler:\n  parked_kv_seconds: 0\n")
         except BaseException:
             self.tearDown()
             raise

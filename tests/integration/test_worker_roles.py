@@ -98,6 +98,9 @@ class WorkerRolesTest(unittest.TestCase):
             def explain():
                 return f.admin("POST", "/admin/route/explain", body).json()["pd"]
 
+            # The KV total comes with the worker's first load report (scraped
+            # every 100 ms), which may follow readiness: until then the usage is null.
+            self.assertTrue(wait_until(lambda: explain()["decode_kv_usage"] is not None, 10))
             pd = explain()
             self.assertEqual(int(pd["decode"]), 3)
             self.assertEqual(pd["decode_alpha"], 0.6)  # the decode side's own alpha

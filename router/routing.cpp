@@ -307,8 +307,10 @@ void RoutingService::decide(const Config& cfg, std::string_view model, uint32_t 
     reserved.busy_kv_usage = std::min(reserved.busy_kv_usage, 1.0 - out.band_reserve);
     sched = &reserved;
   }
-  // A disaggregated fleet: decide_pd() needs every candidate's terms.
-  if (registry_.has_pd_roles()) score_all = true;
+  // A disaggregated fleet: decide_pd() needs every candidate's terms. A
+  // request with no prompt (the passthrough routes) is scored apart: the fast
+  // path's ranking prices the parked KV, which it would not displace.
+  if (registry_.has_pd_roles() || isl_tokens == 0) score_all = true;
   if (fast_path_ && !score_all && !model.empty() && RankedCandidates::supports(*sched, limit) &&
       decide_ranked(cfg, *sched, model, limit, out))
     return;
@@ -416,7 +418,8 @@ void RoutingService::decide_all(const Config& cfg, const SchedulerConfig& sched,
     c.load = w.predicted;
     c.pending_prefill_tokens = w.pending_prefill_tokens;
     c.draining = w.draining;
-    c.parked_blocks = w.parked_blocks;
+    // A request with no prompt allocates no KV and evicts nothing parked there.
+    c.parked_blocks = isl_tokens ? w.parked_blocks : 0;
     c.pending_prefill_requests = w.pending_prefill_requests;  // scheduler.cost = predicted_ttft
     c.ttft = w.ttft;
     c.role = w.info->role;

@@ -33,15 +33,6 @@ uint32_t cached(const SimRequest& r, size_t blocks) {
   return static_cast<uint32_t>(cached_prefix_tokens(blocks, r.input_tokens, kBlock));
 }
 
-// The request's prefix identities (chained block hashes) over its full blocks.
-std::vector<uint64_t> chains(const SimRequest& r) {
-  const uint32_t full = std::min<uint32_t>(static_cast<uint32_t>(r.ids.size()), r.input_tokens / kBlock);
-  std::vector<uint64_t> c(full);
-  uint64_t chain = 0;
-  for (uint32_t i = 0; i < full; ++i) c[i] = chain = mix(chain ^ mix(r.ids[i]));
-  return c;
-}
-
 }  // namespace
 
 DecodeInterference decode_interference(const std::vector<SimRequest>& all, double rate,
@@ -88,7 +79,7 @@ FloorResult acausal_floor(const std::vector<SimRequest>& w, const mocker::Engine
   for (const auto& r : w) {
     size_t hit = 0;
     bool prefix = true;
-    for (uint64_t c : chains(r)) {
+    for (uint64_t c : prefix_chains(r)) {
       prefix = !seen.insert(c).second && prefix;
       hit += prefix;
       ++total;
@@ -108,7 +99,7 @@ FloorResult causal_floor(const std::vector<SimRequest>& all, double rate, const 
   uint64_t total = 0, hits = 0;
   for (const auto& r : w) {
     const double arrival = r.t_ms / rate;
-    const auto c = chains(r);
+    const auto c = prefix_chains(r);
     double best = prefill(ec, 0, r.input_tokens);  // everything itself
     size_t best_k = 0;
     double best_ready = arrival;

@@ -117,8 +117,11 @@ fi
   echo "worse than the better peer's (within 2 %); where that peer is more than 1.2x the causal floor, kvroute"
   echo "closes at least half of the gap between them; hit rate >= 0.95 of the causal floor's own. **MISS** marks"
   echo "a target not met, with the figures that bound it; a missed peer target is floor-bound when the causal"
-  echo "floor is above it (no router can meet it) and reachable otherwise. Goodput (>= 1.15x the better peer"
-  echo "per workload) is in its own section below."
+  echo "floor is above it (no router can meet it) and reachable otherwise. A missed hit rate carries the"
+  echo "fleet's capacity bound (sim/hit_bound.h): Belady's MIN over the arrivals on the fleet's 8 x 875 blocks,"
+  echo "which no router's hit rate exceeds (capacity-bound when it is under 0.95 of the floor's), and one LRU"
+  echo "cache of those blocks, the engines' eviction with no copy of anything. Goodput (>= 1.15x the better"
+  echo "peer per workload) is in its own section below."
   echo
   awk -v n=2 '/^\|/{if(!t){k++; t=1}; if(k==n) print; next} {t=0}' "$OUT/targets.txt"
   echo

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "sim/hit_bound.h"
 #include "sim/pd_fleet.h"
 #include "sim/report.h"
 #include "sim/simulate.h"
@@ -318,9 +319,25 @@ int run(const Args& a) {
   if (!a.cdf_out.empty()) write_cdf(a.cdf_out, results);
   if (!a.requests_out.empty()) write_requests(a.requests_out, results);
   print_table(results, ideal);
+  HitBound bound;
+  if (!a.sim.tiers.any()) {  // tiers bring blocks back that the engines evicted: no capacity bound then
+    std::vector<SimRequest> storage;
+    bound = hit_bound(at_rate(w, a.sim.rate, storage), uint64_t{a.sim.workers} * engine_config(a.sim).kv_blocks);
+    std::printf("%-16s %8.3f   (the fleet's %llu blocks, Belady's MIN over the arrivals: no router above it; one LRU "
+                "cache of them: %.3f)\n",
+                "capacity", bound.optimal, (unsigned long long)bound.capacity_blocks, bound.pooled_lru);
+  }
   std::printf("simulated in %.1f s\n", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   std::printf("%s\n", results_json(results, ideal).c_str());
-  if (a.check) return check_run(w, a, results, ideal);
+  if (a.check) {
+    for (const auto& r : results)
+      if (bound.capacity_blocks && r.hit_rate > bound.optimal + 1e-9) {
+        std::fprintf(stderr, "check: %s's hit rate %.4f is above the fleet's capacity bound %.4f\n", r.policy.c_str(),
+                     r.hit_rate, bound.optimal);
+        return 1;
+      }
+    return check_run(w, a, results, ideal);
+  }
   return 0;
 }
 

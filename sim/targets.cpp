@@ -8,6 +8,9 @@
 // Targets: p50 and p99 never worse than the better peer's (within 2 %);
 // where that peer is more than 1.2x the causal floor, kvroute closes at least
 // half of the gap between them; hit rate >= 0.95 of the causal floor's.
+// A missed hit rate is capacity-bound when no router can reach it with the
+// fleet's KV capacity (sim/hit_bound.h: Belady's MIN over the arrivals); every
+// policy's hit rate above that bound fails the run.
 // (Goodput, >= 1.15x the better peer per workload, is `kvroute-sim goodput`.)
 // A miss of the first is floor-bound when the floor is above the target: no
 // router can meet it there.
@@ -22,6 +25,7 @@
 
 #include "mocker/engine.h"
 #include "sim/floor.h"
+#include "sim/hit_bound.h"
 #include "sim/report.h"
 
 namespace kvroute::sim {
@@ -37,6 +41,7 @@ struct Cell {
   double acausal_p50 = 0, acausal_p99 = 0, floor_hit = 0;
   size_t floor_waited = 0, requests = 0;
   DecodeInterference interference;
+  HitBound hit_bound;  // the fleet's capacity: no router's hit rate above hit_bound.optimal
 };
 
 std::string ms(double v) {
@@ -84,6 +89,23 @@ std::string level_label(const Cell& c) {
   return buf;
 }
 
+// kvroute's hit rate against the causal floor's (target: at least 0.95 of
+// it), with the fleet's capacity bound when missed.
+std::string verdict_hit(const Cell& c) {
+  char buf[200];
+  const double ratio = c.floor_hit > 0 ? c.kv.hit_rate / c.floor_hit : 1;
+  const double bound = c.floor_hit > 0 ? c.hit_bound.optimal / c.floor_hit : 1;
+  if (ratio >= 0.95)
+    std::snprintf(buf, sizeof buf, "%.3f = %.2f ok", c.kv.hit_rate, ratio);
+  else
+    std::snprintf(buf, sizeof buf, "%.3f = %.2f MISS (%s %.3f = %.2f; one LRU cache of them %.3f)", c.kv.hit_rate,
+                  ratio,
+                  bound < 0.95 ? "capacity-bound: the fleet's blocks allow no router above"
+                               : "not capacity: Belady's MIN on the fleet's blocks",
+                  c.hit_bound.optimal, bound, c.hit_bound.pooled_lru);
+  return buf;
+}
+
 void print_header(const char* first) {
   std::printf("| workload | %s | p50 vs better peer (<= 1.02x) | p99 vs better peer (<= 1.02x) "
               "| p50 gap to floor closed (>= 0.5) | p99 gap to floor closed (>= 0.5) "
@@ -95,13 +117,12 @@ void print_header(const char* first) {
 
 void print_cell(const Cell& c) {
   const double peer50 = std::min(c.dyn.ttft_p50, c.llmd.ttft_p50), peer99 = std::min(c.dyn.ttft_p99, c.llmd.ttft_p99);
-  const double hit = c.floor_hit > 0 ? c.kv.hit_rate / c.floor_hit : 1;
-  std::printf("| %s | %s | %s | %s | %s | %s | %.3f = %.2f %s | %.0f/%.0f | %.0f/%.0f | %.0f/%.0f | %.0f/%.0f | "
+  std::printf("| %s | %s | %s | %s | %s | %s | %s | %.0f/%.0f | %.0f/%.0f | %.0f/%.0f | %.0f/%.0f | "
               "%zu/%zu/%zu of %zu |\n",
               c.workload.c_str(), level_label(c).c_str(), verdict_peer(c.kv.ttft_p50, peer50, c.floor_p50).c_str(),
               verdict_peer(c.kv.ttft_p99, peer99, c.floor_p99).c_str(),
               verdict_gap(c.kv.ttft_p50, peer50, c.floor_p50).c_str(),
-              verdict_gap(c.kv.ttft_p99, peer99, c.floor_p99).c_str(), c.kv.hit_rate, hit, hit >= 0.95 ? "ok" : "MISS",
+              verdict_gap(c.kv.ttft_p99, peer99, c.floor_p99).c_str(), verdict_hit(c).c_str(),
               c.kv.ttft_p50, c.kv.ttft_p99, c.dyn.ttft_p50, c.dyn.ttft_p99, c.llmd.ttft_p50, c.llmd.ttft_p99,
               c.floor_p50, c.floor_p99, c.kv.rejected, c.dyn.rejected, c.llmd.rejected, c.requests);
 }
@@ -112,10 +133,10 @@ std::string cell_json(const Cell& c) {
                 "{\"workload\":\"%s\",\"level\":\"%s\",\"fraction\":%.4f,\"rate\":%.5g,\"kvroute_p50\":%.2f,"
                 "\"kvroute_p99\":%.2f,\"dynamo_p50\":%.2f,\"dynamo_p99\":%.2f,\"llmd_p50\":%.2f,\"llmd_p99\":%.2f,"
                 "\"kvroute_hit\":%.4f,\"ideal_hit\":%.4f,\"floor_p50\":%.2f,\"floor_p99\":%.2f,\"floor_hit\":%.4f,"
-                "\"kvroute_rejected\":%zu}",
+                "\"hit_bound\":%.4f,\"kvroute_rejected\":%zu}",
                 c.workload.c_str(), c.level.c_str(), c.fraction, c.rate, c.kv.ttft_p50, c.kv.ttft_p99, c.dyn.ttft_p50,
                 c.dyn.ttft_p99, c.llmd.ttft_p50, c.llmd.ttft_p99, c.kv.hit_rate, c.ideal, c.floor_p50, c.floor_p99,
-                c.floor_hit, c.kv.rejected);
+                c.floor_hit, c.hit_bound.optimal, c.kv.rejected);
   return buf;
 }
 
@@ -144,10 +165,25 @@ Cell run_cell(const std::vector<SimRequest>& w, const Args& a, const Cell& base,
   c.floor_hit = floor.hit_rate;
   c.floor_waited = floor.waited;
   c.interference = decode_interference(w, rate, ec, a.sim.workers);
+  std::vector<SimRequest> storage;
+  c.hit_bound = hit_bound(at_rate(w, rate, storage), uint64_t{a.sim.workers} * ec.kv_blocks);
   c.kv = simulate(w, o, "kvroute");
   c.dyn = simulate(w, o, "dynamo");
   c.llmd = simulate(w, o, "llmd");
   return c;
+}
+
+// The capacity bound holds for every policy run, or the bound is wrong.
+int check_hit_bound(const std::vector<Cell>& cells) {
+  int rc = 0;
+  for (const auto& c : cells)
+    for (const auto* r : {&c.kv, &c.dyn, &c.llmd})
+      if (r->hit_rate > c.hit_bound.optimal + 1e-9) {
+        std::fprintf(stderr, "targets: %s at x%g: %s's hit rate %.4f is above the capacity bound %.4f\n",
+                     c.workload.c_str(), c.rate, r->policy.c_str(), r->hit_rate, c.hit_bound.optimal);
+        rc = 1;
+      }
+  return rc;
 }
 
 }  // namespace
@@ -227,6 +263,7 @@ int targets(const Args& a) {
   for (const auto& c : fixed) print_cell(c);
   std::printf("\n");
   for (const auto& j : json) std::printf("%s\n", j.c_str());
+  if (const int rc = check_hit_bound(cells) | check_hit_bound(fixed); rc) return rc;
   if (!a.expect.empty()) return compare_cells("targets", a.expect, json, a.tolerance);
   return 0;
 }

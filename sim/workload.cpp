@@ -348,18 +348,22 @@ void time_split(const std::vector<SimRequest>& all, double fraction, std::vector
   for (auto& r : test) r.t_ms -= base;
 }
 
+std::vector<uint64_t> prefix_chains(const SimRequest& r) {
+  const uint32_t full = std::min<uint32_t>(static_cast<uint32_t>(r.ids.size()), r.input_tokens / kBlock);
+  std::vector<uint64_t> c(full);
+  uint64_t chain = 0;
+  for (uint32_t i = 0; i < full; ++i) c[i] = chain = mix(chain ^ mix(r.ids[i]));
+  return c;
+}
+
 double ideal_hit_rate(const std::vector<SimRequest>& w) {
-  std::unordered_set<uint64_t> seen;  // prefix identities: (parent chain) hashes
+  std::unordered_set<uint64_t> seen;  // prefix identities
   uint64_t total = 0, hits = 0;
-  for (const auto& r : w) {
-    uint64_t chain = 0;
-    const uint32_t full = std::min<uint32_t>(static_cast<uint32_t>(r.ids.size()), r.input_tokens / kBlock);
-    for (uint32_t i = 0; i < full; ++i) {
-      chain = mix(chain ^ mix(r.ids[i]));
+  for (const auto& r : w)
+    for (uint64_t c : prefix_chains(r)) {
       ++total;
-      hits += !seen.insert(chain).second;
+      hits += !seen.insert(c).second;
     }
-  }
   return total ? double(hits) / double(total) : 0;
 }
 

@@ -94,6 +94,10 @@ uint64_t train_seed(uint64_t seed);
 void time_split(const std::vector<SimRequest>& all, double fraction, std::vector<SimRequest>& train,
                 std::vector<SimRequest>& test);
 
+// The request's prefix identities (each full block's id chained with the
+// ones before it) over its full blocks: what the simulator counts as hits.
+std::vector<uint64_t> prefix_chains(const SimRequest& r);
+
 // The hit rate of one infinite cache over the same blocks (an upper bound).
 double ideal_hit_rate(const std::vector<SimRequest>& w);
 

@@ -251,27 +251,28 @@ class AgentApis(unittest.TestCase):
         self.assertEqual(r["error"]["code"], "model_not_found")
 
     def test_passthrough_routes_reach_the_workers_and_balance(self):
-        # Ranked by the same cost as prompts: with the parked KV on, a worker
-        # holding the prompts earlier tests had answered would take none of
-        # them (config/README.md, scheduler.parked_kv_seconds); without it
-        # idle workers tie and the tie is broken at random.
-        def parked(seconds):
-            r = self.f.admin("PUT", "/admin/config", json.dumps({"scheduler": {"parked_kv_seconds": seconds}}))
-            self.assertEqual(r.status, 200, r.body)
-        parked(0)
-        try:
-            # Applied on the router's fleet thread, just after the answer.
-            cleared = lambda: all(w["parked_blocks"] == 0 for w in self.f.admin("GET", "/admin/workers").json())
-            self.assertTrue(wait_until(cleared, 5), "the parked KV was not cleared")
-            workers = set()
-            for _ in range(20):
-                status, headers, r = self.post("/detokenize", {"model": MODEL, "tokens": [1, 2, 3]})
-                self.assertEqual(status, 200, r)
-                self.assertIsInstance(r["prompt"], str)
-                workers.add(headers["x-kvroute-worker"])
-            self.assertEqual(len(workers), 2, "passthrough requests all went to one worker")
-        finally:
-            parked(10)
+        # Ranked by load alone, and a passthrough call allocates no KV: the
+        # parked KV of a worker that just answered a long prompt, which keeps
+        # new prompts off it for a while (config/README.md,
+        # scheduler.parked_kv_seconds), does not keep these calls off it.
+        status, headers, _ = self.post("/v1/completions", {"model": MODEL, "prompt": "parked prompt " * 4000,
+                                                           "max_tokens": 1})
+        self.assertEqual(status, 200)
+        holder = int(headers["x-kvroute-worker"])
+
+        def parked_on_holder_only():
+            # Applied on the router's fleet thread, just after the answer; ten
+            # times the earlier tests' prompts, which fade.
+            ws = {int(w["worker_id"]): w["parked_blocks"] for w in self.f.admin("GET", "/admin/workers").json()}
+            return ws[holder] > 0 and all(ws[holder] > 2 * p for i, p in ws.items() if i != holder)
+        self.assertTrue(wait_until(parked_on_holder_only, 30), "the long prompt was not parked on its worker")
+        workers = set()
+        for _ in range(20):
+            status, headers, r = self.post("/detokenize", {"model": MODEL, "tokens": [1, 2, 3]})
+            self.assertEqual(status, 200, r)
+            self.assertIsInstance(r["prompt"], str)
+            workers.add(headers["x-kvroute-worker"])
+        self.assertEqual(len(workers), 2, "passthrough requests all went to one worker")
         status, _, r = self.post("/v1/rerank", {"model": MODEL, "query": "q", "documents": ["a", "bb"]})
         self.assertEqual(status, 200, r)
         self.assertEqual(len(r["results"]), 2)

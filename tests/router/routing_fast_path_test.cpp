@@ -76,6 +76,22 @@ void build(World& w, std::mt19937_64& rng, Config cfg) {
   }
 }
 
+// Workers 1 and 2 of model "m" with `kv1` and `kv2` of their 1000 KV blocks
+// active, on 16-token blocks.
+void two_workers(World& w, uint64_t kv1, uint64_t kv2) {
+  Config cfg;
+  cfg.indexer.block_size = 16;
+  w.config = std::make_unique<ConfigStore>(cfg);
+  for (uint64_t id : {1, 2}) {
+    WorkerAnnouncement a;
+    a.id = WorkerId{id};
+    a.url = "http://127.0.0.1:900" + std::to_string(id);
+    a.model = "m";
+    a.load = WorkerLoad{0, 64, 0, id == 1 ? kv1 : kv2, 1000};
+    w.registry.upsert(a);
+  }
+}
+
 // Teaches some workers' TTFT models observed times (begin_request's sample,
 // then first_byte after `ms`), so workers' predictions differ.
 void teach_ttft(World& w, std::mt19937_64& rng) {
@@ -223,17 +239,7 @@ TEST_CASE("routing: with cost=predicted_ttft the fast path is not used and resul
 
 TEST_CASE("routing: an ejected worker is never a candidate on the fast path, and returns when the ejection ends") {
   World w;
-  Config cfg;
-  cfg.indexer.block_size = 16;
-  w.config = std::make_unique<ConfigStore>(cfg);
-  for (uint64_t id : {1, 2}) {
-    WorkerAnnouncement a;
-    a.id = WorkerId{id};
-    a.url = "http://127.0.0.1:900" + std::to_string(id);
-    a.model = "m";
-    a.load = WorkerLoad{0, 64, 0, id == 1 ? 0u : 500u, 1000};  // worker 1 is the cheaper
-    w.registry.upsert(a);
-  }
+  two_workers(w, 0, 500);  // worker 1 is the cheaper
   HealthPolicy policy;
   w.registry.set_health_policy(policy);
   for (uint32_t k = 0; k < policy.eject_after_failures; ++k) w.registry.report_failure(WorkerId{1}, HealthSignal::ServerError);
@@ -292,5 +298,36 @@ TEST_CASE("merged index: predicted owners join the exact index's layers with the
   for (size_t i = 0; i < got.size(); ++i) {
     CHECK(got[i].owner == want[i].owner);
     CHECK(got[i].blocks == want[i].blocks);
+  }
+}
+
+TEST_CASE("routing: a request with no prompt is ranked without the parked KV, which it would not displace") {
+  World w;
+  two_workers(w, 0, 100);  // worker 1 the less loaded
+  w.registry.set_parked_kv_seconds(10);
+  {
+    InflightGuard answered(w.registry, WorkerId{1}, 600, 9600);  // a long prompt answered on worker 1
+    answered.first_byte();
+  }
+  SeededRandom rnd(1);
+  RoutingService routing(w.index, w.registry, *w.config, rnd);
+  ParsedRequest r;
+  r.model = "m";
+  r.has_prompt_tokens = true;
+  RouteResult out;
+  for (bool fast : {true, false}) {
+    CAPTURE(fast);
+    routing.set_fast_path(fast);
+    // A prompt: worker 1's 600 parked blocks outweigh worker 2's 100 active ones.
+    r.prompt_tokens = prompt(1, 64);
+    routing.route(r, out);
+    REQUIRE(out.ok);
+    CHECK(out.ranked[0].worker == WorkerId{2});
+    // No prompt (a passthrough route: tokenize, rerank, ...): by the active KV alone.
+    r.prompt_tokens.clear();
+    routing.route(r, out);
+    REQUIRE(out.ok);
+    CHECK(out.ranked[0].worker == WorkerId{1});
+    CHECK(out.candidates[out.decision.ranking[0]].parked_blocks == 0);
   }
 }

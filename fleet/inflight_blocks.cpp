@@ -1,17 +1,10 @@
 #include "fleet/inflight_blocks.h"
 
-#include <algorithm>
-
 #include "indexer/block_hash.h"
 
 namespace kvroute {
 
-std::vector<uint64_t> inflight_chain(std::span<const LocalBlockHash> prompt) {
-  const std::vector<SequenceHash> seq = sequence_hashes(prompt);
-  std::vector<uint64_t> chain(seq.size());
-  std::transform(seq.begin(), seq.end(), chain.begin(), [](SequenceHash h) { return h.value; });
-  return chain;
-}
+std::vector<uint64_t> inflight_chain(std::span<const LocalBlockHash> prompt) { return sequence_hash_values(prompt); }
 
 std::optional<uint64_t> InflightBlocks::add(std::span<const uint64_t> chain, uint64_t limit) {
   std::lock_guard lk(mu_);

@@ -78,11 +78,26 @@ SequenceHash sequence_hash(SequenceHash parent, LocalBlockHash local) {
   return SequenceHash{XXH3_64bits_withSeed(buf, sizeof buf, kDefaultBlockHashSeed)};
 }
 
+namespace {
+// Calls `f` with each block's sequence hash, first block first (its parent 0).
+template <class F>
+void for_each_sequence_hash(std::span<const LocalBlockHash> blocks, F&& f) {
+  SequenceHash parent{0};
+  for (LocalBlockHash b : blocks) f(parent = sequence_hash(parent, b));
+}
+}  // namespace
+
 std::vector<SequenceHash> sequence_hashes(std::span<const LocalBlockHash> blocks) {
   std::vector<SequenceHash> out;
   out.reserve(blocks.size());
-  SequenceHash parent{0};
-  for (LocalBlockHash b : blocks) out.push_back(parent = sequence_hash(parent, b));
+  for_each_sequence_hash(blocks, [&](SequenceHash h) { out.push_back(h); });
+  return out;
+}
+
+std::vector<uint64_t> sequence_hash_values(std::span<const LocalBlockHash> blocks) {
+  std::vector<uint64_t> out;
+  out.reserve(blocks.size());
+  for_each_sequence_hash(blocks, [&](SequenceHash h) { out.push_back(h.value); });
   return out;
 }
 

@@ -59,5 +59,7 @@ SequenceHash sequence_hash(SequenceHash parent, LocalBlockHash local);
 // A prompt's blocks chained from the root: element i is
 // sequence_hash(element i - 1, blocks[i]), the first one's parent 0.
 std::vector<SequenceHash> sequence_hashes(std::span<const LocalBlockHash> blocks);
+// The same chain as plain values (the keys of in-flight KV accounting).
+std::vector<uint64_t> sequence_hash_values(std::span<const LocalBlockHash> blocks);
 
 }  // namespace kvroute

@@ -39,10 +39,8 @@ RouteTarget route_target(WorkerId worker, const WorkerAnnouncement& info, uint32
 const std::vector<uint64_t>& inflight_chain(const SchedulerConfig& s, const RouteResult& r) {
   static const std::vector<uint64_t> none;
   if (!inflight_distinct(s)) return none;  // read per call: a reload may change it between attempts
-  if (!r.chain_set) {
-    r.chain = inflight_chain(r.block_hashes);
-    r.chain_set = true;
-  }
+  // Hashed once: the chain is complete exactly when it has a key per block (reset() clears both).
+  if (r.chain.size() != r.block_hashes.size()) r.chain = inflight_chain(r.block_hashes);
   return r.chain;
 }
 
@@ -107,7 +105,6 @@ void RouteResult::reset() {
   request_blocks = 0;
   block_hashes.clear();
   chain.clear();
-  chain_set = false;
   first_block.reset();
   salt_hash = 0;
   skips_prefix_cache = false;
@@ -245,7 +242,6 @@ void RoutingService::route_blocks(std::string_view model, uint32_t isl_tokens, s
 void RoutingService::reroute(std::string_view model, RouteResult& out, bool score_all, bool serve_busy) const {
   std::vector<LocalBlockHash> hashes = std::move(out.block_hashes);
   std::vector<uint64_t> chain = std::move(out.chain);  // the same blocks: hashed once (inflight_chain())
-  const bool chain_set = out.chain_set;
   const auto first_block = out.first_block;
   const uint64_t salt = out.salt_hash;
   const bool skips = out.skips_prefix_cache;
@@ -258,7 +254,6 @@ void RoutingService::reroute(std::string_view model, RouteResult& out, bool scor
   out.band_reserve = reserve;
   out.block_hashes = std::move(hashes);
   out.chain = std::move(chain);
-  out.chain_set = chain_set;
   out.first_block = first_block;
   out.salt_hash = salt;
   out.skips_prefix_cache = skips;

@@ -172,10 +172,9 @@ struct RouteResult {
   std::vector<Candidate> candidates;
   Decision decision;
   PdRoute pd;  // set by RoutingService::decide_pd()
-  // inflight_chain(s, route)'s chain, hashed on its first use; a route is
-  // read by its request's thread only.
+  // inflight_chain(s, route)'s chain, hashed on its first use (then one key
+  // per block of block_hashes); a route is read by its request's thread only.
   mutable std::vector<uint64_t> chain;
-  mutable bool chain_set = false;
 
   // Back to a default-constructed RouteResult, keeping the vectors' capacity.
   void reset();
@@ -189,6 +188,14 @@ struct RouteResult {
 // request's failover attempts, its queue slot and both legs of a split
 // request copy it.
 const std::vector<uint64_t>& inflight_chain(const SchedulerConfig& s, const RouteResult& r);
+// The KV a request of route `r` holds on its target `t` while in flight, as
+// the registry counts it: `blocks` of prompt, `shared_blocks` of them the
+// worker's cached prefix counted once (prefix_once), the route's chain
+// (distinct), and the cached prefix it takes back from the parked KV.
+inline InflightKv route_inflight_kv(const SchedulerConfig& s, const RouteResult& r, const RouteTarget& t,
+                                    uint64_t blocks, uint64_t shared_blocks) {
+  return InflightKv{blocks, shared_blocks, inflight_chain(s, r), t.cached_blocks, {}};
+}
 
 // The error the client gets for `e` (status, OpenAI type and code, message):
 // the one place these are written.

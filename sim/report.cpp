@@ -83,7 +83,7 @@ void write_requests(const std::string& path, const std::vector<PolicyResult>& re
 }
 
 int check_run(const std::vector<SimRequest>& w, const Args& a, const std::vector<PolicyResult>& results,
-              double ideal) {
+              double ideal, double capacity_bound) {
   auto fail = [](const std::string& what) {
     std::fprintf(stderr, "kvroute-sim --check FAILED: %s\n", what.c_str());
     return 1;
@@ -95,6 +95,7 @@ int check_run(const std::vector<SimRequest>& w, const Args& a, const std::vector
       return fail(r.policy + ": " + std::to_string(r.completed) + " completed + " + std::to_string(r.rejected) +
                   " rejected != " + std::to_string(w.size()) + " requests");
     if (r.hit_rate < 0 || r.hit_rate > ideal + 1e-9) return fail(r.policy + ": hit rate above the infinite-cache ideal");
+    if (r.hit_rate > capacity_bound + 1e-9) return fail(r.policy + ": hit rate above the fleet's capacity bound");
     if (!(r.ttft_p50 > 0) || r.ttft_p50 > r.ttft_p99) return fail(r.policy + ": TTFT percentiles out of order");
     if (!std::isfinite(r.ttft_mape) || r.ttft_mape < 0) return fail(r.policy + ": TTFT MAPE not finite");
     if (r.policy == "round_robin") rr = &r;

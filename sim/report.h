@@ -71,9 +71,11 @@ void write_cdf(const std::string& path, std::vector<PolicyResult>& results);
 // One JSON line per request and policy: {"policy", "i", "arrival_ms", "ttft_ms", "worker", "cached", "blocks"}
 // (PolicyResult::requests), the shape bench/replay/replay.py --requests-out writes for a live replay.
 void write_requests(const std::string& path, const std::vector<PolicyResult>& results);
-// --check: every request answered or rejected, hit rates within the ideal,
-// kvroute ahead of round_robin on hit rate, the TTFT model's MAPE finite.
-int check_run(const std::vector<SimRequest>& w, const Args& a, const std::vector<PolicyResult>& results, double ideal);
+// --check: every request answered or rejected, hit rates within the ideal
+// and within `capacity_bound` (sim/hit_bound.h; 1 when there is none), kvroute
+// ahead of round_robin on hit rate, the TTFT model's MAPE finite.
+int check_run(const std::vector<SimRequest>& w, const Args& a, const std::vector<PolicyResult>& results, double ideal,
+              double capacity_bound);
 
 // --expect of `targets`, `pd`, `pools` and `plan`: each JSON line of `path`
 // (a published table) against the same cell of this run: strings equal,

@@ -54,8 +54,7 @@ void claim_slot(Exchange& x) {
                           inflight_shared_blocks(x.cfg.scheduler, t), inflight_distinct(x.cfg.scheduler)};
   x.guard.reset();
   x.guard.emplace(*x.s.hooks.registry, c.worker,
-                  InflightKv{c.blocks, c.cached_blocks, inflight_chain(x.cfg.scheduler, x.client.route), t.cached_blocks,
-                             {}},
+                  route_inflight_kv(x.cfg.scheduler, x.client.route, t, c.blocks, c.cached_blocks),
                   c.prefill);
   x.claim = c;
 }

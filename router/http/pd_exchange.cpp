@@ -298,8 +298,7 @@ bool nixl_params(const PdContext& c, const RouteTarget& t, const PdLeg& leg, std
 // accounting counts it (router/routing.h inflight_prompt()); a copy, since
 // a concurrent leg may outlive the route.
 InflightKv prefill_leg_kv(const PdContext& c, const RouteTarget& t) {
-  return InflightKv{c.route.request_blocks, inflight_shared_blocks(c.cfg.scheduler, t),
-                    inflight_chain(c.cfg.scheduler, c.route), t.cached_blocks, {}};
+  return route_inflight_kv(c.cfg.scheduler, c.route, t, c.route.request_blocks, inflight_shared_blocks(c.cfg.scheduler, t));
 }
 
 // A prefill leg beside the decode leg (SGLang; Mooncake with

@@ -133,7 +133,7 @@ bool begin_attempt(Exchange& x, size_t attempt) {
   }
   if (!claimed)
     x.guard.emplace(*x.s.hooks.registry, target.worker,
-                    InflightKv{blocks, shared, inflight_chain(x.cfg.scheduler, x.client.route), target.cached_blocks, {}},
+                    route_inflight_kv(x.cfg.scheduler, x.client.route, target, blocks, shared),
                     prefill);
   if (x.s.hooks.on_dispatch) x.s.hooks.on_dispatch(target.worker, x.client.route);
   // The request to forward: unchanged but for hop-by-hop headers. Its head is

@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cmath>
 #include <random>
 #include <set>
 
@@ -69,22 +70,36 @@ void ReplicaSync::stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-// This replica's own in-flight work per worker (the registry's views add the
-// other replicas' on top; they are taken back out here).
+// This replica's own in-flight work and parked KV per worker (the
+// registry's views add the other replicas' on top; they are taken back out
+// here). The parked KV in whole blocks, as faded at the worker's last change.
 std::vector<ReplicaInflight> ReplicaSync::local_snapshot() const {
   std::vector<ReplicaInflight> out;
   for (const auto& v : registry_.all()) {
     ReplicaInflight r{v.info->id, v.inflight_requests - v.remote_requests, v.inflight_blocks - v.remote_blocks,
-                      v.pending_prefill_tokens - v.remote_prefill_tokens};
-    if (r.requests || r.blocks || r.prefill_tokens) out.push_back(r);
+                      v.pending_prefill_tokens - v.remote_prefill_tokens,
+                      static_cast<uint64_t>(std::llround(std::max(0.0, v.parked_blocks - v.remote_parked_blocks)))};
+    if (r.requests || r.blocks || r.prefill_tokens || r.parked_blocks) out.push_back(r);
   }
   return out;
 }
 
+namespace {
+// Whether two snapshots' in-flight counts differ. The parked KV alone never
+// triggers a snapshot: it fades at every load report, and each receiver fades
+// it on its own; the keep-alive carries its current figure.
+bool inflight_differs(const std::vector<ReplicaInflight>& a, const std::vector<ReplicaInflight>& b) {
+  return !std::equal(a.begin(), a.end(), b.begin(), b.end(), [](const ReplicaInflight& x, const ReplicaInflight& y) {
+    return x.worker == y.worker && x.requests == y.requests && x.blocks == y.blocks &&
+           x.prefill_tokens == y.prefill_tokens;
+  });
+}
+}  // namespace
+
 void ReplicaSync::tick() {
   const TimePoint now = clock_.now();
   auto local = local_snapshot();
-  if (local != last_sent_ || now - last_publish_ >= ttl_ / 3) {
+  if (inflight_differs(local, last_sent_) || now - last_publish_ >= ttl_ / 3) {
     ReplicaSnapshot s{replica_, ++seq_, static_cast<uint32_t>(ttl_.count()), local};
     if (bus_.publish(subject_, encode_replica_snapshot(s))) {
       stats_.published_total.fetch_add(1, std::memory_order_relaxed);
@@ -116,8 +131,12 @@ void ReplicaSync::on_message(std::string_view data) {
     return;
   }
   if (s.replica == replica_) return;  // our own, echoed by the server
-  stats_.received_total.fetch_add(1, std::memory_order_relaxed);
   std::lock_guard lk(mu_);
+  if (!peers_.count(s.replica) && peers_.size() >= kMaxPeers) {  // a flood of made-up replicas: bounded
+    stats_.rejected_total.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  stats_.received_total.fetch_add(1, std::memory_order_relaxed);
   Peer& p = peers_[s.replica];
   std::vector<WorkerId> touched;
   for (const auto& [id, _] : p.workers) touched.push_back(id);
@@ -133,14 +152,17 @@ void ReplicaSync::on_message(std::string_view data) {
 void ReplicaSync::apply_sums(const std::vector<WorkerId>& touched) {
   std::set<WorkerId> ids(touched.begin(), touched.end());
   for (WorkerId id : ids) {
-    ReplicaInflight sum{id};
+    // Saturating sums: a peer's figures are bounded on decode, not their total.
+    uint64_t requests = 0, blocks = 0, prefill = 0, parked = 0;
+    auto add = [](uint64_t& to, uint64_t v) { to = v > UINT64_MAX - to ? UINT64_MAX : to + v; };
     for (const auto& [_, p] : peers_) {
       auto it = p.workers.find(id);
       if (it == p.workers.end()) continue;
-      sum.requests += it->second.requests, sum.blocks += it->second.blocks;
-      sum.prefill_tokens += it->second.prefill_tokens;
+      add(requests, it->second.requests), add(blocks, it->second.blocks);
+      add(prefill, it->second.prefill_tokens), add(parked, it->second.parked_blocks);
     }
-    registry_.set_remote_inflight(id, sum.requests, sum.blocks, sum.prefill_tokens);
+    registry_.set_remote_inflight(id, static_cast<uint32_t>(std::min<uint64_t>(requests, UINT32_MAX)), blocks, prefill,
+                                  static_cast<double>(parked));
   }
 }
 

@@ -1,7 +1,9 @@
-// Replicas share in-flight load. Each kvroute replica publishes,
+// Replicas share in-flight load and parked KV. Each kvroute replica publishes,
 // on `{prefix}.replicas.inflight`, what it has in flight on each worker (the
 // running sum of its requests' lifecycle: routed +1 request, +blocks,
-// +prefill tokens; first byte -prefill; finished -request, -blocks), batched:
+// +prefill tokens; first byte -prefill; finished -request, -blocks) and
+// the KV it has parked there (scheduler.parked_kv_seconds: its answered
+// prompts, faded; the receiver fades it on from there), batched:
 // within a millisecond of a change (WorkerRegistry::inflight_generation), at
 // most one message per `interval`, plus a keep-alive every ttl/3. Each replica adds the other replicas' latest
 // snapshots to its registry's predicted load (WorkerRegistry::
@@ -86,7 +88,9 @@ class ReplicaSync {
     Nanos ttl{};
     std::unordered_map<WorkerId, ReplicaInflight> workers;
   };
-  std::map<uint64_t, Peer> peers_;  // guarded by mu_
+  std::map<uint64_t, Peer> peers_;  // guarded by mu_; at most kMaxPeers
+  // Replicas counted at once: far above any deployment's, a bound on what the bus may claim.
+  static constexpr size_t kMaxPeers = 1024;
   // Publisher state (replica thread only).
   std::vector<ReplicaInflight> last_sent_;
   TimePoint last_publish_{};

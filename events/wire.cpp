@@ -3,6 +3,9 @@
 #include <fmt/format.h>
 #include <simdjson.h>
 
+#include <unordered_map>
+#include <unordered_set>
+
 #include "common/json_escape.h"
 #include "indexer/block_hash.h"
 
@@ -641,14 +644,48 @@ DecodeError decode_resync_chunk(std::string_view json, const DecodeLimits& limit
 // ---- Replicas' in-flight load ----------------------------------------------
 std::string encode_replica_snapshot(const ReplicaSnapshot& s) {
   std::string out = fmt::format(R"({{"replica":{},"seq":{},"ttl_ms":{},"w":[)", s.replica, s.seq, s.ttl_ms);
-  for (size_t i = 0; i < s.workers.size(); ++i) {
+  for (size_t i = 0; i < s.workers.size(); ++i) {  // every worker, one parked only as zeros: order kept
     const auto& w = s.workers[i];
     fmt::format_to(std::back_inserter(out), "{}[{},{},{},{}]", i ? "," : "", w.worker.value, w.requests, w.blocks,
                    w.prefill_tokens);
   }
-  out += "]}";
+  out += "]";
+  bool first = true;
+  for (const auto& w : s.workers) {
+    if (!w.parked_blocks) continue;
+    fmt::format_to(std::back_inserter(out), "{}[{},{}]", first ? R"(,"p":[)" : ",", w.worker.value, w.parked_blocks);
+    first = false;
+  }
+  out += first ? "}" : "]}";
   return out;
 }
+
+namespace {
+// The optional "p" list of a replica snapshot: [worker_id, parked_blocks]
+// pairs, merged into `s.workers` (a worker with nothing in flight is added).
+bool decode_replica_parked(simdjson::dom::object o, ReplicaSnapshot& s) {
+  simdjson::dom::element p;
+  if (o["p"].get(p)) return true;  // absent: nothing parked (or an older replica)
+  simdjson::dom::array a;
+  if (p.get_array().get(a) || a.size() > 65536) return false;
+  std::unordered_map<uint64_t, size_t> at;  // worker -> its index in s.workers
+  at.reserve(s.workers.size() + a.size());
+  for (size_t i = 0; i < s.workers.size(); ++i) at.emplace(s.workers[i].worker.value, i);
+  std::unordered_set<uint64_t> seen;
+  for (simdjson::dom::element e : a) {
+    simdjson::dom::array pair;
+    uint64_t id = 0, parked = 0;
+    if (e.get_array().get(pair) || pair.size() != 2 || pair.at(0).get_uint64().get(id) ||
+        pair.at(1).get_uint64().get(parked) || parked > (uint64_t{1} << 40) || !seen.insert(id).second)
+      return false;
+    const auto [it, fresh] = at.emplace(id, s.workers.size());
+    if (fresh && s.workers.size() >= 65536) return false;  // the bound holds for both lists together
+    if (fresh) s.workers.push_back({WorkerId{id}, 0, 0, 0});
+    s.workers[it->second].parked_blocks = parked;
+  }
+  return true;
+}
+}  // namespace
 
 bool decode_replica_snapshot(std::string_view json, ReplicaSnapshot& out) {
   if (json.size() > (4u << 20)) return false;
@@ -675,6 +712,7 @@ bool decode_replica_snapshot(std::string_view json, ReplicaSnapshot& out) {
     if (v[1] > UINT32_MAX) return false;
     s.workers.push_back({WorkerId{v[0]}, static_cast<uint32_t>(v[1]), v[2], v[3]});
   }
+  if (!decode_replica_parked(o, s)) return false;
   out = std::move(s);
   return true;
 }

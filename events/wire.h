@@ -122,22 +122,28 @@ std::string encode_resync_gone();
 
 // ---- Replicas' in-flight load (events/replica_sync.h) -------------------
 // One replica's snapshot on the wire:
-// {"replica":R,"seq":N,"ttl_ms":T,"w":[[worker_id,requests,blocks,prefill_tokens],...]}
+// {"replica":R,"seq":N,"ttl_ms":T,"w":[[worker_id,requests,blocks,prefill_tokens],...],
+//  "p":[[worker_id,parked_blocks],...]}
+// "p" (the replica's parked KV per worker, whole blocks) is optional: a
+// snapshot without it parks nothing, and a decoder that predates it ignores it
+// ("w" lists every worker of the snapshot, one with only parked KV as zeros).
 struct ReplicaInflight {
   WorkerId worker;
   uint32_t requests = 0;
   uint64_t blocks = 0;
   uint64_t prefill_tokens = 0;
+  uint64_t parked_blocks = 0;
   friend bool operator==(const ReplicaInflight&, const ReplicaInflight&) = default;
 };
 struct ReplicaSnapshot {
   uint64_t replica = 0;  // random per process
   uint64_t seq = 0;
   uint32_t ttl_ms = 0;
-  std::vector<ReplicaInflight> workers;  // only workers with something in flight
+  std::vector<ReplicaInflight> workers;  // only workers with something in flight or parked
 };
 std::string encode_replica_snapshot(const ReplicaSnapshot& s);
-// False on malformed input (bounded: at most 65,536 workers).
+// False on malformed input (bounded: at most 65,536 workers in all,
+// parked_blocks at most 2^40, a worker at most once in "p").
 bool decode_replica_snapshot(std::string_view json, ReplicaSnapshot& out);
 
 }  // namespace kvroute

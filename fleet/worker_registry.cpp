@@ -264,7 +264,8 @@ void WorkerRegistry::view(const Entry& e, WorkerView& v, TimePoint now) const {
   v.load_age = e.has_load ? Nanos(now - e.last_load) : Nanos(-1);
   v.pending_prefill_requests = e.pending_prefill_requests;  // TTFT model (ttft_model.h)
   v.ttft = e.ttft.coefficients();
-  v.parked_blocks = e.parked_blocks;  // as the rankings have it (sync()): the reference scorer prices the same
+  v.parked_blocks = parked_total(e);  // as the rankings have it (sync()): the reference scorer prices the same
+  v.remote_parked_blocks = e.remote_parked_blocks;
   v.predicted = predicted(e);
 }
 
@@ -288,10 +289,13 @@ uint64_t WorkerRegistry::pending_prefill(const Entry& e) {
 
 void WorkerRegistry::fade_parked(Entry& e, TimePoint now) const {
   if (parked_kv_seconds_ <= 0) {
-    e.parked_blocks = 0;
-  } else if (now > e.parked_at && e.parked_blocks > 0) {
-    e.parked_blocks *= std::exp(-std::chrono::duration<double>(now - e.parked_at).count() / parked_kv_seconds_);
-    if (e.parked_blocks < 0.5) e.parked_blocks = 0;  // faded: an exact 0, no denormals
+    e.parked_blocks = e.remote_parked_blocks = 0;
+  } else if (now > e.parked_at && parked_total(e) > 0) {
+    const double f = std::exp(-std::chrono::duration<double>(now - e.parked_at).count() / parked_kv_seconds_);
+    for (double* p : {&e.parked_blocks, &e.remote_parked_blocks}) {
+      *p *= f;
+      if (*p < 0.5) *p = 0;  // faded: an exact 0, no denormals
+    }
   }
   e.parked_at = std::max(e.parked_at, now);
 }
@@ -313,7 +317,7 @@ void WorkerRegistry::sync(WorkerId id, Entry& e, TimePoint now) {
   }
   if (h == HealthState::Ejected) ejections_.emplace(e.ejected_until, id);
   if (!in) return;
-  const CandidateState st{predicted(e), pending_prefill(e), e.draining, e.parked_blocks};
+  const CandidateState st{predicted(e), pending_prefill(e), e.draining, parked_total(e)};
   auto put = [&](const std::string& name) {
     if (name.empty()) return;
     auto f = rankings_.find(name);
@@ -569,7 +573,13 @@ TtftSample WorkerRegistry::begin_request(WorkerId id, InflightKv& kv, uint64_t p
   it->second.pending_prefill_requests += 1;
   it->second.inflight_requests += 1;
   fade_parked(it->second, clock_.now());
-  it->second.parked_blocks -= std::min(it->second.parked_blocks, static_cast<double>(kv.resumed_blocks));
+  // Taken back from this router's parked KV first, then from the other replicas'.
+  double resumed = static_cast<double>(kv.resumed_blocks);
+  for (double* p : {&it->second.parked_blocks, &it->second.remote_parked_blocks}) {
+    const double taken = std::min(*p, resumed);
+    *p -= taken;
+    resumed -= taken;
+  }
   add_inflight_kv(it->second, kv, chained);
   it->second.pending_prefill_tokens += prefill_tokens;
   sync(id, it->second, clock_.now());
@@ -615,7 +625,8 @@ void WorkerRegistry::end_request(WorkerId id, const InflightKv& kv, uint64_t pre
     it->second.parked_blocks += static_cast<double>(kv.blocks);
     // The engine holds no more than its capacity: past it, LRU has evicted the oldest.
     if (const uint64_t total = it->second.info ? it->second.info->load.kv_total_blocks : 0)
-      it->second.parked_blocks = std::min(it->second.parked_blocks, static_cast<double>(total));
+      it->second.parked_blocks = std::min(
+          it->second.parked_blocks, std::max(0.0, static_cast<double>(total) - it->second.remote_parked_blocks));
   }
   it->second.pending_prefill_tokens -= std::min(it->second.pending_prefill_tokens, prefill_tokens);
   if (prefilling) it->second.pending_prefill_requests -= std::min<uint32_t>(it->second.pending_prefill_requests, 1);
@@ -633,7 +644,8 @@ void WorkerRegistry::end_request(WorkerId id, const InflightKv& kv, uint64_t pre
 namespace kvroute {
 
 // --- other router replicas' in-flight work -----------------------------------
-void WorkerRegistry::set_remote_inflight(WorkerId id, uint32_t requests, uint64_t blocks, uint64_t prefill_tokens) {
+void WorkerRegistry::set_remote_inflight(WorkerId id, uint32_t requests, uint64_t blocks, uint64_t prefill_tokens,
+                                         double parked_blocks) {
   std::lock_guard lk(mu_);
   auto it = workers_.find(id);
   if (it == workers_.end()) return;
@@ -641,7 +653,14 @@ void WorkerRegistry::set_remote_inflight(WorkerId id, uint32_t requests, uint64_
   it->second.remote_requests = requests;
   it->second.remote_blocks = blocks;
   it->second.remote_prefill_tokens = prefill_tokens;
-  sync(id, it->second, clock_.now());  // remote counts are in the rankings' predicted load too
+  const TimePoint now = clock_.now();
+  fade_parked(it->second, now);  // this router's own to now; the others' is replaced
+  double remote = parked_kv_seconds_ > 0 && std::isfinite(parked_blocks) ? std::max(0.0, parked_blocks) : 0.0;
+  // No engine holds more than its capacity: a bound on what a peer says, with this router's own.
+  if (const uint64_t total = it->second.info ? it->second.info->load.kv_total_blocks : 0)
+    remote = std::min(remote, std::max(0.0, static_cast<double>(total) - it->second.parked_blocks));
+  it->second.remote_parked_blocks = remote;
+  sync(id, it->second, now);  // remote counts are in the rankings' predicted load and parked KV too
   if (fewer) capacity_may_be_free(it->second);
 }
 

@@ -127,9 +127,12 @@ struct WorkerView {
   // worker's fitted coefficients.
   uint32_t pending_prefill_requests = 0;
   TtftCoefficients ttft;
-  // KV this router expects back on the worker (set_parked_kv_seconds()),
-  // faded to the worker's last change or load report.
+  // KV the routers expect back on the worker (set_parked_kv_seconds()):
+  // this router's and, through replica sync, the other replicas'
+  // (remote_parked_blocks of it), faded to the worker's last change or load
+  // report.
   double parked_blocks = 0;
+  double remote_parked_blocks = 0;
 };
 
 // One request's KV as the registry counts it in flight on a worker
@@ -326,10 +329,13 @@ class WorkerRegistry {
 
   // --- other router replicas' in-flight work ------------------------------
   // Replaces what the other replicas (summed, events/replica_sync.h) have in
-  // flight on `id`. It adds to the router's own counts in every view
-  // (inflight_*, predicted) and in the fast path's ranked rankings, and is
-  // reported apart in WorkerView::remote_*.
-  void set_remote_inflight(WorkerId id, uint32_t requests, uint64_t blocks, uint64_t prefill_tokens);
+  // flight on `id`, and the KV they have parked there (their answered
+  // prompts, as faded when they sent it; at most the worker's KV capacity,
+  // ignored while the parked KV is off). It adds to the router's own counts
+  // in every view (inflight_*, predicted, parked_blocks) and in the fast
+  // path's rankings, and is reported apart in WorkerView::remote_*.
+  void set_remote_inflight(WorkerId id, uint32_t requests, uint64_t blocks, uint64_t prefill_tokens,
+                           double parked_blocks = 0);
   // Changes each time this router's own in-flight counts change (begin_request,
   // first_byte, end_request): replica sync publishes as soon as it moves.
   uint64_t inflight_generation() const { return inflight_generation_.load(std::memory_order_relaxed); }
@@ -377,6 +383,7 @@ class WorkerRegistry {
     uint32_t ended_requests = 0;
     uint64_t ended_blocks = 0;
     double parked_blocks = 0;  // as of parked_at (set_parked_kv_seconds())
+    double remote_parked_blocks = 0;  // other replicas' (set_remote_inflight), as of parked_at
     TimePoint parked_at{};
     TtftModel ttft;
     std::vector<std::string> rankings;  // the rankings_ this worker is in (its model, its LoRA names)
@@ -396,8 +403,9 @@ class WorkerRegistry {
   uint64_t count_chain(WorkerId id, InflightKv& kv);
   static void total_inflight_kv(Entry& e);  // sets inflight_blocks from its parts
   static uint64_t pending_prefill(const Entry& e);  // this router's + other replicas' (view())
-  // Fades the entry's parked KV to `now`.
+  // Fades the entry's parked KV (its own and the other replicas') to `now`.
   void fade_parked(Entry& e, TimePoint now) const;
+  static double parked_total(const Entry& e) { return e.parked_blocks + e.remote_parked_blocks; }
   // Puts the worker into (or takes it out of) the rankings of the names it
   // serves, with its current state; call after every change of `e`.
   void sync(WorkerId id, Entry& e, TimePoint now);

@@ -287,6 +287,45 @@ TEST_CASE("parked KV: answered prompts count until they fade or a request takes 
   CHECK(parked(2) == 0);  // not brought back
 }
 
+TEST_CASE("parked KV: other replicas' adds to this router's, fades with it, and is bounded by the worker's KV") {
+  using namespace std::chrono_literals;
+  ManualClock clock;
+  WorkerRegistry r(clock);
+  r.on_heartbeat(ann(1));  // 100 KV blocks
+  auto view = [&] { return r.candidates("m").at(0); };
+  r.set_remote_inflight(WorkerId{1}, 0, 0, 0, 30);
+  CHECK(view().parked_blocks == 0);  // the parked KV off: a peer's figure is not taken
+  r.set_parked_kv_seconds(10);
+  r.set_remote_inflight(WorkerId{1}, 0, 0, 0, 30);
+  {
+    InflightGuard a(r, WorkerId{1}, 20, 320);
+    a.first_byte();
+  }
+  CHECK(view().parked_blocks == doctest::Approx(50));
+  CHECK(view().remote_parked_blocks == doctest::Approx(30));
+  clock.advance(10s);
+  r.on_load_report(WorkerId{1}, ann(1).load);
+  CHECK(view().parked_blocks == doctest::Approx(50 * std::exp(-1.0)));  // both fade
+  CHECK(view().remote_parked_blocks == doctest::Approx(30 * std::exp(-1.0)));
+  // A request resuming 15 cached blocks takes them from this router's figure first.
+  const double own = view().parked_blocks - view().remote_parked_blocks;  // 20/e = 7.36
+  {
+    InflightGuard next(r, WorkerId{1}, 15, 240, 0, {}, 15);
+    CHECK(view().parked_blocks == doctest::Approx(50 * std::exp(-1.0) - 15));
+    CHECK(view().remote_parked_blocks == doctest::Approx(30 * std::exp(-1.0) - (15 - own)));
+  }
+  // The next snapshot replaces the peers' figure; what a peer claims is capped
+  // at what the worker can hold beside this router's own.
+  r.set_remote_inflight(WorkerId{1}, 0, 0, 0, 1e12);
+  CHECK(view().parked_blocks == doctest::Approx(100));
+  r.set_remote_inflight(WorkerId{1}, 0, 0, 0, -5);
+  CHECK(view().remote_parked_blocks == 0);
+  r.set_remote_inflight(WorkerId{1}, 0, 0, 0, 12);
+  r.set_parked_kv_seconds(0);  // off: both cleared
+  CHECK(view().parked_blocks == 0);
+  CHECK(view().remote_parked_blocks == 0);
+}
+
 TEST_CASE("in-flight KV counts a cached prefix that the worker's in-flight requests share once") {
   ManualClock clock;
   WorkerRegistry r(clock);

@@ -1,5 +1,5 @@
 // Fuzz target: decode_replica_snapshot (events/wire.h), another router
-// replica's in-flight load on `{prefix}.replicas.inflight`.
+// replica's in-flight load and parked KV on `{prefix}.replicas.inflight`.
 // Contract checked on every input:
 //   - a refused input leaves the output untouched;
 //   - a success has ttl_ms in 1..3,600,000 and at most 65,536 workers, and
@@ -42,5 +42,8 @@ std::vector<std::string> kvroute_fuzz_seeds() {
   s.workers = {{WorkerId{1}, 3, 120, 4096}, {WorkerId{~0ull}, 4294967295u, ~0ull, 0}};
   seeds.push_back(encode_replica_snapshot(s));
   seeds.push_back(R"({"replica":1,"seq":2,"ttl_ms":10,"w":[[1,2,3,4]],"extra":{"w":[]}})");
+  s.workers = {{WorkerId{1}, 3, 120, 4096, 77}, {WorkerId{5}, 0, 0, 0, 1ull << 40}};
+  seeds.push_back(encode_replica_snapshot(s));
+  seeds.push_back(R"({"replica":1,"seq":2,"ttl_ms":10,"w":[[1,2,3,4],[1,0,0,0]],"p":[[7,3],[1,9]]})");
   return seeds;
 }

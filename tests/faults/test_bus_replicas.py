@@ -1,7 +1,8 @@
 """Replicas share in-flight load: a 50-request burst for a prefix cached on
 one worker, split over 2 router replicas, spreads over the workers within +-2
 requests per worker of the spread one replica gives the same burst alone.
-A replica that vanishes stops counting after events.replica_ttl_ms."""
+A replica that vanishes stops counting after events.replica_ttl_ms. And the
+parked KV: a prompt answered through one replica is parked on the other."""
 import collections
 import os
 import tempfile
@@ -98,6 +99,29 @@ class Replicas(unittest.TestCase):
             self.assertTrue(ok)
             self.assertGreaterEqual(took, 0.5)
             held.join(timeout=60)
+
+    def test_a_prompt_answered_through_one_replica_is_parked_on_the_other(self):
+        # Replica a routes nothing; whatever it shows parked came from b by replica sync.
+        with tempfile.TemporaryDirectory() as d, Fleet(BUILD_DIR, d) as f:
+            f.start_nats()
+            for w in (1, 2):
+                f.start_mocker(w)
+            if os.environ.get("KVROUTE_FAULTS_NO_SYNC"):
+                f.router_args = ["--events.replica_sync", "false"]
+            f.start_router()
+            port_b = start_extra_router(f, "kvroute-b")
+            f.wait_ready(2)
+            self.assertTrue(wait_until(lambda: f.get("/ready", port=port_b).status == 200, 10))
+
+            def parked_on_a():
+                return {int(w["worker_id"]): w["parked_blocks"] for w in f.admin("GET", "/admin/workers").json()}
+            self.assertEqual(set(parked_on_a().values()), {0})
+            r = f.post("/v1/completions", completion("parked " + PREFIX + uuid.uuid4().hex, max_tokens=4), port=port_b)
+            self.assertEqual(r.status, 200, r.body)
+            holder = int(r.header("x-kvroute-worker"))
+            self.assertTrue(wait_until(lambda: parked_on_a()[holder] > 0, 5),
+                            f"replica a shows no parked KV on worker {holder}: {parked_on_a()}")
+            self.assertEqual(sum(v for w, v in parked_on_a().items() if w != holder), 0)
 
 
 if __name__ == "__main__":

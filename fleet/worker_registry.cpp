@@ -287,6 +287,11 @@ uint64_t WorkerRegistry::pending_prefill(const Entry& e) {
   return e.pending_prefill_tokens + e.remote_prefill_tokens;  // as view() reports it
 }
 
+double WorkerRegistry::parked_room(const Entry& e, double parked, double beside) {
+  const uint64_t total = e.info ? e.info->load.kv_total_blocks : 0;
+  return total ? std::min(parked, std::max(0.0, static_cast<double>(total) - beside)) : parked;
+}
+
 void WorkerRegistry::fade_parked(Entry& e, TimePoint now) const {
   if (parked_kv_seconds_ <= 0) {
     e.parked_blocks = e.remote_parked_blocks = 0;
@@ -620,17 +625,14 @@ void WorkerRegistry::end_request(WorkerId id, const InflightKv& kv, uint64_t pre
   // share stays (on the worker and in its next report).
   const bool same_table = kv.counted_in == it->second.inflight_chained;  // else counted in a replaced entry
   const uint64_t freed = remove_inflight_kv(it->second, kv, same_table ? unchained : 0);
-  if (!prefilling && parked_kv_seconds_ > 0) {  // answered: its prompt is in the engine's cache
-    fade_parked(it->second, clock_.now());
-    it->second.parked_blocks += static_cast<double>(kv.blocks);
-    // The engine holds no more than its capacity: past it, LRU has evicted the oldest.
-    if (const uint64_t total = it->second.info ? it->second.info->load.kv_total_blocks : 0)
-      it->second.parked_blocks = std::min(
-          it->second.parked_blocks, std::max(0.0, static_cast<double>(total) - it->second.remote_parked_blocks));
-  }
-  it->second.pending_prefill_tokens -= std::min(it->second.pending_prefill_tokens, prefill_tokens);
-  if (prefilling) it->second.pending_prefill_requests -= std::min<uint32_t>(it->second.pending_prefill_requests, 1);
   Entry& e = it->second;
+  if (!prefilling && parked_kv_seconds_ > 0) {  // answered: its prompt is in the engine's cache
+    fade_parked(e, clock_.now());
+    // The engine holds no more than its capacity: past it, LRU has evicted the oldest.
+    e.parked_blocks = parked_room(e, e.parked_blocks + static_cast<double>(kv.blocks), e.remote_parked_blocks);
+  }
+  e.pending_prefill_tokens -= std::min(e.pending_prefill_tokens, prefill_tokens);
+  if (prefilling) e.pending_prefill_requests -= std::min<uint32_t>(e.pending_prefill_requests, 1);
   if (e.has_load && started != TimePoint{} && started <= e.last_load) {
     e.ended_requests += 1;
     e.ended_blocks += freed;
@@ -655,11 +657,9 @@ void WorkerRegistry::set_remote_inflight(WorkerId id, uint32_t requests, uint64_
   it->second.remote_prefill_tokens = prefill_tokens;
   const TimePoint now = clock_.now();
   fade_parked(it->second, now);  // this router's own to now; the others' is replaced
-  double remote = parked_kv_seconds_ > 0 && std::isfinite(parked_blocks) ? std::max(0.0, parked_blocks) : 0.0;
   // No engine holds more than its capacity: a bound on what a peer says, with this router's own.
-  if (const uint64_t total = it->second.info ? it->second.info->load.kv_total_blocks : 0)
-    remote = std::min(remote, std::max(0.0, static_cast<double>(total) - it->second.parked_blocks));
-  it->second.remote_parked_blocks = remote;
+  const double remote = parked_kv_seconds_ > 0 && std::isfinite(parked_blocks) ? std::max(0.0, parked_blocks) : 0.0;
+  it->second.remote_parked_blocks = parked_room(it->second, remote, it->second.parked_blocks);
   sync(id, it->second, now);  // remote counts are in the rankings' predicted load and parked KV too
   if (fewer) capacity_may_be_free(it->second);
 }

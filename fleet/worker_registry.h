@@ -406,6 +406,8 @@ class WorkerRegistry {
   // Fades the entry's parked KV (its own and the other replicas') to `now`.
   void fade_parked(Entry& e, TimePoint now) const;
   static double parked_total(const Entry& e) { return e.parked_blocks + e.remote_parked_blocks; }
+  // `parked` as much as the worker's KV capacity (when reported) holds beside `beside`.
+  static double parked_room(const Entry& e, double parked, double beside);
   // Puts the worker into (or takes it out of) the rankings of the names it
   // serves, with its current state; call after every change of `e`.
   void sync(WorkerId id, Entry& e, TimePoint now);

@@ -37,6 +37,14 @@ WorkerView view_of(const WorkerRegistry& r, uint64_t id) {
   return {};
 }
 
+// A connection to `server` named `name`; fails the test if it cannot connect.
+std::unique_ptr<NatsBus> connect(const NatsServer& server, const char* name) {
+  std::string err;
+  auto bus = NatsBus::connect(server.url(), name, 5s, &err);
+  REQUIRE_MESSAGE(bus, err);
+  return bus;
+}
+
 void announce(WorkerRegistry& r) {
   for (uint64_t id : {1, 2}) {
     WorkerAnnouncement a;
@@ -91,10 +99,8 @@ TEST_CASE("two replicas count each other's in-flight requests; a silent one stop
   NatsServer server;
   REQUIRE_MESSAGE(server.ok(), "nats-server not found (scripts/setup.sh installs it)");
   std::string err;
-  auto bus_a = NatsBus::connect(server.url(), "a", 5s, &err);
-  auto bus_b = NatsBus::connect(server.url(), "b", 5s, &err);
-  REQUIRE_MESSAGE(bus_a, err);
-  REQUIRE_MESSAGE(bus_b, err);
+  auto bus_a = connect(server, "a");
+  auto bus_b = connect(server, "b");
   SteadyClock& clock = SteadyClock::instance();
   WorkerRegistry ra(clock), rb(clock);
   announce(ra);
@@ -151,10 +157,8 @@ TEST_CASE("a flood of made-up replicas is bounded: the ones counted keep countin
   NatsServer server;
   REQUIRE_MESSAGE(server.ok(), "nats-server not found (scripts/setup.sh installs it)");
   std::string err;
-  auto bus_a = NatsBus::connect(server.url(), "a", 5s, &err);
-  auto bus_x = NatsBus::connect(server.url(), "x", 5s, &err);
-  REQUIRE_MESSAGE(bus_a, err);
-  REQUIRE_MESSAGE(bus_x, err);
+  auto bus_a = connect(server, "a");
+  auto bus_x = connect(server, "x");
   SteadyClock& clock = SteadyClock::instance();
   WorkerRegistry ra(clock);
   announce(ra);

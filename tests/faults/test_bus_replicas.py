@@ -41,24 +41,30 @@ def burst(fleet, ports, prefix, pace=0.02):
     return out
 
 
+def start_two_replicas(test, f, workers, mocker_args=()):
+    """nats-server, mockers 1..`workers`, kvroute a (f.router_port) and kvroute b; returns b's port.
+    KVROUTE_FAULTS_NO_SYNC=1 shows what these tests catch: replicas blind to each other."""
+    f.start_nats()
+    for w in range(1, workers + 1):
+        f.start_mocker(w, mocker_args)
+    if os.environ.get("KVROUTE_FAULTS_NO_SYNC"):
+        f.router_args = ["--events.replica_sync", "false"]
+    f.start_router()
+    port_b = start_extra_router(f, "kvroute-b")
+    f.wait_ready(workers)
+    test.assertTrue(wait_until(lambda: f.get("/ready", port=port_b).status == 200, 10))
+    return port_b
+
+
 class Replicas(unittest.TestCase):
     def test_two_replicas_spread_a_burst_like_one(self):
         # Engine time at 2x: a 300-token answer takes ~1.5 s, longer than the burst (1 s), with
         # the dynamo-mocker profile's decode (8-20 ms a step; h100-llama3-8b's 6.5 ms would end
         # answers within the burst).
         with tempfile.TemporaryDirectory() as d, Fleet(BUILD_DIR, d, speedup=2.0) as f:
-            f.start_nats()
             # 4 workers x 13 request slots (52): a 50-request burst fills nearly all of them,
             # so one replica's spread is determined (13 on the holder, 12-13 elsewhere).
-            for w in (1, 2, 3, 4):
-                f.start_mocker(w, ("--max-seqs", "13", "--engine-profile", "dynamo-mocker"))
-            # KVROUTE_FAULTS_NO_SYNC=1 shows what this test catches: replicas blind to each other.
-            if os.environ.get("KVROUTE_FAULTS_NO_SYNC"):
-                f.router_args = ["--events.replica_sync", "false"]
-            f.start_router()
-            port_b = start_extra_router(f, "kvroute-b")
-            f.wait_ready(4)
-            self.assertTrue(wait_until(lambda: f.get("/ready", port=port_b).status == 200, 10))
+            port_b = start_two_replicas(self, f, 4, ("--max-seqs", "13", "--engine-profile", "dynamo-mocker"))
             if not os.environ.get("KVROUTE_FAULTS_NO_SYNC"):
                 self.assertTrue(wait_until(lambda: f.metric("kvroute_events_replica_peers") == 1, 5))
 
@@ -103,15 +109,7 @@ class Replicas(unittest.TestCase):
     def test_a_prompt_answered_through_one_replica_is_parked_on_the_other(self):
         # Replica a routes nothing; whatever it shows parked came from b by replica sync.
         with tempfile.TemporaryDirectory() as d, Fleet(BUILD_DIR, d) as f:
-            f.start_nats()
-            for w in (1, 2):
-                f.start_mocker(w)
-            if os.environ.get("KVROUTE_FAULTS_NO_SYNC"):
-                f.router_args = ["--events.replica_sync", "false"]
-            f.start_router()
-            port_b = start_extra_router(f, "kvroute-b")
-            f.wait_ready(2)
-            self.assertTrue(wait_until(lambda: f.get("/ready", port=port_b).status == 200, 10))
+            port_b = start_two_replicas(self, f, 2)
 
             def parked_on_a():
                 return {int(w["worker_id"]): w["parked_blocks"] for w in f.admin("GET", "/admin/workers").json()}

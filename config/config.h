@@ -161,6 +161,19 @@ struct SchedulerConfig {
   // "prefix_once" each request's uncached blocks and the largest cached
   // prefix once, "whole" every prompt whole.
   std::string inflight_kv = "distinct";
+  // A prompt's leading blocks that the router has in flight on a worker
+  // (requests sent there whose prompts share them, not yet ended): the
+  // engine computes them once, and a request queued behind reads them from
+  // its cache (WorkerRegistry::inflight_overlaps). They count as cached
+  // there, at this value against blocks the index has, scaled down while
+  // the fleet's mean KV load is under inflight_prefix_load: on an idle
+  // fleet a request does better computing its own copy elsewhere (the
+  // prefix then has several holders for the requests after it); on a busy
+  // one that copy is time taken from other requests. The worker's overlap
+  // is the longer of the index's and this. 0 = off. Needs inflight_kv
+  // "distinct".
+  double inflight_prefix_weight = 1;
+  double inflight_prefix_load = 0.9;
   // KV the router expects back on a worker (WorkerRegistry: parked KV): the
   // prompt blocks of the requests it answered there, fading with this time
   // constant in seconds, less the cached prefix each new request there takes

@@ -221,6 +221,17 @@ void for_each_key(C& c, F&& f) {
             "What in-flight KV counts: distinct (each block of the in-flight prompts once), prefix_once or whole.", 0,
             0, S, R},
     c.scheduler.inflight_kv);
+  f(KeyInfo{"scheduler.inflight_prefix_weight",
+            "Value of the prompt prefix the router has in flight on a worker (other requests' prompts sent there, "
+            "not yet ended) against a cached one, at or over inflight_prefix_load (0 = off; needs inflight_kv "
+            "distinct).",
+            0, 1, !S, R},
+    c.scheduler.inflight_prefix_weight);
+  f(KeyInfo{"scheduler.inflight_prefix_load",
+            "The fleet's mean KV load from which an in-flight prefix counts at inflight_prefix_weight; under it, in "
+            "proportion.",
+            0.01, 1, !S, R},
+    c.scheduler.inflight_prefix_load);
   f(KeyInfo{"scheduler.parked_kv_seconds",
             "Time constant (s) of the parked KV: the prompts the router answered on a worker, counted in its KV load "
             "until they fade or a request takes them up again (0 = off).",

@@ -34,4 +34,17 @@ uint64_t InflightBlocks::remove(std::span<const uint64_t> chain) {
   return before - refs_.size();
 }
 
+std::optional<uint32_t> InflightBlocks::try_held_prefix(std::span<const uint64_t> chain, uint32_t beyond) {
+  std::unique_lock lk(mu_, std::try_to_lock);
+  if (!lk.owns_lock()) return std::nullopt;
+  if (chains_ == 0 || beyond >= chain.size() || !refs_.find(chain[beyond])) return 0;
+  size_t lo = beyond + 1, hi = chain.size();  // chain[0, lo) held; chain[hi, end) not
+  while (lo < hi) {
+    const size_t mid = lo + (hi - lo) / 2;
+    if (refs_.find(chain[mid])) lo = mid + 1;
+    else hi = mid;
+  }
+  return static_cast<uint32_t>(lo);
+}
+
 }  // namespace kvroute

@@ -34,6 +34,13 @@ class InflightBlocks {
   // Removes a chain add() took: returns how many keys no request holds any
   // more.
   uint64_t remove(std::span<const uint64_t> chain);
+  // How many leading keys of `chain` some in-flight request holds (the
+  // prefix of the prompt the worker is computing or holds for them), when
+  // more than `beyond`; else 0. Keys are added and removed a whole chain at
+  // a time, so the held keys of a chain are a prefix of it: one probe, and
+  // a binary search past `beyond` when it is held. nullopt when the lock is
+  // busy (a long chain being counted): the caller does not wait for it.
+  std::optional<uint32_t> try_held_prefix(std::span<const uint64_t> chain, uint32_t beyond = 0);
 
  private:
   std::mutex mu_;

@@ -427,6 +427,27 @@ void WorkerRegistry::refresh_pd_roles() {
   pd_roles_.store(any, std::memory_order_relaxed);
 }
 
+double WorkerRegistry::inflight_overlaps(std::string_view model, std::span<const uint64_t> chain, uint32_t beyond,
+                                         const SchedulerConfig& cfg, std::vector<OwnerOverlap>& out) {
+  std::lock_guard lk(mu_);
+  const auto now = clock_.now();
+  end_ejections(now);  // as decide(): the same workers, the same mean
+  const auto ranking = rankings_.find(model);
+  if (chain.empty() || ranking == rankings_.end()) return 0;
+  for (const auto& [id, e] : workers_) {
+    // A prefix is in computation only where a request is not answered yet;
+    // an answered one's blocks are stored and in the index.
+    if (e.pending_prefill_requests == 0 || e.info->dp_size > 1 || !serves(*e.info, model)) continue;
+    if (state(e, now) != HealthState::Ok) continue;
+    const std::optional<uint32_t> held = e.inflight_chained->try_held_prefix(chain, beyond);
+    if (!held || *held == 0) continue;
+    OwnerOverlap& o = out.emplace_back();
+    o.owner = CacheOwner{id, 0};
+    o.blocks = *held;
+  }
+  return ranking->second.load_mean(cfg);
+}
+
 std::optional<uint64_t> WorkerRegistry::kv_capacity(std::string_view model) const {
   constexpr uint64_t kUnknown = std::numeric_limits<uint64_t>::max();
   std::lock_guard lk(mu_);

@@ -262,6 +262,26 @@ class WorkerRegistry {
   bool decide(std::string_view model, const MatchLayers& match, uint32_t isl_tokens,
               uint32_t block_size, const SchedulerConfig& cfg, Random& random, size_t rank_limit,
               RankedDecision& out, std::vector<WorkerView>& views);
+  // The leading blocks of a prompt (`chain`: inflight_chain() of its
+  // complete blocks) that each worker serving `model` has in flight from
+  // this router: requests sent there and not ended, whose prompts share
+  // that prefix (scheduler.inflight_prefix_weight). The engine computes
+  // those blocks once and a request behind them there reads them from its
+  // cache; the index learns of them only when they are stored. Appended to
+  // `out` as owners (dp rank 0), for workers holding more than `beyond`
+  // such blocks (the longest prefix any worker has cached: a copy in
+  // computation counts where it goes further than every stored one, and a
+  // worker is skipped after one probe otherwise). Only workers with a
+  // request not answered yet are read (where a prefix can be in
+  // computation; answered prompts are stored, and in the index). Left out: workers with several dp ranks (which rank computes
+  // the prefix is the engine's choice), and a worker whose in-flight table
+  // is being updated at that moment (not waited for). Only scheduler.
+  // inflight_kv distinct counts the keys. Returns the mean KV load of the
+  // model's workers eligible under `cfg`, as the fast path reads it
+  // (RankedCandidates::load_mean(); 0 when none). One lock; O(log chain)
+  // probes per worker with a request not answered.
+  double inflight_overlaps(std::string_view model, std::span<const uint64_t> chain, uint32_t beyond,
+                           const SchedulerConfig& cfg, std::vector<OwnerOverlap>& out);
   bool known(WorkerId id) const;
   // The most KV blocks one worker serving `model` (or the LoRA adapter
   // `model`) can hold: the largest kv_total_blocks reported, whatever the

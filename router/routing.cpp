@@ -30,10 +30,25 @@ RouteTarget route_target(WorkerId worker, const WorkerAnnouncement& info, uint32
                          const std::array<uint32_t, kNumStorageTiers>& by_tier, uint32_t dp_rank, uint32_t isl_tokens,
                          uint32_t block_size) {
   const uint32_t cached = claimed_tokens(overlap_blocks, isl_tokens, block_size);
-  RouteTarget t{worker, info.url, cached, isl_tokens - cached, overlap_blocks,
+  RouteTarget t{worker, info.url, cached, isl_tokens - cached, overlap_blocks, overlap_blocks,
                 steered_rank(info, overlap_blocks, pool_blocks(by_tier), dp_rank)};
   set_pool_share(t, overlap_blocks, by_tier, block_size);
   return t;
+}
+
+RouteTarget route_target_of(const RouteResult& r, const Candidate& c, const WorkerAnnouncement& info,
+                            uint32_t block_size) {
+  for (const InflightPrefix& p : r.inflight)
+    if (p.worker == c.owner.worker && p.counted == c.overlap_blocks && p.held > c.overlap_blocks) {
+      RouteTarget t = route_target(c.owner.worker, info, p.held, {}, c.owner.dp_rank, r.isl_tokens, block_size);
+      // Its queue counts the new tokens the decision priced: the request waits
+      // for the prefix, and reads all of it in its prefill and every decode step.
+      t.prefill_tokens = r.isl_tokens - claimed_tokens(c.overlap_blocks, r.isl_tokens, block_size);
+      t.resumed_blocks = c.overlap_blocks;
+      return t;
+    }
+  return route_target(c.owner.worker, info, c.overlap_blocks, c.overlap_by_tier, c.owner.dp_rank, r.isl_tokens,
+                      block_size);
 }
 
 const std::vector<uint64_t>& inflight_chain(const SchedulerConfig& s, const RouteResult& r) {
@@ -118,6 +133,7 @@ void RouteResult::reset() {
   candidates.clear();
   decision.reset();
   pd.reset();
+  inflight.clear();
 }
 
 std::vector<TokenId> RoutingService::tokens_of(const ParsedRequest& r, const TokenizerSet* tokenizers,
@@ -312,6 +328,25 @@ void RoutingService::decide(const Config& cfg, std::string_view model, uint32_t 
   decide_all(cfg, *sched, model, rank_all, out);
 }
 
+void RoutingService::inflight_owners(const SchedulerConfig& fleet, std::string_view model, RouteResult& r,
+                                     uint32_t cached_blocks, std::vector<OwnerOverlap>& out) const {
+  r.inflight.clear();
+  if (fleet.inflight_prefix_weight <= 0 || !inflight_distinct(fleet) || r.skips_prefix_cache ||
+      cached_blocks >= r.block_hashes.size())
+    return;
+  const size_t first = out.size();
+  const double load_mean = registry_.inflight_overlaps(model, inflight_chain(fleet, r), cached_blocks, fleet, out);
+  const double w = fleet.inflight_prefix_weight * std::min(1.0, load_mean / fleet.inflight_prefix_load);
+  // Its value as blocks: the cost prices an overlap by its blocks (all on the device).
+  size_t kept = first;
+  for (size_t i = first; i < out.size(); ++i)
+    if (const auto blocks = static_cast<uint32_t>(out[i].blocks * w); blocks > 0) {
+      r.inflight.push_back({out[i].owner.worker, out[i].blocks, blocks});
+      out[kept++] = {out[i].owner, blocks, {}};
+    }
+  out.resize(kept);
+}
+
 // True when it decided (a choice), false to let decide_all() decide: nobody
 // serves the model, or nobody is eligible (decide_all() tells why).
 bool RoutingService::decide_ranked(const Config& cfg, const SchedulerConfig& sched, std::string_view model,
@@ -320,6 +355,10 @@ bool RoutingService::decide_ranked(const Config& cfg, const SchedulerConfig& sch
   auto t0 = StageClock::now();
   thread_local MatchLayers match;  // per-thread scratch, as fd
   index_.find_match_layers(matchable(out), match);
+  uint32_t cached = 0;
+  for (const auto& l : match.layers) cached = std::max(cached, l.blocks);
+  for (const auto& o : match.extra) cached = std::max(cached, o.blocks);
+  inflight_owners(cfg.scheduler, model, out, cached, match.extra);  // an owner's longest entry counts
   auto t1 = StageClock::now();
   out.stage_seconds[2] = seconds_between(t0, t1);
   thread_local RankedDecision fd;  // per-thread scratch: no allocation per decision
@@ -357,9 +396,7 @@ bool RoutingService::decide_ranked(const Config& cfg, const SchedulerConfig& sch
     WorkerScore& s = d.scores.emplace_back(p.score);
     s.predicted_ttft_ms = predicted_ttft_ms(c, out.isl_tokens - s.cached_tokens);  // explain, affinity
     d.ranking.push_back(i);
-    out.ranked.push_back(
-        route_target(p.worker, *out.workers[i].info, p.overlap_blocks, p.overlap_by_tier, p.dp_rank, out.isl_tokens,
-                     block_size));
+    out.ranked.push_back(route_target_of(out, c, *out.workers[i].info, block_size));
   }
   out.stage_seconds[3] = seconds_between(t1, StageClock::now());
   if (fd.ranked.empty()) {
@@ -394,6 +431,9 @@ void RoutingService::decide_all(const Config& cfg, const SchedulerConfig& sched,
     t0 = t;
   };
   auto scores = index_.find_matches(matchable(out));
+  uint32_t cached = 0;
+  for (const auto& o : scores.owners) cached = std::max(cached, o.blocks);
+  inflight_owners(cfg.scheduler, model, out, cached, scores.owners);  // the longest per worker counts
   lap(2);
 
   // A worker with several dp ranks is scored by its best rank's overlap
@@ -452,8 +492,7 @@ void RoutingService::decide_all(const Config& cfg, const SchedulerConfig& sched,
   out.ranked.reserve(out.decision.ranking.size());
   for (size_t i : out.decision.ranking) {
     const auto& c = out.candidates[i];
-    out.ranked.push_back(route_target(c.owner.worker, *out.workers[i].info, c.overlap_blocks, c.overlap_by_tier,
-                                      c.owner.dp_rank, isl_tokens, block_size));
+    out.ranked.push_back(route_target_of(out, c, *out.workers[i].info, block_size));
   }
   uint32_t best_overlap = 0;
   for (size_t i = 0; i < out.candidates.size(); ++i)
@@ -508,8 +547,7 @@ void RoutingService::decide_pd(const ParsedRequest& request, RouteResult& out) c
   const size_t limit = cfg->router.max_attempts;
   auto target_of = [&](size_t i) {
     const Candidate& c = out.candidates[i];
-    return route_target(c.owner.worker, *out.workers[i].info, c.overlap_blocks, c.overlap_by_tier, c.owner.dp_rank,
-                        out.isl_tokens, block_size);
+    return route_target_of(out, c, *out.workers[i].info, block_size);
   };
   out.ranked.clear();
   for (size_t k = 0; k < d.decode_ranking.size() && k < limit; ++k) out.ranked.push_back(target_of(d.decode_ranking[k]));

@@ -55,6 +55,9 @@ struct RouteTarget {
   // The prompt's leading blocks in the worker's cache (any tier), for
   // in-flight accounting (inflight_shared_blocks()).
   uint32_t cached_blocks = 0;
+  // Of them, what the request takes back from the worker's parked KV
+  // (InflightKv::resumed_blocks): the cached prefix as the decision counted it.
+  uint32_t resumed_blocks = 0;
   // The data-parallel rank holding the cached prefix, for a worker with
   // dp_size > 1 and a cache hit (sent as X-data-parallel-rank); none: the
   // engine's own DP balancer picks.
@@ -126,6 +129,14 @@ struct PdRoute {
   }
 };
 
+// A worker's prefix of the prompt in flight from this router, as one
+// decision counted it (RoutingService::inflight_owners()).
+struct InflightPrefix {
+  WorkerId worker;
+  uint32_t held = 0;     // leading blocks its in-flight requests hold
+  uint32_t counted = 0;  // the overlap it counted as (scheduler.inflight_prefix_weight)
+};
+
 struct RouteResult {
   bool ok = false;
   RouteError failure = RouteError::None;  // when !ok: why
@@ -172,6 +183,10 @@ struct RouteResult {
   std::vector<Candidate> candidates;
   Decision decision;
   PdRoute pd;  // set by RoutingService::decide_pd()
+  // The in-flight prefixes this decision counted. A target whose overlap is
+  // one of them claims the blocks held (what its engine will find cached
+  // once they are computed), not their value (route_target_of()).
+  std::vector<InflightPrefix> inflight;
   // inflight_chain(s, route)'s chain, hashed on its first use (then one key
   // per block of block_hashes); a route is read by its request's thread only.
   mutable std::vector<uint64_t> chain;
@@ -182,6 +197,13 @@ struct RouteResult {
   // (route_error()).
   void fail(RouteError e, const RouteErrorDetail& detail);
 };
+
+// route_target() for candidate `c` of route `r` (announced as `info`): an
+// overlap that is an in-flight prefix (RouteResult::inflight) claims the
+// blocks held there, on the device, while its prefill_tokens stay the new
+// tokens the decision priced (the prefix at its counted value).
+RouteTarget route_target_of(const RouteResult& r, const Candidate& c, const WorkerAnnouncement& info,
+                            uint32_t block_size);
 
 // The chain in-flight accounting counts for a routed request (InflightKv::
 // chain: inflight_chain() of inflight_prompt()), hashed once per route: a
@@ -194,7 +216,7 @@ const std::vector<uint64_t>& inflight_chain(const SchedulerConfig& s, const Rout
 // (distinct), and the cached prefix it takes back from the parked KV.
 inline InflightKv route_inflight_kv(const SchedulerConfig& s, const RouteResult& r, const RouteTarget& t,
                                     uint64_t blocks, uint64_t shared_blocks) {
-  return InflightKv{blocks, shared_blocks, inflight_chain(s, r), t.cached_blocks, {}};
+  return InflightKv{blocks, shared_blocks, inflight_chain(s, r), t.resumed_blocks, {}};
 }
 
 // The error the client gets for `e` (status, OpenAI type and code, message):
@@ -295,11 +317,21 @@ class RoutingService {
               RouteResult& out) const;
   // The registry's pre-ranked fleet (scheduler/ranked_candidates.h): the candidates
   // are only the ranked workers. False when nobody serves the model.
+  // Both take the prompt's prefix in flight per worker (inflight_owners()) as
+  // an overlap beside the index's (the longer counts).
   bool decide_ranked(const Config& cfg, const SchedulerConfig& sched, std::string_view model, size_t limit,
                      RouteResult& out) const;
   // Every candidate scored (schedule()): explain's full ranking, and the reference.
   void decide_all(const Config& cfg, const SchedulerConfig& sched, std::string_view model, bool rank_all,
                   RouteResult& out) const;
+  // The prompt's leading blocks this router has in flight on each worker,
+  // beyond the longest prefix the index has (`cached_blocks`), at their
+  // value as overlaps (scheduler.inflight_prefix_weight, of the fleet's
+  // thresholds; WorkerRegistry::inflight_overlaps()), appended to `out`;
+  // none when off, under another inflight_kv, or when the engine will not
+  // read its cache.
+  void inflight_owners(const SchedulerConfig& fleet, std::string_view model, RouteResult& r,
+                       uint32_t cached_blocks, std::vector<OwnerOverlap>& out) const;
 
   const Indexer& index_;
   WorkerRegistry& registry_;

@@ -561,15 +561,24 @@ void RankedCandidates::decide(std::span<const OwnerOverlap> owners, uint32_t isl
   decide_impl({}, owners, isl_tokens, block_size, cfg, random, rank_limit, out);
 }
 
-void RankedCandidates::decide_impl(std::span<const MatchLayers::Layer> layers, std::span<const OwnerOverlap> extra,
-                              uint32_t isl_tokens, uint32_t block_size, const SchedulerConfig& cfg, Random& random,
-                              size_t rank_limit, RankedDecision& out) {
-  out.reset();
+void RankedCandidates::use(const SchedulerConfig& cfg) {
   if (const Params p = params_of(cfg); !(p == params_)) {
     params_ = p;
     cfg_ = cfg;
     rebuild();
   }
+}
+
+double RankedCandidates::load_mean(const SchedulerConfig& cfg) {
+  use(cfg);
+  return eligible_ ? sum_lr_ / eligible_ : 0.0;
+}
+
+void RankedCandidates::decide_impl(std::span<const MatchLayers::Layer> layers, std::span<const OwnerOverlap> extra,
+                              uint32_t isl_tokens, uint32_t block_size, const SchedulerConfig& cfg, Random& random,
+                              size_t rank_limit, RankedDecision& out) {
+  out.reset();
+  use(cfg);
   // The order's pending term is priced at a typical prompt length: when the
   // prompts' running mean drifts 2x away from it, re-price (rebuild).
   isl_mean_ = isl_mean_ == 0 ? std::max<uint32_t>(isl_tokens, 1) : 0.99 * isl_mean_ + 0.01 * std::max<uint32_t>(isl_tokens, 1);

@@ -102,6 +102,10 @@ class RankedCandidates {
   // Removes a worker; false if it was not there.
   bool erase(WorkerId id);
   size_t size() const { return live_; }
+  // The eligible workers' mean load_ratio (KV load with the parked KV) under
+  // `cfg`'s thresholds, from the running sums decide() reads alpha by; 0
+  // when nobody is eligible. Rebuilds first if cfg changed, as decide().
+  double load_mean(const SchedulerConfig& cfg);
   bool contains(WorkerId id) const { return index_.find(id.value) != nullptr; }
 
   // The rank_limit best workers for a request of `isl_tokens` whose overlaps
@@ -152,6 +156,7 @@ class RankedCandidates {
     bool operator==(const Params&) const = default;
   };
   static Params params_of(const SchedulerConfig& cfg);
+  void use(const SchedulerConfig& cfg);  // rebuilds when cfg's weights or thresholds changed
 
   double key_of(const Slot& s, int a) const;
   void add_eligible(uint32_t slot);     // aggregates + orders

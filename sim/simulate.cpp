@@ -80,6 +80,9 @@ Config policy_config(const SimOptions& o, const std::string& policy, const Sched
   // Peers decide with their own formulas; the scheduler only collects
   // candidates for them, so nobody is excluded as busy there.
   if (policy == "dynamo" || policy == "llmd") cfg.scheduler.busy_slot_usage = cfg.scheduler.busy_kv_usage = 1.0;
+  // The peers' overlap is their indexers' (KV events): a prefix in flight is
+  // unknown to them, and to the baseline formula.
+  if (policy != "kvroute" && policy != "kvroute_weighted") cfg.scheduler.inflight_prefix_weight = 0;
   return cfg;
 }
 
@@ -121,6 +124,9 @@ class Simulation {
   struct Pick {
     uint32_t worker = 0;
     const Candidate* candidate = nullptr;  // into route_; null for round_robin and random
+    uint32_t held = 0;  // the candidate's cached prefix as the proxy claims it (route_target_of())
+    uint32_t prefill = 0;  // the prefill the proxy counts there (RouteTarget::prefill_tokens)
+    uint32_t resumed = 0;  // what it takes back from the parked KV (RouteTarget::resumed_blocks)
   };
   std::optional<Pick> choose(const SimRequest& r, const std::vector<LocalBlockHash>& hashes);
   long affinity(const SimRequest& r, long chosen);
@@ -275,7 +281,8 @@ std::optional<Simulation::Pick> Simulation::choose(const SimRequest& r, const st
   const Candidate& c = route_.candidates[static_cast<size_t>(pick)];
   chosen_cached_ += std::min<uint64_t>(best, c.overlap_blocks);
   for (int t = 0; t < kNumStorageTiers; ++t) routed_by_tier_[t] += c.overlap_by_tier[t];
-  return Pick{static_cast<uint32_t>(c.owner.worker.value), &c};
+  const RouteTarget t = route_target_of(route_, c, *route_.workers[static_cast<size_t>(pick)].info, kBlock);
+  return Pick{static_cast<uint32_t>(c.owner.worker.value), &c, t.cached_blocks, t.prefill_tokens, t.resumed_blocks};
 }
 
 // Session affinity (scheduler.session_affinity): router/session_affinity.h,
@@ -302,16 +309,13 @@ void Simulation::dispatch(size_t id, double now) {
   l.arrival = now;
   l.worker = w;
   l.blocks = full;
-  // The router's in-flight accounting, with the index's view of the chosen worker's overlap.
-  const uint32_t cached_pred =
-      pick->candidate
-          ? static_cast<uint32_t>(cached_prefix_tokens(pick->candidate->overlap_blocks, r.input_tokens, kBlock))
-          : 0;
+  // The router's in-flight accounting, with the chosen worker's overlap as the proxy claims it.
+  const uint32_t held = pick->held;
+  const uint32_t cached_pred = static_cast<uint32_t>(cached_prefix_tokens(held, r.input_tokens, kBlock));
   const SchedulerConfig& sc = config_.get()->scheduler;
-  const uint32_t held = pick->candidate ? pick->candidate->overlap_blocks : 0;
   l.guard = std::make_unique<InflightGuard>(registry_, WorkerId{w}, (uint64_t{r.input_tokens} + kBlock - 1) / kBlock,
-                                            r.input_tokens - cached_pred, inflight_shared_blocks(sc, held),
-                                            inflight_prompt(sc, hashes), held);
+                                            pick->candidate ? pick->prefill : r.input_tokens, inflight_shared_blocks(sc, held),
+                                            inflight_prompt(sc, hashes), pick->resumed);
   if (o_.tiers.any()) {
     now_ = now;
     if (engines_[w]->blocks_needed(r.input_tokens, r.output_tokens) > engines_[w]->config().kv_blocks) {

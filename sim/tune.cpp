@@ -40,6 +40,10 @@ std::string trial_name(const SchedulerConfig& s) {
     std::snprintf(name, sizeof name, " parked %gs", s.parked_kv_seconds);
     full += name;
   }
+  if (s.inflight_prefix_weight > 0) {
+    std::snprintf(name, sizeof name, " in-flight %g@%g", s.inflight_prefix_weight, s.inflight_prefix_load);
+    full += name;
+  }
   return full;
 }
 
@@ -52,13 +56,15 @@ bool same_setting(const SchedulerConfig& x, const SchedulerConfig& y) { return t
 // prompt whole) at both gammas;
 // the parked KV's time constant (scheduler.parked_kv_seconds: 10 s to 2 min, the span of an agent's
 // tool pause) with distinct in-flight KV at gamma 0.5;
-// predicted_ttft over alpha (pending_prefill_weight is not one of its terms). Twenty settings: each is
+// the in-flight prefix (scheduler.inflight_prefix_weight, in full or at half its value, from a fleet
+// KV load of scheduler.inflight_prefix_load) on the 10 s parked KV;
+// predicted_ttft over alpha (pending_prefill_weight is not one of its terms). 24 settings: each is
 // 18 runs of a whole workload, so the grid is kept to the keys that moved the train figures. The
 // shipped defaults are one of them (added if not).
 std::vector<Trial> candidates() {
   std::vector<Trial> t;
   auto add = [&](const char* cost, double alpha, double alpha_imb, double pending, double gamma,
-                 const char* inflight = "whole", double parked_s = 0) {
+                 const char* inflight = "whole", double parked_s = 0, double prefix_w = 0, double prefix_load = 0.6) {
     SchedulerConfig s;
     s.cost = cost;
     s.alpha_balanced = alpha;
@@ -67,6 +73,8 @@ std::vector<Trial> candidates() {
     s.gamma = gamma;
     s.inflight_kv = inflight;
     s.parked_kv_seconds = parked_s;
+    s.inflight_prefix_weight = prefix_w;
+    s.inflight_prefix_load = prefix_load;
     t.push_back({trial_name(s), s});
   };
   for (double alpha_imb : {0.3, 0.5, 0.7})
@@ -76,6 +84,8 @@ std::vector<Trial> candidates() {
   for (const char* inflight : {"prefix_once", "distinct"})
     for (double gamma : {0.1, 0.5}) add("weighted", 0.3, 0.3, 0.2, gamma, inflight);
   for (double parked_s : {10, 30, 60, 120}) add("weighted", 0.3, 0.3, 0.2, 0.5, "distinct", parked_s);
+  for (double load : {0.3, 0.6, 0.9}) add("weighted", 0.3, 0.3, 0.2, 0.5, "distinct", 10, 1, load);
+  add("weighted", 0.3, 0.3, 0.2, 0.5, "distinct", 10, 0.5, 0.6);
   for (double alpha : {0.1, 0.3}) add("predicted_ttft", alpha, alpha, SchedulerConfig{}.pending_prefill_weight, 0.1);
   const SchedulerConfig defaults;
   if (std::none_of(t.begin(), t.end(), [&](const Trial& x) { return same_setting(x.s, defaults); }))
@@ -143,7 +153,7 @@ void score_all(std::vector<Trial>& trials, const std::vector<Bench>& train, cons
 }
 
 void report_line(const Bench& b, const Args& a, const Trial& t) {
-  std::printf("  %-12s %-52s", b.label.c_str(), t.name.c_str());
+  std::printf("  %-12s %-66s", b.label.c_str(), t.name.c_str());
   if (b.rates.empty()) std::printf("  (no capacity: no peer meets the criterion down to x1/%.0f)", 1 / kLowestRate);
   const auto r = ratios(b, a, t.s);
   for (size_t i = 0; i < b.rates.size(); ++i) std::printf("  %g C %.2f/%.2f", a.levels[i], r[2 * i], r[2 * i + 1]);
@@ -177,12 +187,12 @@ int tune(const Args& a) {
   std::printf(" C of each train slice, kvroute's TTFT p50 and p99 / the better of dynamo\n"
               "and llmd's (%zu ratios; parity = 1 each): fewest over 1.02x first, then the lowest sum\n",
               cells);
-  std::printf("  %-52s %6s %8s %6s\n", "setting (cost a=balanced/imbalanced)", "> 1.02", "sum", "worst");
+  std::printf("  %-66s %6s %8s %6s\n", "setting (cost a=balanced/imbalanced)", "> 1.02", "sum", "worst");
   const SchedulerConfig shipped;
   const Trial* defaults = nullptr;
   for (const auto& t : trials) {
     if (same_setting(t.s, shipped)) defaults = &t;
-    std::printf("  %-52s %6zu %8.3f %6.2f%s\n", t.name.c_str(), t.misses, t.score, t.worst,
+    std::printf("  %-66s %6zu %8.3f %6.2f%s\n", t.name.c_str(), t.misses, t.score, t.worst,
                 same_setting(t.s, shipped) ? "  (the shipped defaults)" : "");
   }
   const auto& best = trials.front();
@@ -194,15 +204,16 @@ int tune(const Args& a) {
     for (const auto& b : held_out) report_line(b, a, *t);
   std::printf("\n# kvroute.yaml: best on the train slices%s\nscheduler:\n  cost: %s\n  alpha_balanced: %g\n"
               "  alpha_imbalanced: %g\n  gamma: %g\n  pending_prefill_weight: %g\n  inflight_kv: %s\n"
-              "  parked_kv_seconds: %g\n",
+              "  parked_kv_seconds: %g\n  inflight_prefix_weight: %g\n  inflight_prefix_load: %g\n",
               &best == defaults ? " (the shipped defaults)" : "", best.s.cost.c_str(), best.s.alpha_balanced,
               best.s.alpha_imbalanced, best.s.gamma, best.s.pending_prefill_weight, best.s.inflight_kv.c_str(),
-              best.s.parked_kv_seconds);
+              best.s.parked_kv_seconds, best.s.inflight_prefix_weight, best.s.inflight_prefix_load);
   std::printf("{\"tune\":{\"cost\":\"%s\",\"alpha_balanced\":%g,\"alpha_imbalanced\":%g,\"gamma\":%g,"
-              "\"pending_prefill_weight\":%g,\"inflight_kv\":\"%s\",\"parked_kv_seconds\":%g,\"train_misses\":%zu,\"train_score\":%.4f,"
+              "\"pending_prefill_weight\":%g,\"inflight_kv\":\"%s\",\"parked_kv_seconds\":%g,\"inflight_prefix_weight\":%g,\"inflight_prefix_load\":%g,\"train_misses\":%zu,\"train_score\":%.4f,"
               "\"defaults_train_misses\":%zu,\"defaults_train_score\":%.4f,\"defaults_best\":%s}}\n",
               best.s.cost.c_str(), best.s.alpha_balanced, best.s.alpha_imbalanced, best.s.gamma,
-              best.s.pending_prefill_weight, best.s.inflight_kv.c_str(), best.s.parked_kv_seconds, best.misses,
+              best.s.pending_prefill_weight, best.s.inflight_kv.c_str(), best.s.parked_kv_seconds,
+              best.s.inflight_prefix_weight, best.s.inflight_prefix_load, best.misses,
               best.score, defaults->misses,
               defaults->score, &best == defaults ? "true" : "false");
   // --check: the chosen setting is at or below parity with the better peer on the slices it was tuned on.

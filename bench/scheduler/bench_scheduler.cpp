@@ -15,6 +15,10 @@
 // decisions_per_s; the latency is the decision alone (hash + find_matches +
 // score; token ids are given, as with the placeholder).
 //
+// Then the in-flight prefix's share of a decision: the fast path with
+// scheduler.inflight_prefix_weight at its default against 0, same testbed,
+// alternating (inflight_prefix_cost()).
+//
 // Then the in-flight accounting alone (accounting_us()) per
 // scheduler.inflight_kv against `whole`, and routing beside a thread that
 // accounts long prompts (decisions_beside_accounting()).
@@ -181,6 +185,39 @@ Row measure(Testbed& f, size_t decisions, int rounds) {
   return Row{med(fast), med(ref)};
 }
 
+// The fast path with scheduler.inflight_prefix_weight 0 and at its default,
+// alternating `rounds` times on one testbed: the median decisions per
+// thread-CPU second and p99 of each ({off, on}). Every decision has W
+// requests in flight, so each one probes every worker's in-flight table.
+std::array<Run, 2> inflight_prefix_cost(Testbed& f, size_t decisions, int rounds) {
+  const double on = SchedulerConfig{}.inflight_prefix_weight;
+  std::array<std::vector<Run>, 2> runs;
+  for (int k = 0; k < 2 * rounds; ++k) {
+    const int which = (k + k / 2) % 2;  // off, on, on, off, ...
+    f.config->update([&](Config& c) {
+      c.scheduler.inflight_prefix_weight = which ? on : 0;
+      return std::optional<std::string>{};
+    });
+    runs[which].push_back(both(f, true, decisions));
+  }
+  f.config->update([&](Config& c) {
+    c.scheduler.inflight_prefix_weight = on;
+    return std::optional<std::string>{};
+  });
+  std::array<Run, 2> out;
+  for (int w = 0; w < 2; ++w) {
+    std::vector<double> per_s, p99;
+    for (const auto& r : runs[w]) {
+      per_s.push_back(r.per_s);
+      p99.push_back(r.p99);
+    }
+    out[w] = runs[w].back();
+    out[w].per_s = median(per_s);
+    out[w].p99 = median(p99);
+  }
+  return out;
+}
+
 // In-flight accounting alone: thread CPU time (us) per request to begin and
 // end it on its worker (InflightGuard; the chain hashed, the worker's
 // reference counts updated) under scheduler.inflight_kv `mode`, for prompts
@@ -267,6 +304,16 @@ int main(int argc, char** argv) {
       if (head) headline = row;
       if (!std::strcmp(sc.name, "default") && w == 8192) at8192 = row;
     }
+  }
+  // What probing the workers' in-flight tables for the prompt's prefix adds to a decision.
+  std::printf("\nin-flight prefix (scheduler.inflight_prefix_weight %g vs 0), fast path, default scenario:\n",
+              SchedulerConfig{}.inflight_prefix_weight);
+  for (uint32_t w : {128u, 1024u}) {
+    if (!only.empty() && only != "default:" + std::to_string(w)) continue;
+    auto f = build(w, scenarios[0]);
+    const auto r = inflight_prefix_cost(*f, quick ? 4000 : 10000, quick ? 1 : 3);
+    std::printf("  %4u workers: off %.0f/s p99 %.2f us, on %.0f/s p99 %.2f us (%.2fx the decisions per second)\n", w,
+                r[0].per_s, r[0].p99, r[1].per_s, r[1].p99, r[1].per_s / r[0].per_s);
   }
   // The in-flight accounting's cost per request by scheduler.inflight_kv (the decisions above count
   // the default, distinct), against `whole` (no chain) in the same process.

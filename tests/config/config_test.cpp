@@ -75,6 +75,24 @@ TEST_CASE("scheduler.parked_kv_seconds: a time constant in seconds, 0 (off) to a
   }
 }
 
+TEST_CASE("scheduler.inflight_prefix_weight and inflight_prefix_load: a value 0-1, from a mean KV load 0.01-1") {
+  Config c;
+  CHECK(c.scheduler.inflight_prefix_weight == doctest::Approx(1));  // the defaults, tuned (config/README.md)
+  CHECK(c.scheduler.inflight_prefix_load == doctest::Approx(0.9));
+  REQUIRE_FALSE(apply_yaml(c, "scheduler:\n  inflight_prefix_weight: 0\n  inflight_prefix_load: 0.3\n").has_value());
+  CHECK(c.scheduler.inflight_prefix_weight == doctest::Approx(0));
+  CHECK(c.scheduler.inflight_prefix_load == doctest::Approx(0.3));
+  for (const char* bad : {"inflight_prefix_weight: -0.1", "inflight_prefix_weight: 1.5", "inflight_prefix_load: 0",
+                          "inflight_prefix_load: 2", "inflight_prefix_weight: some"}) {
+    auto e = apply_yaml(c, std::string("scheduler:\n  ") + bad + "\n");
+    REQUIRE(e.has_value());
+    CHECK(e->find(std::string("scheduler.") + std::string(bad).substr(0, std::string(bad).find(':'))) !=
+          std::string::npos);
+    CHECK(c.scheduler.inflight_prefix_weight == doctest::Approx(0));  // nothing applied
+    CHECK(c.scheduler.inflight_prefix_load == doctest::Approx(0.3));
+  }
+}
+
 TEST_CASE("environment variables and set_key") {
   Config c;
   std::string a = "KVROUTE_SCHEDULER_DELTA=0.4", b = "KVROUTE_EVENTS_NATS_URL=nats://h:1", z = "OTHER=1";

@@ -392,6 +392,73 @@ TEST_CASE("in-flight KV counts each distinct block of the in-flight prompts once
   CHECK(inflight_blocks(r) == 0);
 }
 
+namespace {
+// A prompt of `n` complete blocks: `doc_blocks` of document `doc`, then a
+// question of its own (`question`).
+std::vector<LocalBlockHash> on_doc(uint64_t doc, size_t doc_blocks, uint64_t question, size_t n) {
+  std::vector<LocalBlockHash> b;
+  for (size_t i = 0; i < n; ++i) b.push_back(LocalBlockHash{i < doc_blocks ? doc * 1000 + i : question * 100000 + i});
+  return b;
+}
+}  // namespace
+
+TEST_CASE("in-flight prefix: each worker's longest prefix of a prompt that its in-flight prompts hold") {
+  ManualClock clock;
+  WorkerRegistry r(clock);
+  r.on_heartbeat(ann(1));
+  r.on_heartbeat(ann(2));
+  auto multi = ann(3);
+  multi.dp_size = 2;  // which rank computes a prefix is its engine's choice
+  r.on_heartbeat(multi);
+  r.on_heartbeat(ann(4, "other"));
+  const auto chain = inflight_chain(on_doc(1, 20, 1, 30));  // a 20-block document and a 10-block question
+  std::vector<OwnerOverlap> out;
+  CHECK(r.inflight_overlaps("m", chain, 0, SchedulerConfig{}, out) == doctest::Approx(0));
+  CHECK(out.empty());  // nothing in flight
+  {
+    InflightGuard on1(r, WorkerId{1}, 25, 0, 0, on_doc(1, 20, 2, 25));   // the document, another question
+    InflightGuard on1b(r, WorkerId{1}, 40, 0, 0, on_doc(1, 12, 3, 40));  // 12 blocks of it only
+    InflightGuard on2(r, WorkerId{2}, 30, 0, 0, on_doc(2, 20, 1, 30));   // another document
+    InflightGuard on3(r, WorkerId{3}, 30, 0, 0, on_doc(1, 20, 1, 30));
+    InflightGuard on4(r, WorkerId{4}, 30, 0, 0, on_doc(1, 20, 1, 30));
+    // Model m's workers' mean KV load, each of 100 blocks: 1 holds 25 + 28 distinct, 2 and 3 30 each.
+    CHECK(r.inflight_overlaps("m", chain, 0, SchedulerConfig{}, out) == doctest::Approx((53.0 + 30 + 30) / 300));
+    REQUIRE(out.size() == 1);
+    CHECK(out[0].owner == CacheOwner{WorkerId{1}, 0});
+    CHECK(out[0].blocks == 20);  // the longer in-flight prefix counts
+    // Every length of a prompt: exactly the part in flight.
+    for (size_t n : {1, 5, 12, 19, 20, 21, 30}) {
+      out.clear();
+      r.inflight_overlaps("m", std::span(chain).first(n), 0, SchedulerConfig{}, out);
+      REQUIRE(out.size() == 1);
+      CHECK(out[0].blocks == std::min<size_t>(n, 20));
+    }
+    // Only what goes beyond the longest prefix cached anywhere (the index's): 20 past 12, none past 20.
+    out.clear();
+    r.inflight_overlaps("m", chain, 12, SchedulerConfig{}, out);
+    REQUIRE(out.size() == 1);
+    CHECK(out[0].blocks == 20);
+    out.clear();
+    r.inflight_overlaps("m", chain, 20, SchedulerConfig{}, out);
+    CHECK(out.empty());
+    on1.release();
+    out.clear();
+    r.inflight_overlaps("m", chain, 0, SchedulerConfig{}, out);
+    REQUIRE(out.size() == 1);
+    CHECK(out[0].blocks == 12);  // the other request's part is still in flight
+    out.clear();
+    r.inflight_overlaps("m", chain, 12, SchedulerConfig{}, out);
+    CHECK(out.empty());
+    r.report_failure(WorkerId{1}, HealthSignal::ConnectRefused);  // down: no overlap there
+    out.clear();
+    r.inflight_overlaps("m", chain, 0, SchedulerConfig{}, out);
+    CHECK(out.empty());
+  }
+  out.clear();
+  r.inflight_overlaps("m", chain, 0, SchedulerConfig{}, out);
+  CHECK(out.empty());
+}
+
 TEST_CASE("one worker's distinct in-flight blocks are bounded by its KV capacity; past it a prompt counts whole") {
   ManualClock clock;
   WorkerRegistry r(clock);

@@ -134,6 +134,8 @@ Config random_config(std::mt19937_64& rng) {
   cfg.indexer.block_size = 16;
   cfg.router.max_attempts = 1 + static_cast<uint32_t>(rng() % 4);
   cfg.scheduler.pending_prefill_weight = (rng() % 3) * 0.2;
+  cfg.scheduler.inflight_prefix_weight = (rng() % 3) * 0.5;
+  cfg.scheduler.inflight_prefix_load = rng() % 2 ? 0.6 : 0.05;
   return cfg;
 }
 
@@ -156,7 +158,7 @@ struct RoutePair {
 
 TEST_CASE("routing: the pre-ranked fast path chooses as the O(workers) reference") {
   std::mt19937_64 rng(17);
-  int compared = 0, routed = 0, rerouted = 0;
+  int compared = 0, routed = 0, rerouted = 0, joined = 0;
   for (int trial = 0; trial < 150; ++trial) {
     Config cfg = random_config(rng);
     cfg.scheduler.busy_kv_usage = rng() % 3 == 0 ? 0.8 : 1.0;
@@ -176,8 +178,20 @@ TEST_CASE("routing: the pre-ranked fast path chooses as the O(workers) reference
       same(a, b);
       ++compared;
       routed += a.ok;
+      // Decisions that saw more of the prompt in flight on a worker than any worker has cached.
+      std::vector<OwnerOverlap> inflight;
+      if (a.ok && cfg.scheduler.inflight_prefix_weight > 0) {
+        uint32_t cached = 0;
+        for (const auto& o : w.index.find_matches(a.block_hashes).owners) cached = std::max(cached, o.blocks);
+        w.registry.inflight_overlaps(r.model, inflight_chain(a.block_hashes), cached, cfg.scheduler, inflight);
+      }
+      joined += !inflight.empty();
       // The chosen worker takes the request: load changes between decisions.
-      if (a.ok && rng() % 2) w.registry.begin_request(a.ranked[0].worker, a.request_blocks, a.ranked[0].prefill_tokens);
+      // Its prompt's blocks are in flight there: a later prompt sharing them overlaps it there.
+      if (a.ok && rng() % 2) {
+        InflightKv kv = route_inflight_kv(w.config->get()->scheduler, a, a.ranked[0], a.request_blocks, 0);
+        w.registry.begin_request(a.ranked[0].worker, kv, a.ranked[0].prefill_tokens);
+      }
       // Another replica's in-flight counts on some worker change.
       if (rng() % 3 == 0)
         w.registry.set_remote_inflight(w.ids[rng() % w.ids.size()], static_cast<uint32_t>(rng() % 40), rng() % 900,
@@ -195,6 +209,7 @@ TEST_CASE("routing: the pre-ranked fast path chooses as the O(workers) reference
   CHECK(compared == 150 * 12);
   CHECK(routed > compared / 2);
   CHECK(rerouted > 150 * 12 / 5);
+  CHECK(joined > 100);
 }
 
 TEST_CASE("routing: with cost=predicted_ttft the fast path is not used and results equal decide_all") {
@@ -298,6 +313,65 @@ TEST_CASE("merged index: predicted owners join the exact index's layers with the
   for (size_t i = 0; i < got.size(); ++i) {
     CHECK(got[i].owner == want[i].owner);
     CHECK(got[i].blocks == want[i].blocks);
+  }
+}
+
+TEST_CASE("routing: a prompt joins the worker computing its prefix on a busy fleet, computes its own on an idle one") {
+  for (const uint64_t kv : {0, 950}) {  // both workers' active KV of 1000 blocks: idle, busy (over inflight_prefix_load)
+    for (const double weight : {0.0, 1.0}) {
+      World w;
+      two_workers(w, kv, kv);
+      Config cfg = *w.config->get();
+      cfg.scheduler.inflight_prefix_weight = weight;
+      w.config = std::make_unique<ConfigStore>(cfg);
+      SeededRandom rnd(1);
+      RoutingService routing(w.index, w.registry, *w.config, rnd);
+      // A 64-block document with a question, in flight on worker 1 (not yet stored: the index has nothing).
+      ParsedRequest first;
+      first.model = "m";
+      first.has_prompt_tokens = true;
+      first.prompt_tokens = prompt(1, 64 * 16 + 5);
+      RouteResult lead;
+      routing.route(first, lead);
+      REQUIRE(lead.ok);
+      const RouteTarget on1{WorkerId{1}, lead.ranked[0].url, 0, lead.isl_tokens, 0};
+      InflightKv held = route_inflight_kv(cfg.scheduler, lead, on1, lead.request_blocks, 0);
+      w.registry.begin_request(WorkerId{1}, held, lead.isl_tokens);
+      // Another question on the same document, decided by both scorers.
+      ParsedRequest next = first;
+      next.prompt_tokens.resize(64 * 16);
+      for (TokenId t : prompt(2, 40)) next.prompt_tokens.push_back(t);
+      for (bool fast : {true, false}) {
+        CAPTURE(kv);
+        CAPTURE(weight);
+        CAPTURE(fast);
+        routing.set_fast_path(fast);
+        RouteResult out;
+        routing.route(next, out);
+        REQUIRE(out.ok);
+        // Busy, with the in-flight prefix counted: it waits for worker 1's copy
+        // (64 blocks counted as cached there). Otherwise worker 2, which has
+        // none of the router's prefill queued, computes its own.
+        const bool joins = kv > 0 && weight > 0;
+        CHECK(out.ranked[0].worker == WorkerId{joins ? 1u : 2u});
+        const auto c = std::find_if(out.candidates.begin(), out.candidates.end(),
+                                    [](const Candidate& x) { return x.owner.worker == WorkerId{1}; });
+        REQUIRE(c != out.candidates.end());
+        // Idle, the prefix counts in proportion to the fleet's mean KV load
+        // (65 blocks in flight of 2,000) against inflight_prefix_load.
+        const double full_from = cfg.scheduler.inflight_prefix_load;
+        const uint32_t want = weight == 0 ? 0 : kv > 0 ? 64 : static_cast<uint32_t>(64 * (65.0 / 2000) / full_from);
+        CHECK(c->overlap_blocks == want);
+        // Whatever it counted as, worker 1's target claims the 64 blocks its engine will find cached there.
+        const auto t = std::find_if(out.ranked.begin(), out.ranked.end(),
+                                    [](const RouteTarget& x) { return x.worker == WorkerId{1}; });
+        REQUIRE(t != out.ranked.end());
+        CHECK(t->cached_tokens == (weight > 0 ? 64u * 16 : 0u));
+        // Its queue counts what the decision priced: the prefix at its value.
+        CHECK(t->prefill_tokens == out.isl_tokens - claimed_tokens(want, out.isl_tokens, 16));
+        CHECK(t->resumed_blocks == want);  // taken back from the parked KV as counted
+      }
+    }
   }
 }
 

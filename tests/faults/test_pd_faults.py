@@ -45,8 +45,9 @@ class PdFaultsTest(unittest.TestCase):
             start_pd_fleet(self.f, protocol, flags,
                            f"  prefill_timeout_ms: {prefill_timeout_ms}\n" + self.extra_pd +
                            # Faults, not placement, are the subject: no parked KV from a
-                           # request answered while the fleet came up steers the decode legs.
-                           "scheduler:\n  parked_kv_seconds: 0\n")
+                           # request answered while the fleet came up, and no prefix another
+                           # concurrent request has in flight, steers the decode legs.
+                           "scheduler:\n  parked_kv_seconds: 0\n  inflight_prefix_weight: 0\n")
         except BaseException:
             self.tearDown()
             raise

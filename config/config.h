@@ -173,7 +173,7 @@ struct SchedulerConfig {
   // is the longer of the index's and this. 0 = off. Needs inflight_kv
   // "distinct".
   double inflight_prefix_weight = 1;
-  double inflight_prefix_load = 0.9;
+  double inflight_prefix_load = 0.6;
   // KV the router expects back on a worker (WorkerRegistry: parked KV): the
   // prompt blocks of the requests it answered there, fading with this time
   // constant in seconds, less the cached prefix each new request there takes

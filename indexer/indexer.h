@@ -6,6 +6,7 @@
 // how readers avoid waiting behind long write batches (indexer/README.md).
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <memory>
@@ -51,6 +52,12 @@ struct OwnerOverlap {
 
 struct OverlapScores {
   std::vector<OwnerOverlap> owners;  // only owners with blocks > 0, any order
+  // The longest overlap any owner has (0: none).
+  uint32_t longest() const {
+    uint32_t blocks = 0;
+    for (const auto& o : owners) blocks = std::max(blocks, o.blocks);
+    return blocks;
+  }
 };
 
 // What the event sequencer (indexer/event_sequencer.h) tells the index below
@@ -95,6 +102,13 @@ struct MatchLayers {
   }
   // Every owner with its overlap, one entry each (what find_matches returns).
   OverlapScores expand() const;
+  // The longest overlap any owner has (0: none): expand().longest() without the expansion.
+  uint32_t longest() const {
+    uint32_t blocks = 0;
+    for (const auto& l : layers) blocks = std::max(blocks, l.blocks);
+    for (const auto& o : extra) blocks = std::max(blocks, o.blocks);
+    return blocks;
+  }
 };
 
 struct IndexStats {

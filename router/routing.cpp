@@ -355,10 +355,7 @@ bool RoutingService::decide_ranked(const Config& cfg, const SchedulerConfig& sch
   auto t0 = StageClock::now();
   thread_local MatchLayers match;  // per-thread scratch, as fd
   index_.find_match_layers(matchable(out), match);
-  uint32_t cached = 0;
-  for (const auto& l : match.layers) cached = std::max(cached, l.blocks);
-  for (const auto& o : match.extra) cached = std::max(cached, o.blocks);
-  inflight_owners(cfg.scheduler, model, out, cached, match.extra);  // an owner's longest entry counts
+  inflight_owners(cfg.scheduler, model, out, match.longest(), match.extra);  // an owner's longest entry counts
   auto t1 = StageClock::now();
   out.stage_seconds[2] = seconds_between(t0, t1);
   thread_local RankedDecision fd;  // per-thread scratch: no allocation per decision
@@ -431,9 +428,7 @@ void RoutingService::decide_all(const Config& cfg, const SchedulerConfig& sched,
     t0 = t;
   };
   auto scores = index_.find_matches(matchable(out));
-  uint32_t cached = 0;
-  for (const auto& o : scores.owners) cached = std::max(cached, o.blocks);
-  inflight_owners(cfg.scheduler, model, out, cached, scores.owners);  // the longest per worker counts
+  inflight_owners(cfg.scheduler, model, out, scores.longest(), scores.owners);  // the longest per worker counts
   lap(2);
 
   // A worker with several dp ranks is scored by its best rank's overlap

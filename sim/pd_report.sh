@@ -16,7 +16,7 @@ mkdir -p "$OUT"
 # kvroute_pd's keys as pd-tune chooses them on the train slices (docs/sim/pd_tune.txt; 3,000 requests
 # per workload before the trace's time split, for time); the tables below are on the test slices.
 # sim/CMakeLists.txt's sim_pd_table passes the same keys: keep them in sync.
-TUNED=(--set pd.min_uncached_tokens=512 --set pd.aggregate_time_ratio=0.7 --set pd.decode_busy_kv_usage=0.8 --set pd.decode_alpha=0.5)
+TUNED=(--set pd.min_uncached_tokens=512 --set pd.aggregate_time_ratio=0.7 --set pd.decode_busy_kv_usage=0.8 --set pd.decode_alpha=0.7)
 if [ -n "${PD_TUNE_FROM:-}" ]; then
   grep -q '^best-sets: ' "$PD_TUNE_FROM" || { echo "pd_report.sh: $PD_TUNE_FROM is not a finished pd-tune's output" >&2; exit 1; }
   [ "$PD_TUNE_FROM" -ef "$OUT/pd_tune.txt" ] || cp "$PD_TUNE_FROM" "$OUT/pd_tune.txt"

@@ -104,13 +104,20 @@ struct Capacity {
 Capacity peer_capacity(const std::vector<SimRequest>& w, const Args& a);
 
 // goodput's search (sim/goodput.cpp): one policy's highest rate meeting both SLOs, nothing rejected.
+// Its target: kvroute carries at least this multiple of the better peer's rate.
+inline constexpr double kGoodputTarget = 1.15;
 bool meets_slos(const PolicyResult& r, const Args& a);
 struct Goodput {
   double rate = 0;  // highest multiplier found meeting the SLOs (0: none down to the lowest tried)
   PolicyResult at;  // the run at that rate (rate 0: the run at the lowest rate tried)
   double failed = 0;  // the lowest rate tried that missed them (0: none missed up to kHighestRate)
 };
-Goodput goodput_search(const std::vector<SimRequest>& w, const Args& a, const std::string& policy);
+// `scheduler` (optional) replaces the kvroute policy's scheduler block, as in simulate().
+Goodput goodput_search(const std::vector<SimRequest>& w, const Args& a, const std::string& policy,
+                       const SchedulerConfig* scheduler = nullptr);
+// The causal floor's TTFT p99 at the lowest rate goodput tries: above the TTFT SLO, no router meets it
+// at any rate and goodput reports the workload floor-bound.
+double floor_p99_at_lowest_rate(const std::vector<SimRequest>& w, const Args& a);
 // Requests per second at rate multiplier `rate` (at_rate: sessions keep their pauses).
 double requests_per_s(const std::vector<SimRequest>& w, double rate);
 

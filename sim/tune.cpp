@@ -3,7 +3,9 @@
 // drawn with train_seed), each at the load levels --levels of the better
 // peer's capacity on that slice (sim/load_levels.cpp), by the targets'
 // criterion: kvroute's TTFT p50 and p99 against the better of dynamo and
-// llmd. The best and the shipped defaults are then reported on the held-out
+// llmd, and by goodput's (sim/goodput.cpp): kvroute's highest rate meeting
+// the TTFT and inter-token SLOs against the better peer's, on each train slice
+// that is not floor-bound. The best and the shipped defaults are then reported on the held-out
 // slices (the trace's second half, each generated workload drawn with the
 // seed itself), at their own capacities, none of which the choice saw.
 #include <algorithm>
@@ -21,9 +23,12 @@ namespace {
 struct Trial {
   std::string name;
   SchedulerConfig s;
-  size_t misses = 0;  // cells x percentiles where kvroute is over 1.02x the better peer
-  double score = 0;   // sum of kvroute / better peer over cells and percentiles (1 each = parity)
-  double worst = 0;   // the largest of those ratios
+  size_t misses = 0;          // cells x percentiles where kvroute is over 1.02x the better peer
+  size_t goodput_misses = 0;  // train slices where kvroute's goodput is under kGoodputTarget x the better peer's
+  double score = 0;  // sum of kvroute / better peer over cells and percentiles, and better peer / kvroute
+                     // over goodputs (1 each = parity)
+  double worst = 0;  // the largest TTFT ratio
+  std::vector<double> goodput;  // kvroute / the better peer's goodput, per scored train slice
 };
 
 // The scheduler keys tune varies, and the name it prints for a setting.
@@ -49,6 +54,13 @@ std::string trial_name(const SchedulerConfig& s) {
 
 bool same_setting(const SchedulerConfig& x, const SchedulerConfig& y) { return trial_name(x) == trial_name(y); }
 
+Trial trial_of(const SchedulerConfig& s) {
+  Trial t;
+  t.name = trial_name(s);
+  t.s = s;
+  return t;
+}
+
 // The grid: the weighted cost over the alpha switch (alpha_imbalanced; alpha_balanced stays 0.3, the
 // weight while the load is even) and the pending-prefill weight at gamma 0.1, and the shipped defaults
 // (gamma 0.5, chosen by this grid) beside them;
@@ -59,7 +71,8 @@ bool same_setting(const SchedulerConfig& x, const SchedulerConfig& y) { return t
 // the in-flight prefix (scheduler.inflight_prefix_weight, in full or at half its value, from a fleet
 // KV load of scheduler.inflight_prefix_load) on the 10 s parked KV;
 // predicted_ttft over alpha (pending_prefill_weight is not one of its terms). 24 settings: each is
-// 18 runs of a whole workload, so the grid is kept to the keys that moved the train figures. The
+// 18 runs of a whole workload and a goodput search on each slice that is not floor-bound, so the grid
+// is kept to the keys that moved the train figures. The
 // shipped defaults are one of them (added if not).
 std::vector<Trial> candidates() {
   std::vector<Trial> t;
@@ -75,7 +88,7 @@ std::vector<Trial> candidates() {
     s.parked_kv_seconds = parked_s;
     s.inflight_prefix_weight = prefix_w;
     s.inflight_prefix_load = prefix_load;
-    t.push_back({trial_name(s), s});
+    t.push_back(trial_of(s));
   };
   for (double alpha_imb : {0.3, 0.5, 0.7})
     for (double pending : {0.0, 0.2, 0.5}) add("weighted", 0.3, alpha_imb, pending, 0.1);
@@ -89,7 +102,7 @@ std::vector<Trial> candidates() {
   for (double alpha : {0.1, 0.3}) add("predicted_ttft", alpha, alpha, SchedulerConfig{}.pending_prefill_weight, 0.1);
   const SchedulerConfig defaults;
   if (std::none_of(t.begin(), t.end(), [&](const Trial& x) { return same_setting(x.s, defaults); }))
-    t.push_back({trial_name(defaults), defaults});
+    t.push_back(trial_of(defaults));
   return t;
 }
 
@@ -99,9 +112,12 @@ struct Bench {
   std::vector<SimRequest> w;
   double capacity = 0;  // 0: no peer meets the criterion down to the lowest rate (no levels)
   std::vector<double> rates, peer_p50, peer_p99;
+  double peer_goodput = 0;  // the better peer's goodput rate; 0: not scored (floor-bound, held out, or no peer meets)
 };
 
-Bench make_bench(const Args& a, const std::string& wl, const std::string& slice, std::string label) {
+// `with_goodput`: the better peer's goodput too (the train slices; goodput.txt has the held-out ones).
+Bench make_bench(const Args& a, const std::string& wl, const std::string& slice, std::string label,
+                 bool with_goodput) {
   Bench b;
   b.label = std::move(label);
   b.w = load_slice(a, wl, slice);
@@ -115,7 +131,15 @@ Bench make_bench(const Args& a, const std::string& wl, const std::string& slice,
       b.peer_p50.push_back(std::min(d.ttft_p50, l.ttft_p50));
       b.peer_p99.push_back(std::min(d.ttft_p99, l.ttft_p99));
     }
+  if (with_goodput && floor_p99_at_lowest_rate(b.w, a) <= a.slo_ttft_ms)
+    for (const char* peer : {"dynamo", "llmd"}) b.peer_goodput = std::max(b.peer_goodput, goodput_search(b.w, a, peer).rate);
   return b;
+}
+
+// kvroute with `s` on one bench: its goodput over the better peer's (0 when not scored).
+double goodput_ratio(const Bench& b, const Args& a, const SchedulerConfig& s) {
+  if (b.peer_goodput <= 0) return 0;
+  return goodput_search(b.w, a, "kvroute", &s).rate / b.peer_goodput;
 }
 
 // kvroute with `s` on one bench: the ratios to the better peer, level by level (p50, p99 pairs).
@@ -137,12 +161,18 @@ void score_all(std::vector<Trial>& trials, const std::vector<Bench>& train, cons
   auto work = [&] {
     for (size_t i; (i = next++) < trials.size();) {
       auto& t = trials[i];
-      for (const auto& b : train)
+      for (const auto& b : train) {
         for (double r : ratios(b, a, t.s)) {
           t.score += r;
           t.misses += r > 1.02;
           t.worst = std::max(t.worst, r);
         }
+        if (b.peer_goodput <= 0) continue;
+        const double g = goodput_ratio(b, a, t.s);
+        t.goodput.push_back(g);
+        t.goodput_misses += g < kGoodputTarget;
+        t.score += 1 / std::max(g, kLowestRate);  // none met down to the lowest rate: the worst ratio
+      }
       std::fprintf(stderr, "\r  tune %zu/%zu", ++done, trials.size());
     }
   };
@@ -165,35 +195,48 @@ void report_line(const Bench& b, const Args& a, const Trial& t) {
 int tune(const Args& a) {
   std::vector<Bench> train, held_out;
   for (const auto& wl : a.workloads) {
-    train.push_back(make_bench(a, wl, "train", wl == "trace" ? "trace/train" : wl + "/train"));
-    held_out.push_back(make_bench(a, wl, wl == "trace" ? "test" : "all", wl == "trace" ? "trace/test" : wl));
+    train.push_back(make_bench(a, wl, "train", wl == "trace" ? "trace/train" : wl + "/train", true));
+    held_out.push_back(make_bench(a, wl, wl == "trace" ? "test" : "all", wl == "trace" ? "trace/test" : wl, false));
   }
   std::printf("tune: train slices (the trace's first half by time; each generated workload drawn with another seed)\n");
-  for (const auto& b : train) std::printf("  %-18s %6zu requests, capacity C x%.3g\n", b.label.c_str(), b.w.size(), b.capacity);
+  for (const auto& b : train) {
+    std::printf("  %-18s %6zu requests, capacity C x%.3g, ", b.label.c_str(), b.w.size(), b.capacity);
+    if (b.peer_goodput > 0) std::printf("the better peer's goodput x%.3g\n", b.peer_goodput);
+    else std::printf("goodput not scored (floor-bound, or no peer meets the SLOs)\n");
+  }
   if (a.check && std::any_of(train.begin(), train.end(), [](const Bench& b) { return b.w.empty(); })) {
     std::fprintf(stderr, "kvroute-sim tune --check FAILED: an empty train slice\n");
     return 1;
   }
   auto trials = candidates();
   score_all(trials, train, a);
-  // Fewest cells over 1.02x the better peer (the targets' criterion), then the lowest sum.
+  // Fewest targets missed (TTFT cells over 1.02x the better peer, goodputs under kGoodputTarget x
+  // its), then the lowest sum.
   std::stable_sort(trials.begin(), trials.end(), [](const Trial& x, const Trial& y) {
-    return x.misses != y.misses ? x.misses < y.misses : x.score < y.score;
+    const size_t mx = x.misses + x.goodput_misses, my = y.misses + y.goodput_misses;
+    return mx != my ? mx < my : x.score < y.score;
   });
-  size_t cells = 0;
-  for (const auto& b : train) cells += 2 * b.rates.size();
+  size_t cells = 0, goodputs = 0;
+  for (const auto& b : train) {
+    cells += 2 * b.rates.size();
+    goodputs += b.peer_goodput > 0;
+  }
   std::printf("\ntrain objective: at");
   for (double f : a.levels) std::printf(" %g", f);
   std::printf(" C of each train slice, kvroute's TTFT p50 and p99 / the better of dynamo\n"
-              "and llmd's (%zu ratios; parity = 1 each): fewest over 1.02x first, then the lowest sum\n",
-              cells);
-  std::printf("  %-66s %6s %8s %6s\n", "setting (cost a=balanced/imbalanced)", "> 1.02", "sum", "worst");
+              "and llmd's (%zu ratios), and on the %zu slices not floor-bound the better peer's goodput / kvroute's\n"
+              "(TTFT p99 <= %.0f ms, ITL p99 <= %.0f ms; %d bisection steps); parity = 1 each. Fewest targets missed\n"
+              "(TTFT ratios over 1.02x, goodputs under %.2fx the better peer's) first, then the lowest sum\n",
+              cells, goodputs, a.slo_ttft_ms, a.slo_itl_ms, a.goodput_steps, kGoodputTarget);
+  std::printf("  %-66s %6s %7s %8s %6s  %s\n", "setting (cost a=balanced/imbalanced)", "> 1.02", "goodput", "sum",
+              "worst", "goodput / better peer's");
   const SchedulerConfig shipped;
   const Trial* defaults = nullptr;
   for (const auto& t : trials) {
     if (same_setting(t.s, shipped)) defaults = &t;
-    std::printf("  %-66s %6zu %8.3f %6.2f%s\n", t.name.c_str(), t.misses, t.score, t.worst,
-                same_setting(t.s, shipped) ? "  (the shipped defaults)" : "");
+    std::printf("  %-66s %6zu %7zu %8.3f %6.2f ", t.name.c_str(), t.misses, t.goodput_misses, t.score, t.worst);
+    for (double g : t.goodput) std::printf(" %.3fx", g);
+    std::printf("%s\n", same_setting(t.s, shipped) ? "  (the shipped defaults)" : "");
   }
   const auto& best = trials.front();
   std::printf("\nheld out: kvroute p50/p99 / the better peer's at each level of the held-out slice's own capacity\n"
@@ -213,13 +256,13 @@ int tune(const Args& a) {
               "\"defaults_train_misses\":%zu,\"defaults_train_score\":%.4f,\"defaults_best\":%s}}\n",
               best.s.cost.c_str(), best.s.alpha_balanced, best.s.alpha_imbalanced, best.s.gamma,
               best.s.pending_prefill_weight, best.s.inflight_kv.c_str(), best.s.parked_kv_seconds,
-              best.s.inflight_prefix_weight, best.s.inflight_prefix_load, best.misses,
-              best.score, defaults->misses,
+              best.s.inflight_prefix_weight, best.s.inflight_prefix_load, best.misses + best.goodput_misses,
+              best.score, defaults->misses + defaults->goodput_misses,
               defaults->score, &best == defaults ? "true" : "false");
   // --check: the chosen setting is at or below parity with the better peer on the slices it was tuned on.
-  if (a.check && !(best.score <= static_cast<double>(cells) + 1e-9)) {
+  if (a.check && !(best.score <= static_cast<double>(cells + goodputs) + 1e-9)) {
     std::fprintf(stderr, "kvroute-sim tune --check FAILED: the best sum %.3f is over parity (%zu)\n", best.score,
-                 cells);
+                 cells + goodputs);
     return 1;
   }
   return 0;

@@ -78,7 +78,7 @@ TEST_CASE("scheduler.parked_kv_seconds: a time constant in seconds, 0 (off) to a
 TEST_CASE("scheduler.inflight_prefix_weight and inflight_prefix_load: a value 0-1, from a mean KV load 0.01-1") {
   Config c;
   CHECK(c.scheduler.inflight_prefix_weight == doctest::Approx(1));  // the defaults, tuned (config/README.md)
-  CHECK(c.scheduler.inflight_prefix_load == doctest::Approx(0.9));
+  CHECK(c.scheduler.inflight_prefix_load == doctest::Approx(0.6));
   REQUIRE_FALSE(apply_yaml(c, "scheduler:\n  inflight_prefix_weight: 0\n  inflight_prefix_load: 0.3\n").has_value());
   CHECK(c.scheduler.inflight_prefix_weight == doctest::Approx(0));
   CHECK(c.scheduler.inflight_prefix_load == doctest::Approx(0.3));

@@ -57,6 +57,11 @@ TEST_CASE("find_match_layers expands to find_matches; layers are nested, one tie
       const auto want = sorted(idx.find_matches(q).owners);
       const auto got = sorted(m.expand().owners);
       ++queries;
+      // The longest overlap, both ways: it is what the in-flight prefix must exceed.
+      uint32_t longest = 0;
+      for (const auto& o : want) longest = std::max(longest, o.blocks);
+      CHECK(m.longest() == longest);
+      CHECK(idx.find_matches(q).longest() == longest);
       REQUIRE(got.size() == want.size());
       for (size_t i = 0; i < got.size(); ++i) {
         CHECK(got[i].owner == want[i].owner);

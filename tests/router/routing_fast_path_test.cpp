@@ -181,8 +181,7 @@ TEST_CASE("routing: the pre-ranked fast path chooses as the O(workers) reference
       // Decisions that saw more of the prompt in flight on a worker than any worker has cached.
       std::vector<OwnerOverlap> inflight;
       if (a.ok && cfg.scheduler.inflight_prefix_weight > 0) {
-        uint32_t cached = 0;
-        for (const auto& o : w.index.find_matches(a.block_hashes).owners) cached = std::max(cached, o.blocks);
+        const uint32_t cached = w.index.find_matches(a.block_hashes).longest();
         w.registry.inflight_overlaps(r.model, inflight_chain(a.block_hashes), cached, cfg.scheduler, inflight);
       }
       joined += !inflight.empty();

@@ -311,7 +311,6 @@ void Simulation::dispatch(size_t id, double now) {
   l.blocks = full;
   // The router's in-flight accounting, with the chosen worker's overlap as the proxy claims it.
   const uint32_t held = pick->held;
-  const uint32_t cached_pred = static_cast<uint32_t>(cached_prefix_tokens(held, r.input_tokens, kBlock));
   const SchedulerConfig& sc = config_.get()->scheduler;
   l.guard = std::make_unique<InflightGuard>(registry_, WorkerId{w}, (uint64_t{r.input_tokens} + kBlock - 1) / kBlock,
                                             pick->candidate ? pick->prefill : r.input_tokens, inflight_shared_blocks(sc, held),

@@ -333,7 +333,10 @@ TEST_CASE("routing: a prompt joins the worker computing its prefix on a busy fle
       RouteResult lead;
       routing.route(first, lead);
       REQUIRE(lead.ok);
-      const RouteTarget on1{WorkerId{1}, lead.ranked[0].url, 0, lead.isl_tokens, 0};
+      RouteTarget on1;
+      on1.worker = WorkerId{1};
+      on1.url = lead.ranked[0].url;
+      on1.prefill_tokens = lead.isl_tokens;
       InflightKv held = route_inflight_kv(cfg.scheduler, lead, on1, lead.request_blocks, 0);
       w.registry.begin_request(WorkerId{1}, held, lead.isl_tokens);
       // Another question on the same document, decided by both scorers.

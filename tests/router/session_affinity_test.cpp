@@ -29,7 +29,10 @@ RouteResult routed(const std::vector<double>& ttft, size_t chosen) {
     r.decision.scores.push_back(s);
   }
   r.decision.chosen = chosen;
-  r.ranked.push_back(RouteTarget{r.candidates[chosen].owner.worker, r.workers[chosen].info->url, 0, 1000});
+  RouteTarget& t = r.ranked.emplace_back();
+  t.worker = r.candidates[chosen].owner.worker;
+  t.url = r.workers[chosen].info->url;
+  t.prefill_tokens = 1000;
   return r;
 }
 

@@ -156,6 +156,18 @@ struct SchedulerConfig {
   // answered with a first byte), added to this request's new tokens. 0 = the
   // baseline weighted cost (Dynamo v0.1's formula, scheduler/README.md).
   double pending_prefill_weight = 0.2;
+  // The part of a worker's pending prefill past what the request saves
+  // there counts in full (weight 1): vLLM's scheduler (first come first
+  // served, chunked prefill) makes a new request wait for every prefill
+  // token ahead of it, so a request does not queue behind another prompt's
+  // long prefill to save a far shorter recompute of its own. Past = over
+  // pending_prefill_excess_tokens + pending_prefill_excess_cached x the
+  // request's cached tokens there + its prefix the router has in flight
+  // there (its own prefix being computed: waiting for that is no loss).
+  // scheduler/README.md, "Cost".
+  bool pending_prefill_excess = true;
+  uint32_t pending_prefill_excess_tokens = 4096;
+  double pending_prefill_excess_cached = 3;
   // What the router's in-flight KV on a worker counts (WorkerRegistry::
   // begin_request): "distinct" each block of the in-flight prompts once,
   // "prefix_once" each request's uncached blocks and the largest cached

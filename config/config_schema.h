@@ -217,6 +217,19 @@ void for_each_key(C& c, F&& f) {
             "Weight of prefill tokens in flight on a worker, added to a request's new tokens (0 = DESIGN baseline).",
             0, 100, !S, R},
     c.scheduler.pending_prefill_weight);
+  f(KeyInfo{"scheduler.pending_prefill_excess",
+            "Count a worker's pending prefill in full past pending_prefill_excess_tokens + "
+            "pending_prefill_excess_cached x the request's cached tokens there (+ its prefix in flight there).",
+            0, 1, !S, R},
+    c.scheduler.pending_prefill_excess);
+  f(KeyInfo{"scheduler.pending_prefill_excess_tokens",
+            "Pending prefill tokens on a worker a request tolerates at pending_prefill_weight before the excess "
+            "counts in full.",
+            0, 1e9, !S, R},
+    c.scheduler.pending_prefill_excess_tokens);
+  f(KeyInfo{"scheduler.pending_prefill_excess_cached",
+            "Further pending prefill tolerated per token the request has cached on the worker.", 0, 100, !S, R},
+    c.scheduler.pending_prefill_excess_cached);
   f(KeyInfo{"scheduler.inflight_kv",
             "What in-flight KV counts: distinct (each block of the in-flight prompts once), prefix_once or whole.", 0,
             0, S, R},

@@ -48,6 +48,10 @@ struct OwnerOverlap {
   CacheOwner owner;
   uint32_t blocks = 0;                               // matched prefix length in blocks
   std::array<uint32_t, kNumStorageTiers> by_tier{};  // of `blocks`, how many per tier
+  // An in-flight prefix (RoutingService::inflight_owners): the prompt's
+  // leading blocks the router's requests on this worker hold, still being
+  // computed there (part of its pending prefill). 0 for the index's owners.
+  uint32_t inflight_blocks = 0;
 };
 
 struct OverlapScores {

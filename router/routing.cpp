@@ -342,7 +342,7 @@ void RoutingService::inflight_owners(const SchedulerConfig& fleet, std::string_v
   for (size_t i = first; i < out.size(); ++i)
     if (const auto blocks = static_cast<uint32_t>(out[i].blocks * w); blocks > 0) {
       r.inflight.push_back({out[i].owner.worker, out[i].blocks, blocks});
-      out[kept++] = {out[i].owner, blocks, {}};
+      out[kept++] = {out[i].owner, blocks, {}, out[i].blocks};
     }
   out.resize(kept);
 }
@@ -384,6 +384,7 @@ bool RoutingService::decide_ranked(const Config& cfg, const SchedulerConfig& sch
     c.load = p.state.load;
     c.overlap_blocks = p.overlap_blocks;
     c.overlap_by_tier = p.overlap_by_tier;
+    c.inflight_prefix_tokens = uint64_t{p.inflight_blocks} * block_size;
     c.pending_prefill_tokens = p.state.pending_prefill_tokens;
     c.draining = p.state.draining;
     c.parked_blocks = p.state.parked_blocks;
@@ -458,6 +459,7 @@ void RoutingService::decide_all(const Config& cfg, const SchedulerConfig& sched,
       c.owner.dp_rank = owners[k].owner.dp_rank;
       c.overlap_blocks = owners[k].blocks;
       c.overlap_by_tier = owners[k].by_tier;
+      c.inflight_prefix_tokens = uint64_t{owners[k].inflight_blocks} * block_size;
     }
   }
 

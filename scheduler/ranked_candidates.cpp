@@ -412,9 +412,10 @@ class RankedCandidates::Pass {
       if (g.count > kSmallGroup) min_cached = std::max(min_cached, g.cached);
     for (const Large& l : sc_.large) min_cached = std::max(min_cached, l.cached);
     if (min_cached < 0) return;
-    // cost = key + min_term + (c - c_ref)·pending at least, where the order
-    // prices pending at c_ref: when this request's c is lower, subtract the
-    // most it can take off (any eligible worker's pending <= pending_max_).
+    // cost = key + min_term + (c - c_ref)·pending + the pending's excess (>= 0)
+    // at least, where the order prices pending at c_ref and leaves the excess
+    // out: when this request's c is lower, subtract the most it can take off
+    // (any eligible worker's pending <= pending_max_).
     const double min_term = (1 - alpha_) * ((isl_tokens_ - min_cached) / isl_);
     const double c = (1 - alpha_) * cfg_.pending_prefill_weight / isl_;
     const double c_ref = (1 - alpha_) * cfg_.pending_prefill_weight / f_.isl_ref_;
@@ -449,12 +450,13 @@ class RankedCandidates::Pass {
         p.dp_rank = o.dp_rank;
         p.overlap_blocks = blocks_of(o.source);
         p.overlap_by_tier = tiers_of(o.source);
+        p.inflight_blocks = inflight_of(o.source);
       }
       WorkerScore& ws = p.score;
       ws.cached_tokens = o.cached;
       ws.load_ratio = w.load_ratio;
       ws.load_deviation = w.load_ratio - out_.load_mean;
-      ws.prefill_ratio = prefill_ratio(w, o.cached);
+      ws.prefill_ratio = prefill_ratio(w, o.cached, own_of(o.source));
       ws.slot_ratio = w.slot_ratio;
       ws.queue_ratio = queue_ratio(w);
       ws.cost = o.cost - alpha_ * out_.load_mean;
@@ -481,11 +483,18 @@ class RankedCandidates::Pass {
     const uint32_t* r = l.rank->find(s);
     return r ? *r : 0;
   }
-  // The prefill term's ratio at `cached` tokens (schedule()'s formula).
-  double prefill_ratio(const Slot& w, double cached) const {
-    return (isl_tokens_ - cached + cfg_.pending_prefill_weight * static_cast<double>(w.st.pending_prefill_tokens)) /
+  // The prefill term's ratio at `cached` tokens, `own` of the worker's
+  // pending being the prompt's own prefix (schedule()'s formula).
+  double prefill_ratio(const Slot& w, double cached, double own) const {
+    return (isl_tokens_ - cached + priced_pending(static_cast<double>(w.st.pending_prefill_tokens), own, cached, cfg_)) /
            isl_;
   }
+  // The in-flight prefix (tokens) of the overlap `source` names: a listed
+  // owner's OwnerOverlap::inflight_blocks; 0 for a layer or no overlap.
+  uint32_t inflight_of(uint32_t source) const {
+    return source == kNoSource || (source & kFromLayer) ? 0 : extra_[source].inflight_blocks;
+  }
+  double own_of(uint32_t source) const { return static_cast<double>(inflight_of(source)) * block_size_; }
   double queue_ratio(const Slot& w) const {
     return f_.max_waiting_ > 0 ? static_cast<double>(w.st.load.num_requests_waiting) / f_.max_waiting_ : 0.0;
   }
@@ -525,7 +534,7 @@ class RankedCandidates::Pass {
   // The exact cost of one worker at `cached` tokens (schedule()'s doubles).
   void score(uint32_t s, uint32_t source, uint32_t dp_rank, double cached) {
     const Slot& w = f_.slots_[s];
-    const double prefill = prefill_ratio(w, cached);
+    const double prefill = prefill_ratio(w, cached, own_of(source));
     ++out_.scored;
     offer(sc_.top, limit_,
           Offer{ranking_cost(alpha_, w.load_ratio, prefill, w.slot_ratio, queue_ratio(w), cfg_), tie_key(draw_, w.id),

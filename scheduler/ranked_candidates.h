@@ -4,11 +4,15 @@
 //
 // The cost (scheduler.h, ranking_cost) splits into
 //   load part    = alpha·load_ratio_w + gamma·slot_ratio_w + delta·queue_ratio_w   (request-independent)
-//   pending term = (1 - alpha)·pending_prefill_weight·pending_w / isl
+//   pending term = (1 - alpha)·priced_pending(pending_w, own_w, cached_w) / isl
+//                = (1 - alpha)·(pending_prefill_weight·pending_w + excess_w) / isl, where
+//                  excess_w >= 0 (scheduler.h: the queue past what the request saves there, in
+//                  full) depends on the request
 //   depth term   = (1 - alpha)·(isl - cached)/isl      (depends only on the matched depth: uncached tokens)
-// key_w(alpha) = load part + the pending term priced at a typical prompt
-// length isl_ref (a request with another isl corrects the bound by at most
-// |1/isl - 1/isl_ref|·(1 - alpha)·weight·max pending).
+// key_w(alpha) = load part + the pending term without its excess, priced at
+// a typical prompt length isl_ref (a request with another isl corrects the
+// bound by at most |1/isl - 1/isl_ref|·(1 - alpha)·weight·max pending; the
+// excess only adds to a cost, so the key stays a lower bound).
 // The ranking keeps one ordered set per alpha (balanced, imbalanced) by key,
 // updated in O(log W) when a worker's load changes (heartbeat, in-flight
 // begin / first byte / end, drain). A decision groups the request's owners
@@ -72,6 +76,7 @@ struct RankedPick {
   uint32_t dp_rank = 0;
   uint32_t overlap_blocks = 0;
   std::array<uint32_t, kNumStorageTiers> overlap_by_tier{};
+  uint32_t inflight_blocks = 0;  // OwnerOverlap::inflight_blocks of the overlap it was scored by
   CandidateState state;
   WorkerScore score;
 };

@@ -25,6 +25,8 @@ struct Candidate {
   // overlapping block counts as a device hit.
   std::array<uint32_t, kNumStorageTiers> overlap_by_tier{};
   uint64_t pending_prefill_tokens = 0;  // router's in-flight prefill on this worker
+  // Of it, this request's own prompt prefix (OwnerOverlap::inflight_blocks, in tokens).
+  uint64_t inflight_prefix_tokens = 0;
   bool draining = false;                // an operator asked for no new requests
   // KV blocks the router expects back on this worker: prompts it answered
   // there, fading (scheduler.parked_kv_seconds; WorkerRegistry). Priced
@@ -54,7 +56,7 @@ struct WorkerScore {
   double cached_tokens = 0;   // tier-weighted tokens this worker saves
   double load_ratio = 0;      // (kv_active + parked) / kv_total
   double load_deviation = 0;  // load_ratio - mean
-  double prefill_ratio = 0;   // (new_tokens + pending_prefill_weight * pending) / isl_tokens
+  double prefill_ratio = 0;   // (new_tokens + priced_pending()) / isl_tokens
   double slot_ratio = 0;      // active / total slots
   double queue_ratio = 0;     // waiting / max waiting
   double predicted_ttft_ms = 0;  // the worker's TTFT model for this request (both costs)
@@ -114,6 +116,22 @@ double predicted_ttft_ms(const Candidate& c, double new_tokens);
 // over scheduler.balance_threshold × its mean. Decision::load_std/load_mean.
 inline bool load_uneven(double load_std, double load_mean, const SchedulerConfig& cfg) {
   return load_std > cfg.balance_threshold * load_mean;
+}
+// The pending prefill (tokens) the cost adds to a request's new tokens on a
+// worker with `pending` tokens of prefill in flight, `own` of them the
+// request's own prefix, and `cached` tokens of the prompt cached there:
+// pending_prefill_weight x pending, and with scheduler.pending_prefill_excess
+// the excess over pending_prefill_excess_tokens + pending_prefill_excess_cached
+// x cached + own at the rest of weight 1 (config.h). Non-decreasing in
+// `pending`; non-increasing in `own` and `cached`, by at most
+// (1 - pending_prefill_weight) x (own + pending_prefill_excess_cached x cached).
+inline double priced_pending(double pending, double own, double cached, const SchedulerConfig& cfg) {
+  double priced = cfg.pending_prefill_weight * pending;
+  if (cfg.pending_prefill_excess && cfg.pending_prefill_weight < 1) {
+    const double tolerated = cfg.pending_prefill_excess_tokens + cfg.pending_prefill_excess_cached * cached + own;
+    if (pending > tolerated) priced += (1 - cfg.pending_prefill_weight) * (pending - tolerated);
+  }
+  return priced;
 }
 // The cost a ranking orders by: the weighted cost (scheduler/README.md) without its -alpha·mean
 // term, which is the same for every candidate of one decision (so the order

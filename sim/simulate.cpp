@@ -76,6 +76,7 @@ Config policy_config(const SimOptions& o, const std::string& policy, const Sched
     cfg.scheduler = SchedulerConfig{};
     cfg.scheduler.cost = "weighted";
     cfg.scheduler.pending_prefill_weight = 0;
+    cfg.scheduler.pending_prefill_excess = false;
   }
   // Peers decide with their own formulas; the scheduler only collects
   // candidates for them, so nobody is excluded as busy there.

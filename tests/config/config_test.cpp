@@ -93,6 +93,28 @@ TEST_CASE("scheduler.inflight_prefix_weight and inflight_prefix_load: a value 0-
   }
 }
 
+TEST_CASE("scheduler.pending_prefill_excess: on, past 4096 tokens + 3x the cached ones; bounded values") {
+  Config c;
+  CHECK(c.scheduler.pending_prefill_excess);  // the defaults, tuned (config/README.md)
+  CHECK(c.scheduler.pending_prefill_excess_tokens == 4096u);
+  CHECK(c.scheduler.pending_prefill_excess_cached == doctest::Approx(3));
+  REQUIRE_FALSE(apply_yaml(c, "scheduler:\n  pending_prefill_excess: false\n  pending_prefill_excess_tokens: 8192\n"
+                              "  pending_prefill_excess_cached: 0.5\n")
+                    .has_value());
+  CHECK_FALSE(c.scheduler.pending_prefill_excess);
+  CHECK(c.scheduler.pending_prefill_excess_tokens == 8192u);
+  CHECK(c.scheduler.pending_prefill_excess_cached == doctest::Approx(0.5));
+  for (const char* bad : {"pending_prefill_excess_tokens: -1", "pending_prefill_excess_cached: -0.5",
+                          "pending_prefill_excess_cached: 101", "pending_prefill_excess: maybe"}) {
+    auto e = apply_yaml(c, std::string("scheduler:\n  ") + bad + "\n");
+    REQUIRE(e.has_value());
+    CHECK(e->find(std::string("scheduler.") + std::string(bad).substr(0, std::string(bad).find(':'))) !=
+          std::string::npos);
+    CHECK_FALSE(c.scheduler.pending_prefill_excess);  // nothing applied
+    CHECK(c.scheduler.pending_prefill_excess_tokens == 8192u);
+  }
+}
+
 TEST_CASE("environment variables and set_key") {
   Config c;
   std::string a = "KVROUTE_SCHEDULER_DELTA=0.4", b = "KVROUTE_EVENTS_NATS_URL=nats://h:1", z = "OTHER=1";

@@ -213,6 +213,7 @@ TEST_CASE("100 simultaneous same-prefix requests spread according to predicted l
   base.cache(1, shared);
   base.config.update([](Config& c) {
     c.scheduler.pending_prefill_weight = 0;
+    c.scheduler.pending_prefill_excess = false;
     return std::nullopt;
   });
   std::vector<std::unique_ptr<InflightGuard>> inflight2;

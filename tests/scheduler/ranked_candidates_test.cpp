@@ -33,7 +33,8 @@ CandidateState random_state(std::mt19937_64& rng, bool ties) {
   s.load.request_total_slots = pick(8) == 0 ? 0 : 64;
   s.load.request_active_slots = static_cast<uint32_t>(ties ? 8 * pick(3) : pick(70));
   s.load.num_requests_waiting = static_cast<uint32_t>(pick(3) == 0 ? pick(6) : 0);
-  s.pending_prefill_tokens = pick(3) == 0 ? (ties ? 512 : pick(5000)) : 0;
+  // Now and then far more than pending_prefill_excess_tokens (its excess counts in full).
+  s.pending_prefill_tokens = pick(3) == 0 ? (ties ? 512 : pick(pick(4) == 0 ? 40000 : 5000)) : 0;
   s.draining = pick(40) == 0;
   // Parked KV on a third of the workers, from the draws above (another draw
   // would change every fleet after it).
@@ -51,6 +52,9 @@ SchedulerConfig random_config(std::mt19937_64& rng) {
   cfg.gamma = pick(3) * 0.1;
   cfg.delta = pick(3) * 0.1;
   cfg.pending_prefill_weight = pick(3) * 0.2;
+  cfg.pending_prefill_excess = pick(3) != 0;
+  cfg.pending_prefill_excess_tokens = static_cast<uint32_t>(pick(3) * 2048);
+  cfg.pending_prefill_excess_cached = static_cast<double>(pick(3)) * 0.75;
   cfg.busy_kv_usage = pick(3) == 0 ? 0.5 : 1.0;
   cfg.busy_slot_usage = pick(3) == 0 ? 0.9 : 1.0;
   cfg.busy_waiting_requests = pick(4) == 0 ? 4 : 0;
@@ -107,6 +111,7 @@ Case random_case(std::mt19937_64& rng, RankedCandidates& fleet) {
         o.by_tier[0] = o.blocks / 3;
         o.by_tier[kNumBaseTiers + pick(2)] = o.blocks - o.by_tier[0];
       }
+      if (pick(5) == 0) o.inflight_blocks = 1 + static_cast<uint32_t>(pick(o.blocks));  // an in-flight prefix
       c.owners.push_back(o);
     }
   }
@@ -131,6 +136,7 @@ Decision reference(const Case& c, uint64_t seed, std::vector<Candidate>& cands) 
         x.owner.dp_rank = o.owner.dp_rank;
         x.overlap_blocks = o.blocks;
         x.overlap_by_tier = o.by_tier;
+        x.inflight_prefix_tokens = uint64_t{o.inflight_blocks} * c.block;
       }
     }
   }
@@ -163,6 +169,7 @@ TEST_CASE("fast path = reference scorer on random fleets with seeded ties (weigh
       CHECK(fast.ranked[k].overlap_blocks == want.overlap_blocks);
       CHECK(fast.ranked[k].dp_rank == want.owner.dp_rank);
       CHECK(fast.ranked[k].score.cost == doctest::Approx(ref.scores[ref.ranking[k]].cost));
+      CHECK(fast.ranked[k].score.prefill_ratio == doctest::Approx(ref.scores[ref.ranking[k]].prefill_ratio));
     }
     if (ref.chosen) CHECK(fast.alpha == ref.alpha);
     ++compared;

@@ -228,6 +228,39 @@ TEST_CASE("pending prefill on a worker counts like its own new tokens, weighted;
   CHECK(cs[*d.chosen].owner.worker == WorkerId{1});
 }
 
+TEST_CASE("pending prefill past what the request saves on a worker counts in full (pending_prefill_excess)") {
+  SchedulerConfig cfg;  // weight 0.2; the excess over 4096 + 2 x cached (+ own) at weight 1
+  cfg.pending_prefill_excess_tokens = 4096;
+  cfg.pending_prefill_excess_cached = 2;
+  CHECK(priced_pending(3000, 0, 0, cfg) == doctest::Approx(600));                         // under 4096
+  CHECK(priced_pending(10000, 0, 0, cfg) == doctest::Approx(2000 + 0.8 * (10000 - 4096)));  // 6,723.2
+  CHECK(priced_pending(10000, 0, 1000, cfg) == doctest::Approx(2000 + 0.8 * (10000 - 6096)));
+  CHECK(priced_pending(10000, 4000, 1000, cfg) == doctest::Approx(2000));  // its own prefix: tolerated
+  SeededRandom rnd(1);
+  // A 20,000-token prompt, 16,000 of it cached on the holder, which is busy
+  // with 60,000 tokens of other prompts' prefill; the other worker is idle.
+  Candidate holder = cand(1, 1000, 100), idle = cand(2, 0, 100);
+  holder.pending_prefill_tokens = 60000;
+  std::vector<Candidate> cs = {holder, idle};
+  // Tolerated 4096 + 2 x 16,000 = 36,096: 0.2 x 60,000 + 0.8 x 23,904 of pending
+  // against the idle worker's 20,000-token recompute.
+  Decision d = schedule(cs, 20000, 16, cfg, rnd);
+  CHECK(d.scores[0].prefill_ratio == doctest::Approx((4000 + 12000 + 0.8 * 23904) / 20000.0));
+  CHECK(cs[*d.chosen].owner.worker == WorkerId{2});
+  // Off, the weight alone prices the wait at (4,000 + 12,000) / 20,000: the holder.
+  cfg.pending_prefill_excess = false;
+  d = schedule(cs, 20000, 16, cfg, rnd);
+  CHECK(d.scores[0].prefill_ratio == doctest::Approx(0.8));
+  CHECK(cs[*d.chosen].owner.worker == WorkerId{1});
+  // On, with 24,000 of the holder's pending being this prompt's own prefix in
+  // flight (computed for the requests before it): 60,096 tolerated, the holder.
+  cfg.pending_prefill_excess = true;
+  cs[0].inflight_prefix_tokens = 24000;
+  d = schedule(cs, 20000, 16, cfg, rnd);
+  CHECK(d.scores[0].prefill_ratio == doctest::Approx(0.8));
+  CHECK(cs[*d.chosen].owner.worker == WorkerId{1});
+}
+
 TEST_CASE("softmax sampling: temperature 0 is argmin; T > 0 follows exp(-cost/T), seeded") {
   SchedulerConfig cfg;
   std::vector<Candidate> cs = {cand(1, 0, 100), cand(2, 5, 100)};  // costs 0.7 and 0.35

@@ -75,8 +75,9 @@ Trial trial_of(const SchedulerConfig& s) {
 // tool pause) with distinct in-flight KV at gamma 0.5;
 // the in-flight prefix (scheduler.inflight_prefix_weight, in full or at half its value, from a fleet
 // KV load of scheduler.inflight_prefix_load) on the 10 s parked KV;
-// the pending prefill's excess in full (scheduler.pending_prefill_excess, past 4k or 8k tokens and
-// 1-3x the cached tokens) on the in-flight prefix from 0.6; every row before it without;
+// the pending prefill's excess in full (scheduler.pending_prefill_excess, past 4k tokens and 1-3x
+// the cached tokens, and 8k and 16k with 2x) on the in-flight prefix from 0.6; every row before it
+// without;
 // predicted_ttft over alpha (pending_prefill_weight is not one of its terms). 29 settings: each is
 // 18 runs of a whole workload and a goodput search on each slice that is not floor-bound, so the grid
 // is kept to the keys that moved the train figures. The

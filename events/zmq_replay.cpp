@@ -293,7 +293,10 @@ void ZmqEventSource::Impl::end_replay(Publisher& p, Clock::time_point now) {
   p.budget_dropped = false;
   if (p.restart_seen) {
     // Seq overtook ours during a disconnect: a new incarnation. Its frames
-    // held so far are valid; what is missing from 0 is replayed next.
+    // held so far are valid; its history from 0 is replayed next, as at
+    // first sight: the live frames it published while we were disconnected
+    // may all have been applied already (then nothing held shows a gap, and
+    // an engine that publishes nothing more would stay missing).
     stats().restarts_total.fetch_add(1, std::memory_order_relaxed);
     static RateLimiter rl;
     if (rl.allow())
@@ -301,6 +304,7 @@ void ZmqEventSource::Impl::end_replay(Publisher& p, Clock::time_point now) {
                    "its blocks dropped",
                    p.owner.worker.value, p.owner.dp_rank, p.last_applied_seq.value_or(0));
     restart(p);
+    p.syncing = p.dealer.has_value();
   } else if (p.syncing) {
     p.syncing = false;
     if (!p.got_reply) {

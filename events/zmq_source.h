@@ -34,7 +34,8 @@
 //                                 for the last applied seq too: a different
 //                                 batch there, or none at all after a
 //                                 reconnect, is a restart as well (an idle
-//                                 restarted engine is noticed without traffic)
+//                                 restarted engine is noticed without traffic;
+//                                 its history is then replayed from 0)
 //   a payload that does not decode, or a sink that refuses a batch
 //                              -> counted; the owner is partial.
 //   the SUB loses its connection (monitor: disconnected, handshake failed;

@@ -99,12 +99,14 @@ int goodput(const Args& a) {
       if (p == "kvroute") kv = g.rate;
       else if (p == "dynamo" || p == "llmd") best_peer = std::max(best_peer, g.rate);
     }
-    if (best_peer > 0)
-      std::printf(" %.2fx %s |\n", kv / best_peer, kv >= kGoodputTarget * best_peer ? "ok" : "MISS (target >= 1.15x)");
-    else if (kv > 0)
+    if (best_peer > 0) {
+      if (kv >= kGoodputTarget * best_peer) std::printf(" %.2fx ok |\n", kv / best_peer);
+      else std::printf(" %.2fx MISS (target >= %.2fx) |\n", kv / best_peer, kGoodputTarget);
+    } else if (kv > 0) {
       std::printf(" no peer meets the SLOs; kvroute does |\n");
-    else
+    } else {
       std::printf(" - (nobody meets the SLOs down to x1/%.0f) |\n", 1 / kLowestRate);
+    }
     json += "}";
   }
   std::printf("\n%s]}\n", json.c_str());

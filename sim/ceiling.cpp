@@ -45,6 +45,24 @@ bool ceiling_supported(const mocker::EngineProfile& p, uint32_t budget) {
   return min_token_ms(p, budget) >= (p.attn_cached - p.attn_new) * budget + p.prefix_read;
 }
 
+StepLine step_line(const mocker::EngineProfile& p, uint32_t budget, double slope) {
+  StepLine l;
+  l.slope = slope;
+  l.intercept = bare_step_ms(p, 1) - slope;
+  for (uint32_t t = 2; t <= budget; ++t) l.intercept = std::min(l.intercept, bare_step_ms(p, t) - slope * t);
+  return l;
+}
+
+std::vector<StepLine> step_lines(const mocker::EngineProfile& p, uint32_t budget) {
+  std::vector<StepLine> out;
+  if (!ceiling_supported(p, budget)) return out;
+  const double token_ms = min_token_ms(p, budget);
+  const double least = (p.attn_cached - p.attn_new) * budget + p.prefix_read;
+  for (int k = 0; k < 4; ++k)
+    if (const StepLine l = step_line(p, budget, least + (token_ms - least) * k / 4); l.intercept > 0) out.push_back(l);
+  return out;
+}
+
 double min_prefill_ms(const mocker::EngineProfile& p, uint32_t budget, double token_ms, uint32_t from, uint32_t to) {
   if (from >= to) return 0;
   const uint32_t n = to - from;
@@ -102,6 +120,8 @@ MinimalWork minimal_work(const std::vector<SimRequest>& all, double rate, const 
   std::vector<Gap> gaps;
   double gap_value = 0;
   MinimalWork out;
+  out.token_ms = token_ms;
+  out.lines = step_lines(ec.profile, ec.max_batched_tokens);
   out.requests.reserve(w.size());
   for (size_t i = 0; i < w.size(); ++i) {
     const auto& r = w[i];
@@ -124,6 +144,8 @@ MinimalWork minimal_work(const std::vector<SimRequest>& all, double rate, const 
     for (uint32_t b = 0; b < full; ++b) last[chain[b]] = q.arrival_ms;
     q.prefill_ms = min_prefill_ms(ec.profile, ec.max_batched_tokens, token_ms, cached, r.input_tokens);
     q.decode_ms = min_decode_ms(ec.profile, token_ms, r.input_tokens, r.output_tokens);
+    q.prefill_tokens = r.input_tokens - std::min(cached, r.input_tokens);
+    q.decode_tokens = r.output_tokens > 1 ? r.output_tokens - 1 : 0;
     q.floor_miss = floor.ttft_ms[i] > o.slo_ttft_ms;
     out.requests.push_back(q);
   }
@@ -134,12 +156,37 @@ MinimalWork minimal_work(const std::vector<SimRequest>& all, double rate, const 
   return out;
 }
 
+namespace {
+
+// One pricing of the minimal work (ceiling.h, "Decodes are priced twice"):
+// what it adds to each prefill and decode token over MinimalWork::token_ms,
+// and whether the KV bound's recomputation (priced at token_ms) is counted.
+struct Pricing {
+  double prefill_delta = 0, decode_delta = 0;
+  bool recompute = true;
+  double prefill(const RequestWork& q) const { return q.prefill_ms + prefill_delta * q.prefill_tokens; }
+  double decode(const RequestWork& q) const { return q.decode_ms + decode_delta * q.decode_tokens; }
+};
+
+std::vector<Pricing> pricings(const MinimalWork& mw, const CeilingOptions& o) {
+  std::vector<Pricing> v = {Pricing{}};
+  for (const StepLine& l : mw.lines)
+    v.push_back({l.slope - mw.token_ms, l.slope + l.intercept / o.max_seqs - mw.token_ms, false});
+  return v;
+}
+
+}  // namespace
+
 double run_load(const MinimalWork& work, const CeilingOptions& o) {
   if (work.requests.size() < 2) return 0;
-  double ms = work.recompute_ms;
-  for (const auto& q : work.requests) ms += q.prefill_ms + q.decode_ms;
+  double most = 0;
+  for (const Pricing& p : pricings(work, o)) {
+    double ms = p.recompute ? work.recompute_ms : 0;
+    for (const auto& q : work.requests) ms += p.prefill(q) + p.decode(q);
+    most = std::max(most, ms);
+  }
   const double run = work.requests.back().arrival_ms - work.requests.front().arrival_ms + o.slo_ttft_ms;
-  return ms / (double(o.workers) * run);
+  return most / (double(o.workers) * run);
 }
 
 size_t allowed_misses(size_t n, double p) {
@@ -157,32 +204,48 @@ double top_sum(std::vector<double>& v, size_t k) {
   return std::accumulate(v.begin(), v.begin() + static_cast<long>(k), 0.0);
 }
 
-// Requests [i, j) of `work` as one window: its work and the exclusions it needs
-// (at most `budget` + 1: beyond the budget the count only has to show it is over).
+// The exclusions requests [i, j) of `work` need under one pricing (at most
+// `budget` + 1: beyond the budget the count only has to show it is over),
+// and their work.
+std::pair<size_t, double> window_need(const MinimalWork& mw, size_t i, size_t j, const CeilingOptions& o,
+                                      size_t budget, const Pricing& p, double capacity_ms) {
+  const auto& work = mw.requests;
+  const bool whole = p.recompute && i == 0 && j == work.size();  // the KV bound's recomputation is the whole run's
+  double work_ms = whole ? mw.recompute_ms : 0;
+  std::vector<double> decode, total;
+  for (size_t k = i; k < j; ++k) {
+    if (work[k].floor_miss) continue;  // excluded already, counted once in WorkBound::floor_misses
+    const double pre = p.prefill(work[k]), dec = p.decode(work[k]);
+    work_ms += pre + dec;
+    decode.push_back(dec);
+    total.push_back(pre + dec + (whole ? work[k].reuse_ms : 0));
+  }
+  if (work_ms <= capacity_ms) return {0, work_ms};
+  // Still running at the end: at most workers x max_seqs, their decodes dropped (the costliest).
+  double over = work_ms - top_sum(decode, size_t{o.workers} * o.max_seqs) - capacity_ms;
+  if (over <= 0) return {0, work_ms};
+  const size_t k = std::min(total.size(), budget + 1);
+  std::partial_sort(total.begin(), total.begin() + static_cast<long>(k), total.end(), std::greater<>());
+  size_t need = 0;
+  while (over > 0 && need < k) over -= total[need++];
+  return {over > 0 ? budget + 1 : need, work_ms};
+}
+
+// Requests [i, j) of `work` as one window: the most exclusions any pricing
+// needs (each is a necessary condition), and that pricing's work.
 WindowNeed window(const MinimalWork& mw, size_t i, size_t j, const CeilingOptions& o, size_t budget) {
   const auto& work = mw.requests;
-  const bool whole = i == 0 && j == work.size();  // the KV bound's recomputation is the whole run's
   WindowNeed wn;
   wn.start_ms = work[i].arrival_ms;
   wn.end_ms = work[j - 1].arrival_ms;
   wn.requests = j - i;
   wn.capacity_ms = double(o.workers) * (wn.end_ms - wn.start_ms + o.slo_ttft_ms);
-  std::vector<double> decode, total;
-  for (size_t k = i; k < j; ++k) {
-    if (work[k].floor_miss) continue;  // excluded already, counted once in WorkBound::floor_misses
-    wn.work_ms += work[k].prefill_ms + work[k].decode_ms;
-    decode.push_back(work[k].decode_ms);
-    total.push_back(work[k].prefill_ms + work[k].decode_ms + (whole ? work[k].reuse_ms : 0));
+  bool first = true;
+  for (const Pricing& p : pricings(mw, o)) {
+    const auto [need, work_ms] = window_need(mw, i, j, o, budget, p, wn.capacity_ms);
+    if (first || need > wn.need || (need == wn.need && work_ms > wn.work_ms)) wn.need = need, wn.work_ms = work_ms;
+    first = false;
   }
-  if (whole) wn.work_ms += mw.recompute_ms;
-  if (wn.work_ms <= wn.capacity_ms) return wn;
-  // Still running at the end: at most workers x max_seqs, their decodes dropped (the costliest).
-  double over = wn.work_ms - top_sum(decode, size_t{o.workers} * o.max_seqs) - wn.capacity_ms;
-  if (over <= 0) return wn;
-  const size_t k = std::min(total.size(), budget + 1);
-  std::partial_sort(total.begin(), total.begin() + static_cast<long>(k), total.end(), std::greater<>());
-  while (over > 0 && wn.need < k) over -= total[wn.need++];
-  if (over > 0) wn.need = budget + 1;
   return wn;
 }
 

@@ -25,6 +25,14 @@
 //    spans [t1, t2 + S] do not overlap share no step and no request, so their
 //    needs add up; floor misses + the most needing set of disjoint windows
 //    over the allowance rules the rate out.
+//    Decodes are priced twice: at min_token_ms, as any token, and by the
+//    steps they need. A step runs at most max_seqs decodes per engine, so
+//    the window's D decodes need at least D / max_seqs steps, each paying the
+//    bare step time, which lies above a line intercept + slope x T (StepLine).
+//    Each line with slope >= the chunking condition's (ceiling_supported)
+//    gives another pricing: prefill tokens at slope, decodes at slope +
+//    intercept / max_seqs. A window needs at least the most exclusions any
+//    pricing needs.
 // 3. KV capacity (the whole run's window; MinimalWork::recompute_ms): a
 //    reused block not held somewhere between its two readers is recomputed.
 // Not used (no guarantee in the model): the ITL SLO (1 % of a run's gaps may
@@ -67,10 +75,25 @@ double min_decode_ms(const mocker::EngineProfile& p, double token_ms, uint32_t i
 // cheaper in-chunk attention saves). False for the rest (dynamo-mocker).
 bool ceiling_supported(const mocker::EngineProfile& p, uint32_t budget);
 
+// A line under the bare step time (bare_step_ms: weight read and linear
+// layers, no attention, no KV read): every step of T in [1, budget] tokens
+// takes at least intercept + slope x T. For a slope, the highest such
+// intercept: min over T of bare(T) - slope x T.
+struct StepLine {
+  double slope = 0, intercept = 0;
+};
+StepLine step_line(const mocker::EngineProfile& p, uint32_t budget, double slope);
+// The lines the ceiling prices decodes by: slopes from the chunking
+// condition's least token price ((attn_cached - attn_new) x budget +
+// prefix_read) up to min_token_ms, those with a positive intercept.
+std::vector<StepLine> step_lines(const mocker::EngineProfile& p, uint32_t budget);
+
 struct RequestWork {
   double arrival_ms = 0;
   double prefill_ms = 0;  // min_prefill_ms of the tokens no earlier arrival had
   double decode_ms = 0;   // min_decode_ms
+  uint32_t prefill_tokens = 0;  // the tokens prefill_ms computes (each priced at MinimalWork::token_ms)
+  uint32_t decode_tokens = 0;   // output - 1: the decodes decode_ms prices
   double reuse_ms = 0;    // what recomputing the cached blocks it reuses would cost at least (recompute_block_ms)
   bool floor_miss = false;  // its causal floor exceeds the TTFT SLO
 };
@@ -98,6 +121,8 @@ struct MinimalWork {
   // recompute cost per block-ms. Excluding a request lowers it by at most
   // its reuse_ms (its gaps merge into longer ones of no more value).
   double recompute_ms = 0;
+  double token_ms = 0;           // min_token_ms: the price of prefill_ms's and decode_ms's tokens
+  std::vector<StepLine> lines;   // step_lines: the decode pricings (none: min_token_ms alone)
 };
 MinimalWork minimal_work(const std::vector<SimRequest>& w, double rate, const mocker::EngineConfig& ec,
                          const CeilingOptions& o);
@@ -114,7 +139,8 @@ size_t allowed_misses(size_t n, double p = 0.99);
 struct WindowNeed {
   double start_ms = 0, end_ms = 0;  // arrivals [start, end]; the work runs in [start, end + S]
   size_t requests = 0;
-  double work_ms = 0;      // their minimal work, floor misses left out (the whole run: + recompute_ms)
+  double work_ms = 0;      // their minimal work under the pricing needing the most exclusions, floor misses
+                           // left out (the whole run, at min_token_ms: + recompute_ms)
   double capacity_ms = 0;  // workers x (end - start + S)
   size_t need = 0;         // requests to exclude beyond the still-running ones to fit
 };

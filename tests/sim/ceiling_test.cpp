@@ -140,6 +140,50 @@ TEST_CASE("work bound: needs of disjoint windows add up") {
   CHECK(work_bound(d, o).need == 2);
 }
 
+TEST_CASE("step lines: decodes priced by the steps they need") {
+  // 10 ms a step + 1 ms a token, budget 10: min_token_ms 2, the chunking condition's least
+  // price 0; slopes 0, 0.5, 1 and 1.5 lie under 10 + T at T = 1, 1, any T and T = 10.
+  const auto p = roofline(10, 1, 0, 0, 0, 0);
+  CHECK(step_line(p, 10, 0.5).intercept == doctest::Approx(10.5));
+  CHECK(step_line(p, 10, 1.5).intercept == doctest::Approx(5));
+  const auto lines = step_lines(p, 10);
+  REQUIRE(lines.size() == 4);
+  CHECK(lines[0].slope == 0);
+  CHECK(lines[0].intercept == doctest::Approx(11));
+  CHECK(lines[3].slope == doctest::Approx(1.5));
+  // Three requests of 10 decodes at t=0 on one worker running one sequence, S = 100 ms: at
+  // 2 ms a token they ask 60 ms of 100. But each decode is a step of its own, 11 ms at
+  // least (slope 0): 330 ms; the one still running drops its 110, 220 - 100 over, two of
+  // 110 excluded.
+  CeilingOptions o;
+  o.workers = 1;
+  o.max_seqs = 1;
+  o.slo_ttft_ms = 100;
+  o.percentile = 0.3;
+  MinimalWork mw;
+  mw.token_ms = min_token_ms(p, 10);
+  for (int i = 0; i < 3; ++i) {
+    mw.requests.push_back(job(0, 0, 20));
+    mw.requests.back().decode_tokens = 10;
+  }
+  CHECK(work_bound(mw, o).need == 0);  // min_token_ms alone
+  mw.lines = lines;
+  CHECK(work_bound(mw, o).need == 2);
+  CHECK(work_bound(mw, o).windows.at(0).work_ms == doctest::Approx(330));
+  // Twelve such requests, two sequences a step (11 of 12 may miss): at 2 ms a token 240 ms,
+  // two running drop 40, 100 over: five of 20 excluded. By steps, a decode costs at least
+  // 0 + 11 / 2, 0.5 + 10.5 / 2, 1 + 10 / 2 or 1.5 + 5 / 2 ms: the third, 60 ms a request,
+  // 720 - 120 - 100 over: nine.
+  o.max_seqs = 2;
+  o.percentile = 0.01;
+  mw.requests.resize(12, mw.requests[0]);
+  auto b = work_bound(mw, o);
+  CHECK(b.need == 9);
+  CHECK(b.windows.at(0).work_ms == doctest::Approx(720));
+  mw.lines.clear();
+  CHECK(work_bound(mw, o).need == 5);
+}
+
 TEST_CASE("KV bound: the reuse gaps the fleet's blocks cannot hold are recomputed, the dearest kept") {
   // A reads blocks 1, 2 at t=0; B reads them at t=10,000 with one more. With S = 1,000 each
   // reused block must be held 9,000 ms; one worker of 1 block over the run (11,000 ms) holds

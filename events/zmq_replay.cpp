@@ -200,7 +200,9 @@ void ZmqEventSource::Impl::process(Publisher& p, Clock::time_point now) {
 
 // A new engine incarnation: its blocks start empty and its seq at 0.
 void ZmqEventSource::Impl::restart(Publisher& p) {
-  std::vector<KvEvent> clear{KvEvent{p.owner, std::nullopt, StorageTier::Device, KvCleared{}}};
+  std::vector<KvEvent> clear(1);  // the tier, id and medium of a clear mean nothing
+  clear[0].owner = p.owner;
+  clear[0].data = KvCleared{};
   sink(std::move(clear));
   if (salts) salts->cleared(p.owner);
   p.groups = {};

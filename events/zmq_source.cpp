@@ -142,7 +142,9 @@ void ZmqEventSource::Impl::close(WorkerId id) {
   for (auto& p : it->second.pubs) {
     set_partial(*p, false);
     unhold_all(*p);
-    std::vector<KvEvent> clear{KvEvent{p->owner, std::nullopt, StorageTier::Device, KvCleared{}}};
+    std::vector<KvEvent> clear(1);  // the tier, id and medium of a clear mean nothing
+    clear[0].owner = p->owner;
+    clear[0].data = KvCleared{};
     sink(std::move(clear));
     if (salts) salts->cleared(p->owner);
     stats().publishers.fetch_sub(1, std::memory_order_relaxed);

@@ -195,6 +195,13 @@ struct SchedulerConfig {
   // Busy thresholds: a worker at or over any of them is skipped.
   double busy_kv_usage = 1.0;           // kv_active / kv_total
   double busy_slot_usage = 1.0;         // active / total request slots
+  // The slot test is lifted while the model's workers together have this
+  // share of their request slots taken (WorkerRegistry::slots_full; 1 = never):
+  // every engine is nearly full, so passing over a full one only fills
+  // another, which then recomputes the prompt that was cached there. Only with
+  // no router queue (queue_size 0) and reject_when_busy false, as the
+  // every-worker-busy fallback below.
+  double busy_slot_fleet_usage = 0.9;
   uint32_t busy_waiting_requests = 0;   // num_requests_waiting; 0 = no limit
   uint32_t queue_size = 0;              // requests that may wait for a free worker; 0 = 503 at once
   uint32_t queue_timeout_ms = 5000;     // longest wait in that queue

@@ -254,6 +254,12 @@ void for_each_key(C& c, F&& f) {
     c.scheduler.busy_kv_usage);
   f(KeyInfo{"scheduler.busy_slot_usage", "Skip workers whose request-slot usage is at or above this (0 would skip every worker).", 0.01, 1, !S, R},
     c.scheduler.busy_slot_usage);
+  f(KeyInfo{"scheduler.busy_slot_fleet_usage",
+            "While the model's workers together have this share of their request slots taken, skip no worker for "
+            "its slots (1 = never): with every engine nearly full, a request moved off a full one fills another "
+            "and recomputes its cached prompt there. Only with queue_size 0 and reject_when_busy false.",
+            0.01, 1, !S, R},
+    c.scheduler.busy_slot_fleet_usage);
   f(KeyInfo{"scheduler.busy_waiting_requests", "Skip workers with this many waiting requests (0 = no limit).", 0,
             kMaxU32, !S, R},
     c.scheduler.busy_waiting_requests);

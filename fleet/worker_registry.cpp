@@ -363,6 +363,13 @@ bool WorkerRegistry::decide(std::string_view model, const MatchLayers& match, ui
   return true;
 }
 
+bool WorkerRegistry::slots_full(std::string_view model, const SchedulerConfig& cfg) {
+  std::lock_guard lk(mu_);
+  end_ejections(clock_.now());  // as decide(): the same workers
+  const auto f = rankings_.find(model);
+  return f != rankings_.end() && f->second.slots_full(cfg.busy_slot_fleet_usage);
+}
+
 std::vector<WorkerView> WorkerRegistry::candidates(std::string_view model) const {
   std::vector<WorkerView> out;
   candidates(model, out);

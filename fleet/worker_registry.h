@@ -262,6 +262,11 @@ class WorkerRegistry {
   bool decide(std::string_view model, const MatchLayers& match, uint32_t isl_tokens,
               uint32_t block_size, const SchedulerConfig& cfg, Random& random, size_t rank_limit,
               RankedDecision& out, std::vector<WorkerView>& views);
+  // Whether the healthy workers serving `model` have nearly all their
+  // request slots taken (scheduler.busy_slot_fleet_usage, with the band of
+  // RankedCandidates::slots_full; false when none serves it). Each call
+  // advances that band's state: call once per decision.
+  bool slots_full(std::string_view model, const SchedulerConfig& cfg);
   // The leading blocks of a prompt (`chain`: inflight_chain() of its
   // complete blocks) that each worker serving `model` has in flight from
   // this router: requests sent there and not ended, whose prompts share

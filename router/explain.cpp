@@ -182,6 +182,12 @@ std::string choice_sentence(const RouteResult& r, const SchedulerConfig& cfg, si
         "temperature); the lowest cost was {} ({}).",
         cfg.temperature, who(r.candidates[best]), cost_text(d.scores[best].cost));
   }
+  if (r.slots_full)
+    out += fmt::format(
+        " The model's workers have nearly all their request slots taken (at or over "
+        "scheduler.busy_slot_fleet_usage {}): the slot test skips nobody, so a full worker's engine queues the request "
+        "for a slot rather than another worker recomputing the prompt cached there.",
+        cfg.busy_slot_fleet_usage);
   return out + " " + alpha_sentence(d, cfg);
 }
 
@@ -280,6 +286,7 @@ std::string explain_json(const RouteResult& r, std::string_view model, uint32_t 
       num(d.load_std), json_escape(text.choice));
   if (d.chosen) out += fmt::format(R"("chosen":{},"sampled":{},)", r.candidates[*d.chosen].owner.worker.value, d.sampled);
   else out += R"("chosen":null,"sampled":false,)";
+  out += fmt::format(R"("slots_full":{},)", r.slots_full);
   out += R"("tie":[)";
   if (d.chosen) {
     const auto tied = tied_with_choice(r);

@@ -53,6 +53,9 @@ struct RouterMetrics {
         all_busy_total(r.counter("kvroute_scheduler_all_busy_total",
                                  "Requests sent to a busy worker because every worker was busy "
                                  "(scheduler.reject_when_busy false, queue_size 0)")),
+        slots_full_total(r.counter("kvroute_scheduler_slots_full_total",
+                                   "Requests ranked with the slot test lifted: the model's workers had nearly all "
+                                   "their request slots taken (scheduler.busy_slot_fleet_usage)")),
         tokenizer_fallbacks_total(r.counter(
             "kvroute_router_tokenizer_fallbacks_total",
             "Routed requests tokenized by the placeholder, by model and reason (no_tokenizer, "
@@ -176,6 +179,7 @@ struct RouterMetrics {
   std::array<std::string, kMaxPools> pool_names;
   metrics::CounterFamily& decisions_total;
   metrics::CounterFamily& all_busy_total;
+  metrics::CounterFamily& slots_full_total;
   metrics::CounterFamily& tokenizer_fallbacks_total;
   metrics::CounterFamily& tokenized_requests_total;
   metrics::CounterFamily& engine_tokenize_total;

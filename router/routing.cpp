@@ -126,6 +126,7 @@ void RouteResult::reset() {
   stage_seconds = {};
   chose_best_overlap = false;
   all_busy = false;
+  slots_full = false;
   best_cached_tokens = 0;
   queue_wait_seconds.reset();
   band_reserve = 0;
@@ -310,10 +311,22 @@ void RoutingService::decide(const Config& cfg, std::string_view model, uint32_t 
   // UsageLimitPolicy in pkg/epp/framework/interface/flowcontrol/plugins.go);
   // here per worker, not per pool: the reserve is room on an engine, where a
   // high-band request's time to first token is made.
-  const SchedulerConfig* sched = &cfg.scheduler;
+  // The fleet's thresholds: its slot test lifted while the model's workers
+  // have nearly every slot taken (scheduler.busy_slot_fleet_usage). A request
+  // moved off a full worker then only fills another and recomputes there the
+  // prompt cached where it was sent; the engine queues it for a slot, as the
+  // every-worker-busy fallback below lets it. Not with a router queue or
+  // reject_when_busy: those hold or refuse a request when workers are busy.
+  SchedulerConfig lifted;
+  const SchedulerConfig* fleet = &cfg.scheduler;
+  if (!cfg.scheduler.reject_when_busy && cfg.scheduler.queue_size == 0 && registry_.slots_full(model, cfg.scheduler)) {
+    lifted = without_slot_limit(cfg.scheduler);
+    fleet = &lifted;
+  }
+  const SchedulerConfig* sched = fleet;
   SchedulerConfig reserved;
   if (out.band_reserve > 0) {
-    reserved = cfg.scheduler;
+    reserved = cfg.scheduler;  // a reserve is room kept for higher bands: never lifted
     reserved.busy_slot_usage = std::min(reserved.busy_slot_usage, 1.0 - out.band_reserve);
     reserved.busy_kv_usage = std::min(reserved.busy_kv_usage, 1.0 - out.band_reserve);
     sched = &reserved;
@@ -322,10 +335,11 @@ void RoutingService::decide(const Config& cfg, std::string_view model, uint32_t 
   // request with no prompt (the passthrough routes) is scored apart: the fast
   // path's ranking prices the parked KV, which it would not displace.
   if (registry_.has_pd_roles() || isl_tokens == 0) score_all = true;
+  out.slots_full = sched == &lifted;
   if (fast_path_ && !score_all && !model.empty() && RankedCandidates::supports(*sched, limit) &&
-      decide_ranked(cfg, *sched, model, limit, out))
+      decide_ranked(cfg, *fleet, *sched, model, limit, out))
     return;
-  decide_all(cfg, *sched, model, rank_all, out);
+  decide_all(cfg, *fleet, *sched, model, rank_all, out);
 }
 
 void RoutingService::inflight_owners(const SchedulerConfig& fleet, std::string_view model, RouteResult& r,
@@ -349,23 +363,22 @@ void RoutingService::inflight_owners(const SchedulerConfig& fleet, std::string_v
 
 // True when it decided (a choice), false to let decide_all() decide: nobody
 // serves the model, or nobody is eligible (decide_all() tells why).
-bool RoutingService::decide_ranked(const Config& cfg, const SchedulerConfig& sched, std::string_view model,
-                                   size_t limit, RouteResult& out) const {
+bool RoutingService::decide_ranked(const Config& cfg, const SchedulerConfig& fleet, const SchedulerConfig& sched,
+                                   std::string_view model, size_t limit, RouteResult& out) const {
   const uint32_t block_size = cfg.indexer.block_size;
   auto t0 = StageClock::now();
   thread_local MatchLayers match;  // per-thread scratch, as fd
   index_.find_match_layers(matchable(out), match);
-  inflight_owners(cfg.scheduler, model, out, match.longest(), match.extra);  // an owner's longest entry counts
+  inflight_owners(fleet, model, out, match.longest(), match.extra);  // an owner's longest entry counts
   auto t1 = StageClock::now();
   out.stage_seconds[2] = seconds_between(t0, t1);
   thread_local RankedDecision fd;  // per-thread scratch: no allocation per decision
-  if (!registry_.decide(model, match, out.isl_tokens, block_size, cfg.scheduler, random_, limit, fd,
-                        out.workers))
+  if (!registry_.decide(model, match, out.isl_tokens, block_size, fleet, random_, limit, fd, out.workers))
     return false;  // nobody serves the model: decide_all() tells 404 from 503
   // The fast path ranks by the fleet's thresholds; a band's reserve lowers
   // them: a ranking that holds a worker over them is decided again by
   // decide_all() (every worker scored under the lowered thresholds).
-  if (&sched != &cfg.scheduler)
+  if (&sched != &fleet)
     for (size_t i = 0; i < fd.ranked.size(); ++i)
       if (exclusion_of(fd.ranked[i].state.load, fd.ranked[i].state.draining, sched) != Exclusion::None) {
         out.workers.clear();
@@ -412,8 +425,8 @@ bool RoutingService::decide_ranked(const Config& cfg, const SchedulerConfig& sch
   return true;
 }
 
-void RoutingService::decide_all(const Config& cfg, const SchedulerConfig& sched, std::string_view model,
-                                bool rank_all, RouteResult& out) const {
+void RoutingService::decide_all(const Config& cfg, const SchedulerConfig& fleet, const SchedulerConfig& sched,
+                                std::string_view model, bool rank_all, RouteResult& out) const {
   const uint32_t block_size = cfg.indexer.block_size;
   const uint32_t isl_tokens = out.isl_tokens;
   registry_.candidates(model, out.workers);
@@ -429,7 +442,7 @@ void RoutingService::decide_all(const Config& cfg, const SchedulerConfig& sched,
     t0 = t;
   };
   auto scores = index_.find_matches(matchable(out));
-  inflight_owners(cfg.scheduler, model, out, scores.longest(), scores.owners);  // the longest per worker counts
+  inflight_owners(fleet, model, out, scores.longest(), scores.owners);  // the longest per worker counts
   lap(2);
 
   // A worker with several dp ranks is scored by its best rank's overlap

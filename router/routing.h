@@ -165,6 +165,9 @@ struct RouteResult {
   // threshold or full) and the request was ranked among the busy ones
   // (scheduler.reject_when_busy false, queue_size 0): their engines queue it.
   bool all_busy = false;
+  // True when the model's workers had nearly all their request slots taken
+  // (scheduler.busy_slot_fleet_usage) and the slot test passed over nobody.
+  bool slots_full = false;
   // The longest cached prefix among eligible workers (tokens): with the chosen
   // worker's cached tokens, the decision-quality gap metric.
   uint32_t best_cached_tokens = 0;
@@ -319,11 +322,14 @@ class RoutingService {
   // are only the ranked workers. False when nobody serves the model.
   // Both take the prompt's prefix in flight per worker (inflight_owners()) as
   // an overlap beside the index's (the longer counts).
-  bool decide_ranked(const Config& cfg, const SchedulerConfig& sched, std::string_view model, size_t limit,
-                     RouteResult& out) const;
+  // `fleet`: the fleet's thresholds the ranking keeps (the slot test lifted
+  // when the fleet's slots are nearly all taken); `sched`: the request's own
+  // (a band's reserve lowers them).
+  bool decide_ranked(const Config& cfg, const SchedulerConfig& fleet, const SchedulerConfig& sched,
+                     std::string_view model, size_t limit, RouteResult& out) const;
   // Every candidate scored (schedule()): explain's full ranking, and the reference.
-  void decide_all(const Config& cfg, const SchedulerConfig& sched, std::string_view model, bool rank_all,
-                  RouteResult& out) const;
+  void decide_all(const Config& cfg, const SchedulerConfig& fleet, const SchedulerConfig& sched,
+                  std::string_view model, bool rank_all, RouteResult& out) const;
   // The prompt's leading blocks this router has in flight on each worker,
   // beyond the longest prefix the index has (`cached_blocks`), at their
   // value as overlaps (scheduler.inflight_prefix_weight, of the fleet's

@@ -207,11 +207,35 @@ void RankedCandidates::rebuild() {
   exact_sums();
 }
 
+void RankedCandidates::count_slots(const CandidateState& st, bool add) {
+  if (st.draining || st.load.request_total_slots == 0) return;  // serves nothing new / reports no slots
+  if (add) {
+    slots_taken_ += st.load.request_active_slots;
+    slots_total_ += st.load.request_total_slots;
+  } else {
+    slots_taken_ -= st.load.request_active_slots;
+    slots_total_ -= st.load.request_total_slots;
+  }
+}
+
+double RankedCandidates::slot_usage() const {
+  return slots_total_ ? static_cast<double>(slots_taken_) / static_cast<double>(slots_total_) : 0.0;
+}
+
+bool RankedCandidates::slots_full(double threshold) {
+  if (threshold >= 1) return slots_full_ = false;
+  const double u = slot_usage();
+  if (u >= threshold) slots_full_ = true;
+  else if (u < threshold - kSlotsFullBand) slots_full_ = false;
+  return slots_full_;
+}
+
 void RankedCandidates::upsert(WorkerId id, const CandidateState& st) {
   uint32_t slot;
   if (const uint32_t* at = index_.find(id.value)) {
     slot = *at;
     if (slots_[slot].eligible) remove_eligible(slot);
+    count_slots(slots_[slot].st, false);
   } else {
     if (free_.empty()) {
       slot = static_cast<uint32_t>(slots_.size());
@@ -230,6 +254,7 @@ void RankedCandidates::upsert(WorkerId id, const CandidateState& st) {
   s.id = id;
   s.live = true;
   s.st = st;
+  count_slots(st, true);
   s.load_ratio = kv_load_ratio(st.load, st.parked_blocks);
   s.slot_ratio = ratio(st.load.request_active_slots, st.load.request_total_slots);
   if (exclusion_of(st.load, st.draining, cfg_) == Exclusion::None) add_eligible(slot);
@@ -242,6 +267,7 @@ bool RankedCandidates::erase(WorkerId id) {
   if (!at) return false;
   const uint32_t slot = *at;
   if (slots_[slot].eligible) remove_eligible(slot);
+  count_slots(slots_[slot].st, false);
   slots_[slot] = Slot{};
   index_.erase(id.value);  // its bits in cached sets are never read: the slot is not eligible until reused
   free_.push_back(slot);

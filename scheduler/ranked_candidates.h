@@ -112,6 +112,18 @@ class RankedCandidates {
   // when nobody is eligible. Rebuilds first if cfg changed, as decide().
   double load_mean(const SchedulerConfig& cfg);
   bool contains(WorkerId id) const { return index_.find(id.value) != nullptr; }
+  // The share of the request slots taken over the workers not draining that
+  // report slots: Σ active / Σ total of their predicted loads (exact integer
+  // sums; above 1 when the router has more in flight than slots). 0 when
+  // none reports.
+  double slot_usage() const;
+  // Whether the fleet counts as full for scheduler.busy_slot_fleet_usage =
+  // `threshold` (>= 1: never): from slot_usage() >= threshold until it falls
+  // below threshold - kSlotsFullBand. The band keeps a fleet hovering at the
+  // threshold from switching the slot test, and with it every worker's
+  // eligibility (a rebuild), on each request.
+  bool slots_full(double threshold);
+  static constexpr double kSlotsFullBand = 0.02;
 
   // The rank_limit best workers for a request of `isl_tokens` whose overlaps
   // are `match` (MatchLayers' rule; several dp ranks per worker allowed, the
@@ -171,6 +183,7 @@ class RankedCandidates {
   // Recomputes eligibility, sums and both orders from the slots. O(W log W).
   void rebuild();
   void exact_sums();
+  void count_slots(const CandidateState& st, bool add);  // into slots_taken_ / slots_total_
 
   std::vector<Slot> slots_;
   std::vector<uint8_t> eligible_flag_;  // slots_[i].eligible, packed (read per owner)
@@ -194,6 +207,8 @@ class RankedCandidates {
   // worker's pending tokens (exact at rebuild, raised on updates).
   double isl_ref_ = 2048, isl_mean_ = 0;
   uint64_t pending_max_ = 0;  // max_waiting_ changed: rebuild at the end of the update
+  uint64_t slots_taken_ = 0, slots_total_ = 0;  // slot_usage()'s sums
+  bool slots_full_ = false;                      // slots_full()'s state
   uint32_t updates_ = 0;
 };
 

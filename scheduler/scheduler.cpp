@@ -45,6 +45,12 @@ SchedulerConfig without_busy_limits(const SchedulerConfig& cfg) {
   return c;
 }
 
+SchedulerConfig without_slot_limit(const SchedulerConfig& cfg) {
+  SchedulerConfig c = cfg;
+  c.busy_slot_usage = kNoBusyLimit;
+  return c;
+}
+
 Exclusion exclusion_of(const WorkerLoad& l, bool draining, const SchedulerConfig& cfg) {
   if (draining) return Exclusion::Draining;
   // A worker that reports a total of 0 does not report that dimension.

@@ -87,6 +87,9 @@ Exclusion exclusion_of(const WorkerLoad& load, bool draining, const SchedulerCon
 // drained workers. For ranking the busy workers when every worker is busy and
 // requests are not rejected for it (scheduler.reject_when_busy false).
 SchedulerConfig without_busy_limits(const SchedulerConfig& cfg);
+// `cfg` with only its slot test lifted (busy_slot_usage): for a fleet whose
+// slots are nearly all taken (scheduler.busy_slot_fleet_usage).
+SchedulerConfig without_slot_limit(const SchedulerConfig& cfg);
 // The KV load the cost prices: active blocks and the parked blocks the
 // router expects back, over the worker's total (0 when it reports none).
 inline double kv_load_ratio(const WorkerLoad& l, double parked_blocks) {

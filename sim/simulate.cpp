@@ -82,8 +82,12 @@ Config policy_config(const SimOptions& o, const std::string& policy, const Sched
   // candidates for them, so nobody is excluded as busy there.
   if (policy == "dynamo" || policy == "llmd") cfg.scheduler.busy_slot_usage = cfg.scheduler.busy_kv_usage = 1.0;
   // The peers' overlap is their indexers' (KV events): a prefix in flight is
-  // unknown to them, and to the baseline formula.
-  if (policy != "kvroute" && policy != "kvroute_weighted") cfg.scheduler.inflight_prefix_weight = 0;
+  // unknown to them, and to the baseline formula; nor do they lift a slot
+  // test when the fleet is nearly full.
+  if (policy != "kvroute" && policy != "kvroute_weighted") {
+    cfg.scheduler.inflight_prefix_weight = 0;
+    cfg.scheduler.busy_slot_fleet_usage = 1;
+  }
   return cfg;
 }
 

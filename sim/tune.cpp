@@ -50,8 +50,12 @@ std::string trial_name(const SchedulerConfig& s) {
     full += name;
   }
   if (s.pending_prefill_excess && s.cost != "predicted_ttft") {
-    std::snprintf(name, sizeof name, " excess %uk+%gx", s.pending_prefill_excess_tokens / 1024,
+    std::snprintf(name, sizeof name, " excess %gk+%gx", s.pending_prefill_excess_tokens / 1024.0,
                   s.pending_prefill_excess_cached);
+    full += name;
+  }
+  if (s.busy_slot_fleet_usage < 1) {
+    std::snprintf(name, sizeof name, " full %g", s.busy_slot_fleet_usage);
     full += name;
   }
   return full;
@@ -78,7 +82,9 @@ Trial trial_of(const SchedulerConfig& s) {
 // the pending prefill's excess in full (scheduler.pending_prefill_excess, past 4k tokens and 1-3x
 // the cached tokens, and 8k and 16k with 2x) on the in-flight prefix from 0.6; every row before it
 // without;
-// predicted_ttft over alpha (pending_prefill_weight is not one of its terms). 29 settings: each is
+// the slot test lifted while the fleet's slots are 90 / 95 / 97 % taken (scheduler.
+// busy_slot_fleet_usage) on the excess past 4k + 3x; every row before it never lifts it;
+// predicted_ttft over alpha (pending_prefill_weight is not one of its terms). 32 settings: each is
 // 18 runs of a whole workload and a goodput search on each slice that is not floor-bound, so the grid
 // is kept to the keys that moved the train figures. The
 // shipped defaults are one of them (added if not).
@@ -87,8 +93,9 @@ std::vector<Trial> candidates() {
   // excess_tokens 0: scheduler.pending_prefill_excess off.
   auto add = [&](const char* cost, double alpha, double alpha_imb, double pending, double gamma,
                  const char* inflight = "whole", double parked_s = 0, double prefix_w = 0, double prefix_load = 0.6,
-                 uint32_t excess_tokens = 0, double excess_cached = 0) {
+                 uint32_t excess_tokens = 0, double excess_cached = 0, double slots_full = 1) {
     SchedulerConfig s;
+    s.busy_slot_fleet_usage = slots_full;
     s.pending_prefill_excess = excess_tokens > 0;
     if (s.pending_prefill_excess) {
       s.pending_prefill_excess_tokens = excess_tokens;
@@ -117,6 +124,7 @@ std::vector<Trial> candidates() {
   for (double cached : {1.0, 2.0, 3.0}) add("weighted", 0.3, 0.3, 0.2, 0.5, "distinct", 10, 1, 0.6, 4096, cached);
   add("weighted", 0.3, 0.3, 0.2, 0.5, "distinct", 10, 1, 0.6, 8192, 2.0);
   add("weighted", 0.3, 0.3, 0.2, 0.5, "distinct", 10, 1, 0.6, 16384, 2.0);
+  for (double full : {0.9, 0.95, 0.97}) add("weighted", 0.3, 0.3, 0.2, 0.5, "distinct", 10, 1, 0.6, 4096, 3.0, full);
   for (double alpha : {0.1, 0.3}) add("predicted_ttft", alpha, alpha, SchedulerConfig{}.pending_prefill_weight, 0.1);
   const SchedulerConfig defaults;
   if (std::none_of(t.begin(), t.end(), [&](const Trial& x) { return same_setting(x.s, defaults); }))
@@ -266,19 +274,21 @@ int tune(const Args& a) {
   std::printf("\n# kvroute.yaml: best on the train slices%s\nscheduler:\n  cost: %s\n  alpha_balanced: %g\n"
               "  alpha_imbalanced: %g\n  gamma: %g\n  pending_prefill_weight: %g\n  inflight_kv: %s\n"
               "  parked_kv_seconds: %g\n  inflight_prefix_weight: %g\n  inflight_prefix_load: %g\n"
-              "  pending_prefill_excess: %s\n  pending_prefill_excess_tokens: %u\n  pending_prefill_excess_cached: %g\n",
+              "  pending_prefill_excess: %s\n  pending_prefill_excess_tokens: %u\n  pending_prefill_excess_cached: %g\n"
+              "  busy_slot_fleet_usage: %g\n",
               &best == defaults ? " (the shipped defaults)" : "", best.s.cost.c_str(), best.s.alpha_balanced,
               best.s.alpha_imbalanced, best.s.gamma, best.s.pending_prefill_weight, best.s.inflight_kv.c_str(),
               best.s.parked_kv_seconds, best.s.inflight_prefix_weight, best.s.inflight_prefix_load,
               best.s.pending_prefill_excess ? "true" : "false", best.s.pending_prefill_excess_tokens,
-              best.s.pending_prefill_excess_cached);
+              best.s.pending_prefill_excess_cached, best.s.busy_slot_fleet_usage);
   std::printf("{\"tune\":{\"cost\":\"%s\",\"alpha_balanced\":%g,\"alpha_imbalanced\":%g,\"gamma\":%g,"
-              "\"pending_prefill_weight\":%g,\"inflight_kv\":\"%s\",\"parked_kv_seconds\":%g,\"inflight_prefix_weight\":%g,\"inflight_prefix_load\":%g,\"pending_prefill_excess\":%s,\"pending_prefill_excess_tokens\":%u,\"pending_prefill_excess_cached\":%g,\"train_misses\":%zu,\"train_score\":%.4f,"
+              "\"pending_prefill_weight\":%g,\"inflight_kv\":\"%s\",\"parked_kv_seconds\":%g,\"inflight_prefix_weight\":%g,\"inflight_prefix_load\":%g,\"pending_prefill_excess\":%s,\"pending_prefill_excess_tokens\":%u,\"pending_prefill_excess_cached\":%g,\"busy_slot_fleet_usage\":%g,\"train_misses\":%zu,\"train_score\":%.4f,"
               "\"defaults_train_misses\":%zu,\"defaults_train_score\":%.4f,\"defaults_best\":%s}}\n",
               best.s.cost.c_str(), best.s.alpha_balanced, best.s.alpha_imbalanced, best.s.gamma,
               best.s.pending_prefill_weight, best.s.inflight_kv.c_str(), best.s.parked_kv_seconds,
               best.s.inflight_prefix_weight, best.s.inflight_prefix_load, best.s.pending_prefill_excess ? "true" : "false",
-              best.s.pending_prefill_excess_tokens, best.s.pending_prefill_excess_cached, best.misses + best.goodput_misses,
+              best.s.pending_prefill_excess_tokens, best.s.pending_prefill_excess_cached, best.s.busy_slot_fleet_usage,
+              best.misses + best.goodput_misses,
               best.score, defaults->misses + defaults->goodput_misses,
               defaults->score, &best == defaults ? "true" : "false");
   // --check: the chosen setting is at or below parity with the better peer on the slices it was tuned on.

@@ -44,7 +44,8 @@ METRICS = {
     "kvroute_indexer_resyncs_total", "kvroute_events_messages_total", "kvroute_events_rejected_total",
     "kvroute_events_queue_dropped_total", "kvroute_events_nats_connected", "kvroute_events_nats_reconnects_total",
     "kvroute_config_reloads_total", "kvroute_router_tokenized_requests_total", "kvroute_router_engine_tokenize_total",
-    "kvroute_router_engine_tokenize_cache_total",
+    "kvroute_router_engine_tokenize_cache_total", "kvroute_scheduler_all_busy_total",
+    "kvroute_scheduler_slots_full_total",
     # disaggregated prefill/decode (router/router_metrics.h)
     "kvroute_pd_requests_total", "kvroute_pd_retries_total", "kvroute_pd_params_rejected_total",
     "kvroute_pd_releases_total", "kvroute_pd_prefill_legs_total", "kvroute_pd_transfers_left_total",

@@ -141,6 +141,7 @@ bool accept_route(Exchange& x) {
     for (int i = 0; i < 4; ++i) m->stage_seconds[i]->observe(route.stage_seconds[i]);
     (!route.ok ? m->decided_no_worker : route.chose_best_overlap ? m->decided_best_overlap : m->decided_balance).inc();
     if (route.all_busy) m->all_busy_total.get().inc();
+    if (route.slots_full) m->slots_full_total.get().inc();
     if (route.ok && route.tokenizer_fallback != TokenizerFallback::None)
       m->tokenizer_fallbacks_total.with({x.client.parsed.model, to_string(route.tokenizer_fallback)}).inc();
     if (route.ok) m->tokenized(x.client.parsed.model, to_string(route.token_source)).inc();

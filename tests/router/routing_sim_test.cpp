@@ -10,6 +10,7 @@
 
 #include "indexer/block_hash.h"
 #include "indexer/radix_indexer.h"
+#include "router/explain.h"
 #include "tests/scheduler/same_decision.h"
 
 using namespace kvroute;
@@ -331,6 +332,85 @@ TEST_CASE("every worker momentarily full: the request still goes to the best wor
   r = sim.routing.route(sim.request(with_suffix(p, 5, 20)));
   CHECK_FALSE(r.ok);
   CHECK(r.error.code == "workers_busy");
+}
+
+TEST_CASE("a fleet with nearly every slot taken: the slot test passes over nobody") {
+  // 64 + 61 + 62 of 3 x 64 slots taken (0.974); worker 1, every slot taken,
+  // holds the prompt. At the default scheduler.busy_slot_fleet_usage 0.9 it
+  // stays eligible and wins on its cache (its engine queues the request for a
+  // slot); the others would recompute the whole prompt.
+  Sim sim;
+  sim.add_worker(1, 100, 10000, 64, 64);
+  sim.add_worker(2, 100, 10000, 61, 64);
+  sim.add_worker(3, 100, 10000, 62, 64);
+  const auto p = prompt(11, 160);
+  sim.cache(1, p);
+  auto route = [&](uint32_t s, bool rank_all = false) { return sim.routing.route(sim.request(with_suffix(p, s, 20)), rank_all); };
+  auto r = route(1, /*rank_all=*/true);
+  REQUIRE(r.ok);
+  CHECK(r.slots_full);
+  CHECK_FALSE(r.all_busy);
+  CHECK(r.ranked.front().worker == WorkerId{1});
+  for (const auto& sc : r.decision.scores) CHECK(sc.excluded == Exclusion::None);
+  CHECK(explain_text(r, sim.config.get()->scheduler, kBlock).choice.find("the slot test skips nobody") !=
+        std::string::npos);
+  auto fast = route(2);  // the fast path decides the same
+  REQUIRE(fast.ok);
+  CHECK(fast.slots_full);
+  CHECK(fast.ranked.front().worker == WorkerId{1});
+
+  auto set = [&](auto f) {
+    sim.config.update([&](Config& c) {
+      f(c.scheduler);
+      return std::nullopt;
+    });
+  };
+  auto passed_over = [&](uint32_t s) {
+    for (bool rank_all : {true, false}) {
+      const auto x = route(s, rank_all);
+      REQUIRE(x.ok);
+      CHECK_FALSE(x.slots_full);
+      CHECK(x.ranked.front().worker != WorkerId{1});
+    }
+  };
+  // 1 = never lifted; above the fleet's share: not lifted.
+  set([](SchedulerConfig& c) { c.busy_slot_fleet_usage = 1; });
+  passed_over(3);
+  set([](SchedulerConfig& c) { c.busy_slot_fleet_usage = 0.98; });
+  passed_over(4);
+  // Lifted from 0.97 until the share falls 0.02 below it: 184 of 192 (0.958)
+  // keeps it lifted, 181 (0.943) ends it.
+  set([](SchedulerConfig& c) { c.busy_slot_fleet_usage = 0.97; });
+  CHECK(route(5).slots_full);
+  sim.add_worker(2, 100, 10000, 58, 64);
+  CHECK(route(6).slots_full);
+  CHECK(route(7, true).slots_full);
+  sim.add_worker(2, 100, 10000, 55, 64);
+  passed_over(8);
+  sim.add_worker(2, 100, 10000, 61, 64);
+  set([](SchedulerConfig& c) { c.busy_slot_fleet_usage = 0.95; });
+  CHECK(route(9).slots_full);
+  // A router queue or rejection is the operator's answer to busy workers: not lifted.
+  set([](SchedulerConfig& c) { c.queue_size = 10; });
+  passed_over(10);
+  set([](SchedulerConfig& c) {
+    c.queue_size = 0;
+    c.reject_when_busy = true;
+  });
+  passed_over(11);
+  set([](SchedulerConfig& c) { c.reject_when_busy = false; });
+  // A band's reserve is room kept for higher bands: never lifted for it. At
+  // a 4 % reserve only worker 2 (61 of 64, under 0.96) may take it.
+  auto banded = sim.request(with_suffix(p, 12, 20));
+  banded.band_reserve = 0.04;
+  for (bool rank_all : {true, false}) {
+    const auto x = sim.routing.route(banded, rank_all);
+    REQUIRE(x.ok);
+    CHECK_FALSE(x.slots_full);
+    CHECK_FALSE(x.all_busy);
+    CHECK(x.ranked.front().worker == WorkerId{2});
+  }
+  CHECK(route(13).slots_full);
 }
 
 TEST_CASE("unknown model is 404, no worker at all is 503") {

@@ -56,7 +56,10 @@ SchedulerConfig random_config(std::mt19937_64& rng) {
   cfg.pending_prefill_excess_tokens = static_cast<uint32_t>(pick(3) * 2048);
   cfg.pending_prefill_excess_cached = static_cast<double>(pick(3)) * 0.75;
   cfg.busy_kv_usage = pick(3) == 0 ? 0.5 : 1.0;
-  cfg.busy_slot_usage = pick(3) == 0 ? 0.9 : 1.0;
+  // 1 in 4: the slot test lifted, as for a fleet with nearly every slot taken.
+  if (const auto k = pick(4); k == 0) cfg.busy_slot_usage = 0.9;
+  else if (k == 1) cfg = without_slot_limit(cfg);
+  else cfg.busy_slot_usage = 1.0;
   cfg.busy_waiting_requests = pick(4) == 0 ? 4 : 0;
   cfg.tier_weight_host_pinned = 0.5;
   cfg.tier_weight_pool = {0.75, 0.25, 0, 0};  // two shared pools of different load costs
@@ -250,6 +253,43 @@ TEST_CASE("excluded, drained and removed workers never rank; config changes rebu
   fleet.decide(kNobody, 100, 16, cfg, rnd, 3, d);
   REQUIRE(d.ranked.size() == 1);
   CHECK(d.ranked[0].worker == WorkerId{1});
+}
+
+TEST_CASE("slot usage: exact sums over the workers not draining that report slots, and its band") {
+  std::mt19937_64 rng(17);
+  RankedCandidates fleet;
+  std::map<WorkerId, CandidateState> now;
+  for (int step = 0; step < 3000; ++step) {
+    const WorkerId id{rng() % 40};
+    if (rng() % 5 == 0) {
+      CHECK(fleet.erase(id) == (now.erase(id) == 1));
+    } else {
+      const CandidateState s = random_state(rng, false);
+      fleet.upsert(id, s);
+      now[id] = s;
+    }
+    uint64_t taken = 0, total = 0;
+    for (const auto& [w, s] : now)
+      if (!s.draining && s.load.request_total_slots) taken += s.load.request_active_slots, total += s.load.request_total_slots;
+    CHECK(fleet.slot_usage() == (total ? static_cast<double>(taken) / static_cast<double>(total) : 0.0));
+  }
+  // Full from the threshold on, until 0.02 below it; 1 never.
+  RankedCandidates f;
+  auto at = [&](uint32_t taken) { f.upsert(WorkerId{1}, CandidateState{WorkerLoad{taken, 100, 0, 0, 100}, 0, false}); };
+  at(89);
+  CHECK_FALSE(f.slots_full(0.9));
+  at(90);
+  CHECK(f.slots_full(0.9));
+  at(89);
+  CHECK(f.slots_full(0.9));
+  at(88);
+  CHECK(f.slots_full(0.9));
+  at(87);
+  CHECK_FALSE(f.slots_full(0.9));
+  at(100);
+  CHECK_FALSE(f.slots_full(1.0));
+  CHECK(f.slots_full(0.95));
+  CHECK_FALSE(f.slots_full(1.0));
 }
 
 TEST_CASE("layers from a real index: the same choices as the reference, while the fleet and index change") {

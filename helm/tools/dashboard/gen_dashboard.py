@@ -147,6 +147,11 @@ panel("Workers known", [(f"max(kvroute_scheduler_workers{{{SEL}}})", "max over p
       desc="Workers with live heartbeats; max != min means replicas disagree.")
 panel("No-worker decisions", [(rate("kvroute_scheduler_decisions_total", extra='outcome="no_worker"'), "no_worker")],
       "ops", desc="Requests that found no worker with a free slot and KV block.")
+panel("Busy-fleet decisions", [(rate("kvroute_scheduler_all_busy_total"), "every worker busy"),
+                               (rate("kvroute_scheduler_slots_full_total"), "slot test lifted")],
+      "ops", desc="Requests sent to a busy worker because every worker was busy (its engine queues them), and "
+                  "requests ranked with the slot test lifted because the model's workers had nearly all their "
+                  "slots taken (scheduler.busy_slot_fleet_usage).")
 panel("KV usage per worker (reported)", [(f'max by (worker) (kvroute_scheduler_worker_kv_usage_ratio{{{SEL}, source="reported"}})',
                                           "worker {{worker}}")], "percentunit", minv=0, maxv=1,
       desc="kv_active_blocks / kv_total_blocks from heartbeats.")

@@ -48,7 +48,7 @@ def start_two_replicas(test, f, workers, mocker_args=()):
     for w in range(1, workers + 1):
         f.start_mocker(w, mocker_args)
     if os.environ.get("KVROUTE_FAULTS_NO_SYNC"):
-        f.router_args = ["--events.replica_sync", "false"]
+        f.router_args = [*f.router_args, "--events.replica_sync", "false"]
     f.start_router()
     port_b = start_extra_router(f, "kvroute-b")
     f.wait_ready(workers)
@@ -63,7 +63,11 @@ class Replicas(unittest.TestCase):
         # answers within the burst).
         with tempfile.TemporaryDirectory() as d, Fleet(BUILD_DIR, d, speedup=2.0) as f:
             # 4 workers x 13 request slots (52): a 50-request burst fills nearly all of them,
-            # so one replica's spread is determined (13 on the holder, 12-13 elsewhere).
+            # so one replica's spread is determined (13 on the holder, 12-13 elsewhere). Past 90 %
+            # of the slots (scheduler.busy_slot_fleet_usage) the slot test would be lifted, each
+            # replica judging that from its own view of the fleet; this test pins the slot
+            # accounting the replicas share, so the slot test stays on throughout.
+            f.router_args = ["--scheduler.busy_slot_fleet_usage", "1"]
             port_b = start_two_replicas(self, f, 4, ("--max-seqs", "13", "--engine-profile", "dynamo-mocker"))
             if not os.environ.get("KVROUTE_FAULTS_NO_SYNC"):
                 self.assertTrue(wait_until(lambda: f.metric("kvroute_events_replica_peers") == 1, 5))

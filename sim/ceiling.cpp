@@ -39,10 +39,14 @@ double min_token_ms(const mocker::EngineProfile& p, uint32_t budget) {
   return best;
 }
 
+double least_token_price(const mocker::EngineProfile& p, uint32_t budget) {
+  return (p.attn_cached - p.attn_new) * budget + p.prefix_read;
+}
+
 bool ceiling_supported(const mocker::EngineProfile& p, uint32_t budget) {
   if (p.kind != mocker::EngineProfile::Kind::Roofline) return false;
   if (p.attn_new < 0 || p.attn_cached < p.attn_new || p.prefix_read < 0 || p.decode_read < 0) return false;
-  return min_token_ms(p, budget) >= (p.attn_cached - p.attn_new) * budget + p.prefix_read;
+  return min_token_ms(p, budget) >= least_token_price(p, budget);
 }
 
 StepLine step_line(const mocker::EngineProfile& p, uint32_t budget, double slope) {
@@ -57,7 +61,7 @@ std::vector<StepLine> step_lines(const mocker::EngineProfile& p, uint32_t budget
   std::vector<StepLine> out;
   if (!ceiling_supported(p, budget)) return out;
   const double token_ms = min_token_ms(p, budget);
-  const double least = (p.attn_cached - p.attn_new) * budget + p.prefix_read;
+  const double least = least_token_price(p, budget);
   for (int k = 0; k < 4; ++k)
     if (const StepLine l = step_line(p, budget, least + (token_ms - least) * k / 4); l.intercept > 0) out.push_back(l);
   return out;
@@ -83,7 +87,7 @@ double min_decode_ms(const mocker::EngineProfile& p, double token_ms, uint32_t i
 }
 
 double recompute_block_ms(const mocker::EngineProfile& p, uint32_t budget, double token_ms, uint32_t position) {
-  const double per_token = token_ms - (p.attn_cached - p.attn_new) * budget - p.prefix_read;
+  const double per_token = token_ms - least_token_price(p, budget);
   return kBlock * per_token + p.attn_new * kBlock * (double(kBlock) * position + (kBlock - 1) / 2.0);
 }
 
@@ -231,20 +235,20 @@ std::pair<size_t, double> window_need(const MinimalWork& mw, size_t i, size_t j,
   return {over > 0 ? budget + 1 : need, work_ms};
 }
 
-// Requests [i, j) of `work` as one window: the most exclusions any pricing
-// needs (each is a necessary condition), and that pricing's work.
-WindowNeed window(const MinimalWork& mw, size_t i, size_t j, const CeilingOptions& o, size_t budget) {
+// Requests [i, j) of `work` as one window: the most exclusions any of
+// `prices` (pricings(mw, o)) needs (each is a necessary condition), and that
+// pricing's work.
+WindowNeed window(const MinimalWork& mw, size_t i, size_t j, const CeilingOptions& o, size_t budget,
+                  const std::vector<Pricing>& prices) {
   const auto& work = mw.requests;
   WindowNeed wn;
   wn.start_ms = work[i].arrival_ms;
   wn.end_ms = work[j - 1].arrival_ms;
   wn.requests = j - i;
   wn.capacity_ms = double(o.workers) * (wn.end_ms - wn.start_ms + o.slo_ttft_ms);
-  bool first = true;
-  for (const Pricing& p : pricings(mw, o)) {
+  for (const Pricing& p : prices) {
     const auto [need, work_ms] = window_need(mw, i, j, o, budget, p, wn.capacity_ms);
-    if (first || need > wn.need || (need == wn.need && work_ms > wn.work_ms)) wn.need = need, wn.work_ms = work_ms;
-    first = false;
+    if (need > wn.need || (need == wn.need && work_ms > wn.work_ms)) wn.need = need, wn.work_ms = work_ms;
   }
   return wn;
 }
@@ -257,6 +261,7 @@ std::vector<WindowNeed> candidate_windows(const MinimalWork& mw, const CeilingOp
   std::vector<WindowNeed> out;
   if (work.empty()) return out;
   const double span = work.back().arrival_ms - work.front().arrival_ms;
+  const std::vector<Pricing> prices = pricings(mw, o);  // the same for every window
   std::vector<double> lengths = {0};
   for (double l = o.slo_ttft_ms / 16; l < span; l *= 2) lengths.push_back(l);
   lengths.push_back(span);
@@ -265,7 +270,7 @@ std::vector<WindowNeed> candidate_windows(const MinimalWork& mw, const CeilingOp
     for (size_t i = 0; i < work.size();) {
       j = std::max(j, i + 1);
       while (j < work.size() && work[j].arrival_ms <= work[i].arrival_ms + len) ++j;
-      WindowNeed wn = window(mw, i, j, o, budget);
+      WindowNeed wn = window(mw, i, j, o, budget, prices);
       if (wn.need > 0) out.push_back(wn);
       if (j == work.size()) break;
       i += std::max<size_t>(1, (j - i) / 32);

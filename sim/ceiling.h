@@ -74,6 +74,9 @@ double min_decode_ms(const mocker::EngineProfile& p, double token_ms, uint32_t i
 // context gives (the recomputed tokens cost token_ms each, more than the
 // cheaper in-chunk attention saves). False for the rest (dynamo-mocker).
 bool ceiling_supported(const mocker::EngineProfile& p, uint32_t budget);
+// The chunking condition's least token price: (attn_cached - attn_new) x
+// budget + prefix_read, what a recomputed token may save at most.
+double least_token_price(const mocker::EngineProfile& p, uint32_t budget);
 
 // A line under the bare step time (bare_step_ms: weight read and linear
 // layers, no attention, no KV read): every step of T in [1, budget] tokens
@@ -83,9 +86,8 @@ struct StepLine {
   double slope = 0, intercept = 0;
 };
 StepLine step_line(const mocker::EngineProfile& p, uint32_t budget, double slope);
-// The lines the ceiling prices decodes by: slopes from the chunking
-// condition's least token price ((attn_cached - attn_new) x budget +
-// prefix_read) up to min_token_ms, those with a positive intercept.
+// The lines the ceiling prices decodes by: slopes from least_token_price
+// up to min_token_ms, those with a positive intercept.
 std::vector<StepLine> step_lines(const mocker::EngineProfile& p, uint32_t budget);
 
 struct RequestWork {

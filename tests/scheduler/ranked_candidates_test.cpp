@@ -276,20 +276,17 @@ TEST_CASE("slot usage: exact sums over the workers not draining that report slot
   // Full from the threshold on, until 0.02 below it; 1 never.
   RankedCandidates f;
   auto at = [&](uint32_t taken) { f.upsert(WorkerId{1}, CandidateState{WorkerLoad{taken, 100, 0, 0, 100}, 0, false}); };
-  at(89);
-  CHECK_FALSE(f.slots_full(0.9));
-  at(90);
-  CHECK(f.slots_full(0.9));
-  at(89);
-  CHECK(f.slots_full(0.9));
-  at(88);
-  CHECK(f.slots_full(0.9));
-  at(87);
-  CHECK_FALSE(f.slots_full(0.9));
-  at(100);
-  CHECK_FALSE(f.slots_full(1.0));
-  CHECK(f.slots_full(0.95));
-  CHECK_FALSE(f.slots_full(1.0));
+  struct Step {
+    uint32_t taken;
+    double threshold;
+    bool full;
+  };
+  for (const Step& st : {Step{89, 0.9, false}, Step{90, 0.9, true}, Step{89, 0.9, true}, Step{88, 0.9, true},
+                         Step{87, 0.9, false}, Step{100, 1.0, false}, Step{100, 0.95, true}, Step{100, 1.0, false}}) {
+    at(st.taken);
+    INFO(st.taken << " of 100 at " << st.threshold);
+    CHECK(f.slots_full(st.threshold) == st.full);
+  }
 }
 
 TEST_CASE("layers from a real index: the same choices as the reference, while the fleet and index change") {

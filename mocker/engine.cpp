@@ -13,6 +13,28 @@ Engine::Engine(EngineConfig cfg, std::function<void(const KvEvent&)> on_event)
   assert(cfg_.block_size > 0 && cfg_.kv_blocks > 0 && cfg_.max_seqs > 0 && cfg_.max_batched_tokens > 0);
 }
 
+Engine::Engine(const Engine& o)
+    : cfg_(o.cfg_),
+      on_event_([](const KvEvent&) {}),
+      blocks_(o.blocks_),
+      lru_(o.lru_),
+      private_blocks_(o.private_blocks_),
+      stored_blocks_(o.stored_blocks_),
+      requests_(o.requests_),
+      waiting_(o.waiting_),
+      running_(o.running_),
+      step_end_(o.step_end_),
+      event_id_(o.event_id_),
+      prefix_queries_(o.prefix_queries_),
+      prefix_hits_(o.prefix_hits_),
+      held_(o.held_),
+      held_block_refs_(o.held_block_refs_) {
+  // The copied blocks' LRU positions point into o's list: re-point them.
+  for (auto it = lru_.begin(); it != lru_.end(); ++it) blocks_.at(*it).lru = it;
+}
+
+Engine Engine::fork() const { return Engine(*this); }
+
 double Engine::prefill_ms(double new_tokens, double cached) const {
   return cfg_.profile.prefill_ms(static_cast<uint64_t>(new_tokens), static_cast<uint64_t>(cached));
 }

@@ -123,6 +123,11 @@ class Engine {
   // `on_event` receives every stored/removed event, synchronously from inside
   // add_request/advance_to, with event ids 1, 2, 3, ...
   Engine(EngineConfig cfg, std::function<void(const KvEvent&)> on_event);
+  // A what-if copy: the same cache, queues and step in progress, announcing
+  // no events. What it is given and advances to leaves this engine as it was
+  // (the simulator's oracle policy asks it when a request would get its first
+  // token here).
+  Engine fork() const;
 
   // Queues a request (prompt token ids, tokens to generate >= 1). Returns
   // false (and queues nothing) if the prompt is empty, max_tokens is 0, the
@@ -234,6 +239,7 @@ class Engine {
     std::vector<std::shared_ptr<BlockInfo>> infos;  // keep_tokens only: per complete block
   };
 
+  Engine(const Engine&);  // fork()
   bool add_request_impl(uint64_t id, uint32_t prompt_tokens, std::span<const LocalBlockHash> blocks,
                         uint32_t max_tokens, double now_ms, std::vector<std::shared_ptr<BlockInfo>> infos,
                         bool read_cache = true, PdOptions pd = {}, int64_t priority = 0);

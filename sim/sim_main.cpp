@@ -279,6 +279,11 @@ void parse(int argc, char** argv, Args& a) {
       std::fprintf(stderr, "kvroute-sim: unknown policy '%s'\n", p.c_str());
       std::exit(2);
     }
+  if (a.sim.tiers.any() && std::find(a.policies.begin(), a.policies.end(), "oracle") != a.policies.end()) {
+    // Its forks run the device cache alone: a request's host or pool load would be missing from them.
+    std::fprintf(stderr, "kvroute-sim: the oracle policy runs without --host-blocks and --pool-blocks\n");
+    std::exit(2);
+  }
   if (!(a.sim.tiers.host_gb_per_s > 0) || !(a.sim.tiers.pool_gb_per_s > 0) || !(a.sim.tiers.pool_total_gb_per_s >= 0) ||
       a.sim.tiers.host_blocks > (uint64_t{1} << 32) || a.sim.tiers.pool_blocks > (uint64_t{1} << 32)) {
     std::fprintf(stderr, "kvroute-sim: --host-gb-per-s and --pool-gb-per-s must be > 0, --host-blocks and "

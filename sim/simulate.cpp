@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <memory>
 #include <numeric>
 #include <optional>
@@ -26,8 +27,9 @@
 namespace kvroute::sim {
 
 const std::vector<std::string>& known_policies() {
-  static const std::vector<std::string> p = {"round_robin", "random", "least_loaded", "dynamo_v01",
-                                             "dynamo",      "llmd",   "kvroute",      "kvroute_weighted"};
+  static const std::vector<std::string> p = {"round_robin", "random",  "least_loaded",     "dynamo_v01",
+                                             "dynamo",      "llmd",    "kvroute",          "kvroute_weighted",
+                                             "oracle"};
   return p;
 }
 
@@ -133,7 +135,11 @@ class Simulation {
     uint32_t prefill = 0;  // the prefill the proxy counts there (RouteTarget::prefill_tokens)
     uint32_t resumed = 0;  // what it takes back from the parked KV (RouteTarget::resumed_blocks)
   };
-  std::optional<Pick> choose(const SimRequest& r, const std::vector<LocalBlockHash>& hashes);
+  std::optional<Pick> choose(const SimRequest& r, const std::vector<LocalBlockHash>& hashes, double now);
+  // The oracle policy: the candidate whose engine, forked and run ahead with
+  // nothing else arriving, gives `r` its first token soonest (ties: the
+  // scheduler's own choice, then the lowest index).
+  long oracle(const SimRequest& r, const std::vector<LocalBlockHash>& hashes, double now) const;
   long affinity(const SimRequest& r, long chosen);
   PolicyResult results() const;
 
@@ -258,7 +264,8 @@ void Simulation::on_engine(uint32_t which, double now) {
   }
 }
 
-std::optional<Simulation::Pick> Simulation::choose(const SimRequest& r, const std::vector<LocalBlockHash>& hashes) {
+std::optional<Simulation::Pick> Simulation::choose(const SimRequest& r, const std::vector<LocalBlockHash>& hashes,
+                                                   double now) {
   if (policy_ == "round_robin") return Pick{static_cast<uint32_t>(rr_++ % o_.workers)};
   if (policy_ == "random") return Pick{static_cast<uint32_t>(rng_() % o_.workers)};
   routing_.route_blocks("m", r.input_tokens, hashes, true, route_);
@@ -279,6 +286,7 @@ std::optional<Simulation::Pick> Simulation::choose(const SimRequest& r, const st
     pick = static_cast<long>(
         pick_dynamo(route_, dynamo_, hashes, r.input_tokens % kBlock != 0, r.input_tokens, kBlock, rng_));
   else if (policy_ == "llmd") pick = static_cast<long>(pick_llmd(route_, hashes.size(), rng_));
+  else if (policy_ == "oracle") pick = oracle(r, hashes, now);
   else if (route_.ok) pick = affinity(r, static_cast<long>(*route_.decision.chosen));
   // Every policy below returns an index into route_.candidates (and its
   // parallel route_.workers), not a worker id.
@@ -288,6 +296,32 @@ std::optional<Simulation::Pick> Simulation::choose(const SimRequest& r, const st
   for (int t = 0; t < kNumStorageTiers; ++t) routed_by_tier_[t] += c.overlap_by_tier[t];
   const RouteTarget t = route_target_of(route_, c, *route_.workers[static_cast<size_t>(pick)].info, kBlock);
   return Pick{static_cast<uint32_t>(c.owner.worker.value), &c, t.cached_blocks, t.prefill_tokens, t.resumed_blocks};
+}
+
+long Simulation::oracle(const SimRequest& r, const std::vector<LocalBlockHash>& hashes, double now) const {
+  constexpr uint64_t kProbe = kLoaderBit >> 1;  // no workload request has this id
+  std::vector<size_t> order;
+  if (route_.ok) order.push_back(*route_.decision.chosen);
+  for (size_t i = 0; i < route_.candidates.size(); ++i)
+    if (order.empty() || i != order.front()) order.push_back(i);
+  long best = -1;
+  double best_ms = std::numeric_limits<double>::infinity();
+  for (const size_t i : order) {
+    mocker::Engine e = engines_[route_.candidates[i].owner.worker.value]->fork();
+    if (!e.add_request_hashed(kProbe, r.input_tokens, hashes, r.output_tokens, now)) continue;
+    // Run it ahead step by step, abandoning it once it cannot beat the best.
+    for (std::optional<double> t = e.next_event_time(); t && *t < best_ms; t = e.next_event_time()) {
+      bool first = false;
+      for (const auto& out : e.advance_to(*t))
+        first |= out.request == kProbe && out.kind == mocker::EngineOutput::Kind::FirstToken;
+      if (first) {
+        best = static_cast<long>(i);
+        best_ms = *t;
+        break;
+      }
+    }
+  }
+  return best;
 }
 
 // Session affinity (scheduler.session_affinity): router/session_affinity.h,
@@ -304,7 +338,7 @@ void Simulation::dispatch(size_t id, double now) {
   const uint32_t full = std::min<uint32_t>(static_cast<uint32_t>(r.ids.size()), r.input_tokens / kBlock);
   for (uint32_t i = 0; i < full; ++i) hashes.push_back(LocalBlockHash{mix(r.ids[i])});
   clock_.set(at(now));
-  const std::optional<Pick> pick = choose(r, hashes);
+  const std::optional<Pick> pick = choose(r, hashes, now);
   if (!pick) {
     ++rejected_;  // 503 (every worker busy under scheduler.reject_when_busy, or drained) or 400 (too large)
     return;

@@ -64,7 +64,10 @@ mocker::EngineConfig engine_config(const SimOptions& o);
 // Policies: round_robin, random, least_loaded, dynamo_v01 (the baseline
 // weighted cost without the in-flight prefill term), dynamo, llmd
 // (sim/policies.h), kvroute (the scheduler's defaults, plus --set keys),
-// kvroute_weighted (kvroute with scheduler.cost = weighted).
+// kvroute_weighted (kvroute with scheduler.cost = weighted), oracle (a
+// reference, not a router: each request to the engine where a fork of it,
+// run ahead with nothing else arriving, gives the first token soonest; ties
+// to kvroute's choice).
 const std::vector<std::string>& known_policies();
 
 struct PolicyResult {

@@ -14,12 +14,19 @@
 // (Goodput, >= 1.15x the better peer per workload, is `kvroute-sim goodput`.)
 // A miss of the first is floor-bound when the floor is above the target: no
 // router can meet it there.
+// At the levels the oracle runs too (sim/simulate.h: each request where the
+// engines, forked and run ahead, give it its first token soonest): what a
+// router knowing every engine's exact state would get choosing request by
+// request. A missed TTFT target carries the oracle's figure and whether it
+// meets the target: a miss the oracle shares is not for want of the router's
+// knowledge.
 // Then the same columns at the fixed compressions --rates (x1, x2, x3 of each
 // workload's own timing), each with its load against the capacity: where that
 // is above 1 every policy's queue grows with the run and the percentiles
 // measure the trace's length more than the routing; shown, not judged.
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,6 +44,7 @@ struct Cell {
   double fraction = 0;          // of the capacity (fixed: rate / capacity; 0 without a capacity)
   double rate = 0;
   PolicyResult kv, dyn, llmd;
+  std::optional<PolicyResult> oracle;  // the levels only (its forks are slow where queues grow)
   double ideal = 0, floor_p50 = 0, floor_p99 = 0;  // the causal floor at this rate
   double acausal_p50 = 0, acausal_p99 = 0, floor_hit = 0;
   size_t floor_waited = 0, requests = 0;
@@ -50,25 +58,32 @@ std::string ms(double v) {
   return buf;
 }
 
+// "; oracle X ms, meets it" / ", short too" for a missed target of at most
+// `target` ms; empty without an oracle run (oracle_ms < 0).
+std::string oracle_note(double oracle_ms, double target) {
+  if (oracle_ms < 0) return {};
+  return "; oracle " + ms(oracle_ms) + (oracle_ms <= target ? ", meets it" : ", short too");
+}
+
 // kvroute's percentile `kv` against the better peer's `peer` (target: at
 // most 1.02x), with the floor that bounds it when missed.
-std::string verdict_peer(double kv, double peer, double floor_ms) {
-  char buf[200];
+std::string verdict_peer(double kv, double peer, double floor_ms, double oracle_ms) {
+  char buf[240];
   const double target = 1.02 * peer;
   if (kv <= target)
     std::snprintf(buf, sizeof buf, "%.2fx ok", kv / peer);
   else
-    std::snprintf(buf, sizeof buf, "%.2fx MISS (%s: floor %s %s 1.02x peer = %s)", kv / peer,
+    std::snprintf(buf, sizeof buf, "%.2fx MISS (%s: floor %s %s 1.02x peer = %s%s)", kv / peer,
                   floor_ms > target ? "floor-bound" : "reachable", ms(floor_ms).c_str(),
-                  floor_ms > target ? ">" : "<=", ms(target).c_str());
+                  floor_ms > target ? ">" : "<=", ms(target).c_str(), oracle_note(oracle_ms, target).c_str());
   return buf;
 }
 
 // The share of the gap between the better peer and the causal floor that
 // kvroute closes (target: at least half), where the peer is more than 1.2x
 // the floor; otherwise the peer is near the floor and there is no target.
-std::string verdict_gap(double kv, double peer, double floor_ms) {
-  char buf[200];
+std::string verdict_gap(double kv, double peer, double floor_ms, double oracle_ms) {
+  char buf[240];
   if (!(peer > 1.2 * floor_ms)) {
     std::snprintf(buf, sizeof buf, "(peer %.2fx floor)", floor_ms > 0 ? peer / floor_ms : 0.0);
     return buf;
@@ -77,8 +92,9 @@ std::string verdict_gap(double kv, double peer, double floor_ms) {
   if (closed >= 0.5)
     std::snprintf(buf, sizeof buf, "%.2f ok", closed);
   else
-    std::snprintf(buf, sizeof buf, "%.2f MISS (needs <= %s: floor %s, peer %s)", closed,
-                  ms(floor_ms + 0.5 * (peer - floor_ms)).c_str(), ms(floor_ms).c_str(), ms(peer).c_str());
+    std::snprintf(buf, sizeof buf, "%.2f MISS (needs <= %s: floor %s, peer %s%s)", closed,
+                  ms(floor_ms + 0.5 * (peer - floor_ms)).c_str(), ms(floor_ms).c_str(), ms(peer).c_str(),
+                  oracle_note(oracle_ms, floor_ms + 0.5 * (peer - floor_ms)).c_str());
   return buf;
 }
 
@@ -110,34 +126,43 @@ void print_header(const char* first) {
   std::printf("| workload | %s | p50 vs better peer (<= 1.02x) | p99 vs better peer (<= 1.02x) "
               "| p50 gap to floor closed (>= 0.5) | p99 gap to floor closed (>= 0.5) "
               "| hit rate = of causal floor's (>= 0.95) | kvroute p50/p99 ms | dynamo | llmd | causal floor "
-              "| rejected (503) kvroute/dynamo/llmd of requests |\n",
+              "| oracle | rejected (503) kvroute/dynamo/llmd of requests |\n",
               first);
-  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
 }
 
 void print_cell(const Cell& c) {
   const double peer50 = std::min(c.dyn.ttft_p50, c.llmd.ttft_p50), peer99 = std::min(c.dyn.ttft_p99, c.llmd.ttft_p99);
-  std::printf("| %s | %s | %s | %s | %s | %s | %s | %.0f/%.0f | %.0f/%.0f | %.0f/%.0f | %.0f/%.0f | "
+  const double o50 = c.oracle ? c.oracle->ttft_p50 : -1, o99 = c.oracle ? c.oracle->ttft_p99 : -1;
+  char oracle[32] = "-";
+  if (c.oracle) std::snprintf(oracle, sizeof oracle, "%.0f/%.0f", o50, o99);
+  std::printf("| %s | %s | %s | %s | %s | %s | %s | %.0f/%.0f | %.0f/%.0f | %.0f/%.0f | %.0f/%.0f | %s | "
               "%zu/%zu/%zu of %zu |\n",
-              c.workload.c_str(), level_label(c).c_str(), verdict_peer(c.kv.ttft_p50, peer50, c.floor_p50).c_str(),
-              verdict_peer(c.kv.ttft_p99, peer99, c.floor_p99).c_str(),
-              verdict_gap(c.kv.ttft_p50, peer50, c.floor_p50).c_str(),
-              verdict_gap(c.kv.ttft_p99, peer99, c.floor_p99).c_str(), verdict_hit(c).c_str(),
+              c.workload.c_str(), level_label(c).c_str(),
+              verdict_peer(c.kv.ttft_p50, peer50, c.floor_p50, o50).c_str(),
+              verdict_peer(c.kv.ttft_p99, peer99, c.floor_p99, o99).c_str(),
+              verdict_gap(c.kv.ttft_p50, peer50, c.floor_p50, o50).c_str(),
+              verdict_gap(c.kv.ttft_p99, peer99, c.floor_p99, o99).c_str(), verdict_hit(c).c_str(),
               c.kv.ttft_p50, c.kv.ttft_p99, c.dyn.ttft_p50, c.dyn.ttft_p99, c.llmd.ttft_p50, c.llmd.ttft_p99,
-              c.floor_p50, c.floor_p99, c.kv.rejected, c.dyn.rejected, c.llmd.rejected, c.requests);
+              c.floor_p50, c.floor_p99, oracle, c.kv.rejected, c.dyn.rejected, c.llmd.rejected, c.requests);
 }
 
 std::string cell_json(const Cell& c) {
-  char buf[640];
+  char buf[720];
   std::snprintf(buf, sizeof buf,
                 "{\"workload\":\"%s\",\"level\":\"%s\",\"fraction\":%.4f,\"rate\":%.5g,\"kvroute_p50\":%.2f,"
                 "\"kvroute_p99\":%.2f,\"dynamo_p50\":%.2f,\"dynamo_p99\":%.2f,\"llmd_p50\":%.2f,\"llmd_p99\":%.2f,"
                 "\"kvroute_hit\":%.4f,\"ideal_hit\":%.4f,\"floor_p50\":%.2f,\"floor_p99\":%.2f,\"floor_hit\":%.4f,"
-                "\"hit_bound\":%.4f,\"kvroute_rejected\":%zu}",
+                "\"hit_bound\":%.4f,\"kvroute_rejected\":%zu",
                 c.workload.c_str(), c.level.c_str(), c.fraction, c.rate, c.kv.ttft_p50, c.kv.ttft_p99, c.dyn.ttft_p50,
                 c.dyn.ttft_p99, c.llmd.ttft_p50, c.llmd.ttft_p99, c.kv.hit_rate, c.ideal, c.floor_p50, c.floor_p99,
                 c.floor_hit, c.hit_bound.optimal, c.kv.rejected);
-  return buf;
+  std::string out = buf;
+  if (c.oracle) {
+    std::snprintf(buf, sizeof buf, ",\"oracle_p50\":%.2f,\"oracle_p99\":%.2f", c.oracle->ttft_p50, c.oracle->ttft_p99);
+    out += buf;
+  }
+  return out + "}";
 }
 
 std::string capacity_json(const std::string& workload, const Capacity& cap) {
@@ -153,7 +178,7 @@ std::string level_name(size_t i, size_t n) {
   return n == 3 ? three[i] : "level " + std::to_string(i + 1);
 }
 
-Cell run_cell(const std::vector<SimRequest>& w, const Args& a, const Cell& base, double rate) {
+Cell run_cell(const std::vector<SimRequest>& w, const Args& a, const Cell& base, double rate, bool with_oracle) {
   Cell c = base;
   c.rate = rate;
   SimOptions o = a.sim;
@@ -170,6 +195,7 @@ Cell run_cell(const std::vector<SimRequest>& w, const Args& a, const Cell& base,
   c.kv = simulate(w, o, "kvroute");
   c.dyn = simulate(w, o, "dynamo");
   c.llmd = simulate(w, o, "llmd");
+  if (with_oracle) c.oracle = simulate(w, o, "oracle");
   return c;
 }
 
@@ -209,13 +235,13 @@ int targets(const Args& a) {
       for (size_t i = 0; i < a.levels.size(); ++i) {
         base.level = level_name(i, a.levels.size());
         base.fraction = a.levels[i];
-        cells.push_back(run_cell(w, a, base, a.levels[i] * cap.rate));
+        cells.push_back(run_cell(w, a, base, a.levels[i] * cap.rate, true));
         json.push_back(cell_json(cells.back()));
       }
     base.level = "fixed";
     for (double rate : a.rates) {
       base.fraction = cap.rate > 0 ? rate / cap.rate : 0;
-      fixed.push_back(run_cell(w, a, base, rate));
+      fixed.push_back(run_cell(w, a, base, rate, false));
       json.push_back(cell_json(fixed.back()));
     }
   }

@@ -4,6 +4,7 @@
 
 #include <map>
 #include <random>
+#include <tuple>
 
 #include "indexer/block_hash.h"
 #include "indexer/radix_indexer.h"
@@ -563,6 +564,51 @@ TEST_CASE("deterministic: the same calls give the same events and outputs") {
     return std::make_pair(times, ids);
   };
   CHECK(run() == run());
+}
+
+TEST_CASE("fork: a what-if copy runs as the engine would, announces nothing and leaves the engine as it was") {
+  // A cache of 12 blocks under prompts of 3-6 blocks evicts throughout, so the
+  // copy's LRU order is exercised; 6 prompts over 3 prefixes share blocks.
+  EngineConfig c = small_cfg();
+  c.kv_blocks = 12;
+  c.max_seqs = 2;
+  const auto feed = [](Engine& e, uint64_t from, uint64_t to, double now) {
+    for (uint64_t i = from; i < to; ++i) e.add_request(i, tokens(static_cast<uint32_t>(i % 3), 10 + 2 * i % 14), 3, now);
+  };
+  const auto outputs = [](Engine& e, double now) {
+    std::vector<std::tuple<uint64_t, int, double, uint32_t>> out;
+    while (auto t = e.next_event_time()) {
+      now = *t;
+      for (auto& o : e.advance_to(now)) out.emplace_back(o.request, int(o.kind), o.time_ms, o.cached_tokens);
+    }
+    return out;
+  };
+  // Reference: one engine given requests 1-8, run a step, then 9-14.
+  Run ref(c);
+  feed(*ref.engine, 1, 9, 0);
+  const double mid = *ref.engine->next_event_time();
+  ref.engine->advance_to(mid);
+  feed(*ref.engine, 9, 15, mid);
+  const auto want = outputs(*ref.engine, mid);
+  REQUIRE(want.size() > 14);
+
+  // The same, forked after the step: the fork runs the rest as the reference.
+  Run r(c);
+  feed(*r.engine, 1, 9, 0);
+  r.engine->advance_to(mid);
+  const size_t events = r.events.size();
+  Engine f = r.engine->fork();
+  CHECK(f.last_event_id() == r.engine->last_event_id());
+  feed(f, 9, 15, mid);
+  CHECK(outputs(f, mid) == want);
+  CHECK(r.events.size() == events);  // the fork announced nothing through the engine's callback
+  CHECK(f.cached_blocks() <= c.kv_blocks);
+  // The engine itself is untouched by what the fork did, and runs the rest identically.
+  feed(*r.engine, 9, 15, mid);
+  CHECK(outputs(*r.engine, mid) == want);
+  CHECK(r.events.size() == ref.events.size());
+  CHECK(r.removed().size() == ref.removed().size());
+  CHECK(!r.removed().empty());  // the run evicted
 }
 
 TEST_CASE("prefill role: a held request keeps its prompt blocks referenced until released") {

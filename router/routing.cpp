@@ -317,9 +317,13 @@ void RoutingService::decide(const Config& cfg, std::string_view model, uint32_t 
   // prompt cached where it was sent; the engine queues it for a slot, as the
   // every-worker-busy fallback below lets it. Not with a router queue or
   // reject_when_busy: those hold or refuse a request when workers are busy.
+  // Not in a disaggregated fleet: one share over its prefill and decode pools
+  // says nothing of either, and decide_pd() judges each pool by the
+  // configured thresholds.
   SchedulerConfig lifted;
   const SchedulerConfig* fleet = &cfg.scheduler;
-  if (!cfg.scheduler.reject_when_busy && cfg.scheduler.queue_size == 0 && registry_.slots_full(model, cfg.scheduler)) {
+  if (!cfg.scheduler.reject_when_busy && cfg.scheduler.queue_size == 0 && !registry_.has_pd_roles() &&
+      registry_.slots_full(model, cfg.scheduler)) {
     lifted = without_slot_limit(cfg.scheduler);
     fleet = &lifted;
   }

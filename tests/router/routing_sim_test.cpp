@@ -413,6 +413,32 @@ TEST_CASE("a fleet with nearly every slot taken: the slot test passes over nobod
   CHECK(route(13).slots_full);
 }
 
+TEST_CASE("a disaggregated fleet with nearly every slot taken keeps its slot test") {
+  // The same loads as above, with worker 3 a decode worker: the fleet's one
+  // share would mix two pools, so nothing is lifted and the full worker 1 is
+  // passed over.
+  Sim sim;
+  sim.add_worker(1, 100, 10000, 64, 64);
+  sim.add_worker(2, 100, 10000, 61, 64);
+  WorkerAnnouncement d;
+  d.id = WorkerId{3};
+  d.url = "http://127.0.0.1:10003";
+  d.model = "m";
+  d.block_size = kBlock;
+  d.role = WorkerRole::Decode;
+  d.load = WorkerLoad{62, 64, 0, 100, 10000};
+  sim.registry.on_heartbeat(d);
+  REQUIRE(sim.registry.has_pd_roles());
+  const auto p = prompt(11, 160);
+  sim.cache(1, p);
+  for (bool rank_all : {true, false}) {
+    const auto r = sim.routing.route(sim.request(with_suffix(p, rank_all ? 1 : 2, 20)), rank_all);
+    REQUIRE(r.ok);
+    CHECK_FALSE(r.slots_full);
+    CHECK(r.ranked.front().worker != WorkerId{1});
+  }
+}
+
 TEST_CASE("unknown model is 404, no worker at all is 503") {
   Sim sim;
   auto r = sim.routing.route(sim.request(prompt(1, 10)));

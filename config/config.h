@@ -186,6 +186,12 @@ struct SchedulerConfig {
   // "distinct".
   double inflight_prefix_weight = 1;
   double inflight_prefix_load = 0.6;
+  // Once this share of the model's eligible workers compute one prefix (the
+  // number of them rounded up, and at least two), it counts at
+  // inflight_prefix_weight whatever the load: a request sharing it joins a
+  // copy under way rather than start another. 0 = off (the load alone
+  // scales it).
+  double inflight_prefix_spread = 0.625;
   // KV the router expects back on a worker (WorkerRegistry: parked KV): the
   // prompt blocks of the requests it answered there, fading with this time
   // constant in seconds, less the cached prefix each new request there takes

@@ -245,6 +245,11 @@ void for_each_key(C& c, F&& f) {
             "proportion.",
             0.01, 1, !S, R},
     c.scheduler.inflight_prefix_load);
+  f(KeyInfo{"scheduler.inflight_prefix_spread",
+            "Once this share of the model's workers compute one prompt prefix (in flight, not yet stored), it "
+            "counts at inflight_prefix_weight at any load: a request sharing it joins a copy under way (0 = off).",
+            0, 1, !S, R},
+    c.scheduler.inflight_prefix_spread);
   f(KeyInfo{"scheduler.parked_kv_seconds",
             "Time constant (s) of the parked KV: the prompts the router answered on a worker, counted in its KV load "
             "until they fade or a request takes them up again (0 = off).",

@@ -434,13 +434,14 @@ void WorkerRegistry::refresh_pd_roles() {
   pd_roles_.store(any, std::memory_order_relaxed);
 }
 
-double WorkerRegistry::inflight_overlaps(std::string_view model, std::span<const uint64_t> chain, uint32_t beyond,
-                                         const SchedulerConfig& cfg, std::vector<OwnerOverlap>& out) {
+WorkerRegistry::EligibleFleet WorkerRegistry::inflight_overlaps(std::string_view model, std::span<const uint64_t> chain,
+                                                                uint32_t beyond, const SchedulerConfig& cfg,
+                                                                std::vector<OwnerOverlap>& out) {
   std::lock_guard lk(mu_);
   const auto now = clock_.now();
   end_ejections(now);  // as decide(): the same workers, the same mean
   const auto ranking = rankings_.find(model);
-  if (chain.empty() || ranking == rankings_.end()) return 0;
+  if (chain.empty() || ranking == rankings_.end()) return {};
   for (const auto& [id, e] : workers_) {
     // A prefix is in computation only where a request is not answered yet;
     // an answered one's blocks are stored and in the index.
@@ -452,7 +453,7 @@ double WorkerRegistry::inflight_overlaps(std::string_view model, std::span<const
     o.owner = CacheOwner{id, 0};
     o.blocks = *held;
   }
-  return ranking->second.load_mean(cfg);
+  return {ranking->second.load_mean(cfg), ranking->second.eligible(cfg)};
 }
 
 std::optional<uint64_t> WorkerRegistry::kv_capacity(std::string_view model) const {

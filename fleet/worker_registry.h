@@ -281,12 +281,16 @@ class WorkerRegistry {
   // computation; answered prompts are stored, and in the index). Left out: workers with several dp ranks (which rank computes
   // the prefix is the engine's choice), and a worker whose in-flight table
   // is being updated at that moment (not waited for). Only scheduler.
-  // inflight_kv distinct counts the keys. Returns the mean KV load of the
-  // model's workers eligible under `cfg`, as the fast path reads it
+  // inflight_kv distinct counts the keys. Returns the model's workers
+  // eligible under `cfg` and their mean KV load, as the fast path reads it
   // (RankedCandidates::load_mean(); 0 when none). One lock; O(log chain)
   // probes per worker with a request not answered.
-  double inflight_overlaps(std::string_view model, std::span<const uint64_t> chain, uint32_t beyond,
-                           const SchedulerConfig& cfg, std::vector<OwnerOverlap>& out);
+  struct EligibleFleet {
+    double load_mean = 0;
+    size_t workers = 0;
+  };
+  EligibleFleet inflight_overlaps(std::string_view model, std::span<const uint64_t> chain, uint32_t beyond,
+                                  const SchedulerConfig& cfg, std::vector<OwnerOverlap>& out);
   bool known(WorkerId id) const;
   // The most KV blocks one worker serving `model` (or the LoRA adapter
   // `model`) can hold: the largest kv_total_blocks reported, whatever the

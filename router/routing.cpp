@@ -346,6 +346,13 @@ void RoutingService::decide(const Config& cfg, std::string_view model, uint32_t 
   decide_all(cfg, *fleet, *sched, model, rank_all, out);
 }
 
+double inflight_prefix_value(const SchedulerConfig& s, double load_mean, size_t holders, size_t workers) {
+  const double spread = s.inflight_prefix_spread;
+  if (spread > 0 && static_cast<double>(holders) >= std::max(2.0, std::ceil(spread * static_cast<double>(workers))))
+    return s.inflight_prefix_weight;
+  return s.inflight_prefix_weight * std::min(1.0, load_mean / s.inflight_prefix_load);
+}
+
 void RoutingService::inflight_owners(const SchedulerConfig& fleet, std::string_view model, RouteResult& r,
                                      uint32_t cached_blocks, std::vector<OwnerOverlap>& out) const {
   r.inflight.clear();
@@ -353,8 +360,8 @@ void RoutingService::inflight_owners(const SchedulerConfig& fleet, std::string_v
       cached_blocks >= r.block_hashes.size())
     return;
   const size_t first = out.size();
-  const double load_mean = registry_.inflight_overlaps(model, inflight_chain(fleet, r), cached_blocks, fleet, out);
-  const double w = fleet.inflight_prefix_weight * std::min(1.0, load_mean / fleet.inflight_prefix_load);
+  const auto eligible = registry_.inflight_overlaps(model, inflight_chain(fleet, r), cached_blocks, fleet, out);
+  const double w = inflight_prefix_value(fleet, eligible.load_mean, out.size() - first, eligible.workers);
   // Its value as blocks: the cost prices an overlap by its blocks (all on the device).
   size_t kept = first;
   for (size_t i = first; i < out.size(); ++i)

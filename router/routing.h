@@ -208,6 +208,16 @@ struct RouteResult {
 RouteTarget route_target_of(const RouteResult& r, const Candidate& c, const WorkerAnnouncement& info,
                             uint32_t block_size);
 
+// What one block of a prompt prefix in flight on a worker counts for against
+// a cached block (RoutingService::inflight_owners()): scheduler.
+// inflight_prefix_weight in full once `holders` workers compute it and they
+// are at least inflight_prefix_spread of the model's `workers` eligible
+// ones, and at least two (another copy would take an engine's prefill and
+// finish no sooner than the copies under way, and the requests sharing the
+// prefix have several to spread over); else scaled by min(1, load_mean /
+// inflight_prefix_load).
+double inflight_prefix_value(const SchedulerConfig& s, double load_mean, size_t holders, size_t workers);
+
 // The chain in-flight accounting counts for a routed request (InflightKv::
 // chain: inflight_chain() of inflight_prompt()), hashed once per route: a
 // request's failover attempts, its queue slot and both legs of a split

@@ -609,6 +609,11 @@ double RankedCandidates::load_mean(const SchedulerConfig& cfg) {
   return eligible_ ? sum_lr_ / eligible_ : 0.0;
 }
 
+size_t RankedCandidates::eligible(const SchedulerConfig& cfg) {
+  use(cfg);
+  return eligible_;
+}
+
 void RankedCandidates::decide_impl(std::span<const MatchLayers::Layer> layers, std::span<const OwnerOverlap> extra,
                               uint32_t isl_tokens, uint32_t block_size, const SchedulerConfig& cfg, Random& random,
                               size_t rank_limit, RankedDecision& out) {

@@ -111,6 +111,8 @@ class RankedCandidates {
   // `cfg`'s thresholds, from the running sums decide() reads alpha by; 0
   // when nobody is eligible. Rebuilds first if cfg changed, as decide().
   double load_mean(const SchedulerConfig& cfg);
+  // How many workers are eligible under `cfg` (the count load_mean() divides by).
+  size_t eligible(const SchedulerConfig& cfg);
   bool contains(WorkerId id) const { return index_.find(id.value) != nullptr; }
   // The share of the request slots taken over the workers not draining that
   // report slots: Σ active / Σ total of their predicted loads (exact integer

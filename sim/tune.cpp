@@ -48,6 +48,10 @@ std::string trial_name(const SchedulerConfig& s) {
   if (s.inflight_prefix_weight > 0) {
     std::snprintf(name, sizeof name, " in-flight %g@%g", s.inflight_prefix_weight, s.inflight_prefix_load);
     full += name;
+    if (s.inflight_prefix_spread > 0) {
+      std::snprintf(name, sizeof name, " spread %g", s.inflight_prefix_spread);
+      full += name;
+    }
   }
   if (s.pending_prefill_excess && s.cost != "predicted_ttft") {
     std::snprintf(name, sizeof name, " excess %gk+%gx", s.pending_prefill_excess_tokens / 1024.0,
@@ -84,7 +88,9 @@ Trial trial_of(const SchedulerConfig& s) {
 // without;
 // the slot test lifted while the fleet's slots are 90 / 95 / 97 % taken (scheduler.
 // busy_slot_fleet_usage) on the excess past 4k + 3x; every row before it never lifts it;
-// predicted_ttft over alpha (pending_prefill_weight is not one of its terms). 32 settings: each is
+// the in-flight prefix in full once 3/8, half or 5/8 of the workers compute it (scheduler.
+// inflight_prefix_spread) on the lift from 90 %; every row before it without;
+// predicted_ttft over alpha (pending_prefill_weight is not one of its terms). 35 settings: each is
 // 18 runs of a whole workload and a goodput search on each slice that is not floor-bound, so the grid
 // is kept to the keys that moved the train figures. The
 // shipped defaults are one of them (added if not).
@@ -93,9 +99,10 @@ std::vector<Trial> candidates() {
   // excess_tokens 0: scheduler.pending_prefill_excess off.
   auto add = [&](const char* cost, double alpha, double alpha_imb, double pending, double gamma,
                  const char* inflight = "whole", double parked_s = 0, double prefix_w = 0, double prefix_load = 0.6,
-                 uint32_t excess_tokens = 0, double excess_cached = 0, double slots_full = 1) {
+                 uint32_t excess_tokens = 0, double excess_cached = 0, double slots_full = 1, double spread = 0) {
     SchedulerConfig s;
     s.busy_slot_fleet_usage = slots_full;
+    s.inflight_prefix_spread = spread;
     s.pending_prefill_excess = excess_tokens > 0;
     if (s.pending_prefill_excess) {
       s.pending_prefill_excess_tokens = excess_tokens;
@@ -125,6 +132,8 @@ std::vector<Trial> candidates() {
   add("weighted", 0.3, 0.3, 0.2, 0.5, "distinct", 10, 1, 0.6, 8192, 2.0);
   add("weighted", 0.3, 0.3, 0.2, 0.5, "distinct", 10, 1, 0.6, 16384, 2.0);
   for (double full : {0.9, 0.95, 0.97}) add("weighted", 0.3, 0.3, 0.2, 0.5, "distinct", 10, 1, 0.6, 4096, 3.0, full);
+  for (double spread : {0.375, 0.5, 0.625})
+    add("weighted", 0.3, 0.3, 0.2, 0.5, "distinct", 10, 1, 0.6, 4096, 3.0, 0.9, spread);
   for (double alpha : {0.1, 0.3}) add("predicted_ttft", alpha, alpha, SchedulerConfig{}.pending_prefill_weight, 0.1);
   const SchedulerConfig defaults;
   if (std::none_of(t.begin(), t.end(), [&](const Trial& x) { return same_setting(x.s, defaults); }))

@@ -75,21 +75,26 @@ TEST_CASE("scheduler.parked_kv_seconds: a time constant in seconds, 0 (off) to a
   }
 }
 
-TEST_CASE("scheduler.inflight_prefix_weight and inflight_prefix_load: a value 0-1, from a mean KV load 0.01-1") {
+TEST_CASE("scheduler.inflight_prefix_weight, _load and _spread: a value 0-1, from a mean KV load 0.01-1, a share 0-1") {
   Config c;
   CHECK(c.scheduler.inflight_prefix_weight == doctest::Approx(1));  // the defaults, tuned (config/README.md)
   CHECK(c.scheduler.inflight_prefix_load == doctest::Approx(0.6));
-  REQUIRE_FALSE(apply_yaml(c, "scheduler:\n  inflight_prefix_weight: 0\n  inflight_prefix_load: 0.3\n").has_value());
+  CHECK(c.scheduler.inflight_prefix_spread == doctest::Approx(0.625));
+  REQUIRE_FALSE(apply_yaml(c, "scheduler:\n  inflight_prefix_weight: 0\n  inflight_prefix_load: 0.3\n"
+                              "  inflight_prefix_spread: 0\n").has_value());
   CHECK(c.scheduler.inflight_prefix_weight == doctest::Approx(0));
   CHECK(c.scheduler.inflight_prefix_load == doctest::Approx(0.3));
+  CHECK(c.scheduler.inflight_prefix_spread == doctest::Approx(0));
   for (const char* bad : {"inflight_prefix_weight: -0.1", "inflight_prefix_weight: 1.5", "inflight_prefix_load: 0",
-                          "inflight_prefix_load: 2", "inflight_prefix_weight: some"}) {
+                          "inflight_prefix_load: 2", "inflight_prefix_weight: some", "inflight_prefix_spread: 1.5",
+                          "inflight_prefix_spread: -1"}) {
     auto e = apply_yaml(c, std::string("scheduler:\n  ") + bad + "\n");
     REQUIRE(e.has_value());
     CHECK(e->find(std::string("scheduler.") + std::string(bad).substr(0, std::string(bad).find(':'))) !=
           std::string::npos);
     CHECK(c.scheduler.inflight_prefix_weight == doctest::Approx(0));  // nothing applied
     CHECK(c.scheduler.inflight_prefix_load == doctest::Approx(0.3));
+    CHECK(c.scheduler.inflight_prefix_spread == doctest::Approx(0));
   }
 }
 

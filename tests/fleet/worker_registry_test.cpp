@@ -413,7 +413,9 @@ TEST_CASE("in-flight prefix: each worker's longest prefix of a prompt that its i
   r.on_heartbeat(ann(4, "other"));
   const auto chain = inflight_chain(on_doc(1, 20, 1, 30));  // a 20-block document and a 10-block question
   std::vector<OwnerOverlap> out;
-  CHECK(r.inflight_overlaps("m", chain, 0, SchedulerConfig{}, out) == doctest::Approx(0));
+  const auto idle = r.inflight_overlaps("m", chain, 0, SchedulerConfig{}, out);
+  CHECK(idle.load_mean == doctest::Approx(0));
+  CHECK(idle.workers == 3);  // model m's: 1, 2 and 3
   CHECK(out.empty());  // nothing in flight
   {
     InflightGuard on1(r, WorkerId{1}, 25, 0, 0, on_doc(1, 20, 2, 25));   // the document, another question
@@ -422,7 +424,8 @@ TEST_CASE("in-flight prefix: each worker's longest prefix of a prompt that its i
     InflightGuard on3(r, WorkerId{3}, 30, 0, 0, on_doc(1, 20, 1, 30));
     InflightGuard on4(r, WorkerId{4}, 30, 0, 0, on_doc(1, 20, 1, 30));
     // Model m's workers' mean KV load, each of 100 blocks: 1 holds 25 + 28 distinct, 2 and 3 30 each.
-    CHECK(r.inflight_overlaps("m", chain, 0, SchedulerConfig{}, out) == doctest::Approx((53.0 + 30 + 30) / 300));
+    CHECK(r.inflight_overlaps("m", chain, 0, SchedulerConfig{}, out).load_mean ==
+          doctest::Approx((53.0 + 30 + 30) / 300));
     REQUIRE(out.size() == 1);
     CHECK(out[0].owner == CacheOwner{WorkerId{1}, 0});
     CHECK(out[0].blocks == 20);  // the longer in-flight prefix counts

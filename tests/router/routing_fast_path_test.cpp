@@ -377,6 +377,81 @@ TEST_CASE("routing: a prompt joins the worker computing its prefix on a busy fle
   }
 }
 
+TEST_CASE("routing: once half the workers compute a prefix, a request sharing it joins one of them, even on an idle fleet") {
+  // Four idle workers; a 64-block document in flight on the first `holders`
+  // of them. The fleet's mean KV load is near 0, so under
+  // scheduler.inflight_prefix_load the prefix would count at a small share.
+  for (const double spread : {0.0, 0.5}) {
+    for (const uint32_t holders : {1u, 2u, 3u}) {
+      World w;
+      Config cfg;
+      cfg.indexer.block_size = 16;
+      cfg.scheduler.inflight_prefix_spread = spread;
+      w.config = std::make_unique<ConfigStore>(cfg);
+      for (uint64_t id = 1; id <= 4; ++id) {
+        WorkerAnnouncement a;
+        a.id = WorkerId{id};
+        a.url = "http://127.0.0.1:900" + std::to_string(id);
+        a.model = "m";
+        a.load = WorkerLoad{0, 64, 0, 0, 1000};
+        w.registry.upsert(a);
+      }
+      SeededRandom rnd(1);
+      RoutingService routing(w.index, w.registry, *w.config, rnd);
+      ParsedRequest first;
+      first.model = "m";
+      first.has_prompt_tokens = true;
+      first.prompt_tokens = prompt(1, 64 * 16 + 5);
+      RouteResult lead;
+      routing.route(first, lead);
+      REQUIRE(lead.ok);
+      for (uint64_t id = 1; id <= holders; ++id) {
+        RouteTarget on;
+        on.worker = WorkerId{id};
+        on.prefill_tokens = lead.isl_tokens;
+        InflightKv held = route_inflight_kv(cfg.scheduler, lead, on, lead.request_blocks, 0);
+        w.registry.begin_request(WorkerId{id}, held, lead.isl_tokens);
+      }
+      ParsedRequest next = first;
+      next.prompt_tokens.resize(64 * 16);
+      for (TokenId t : prompt(2, 40)) next.prompt_tokens.push_back(t);
+      for (bool fast : {true, false}) {
+        CAPTURE(spread);
+        CAPTURE(holders);
+        CAPTURE(fast);
+        routing.set_fast_path(fast);
+        RouteResult out;
+        routing.route(next, out);
+        REQUIRE(out.ok);
+        // Two holders are half of the four workers: the prefix counts in full
+        // there and the request joins a holder; with one, or with the rule
+        // off, it counts at the load's share and an idle worker computes a copy.
+        const bool full = spread > 0 && holders >= 2;
+        CHECK((out.ranked[0].worker.value <= holders) == full);
+        for (const Candidate& c : out.candidates)
+          if (c.owner.worker.value <= holders) {
+            if (full) CHECK(c.overlap_blocks == 64);
+            else CHECK(c.overlap_blocks < 8);
+          }
+      }
+    }
+  }
+  // The rule in numbers: at least half of the workers, rounded up, and at least two.
+  SchedulerConfig s;
+  s.inflight_prefix_load = 0.6;
+  CHECK(inflight_prefix_value(s, 0.06, 4, 8) == doctest::Approx(0.1));  // the default 0.625: 5 of 8
+  CHECK(inflight_prefix_value(s, 0.06, 5, 8) == doctest::Approx(1));
+  s.inflight_prefix_spread = 0.5;
+  CHECK(inflight_prefix_value(s, 0.06, 4, 8) == doctest::Approx(1));
+  CHECK(inflight_prefix_value(s, 0.06, 3, 8) == doctest::Approx(0.1));
+  CHECK(inflight_prefix_value(s, 0.06, 3, 5) == doctest::Approx(1));
+  CHECK(inflight_prefix_value(s, 0.06, 1, 2) == doctest::Approx(0.1));
+  CHECK(inflight_prefix_value(s, 0.06, 2, 2) == doctest::Approx(1));
+  CHECK(inflight_prefix_value(s, 0.9, 1, 8) == doctest::Approx(1));  // busy: in full from inflight_prefix_load
+  s.inflight_prefix_spread = 0;
+  CHECK(inflight_prefix_value(s, 0.06, 8, 8) == doctest::Approx(0.1));
+}
+
 TEST_CASE("routing: a request with no prompt is ranked without the parked KV, which it would not displace") {
   World w;
   two_workers(w, 0, 100);  // worker 1 the less loaded

@@ -78,18 +78,45 @@ void build(World& w, std::mt19937_64& rng, Config cfg) {
 
 // Workers 1 and 2 of model "m" with `kv1` and `kv2` of their 1000 KV blocks
 // active, on 16-token blocks.
+// Worker `id` serving "m", no request slot taken, `kv` of its 1000 KV blocks active.
+void add_worker(World& w, uint64_t id, uint64_t kv) {
+  WorkerAnnouncement a;
+  a.id = WorkerId{id};
+  a.url = "http://127.0.0.1:900" + std::to_string(id);
+  a.model = "m";
+  a.load = WorkerLoad{0, 64, 0, kv, 1000};
+  w.registry.upsert(a);
+}
+
 void two_workers(World& w, uint64_t kv1, uint64_t kv2) {
   Config cfg;
   cfg.indexer.block_size = 16;
   w.config = std::make_unique<ConfigStore>(cfg);
-  for (uint64_t id : {1, 2}) {
-    WorkerAnnouncement a;
-    a.id = WorkerId{id};
-    a.url = "http://127.0.0.1:900" + std::to_string(id);
-    a.model = "m";
-    a.load = WorkerLoad{0, 64, 0, id == 1 ? kv1 : kv2, 1000};
-    w.registry.upsert(a);
+  add_worker(w, 1, kv1);
+  add_worker(w, 2, kv2);
+}
+
+// A question on a 64-block document: the first (5 tokens past the document)
+// or another one (40 tokens).
+ParsedRequest on_document(bool another) {
+  ParsedRequest r;
+  r.model = "m";
+  r.has_prompt_tokens = true;
+  r.prompt_tokens = prompt(1, 64 * 16 + 5);
+  if (another) {
+    r.prompt_tokens.resize(64 * 16);
+    for (TokenId t : prompt(2, 40)) r.prompt_tokens.push_back(t);
   }
+  return r;
+}
+
+// The routed request `lead` in flight on worker `id` (not yet stored: the index has nothing).
+void hold_on(World& w, const SchedulerConfig& s, const RouteResult& lead, uint64_t id) {
+  RouteTarget on;
+  on.worker = WorkerId{id};
+  on.prefill_tokens = lead.isl_tokens;
+  InflightKv held = route_inflight_kv(s, lead, on, lead.request_blocks, 0);
+  w.registry.begin_request(WorkerId{id}, held, lead.isl_tokens);
 }
 
 // Teaches some workers' TTFT models observed times (begin_request's sample,
@@ -325,24 +352,13 @@ TEST_CASE("routing: a prompt joins the worker computing its prefix on a busy fle
       w.config = std::make_unique<ConfigStore>(cfg);
       SeededRandom rnd(1);
       RoutingService routing(w.index, w.registry, *w.config, rnd);
-      // A 64-block document with a question, in flight on worker 1 (not yet stored: the index has nothing).
-      ParsedRequest first;
-      first.model = "m";
-      first.has_prompt_tokens = true;
-      first.prompt_tokens = prompt(1, 64 * 16 + 5);
+      // A 64-block document with a question, in flight on worker 1.
       RouteResult lead;
-      routing.route(first, lead);
+      routing.route(on_document(false), lead);
       REQUIRE(lead.ok);
-      RouteTarget on1;
-      on1.worker = WorkerId{1};
-      on1.url = lead.ranked[0].url;
-      on1.prefill_tokens = lead.isl_tokens;
-      InflightKv held = route_inflight_kv(cfg.scheduler, lead, on1, lead.request_blocks, 0);
-      w.registry.begin_request(WorkerId{1}, held, lead.isl_tokens);
+      hold_on(w, cfg.scheduler, lead, 1);
       // Another question on the same document, decided by both scorers.
-      ParsedRequest next = first;
-      next.prompt_tokens.resize(64 * 16);
-      for (TokenId t : prompt(2, 40)) next.prompt_tokens.push_back(t);
+      const ParsedRequest next = on_document(true);
       for (bool fast : {true, false}) {
         CAPTURE(kv);
         CAPTURE(weight);
@@ -388,33 +404,14 @@ TEST_CASE("routing: once half the workers compute a prefix, a request sharing it
       cfg.indexer.block_size = 16;
       cfg.scheduler.inflight_prefix_spread = spread;
       w.config = std::make_unique<ConfigStore>(cfg);
-      for (uint64_t id = 1; id <= 4; ++id) {
-        WorkerAnnouncement a;
-        a.id = WorkerId{id};
-        a.url = "http://127.0.0.1:900" + std::to_string(id);
-        a.model = "m";
-        a.load = WorkerLoad{0, 64, 0, 0, 1000};
-        w.registry.upsert(a);
-      }
+      for (uint64_t id = 1; id <= 4; ++id) add_worker(w, id, 0);
       SeededRandom rnd(1);
       RoutingService routing(w.index, w.registry, *w.config, rnd);
-      ParsedRequest first;
-      first.model = "m";
-      first.has_prompt_tokens = true;
-      first.prompt_tokens = prompt(1, 64 * 16 + 5);
       RouteResult lead;
-      routing.route(first, lead);
+      routing.route(on_document(false), lead);
       REQUIRE(lead.ok);
-      for (uint64_t id = 1; id <= holders; ++id) {
-        RouteTarget on;
-        on.worker = WorkerId{id};
-        on.prefill_tokens = lead.isl_tokens;
-        InflightKv held = route_inflight_kv(cfg.scheduler, lead, on, lead.request_blocks, 0);
-        w.registry.begin_request(WorkerId{id}, held, lead.isl_tokens);
-      }
-      ParsedRequest next = first;
-      next.prompt_tokens.resize(64 * 16);
-      for (TokenId t : prompt(2, 40)) next.prompt_tokens.push_back(t);
+      for (uint64_t id = 1; id <= holders; ++id) hold_on(w, cfg.scheduler, lead, id);
+      const ParsedRequest next = on_document(true);
       for (bool fast : {true, false}) {
         CAPTURE(spread);
         CAPTURE(holders);

@@ -262,8 +262,9 @@ void for_each_key(C& c, F&& f) {
   f(KeyInfo{"scheduler.busy_slot_fleet_usage",
             "While the model's workers together have this share of their request slots taken, skip no worker for "
             "its slots (1 = never): with every engine nearly full, a request moved off a full one fills another "
-            "and recomputes its cached prompt there. Only with queue_size 0 and reject_when_busy false, and not in "
-            "a prefill/decode fleet.",
+            "and recomputes its cached prompt there. With queue_size > 0 or reject_when_busy, while lifted the "
+            "fleet is busy (a request waits or is refused) once the share reaches busy_slot_usage. Not in a "
+            "prefill/decode fleet.",
             0.01, 1, !S, R},
     c.scheduler.busy_slot_fleet_usage);
   f(KeyInfo{"scheduler.busy_waiting_requests", "Skip workers with this many waiting requests (0 = no limit).", 0,

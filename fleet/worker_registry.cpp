@@ -370,6 +370,13 @@ bool WorkerRegistry::slots_full(std::string_view model, const SchedulerConfig& c
   return f != rankings_.end() && f->second.slots_full(cfg.busy_slot_fleet_usage);
 }
 
+double WorkerRegistry::slot_usage(std::string_view model) {
+  std::lock_guard lk(mu_);
+  end_ejections(clock_.now());  // as slots_full(): the same workers
+  const auto f = rankings_.find(model);
+  return f != rankings_.end() ? f->second.slot_usage() : 0.0;
+}
+
 std::vector<WorkerView> WorkerRegistry::candidates(std::string_view model) const {
   std::vector<WorkerView> out;
   candidates(model, out);

@@ -267,6 +267,9 @@ class WorkerRegistry {
   // RankedCandidates::slots_full; false when none serves it). Each call
   // advances that band's state: call once per decision.
   bool slots_full(std::string_view model, const SchedulerConfig& cfg);
+  // That share itself (0 when none serves the model): taken / total request
+  // slots of the healthy workers that report slots, drained ones left out.
+  double slot_usage(std::string_view model);
   // The leading blocks of a prompt (`chain`: inflight_chain() of its
   // complete blocks) that each worker serving `model` has in flight from
   // this router: requests sent there and not ended, whose prompts share

@@ -315,17 +315,26 @@ void RoutingService::decide(const Config& cfg, std::string_view model, uint32_t 
   // have nearly every slot taken (scheduler.busy_slot_fleet_usage). A request
   // moved off a full worker then only fills another and recomputes there the
   // prompt cached where it was sent; the engine queues it for a slot, as the
-  // every-worker-busy fallback below lets it. Not with a router queue or
-  // reject_when_busy: those hold or refuse a request when workers are busy.
-  // Not in a disaggregated fleet: one share over its prefill and decode pools
-  // says nothing of either, and decide_pd() judges each pool by the
-  // configured thresholds.
+  // every-worker-busy fallback below lets it. Not in a disaggregated fleet:
+  // one share over its prefill and decode pools says nothing of either, and
+  // decide_pd() judges each pool by the configured thresholds.
   SchedulerConfig lifted;
   const SchedulerConfig* fleet = &cfg.scheduler;
-  if (!cfg.scheduler.reject_when_busy && cfg.scheduler.queue_size == 0 && !registry_.has_pd_roles() &&
-      registry_.slots_full(model, cfg.scheduler)) {
+  if (!registry_.has_pd_roles() && registry_.slots_full(model, cfg.scheduler)) {
     lifted = without_slot_limit(cfg.scheduler);
     fleet = &lifted;
+    // A router queue or reject_when_busy holds or refuses a request when the
+    // workers are busy. With the slot test lifted that is the fleet's share
+    // reaching busy_slot_usage (at 1.0: every slot taken, as every worker
+    // failing its own test would say), not one full worker: skipping a full
+    // holder for a free worker recomputes its prompt there, and on a fleet
+    // this loaded every such move adds work that only queues more.
+    if ((cfg.scheduler.reject_when_busy || cfg.scheduler.queue_size > 0) &&
+        registry_.slot_usage(model) >= cfg.scheduler.busy_slot_usage) {
+      out.slots_full = true;
+      out.fail(RouteError::WorkersBusy, RouteErrorDetail{.model = model});
+      return;
+    }
   }
   const SchedulerConfig* sched = fleet;
   SchedulerConfig reserved;

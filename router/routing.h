@@ -272,8 +272,9 @@ class RoutingService {
   // tokenizer fallback, redoes only the decision (no template, tokenization
   // or hashing per retry).
   // `serve_busy`: an all-busy fleet ranks its busy workers (as with
-  // scheduler.queue_size 0 and reject_when_busy false): a queued request
-  // whose wait timed out goes to the best of them.
+  // scheduler.queue_size 0 and reject_when_busy false, the fleet's full
+  // slots included): a queued request whose wait timed out goes to the best
+  // of them.
   void reroute(std::string_view model, RouteResult& out, bool score_all = false, bool serve_busy = false) const;
 
   // The disaggregated decision for a request already routed into `out`

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
 #include <limits>
 #include <memory>
 #include <numeric>
@@ -67,12 +68,6 @@ Config policy_config(const SimOptions& o, const std::string& policy, const Sched
         std::exit(2);
       }
   if (scheduler) cfg.scheduler = *scheduler;
-  // The daemon's wait queue (scheduler.queue_size > 0) is not modelled: a
-  // request finding every worker busy would be rejected here and queued there.
-  if (cfg.scheduler.queue_size > 0) {
-    std::fprintf(stderr, "kvroute-sim: scheduler.queue_size > 0 (the router's wait queue) is not simulated\n");
-    std::exit(2);
-  }
   if (policy == "kvroute_weighted") cfg.scheduler.cost = "weighted";
   if (policy == "dynamo_v01") {  // the baseline weighted cost with its default weights (Dynamo v0.1)
     cfg.scheduler = SchedulerConfig{};
@@ -123,8 +118,19 @@ class Simulation {
 
  private:
   void report(double now);
-  void on_engine(uint32_t which, double now);
-  void dispatch(size_t id, double now);
+  // Advances engine `which` to `now`; true if a request finished there (its
+  // slot is free).
+  bool on_engine(uint32_t which, double now);
+  // A request arrives: routed at once, or it waits in the router's queue.
+  void arrive(size_t id, double now);
+  // The router's wait queue (scheduler.queue_size > 0), as the daemon runs it
+  // (router/http/admission.cpp wait_in_queue()): a request finding every
+  // worker busy waits; each freed slot and each load report offers the head a
+  // trial routing, heads routed in order until one finds every worker busy
+  // again; a head past scheduler.queue_timeout_ms goes to the best busy
+  // worker (reject_when_busy false) or is refused.
+  void admit_waiting(double now);
+  double next_queue_deadline() const;
   // The policy's pick for request `r`: the engine (its worker id) and, for the
   // policies that ask the router, the router's candidate for it (the index's
   // view of its cached prefix). nullopt: rejected.
@@ -135,7 +141,14 @@ class Simulation {
     uint32_t prefill = 0;  // the prefill the proxy counts there (RouteTarget::prefill_tokens)
     uint32_t resumed = 0;  // what it takes back from the parked KV (RouteTarget::resumed_blocks)
   };
-  std::optional<Pick> choose(const SimRequest& r, const std::vector<LocalBlockHash>& hashes, double now);
+  // nullopt with waits() true: every worker is busy and the request may wait
+  // in the router's queue.
+  std::optional<Pick> choose(const SimRequest& r, const std::vector<LocalBlockHash>& hashes, double now,
+                             bool serve_busy = false);
+  bool waits() const;
+  // Sends request `id` where `pick` says (its arrival time already set).
+  void dispatch(size_t id, const Pick& pick, double now);
+  std::vector<LocalBlockHash> prompt_hashes(size_t id) const;
   // The oracle policy: the candidate whose engine, forked and run ahead with
   // nothing else arriving, gives `r` its first token soonest (ties: the
   // scheduler's own choice, then the lowest index).
@@ -216,6 +229,7 @@ class Simulation {
   std::vector<std::vector<LocalBlockHash>> hashes_;  // per request, while in flight (dynamo's active blocks)
   SessionAffinity sessions_;  // scheduler.session_affinity, as the daemon applies it
   RouteResult route_;
+  std::deque<size_t> waiting_;  // the router's queue, oldest first
   std::vector<double> ttft_, e2e_, itl_;
   std::vector<uint64_t> per_worker_;
   uint64_t out_tokens_ = 0, best_cached_ = 0, chosen_cached_ = 0;
@@ -238,9 +252,10 @@ void Simulation::report(double now) {
   }
 }
 
-void Simulation::on_engine(uint32_t which, double now) {
+bool Simulation::on_engine(uint32_t which, double now) {
   clock_.set(at(now));  // first_byte() times the TTFT model's observation
   now_ = now;
+  bool freed = false;
   for (const auto& out : engines_[which]->advance_to(now)) {
     if (out.request & kLoaderBit) continue;  // a tier load's placeholder (enqueue)
     Live& l = live_[out.request];
@@ -260,16 +275,19 @@ void Simulation::on_engine(uint32_t which, double now) {
       l.guard.reset();
       dynamo_.remove(l.worker, hashes_[out.request], r.input_tokens % kBlock != 0);
       hashes_[out.request] = {};
+      freed = true;
     }
   }
+  return freed;
 }
 
 std::optional<Simulation::Pick> Simulation::choose(const SimRequest& r, const std::vector<LocalBlockHash>& hashes,
-                                                   double now) {
+                                                   double now, bool serve_busy) {
   if (policy_ == "round_robin") return Pick{static_cast<uint32_t>(rr_++ % o_.workers)};
   if (policy_ == "random") return Pick{static_cast<uint32_t>(rng_() % o_.workers)};
   routing_.route_blocks("m", r.input_tokens, hashes, true, route_);
-  if (route_.candidates.empty()) return std::nullopt;
+  if (serve_busy && waits()) routing_.reroute("m", route_, false, /*serve_busy=*/true);
+  if (route_.candidates.empty() || waits()) return std::nullopt;
   if (route_.ok) {  // the scheduler decided: did it read the KV load as uneven (alpha_imbalanced)?
     ++decisions_;
     uneven_ += load_uneven(route_.decision.load_std, route_.decision.load_mean, config_.get()->scheduler);
@@ -332,28 +350,64 @@ long Simulation::affinity(const SimRequest& r, long chosen) {
   return static_cast<long>(*route_.decision.chosen);
 }
 
-void Simulation::dispatch(size_t id, double now) {
+std::vector<LocalBlockHash> Simulation::prompt_hashes(size_t id) const {
   const auto& r = w_[id];
   std::vector<LocalBlockHash> hashes;
   const uint32_t full = std::min<uint32_t>(static_cast<uint32_t>(r.ids.size()), r.input_tokens / kBlock);
   for (uint32_t i = 0; i < full; ++i) hashes.push_back(LocalBlockHash{mix(r.ids[i])});
+  return hashes;
+}
+
+// The route found every worker busy and the request may wait for one: only
+// the router's own policies have its queue (the peers' formulas always pick).
+bool Simulation::waits() const {
+  return !route_.ok && may_queue(route_.failure) && config_.get()->scheduler.queue_size > 0 &&
+         (policy_ == "kvroute" || policy_ == "kvroute_weighted");
+}
+
+// As the daemon's admission (router/http/admission.cpp): routed first, and
+// queued only when that finds every worker busy.
+void Simulation::arrive(size_t id, double now) {
+  live_[id].arrival = now;
   clock_.set(at(now));
-  const std::optional<Pick> pick = choose(r, hashes, now);
-  if (!pick) {
-    ++rejected_;  // 503 (every worker busy under scheduler.reject_when_busy, or drained) or 400 (too large)
-    return;
+  const std::optional<Pick> pick = choose(w_[id], prompt_hashes(id), now);
+  if (pick) return dispatch(id, *pick, now);
+  if (waits() && waiting_.size() < config_.get()->scheduler.queue_size) waiting_.push_back(id);
+  else ++rejected_;  // 429 (the queue is full), 503 (every worker busy under reject_when_busy, or drained) or 400 (too large)
+}
+
+double Simulation::next_queue_deadline() const {
+  return waiting_.empty() ? 1e300 : live_[waiting_.front()].arrival + config_.get()->scheduler.queue_timeout_ms;
+}
+
+void Simulation::admit_waiting(double now) {
+  clock_.set(at(now));
+  while (!waiting_.empty()) {
+    const size_t id = waiting_.front();
+    const bool timed_out = now >= next_queue_deadline();
+    const bool serve_busy = timed_out && !config_.get()->scheduler.reject_when_busy;
+    const std::optional<Pick> pick = choose(w_[id], prompt_hashes(id), now, serve_busy);
+    if (!pick && waits() && !timed_out) return;  // every worker is still busy: it keeps its place
+    waiting_.pop_front();
+    if (pick) dispatch(id, *pick, now);
+    else ++rejected_;  // its deadline passed (reject_when_busy), or it cannot be served
   }
-  const uint32_t w = pick->worker;
+}
+
+void Simulation::dispatch(size_t id, const Pick& pick, double now) {
+  const auto& r = w_[id];
+  std::vector<LocalBlockHash> hashes = prompt_hashes(id);
+  const uint32_t full = static_cast<uint32_t>(hashes.size());
+  const uint32_t w = pick.worker;
   Live& l = live_[id];
-  l.arrival = now;
   l.worker = w;
   l.blocks = full;
   // The router's in-flight accounting, with the chosen worker's overlap as the proxy claims it.
-  const uint32_t held = pick->held;
+  const uint32_t held = pick.held;
   const SchedulerConfig& sc = config_.get()->scheduler;
   l.guard = std::make_unique<InflightGuard>(registry_, WorkerId{w}, (uint64_t{r.input_tokens} + kBlock - 1) / kBlock,
-                                            pick->candidate ? pick->prefill : r.input_tokens, inflight_shared_blocks(sc, held),
-                                            inflight_prompt(sc, hashes), pick->resumed);
+                                            pick.candidate ? pick.prefill : r.input_tokens, inflight_shared_blocks(sc, held),
+                                            inflight_prompt(sc, hashes), pick.resumed);
   if (o_.tiers.any()) {
     now_ = now;
     if (engines_[w]->blocks_needed(r.input_tokens, r.output_tokens) > engines_[w]->config().kv_blocks) {
@@ -580,12 +634,16 @@ PolicyResult Simulation::run(bool progress) {
       if (auto t = engines_[i]->next_event_time(); t && *t < t_engine) t_engine = *t, which = i;
     const double t_pool = pool_bw_ ? pool_bw_->next_done() : 1e300;  // a pool load ending
     const double t_load = std::min(loads_.empty() ? 1e300 : loads_.top().at, t_pool);  // a tier load completing
-    if (t_arrival == 1e300 && t_engine == 1e300 && t_load == 1e300) break;
+    const double t_queue = next_queue_deadline();  // the queue's head timing out
+    if (t_arrival == 1e300 && t_engine == 1e300 && t_load == 1e300 && t_queue == 1e300) break;
     const double t_report = last_report + o_.report_ms;
-    if (t_report < t_arrival && t_report < t_engine && t_report < t_load) {
+    if (t_queue < t_arrival && t_queue < t_engine && t_queue < t_load && t_queue <= t_report) {
+      admit_waiting(t_queue);
+    } else if (t_report < t_arrival && t_report < t_engine && t_report < t_load) {
       report(last_report = t_report);
+      admit_waiting(t_report);
     } else if (t_engine <= t_arrival && t_engine <= t_load) {
-      on_engine(which, t_engine);
+      if (on_engine(which, t_engine)) admit_waiting(t_engine);
     } else if (t_load <= t_arrival && t_pool == t_load) {
       on_pool_load(t_pool);
     } else if (t_load <= t_arrival) {
@@ -595,7 +653,7 @@ PolicyResult Simulation::run(bool progress) {
       enqueue(ld.id, ld.blocks, ld.at);
     } else {
       if (progress && next % step == 0) std::fprintf(stderr, "\r  %-16s %3zu%%", policy_.c_str(), next * 100 / w_.size());
-      dispatch(next++, t_arrival);
+      arrive(next++, t_arrival);
     }
   }
   if (progress) std::fprintf(stderr, "\r  %-16s 100%%\n", policy_.c_str());

@@ -390,15 +390,52 @@ TEST_CASE("a fleet with nearly every slot taken: the slot test passes over nobod
   sim.add_worker(2, 100, 10000, 61, 64);
   set([](SchedulerConfig& c) { c.busy_slot_fleet_usage = 0.95; });
   CHECK(route(9).slots_full);
-  // A router queue or rejection is the operator's answer to busy workers: not lifted.
-  set([](SchedulerConfig& c) { c.queue_size = 10; });
+  // A router queue or rejection: lifted too, and the fleet is busy once its
+  // share reaches busy_slot_usage (1.0: every slot taken), not when one
+  // worker is full. At 0.974 the full holder takes the request; at a
+  // busy_slot_usage of 0.97 nobody does: it waits (or is refused), 503
+  // workers_busy from the decision, whatever the path.
+  for (const bool queue : {true, false}) {
+    set([&](SchedulerConfig& c) {
+      c.queue_size = queue ? 10 : 0;
+      c.reject_when_busy = !queue;
+    });
+    for (bool rank_all : {true, false}) {
+      const auto x = route(10, rank_all);
+      REQUIRE(x.ok);
+      CHECK(x.slots_full);
+      CHECK_FALSE(x.all_busy);
+      CHECK(x.ranked.front().worker == WorkerId{1});
+    }
+    set([](SchedulerConfig& c) { c.busy_slot_usage = 0.97; });
+    for (bool rank_all : {true, false}) {
+      const auto x = route(11, rank_all);
+      CHECK_FALSE(x.ok);
+      CHECK(x.slots_full);
+      CHECK(x.error.status == 503);
+      CHECK(x.error.code == "workers_busy");
+    }
+    // Without a queue or rejection the same threshold only lifts: the engine queues it.
+    set([](SchedulerConfig& c) {
+      c.queue_size = 0;
+      c.reject_when_busy = false;
+    });
+    const auto served = route(11);
+    REQUIRE(served.ok);
+    CHECK(served.ranked.front().worker == WorkerId{1});
+    set([](SchedulerConfig& c) { c.busy_slot_usage = 1.0; });
+  }
+  // Never lifted (1), a queue keeps the per-worker slot test: the full holder
+  // is passed over while the others have room.
+  set([](SchedulerConfig& c) {
+    c.busy_slot_fleet_usage = 1;
+    c.queue_size = 10;
+  });
   passed_over(10);
   set([](SchedulerConfig& c) {
+    c.busy_slot_fleet_usage = 0.95;
     c.queue_size = 0;
-    c.reject_when_busy = true;
   });
-  passed_over(11);
-  set([](SchedulerConfig& c) { c.reject_when_busy = false; });
   // A band's reserve is room kept for higher bands: never lifted for it. At
   // a 4 % reserve only worker 2 (61 of 64, under 0.96) may take it.
   auto banded = sim.request(with_suffix(p, 12, 20));

@@ -107,3 +107,60 @@ TEST_CASE("the share of decisions that read the KV load as uneven (alpha_imbalan
   res = simulate(w, o, "round_robin");
   CHECK(res.decisions == 0);
 }
+
+TEST_CASE("the router's wait queue: a request finding every worker busy waits for a slot, times out or is refused") {
+  // One engine with one request slot. A (20 blocks, 200 tokens out) arrives
+  // at 0 and takes the slot; B (other blocks) 1 ms later finds the worker
+  // busy (the router counts A in flight), C 1 ms after B.
+  auto req = [](double t, uint64_t first, uint32_t out) {
+    SimRequest r;
+    r.t_ms = t;
+    r.input_tokens = 20 * kBlock;
+    r.output_tokens = out;
+    for (uint64_t i = 0; i < 20; ++i) r.ids.push_back(first + i);
+    return r;
+  };
+  const std::vector<SimRequest> two = {req(0, 1, 200), req(1, 101, 2)};
+  SimOptions o;
+  o.workers = 1;
+  o.max_seqs = 1;
+  auto run = [&](const std::vector<SimRequest>& w, std::vector<std::pair<std::string, std::string>> sets) {
+    o.sets = std::move(sets);
+    return simulate(w, o, "kvroute");
+  };
+  // No queue, the engine queues B: the reference, B starting as A ends.
+  const auto engine = run(two, {});
+  REQUIRE(engine.completed == 2);
+  const double a_end = engine.requests[0].ttft_ms + 199 * 6.0;  // A's decode steps: over 6 ms each
+  CHECK(engine.requests[1].ttft_ms > a_end);
+  // No queue and reject_when_busy: B is refused at once.
+  auto res = run(two, {{"scheduler.reject_when_busy", "true"}});
+  CHECK(res.completed == 1);
+  CHECK(res.rejected == 1);
+  // A queue: B waits at the router until A's slot is free, then runs there.
+  res = run(two, {{"scheduler.reject_when_busy", "true"}, {"scheduler.queue_size", "1"},
+                  {"scheduler.queue_timeout_ms", "60000"}});
+  CHECK(res.completed == 2);
+  CHECK(res.rejected == 0);
+  REQUIRE(res.requests.size() == 2);
+  CHECK(res.requests[1].arrival_ms == doctest::Approx(1));
+  // After A's slot frees (seen within one load report, 100 ms), its own prefill.
+  CHECK(res.requests[1].ttft_ms >= engine.requests[1].ttft_ms);
+  CHECK(res.requests[1].ttft_ms <= engine.requests[1].ttft_ms + o.report_ms + 1);
+  // Its deadline passes first: refused (reject_when_busy), or sent to the
+  // busy worker whose engine queues it, as without a queue.
+  res = run(two, {{"scheduler.reject_when_busy", "true"}, {"scheduler.queue_size", "1"},
+                  {"scheduler.queue_timeout_ms", "5"}});
+  CHECK(res.completed == 1);
+  CHECK(res.rejected == 1);
+  res = run(two, {{"scheduler.queue_size", "1"}, {"scheduler.queue_timeout_ms", "5"}});
+  CHECK(res.completed == 2);
+  CHECK(res.rejected == 0);
+  CHECK(res.requests[1].ttft_ms == doctest::Approx(engine.requests[1].ttft_ms));
+  // The queue holds one: C, arriving while B waits, is refused.
+  const std::vector<SimRequest> three = {req(0, 1, 200), req(1, 101, 2), req(2, 201, 2)};
+  res = run(three, {{"scheduler.queue_size", "1"}, {"scheduler.queue_timeout_ms", "60000"}});
+  CHECK(res.completed == 2);
+  CHECK(res.rejected == 1);
+  CHECK(res.requests[1].index == 1);
+}

@@ -135,6 +135,12 @@ std::string alpha_sentence(const Decision& d, const SchedulerConfig& cfg) {
 }
 
 std::string nobody_sentence(const RouteResult& r, const SchedulerConfig& cfg) {
+  if (r.candidates.empty() && !r.ok && r.slots_full)  // decide(): the fleet's slots, before any scoring
+    return fmt::format(
+        "The model's workers have their request slots taken as a whole (their share at or over "
+        "scheduler.busy_slot_usage {}, with the slot test lifted at scheduler.busy_slot_fleet_usage {}): the "
+        "request waits in the router's queue (scheduler.queue_size) or is refused (scheduler.reject_when_busy).",
+        cfg.busy_slot_usage, cfg.busy_slot_fleet_usage);
   if (r.candidates.empty()) return r.ok ? "No worker serves this model." : r.error.message;
   std::vector<std::string> why;
   for (size_t i = 0; i < r.candidates.size(); ++i) {

@@ -414,6 +414,8 @@ TEST_CASE("a fleet with nearly every slot taken: the slot test passes over nobod
       CHECK(x.slots_full);
       CHECK(x.error.status == 503);
       CHECK(x.error.code == "workers_busy");
+      CHECK(explain_text(x, sim.config.get()->scheduler, kBlock).choice.find("request slots taken as a whole") !=
+            std::string::npos);
     }
     // Without a queue or rejection the same threshold only lifts: the engine queues it.
     set([](SchedulerConfig& c) {

@@ -36,6 +36,12 @@ struct RouterConfig {
   uint32_t first_byte_timeout_min_ms = 10000;  // floor of the adaptive first-byte timeout
   double first_byte_timeout_factor = 4.0;      // adaptive first-byte timeout = factor x predicted TTFT
   double ttft_prefill_tokens_per_s = 1000;     // conservative prefill rate for the predicted TTFT
+  // A request not streamed gets its response header with the whole answer:
+  // its first-byte wait adds generating its output budget at this
+  // conservative per-request rate, up to response_timeout_ms (unbounded
+  // output: that ceiling).
+  double decode_tokens_per_s = 10;
+  uint32_t response_timeout_ms = 600000;
   // Open client connections on the OpenAI listener; beyond, new ones are
   // answered 503 and closed. 0 = half of the descriptor limit (RLIMIT_NOFILE).
   uint32_t max_connections = 0;

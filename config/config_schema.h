@@ -46,6 +46,13 @@ void for_each_key(C& c, F&& f) {
   f(KeyInfo{"router.ttft_prefill_tokens_per_s", "Conservative prefill rate for the predicted TTFT (tokens/s).", 1,
             1e9, !S, R},
     c.router.ttft_prefill_tokens_per_s);
+  f(KeyInfo{"router.decode_tokens_per_s",
+            "Conservative per-request decode rate (tokens/s) for the wait of a request not streamed.", 0.1, 1e6, !S, R},
+    c.router.decode_tokens_per_s);
+  f(KeyInfo{"router.response_timeout_ms",
+            "Ceiling of a request's wait for its answer when it is not streamed (its header comes with the whole answer).",
+            100, 86400000, !S, R},
+    c.router.response_timeout_ms);
   f(KeyInfo{"router.max_connections",
             "Open client connections on the OpenAI listener; beyond, 503 and close (0 = half of RLIMIT_NOFILE).", 0,
             1e7, !S, R},

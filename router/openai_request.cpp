@@ -187,6 +187,20 @@ bool parse_request_fields(ApiKind kind, std::string_view body, ParsedRequest& ou
     out.n = static_cast<uint32_t>(n.value_unsafe().get_uint64().value_unsafe());
   }
 
+  // The output budget, as vLLM reads it: chat's `max_completion_tokens` over
+  // its `max_tokens`, unset = up to the context; a completion's `max_tokens`
+  // defaults to 16; an embedding generates nothing. Only the proxy's wait
+  // for an answer that is not streamed reads it (router/proxy_policy.h); a
+  // value that is not a count is left to the engine to refuse.
+  auto output_limit = [&](const char* key) {
+    if (auto mt = o.at_key(key); !out.max_tokens && !mt.error() && mt.value_unsafe().is_uint64())
+      out.max_tokens = mt.value_unsafe().get_uint64().value_unsafe();
+  };
+  if (kind == ApiKind::ChatCompletions) output_limit("max_completion_tokens");
+  output_limit("max_tokens");
+  if (kind == ApiKind::Completions && !out.max_tokens) out.max_tokens = 16;
+  if (kind == ApiKind::Embeddings) out.max_tokens = 0;
+
   if (kind == ApiKind::Completions || kind == ApiKind::Embeddings) {
     out.kind = ApiKind::Completions;  // tokenized and routed as a completion prompt
     const char* name = kind == ApiKind::Embeddings ? "input" : "prompt";

@@ -80,8 +80,9 @@ struct ParsedRequest {
   // the Messages parser `metadata.user_id`.
   std::string user;
   // Set by the Responses and Messages parsers (router/api/); the OpenAI parser
-  // reads `priority` only. vLLM's `priority` (lower is served earlier; unset =
-  // 0), the output token limit (`max_output_tokens`, `max_tokens`), and the
+  // reads `priority` and the output limit. vLLM's `priority` (lower is served
+  // earlier; unset = 0), the output token limit (`max_output_tokens`,
+  // `max_tokens`, chat's `max_completion_tokens`; unset = up to the context), and the
   // Responses `previous_response_id`: a reference to a response the engine
   // stored (kvroute keeps no response store; router/README.md "Responses and
   // Messages").

@@ -55,6 +55,7 @@ bool parse_passthrough(std::string_view body, ParsedRequest& out, ApiError& err)
   out.kind = ApiKind::Completions;
   out.model.assign(model);
   out.has_prompt_tokens = true;  // none: routed by load alone
+  out.max_tokens = 0;            // nothing generated: answered after one pass, if any
   out.body = body;
   return true;
 }

@@ -170,15 +170,22 @@ awaitable<Next> connect_upstream(Exchange& x) {
   co_return Next::NextWorker;
 }
 
-// The first-byte timeout of this attempt: a multiple of the request's
-// predicted time to first token on its worker (its uncached prefill plus the
-// prefill the router already has in flight there), within the floor and
-// ceiling (router/proxy_policy.h).
+// The first-byte timeout of this attempt (router/proxy_policy.h
+// header_timeout()): a multiple of the request's predicted time to first
+// token on its worker (its uncached prefill plus the prefill the router
+// already has in flight there), plus its output budget when the answer is
+// not streamed; the ceiling when the worker had no free slot.
 milliseconds first_byte_timeout(const Exchange& x) {
-  uint64_t prefill = x.target->prefill_tokens;
-  for (const WorkerView& w : x.client.route.workers)
-    if (w.info && w.info->id == x.target->worker) prefill += w.pending_prefill_tokens;
-  return adaptive_first_byte_timeout(x.cfg.router, estimated_ttft_seconds(x.cfg.router, prefill));
+  HeaderWait w{.prefill_tokens = x.target->prefill_tokens,
+               .streamed = x.client.parsed.stream,
+               .max_tokens = x.client.parsed.max_tokens};
+  for (const WorkerView& v : x.client.route.workers)
+    if (v.info && v.info->id == x.target->worker) {
+      w.prefill_tokens += v.pending_prefill_tokens;
+      w.slot_free = v.predicted.request_total_slots == 0 ||
+                    v.predicted.request_active_slots < v.predicted.request_total_slots;
+    }
+  return header_timeout(x.cfg.router, w);
 }
 
 // Sends the request and reads the worker's response head (the first byte),

@@ -279,6 +279,44 @@ class HungWorkerTest(unittest.TestCase):
                 self.assertEqual(f.metric(timeouts), 3)
 
 
+class LongWaitTest(unittest.TestCase):
+    def test_long_answer_not_streamed_and_full_engine_are_not_taken_for_a_hung_worker(self):
+        # One worker with one request slot, real-time decode (about 7 ms a token),
+        # a 500 ms first-byte floor. Neither wait below is a hung worker: a
+        # first-byte timeout would fail the request over (nowhere to go) and
+        # count against the worker's health.
+        with tempfile.TemporaryDirectory(prefix="kvroute-wait-") as tmp:
+            args = ("--router.first_byte_timeout_min_ms", "500", "--router.first_byte_timeout_factor", "4")
+            with start_fleet(BUILD_DIR, tmp, workers=1, speedup=1.0, mocker_args=("--max-seqs", "1"),
+                             router_args=args) as f:
+                timeouts = 'kvroute_router_upstream_errors_total{reason="first_byte"}'
+                # Not streamed: the header comes with the whole answer, 300 tokens later.
+                t0 = time.time()
+                r = f.post("/v1/completions", completion("long answer " + uuid.uuid4().hex, max_tokens=300,
+                                                         ignore_eos=True))
+                self.assertEqual(r.status, 200, r.body)
+                self.assertEqual(r.json()["usage"]["completion_tokens"], 300)
+                self.assertGreater(time.time() - t0, 1.0)  # past the floor: the output budget kept it waiting
+                # Chat without an output limit: up to the context, so router.response_timeout_ms.
+                r = f.post("/v1/chat/completions", {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]})
+                self.assertEqual(r.status, 200, r.body)
+                # Streamed, but the engine's one slot is taken: the request waits for
+                # it (the engine queues it), about 2 s, not the floor.
+                hold = socket.create_connection(("127.0.0.1", f.router_port))
+                data = json.dumps(completion("hold " + uuid.uuid4().hex, max_tokens=300, ignore_eos=True,
+                                             stream=True))
+                hold.sendall(f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                             f"Content-Length: {len(data)}\r\n\r\n{data}".encode())
+                self.assertTrue(wait_until(lambda: f.metric("kvroute_router_inflight_requests") == 1, 5))
+                t0 = time.time()
+                r = f.post("/v1/completions", completion("queued " + uuid.uuid4().hex, stream=True))
+                self.assertEqual(r.status, 200, r.body)
+                self.assertGreater(time.time() - t0, 1.0)
+                hold.close()
+                self.assertEqual(f.metric(timeouts), 0)
+                self.assertEqual(f.metric("kvroute_router_retries_total"), 0)
+
+
 class DrainTest(unittest.TestCase):
     def test_sigterm_under_load_drains_and_exits_when_idle(self):
         with tempfile.TemporaryDirectory(prefix="kvroute-drain-") as tmp:

@@ -160,3 +160,26 @@ TEST_CASE("a reused request forgets the previous request's prompt_logprobs") {
   REQUIRE(parse_openai_request(ApiKind::Completions, R"({"model":"m","prompt":"a"})", r, e));
   CHECK_FALSE(r.prompt_logprobs);
 }
+
+TEST_CASE("the output budget, as vLLM reads it") {
+  ParsedRequest r;
+  ApiError e;
+  const auto budget = [&](ApiKind kind, const char* body) {
+    REQUIRE(parse_openai_request(kind, body, r, e));
+    return r.max_tokens;
+  };
+  // A completion: max_tokens, 16 when unset (vLLM's CompletionRequest default).
+  CHECK(budget(ApiKind::Completions, R"({"model":"m","prompt":"x","max_tokens":300})") == 300u);
+  CHECK(budget(ApiKind::Completions, R"({"model":"m","prompt":"x"})") == 16u);
+  // Chat: max_completion_tokens over max_tokens; unset = up to the context.
+  const char* chat_both = R"({"model":"m","messages":[{"role":"user","content":"x"}],"max_tokens":50,"max_completion_tokens":70})";
+  CHECK(budget(ApiKind::ChatCompletions, chat_both) == 70u);
+  CHECK(budget(ApiKind::ChatCompletions, R"({"model":"m","messages":[{"role":"user","content":"x"}],"max_tokens":50})") == 50u);
+  CHECK_FALSE(budget(ApiKind::ChatCompletions, R"({"model":"m","messages":[{"role":"user","content":"x"}]})").has_value());
+  // A completion's max_completion_tokens is not vLLM's: its default stands.
+  CHECK(budget(ApiKind::Completions, R"({"model":"m","prompt":"x","max_completion_tokens":70})") == 16u);
+  // Not a count: left to the engine to refuse (the route does not fail on it).
+  CHECK_FALSE(budget(ApiKind::ChatCompletions, R"({"model":"m","messages":[{"role":"user","content":"x"}],"max_tokens":"9"})").has_value());
+  // An embedding generates nothing.
+  CHECK(budget(ApiKind::Embeddings, R"({"model":"m","input":"x"})") == 0u);
+}

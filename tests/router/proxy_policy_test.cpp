@@ -54,3 +54,28 @@ TEST_CASE("first-byte timeout: a multiple of the predicted TTFT within floor and
   r.first_byte_timeout_min_ms = 90000;  // a floor above the ceiling: the ceiling wins
   CHECK(adaptive_first_byte_timeout(r, 0) == milliseconds(60000));
 }
+
+TEST_CASE("header timeout: an answer not streamed adds its output budget; a full worker gets the ceiling") {
+  RouterConfig r;
+  r.first_byte_timeout_ms = 60000;
+  r.first_byte_timeout_min_ms = 2000;
+  r.first_byte_timeout_factor = 4;
+  r.ttft_prefill_tokens_per_s = 1000;
+  r.decode_tokens_per_s = 10;
+  r.response_timeout_ms = 600000;
+  // Streamed: the adaptive first-byte timeout, whatever the output budget.
+  CHECK(header_timeout(r, {.prefill_tokens = 3000, .streamed = true, .max_tokens = 5000}) == milliseconds(12000));
+  // Not streamed: 4 x (3 s of prefill + 500 tokens at 10/s) = 212 s, over the streamed ceiling.
+  CHECK(header_timeout(r, {.prefill_tokens = 3000, .streamed = false, .max_tokens = 500}) == milliseconds(212000));
+  CHECK(header_timeout(r, {.prefill_tokens = 10, .streamed = false, .max_tokens = 0}) == milliseconds(2000));  // floor
+  CHECK(header_timeout(r, {.prefill_tokens = 10, .streamed = false, .max_tokens = 100000}) == milliseconds(600000));
+  // No budget (chat without a limit: up to the context): the answer's ceiling.
+  CHECK(header_timeout(r, {.prefill_tokens = 10, .streamed = false}) == milliseconds(600000));
+  // A worker with every slot taken queues the request for an unknown time: the ceiling of its kind.
+  CHECK(header_timeout(r, {.prefill_tokens = 10, .streamed = true, .slot_free = false}) == milliseconds(60000));
+  CHECK(header_timeout(r, {.prefill_tokens = 10, .streamed = false, .max_tokens = 2, .slot_free = false}) ==
+        milliseconds(600000));
+  // A response ceiling under the first-byte one never shortens an answer's wait.
+  r.response_timeout_ms = 1000;
+  CHECK(header_timeout(r, {.prefill_tokens = 10, .streamed = false}) == milliseconds(60000));
+}

@@ -49,15 +49,17 @@ def open_stream(port, body):
 
 class OpsFleet(unittest.TestCase):
     router_args = ()
+    mocker_args = ()
     speedup = 20.0
+    config_text = "scheduler:\n  gamma: 0.1\n"
 
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.TemporaryDirectory(prefix="kvroute-ops-")
         cls.config_path = os.path.join(cls.tmp.name, "kvroute.yaml")
         with open(cls.config_path, "w") as f:
-            f.write("scheduler:\n  gamma: 0.1\n")
-        cls.fleet = start_fleet(BUILD_DIR, cls.tmp.name, speedup=cls.speedup,
+            f.write(cls.config_text)
+        cls.fleet = start_fleet(BUILD_DIR, cls.tmp.name, speedup=cls.speedup, mocker_args=cls.mocker_args,
                                 router_args=("--config", cls.config_path, *cls.router_args))
 
     @classmethod
@@ -223,6 +225,67 @@ class BusyQueueTest(OpsFleet):
         self.assertEqual(result["r"].status, 200)
         self.assertLess(time.time() - t0, 5)
         self.assertGreaterEqual(f.metric('kvroute_router_rejected_total{reason="queue_timeout"}'), 1)
+
+
+class NearlyFullFleetQueueTest(OpsFleet):
+    """A router queue with the fleet's slots nearly all taken: the slot test is
+    lifted (a full worker holding the prompt still takes it, its engine queues
+    it), and the request waits in the router's queue only once every slot is
+    taken."""
+    speedup = 1.0  # slow decode: streams stay in flight
+    mocker_args = ("--max-seqs", "2")  # 3 workers x 2 request slots
+    config_text = ("scheduler:\n  gamma: 0.1\n  queue_size: 4\n  queue_timeout_ms: 60000\n"
+                   "  busy_slot_fleet_usage: 0.8\n")
+
+    def test_full_holder_keeps_its_prompt_and_a_full_fleet_queues(self):
+        f = self.fleet
+        prefix = PREFIX + uuid.uuid4().hex
+        holder = self.holder_of(prefix)
+        streams = []
+        try:
+            # Two streams over the prompt fill the holder's slots; three others
+            # take 3 of the other workers' 4 slots (the holder, full, is
+            # skipped while the fleet's share is under 0.8): 5 of 6 taken.
+            for i in range(2):
+                s, _ = open_stream(f.router_port, completion(prefix + f" stream {i}", max_tokens=4000, stream=True))
+                streams.append(s)
+            for i in range(3):
+                s, _ = open_stream(f.router_port, completion(f"other {i} " + uuid.uuid4().hex, max_tokens=4000,
+                                                             stream=True))
+                streams.append(s)
+            self.assertTrue(wait_until(lambda: f.metric("kvroute_router_inflight_requests") == 5, 5))
+            # 5 of 6 is over 0.8: lifted, the full holder takes the prompt's next request.
+            e = self.explain(prefix + " next")
+            self.assertTrue(e["slots_full"], e)
+            self.assertEqual(e["chosen"], holder, e)
+            # The last slot taken: the fleet is busy as a whole, nobody is chosen.
+            s, _ = open_stream(f.router_port, completion("last " + uuid.uuid4().hex, max_tokens=4000, stream=True))
+            streams.append(s)
+            self.assertTrue(wait_until(lambda: f.metric("kvroute_router_inflight_requests") == 6, 5))
+            e = self.explain(prefix + " next")
+            self.assertIsNone(e["chosen"], e)
+            self.assertEqual(e["error"]["error"]["code"], "workers_busy", e)
+            self.assertIn("request slots taken as a whole", e["reason"])
+            # A request now waits in the router's queue until a slot frees. Once
+            # one does (5 of 6 again, lifted), the full holder takes it: its
+            # engine queues it until one of the holder's own streams ends.
+            result = {}
+            th = threading.Thread(target=lambda: result.update(r=f.post("/v1/completions", completion(prefix + " q"))))
+            th.start()
+            self.assertTrue(wait_until(lambda: f.metric("kvroute_router_queued_requests") == 1, 5))
+            streams.pop().close()
+            self.assertTrue(wait_until(lambda: f.metric("kvroute_router_queued_requests") == 0, 5))
+            for s in streams:
+                s.close()
+            th.join(30)
+            self.assertEqual(result["r"].status, 200, result["r"].body)
+            self.assertEqual(int(result["r"].header("x-kvroute-worker")), holder)
+            self.assertGreater(int(result["r"].header("x-kvroute-cached-tokens")), 0)
+            self.assertEqual(f.metric("kvroute_router_retries_total"), 0)
+        finally:
+            for s in streams:
+                s.close()
+        self.assertTrue(wait_until(lambda: f.metric("kvroute_router_inflight_requests") == 0, 20))
 
 
 class ResyncTest(OpsFleet):

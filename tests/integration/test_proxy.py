@@ -263,8 +263,9 @@ class HungWorkerTest(unittest.TestCase):
                     self.assertEqual(r.header("x-kvroute-worker"), "2")
                     self.assertLess(took, 3.0, "held far beyond the adaptive timeout (the ceiling is 60 s)")
                     slow += took >= 0.28
-                # Each request the hung worker got waited ~300 ms (the floor: a short prompt's
-                # predicted TTFT x 4 is below it), then moved on to worker 2.
+                # Each request the hung worker got waited ~800 ms (not streamed: 4 x its
+                # short prefill plus its 2 output tokens at router.decode_tokens_per_s 10,
+                # over the 300 ms floor), then moved on to worker 2.
                 self.assertEqual(f.metric(timeouts), 3)
                 self.assertEqual(slow, 3)
                 # 3 consecutive timeouts eject it (2 s at first): the next requests go straight to worker 2.

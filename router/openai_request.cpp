@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <simdjson.h>
 
 #include "common/json_escape.h"
@@ -126,6 +127,26 @@ size_t json_parser_capacity() { return thread_parser().capacity(); }
 
 namespace {
 
+// The output budget, as vLLM reads it: chat's `max_completion_tokens` over
+// its `max_tokens`, unset = up to the context (nullopt); a completion's
+// `max_tokens` defaults to 16; an embedding generates nothing. Only the
+// proxy's wait for an answer that is not streamed reads it
+// (router/proxy_policy.h); a value that is not a count is left to the engine
+// to refuse.
+std::optional<uint64_t> output_budget(ApiKind kind, dom::object o) {
+  if (kind == ApiKind::Embeddings) return 0;
+  auto count = [&](const char* key) -> std::optional<uint64_t> {
+    if (auto mt = o.at_key(key); !mt.error() && mt.value_unsafe().is_uint64())
+      return mt.value_unsafe().get_uint64().value_unsafe();
+    return std::nullopt;
+  };
+  if (kind == ApiKind::ChatCompletions)
+    if (auto n = count("max_completion_tokens")) return n;
+  if (auto n = count("max_tokens")) return n;
+  if (kind == ApiKind::Completions) return 16;
+  return std::nullopt;
+}
+
 bool parse_request_fields(ApiKind kind, std::string_view body, ParsedRequest& out, ApiError& err) {
   out.reset();
   out.kind = kind;
@@ -187,20 +208,7 @@ bool parse_request_fields(ApiKind kind, std::string_view body, ParsedRequest& ou
     out.n = static_cast<uint32_t>(n.value_unsafe().get_uint64().value_unsafe());
   }
 
-  // The output budget, as vLLM reads it: chat's `max_completion_tokens` over
-  // its `max_tokens`, unset = up to the context; a completion's `max_tokens`
-  // defaults to 16; an embedding generates nothing. Only the proxy's wait
-  // for an answer that is not streamed reads it (router/proxy_policy.h); a
-  // value that is not a count is left to the engine to refuse.
-  auto output_limit = [&](const char* key) {
-    if (auto mt = o.at_key(key); !out.max_tokens && !mt.error() && mt.value_unsafe().is_uint64())
-      out.max_tokens = mt.value_unsafe().get_uint64().value_unsafe();
-  };
-  if (kind == ApiKind::ChatCompletions) output_limit("max_completion_tokens");
-  output_limit("max_tokens");
-  if (kind == ApiKind::Completions && !out.max_tokens) out.max_tokens = 16;
-  if (kind == ApiKind::Embeddings) out.max_tokens = 0;
-
+  out.max_tokens = output_budget(kind, o);
   if (kind == ApiKind::Completions || kind == ApiKind::Embeddings) {
     out.kind = ApiKind::Completions;  // tokenized and routed as a completion prompt
     const char* name = kind == ApiKind::Embeddings ? "input" : "prompt";

@@ -363,18 +363,12 @@ bool WorkerRegistry::decide(std::string_view model, const MatchLayers& match, ui
   return true;
 }
 
-bool WorkerRegistry::slots_full(std::string_view model, const SchedulerConfig& cfg) {
+bool WorkerRegistry::slots_full(std::string_view model, const SchedulerConfig& cfg, double* usage) {
   std::lock_guard lk(mu_);
   end_ejections(clock_.now());  // as decide(): the same workers
   const auto f = rankings_.find(model);
+  if (usage) *usage = f != rankings_.end() ? f->second.slot_usage() : 0.0;
   return f != rankings_.end() && f->second.slots_full(cfg.busy_slot_fleet_usage);
-}
-
-double WorkerRegistry::slot_usage(std::string_view model) {
-  std::lock_guard lk(mu_);
-  end_ejections(clock_.now());  // as slots_full(): the same workers
-  const auto f = rankings_.find(model);
-  return f != rankings_.end() ? f->second.slot_usage() : 0.0;
 }
 
 std::vector<WorkerView> WorkerRegistry::candidates(std::string_view model) const {

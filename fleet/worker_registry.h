@@ -265,11 +265,9 @@ class WorkerRegistry {
   // Whether the healthy workers serving `model` have nearly all their
   // request slots taken (scheduler.busy_slot_fleet_usage, with the band of
   // RankedCandidates::slots_full; false when none serves it). Each call
-  // advances that band's state: call once per decision.
-  bool slots_full(std::string_view model, const SchedulerConfig& cfg);
-  // That share itself (0 when none serves the model): taken / total request
-  // slots of the healthy workers that report slots, drained ones left out.
-  double slot_usage(std::string_view model);
+  // advances that band's state: call once per decision. `usage` (optional):
+  // that share itself (0 when none serves the model), under the same lock.
+  bool slots_full(std::string_view model, const SchedulerConfig& cfg, double* usage = nullptr);
   // The leading blocks of a prompt (`chain`: inflight_chain() of its
   // complete blocks) that each worker serving `model` has in flight from
   // this router: requests sent there and not ended, whose prompts share

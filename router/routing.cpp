@@ -320,7 +320,8 @@ void RoutingService::decide(const Config& cfg, std::string_view model, uint32_t 
   // decide_pd() judges each pool by the configured thresholds.
   SchedulerConfig lifted;
   const SchedulerConfig* fleet = &cfg.scheduler;
-  if (!registry_.has_pd_roles() && registry_.slots_full(model, cfg.scheduler)) {
+  double slot_share = 0;
+  if (!registry_.has_pd_roles() && registry_.slots_full(model, cfg.scheduler, &slot_share)) {
     lifted = without_slot_limit(cfg.scheduler);
     fleet = &lifted;
     // A router queue or reject_when_busy holds or refuses a request when the
@@ -330,7 +331,7 @@ void RoutingService::decide(const Config& cfg, std::string_view model, uint32_t 
     // holder for a free worker recomputes its prompt there, and on a fleet
     // this loaded every such move adds work that only queues more.
     if ((cfg.scheduler.reject_when_busy || cfg.scheduler.queue_size > 0) &&
-        registry_.slot_usage(model) >= cfg.scheduler.busy_slot_usage) {
+        slot_share >= cfg.scheduler.busy_slot_usage) {
       out.slots_full = true;
       out.fail(RouteError::WorkersBusy, RouteErrorDetail{.model = model});
       return;

@@ -146,8 +146,9 @@ class Simulation {
   std::optional<Pick> choose(const SimRequest& r, const std::vector<LocalBlockHash>& hashes, double now,
                              bool serve_busy = false);
   bool waits() const;
-  // Sends request `id` where `pick` says (its arrival time already set).
-  void dispatch(size_t id, const Pick& pick, double now);
+  // Sends request `id` where `pick` says (its arrival time already set);
+  // `hashes`: prompt_hashes(id), as `pick` was chosen on.
+  void dispatch(size_t id, const Pick& pick, std::vector<LocalBlockHash> hashes, double now);
   std::vector<LocalBlockHash> prompt_hashes(size_t id) const;
   // The oracle policy: the candidate whose engine, forked and run ahead with
   // nothing else arriving, gives `r` its first token soonest (ties: the
@@ -370,8 +371,9 @@ bool Simulation::waits() const {
 void Simulation::arrive(size_t id, double now) {
   live_[id].arrival = now;
   clock_.set(at(now));
-  const std::optional<Pick> pick = choose(w_[id], prompt_hashes(id), now);
-  if (pick) return dispatch(id, *pick, now);
+  std::vector<LocalBlockHash> hashes = prompt_hashes(id);
+  const std::optional<Pick> pick = choose(w_[id], hashes, now);
+  if (pick) return dispatch(id, *pick, std::move(hashes), now);
   if (waits() && waiting_.size() < config_.get()->scheduler.queue_size) waiting_.push_back(id);
   else ++rejected_;  // 429 (the queue is full), 503 (every worker busy under reject_when_busy, or drained) or 400 (too large)
 }
@@ -386,17 +388,17 @@ void Simulation::admit_waiting(double now) {
     const size_t id = waiting_.front();
     const bool timed_out = now >= next_queue_deadline();
     const bool serve_busy = timed_out && !config_.get()->scheduler.reject_when_busy;
-    const std::optional<Pick> pick = choose(w_[id], prompt_hashes(id), now, serve_busy);
+    std::vector<LocalBlockHash> hashes = prompt_hashes(id);
+    const std::optional<Pick> pick = choose(w_[id], hashes, now, serve_busy);
     if (!pick && waits() && !timed_out) return;  // every worker is still busy: it keeps its place
     waiting_.pop_front();
-    if (pick) dispatch(id, *pick, now);
+    if (pick) dispatch(id, *pick, std::move(hashes), now);
     else ++rejected_;  // its deadline passed (reject_when_busy), or it cannot be served
   }
 }
 
-void Simulation::dispatch(size_t id, const Pick& pick, double now) {
+void Simulation::dispatch(size_t id, const Pick& pick, std::vector<LocalBlockHash> hashes, double now) {
   const auto& r = w_[id];
-  std::vector<LocalBlockHash> hashes = prompt_hashes(id);
   const uint32_t full = static_cast<uint32_t>(hashes.size());
   const uint32_t w = pick.worker;
   Live& l = live_[id];

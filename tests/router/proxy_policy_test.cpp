@@ -40,12 +40,19 @@ TEST_CASE("worker urls: names, IPv4, bracketed IPv6, base paths; the rest refuse
   CHECK_FALSE(parse_url("http://a:8x", u));
 }
 
-TEST_CASE("first-byte timeout: a multiple of the predicted TTFT within floor and ceiling") {
+// The timeouts both cases below start from: ceiling 60 s, floor 2 s, 4x a
+// prediction at 1,000 prefill tokens/s.
+RouterConfig timeout_config() {
   RouterConfig r;
   r.first_byte_timeout_ms = 60000;
   r.first_byte_timeout_min_ms = 2000;
   r.first_byte_timeout_factor = 4;
   r.ttft_prefill_tokens_per_s = 1000;
+  return r;
+}
+
+TEST_CASE("first-byte timeout: a multiple of the predicted TTFT within floor and ceiling") {
+  RouterConfig r = timeout_config();
   CHECK(estimated_ttft_seconds(r, 3000) == doctest::Approx(3.0));
   CHECK(adaptive_first_byte_timeout(r, estimated_ttft_seconds(r, 3000)) == milliseconds(12000));
   CHECK(adaptive_first_byte_timeout(r, estimated_ttft_seconds(r, 10)) == milliseconds(2000));        // floor
@@ -56,11 +63,7 @@ TEST_CASE("first-byte timeout: a multiple of the predicted TTFT within floor and
 }
 
 TEST_CASE("header timeout: an answer not streamed adds its output budget; a full worker gets the ceiling") {
-  RouterConfig r;
-  r.first_byte_timeout_ms = 60000;
-  r.first_byte_timeout_min_ms = 2000;
-  r.first_byte_timeout_factor = 4;
-  r.ttft_prefill_tokens_per_s = 1000;
+  RouterConfig r = timeout_config();
   r.decode_tokens_per_s = 10;
   r.response_timeout_ms = 600000;
   // Streamed: the adaptive first-byte timeout, whatever the output budget.
@@ -70,12 +73,12 @@ TEST_CASE("header timeout: an answer not streamed adds its output budget; a full
   CHECK(header_timeout(r, {.prefill_tokens = 10, .streamed = false, .max_tokens = 0}) == milliseconds(2000));  // floor
   CHECK(header_timeout(r, {.prefill_tokens = 10, .streamed = false, .max_tokens = 100000}) == milliseconds(600000));
   // No budget (chat without a limit: up to the context): the answer's ceiling.
-  CHECK(header_timeout(r, {.prefill_tokens = 10, .streamed = false}) == milliseconds(600000));
+  CHECK(header_timeout(r, {.prefill_tokens = 10, .streamed = false, .max_tokens = std::nullopt}) == milliseconds(600000));
   // A worker with every slot taken queues the request for an unknown time: the ceiling of its kind.
-  CHECK(header_timeout(r, {.prefill_tokens = 10, .streamed = true, .slot_free = false}) == milliseconds(60000));
+  CHECK(header_timeout(r, {.prefill_tokens = 10, .streamed = true, .max_tokens = std::nullopt, .slot_free = false}) == milliseconds(60000));
   CHECK(header_timeout(r, {.prefill_tokens = 10, .streamed = false, .max_tokens = 2, .slot_free = false}) ==
         milliseconds(600000));
   // A response ceiling under the first-byte one never shortens an answer's wait.
   r.response_timeout_ms = 1000;
-  CHECK(header_timeout(r, {.prefill_tokens = 10, .streamed = false}) == milliseconds(60000));
+  CHECK(header_timeout(r, {.prefill_tokens = 10, .streamed = false, .max_tokens = std::nullopt}) == milliseconds(60000));
 }

@@ -693,7 +693,7 @@ PolicyResult Simulation::results() const {
   for (size_t i = 0; i < live_.size(); ++i)
     if (live_[i].first >= 0)
       res.requests.push_back({i, live_[i].arrival, live_[i].first - live_[i].arrival, live_[i].worker,
-                              live_[i].cached, live_[i].blocks});
+                              live_[i].cached, live_[i].blocks, w_[i].session});
   res.ttft_mape = registry_.ttft_stats().mape();
   res.cache_gap = best_cached_ ? 1.0 - double(chosen_cached_) / double(best_cached_) : 0;
   res.throughput_tok_s = end_time_ > 0 ? double(out_tokens_) / (end_time_ / 1000.0) : 0;

@@ -99,6 +99,7 @@ struct PolicyResult {
     size_t index = 0;  // in the workload
     double arrival_ms = 0, ttft_ms = 0;
     uint32_t worker = 0, cached_tokens = 0, blocks = 0;
+    uint64_t session = 0;  // the workload's conversation id (0 = none)
   };
   std::vector<Request> requests;
 };

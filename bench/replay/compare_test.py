@@ -3,7 +3,7 @@
 - its reading of the mockers' first-token log lines (matched by worker and prompt length, an ambiguous
   match left out), against a line a real kvroute-mocker writes with --log-level debug;
 - kvroute-sim --requests-out: one line per completed request, whose TTFTs and cached tokens give the
-  p50 and the hit rate kvroute-sim prints.
+  p50 and the hit rate kvroute-sim prints, and whose session names the request's conversation.
 
 python3 compare_test.py --build-dir BUILD
 """
@@ -131,6 +131,16 @@ def test_sim_requests_out(tmp, build):
     hit = sum(min(r["cached"] // 512, r["blocks"]) for r in rows) / sum(r["blocks"] for r in rows)
     check(abs(hit - res["hit_rate"]) <= 1e-4, "its cached tokens give the printed hit rate (%s vs %s)" % (hit, res["hit_rate"]))
     check(all(0 <= r["worker"] < 4 for r in rows), "workers are the engines 0..3")
+    check(all(r["session"] == 0 for r in rows), "the trace's requests belong to no session")
+    # A generated workload names each request's conversation: a session's turns grow its prompt.
+    p = subprocess.run([os.path.join(build, "sim", "kvroute-sim"), "--workload", "agentic", "--requests", "300",
+                        "--policies", "kvroute", "--workers", "4", "--requests-out", path],
+                       capture_output=True, text=True, check=True)
+    turns = {}
+    for r in sorted((json.loads(l) for l in open(path)), key=lambda r: r["arrival_ms"]):
+        turns.setdefault(r["session"], []).append(r["blocks"])
+    check(0 not in turns and 1 < len(turns) < 300, "agentic requests carry their session (%d sessions)" % len(turns))
+    check(all(b == sorted(b) for b in turns.values()), "a session's prompts grow turn by turn")
 
 
 def main():

@@ -204,6 +204,14 @@ struct SchedulerConfig {
   // up again. It counts with the worker's active KV in the cost's KV-load
   // term only (not in busy_kv_usage). 0 = off.
   double parked_kv_seconds = 10;
+  // A request placed on a worker whose request slots are all taken (the
+  // router's predicted load) waits for a running request to finish before
+  // its prefill starts. The cost prices that wait as this many tokens of the
+  // worker's queue per request waiting for a slot there, this one included
+  // (WorkerRegistry: slot_wait_tokens; scheduler/README.md "Cost"); the queue
+  // is priced as ever (pending_prefill_weight, the excess in full). 0 = off,
+  // the default: config/README.md gives the held-out trade that kept it off.
+  double slot_wait_tokens = 0;
   // Busy thresholds: a worker at or over any of them is skipped.
   double busy_kv_usage = 1.0;           // kv_active / kv_total
   double busy_slot_usage = 1.0;         // active / total request slots

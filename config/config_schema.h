@@ -262,6 +262,11 @@ void for_each_key(C& c, F&& f) {
             "until they fade or a request takes them up again (0 = off).",
             0, 3600, !S, R},
     c.scheduler.parked_kv_seconds);
+  f(KeyInfo{"scheduler.slot_wait_tokens",
+            "Tokens of queue the cost adds on a worker with every request slot taken, per request waiting there "
+            "for a slot (this one included): the wait for a running request to finish (0 = off).",
+            0, 1e6, !S, R},
+    c.scheduler.slot_wait_tokens);
   f(KeyInfo{"scheduler.busy_kv_usage", "Skip workers whose KV usage is at or above this (0 would skip every worker).", 0.01, 1, !S, R},
     c.scheduler.busy_kv_usage);
   f(KeyInfo{"scheduler.busy_slot_usage", "Skip workers whose request-slot usage is at or above this (0 would skip every worker).", 0.01, 1, !S, R},

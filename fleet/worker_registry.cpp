@@ -234,6 +234,14 @@ void WorkerRegistry::set_parked_kv_seconds(double seconds) {
   for (auto& [id, e] : workers_) sync(id, e, now);
 }
 
+void WorkerRegistry::set_slot_wait_tokens(double tokens) {
+  std::lock_guard lk(mu_);
+  if (tokens == slot_wait_tokens_) return;
+  slot_wait_tokens_ = tokens;
+  const TimePoint now = clock_.now();
+  for (auto& [id, e] : workers_) sync(id, e, now);  // every ranking key prices it
+}
+
 void WorkerRegistry::set_health_policy(const HealthPolicy& p) {
   std::lock_guard lk(mu_);
   policy_ = p;
@@ -254,6 +262,7 @@ void WorkerRegistry::view(const Entry& e, WorkerView& v, TimePoint now) const {
   v.inflight_requests = e.inflight_requests + e.remote_requests;  // remote_*: other replicas
   v.inflight_blocks = e.inflight_blocks + e.remote_blocks;
   v.pending_prefill_tokens = e.pending_prefill_tokens + e.remote_prefill_tokens;
+  v.slot_wait_tokens = slot_wait(predicted(e));
   v.remote_requests = e.remote_requests;
   v.remote_blocks = e.remote_blocks;
   v.remote_prefill_tokens = e.remote_prefill_tokens;
@@ -285,6 +294,12 @@ WorkerLoad WorkerRegistry::predicted(const Entry& e) {
 
 uint64_t WorkerRegistry::pending_prefill(const Entry& e) {
   return e.pending_prefill_tokens + e.remote_prefill_tokens;  // as view() reports it
+}
+
+uint64_t WorkerRegistry::slot_wait(const WorkerLoad& predicted) const {
+  const uint32_t total = predicted.request_total_slots;
+  if (slot_wait_tokens_ <= 0 || total == 0 || predicted.request_active_slots < total) return 0;
+  return static_cast<uint64_t>(slot_wait_tokens_ * (predicted.request_active_slots + 1 - total));
 }
 
 double WorkerRegistry::parked_room(const Entry& e, double parked, double beside) {
@@ -322,7 +337,8 @@ void WorkerRegistry::sync(WorkerId id, Entry& e, TimePoint now) {
   }
   if (h == HealthState::Ejected) ejections_.emplace(e.ejected_until, id);
   if (!in) return;
-  const CandidateState st{predicted(e), pending_prefill(e), e.draining, parked_total(e)};
+  const WorkerLoad load = predicted(e);
+  const CandidateState st{load, pending_prefill(e), e.draining, parked_total(e), slot_wait(load)};
   auto put = [&](const std::string& name) {
     if (name.empty()) return;
     auto f = rankings_.find(name);

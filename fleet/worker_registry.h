@@ -113,6 +113,8 @@ struct WorkerView {
   uint32_t inflight_requests = 0;
   uint64_t inflight_blocks = 0;
   uint64_t pending_prefill_tokens = 0;  // in-flight requests not yet answered with a first byte
+  // The wait for a request slot as tokens of queue (set_slot_wait_tokens()).
+  uint64_t slot_wait_tokens = 0;
   bool draining = false;
   HealthState health = HealthState::Ok;
   uint32_t consecutive_failures = 0;
@@ -205,6 +207,12 @@ class WorkerRegistry {
   // context goes where it displaces the least of what is expected back.
   // 0 turns it off and clears it.
   void set_parked_kv_seconds(double seconds);
+  // Slot waits (config scheduler.slot_wait_tokens): on a worker whose
+  // request slots are all taken (predicted load), a request waits for a
+  // running one to finish before its prefill starts; `tokens` per request
+  // beyond the slots, the next one included, join the queue the cost prices
+  // there (WorkerView/Candidate::slot_wait_tokens). 0 = off.
+  void set_slot_wait_tokens(double tokens);
   // Failures observed by signal, since start (for metrics).
   std::array<uint64_t, kNumHealthSignals> failure_counts() const;
   // Marks a worker as draining: it gets no new requests, in-flight ones finish.
@@ -433,6 +441,8 @@ class WorkerRegistry {
   uint64_t count_chain(WorkerId id, InflightKv& kv);
   static void total_inflight_kv(Entry& e);  // sets inflight_blocks from its parts
   static uint64_t pending_prefill(const Entry& e);  // this router's + other replicas' (view())
+  // The slot wait (set_slot_wait_tokens()) of a worker with this predicted load.
+  uint64_t slot_wait(const WorkerLoad& predicted) const;
   // Fades the entry's parked KV (its own and the other replicas') to `now`.
   void fade_parked(Entry& e, TimePoint now) const;
   static double parked_total(const Entry& e) { return e.parked_blocks + e.remote_parked_blocks; }
@@ -493,6 +503,7 @@ class WorkerRegistry {
   std::set<std::pair<TimePoint, WorkerId>> ejections_;     // ejected workers by end of ejection
   HealthPolicy policy_;
   double parked_kv_seconds_ = 0;  // set_parked_kv_seconds(); 0 = no parked KV
+  double slot_wait_tokens_ = 0;   // set_slot_wait_tokens(); 0 = off
   std::array<uint64_t, kNumHealthSignals> failures_by_signal_{};
   // LoRA adapter names of every worker with the base model of the first
   // worker serving each (by id), sorted by name; rebuilt on membership changes.

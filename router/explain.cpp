@@ -71,12 +71,20 @@ std::string costlier_because(const RouteResult& r, size_t i, size_t chosen, cons
   if (parts[k] <= 0) return "no single term";
   switch (k) {
     case 0: return fmt::format("higher KV usage ({} % against {} %)", pct(s.load_ratio), pct(s0.load_ratio));
-    case 1:
-      if (s.cached_tokens != s0.cached_tokens)
+    case 1: {
+      // The prefill term is the new tokens plus the queue as priced: name the larger difference.
+      const double more_new = s0.cached_tokens - s.cached_tokens;
+      const double more_queued = (s.prefill_ratio - s0.prefill_ratio) * std::max<uint32_t>(r.isl_tokens, 1) - more_new;
+      if (s.cached_tokens != s0.cached_tokens && more_new >= more_queued)
         return fmt::format("more to prefill ({:.0f} prompt tokens cached against {:.0f})", s.cached_tokens,
                            s0.cached_tokens);
+      if (c.slot_wait_tokens > c0.slot_wait_tokens)
+        return fmt::format("every request slot taken ({} of {}: a wait priced as {} tokens of queue against {})",
+                           c.load.request_active_slots, c.load.request_total_slots, c.slot_wait_tokens,
+                           c0.slot_wait_tokens);
       return fmt::format("more prefill already in flight ({} pending tokens against {})", c.pending_prefill_tokens,
                          c0.pending_prefill_tokens);
+    }
     case 2:
       return fmt::format("more busy request slots ({} of {} against {} of {})", c.load.request_active_slots,
                          c.load.request_total_slots, c0.load.request_active_slots, c0.load.request_total_slots);
@@ -237,13 +245,13 @@ std::string candidate_json(const RouteResult& r, size_t i, int rank, const std::
     dp_rank = "null";
   return fmt::format(
       R"({{"worker_id":{},"url":"{}","role":"{}","dp_rank":{},"overlap_blocks":{},"overlap_by_tier":{{"device":{},"host_pinned":{},"disk":{},"external":{},"pool":{}}},)"
-      R"("cached_tokens":{},"reported_load":{},"predicted_load":{},"pending_prefill_tokens":{},"parked_blocks":{},"excluded":{},"rank":{},)"
+      R"("cached_tokens":{},"reported_load":{},"predicted_load":{},"pending_prefill_tokens":{},"slot_wait_tokens":{},"parked_blocks":{},"excluded":{},"rank":{},)"
       R"("terms":{{"load_ratio":{},"load_deviation":{},"prefill_ratio":{},"slot_ratio":{},"queue_ratio":{}}},"cost":{},"reason":"{}",)"
       R"("predicted_ttft_ms":{}}})",
       c.owner.worker.value, i < r.workers.size() ? json_escape(r.workers[i].info->url) : "",
       to_string(i < r.workers.size() ? r.workers[i].info->role : c.role), dp_rank, c.overlap_blocks, t[0], t[1], t[2], t[3], pool_blocks(t), num(s.cached_tokens),
       i < r.workers.size() ? load_json(r.workers[i].info->load) : "null", load_json(c.load),
-      c.pending_prefill_tokens, std::llround(c.parked_blocks),
+      c.pending_prefill_tokens, c.slot_wait_tokens, std::llround(c.parked_blocks),
       s.excluded == Exclusion::None ? std::string("null") : fmt::format("\"{}\"", to_string(s.excluded)),
       rank < 0 ? std::string("null") : std::to_string(rank + 1), num(s.load_ratio), num(s.load_deviation),
       num(s.prefill_ratio), num(s.slot_ratio), num(s.queue_ratio),

@@ -420,6 +420,7 @@ bool RoutingService::decide_ranked(const Config& cfg, const SchedulerConfig& fle
     c.overlap_by_tier = p.overlap_by_tier;
     c.inflight_prefix_tokens = uint64_t{p.inflight_blocks} * block_size;
     c.pending_prefill_tokens = p.state.pending_prefill_tokens;
+    c.slot_wait_tokens = p.state.slot_wait_tokens;
     c.draining = p.state.draining;
     c.parked_blocks = p.state.parked_blocks;
     c.pending_prefill_requests = out.workers[i].pending_prefill_requests;  // as decide_all()
@@ -482,6 +483,7 @@ void RoutingService::decide_all(const Config& cfg, const SchedulerConfig& fleet,
     c.owner.worker = w.info->id;
     c.load = w.predicted;
     c.pending_prefill_tokens = w.pending_prefill_tokens;
+    c.slot_wait_tokens = w.slot_wait_tokens;
     c.draining = w.draining;
     // A request with no prompt allocates no KV and evicts nothing parked there.
     c.parked_blocks = isl_tokens ? w.parked_blocks : 0;

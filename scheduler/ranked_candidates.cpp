@@ -123,7 +123,7 @@ double RankedCandidates::key_of(const Slot& s, int a) const {
   const double queue =
       max_waiting_ > 0 ? static_cast<double>(s.st.load.num_requests_waiting) / max_waiting_ : 0.0;
   return params_.alpha[a] * s.load_ratio + params_.gamma * s.slot_ratio + params_.delta * queue +
-         (1 - params_.alpha[a]) * params_.ppw * static_cast<double>(s.st.pending_prefill_tokens) / isl_ref_;
+         (1 - params_.alpha[a]) * params_.ppw * static_cast<double>(s.st.queued_tokens()) / isl_ref_;
 }
 
 void RankedCandidates::add_waiting(uint32_t w) {
@@ -153,7 +153,7 @@ void RankedCandidates::add_eligible(uint32_t slot) {
   ++eligible_;
   sum_lr_ += s.load_ratio;
   sum_lr2_ += s.load_ratio * s.load_ratio;
-  pending_max_ = std::max(pending_max_, s.st.pending_prefill_tokens);
+  pending_max_ = std::max(pending_max_, s.st.queued_tokens());
   for (int a = 0; a < 2; ++a) s.at[a] = order_[a].insert(Key{key_of(s, a), slot}).first;
   add_waiting(s.st.load.num_requests_waiting);
 }
@@ -195,7 +195,7 @@ void RankedCandidates::rebuild() {
     if (!s.eligible) continue;
     ++eligible_;
     ++waiting_[s.st.load.num_requests_waiting];
-    pending_max_ = std::max(pending_max_, s.st.pending_prefill_tokens);
+    pending_max_ = std::max(pending_max_, s.st.queued_tokens());
   }
   max_waiting_ = waiting_.empty() ? 0 : waiting_.rbegin()->first;
   keys_stale_ = false;
@@ -512,7 +512,7 @@ class RankedCandidates::Pass {
   // The prefill term's ratio at `cached` tokens, `own` of the worker's
   // pending being the prompt's own prefix (schedule()'s formula).
   double prefill_ratio(const Slot& w, double cached, double own) const {
-    return (isl_tokens_ - cached + priced_pending(static_cast<double>(w.st.pending_prefill_tokens), own, cached, cfg_)) /
+    return (isl_tokens_ - cached + priced_pending(static_cast<double>(w.st.queued_tokens()), own, cached, cfg_)) /
            isl_;
   }
   // The in-flight prefix (tokens) of the overlap `source` names: a listed

@@ -4,7 +4,8 @@
 //
 // The cost (scheduler.h, ranking_cost) splits into
 //   load part    = alpha·load_ratio_w + gamma·slot_ratio_w + delta·queue_ratio_w   (request-independent)
-//   pending term = (1 - alpha)·priced_pending(pending_w, own_w, cached_w) / isl
+//   pending term = (1 - alpha)·priced_pending(pending_w, own_w, cached_w) / isl, pending_w the
+//                  worker's queue as the cost prices it (CandidateState::queued_tokens())
 //                = (1 - alpha)·(pending_prefill_weight·pending_w + excess_w) / isl, where
 //                  excess_w >= 0 (scheduler.h: the queue past what the request saves there, in
 //                  full) depends on the request
@@ -68,6 +69,9 @@ struct CandidateState {
   uint64_t pending_prefill_tokens = 0;
   bool draining = false;
   double parked_blocks = 0;  // KV the router expects back (Candidate::parked_blocks)
+  uint64_t slot_wait_tokens = 0;  // Candidate::slot_wait_tokens
+  // The queue ahead of a request as the cost prices it (priced_pending()).
+  uint64_t queued_tokens() const { return pending_prefill_tokens + slot_wait_tokens; }
 };
 
 // One ranked worker of a fast decision, with every term (as WorkerScore).

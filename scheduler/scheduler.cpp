@@ -148,7 +148,7 @@ void schedule(const std::vector<Candidate>& candidates, uint32_t isl_tokens, uin
         cached_prefix_tokens(tier_weighted_blocks(c.overlap_blocks, c.overlap_by_tier, cfg), isl_tokens, block_size);
     const double new_tokens = isl_tokens - s.cached_tokens;
     s.load_deviation = s.load_ratio - d.load_mean;
-    s.prefill_ratio = (new_tokens + priced_pending(static_cast<double>(c.pending_prefill_tokens),
+    s.prefill_ratio = (new_tokens + priced_pending(static_cast<double>(c.pending_prefill_tokens + c.slot_wait_tokens),
                                                    static_cast<double>(c.inflight_prefix_tokens), s.cached_tokens, cfg)) /
                       isl;
     s.slot_ratio = ratio(c.load.request_active_slots, c.load.request_total_slots);

@@ -27,6 +27,10 @@ struct Candidate {
   uint64_t pending_prefill_tokens = 0;  // router's in-flight prefill on this worker
   // Of it, this request's own prompt prefix (OwnerOverlap::inflight_blocks, in tokens).
   uint64_t inflight_prefix_tokens = 0;
+  // The wait for a request slot, as tokens of queue (scheduler.slot_wait_tokens
+  // per request beyond the worker's slots, this one included; WorkerRegistry).
+  // Priced with pending_prefill_tokens in priced_pending().
+  uint64_t slot_wait_tokens = 0;
   bool draining = false;                // an operator asked for no new requests
   // KV blocks the router expects back on this worker: prompts it answered
   // there, fading (scheduler.parked_kv_seconds; WorkerRegistry). Priced

@@ -92,6 +92,7 @@ class PdSimulation {
         registry_(clock_), config_(pd_config(o.sim)), routing_(index_, registry_, config_, random_), dynamo_(n_),
         tracked_(n_), scraped_(n_), link_free_(n_, 0.0), live_(w.size()) {
     registry_.set_parked_kv_seconds(config_.get()->scheduler.parked_kv_seconds);  // as the daemon's KnownWorkers
+    registry_.set_slot_wait_tokens(config_.get()->scheduler.slot_wait_tokens);
     ec_ = engine_config(o.sim);
     bytes_ = kv_bytes_per_token(o);
     for (uint32_t i = 0; i < n_; ++i) {

@@ -106,6 +106,7 @@ class Simulation {
         config_(policy_config(o, policy, scheduler)), routing_(index_, registry_, config_, random_),
         dynamo_(o.workers), live_(w.size()), per_worker_(o.workers, 0) {
     registry_.set_parked_kv_seconds(config_.get()->scheduler.parked_kv_seconds);  // as the daemon's KnownWorkers
+    registry_.set_slot_wait_tokens(config_.get()->scheduler.slot_wait_tokens);
     for (uint32_t i = 0; i < o.workers; ++i) {
       mocker::EngineConfig ec = engine_config(o);
       ec.owner = CacheOwner{WorkerId{i}, 0};

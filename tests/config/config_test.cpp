@@ -75,6 +75,19 @@ TEST_CASE("scheduler.parked_kv_seconds: a time constant in seconds, 0 (off) to a
   }
 }
 
+TEST_CASE("scheduler.slot_wait_tokens: tokens of queue per request waiting for a slot, 0 (off) to a million") {
+  Config c;
+  CHECK(c.scheduler.slot_wait_tokens == doctest::Approx(0));  // off by default (config/README.md)
+  REQUIRE_FALSE(apply_yaml(c, "scheduler:\n  slot_wait_tokens: 3000\n").has_value());
+  CHECK(c.scheduler.slot_wait_tokens == doctest::Approx(3000));
+  for (const char* bad : {"-1", "1000001", "many"}) {
+    auto e = apply_yaml(c, std::string("scheduler:\n  slot_wait_tokens: ") + bad + "\n");
+    REQUIRE(e.has_value());
+    CHECK(e->find("scheduler.slot_wait_tokens") != std::string::npos);
+    CHECK(c.scheduler.slot_wait_tokens == doctest::Approx(3000));  // nothing applied
+  }
+}
+
 TEST_CASE("scheduler.inflight_prefix_weight, _load and _spread: a value 0-1, from a mean KV load 0.01-1, a share 0-1") {
   Config c;
   CHECK(c.scheduler.inflight_prefix_weight == doctest::Approx(1));  // the defaults, tuned (config/README.md)

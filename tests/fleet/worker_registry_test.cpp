@@ -215,6 +215,43 @@ TEST_CASE("in-flight requests raise predicted load until released") {
   CHECK(r.size() == 0);
 }
 
+TEST_CASE("slot waits: a worker with every request slot taken adds the wait for one to its queue") {
+  ManualClock clock;
+  WorkerRegistry r(clock);
+  r.on_heartbeat(ann(1, "m", 10));  // all 10 of its slots taken
+  r.on_heartbeat(ann(2, "m", 9));
+  auto wait_of = [&](uint64_t id) {
+    for (const auto& v : r.candidates("m"))
+      if (v.info->id == WorkerId{id}) return v.slot_wait_tokens;
+    FAIL("no worker " << id);
+    return uint64_t{0};
+  };
+  CHECK(wait_of(1) == 0);  // not set (KnownWorkers sets the config's): off
+  r.set_slot_wait_tokens(3000);
+  CHECK(wait_of(1) == 3000);  // the next request waits for one running request to finish
+  CHECK(wait_of(2) == 0);     // a slot is free
+  std::vector<std::unique_ptr<InflightGuard>> sent;
+  for (int i = 0; i < 12; ++i) sent.push_back(std::make_unique<InflightGuard>(r, WorkerId{1}, 1, 100));
+  CHECK(wait_of(1) == 3 * 3000);  // predicted 12 of 10: two wait for a slot, the next is the third
+  // The fast path's ranking prices the same queue (CandidateState::slot_wait_tokens).
+  SchedulerConfig cfg = without_slot_limit(SchedulerConfig{});  // the slot test lifted: full workers ranked
+  SeededRandom rnd(1);
+  RankedDecision out;
+  std::vector<WorkerView> views;
+  REQUIRE(r.decide("m", MatchLayers{}, 1000, 16, cfg, rnd, 2, out, views));
+  REQUIRE(out.ranked.size() == 2);
+  CHECK(out.ranked[0].worker == WorkerId{2});
+  CHECK(out.ranked[1].state.slot_wait_tokens == 3 * 3000);
+  CHECK(out.ranked[1].state.pending_prefill_tokens == 12 * 100);  // the prefill queue apart
+  sent.clear();
+  CHECK(wait_of(1) == 3000);  // back to the reported load
+  r.on_load_report(WorkerId{1}, ann(1, "m", 9).load);
+  CHECK(wait_of(1) == 0);
+  r.set_slot_wait_tokens(0);
+  r.on_load_report(WorkerId{1}, ann(1, "m", 10).load);
+  CHECK(wait_of(1) == 0);  // off
+}
+
 TEST_CASE("parked KV: answered prompts count until they fade or a request takes them up again") {
   ManualClock clock;
   WorkerRegistry r(clock);

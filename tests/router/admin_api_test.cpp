@@ -158,6 +158,28 @@ TEST_CASE("explain says in words why a worker was chosen and why a better-cached
   CHECK(has(json, R"("tie":[])"));
 }
 
+TEST_CASE("explain names the wait for a request slot on a full worker") {
+  const SchedulerConfig cfg = without_slot_limit(SchedulerConfig{});  // a nearly full fleet: full workers ranked
+  // Worker 1 holds half the prompt but has all 16 slots taken and 2 more
+  // requests waiting for one (the registry prices 3 x 3,000 tokens); worker 2
+  // holds nothing and has a slot free.
+  Candidate full = cand(1, 7, 100), free = cand(2, 0, 100);
+  full.load.request_active_slots = 18;
+  full.slot_wait_tokens = 9000;
+  full.pending_prefill_tokens = 100;
+  free.load.request_active_slots = 15;
+  auto r = decide({full, free}, 14, cfg);
+  REQUIRE(r.decision.chosen);
+  CHECK(r.candidates[*r.decision.chosen].owner.worker == WorkerId{2});
+  const auto text = explain_text(r, cfg, 16);
+  CHECK_MESSAGE(has(text.per_worker[0], "every request slot taken (18 of 16: a wait priced as 9000 tokens of queue "
+                                        "against 0)"),
+                text.per_worker[0]);
+  const auto json = explain_json(r, "m", 16, cfg);
+  CHECK_MESSAGE(has(json, R"("pending_prefill_tokens":100,"slot_wait_tokens":9000,)"), json);
+  CHECK(has(json, R"("pending_prefill_tokens":0,"slot_wait_tokens":0,)"));
+}
+
 TEST_CASE("explain states a tie and that the order among equal costs is random") {
   SchedulerConfig cfg;
   auto r = decide({cand(1, 3, 100), cand(2, 3, 100), cand(3, 3, 100)}, 8, cfg);

@@ -39,6 +39,9 @@ CandidateState random_state(std::mt19937_64& rng, bool ties) {
   // Parked KV on a third of the workers, from the draws above (another draw
   // would change every fleet after it).
   s.parked_blocks = s.load.request_active_slots % 3 == 1 ? static_cast<double>(s.load.kv_active_blocks) / 2 + 7.5 : 0;
+  // A worker over its slots waits for them as the registry prices it (3,000 tokens a request).
+  const uint32_t total = s.load.request_total_slots, active = s.load.request_active_slots;
+  s.slot_wait_tokens = total && active >= total ? 3000ull * (active + 1 - total) : 0;
   return s;
 }
 
@@ -131,6 +134,7 @@ Decision reference(const Case& c, uint64_t seed, std::vector<Candidate>& cands) 
     x.owner.worker = id;
     x.load = st.load;
     x.pending_prefill_tokens = st.pending_prefill_tokens;
+    x.slot_wait_tokens = st.slot_wait_tokens;
     x.parked_blocks = st.parked_blocks;
     x.draining = st.draining;
     for (const auto& o : c.owners) {

@@ -261,6 +261,35 @@ TEST_CASE("pending prefill past what the request saves on a worker counts in ful
   CHECK(cs[*d.chosen].owner.worker == WorkerId{1});
 }
 
+TEST_CASE("a wait for a request slot is priced as queue on the worker (slot_wait_tokens)") {
+  // Pending weight 0.2, the excess past 4096 + 3 x cached in full; the slot test
+  // lifted (a nearly full fleet), or a full worker would not be ranked at all.
+  const SchedulerConfig cfg = without_slot_limit(SchedulerConfig{});
+  SeededRandom rnd(1);
+  // A 4,000-token prompt, half of it cached on the holder, whose 100 slots are
+  // all taken with 4 more requests sent there (the registry's predicted load):
+  // this one would be the fifth to wait for a running request to finish. The
+  // other worker has 10 slots free and nothing cached.
+  Candidate holder = cand(1, 125, 100, 1000, 104, 100), free = cand(2, 0, 100, 1000, 90, 100);
+  std::vector<Candidate> cs = {holder, free};
+  Decision d = schedule(cs, 4000, 16, cfg, rnd);  // no wait priced: the cache wins
+  CHECK(d.scores[0].prefill_ratio == doctest::Approx(2000 / 4000.0));
+  CHECK(cs[*d.chosen].owner.worker == WorkerId{1});
+  // Priced (WorkerRegistry: 3,000 tokens x 5 requests for a slot): 0.2 x 15,000 +
+  // 0.8 x (15,000 - 10,096 tolerated) against a 4,000-token recompute.
+  cs[0].slot_wait_tokens = 15000;
+  d = schedule(cs, 4000, 16, cfg, rnd);
+  CHECK(d.scores[0].prefill_ratio == doctest::Approx((2000 + 3000 + 0.8 * (15000 - 10096)) / 4000.0));
+  CHECK(cs[*d.chosen].owner.worker == WorkerId{2});
+  // It joins the worker's pending prefill in one queue: the same cost as that much pending.
+  cs[0].slot_wait_tokens = 5000;
+  cs[0].pending_prefill_tokens = 10000;
+  const double both = schedule(cs, 4000, 16, cfg, rnd).scores[0].cost;
+  cs[0].slot_wait_tokens = 0;
+  cs[0].pending_prefill_tokens = 15000;
+  CHECK(schedule(cs, 4000, 16, cfg, rnd).scores[0].cost == doctest::Approx(both));
+}
+
 TEST_CASE("softmax sampling: temperature 0 is argmin; T > 0 follows exp(-cost/T), seeded") {
   SchedulerConfig cfg;
   std::vector<Candidate> cs = {cand(1, 0, 100), cand(2, 5, 100)};  // costs 0.7 and 0.35

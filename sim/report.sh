@@ -9,7 +9,7 @@
 #   README_ONLY=1 bash sim/report.sh   rebuilds docs/sim/README.md from the files already there
 #                                      (after editing sim/report_notes.md)
 #   TUNE_FROM=FILE bash sim/report.sh  takes docs/sim/tune.txt from FILE, the output of
-#                                      `kvroute-sim tune --workers 8 --seed 1` run apart (about 8 minutes
+#                                      `kvroute-sim tune --workers 8 --seed 1` run apart (about 30 minutes
 #                                      on 2 cores), instead of running the tune again
 set -euo pipefail
 cd "$(dirname "$0")/.."

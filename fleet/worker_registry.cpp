@@ -262,7 +262,6 @@ void WorkerRegistry::view(const Entry& e, WorkerView& v, TimePoint now) const {
   v.inflight_requests = e.inflight_requests + e.remote_requests;  // remote_*: other replicas
   v.inflight_blocks = e.inflight_blocks + e.remote_blocks;
   v.pending_prefill_tokens = e.pending_prefill_tokens + e.remote_prefill_tokens;
-  v.slot_wait_tokens = slot_wait(predicted(e));
   v.remote_requests = e.remote_requests;
   v.remote_blocks = e.remote_blocks;
   v.remote_prefill_tokens = e.remote_prefill_tokens;
@@ -276,6 +275,7 @@ void WorkerRegistry::view(const Entry& e, WorkerView& v, TimePoint now) const {
   v.parked_blocks = parked_total(e);  // as the rankings have it (sync()): the reference scorer prices the same
   v.remote_parked_blocks = e.remote_parked_blocks;
   v.predicted = predicted(e);
+  v.slot_wait_tokens = slot_wait(v.predicted);
 }
 
 WorkerLoad WorkerRegistry::predicted(const Entry& e) {

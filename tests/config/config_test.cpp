@@ -3,7 +3,9 @@
 #include <doctest/doctest.h>
 
 #include <fstream>
+#include <initializer_list>
 #include <sstream>
+#include <string>
 
 using namespace kvroute;
 
@@ -62,30 +64,32 @@ TEST_CASE("scheduler.inflight_kv takes one of its three values; the key it repla
   CHECK(e->find("replaced by scheduler.inflight_kv") != std::string::npos);
 }
 
-TEST_CASE("scheduler.parked_kv_seconds: a time constant in seconds, 0 (off) to an hour") {
+namespace {
+// scheduler.<name>: `fallback` by default, `good` applied, and each of `bad`
+// refused with an error naming the key, leaving `good` in place.
+void check_scheduler_number(const std::string& name, double SchedulerConfig::*field, double fallback, double good,
+                            std::initializer_list<const char*> bad) {
   Config c;
-  CHECK(c.scheduler.parked_kv_seconds == doctest::Approx(10));  // the default, tuned (config/README.md)
-  REQUIRE_FALSE(apply_yaml(c, "scheduler:\n  parked_kv_seconds: 45\n").has_value());
-  CHECK(c.scheduler.parked_kv_seconds == doctest::Approx(45));
-  for (const char* bad : {"-1", "3601", "soon"}) {
-    auto e = apply_yaml(c, std::string("scheduler:\n  parked_kv_seconds: ") + bad + "\n");
+  CHECK(c.scheduler.*field == doctest::Approx(fallback));
+  REQUIRE_FALSE(apply_yaml(c, "scheduler:\n  " + name + ": " + std::to_string(good) + "\n").has_value());
+  CHECK(c.scheduler.*field == doctest::Approx(good));
+  for (const char* b : bad) {
+    auto e = apply_yaml(c, "scheduler:\n  " + name + ": " + b + "\n");
     REQUIRE(e.has_value());
-    CHECK(e->find("scheduler.parked_kv_seconds") != std::string::npos);
-    CHECK(c.scheduler.parked_kv_seconds == doctest::Approx(45));  // nothing applied
+    CHECK(e->find("scheduler." + name) != std::string::npos);
+    CHECK(c.scheduler.*field == doctest::Approx(good));  // nothing applied
   }
+}
+}  // namespace
+
+TEST_CASE("scheduler.parked_kv_seconds: a time constant in seconds, 0 (off) to an hour") {
+  // The default, tuned (config/README.md).
+  check_scheduler_number("parked_kv_seconds", &SchedulerConfig::parked_kv_seconds, 10, 45, {"-1", "3601", "soon"});
 }
 
 TEST_CASE("scheduler.slot_wait_tokens: tokens of queue per request waiting for a slot, 0 (off) to a million") {
-  Config c;
-  CHECK(c.scheduler.slot_wait_tokens == doctest::Approx(0));  // off by default (config/README.md)
-  REQUIRE_FALSE(apply_yaml(c, "scheduler:\n  slot_wait_tokens: 3000\n").has_value());
-  CHECK(c.scheduler.slot_wait_tokens == doctest::Approx(3000));
-  for (const char* bad : {"-1", "1000001", "many"}) {
-    auto e = apply_yaml(c, std::string("scheduler:\n  slot_wait_tokens: ") + bad + "\n");
-    REQUIRE(e.has_value());
-    CHECK(e->find("scheduler.slot_wait_tokens") != std::string::npos);
-    CHECK(c.scheduler.slot_wait_tokens == doctest::Approx(3000));  // nothing applied
-  }
+  // Off by default (config/README.md).
+  check_scheduler_number("slot_wait_tokens", &SchedulerConfig::slot_wait_tokens, 0, 3000, {"-1", "1000001", "many"});
 }
 
 TEST_CASE("scheduler.inflight_prefix_weight, _load and _spread: a value 0-1, from a mean KV load 0.01-1, a share 0-1") {

@@ -197,9 +197,10 @@ struct SchedulerConfig {
   // inflight_prefix_weight whatever the load: a request sharing it joins a
   // copy under way rather than start another. 0 = off (the load alone
   // scales it).
-  double inflight_prefix_spread = 0.625;
+  double inflight_prefix_spread = 0.5;
   // KV the router expects back on a worker (WorkerRegistry: parked KV): the
-  // prompt blocks of the requests it answered there, fading with this time
+  // prompt blocks of the requests it answered there (each block once, when
+  // no request in flight there holds it any more), fading with this time
   // constant in seconds, less the cached prefix each new request there takes
   // up again. It counts with the worker's active KV in the cost's KV-load
   // term only (not in busy_kv_usage). 0 = off.

@@ -624,8 +624,12 @@ TtftSample WorkerRegistry::begin_request(WorkerId id, InflightKv& kv, uint64_t p
   it->second.pending_prefill_requests += 1;
   it->second.inflight_requests += 1;
   fade_parked(it->second, clock_.now());
-  // Taken back from this router's parked KV first, then from the other replicas'.
-  double resumed = static_cast<double>(kv.resumed_blocks);
+  // The cached prefix it takes up again leaves the parked KV, but for the
+  // blocks that requests in flight there already hold (its chain counted:
+  // the keys it did not add), which were never parked. Taken back from this
+  // router's parked KV first, then from the other replicas'.
+  const uint64_t held = kv.counted_in ? kv.chain.size() - std::min<uint64_t>(kv.chain.size(), chained) : 0;
+  double resumed = static_cast<double>(kv.resumed_blocks - std::min(kv.resumed_blocks, held));
   for (double* p : {&it->second.parked_blocks, &it->second.remote_parked_blocks}) {
     const double taken = std::min(*p, resumed);
     *p -= taken;
@@ -674,8 +678,13 @@ void WorkerRegistry::end_request(WorkerId id, const InflightKv& kv, uint64_t pre
   Entry& e = it->second;
   if (!prefilling && parked_kv_seconds_ > 0) {  // answered: its prompt is in the engine's cache
     fade_parked(e, clock_.now());
+    // What it leaves parked is what no request in flight there still holds:
+    // with its chain counted, the blocks that left the in-flight KV (a prefix
+    // shared by a burst parks once, when the last of them ends); counted
+    // whole, its own blocks.
+    const uint64_t parked = same_table && kv.counted_in ? freed : kv.blocks;
     // The engine holds no more than its capacity: past it, LRU has evicted the oldest.
-    e.parked_blocks = parked_room(e, e.parked_blocks + static_cast<double>(kv.blocks), e.remote_parked_blocks);
+    e.parked_blocks = parked_room(e, e.parked_blocks + static_cast<double>(parked), e.remote_parked_blocks);
   }
   e.pending_prefill_tokens -= std::min(e.pending_prefill_tokens, prefill_tokens);
   if (prefilling) e.pending_prefill_requests -= std::min<uint32_t>(e.pending_prefill_requests, 1);

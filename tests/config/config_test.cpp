@@ -96,7 +96,7 @@ TEST_CASE("scheduler.inflight_prefix_weight, _load and _spread: a value 0-1, fro
   Config c;
   CHECK(c.scheduler.inflight_prefix_weight == doctest::Approx(1));  // the defaults, tuned (config/README.md)
   CHECK(c.scheduler.inflight_prefix_load == doctest::Approx(0.6));
-  CHECK(c.scheduler.inflight_prefix_spread == doctest::Approx(0.625));
+  CHECK(c.scheduler.inflight_prefix_spread == doctest::Approx(0.5));
   REQUIRE_FALSE(apply_yaml(c, "scheduler:\n  inflight_prefix_weight: 0\n  inflight_prefix_load: 0.3\n"
                               "  inflight_prefix_spread: 0\n").has_value());
   CHECK(c.scheduler.inflight_prefix_weight == doctest::Approx(0));

@@ -499,6 +499,49 @@ TEST_CASE("in-flight prefix: each worker's longest prefix of a prompt that its i
   CHECK(out.empty());
 }
 
+TEST_CASE("parked KV: a prefix that requests in flight together share parks once, when the last of them ends") {
+  ManualClock clock;
+  WorkerRegistry r(clock);
+  r.on_heartbeat(ann(1));  // 100 blocks
+  r.set_parked_kv_seconds(10);
+  auto parked = [&] { return r.candidates("m").at(0).parked_blocks; };
+  // A burst: five questions of 5 blocks each over one 20-block document.
+  std::vector<std::unique_ptr<InflightGuard>> burst;
+  for (uint64_t q = 1; q <= 5; ++q) {
+    burst.push_back(std::make_unique<InflightGuard>(r, WorkerId{1}, 25, 400, 0, on_doc(1, 20, q, 25)));
+    burst.back()->first_byte();
+  }
+  CHECK(inflight_blocks(r) == 20 + 5 * 5);
+  burst[0]->release();
+  CHECK(parked() == doctest::Approx(5));  // its question; the others still hold the document
+  for (size_t k = 1; k < 4; ++k) burst[k]->release();
+  CHECK(parked() == doctest::Approx(4 * 5));
+  burst[4]->release();
+  // What the engine keeps: the document once and the five questions (not 5 x 25).
+  CHECK(parked() == doctest::Approx(20 + 5 * 5));
+  {
+    // The document's next reader takes its 20 blocks back; a reader beside
+    // it takes none (they are in flight, not parked). Both park their
+    // questions, and the document once more when the last of them ends.
+    InflightGuard next(r, WorkerId{1}, 25, 80, 0, on_doc(1, 20, 6, 25), 20);
+    CHECK(parked() == doctest::Approx(5 * 5));
+    InflightGuard beside(r, WorkerId{1}, 25, 80, 0, on_doc(1, 20, 7, 25), 20);
+    CHECK(parked() == doctest::Approx(5 * 5));
+    next.first_byte();
+    beside.first_byte();
+    next.release();
+    CHECK(parked() == doctest::Approx(6 * 5));
+  }
+  CHECK(parked() == doctest::Approx(20 + 7 * 5));
+  {
+    // A prompt counted whole (no chain: the in-flight table past its bound,
+    // or a client that sends no prompt blocks) parks its own blocks.
+    InflightGuard whole(r, WorkerId{1}, 10, 160);
+    whole.first_byte();
+  }
+  CHECK(parked() == doctest::Approx(20 + 7 * 5 + 10));
+}
+
 TEST_CASE("one worker's distinct in-flight blocks are bounded by its KV capacity; past it a prompt counts whole") {
   ManualClock clock;
   WorkerRegistry r(clock);

@@ -436,7 +436,9 @@ TEST_CASE("routing: once half the workers compute a prefix, a request sharing it
   // The rule in numbers: at least half of the workers, rounded up, and at least two.
   SchedulerConfig s;
   s.inflight_prefix_load = 0.6;
-  CHECK(inflight_prefix_value(s, 0.06, 4, 8) == doctest::Approx(0.1));  // the default 0.625: 5 of 8
+  CHECK(inflight_prefix_value(s, 0.06, 4, 8) == doctest::Approx(1));  // the default 0.5: 4 of 8
+  s.inflight_prefix_spread = 0.625;  // 5 of 8
+  CHECK(inflight_prefix_value(s, 0.06, 4, 8) == doctest::Approx(0.1));
   CHECK(inflight_prefix_value(s, 0.06, 5, 8) == doctest::Approx(1));
   s.inflight_prefix_spread = 0.5;
   CHECK(inflight_prefix_value(s, 0.06, 4, 8) == doctest::Approx(1));

@@ -201,9 +201,9 @@ struct SchedulerConfig {
   // KV the router expects back on a worker (WorkerRegistry: parked KV): the
   // prompt blocks of the requests it answered there (each block once, when
   // no request in flight there holds it any more), fading with this time
-  // constant in seconds, less the cached prefix each new request there takes
-  // up again. It counts with the worker's active KV in the cost's KV-load
-  // term only (not in busy_kv_usage). 0 = off.
+  // constant in seconds, less the parked part of the cached prefix each new
+  // request there takes up again. It counts with the worker's active KV in
+  // the cost's KV-load term only (not in busy_kv_usage). 0 = off.
   double parked_kv_seconds = 10;
   // A request placed on a worker whose request slots are all taken (the
   // router's predicted load) waits for a running request to finish before

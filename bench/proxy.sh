@@ -94,7 +94,7 @@ wait_http "http://127.0.0.1:$NPORT/health"
 FPORT=$(free_port)
 setsid "$BIN/bench/proxy/kvroute-floor-proxy" "$FPORT" "$THREADS" "${MPORTS[@]}" >"$W/floor.log" 2>&1 &
 FLOORPID=$!; pids+=($FLOORPID)
-sleep 0.3
+for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$FPORT") 2>/dev/null && break; sleep 0.1; done
 
 cat >"$W/post.lua" <<'LUA'
 wrk.method = "POST"

@@ -48,7 +48,8 @@ trap cleanup EXIT
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 NATS=$(free_port)
 nats-server -a 127.0.0.1 -p "$NATS" >"$W/nats.log" 2>&1 & pids+=($!)
-sleep 0.3
+# The mockers connect at start: nats-server listens first.
+for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$NATS") 2>/dev/null && break; sleep 0.1; done
 for i in $(seq 1 8); do
   "$BIN/mocker/kvroute-mocker" --worker-id "$i" --port 0 --nats-url "nats://127.0.0.1:$NATS" \
     --block-size 512 --engine-profile "$PROFILE" "${KV_FLAG[@]}" --max-seqs "$MAX_SEQS" \

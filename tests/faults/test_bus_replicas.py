@@ -41,6 +41,15 @@ def burst(fleet, ports, prefix, pace=0.02):
     return out
 
 
+def active_requests(fleet, port):
+    """The sum of kvroute_scheduler_worker_active_requests (reported and predicted) on the router at `port`."""
+    total = 0.0
+    for line in fleet.get("/metrics", port=port).body.decode().splitlines():
+        if line.startswith("kvroute_scheduler_worker_active_requests{"):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
 def start_two_replicas(test, f, workers, mocker_args=()):
     """nats-server, mockers 1..`workers`, kvroute a (f.router_port) and kvroute b; returns b's port.
     KVROUTE_FAULTS_NO_SYNC=1 shows what these tests catch: replicas blind to each other."""
@@ -81,7 +90,10 @@ class Replicas(unittest.TestCase):
                 for port in (f.router_port, port_b):
                     self.assertTrue(wait_until(lambda: f.post("/v1/completions", completion(p + " probe"), port=port)
                                                .header("x-kvroute-worker") == holder, 5))
-                time.sleep(1.0)  # the probes finish
+                # The probes are answered and no longer counted: every worker idle, as the
+                # engines report it and as each replica predicts it.
+                for port in (f.router_port, port_b):
+                    self.assertTrue(wait_until(lambda: active_requests(f, port) == 0, 10), active_requests(f, port))
                 return p
 
             one = burst(f, [f.router_port], warmed("alone"))

@@ -205,6 +205,16 @@ struct SchedulerConfig {
   // request there takes up again. It counts with the worker's active KV in
   // the cost's KV-load term only (not in busy_kv_usage). 0 = off.
   double parked_kv_seconds = 10;
+  // A worker's recent evictions (WorkerRegistry: the blocks its KV events
+  // report removed from the device, fading with eviction_seconds as time
+  // constant) over its KV capacity: how fast its cache turns over. The cost
+  // adds eviction_weight x that share (at most 1: its whole KV) x the
+  // request's uncached share of its prompt: the blocks a request computes
+  // there push out cached prompts at the rate the worker already evicts, so
+  // new work goes where the cache keeps what it holds longest (a session
+  // back from a long tool pause finds its context). 0 = off.
+  double eviction_weight = 1;
+  double eviction_seconds = 30;
   // A request placed on a worker whose request slots are all taken (the
   // router's predicted load) waits for a running request to finish before
   // its prefill starts. The cost prices that wait as this many tokens of the

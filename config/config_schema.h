@@ -262,6 +262,13 @@ void for_each_key(C& c, F&& f) {
             "until they fade or a request takes them up again (0 = off).",
             0, 3600, !S, R},
     c.scheduler.parked_kv_seconds);
+  f(KeyInfo{"scheduler.eviction_weight",
+            "Weight of a worker's recent evictions (the KV blocks its events report removed from the device, over "
+            "its KV capacity) in the cost, times the request's uncached share of its prompt (0 = off).",
+            0, 100, !S, R},
+    c.scheduler.eviction_weight);
+  f(KeyInfo{"scheduler.eviction_seconds", "Time constant (s) over which a worker's evictions fade.", 1, 3600, !S, R},
+    c.scheduler.eviction_seconds);
   f(KeyInfo{"scheduler.slot_wait_tokens",
             "Tokens of queue the cost adds on a worker with every request slot taken, per request waiting there "
             "for a slot (this one included): the wait for a running request to finish (0 = off).",

@@ -519,11 +519,23 @@ void EventPipeline::writer_loop() {
       else queues_.erase(worker);
       lk.unlock();
       if (auto* batch = std::get_if<std::vector<KvEvent>>(&item)) {
-        // KV events feed cache knowledge, never liveness: no registry update here.
+        // KV events feed cache knowledge, never liveness: the registry learns
+        // only how much the worker evicted (WorkerRegistry::add_evicted()).
+        WorkerId owner{};
+        uint64_t evicted = 0;  // by `owner`, since the last add_evicted()
         for (const auto& ev : *batch) {
           const auto result = static_cast<size_t>(index_.apply(ev));
           stats_.applied_total[ev.data.index()][result].fetch_add(1, std::memory_order_relaxed);
+          const uint64_t n = WorkerRegistry::evicted_blocks(ev);
+          if (n == 0) continue;
+          if (evicted > 0 && ev.owner.worker != owner) {
+            registry_.add_evicted(owner, evicted);
+            evicted = 0;
+          }
+          owner = ev.owner.worker;
+          evicted += n;
         }
+        registry_.add_evicted(owner, evicted);
       } else {
         apply_control(item);
       }

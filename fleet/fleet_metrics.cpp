@@ -75,6 +75,12 @@ void register_worker_load_metrics(metrics::Registry& r, const WorkerRegistry& re
                 s.add({id, "predicted"}, ratio(w.predicted));
               }
             });
+  r.collect(Type::Gauge, "kvroute_scheduler_worker_evicted_blocks",
+            "KV blocks each worker's events reported evicted from its device lately, faded with "
+            "scheduler.eviction_seconds (the cost's eviction term)",
+            {"worker"}, [&registry](Samples& s) {
+              for (const auto& w : registry.all()) s.add({std::to_string(w.info->id.value)}, w.evicted_blocks);
+            });
   r.collect(Type::Gauge, "kvroute_scheduler_worker_active_requests",
             "Active requests per worker, as reported and as predicted", {"worker", "source"},
             [&registry](Samples& s) {

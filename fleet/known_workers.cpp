@@ -178,6 +178,7 @@ void KnownWorkers::Impl::apply(const Config& cfg) {
   registry.set_health_policy(
       HealthPolicy{cfg.workers.eject_after_failures, cfg.workers.eject_base_ms, cfg.workers.eject_max_ms});
   registry.set_parked_kv_seconds(cfg.scheduler.parked_kv_seconds);
+  registry.set_eviction_seconds(cfg.scheduler.eviction_seconds);
   registry.set_slot_wait_tokens(cfg.scheduler.slot_wait_tokens);
   scrape_interval = std::chrono::milliseconds(cfg.workers.scrape_interval_ms);
   scrape_timeout = std::chrono::milliseconds(cfg.workers.scrape_timeout_ms);

@@ -234,6 +234,33 @@ void WorkerRegistry::set_parked_kv_seconds(double seconds) {
   for (auto& [id, e] : workers_) sync(id, e, now);
 }
 
+void WorkerRegistry::set_eviction_seconds(double seconds) {
+  std::lock_guard lk(mu_);
+  if (seconds == eviction_seconds_ || !(seconds > 0)) return;
+  const TimePoint now = clock_.now();
+  for (auto& [id, e] : workers_) fade_evicted(e, now);  // the old constant up to now
+  eviction_seconds_ = seconds;
+}
+
+uint64_t WorkerRegistry::evicted_blocks(const KvEvent& e) {
+  const auto* removed = std::get_if<KvRemoved>(&e.data);
+  return removed && e.tier == StorageTier::Device ? removed->block_hashes.size() : 0;
+}
+
+void WorkerRegistry::add_evicted(WorkerId id, uint64_t blocks) {
+  if (blocks == 0) return;
+  std::lock_guard lk(mu_);
+  auto it = workers_.find(id);
+  if (it == workers_.end()) return;
+  Entry& e = it->second;
+  const uint64_t total = e.info ? e.info->load.kv_total_blocks : 0;
+  if (total == 0) return;
+  const TimePoint now = clock_.now();
+  fade_evicted(e, now);
+  e.evicted_blocks = std::min(static_cast<double>(total), e.evicted_blocks + static_cast<double>(blocks));
+  sync(id, e, now);
+}
+
 void WorkerRegistry::set_slot_wait_tokens(double tokens) {
   std::lock_guard lk(mu_);
   if (tokens == slot_wait_tokens_) return;
@@ -274,6 +301,7 @@ void WorkerRegistry::view(const Entry& e, WorkerView& v, TimePoint now) const {
   v.ttft = e.ttft.coefficients();
   v.parked_blocks = parked_total(e);  // as the rankings have it (sync()): the reference scorer prices the same
   v.remote_parked_blocks = e.remote_parked_blocks;
+  v.evicted_blocks = e.evicted_blocks;  // as the rankings have it (sync())
   v.predicted = predicted(e);
   v.slot_wait_tokens = slot_wait(v.predicted);
 }
@@ -320,8 +348,17 @@ void WorkerRegistry::fade_parked(Entry& e, TimePoint now) const {
   e.parked_at = std::max(e.parked_at, now);
 }
 
+void WorkerRegistry::fade_evicted(Entry& e, TimePoint now) const {
+  if (now > e.evicted_at && e.evicted_blocks > 0) {
+    e.evicted_blocks *= std::exp(-std::chrono::duration<double>(now - e.evicted_at).count() / eviction_seconds_);
+    if (e.evicted_blocks < 0.5) e.evicted_blocks = 0;  // faded: an exact 0, no denormals
+  }
+  e.evicted_at = std::max(e.evicted_at, now);
+}
+
 void WorkerRegistry::sync(WorkerId id, Entry& e, TimePoint now) {
   fade_parked(e, now);
+  fade_evicted(e, now);
   const WorkerAnnouncement& a = *e.info;
   const HealthState h = state(e, now);
   const bool in = !a.url.empty() && h == HealthState::Ok;
@@ -338,7 +375,7 @@ void WorkerRegistry::sync(WorkerId id, Entry& e, TimePoint now) {
   if (h == HealthState::Ejected) ejections_.emplace(e.ejected_until, id);
   if (!in) return;
   const WorkerLoad load = predicted(e);
-  const CandidateState st{load, pending_prefill(e), e.draining, parked_total(e), slot_wait(load)};
+  const CandidateState st{load, pending_prefill(e), e.draining, parked_total(e), slot_wait(load), e.evicted_blocks};
   auto put = [&](const std::string& name) {
     if (name.empty()) return;
     auto f = rankings_.find(name);

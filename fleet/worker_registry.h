@@ -43,6 +43,7 @@
 #include "common/clock.h"
 #include "common/types.h"
 #include "fleet/inflight_blocks.h"
+#include "indexer/kv_event.h"
 #include "scheduler/ranked_candidates.h"
 #include "scheduler/scheduler.h"
 #include "scheduler/ttft_model.h"
@@ -135,6 +136,9 @@ struct WorkerView {
   // report.
   double parked_blocks = 0;
   double remote_parked_blocks = 0;
+  // KV blocks the worker's events reported evicted from its device
+  // (add_evicted()), faded to its last change or load report.
+  double evicted_blocks = 0;
 };
 
 // One request's KV as the registry counts it in flight on a worker
@@ -207,6 +211,20 @@ class WorkerRegistry {
   // context goes where it displaces the least of what is expected back.
   // 0 turns it off and clears it.
   void set_parked_kv_seconds(double seconds);
+  // Evictions (config scheduler.eviction_seconds): the KV blocks a worker's
+  // events report removed from its device (evicted_blocks() of each applied
+  // event), each worker's figure fading by exp(-elapsed / seconds). The
+  // scheduler prices new work on a worker by how fast its cache turns over
+  // (scheduler.h, eviction_term()). Liveness never reads it.
+  void set_eviction_seconds(double seconds);
+  // `blocks` more evicted on `id`; ignored for an unknown worker and for one
+  // that reports no KV capacity (nothing to weigh them against). The figure
+  // is kept at most the worker's capacity: a worker that reports removals it
+  // never made only turns work away from itself, and by a bounded amount.
+  void add_evicted(WorkerId id, uint64_t blocks);
+  // The device blocks one KV event reports evicted (a removal from the
+  // device tier; 0 for any other event).
+  static uint64_t evicted_blocks(const KvEvent& e);
   // Slot waits (config scheduler.slot_wait_tokens): on a worker whose
   // request slots are all taken (predicted load), a request waits for a
   // running one to finish before its prefill starts; `tokens` per request
@@ -423,6 +441,8 @@ class WorkerRegistry {
     double parked_blocks = 0;  // as of parked_at (set_parked_kv_seconds())
     double remote_parked_blocks = 0;  // other replicas' (set_remote_inflight), as of parked_at
     TimePoint parked_at{};
+    double evicted_blocks = 0;  // as of evicted_at (set_eviction_seconds())
+    TimePoint evicted_at{};
     TtftModel ttft;
     std::vector<std::string> rankings;  // the rankings_ this worker is in (its model, its LoRA names)
   };
@@ -446,6 +466,8 @@ class WorkerRegistry {
   // Fades the entry's parked KV (its own and the other replicas') to `now`.
   void fade_parked(Entry& e, TimePoint now) const;
   static double parked_total(const Entry& e) { return e.parked_blocks + e.remote_parked_blocks; }
+  // Fades the entry's evictions to `now`.
+  void fade_evicted(Entry& e, TimePoint now) const;
   // `parked` as much as the worker's KV capacity (when reported) holds beside `beside`.
   static double parked_room(const Entry& e, double parked, double beside);
   // Puts the worker into (or takes it out of) the rankings of the names it
@@ -503,6 +525,7 @@ class WorkerRegistry {
   std::set<std::pair<TimePoint, WorkerId>> ejections_;     // ejected workers by end of ejection
   HealthPolicy policy_;
   double parked_kv_seconds_ = 0;  // set_parked_kv_seconds(); 0 = no parked KV
+  double eviction_seconds_ = 30;  // set_eviction_seconds()
   double slot_wait_tokens_ = 0;   // set_slot_wait_tokens(); 0 = off
   std::array<uint64_t, kNumHealthSignals> failures_by_signal_{};
   // LoRA adapter names of every worker with the base model of the first

@@ -39,13 +39,13 @@ std::string load_json(const WorkerLoad& l) {
 
 std::string worker_json(const WorkerView& w) {
   return fmt::format(
-      R"({{"worker_id":{},"url":"{}","model":"{}","block_size":{},"dp_size":{},"approximate":{},"draining":{},"reported_load":{},"predicted_load":{},"inflight_requests":{},"inflight_blocks":{},"pending_prefill_tokens":{},"parked_blocks":{},)"
+      R"({{"worker_id":{},"url":"{}","model":"{}","block_size":{},"dp_size":{},"approximate":{},"draining":{},"reported_load":{},"predicted_load":{},"inflight_requests":{},"inflight_blocks":{},"pending_prefill_tokens":{},"parked_blocks":{},"evicted_blocks":{},)"
       R"("source":"{}","health":"{}","consecutive_failures":{},"failures_total":{},"load_age_ms":{},"kv_events":"{}",)"
       R"("role":"{}","bootstrap_port":{}}})",
       w.info->id.value, json_escape(w.info->url), json_escape(w.info->model), w.info->block_size, w.info->dp_size,
       w.info->approximate, w.draining, load_json(w.info->load), load_json(w.predicted), w.inflight_requests,
       w.inflight_blocks, w.pending_prefill_tokens, static_cast<uint64_t>(std::llround(w.parked_blocks)),
-      to_string(w.info->source), to_string(w.health),
+      static_cast<uint64_t>(std::llround(w.evicted_blocks)), to_string(w.info->source), to_string(w.health),
       w.consecutive_failures, w.failures_total,
       w.load_age.count() < 0 ? -1 : std::chrono::duration_cast<std::chrono::milliseconds>(w.load_age).count(),
       json_escape(w.info->kv_events), to_string(w.info->role), w.info->bootstrap_port);

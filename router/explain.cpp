@@ -64,10 +64,13 @@ std::string costlier_because(const RouteResult& r, size_t i, size_t chosen, cons
   const auto& s0 = d.scores[chosen];
   const auto& c = r.candidates[i];
   const auto& c0 = r.candidates[chosen];
-  const double parts[4] = {d.alpha * (s.load_deviation - s0.load_deviation),
+  const double isl = std::max<uint32_t>(r.isl_tokens, 1);
+  const double parts[5] = {d.alpha * (s.load_deviation - s0.load_deviation),
                            (1 - d.alpha) * (s.prefill_ratio - s0.prefill_ratio),
-                           cfg.gamma * (s.slot_ratio - s0.slot_ratio), cfg.delta * (s.queue_ratio - s0.queue_ratio)};
-  const size_t k = static_cast<size_t>(std::max_element(parts, parts + 4) - parts);
+                           cfg.gamma * (s.slot_ratio - s0.slot_ratio), cfg.delta * (s.queue_ratio - s0.queue_ratio),
+                           eviction_term((r.isl_tokens - s.cached_tokens) / isl, s.eviction_share, cfg) -
+                               eviction_term((r.isl_tokens - s0.cached_tokens) / isl, s0.eviction_share, cfg)};
+  const size_t k = static_cast<size_t>(std::max_element(parts, parts + 5) - parts);
   if (parts[k] <= 0) return "no single term";
   switch (k) {
     case 0: return fmt::format("higher KV usage ({} % against {} %)", pct(s.load_ratio), pct(s0.load_ratio));
@@ -88,6 +91,9 @@ std::string costlier_because(const RouteResult& r, size_t i, size_t chosen, cons
     case 2:
       return fmt::format("more busy request slots ({} of {} against {} of {})", c.load.request_active_slots,
                          c.load.request_total_slots, c0.load.request_active_slots, c0.load.request_total_slots);
+    case 4:
+      return fmt::format("a cache turning over faster ({} % of its KV evicted lately against {} %)",
+                         pct(s.eviction_share), pct(s0.eviction_share));
     default:
       return fmt::format("more waiting requests ({} against {})", c.load.num_requests_waiting,
                          c0.load.num_requests_waiting);
@@ -246,7 +252,7 @@ std::string candidate_json(const RouteResult& r, size_t i, int rank, const std::
   return fmt::format(
       R"({{"worker_id":{},"url":"{}","role":"{}","dp_rank":{},"overlap_blocks":{},"overlap_by_tier":{{"device":{},"host_pinned":{},"disk":{},"external":{},"pool":{}}},)"
       R"("cached_tokens":{},"reported_load":{},"predicted_load":{},"pending_prefill_tokens":{},"slot_wait_tokens":{},"parked_blocks":{},"excluded":{},"rank":{},)"
-      R"("terms":{{"load_ratio":{},"load_deviation":{},"prefill_ratio":{},"slot_ratio":{},"queue_ratio":{}}},"cost":{},"reason":"{}",)"
+      R"("terms":{{"load_ratio":{},"load_deviation":{},"prefill_ratio":{},"slot_ratio":{},"queue_ratio":{},"eviction_share":{}}},"cost":{},"reason":"{}",)"
       R"("predicted_ttft_ms":{}}})",
       c.owner.worker.value, i < r.workers.size() ? json_escape(r.workers[i].info->url) : "",
       to_string(i < r.workers.size() ? r.workers[i].info->role : c.role), dp_rank, c.overlap_blocks, t[0], t[1], t[2], t[3], pool_blocks(t), num(s.cached_tokens),
@@ -254,7 +260,7 @@ std::string candidate_json(const RouteResult& r, size_t i, int rank, const std::
       c.pending_prefill_tokens, c.slot_wait_tokens, std::llround(c.parked_blocks),
       s.excluded == Exclusion::None ? std::string("null") : fmt::format("\"{}\"", to_string(s.excluded)),
       rank < 0 ? std::string("null") : std::to_string(rank + 1), num(s.load_ratio), num(s.load_deviation),
-      num(s.prefill_ratio), num(s.slot_ratio), num(s.queue_ratio),
+      num(s.prefill_ratio), num(s.slot_ratio), num(s.queue_ratio), num(s.eviction_share),
       s.excluded == Exclusion::None && rank >= 0 ? num(s.cost) : "null", json_escape(reason),
       s.excluded == Exclusion::None ? num(s.predicted_ttft_ms) : "null");  // scheduler/ttft_model.h
 }

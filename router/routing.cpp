@@ -423,6 +423,7 @@ bool RoutingService::decide_ranked(const Config& cfg, const SchedulerConfig& fle
     c.slot_wait_tokens = p.state.slot_wait_tokens;
     c.draining = p.state.draining;
     c.parked_blocks = p.state.parked_blocks;
+    c.evicted_blocks = p.state.evicted_blocks;
     c.pending_prefill_requests = out.workers[i].pending_prefill_requests;  // as decide_all()
     c.ttft = out.workers[i].ttft;
     c.role = out.workers[i].info->role;
@@ -487,6 +488,7 @@ void RoutingService::decide_all(const Config& cfg, const SchedulerConfig& fleet,
     c.draining = w.draining;
     // A request with no prompt allocates no KV and evicts nothing parked there.
     c.parked_blocks = isl_tokens ? w.parked_blocks : 0;
+    c.evicted_blocks = w.evicted_blocks;
     c.pending_prefill_requests = w.pending_prefill_requests;  // scheduler.cost = predicted_ttft
     c.ttft = w.ttft;
     c.role = w.info->role;

@@ -483,6 +483,7 @@ class RankedCandidates::Pass {
       ws.load_ratio = w.load_ratio;
       ws.load_deviation = w.load_ratio - out_.load_mean;
       ws.prefill_ratio = prefill_ratio(w, o.cached, own_of(o.source));
+      ws.eviction_share = eviction_share(w.st.evicted_blocks, w.st.load.kv_total_blocks);
       ws.slot_ratio = w.slot_ratio;
       ws.queue_ratio = queue_ratio(w);
       ws.cost = o.cost - alpha_ * out_.load_mean;
@@ -563,7 +564,10 @@ class RankedCandidates::Pass {
     const double prefill = prefill_ratio(w, cached, own_of(source));
     ++out_.scored;
     offer(sc_.top, limit_,
-          Offer{ranking_cost(alpha_, w.load_ratio, prefill, w.slot_ratio, queue_ratio(w), cfg_), tie_key(draw_, w.id),
+          Offer{ranking_cost(alpha_, w.load_ratio, prefill, w.slot_ratio, queue_ratio(w), cfg_) +
+                    eviction_term((isl_tokens_ - cached) / isl_,
+                                  eviction_share(w.st.evicted_blocks, w.st.load.kv_total_blocks), cfg_),
+                tie_key(draw_, w.id),
                 s, source, dp_rank, cached});
   }
 

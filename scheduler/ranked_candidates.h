@@ -10,10 +10,12 @@
 //                  excess_w >= 0 (scheduler.h: the queue past what the request saves there, in
 //                  full) depends on the request
 //   depth term   = (1 - alpha)·(isl - cached)/isl      (depends only on the matched depth: uncached tokens)
+//   eviction     = eviction_term((isl - cached)/isl, eviction_share_w) >= 0 (scheduler.h; depends on the
+//                  request and the worker)
 // key_w(alpha) = load part + the pending term without its excess, priced at
 // a typical prompt length isl_ref (a request with another isl corrects the
 // bound by at most |1/isl - 1/isl_ref|·(1 - alpha)·weight·max pending; the
-// excess only adds to a cost, so the key stays a lower bound).
+// excess and the eviction term only add to a cost, so the key stays a lower bound).
 // The ranking keeps one ordered set per alpha (balanced, imbalanced) by key,
 // updated in O(log W) when a worker's load changes (heartbeat, in-flight
 // begin / first byte / end, drain). A decision groups the request's owners
@@ -70,6 +72,7 @@ struct CandidateState {
   bool draining = false;
   double parked_blocks = 0;  // KV the router expects back (Candidate::parked_blocks)
   uint64_t slot_wait_tokens = 0;  // Candidate::slot_wait_tokens
+  double evicted_blocks = 0;  // KV the worker evicted lately (Candidate::evicted_blocks)
   // The queue ahead of a request as the cost prices it (priced_pending()).
   uint64_t queued_tokens() const { return pending_prefill_tokens + slot_wait_tokens; }
 };

@@ -153,16 +153,19 @@ void schedule(const std::vector<Candidate>& candidates, uint32_t isl_tokens, uin
                       isl;
     s.slot_ratio = ratio(c.load.request_active_slots, c.load.request_total_slots);
     s.queue_ratio = max_waiting > 0 ? static_cast<double>(c.load.num_requests_waiting) / max_waiting : 0.0;
+    s.eviction_share = eviction_share(c.evicted_blocks, c.load.kv_total_blocks);
     s.predicted_ttft_ms = predicted_ttft_ms(c, new_tokens);
     if (predicted_cost) {
-      // Both costs keep the load terms (KV, slots, queue): TTFT alone fills a
-      // worker's KV and slots with the requests that hit its cache. (Never on
-      // the fast path: RankedCandidates::supports() refuses this cost.)
+      // Both costs keep the load terms (KV, slots, queue) and the eviction
+      // term: TTFT alone fills a worker's KV and slots with the requests that
+      // hit its cache. (Never on the fast path: RankedCandidates::supports()
+      // refuses this cost.)
       const double load = d.alpha * s.load_deviation + cfg.gamma * s.slot_ratio + cfg.delta * s.queue_ratio;
-      s.cost = load + s.predicted_ttft_ms / 1000.0;
+      s.cost = load + eviction_term(new_tokens / isl, s.eviction_share, cfg) + s.predicted_ttft_ms / 1000.0;
       r.cost = s.cost;
     } else {
-      r.cost = ranking_cost(d.alpha, s.load_ratio, s.prefill_ratio, s.slot_ratio, s.queue_ratio, cfg);
+      r.cost = ranking_cost(d.alpha, s.load_ratio, s.prefill_ratio, s.slot_ratio, s.queue_ratio, cfg) +
+               eviction_term(new_tokens / isl, s.eviction_share, cfg);
       s.cost = r.cost - d.alpha * d.load_mean;
     }
     r.tie = tie_key(draw, c.owner.worker);

@@ -3,6 +3,7 @@
 // it doesn't send you there". Thread-safe (no shared state; randomness injected).
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <optional>
@@ -36,6 +37,9 @@ struct Candidate {
   // there, fading (scheduler.parked_kv_seconds; WorkerRegistry). Priced
   // with the active KV in load_ratio, never in the busy_kv_usage test.
   double parked_blocks = 0;
+  // KV blocks the worker evicted from its device lately, fading
+  // (scheduler.eviction_seconds; WorkerRegistry). Priced in eviction_term().
+  double evicted_blocks = 0;
   // For scheduler.cost = predicted_ttft (scheduler/ttft_model.h):
   uint32_t pending_prefill_requests = 0;  // router's in-flight requests not yet answered
   TtftCoefficients ttft;                  // the worker's fitted TTFT model
@@ -63,6 +67,7 @@ struct WorkerScore {
   double prefill_ratio = 0;   // (new_tokens + priced_pending()) / isl_tokens
   double slot_ratio = 0;      // active / total slots
   double queue_ratio = 0;     // waiting / max waiting
+  double eviction_share = 0;  // evicted_blocks / kv_total, at most 1 (eviction_term())
   double predicted_ttft_ms = 0;  // the worker's TTFT model for this request (both costs)
   double cost = 0;
 };
@@ -140,10 +145,26 @@ inline double priced_pending(double pending, double own, double cached, const Sc
   }
   return priced;
 }
+// How fast a worker's cache turns over: its recent evictions over its KV
+// capacity, at most 1 (0 when it reports no capacity). A worker that
+// reports removals it never made (or floods them) only turns work away from
+// itself, by at most eviction_weight.
+inline double eviction_share(double evicted_blocks, uint64_t kv_total_blocks) {
+  return kv_total_blocks ? std::min(1.0, std::max(0.0, evicted_blocks) / static_cast<double>(kv_total_blocks)) : 0.0;
+}
+// The eviction term of the cost: the blocks a request computes on a worker
+// push cached prompts out at the rate the worker already evicts, so it is
+// priced by the request's uncached share of its prompt (`new_ratio`, 0-1)
+// times the worker's eviction_share. Never negative: the fast path's keys
+// (ranked_candidates.h) stay lower bounds of the cost.
+inline double eviction_term(double new_ratio, double share, const SchedulerConfig& cfg) {
+  return cfg.eviction_weight > 0 ? cfg.eviction_weight * new_ratio * share : 0.0;
+}
 // The cost a ranking orders by: the weighted cost (scheduler/README.md) without its -alpha·mean
 // term, which is the same for every candidate of one decision (so the order
-// is the same, and it does not depend on how the mean was summed).
-// WorkerScore::cost = ranking_cost - alpha·mean.
+// is the same, and it does not depend on how the mean was summed), and
+// without the eviction term (eviction_term(), added by both scorers).
+// WorkerScore::cost = ranking_cost + eviction_term - alpha·mean.
 inline double ranking_cost(double alpha, double load_ratio, double prefill_ratio, double slot_ratio,
                            double queue_ratio, const SchedulerConfig& cfg) {
   return alpha * load_ratio + (1 - alpha) * prefill_ratio + cfg.gamma * slot_ratio + cfg.delta * queue_ratio;

@@ -92,13 +92,17 @@ class PdSimulation {
         registry_(clock_), config_(pd_config(o.sim)), routing_(index_, registry_, config_, random_), dynamo_(n_),
         tracked_(n_), scraped_(n_), link_free_(n_, 0.0), live_(w.size()) {
     registry_.set_parked_kv_seconds(config_.get()->scheduler.parked_kv_seconds);  // as the daemon's KnownWorkers
+    registry_.set_eviction_seconds(config_.get()->scheduler.eviction_seconds);
     registry_.set_slot_wait_tokens(config_.get()->scheduler.slot_wait_tokens);
     ec_ = engine_config(o.sim);
     bytes_ = kv_bytes_per_token(o);
     for (uint32_t i = 0; i < n_; ++i) {
       mocker::EngineConfig ec = ec_;
       ec.owner = CacheOwner{WorkerId{i}, 0};
-      engines_.push_back(std::make_unique<mocker::Engine>(ec, [this](const KvEvent& e) { index_.apply(e); }));
+      engines_.push_back(std::make_unique<mocker::Engine>(ec, [this](const KvEvent& e) {
+        index_.apply(e);
+        registry_.add_evicted(e.owner.worker, WorkerRegistry::evicted_blocks(e));  // as the daemon's event pipeline
+      }));
     }
   }
 

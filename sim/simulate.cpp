@@ -106,6 +106,7 @@ class Simulation {
         config_(policy_config(o, policy, scheduler)), routing_(index_, registry_, config_, random_),
         dynamo_(o.workers), live_(w.size()), per_worker_(o.workers, 0) {
     registry_.set_parked_kv_seconds(config_.get()->scheduler.parked_kv_seconds);  // as the daemon's KnownWorkers
+    registry_.set_eviction_seconds(config_.get()->scheduler.eviction_seconds);
     registry_.set_slot_wait_tokens(config_.get()->scheduler.slot_wait_tokens);
     for (uint32_t i = 0; i < o.workers; ++i) {
       mocker::EngineConfig ec = engine_config(o);
@@ -536,6 +537,7 @@ TierCache::Block Simulation::tier_block(uint64_t h) const {
 }
 
 void Simulation::on_device_event(uint32_t w, const KvEvent& e) {
+  registry_.add_evicted(WorkerId{w}, WorkerRegistry::evicted_blocks(e));  // as the daemon's event pipeline
   if (!o_.tiers.any()) {
     index_.apply(e);
     return;

@@ -66,6 +66,10 @@ std::string trial_name(const SchedulerConfig& s) {
     std::snprintf(name, sizeof name, " slot wait %gk", s.slot_wait_tokens / 1000.0);
     full += name;
   }
+  if (s.eviction_weight > 0) {
+    std::snprintf(name, sizeof name, " evict %g@%gs", s.eviction_weight, s.eviction_seconds);
+    full += name;
+  }
   return full;
 }
 
@@ -96,7 +100,9 @@ Trial trial_of(const SchedulerConfig& s) {
 // inflight_prefix_spread) on the lift from 90 %; every row before it without;
 // the wait for a request slot priced as 1k, 3k or 8k tokens of queue per request (scheduler.
 // slot_wait_tokens) on the spread of 5/8; every row before it without;
-// predicted_ttft over alpha (pending_prefill_weight is not one of its terms). 38 settings: each is
+// a worker's recent evictions priced by the request's uncached share (scheduler.eviction_weight 1 or 2,
+// scheduler.eviction_seconds 30 or 60) on the spread of 1/2; every row before it without;
+// predicted_ttft over alpha (pending_prefill_weight is not one of its terms). 41 settings: each is
 // 18 runs of a whole workload and a goodput search on each slice that is not floor-bound, so the grid
 // is kept to the keys that moved the train figures. The
 // shipped defaults are one of them (added if not).
@@ -106,8 +112,10 @@ std::vector<Trial> candidates() {
   auto add = [&](const char* cost, double alpha, double alpha_imb, double pending, double gamma,
                  const char* inflight = "whole", double parked_s = 0, double prefix_w = 0, double prefix_load = 0.6,
                  uint32_t excess_tokens = 0, double excess_cached = 0, double slots_full = 1, double spread = 0,
-                 double slot_wait = 0) {
+                 double slot_wait = 0, double evict = 0, double evict_s = 30) {
     SchedulerConfig s;
+    s.eviction_weight = evict;
+    s.eviction_seconds = evict_s;
     s.busy_slot_fleet_usage = slots_full;
     s.slot_wait_tokens = slot_wait;
     s.inflight_prefix_spread = spread;
@@ -144,6 +152,8 @@ std::vector<Trial> candidates() {
     add("weighted", 0.3, 0.3, 0.2, 0.5, "distinct", 10, 1, 0.6, 4096, 3.0, 0.9, spread);
   for (double slot_wait : {1000, 3000, 8000})
     add("weighted", 0.3, 0.3, 0.2, 0.5, "distinct", 10, 1, 0.6, 4096, 3.0, 0.9, 0.625, slot_wait);
+  for (auto [evict, evict_s] : {std::pair{1.0, 30.0}, {1.0, 60.0}, {2.0, 30.0}})
+    add("weighted", 0.3, 0.3, 0.2, 0.5, "distinct", 10, 1, 0.6, 4096, 3.0, 0.9, 0.5, 0, evict, evict_s);
   for (double alpha : {0.1, 0.3}) add("predicted_ttft", alpha, alpha, SchedulerConfig{}.pending_prefill_weight, 0.1);
   const SchedulerConfig defaults;
   if (std::none_of(t.begin(), t.end(), [&](const Trial& x) { return same_setting(x.s, defaults); }))
@@ -294,21 +304,23 @@ int tune(const Args& a) {
               "  alpha_imbalanced: %g\n  gamma: %g\n  pending_prefill_weight: %g\n  inflight_kv: %s\n"
               "  parked_kv_seconds: %g\n  inflight_prefix_weight: %g\n  inflight_prefix_load: %g\n"
               "  pending_prefill_excess: %s\n  pending_prefill_excess_tokens: %u\n  pending_prefill_excess_cached: %g\n"
-              "  busy_slot_fleet_usage: %g\n  inflight_prefix_spread: %g\n  slot_wait_tokens: %g\n",
+              "  busy_slot_fleet_usage: %g\n  inflight_prefix_spread: %g\n  slot_wait_tokens: %g\n"
+              "  eviction_weight: %g\n  eviction_seconds: %g\n",
               &best == defaults ? " (the shipped defaults)" : "", best.s.cost.c_str(), best.s.alpha_balanced,
               best.s.alpha_imbalanced, best.s.gamma, best.s.pending_prefill_weight, best.s.inflight_kv.c_str(),
               best.s.parked_kv_seconds, best.s.inflight_prefix_weight, best.s.inflight_prefix_load,
               best.s.pending_prefill_excess ? "true" : "false", best.s.pending_prefill_excess_tokens,
               best.s.pending_prefill_excess_cached, best.s.busy_slot_fleet_usage, best.s.inflight_prefix_spread,
-              best.s.slot_wait_tokens);
+              best.s.slot_wait_tokens, best.s.eviction_weight, best.s.eviction_seconds);
   std::printf("{\"tune\":{\"cost\":\"%s\",\"alpha_balanced\":%g,\"alpha_imbalanced\":%g,\"gamma\":%g,"
-              "\"pending_prefill_weight\":%g,\"inflight_kv\":\"%s\",\"parked_kv_seconds\":%g,\"inflight_prefix_weight\":%g,\"inflight_prefix_load\":%g,\"pending_prefill_excess\":%s,\"pending_prefill_excess_tokens\":%u,\"pending_prefill_excess_cached\":%g,\"busy_slot_fleet_usage\":%g,\"inflight_prefix_spread\":%g,\"slot_wait_tokens\":%g,\"train_misses\":%zu,\"train_score\":%.4f,"
+              "\"pending_prefill_weight\":%g,\"inflight_kv\":\"%s\",\"parked_kv_seconds\":%g,\"inflight_prefix_weight\":%g,\"inflight_prefix_load\":%g,\"pending_prefill_excess\":%s,\"pending_prefill_excess_tokens\":%u,\"pending_prefill_excess_cached\":%g,\"busy_slot_fleet_usage\":%g,\"inflight_prefix_spread\":%g,\"slot_wait_tokens\":%g,\"eviction_weight\":%g,\"eviction_seconds\":%g,\"train_misses\":%zu,\"train_score\":%.4f,"
               "\"defaults_train_misses\":%zu,\"defaults_train_score\":%.4f,\"defaults_best\":%s}}\n",
               best.s.cost.c_str(), best.s.alpha_balanced, best.s.alpha_imbalanced, best.s.gamma,
               best.s.pending_prefill_weight, best.s.inflight_kv.c_str(), best.s.parked_kv_seconds,
               best.s.inflight_prefix_weight, best.s.inflight_prefix_load, best.s.pending_prefill_excess ? "true" : "false",
               best.s.pending_prefill_excess_tokens, best.s.pending_prefill_excess_cached, best.s.busy_slot_fleet_usage,
-              best.s.inflight_prefix_spread, best.s.slot_wait_tokens, best.misses + best.goodput_misses,
+              best.s.inflight_prefix_spread, best.s.slot_wait_tokens, best.s.eviction_weight, best.s.eviction_seconds,
+              best.misses + best.goodput_misses,
               best.score, defaults->misses + defaults->goodput_misses,
               defaults->score, &best == defaults ? "true" : "false");
   // --check: the chosen setting is at or below parity with the better peer on the slices it was tuned on.

@@ -87,6 +87,12 @@ TEST_CASE("scheduler.parked_kv_seconds: a time constant in seconds, 0 (off) to a
   check_scheduler_number("parked_kv_seconds", &SchedulerConfig::parked_kv_seconds, 10, 45, {"-1", "3601", "soon"});
 }
 
+TEST_CASE("scheduler.eviction_weight and _seconds: a weight 0 (off) to 100, a time constant of 1 s to an hour") {
+  // On by default (config/README.md).
+  check_scheduler_number("eviction_weight", &SchedulerConfig::eviction_weight, 1, 2, {"-0.5", "101", "lots"});
+  check_scheduler_number("eviction_seconds", &SchedulerConfig::eviction_seconds, 30, 60, {"0", "3601", "soon"});
+}
+
 TEST_CASE("scheduler.slot_wait_tokens: tokens of queue per request waiting for a slot, 0 (off) to a million") {
   // Off by default (config/README.md).
   check_scheduler_number("slot_wait_tokens", &SchedulerConfig::slot_wait_tokens, 0, 3000, {"-1", "1000001", "many"});

@@ -51,6 +51,23 @@ TEST_CASE("decoded events reach the index writer in order; bad ones are counted,
   CHECK(st.applied_total[0][static_cast<size_t>(ApplyResult::Applied)] == 0);
 }
 
+TEST_CASE("removals from a worker's device count as its evictions in the registry; other tiers' do not") {
+  Harness h;
+  h.pipeline->on_heartbeat_message(
+      R"({"worker_id":3,"url":"http://127.0.0.1:9","load":{"request_active_slots":0,"request_total_slots":8,)"
+      R"("num_requests_waiting":0,"kv_active_blocks":0,"kv_total_blocks":1000}})");
+  h.pipeline->on_kv_message(R"({"worker_id":3,"event":{"event_id":1,"data":{"removed":{"block_hashes":[1,2,3]}}}})");
+  h.pipeline->on_kv_message(
+      R"({"worker_id":3,"storage_tier":"host_pinned","event":{"event_id":2,"data":{"removed":{"block_hashes":[4,5]}}}})");
+  h.pipeline->on_kv_message(R"({"worker_id":3,"event":{"event_id":3,"data":{"removed":{"block_hashes":[6]}}}})");
+  h.pipeline->drain();
+  REQUIRE(h.registry.size() == 1);
+  // 4 device blocks; the clock runs, so they have faded a little (30 s time constant).
+  const double evicted = h.registry.all().at(0).evicted_blocks;
+  CHECK(evicted <= 4);
+  CHECK(evicted > 3.9);
+}
+
 TEST_CASE("heartbeats register workers; bad heartbeats are counted") {
   Harness h;
   h.pipeline->on_heartbeat_message(

@@ -799,3 +799,57 @@ TEST_CASE("the registry learns from first bytes and reports its MAPE") {
   CHECK(reg.candidates("m")[0].pending_prefill_requests == 0);
   CHECK(reg.ttft_stats().samples == 50);
 }
+
+TEST_CASE("evictions: device removals add up per worker, fade with their time constant and stay within its KV") {
+  using namespace std::chrono_literals;
+  ManualClock clock;
+  WorkerRegistry r(clock);
+  r.on_heartbeat(ann(1));  // 100 KV blocks
+  r.on_heartbeat(ann(2));
+  WorkerAnnouncement blind = ann(3);
+  blind.load.kv_total_blocks = 0;  // reports no KV capacity
+  r.on_heartbeat(blind);
+  r.set_eviction_seconds(30);
+  auto evicted = [&](uint64_t id) {
+    for (const auto& w : r.all())
+      if (w.info->id.value == id) return w.evicted_blocks;
+    return -1.0;
+  };
+  auto removal = [](uint64_t worker, size_t blocks, StorageTier tier) {
+    KvEvent e;
+    e.owner = CacheOwner{WorkerId{worker}, 0};
+    e.tier = tier;
+    KvRemoved rm;
+    for (size_t i = 0; i < blocks; ++i) rm.block_hashes.push_back(SequenceHash{i + 1});
+    e.data = rm;
+    return e;
+  };
+  // Only a removal from the device is an eviction.
+  CHECK(WorkerRegistry::evicted_blocks(removal(1, 12, StorageTier::Device)) == 12);
+  CHECK(WorkerRegistry::evicted_blocks(removal(1, 12, StorageTier::HostPinned)) == 0);
+  KvEvent stored;
+  stored.data = KvStored{};
+  CHECK(WorkerRegistry::evicted_blocks(stored) == 0);
+
+  r.add_evicted(WorkerId{1}, 12);
+  r.add_evicted(WorkerId{1}, 8);
+  r.add_evicted(WorkerId{3}, 50);  // nothing to weigh them against
+  r.add_evicted(WorkerId{9}, 50);  // unknown: ignored
+  CHECK(evicted(1) == doctest::Approx(20));
+  CHECK(evicted(2) == 0);
+  CHECK(evicted(3) == 0);
+  // The scheduler sees what the view shows.
+  for (const auto& c : r.candidates("m"))
+    if (c.info->id.value == 1) CHECK(c.evicted_blocks == doctest::Approx(20));
+  clock.advance(30s);
+  r.on_load_report(WorkerId{1}, ann(1).load);
+  CHECK(evicted(1) == doctest::Approx(20 * std::exp(-1.0)));
+  r.add_evicted(WorkerId{1}, 1000000);  // a flood: at most the worker's KV
+  CHECK(evicted(1) == doctest::Approx(100));
+  // A new time constant fades what is there under the old one up to now.
+  clock.advance(30s);
+  r.set_eviction_seconds(60);
+  clock.advance(60s);
+  r.on_load_report(WorkerId{1}, ann(1).load);
+  CHECK(evicted(1) == doctest::Approx(100 * std::exp(-2.0)));
+}

@@ -236,6 +236,31 @@ class SmallCacheAffinity(FleetTestCase):
         self.assertEqual(kept, 6)
 
 
+    def test_small_cache_worker_reports_its_evictions(self):
+        f = self.f
+        pin(f, 1)
+        try:
+            # Three 30-block prompts on a 40-block cache: each pushes the one before out.
+            for k in range(3):
+                ids = [90000 + 1000 * k + i for i in range(30 * BLOCK)]
+                self.assertEqual(send(f, {"model": "mock-model", "prompt": ids, "max_tokens": 1})[0], 1)
+        finally:
+            unpin(f)
+
+        def evicted():
+            return {w["worker_id"]: w["evicted_blocks"] for w in f.admin("GET", "/admin/workers").json()}
+        # The worker's removal events (vLLM's BlockRemoved over ZMQ) reach the registry, never the other's.
+        self.assertTrue(wait_until(lambda: evicted()[1] >= 20, 10), evicted())
+        self.assertEqual(evicted()[2], 0)
+        self.assertGreater(f.metric('kvroute_scheduler_worker_evicted_blocks{worker="1"}'), 0)
+        # A new prompt is priced for them on worker 1 only.
+        explain = f.admin("POST", "/admin/route/explain",
+                          json.dumps({"model": "mock-model", "prompt": list(range(70000, 70000 + 4 * BLOCK))})).json()
+        shares = {c["worker_id"]: c["terms"]["eviction_share"] for c in explain["workers"]}
+        self.assertGreater(shares[1], 0.4)
+        self.assertEqual(shares[2], 0)
+
+
 class Operations(FleetTestCase):
     """Reloads, states and messages an operator meets (two vLLM-mode workers, LoRA on both)."""
     tmp_prefix = "kvroute-ops-"

@@ -42,6 +42,8 @@ CandidateState random_state(std::mt19937_64& rng, bool ties) {
   // A worker over its slots waits for them as the registry prices it (3,000 tokens a request).
   const uint32_t total = s.load.request_total_slots, active = s.load.request_active_slots;
   s.slot_wait_tokens = total && active >= total ? 3000ull * (active + 1 - total) : 0;
+  // Evictions on another third (past the KV now and then: the share is capped), from the draws above.
+  s.evicted_blocks = s.load.request_active_slots % 3 == 2 ? static_cast<double>(s.load.kv_active_blocks) * 1.5 : 0;
   return s;
 }
 
@@ -136,6 +138,7 @@ Decision reference(const Case& c, uint64_t seed, std::vector<Candidate>& cands) 
     x.pending_prefill_tokens = st.pending_prefill_tokens;
     x.slot_wait_tokens = st.slot_wait_tokens;
     x.parked_blocks = st.parked_blocks;
+    x.evicted_blocks = st.evicted_blocks;
     x.draining = st.draining;
     for (const auto& o : c.owners) {
       if (o.owner.worker != id) continue;

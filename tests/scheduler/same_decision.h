@@ -26,6 +26,7 @@ inline void check_same_decision(const Decision& reused, const Decision& fresh) {
     CHECK(x.prefill_ratio == y.prefill_ratio);
     CHECK(x.slot_ratio == y.slot_ratio);
     CHECK(x.queue_ratio == y.queue_ratio);
+    CHECK(x.eviction_share == y.eviction_share);
     CHECK(x.cost == y.cost);
   }
 }

@@ -207,6 +207,47 @@ TEST_CASE("parked KV counts with the active KV in the load term, never in the bu
   CHECK(cs[*d.chosen].owner.worker == WorkerId{1});
 }
 
+TEST_CASE("a worker's recent evictions price the request's uncached share of its prompt (eviction_weight)") {
+  SchedulerConfig cfg;
+  cfg.eviction_weight = 1;
+  SeededRandom rnd(1);
+  // Equal load; worker 1 evicted 30 % of its KV lately, worker 2 nothing.
+  Candidate churning = cand(1, 0, 200), steady = cand(2, 0, 200);
+  churning.evicted_blocks = 300;
+  std::vector<Candidate> cs = {churning, steady};
+  // A new prompt (nothing cached anywhere): its blocks would push out
+  // cached prompts on worker 1, at the full weight.
+  Decision d = schedule(cs, 100, 10, cfg, rnd);
+  CHECK(d.scores[0].eviction_share == doctest::Approx(0.3));
+  CHECK(d.scores[0].cost - d.scores[1].cost == doctest::Approx(0.3));
+  CHECK(cs[*d.chosen].owner.worker == WorkerId{2});
+  // Half of it cached on both: half the price.
+  cs[0].overlap_blocks = cs[1].overlap_blocks = 5;
+  d = schedule(cs, 100, 10, cfg, rnd);
+  CHECK(d.scores[0].cost - d.scores[1].cost == doctest::Approx(0.15));
+  // Wholly cached on worker 1: only its last block is computed there (an
+  // engine computes at least the last token), a tenth of the price; the
+  // cache wins.
+  cs[0].overlap_blocks = 10;
+  cs[1].overlap_blocks = 0;
+  d = schedule(cs, 100, 10, cfg, rnd);
+  const double cached_cost = d.scores[0].cost;
+  CHECK(cs[*d.chosen].owner.worker == WorkerId{1});
+  cs[0].evicted_blocks = 0;
+  d = schedule(cs, 100, 10, cfg, rnd);
+  CHECK(cached_cost - d.scores[0].cost == doctest::Approx(0.03));
+  // The share is at most 1 (a worker flooding removals turns away at most
+  // eviction_weight of cost), and weight 0 turns the term off.
+  cs[0].overlap_blocks = 0;
+  cs[0].evicted_blocks = 5000;
+  d = schedule(cs, 100, 10, cfg, rnd);
+  CHECK(d.scores[0].eviction_share == 1);
+  CHECK(d.scores[0].cost - d.scores[1].cost == doctest::Approx(1));
+  cfg.eviction_weight = 0;
+  d = schedule(cs, 100, 10, cfg, rnd);
+  CHECK(d.scores[0].cost == doctest::Approx(d.scores[1].cost));
+}
+
 TEST_CASE("pending prefill on a worker counts like its own new tokens, weighted; weight 0 is the baseline") {
   SchedulerConfig cfg;
   cfg.pending_prefill_weight = 0.2;

@@ -335,24 +335,30 @@ double WorkerRegistry::parked_room(const Entry& e, double parked, double beside)
   return total ? std::min(parked, std::max(0.0, static_cast<double>(total) - beside)) : parked;
 }
 
+namespace {
+// exp(-elapsed / seconds): what is left of a fading figure from `from` to `to`.
+double fade_factor(TimePoint from, TimePoint to, double seconds) {
+  return std::exp(-std::chrono::duration<double>(to - from).count() / seconds);
+}
+// A block count times `factor`; under half a block it is an exact 0 (no denormals).
+void fade_blocks(double& blocks, double factor) {
+  blocks *= factor;
+  if (blocks < 0.5) blocks = 0;
+}
+}  // namespace
+
 void WorkerRegistry::fade_parked(Entry& e, TimePoint now) const {
   if (parked_kv_seconds_ <= 0) {
     e.parked_blocks = e.remote_parked_blocks = 0;
   } else if (now > e.parked_at && parked_total(e) > 0) {
-    const double f = std::exp(-std::chrono::duration<double>(now - e.parked_at).count() / parked_kv_seconds_);
-    for (double* p : {&e.parked_blocks, &e.remote_parked_blocks}) {
-      *p *= f;
-      if (*p < 0.5) *p = 0;  // faded: an exact 0, no denormals
-    }
+    const double f = fade_factor(e.parked_at, now, parked_kv_seconds_);
+    for (double* p : {&e.parked_blocks, &e.remote_parked_blocks}) fade_blocks(*p, f);
   }
   e.parked_at = std::max(e.parked_at, now);
 }
 
 void WorkerRegistry::fade_evicted(Entry& e, TimePoint now) const {
-  if (now > e.evicted_at && e.evicted_blocks > 0) {
-    e.evicted_blocks *= std::exp(-std::chrono::duration<double>(now - e.evicted_at).count() / eviction_seconds_);
-    if (e.evicted_blocks < 0.5) e.evicted_blocks = 0;  // faded: an exact 0, no denormals
-  }
+  if (now > e.evicted_at && e.evicted_blocks > 0) fade_blocks(e.evicted_blocks, fade_factor(e.evicted_at, now, eviction_seconds_));
   e.evicted_at = std::max(e.evicted_at, now);
 }
 

@@ -519,26 +519,18 @@ void EventPipeline::writer_loop() {
       else queues_.erase(worker);
       lk.unlock();
       if (auto* batch = std::get_if<std::vector<KvEvent>>(&item)) {
-        // KV events feed cache knowledge, never liveness: the registry learns
-        // only how much the worker evicted (WorkerRegistry::add_evicted()).
-        WorkerId owner{};
-        uint64_t evicted = 0;  // by `owner`, since the last add_evicted()
         for (const auto& ev : *batch) {
           const auto result = static_cast<size_t>(index_.apply(ev));
           stats_.applied_total[ev.data.index()][result].fetch_add(1, std::memory_order_relaxed);
-          const uint64_t n = WorkerRegistry::evicted_blocks(ev);
-          if (n == 0) continue;
-          if (evicted > 0 && ev.owner.worker != owner) {
-            registry_.add_evicted(owner, evicted);
-            evicted = 0;
-          }
-          owner = ev.owner.worker;
-          evicted += n;
         }
-        registry_.add_evicted(owner, evicted);
       } else {
-        apply_control(item);
+        apply_control(item);  // a resync's replay may remove blocks too
       }
+      // KV events feed cache knowledge, never liveness: the registry learns
+      // only how many blocks each worker's cache lost (WorkerRegistry::add_evicted()).
+      removed_.clear();
+      index_.take_removed(removed_);
+      for (const auto& [worker, blocks] : removed_) registry_.add_evicted(worker, blocks);
       lk.lock();
       queued_bytes_ -= bytes;
       stats_.queued_bytes.store(queued_bytes_, std::memory_order_relaxed);

@@ -186,6 +186,7 @@ class EventPipeline {
   uint64_t pushed_ = 0;                // push numbers handed out
   bool stop_ = false;
   std::thread writer_;
+  std::vector<std::pair<WorkerId, uint64_t>> removed_;  // writer thread: Indexer::take_removed's answer
 
   NatsBus* bus_ = nullptr;
   std::condition_variable resync_cv_;

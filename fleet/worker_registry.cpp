@@ -242,11 +242,6 @@ void WorkerRegistry::set_eviction_seconds(double seconds) {
   eviction_seconds_ = seconds;
 }
 
-uint64_t WorkerRegistry::evicted_blocks(const KvEvent& e) {
-  const auto* removed = std::get_if<KvRemoved>(&e.data);
-  return removed && e.tier == StorageTier::Device ? removed->block_hashes.size() : 0;
-}
-
 void WorkerRegistry::add_evicted(WorkerId id, uint64_t blocks) {
   if (blocks == 0) return;
   std::lock_guard lk(mu_);

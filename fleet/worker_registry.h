@@ -43,7 +43,6 @@
 #include "common/clock.h"
 #include "common/types.h"
 #include "fleet/inflight_blocks.h"
-#include "indexer/kv_event.h"
 #include "scheduler/ranked_candidates.h"
 #include "scheduler/scheduler.h"
 #include "scheduler/ttft_model.h"
@@ -212,8 +211,9 @@ class WorkerRegistry {
   // 0 turns it off and clears it.
   void set_parked_kv_seconds(double seconds);
   // Evictions (config scheduler.eviction_seconds): the KV blocks a worker's
-  // events report removed from its device (evicted_blocks() of each applied
-  // event), each worker's figure fading by exp(-elapsed / seconds). The
+  // removed events took out of its cache in the index (Indexer::take_removed:
+  // a block moved to a lower tier of the worker stays cached and is not
+  // counted), each worker's figure fading by exp(-elapsed / seconds). The
   // scheduler prices new work on a worker by how fast its cache turns over
   // (scheduler.h, eviction_term()). Liveness never reads it.
   void set_eviction_seconds(double seconds);
@@ -222,9 +222,6 @@ class WorkerRegistry {
   // is kept at most the worker's capacity: a worker that reports removals it
   // never made only turns work away from itself, and by a bounded amount.
   void add_evicted(WorkerId id, uint64_t blocks);
-  // The device blocks one KV event reports evicted (a removal from the
-  // device tier; 0 for any other event).
-  static uint64_t evicted_blocks(const KvEvent& e);
   // Slot waits (config scheduler.slot_wait_tokens): on a worker whose
   // request slots are all taken (predicted load), a request waits for a
   // running one to finish before its prefill starts; `tokens` per request

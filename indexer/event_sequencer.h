@@ -82,6 +82,7 @@ class EventSequencer final : public Indexer {
   OverlapScores find_matches(std::span<const LocalBlockHash> blocks) const override;
   void find_match_layers(std::span<const LocalBlockHash> blocks, MatchLayers& out) const override;
   IndexStats stats() const override { return inner_.stats(); }
+  void take_removed(std::vector<std::pair<WorkerId, uint64_t>>& out) override { inner_.take_removed(out); }
   void set_block_limits(const std::vector<std::pair<WorkerId, uint64_t>>& limits, uint64_t ceiling) override {
     inner_.set_block_limits(limits, ceiling);
   }

@@ -12,6 +12,7 @@
 #include <memory>
 #include <span>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "common/types.h"
@@ -163,6 +164,13 @@ class Indexer {
   // both (the sequencer already keeps each owner exact).
   virtual void on_stream(CacheOwner /*owner*/, StreamNotice /*notice*/) {}
   virtual void on_event_held(const KvEvent& /*event*/) {}
+  // Writer thread: the blocks that removed events took out of each worker's
+  // cache since the last call, appended to `out` as (worker, blocks), then
+  // forgotten. A removal naming another tier than the one the owner holds
+  // the block in takes nothing out (the block moved: it is still cached);
+  // clears are not counted. An index that keeps no per-owner blocks reports
+  // nothing.
+  virtual void take_removed(std::vector<std::pair<WorkerId, uint64_t>>& /*out*/) {}
 };
 
 }  // namespace kvroute

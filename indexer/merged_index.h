@@ -59,6 +59,7 @@ class MergedIndex final : public Indexer {
   void set_block_limits(const std::vector<std::pair<WorkerId, uint64_t>>& limits, uint64_t ceiling) override {
     exact_.set_block_limits(limits, ceiling);
   }
+  void take_removed(std::vector<std::pair<WorkerId, uint64_t>>& out) override { exact_.take_removed(out); }
 
  private:
   Indexer& exact_;

@@ -72,13 +72,21 @@ ApplyResult NaiveIndexer::apply(const KvEvent& event) {
         missing = true;
         continue;
       }
+      if (lit->second.at(h)->owners.at(event.owner).first != event.tier) continue;  // moved: still cached
       remove_block(event.owner, h);
+      ++removed_[event.owner.worker];
     }
     if (lit != lookup_.end() && lit->second.empty()) lookup_.erase(lit);
     return missing ? ApplyResult::UnknownBlock : ApplyResult::Applied;
   }
   clear_locked(event.owner);
   return ApplyResult::Applied;
+}
+
+void NaiveIndexer::take_removed(std::vector<std::pair<WorkerId, uint64_t>>& out) {
+  std::lock_guard lk(mu_);
+  out.insert(out.end(), removed_.begin(), removed_.end());
+  removed_.clear();
 }
 
 void NaiveIndexer::clear_locked(CacheOwner owner) {

@@ -23,6 +23,7 @@ class NaiveIndexer final : public Indexer {
   void clear_owner(CacheOwner owner) override;
   OverlapScores find_matches(std::span<const LocalBlockHash> blocks) const override;
   IndexStats stats() const override;
+  void take_removed(std::vector<std::pair<WorkerId, uint64_t>>& out) override;
 
  private:
   struct Node {
@@ -40,6 +41,7 @@ class NaiveIndexer final : public Indexer {
   mutable std::mutex mu_;
   Node root_;
   std::unordered_map<CacheOwner, std::unordered_map<SequenceHash, Node*>> lookup_;
+  std::map<WorkerId, uint64_t> removed_;  // since take_removed
 };
 
 }  // namespace kvroute

@@ -91,6 +91,8 @@ class PoolIndex final : public Indexer {
   OverlapScores find_matches(std::span<const LocalBlockHash> blocks) const override;
   void find_match_layers(std::span<const LocalBlockHash> blocks, MatchLayers& out) const override;
   IndexStats stats() const override { return inner_.stats(); }
+  // A pool's removals count under its pool owner's id, which no worker has.
+  void take_removed(std::vector<std::pair<WorkerId, uint64_t>>& out) override { inner_.take_removed(out); }
   // The workers' limits (reserved ids dropped) plus each pool's.
   void set_block_limits(const std::vector<std::pair<WorkerId, uint64_t>>& limits, uint64_t ceiling) override;
 

@@ -404,6 +404,7 @@ ApplyResult RadixIndexer::apply(const KvEvent& event) {
     const uint32_t id = it->second;
     OwnerState& os = *owners_[id];
     bool missing = false;
+    uint64_t taken = 0;
     std::unique_ptr<OwnerState> dead;  // destroyed after the hold
     {
       WriteLock lk(*this);
@@ -415,10 +416,14 @@ ApplyResult RadixIndexer::apply(const KvEvent& event) {
           continue;
         }
         const NodeId n = *p;
+        // The copy in another tier is gone; the block stays where the owner last stored it.
+        if (entry_tier(entry_of(node(n), id)) != event.tier) continue;
         os.blocks.erase_no_shrink(h.value);
         --os.quota->blocks;
+        ++taken;
         if (unref(os, id, n)) prune(n);
       }
+      if (taken > 0) removed_[event.owner.worker] += taken;
       if (os.blocks.size() == 0) {
         dead = release_owner_id(id);
       } else {
@@ -430,6 +435,11 @@ ApplyResult RadixIndexer::apply(const KvEvent& event) {
   }
   clear_owner(event.owner);
   return ApplyResult::Applied;
+}
+
+void RadixIndexer::take_removed(std::vector<std::pair<WorkerId, uint64_t>>& out) {
+  out.insert(out.end(), removed_.begin(), removed_.end());
+  removed_.clear();
 }
 
 ApplyResult RadixIndexer::apply_stored(const KvEvent& event, const KvStored& st) {

@@ -80,6 +80,8 @@ class RadixIndexer final : public Indexer {
   uint64_t blocks_refused() const { return blocks_refused_.load(std::memory_order_relaxed); }
   // Default ceiling of blocks per worker before set_block_limits is called.
   static constexpr uint64_t kDefaultBlockLimit = uint64_t{1} << 22;
+  // Writer thread (Indexer::take_removed).
+  void take_removed(std::vector<std::pair<WorkerId, uint64_t>>& out) override;
   // Any thread. Index entries held by each worker (all dp ranks summed),
   // sorted by worker id; O(owners). For the status page (router/status.h).
   std::vector<std::pair<WorkerId, uint64_t>> entries_by_worker() const;
@@ -248,6 +250,9 @@ class RadixIndexer final : public Indexer {
   std::vector<uint32_t> free_child_maps_;
 
   std::unordered_map<WorkerId, WorkerQuota> quotas_;  // writer only
+  // Blocks removed events took out, per worker, since take_removed (writer
+  // only; emptied by each take, which the event pipeline does per batch).
+  std::unordered_map<WorkerId, uint64_t> removed_;
   uint64_t default_block_limit_ = kDefaultBlockLimit;
   mutable std::mutex capped_mu_;
   std::unordered_set<CacheOwner> capped_;  // guarded by capped_mu_

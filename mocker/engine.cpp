@@ -206,6 +206,7 @@ bool Engine::try_admit(Request& r) {
     removed.block_hashes.push_back(victim);
   }
   if (!removed.block_hashes.empty()) {
+    if (on_evicting_) on_evicting_(removed);
     KvEvent ev;
     ev.data = std::move(removed);
     emit(std::move(ev));

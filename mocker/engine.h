@@ -201,6 +201,12 @@ class Engine {
   // event id and the owner are stamped, `ev`'s tier and medium kept. Calls
   // the event callback synchronously (which may announce again).
   void announce(KvEvent ev);
+  // Called with the blocks about to be evicted from the cache, before their
+  // removed event (which takes the next event id after whatever the hook
+  // announces): a tier below keeps its copies of them announced first, so
+  // that an index never sees them leave the worker (mocker/kv_pool.h).
+  // Forks do not call it.
+  void set_eviction_hook(std::function<void(const KvRemoved&)> hook) { on_evicting_ = std::move(hook); }
   // One prompt's prefill of `new_tokens` after `cached` ones, alone in one step.
   double prefill_ms(double new_tokens, double cached = 0) const;
   const EngineConfig& config() const { return cfg_; }
@@ -263,6 +269,7 @@ class Engine {
 
   EngineConfig cfg_;
   std::function<void(const KvEvent&)> on_event_;
+  std::function<void(const KvRemoved&)> on_evicting_;  // set_eviction_hook; empty in forks
   std::unordered_map<SequenceHash, Block> blocks_;  // shared blocks, computed or being computed
   std::list<SequenceHash> lru_;                     // unreferenced blocks, eviction order first
   uint64_t private_blocks_ = 0;                     // unhashed blocks reserved by running requests

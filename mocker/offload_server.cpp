@@ -23,6 +23,7 @@ bool MockerServer::Impl::open_offload(std::string* err) {
     if (!pool->open(err)) return false;
   }
   host = HostTier(opts.offload.host_blocks);
+  if (opts.offload.host_blocks > 0) engine.set_eviction_hook([this](const KvRemoved& rm) { offload_evicted(rm); });
   return true;
 }
 
@@ -76,31 +77,35 @@ void MockerServer::Impl::offload_after(const KvEvent& ev) {
         engine.announce(std::move(out));
       }
     }
-  } else if (const auto* rm = std::get_if<KvRemoved>(&ev.data); rm && opts.offload.host_blocks > 0) {
-    // Evicted from the device (children before parents): offloaded to the
-    // host parents first, so that each store's parent is held.
-    KvRemoved dropped;
-    for (auto it = rm->block_hashes.rbegin(); it != rm->block_hashes.rend(); ++it) {
-      auto meta = device_meta.find(it->value);
-      if (meta == device_meta.end()) continue;
-      const BlockMeta m = meta->second;
-      device_meta.erase(meta);
-      for (SequenceHash v : host.put(*it, m)) dropped.block_hashes.push_back(v);
-      ++offload_stats.host_offloaded_blocks;
-      KvEvent out;
-      out.tier = StorageTier::HostPinned;
-      out.medium = "CPU";
-      out.data = KvStored{m.parent, {StoredBlock{*it, m.local}}};
-      engine.announce(std::move(out));
-    }
-    if (!dropped.block_hashes.empty()) {
-      offload_stats.host_evicted_blocks += dropped.block_hashes.size();
-      KvEvent out;
-      out.tier = StorageTier::HostPinned;
-      out.medium = "CPU";
-      out.data = std::move(dropped);
-      engine.announce(std::move(out));
-    }
+  }
+}
+
+void MockerServer::Impl::offload_evicted(const KvRemoved& rm) {
+  // About to leave the device (children before parents), still held there:
+  // offloaded to the host parents first, so that each store's parent is
+  // held, and announced before the device's removal, so that the router's
+  // index moves each block to the host tier instead of losing it.
+  KvRemoved dropped;
+  for (auto it = rm.block_hashes.rbegin(); it != rm.block_hashes.rend(); ++it) {
+    auto meta = device_meta.find(it->value);
+    if (meta == device_meta.end()) continue;
+    const BlockMeta m = meta->second;
+    device_meta.erase(meta);
+    for (SequenceHash v : host.put(*it, m)) dropped.block_hashes.push_back(v);
+    ++offload_stats.host_offloaded_blocks;
+    KvEvent out;
+    out.tier = StorageTier::HostPinned;
+    out.medium = "CPU";
+    out.data = KvStored{m.parent, {StoredBlock{*it, m.local}}};
+    engine.announce(std::move(out));
+  }
+  if (!dropped.block_hashes.empty()) {
+    offload_stats.host_evicted_blocks += dropped.block_hashes.size();
+    KvEvent out;
+    out.tier = StorageTier::HostPinned;
+    out.medium = "CPU";
+    out.data = std::move(dropped);
+    engine.announce(std::move(out));
   }
 }
 

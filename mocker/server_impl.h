@@ -441,6 +441,7 @@ struct MockerServer::Impl {
   // Every engine event: published, then the offload tiers follow it.
   void on_engine_event(const KvEvent& ev);
   void offload_after(const KvEvent& ev);
+  void offload_evicted(const KvRemoved& rm);  // the engine's eviction hook (host tier)
   // Before admission: the prompt's blocks after the device's prefix found in
   // the host tier or the pool are loaded (their load time waited), then
   // imported by the engine as computed.

@@ -101,7 +101,7 @@ class PdSimulation {
       ec.owner = CacheOwner{WorkerId{i}, 0};
       engines_.push_back(std::make_unique<mocker::Engine>(ec, [this](const KvEvent& e) {
         index_.apply(e);
-        registry_.add_evicted(e.owner.worker, WorkerRegistry::evicted_blocks(e));  // as the daemon's event pipeline
+        hand_removed(index_, registry_);
       }));
     }
   }

@@ -537,9 +537,9 @@ TierCache::Block Simulation::tier_block(uint64_t h) const {
 }
 
 void Simulation::on_device_event(uint32_t w, const KvEvent& e) {
-  registry_.add_evicted(WorkerId{w}, WorkerRegistry::evicted_blocks(e));  // as the daemon's event pipeline
   if (!o_.tiers.any()) {
     index_.apply(e);
+    hand_removed(index_, registry_);
     return;
   }
   if (const auto* st = std::get_if<KvStored>(&e.data)) {
@@ -611,6 +611,7 @@ void Simulation::refresh(uint32_t w, uint64_t h) {
   ev.owner = CacheOwner{WorkerId{w}, 0};
   if (!want) {
     if (cur == view.end()) return;
+    ev.tier = cur->second;  // a removal names the tier it empties
     view.erase(cur);
     ev.data = KvRemoved{{SequenceHash{h}}};
   } else {
@@ -622,6 +623,7 @@ void Simulation::refresh(uint32_t w, uint64_t h) {
     view[h] = *want;
   }
   index_.apply(ev);
+  hand_removed(index_, registry_);
 }
 
 PolicyResult Simulation::run(bool progress) {

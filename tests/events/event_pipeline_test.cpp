@@ -5,6 +5,7 @@
 
 #include <thread>
 
+#include "indexer/radix_indexer.h"
 #include "tests/support/recording_indexer.h"
 
 using namespace kvroute;
@@ -51,21 +52,37 @@ TEST_CASE("decoded events reach the index writer in order; bad ones are counted,
   CHECK(st.applied_total[0][static_cast<size_t>(ApplyResult::Applied)] == 0);
 }
 
-TEST_CASE("removals from a worker's device count as its evictions in the registry; other tiers' do not") {
-  Harness h;
-  h.pipeline->on_heartbeat_message(
+TEST_CASE("blocks a worker's removals take out of its cache count as its evictions; blocks moved to its host tier do not") {
+  EventsConfig cfg;
+  RadixIndexer index;
+  SteadyClock& clock = SteadyClock::instance();
+  WorkerRegistry registry{clock};
+  EventPipeline pipeline(cfg, 16, index, registry, clock);
+  pipeline.start_writer();
+  pipeline.on_heartbeat_message(
       R"({"worker_id":3,"url":"http://127.0.0.1:9","load":{"request_active_slots":0,"request_total_slots":8,)"
       R"("num_requests_waiting":0,"kv_active_blocks":0,"kv_total_blocks":1000}})");
-  h.pipeline->on_kv_message(R"({"worker_id":3,"event":{"event_id":1,"data":{"removed":{"block_hashes":[1,2,3]}}}})");
-  h.pipeline->on_kv_message(
-      R"({"worker_id":3,"storage_tier":"host_pinned","event":{"event_id":2,"data":{"removed":{"block_hashes":[4,5]}}}})");
-  h.pipeline->on_kv_message(R"({"worker_id":3,"event":{"event_id":3,"data":{"removed":{"block_hashes":[6]}}}})");
-  h.pipeline->drain();
-  REQUIRE(h.registry.size() == 1);
-  // 4 device blocks; the clock runs, so they have faded a little (30 s time constant).
-  const double evicted = h.registry.all().at(0).evicted_blocks;
-  CHECK(evicted <= 4);
-  CHECK(evicted > 3.9);
+  auto event = [&](uint64_t id, std::string_view tier, std::string_view data) {
+    pipeline.on_kv_message(fmt::format(R"({{"worker_id":3,{}"event":{{"event_id":{},"data":{}}}}})",
+                                       tier.empty() ? "" : fmt::format(R"("storage_tier":"{}",)", tier), id, data));
+  };
+  // A chain of 4 on the device; its last 2 blocks offloaded to the host
+  // (announced before the device lets them go, as write-through offloading does).
+  event(1, "", R"({"stored":{"blocks":[{"block_hash":1,"tokens_hash":11},{"block_hash":2,"tokens_hash":12},)"
+               R"({"block_hash":3,"tokens_hash":13},{"block_hash":4,"tokens_hash":14}]}})");
+  event(2, "host_pinned", R"({"stored":{"parent_hash":2,"blocks":[{"block_hash":3,"tokens_hash":13},)"
+                          R"({"block_hash":4,"tokens_hash":14}]}})");
+  event(3, "", R"({"removed":{"block_hashes":[4,3,2,1,99]}})");  // 1, 2 gone; 3, 4 stay on the host; 99 unknown
+  event(4, "host_pinned", R"({"removed":{"block_hashes":[4]}})");  // now gone
+  pipeline.drain();
+  REQUIRE(registry.size() == 1);
+  // 3 blocks left the worker; the clock runs, so they have faded a little (30 s time constant).
+  const double evicted = registry.all().at(0).evicted_blocks;
+  CHECK(evicted <= 3);
+  CHECK(evicted > 2.9);
+  const auto m = index.find_matches(std::vector<LocalBlockHash>{LocalBlockHash{11}});
+  CHECK(m.owners.empty());
+  CHECK(index.stats().entries == 1);  // block 3, on the host
 }
 
 TEST_CASE("heartbeats register workers; bad heartbeats are counted") {

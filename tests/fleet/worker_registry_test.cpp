@@ -815,22 +815,6 @@ TEST_CASE("evictions: device removals add up per worker, fade with their time co
       if (w.info->id.value == id) return w.evicted_blocks;
     return -1.0;
   };
-  auto removal = [](uint64_t worker, size_t blocks, StorageTier tier) {
-    KvEvent e;
-    e.owner = CacheOwner{WorkerId{worker}, 0};
-    e.tier = tier;
-    KvRemoved rm;
-    for (size_t i = 0; i < blocks; ++i) rm.block_hashes.push_back(SequenceHash{i + 1});
-    e.data = rm;
-    return e;
-  };
-  // Only a removal from the device is an eviction.
-  CHECK(WorkerRegistry::evicted_blocks(removal(1, 12, StorageTier::Device)) == 12);
-  CHECK(WorkerRegistry::evicted_blocks(removal(1, 12, StorageTier::HostPinned)) == 0);
-  KvEvent stored;
-  stored.data = KvStored{};
-  CHECK(WorkerRegistry::evicted_blocks(stored) == 0);
-
   r.add_evicted(WorkerId{1}, 12);
   r.add_evicted(WorkerId{1}, 8);
   r.add_evicted(WorkerId{3}, 50);  // nothing to weigh them against

@@ -30,9 +30,10 @@ KvEvent stored(CacheOwner o, std::optional<uint64_t> parent, std::vector<std::pa
   e.data = s;
   return e;
 }
-KvEvent removed(CacheOwner o, std::vector<uint64_t> ids) {
+KvEvent removed(CacheOwner o, std::vector<uint64_t> ids, StorageTier tier = StorageTier::Device) {
   KvEvent e;
   e.owner = o;
+  e.tier = tier;
   KvRemoved r;
   for (auto id : ids) r.block_hashes.push_back(SequenceHash{id});
   e.data = r;
@@ -162,6 +163,31 @@ TEST_CASE_TEMPLATE("storage tiers are reported per owner", T, INDEXERS) {
   CHECK(idx.stats().entries == 4);
 }
 
+TEST_CASE_TEMPLATE("a removal takes a block out of the tier it names only; take_removed counts what left", T, INDEXERS) {
+  T idx;
+  idx.apply(stored(ow(1), {}, {{10, 1}, {11, 2}, {12, 3}}));
+  idx.apply(stored(ow(2), {}, {{20, 1}}));
+  // Offloaded to the host before the device lets it go: it moves there.
+  idx.apply(stored(ow(1), 11, {{12, 3}}, StorageTier::HostPinned));
+  CHECK(idx.apply(removed(ow(1), {12, 11})) == ApplyResult::Applied);
+  CHECK(overlap(idx, {1, 2, 3}) == std::map<CacheOwner, uint32_t>{{ow(1), 1}, {ow(2), 1}});
+  // A removal from the host of a block on the device leaves it there.
+  CHECK(idx.apply(removed(ow(2), {20}, StorageTier::HostPinned)) == ApplyResult::Applied);
+  CHECK(overlap(idx, {1})[ow(2)] == 1);
+  CHECK(idx.apply(removed(ow(1), {12, 99}, StorageTier::HostPinned)) == ApplyResult::UnknownBlock);
+  std::vector<std::pair<WorkerId, uint64_t>> out;
+  idx.take_removed(out);
+  std::sort(out.begin(), out.end());
+  CHECK(out == std::vector<std::pair<WorkerId, uint64_t>>{{WorkerId{1}, 2}});  // 11, then 12: not 20, not 99
+  out.clear();
+  idx.take_removed(out);
+  CHECK(out.empty());  // taken once
+  idx.apply(cleared(ow(1)));
+  idx.take_removed(out);
+  CHECK(out.empty());  // a clear is no eviction
+  CHECK(idx.stats().entries == 1);
+}
+
 TEST_CASE_TEMPLATE("re-applying the same events changes nothing", T, INDEXERS) {
   T idx;
   for (int i = 0; i < 3; ++i) {
@@ -267,7 +293,8 @@ void differential(uint64_t alphabet, uint64_t seed) {
         h.erase(h.begin() + static_cast<long>(k));
       }
       if (pick(10) == 0) ids.push_back(123456789);
-      ev = removed(o, ids);
+      // Mostly the device; a block held in another tier stays (then forgotten here).
+      ev = removed(o, ids, pick(4) == 0 ? static_cast<StorageTier>(pick(4)) : StorageTier::Device);
       CHECK(fast.apply(ev) == ref.apply(ev));
     } else if (op < 95) {
       held[o].clear();
@@ -295,6 +322,11 @@ void differential(uint64_t alphabet, uint64_t seed) {
       }
       CHECK(fast.stats().entries == ref.stats().entries);
       CHECK(fast.stats().blocks == ref.stats().blocks);
+      std::vector<std::pair<WorkerId, uint64_t>> ra, rb;
+      fast.take_removed(ra);
+      ref.take_removed(rb);
+      std::sort(ra.begin(), ra.end());
+      CHECK(ra == rb);  // the naive index's are sorted by worker
     }
   }
   // Drop everyone: both indexes end empty (every node freed).

@@ -5,7 +5,11 @@ on mocker 1 (which then stays busy decoding) is a pool hit for mocker 2: the
 router sends the prefix there rather than to mocker 3, prices the hit at the
 pool's load cost, reports it in explain, the location API, the status page and
 metrics, and mocker 2 loads the blocks from the pool instead of recomputing
-them (its `offload` counters)."""
+them (its `offload` counters).
+
+A host tier (`HostTierTest`): a mocker whose device evicts into its host tier
+keeps the evicted blocks cached for the router (moved to the host tier in its
+index) and reports no evictions; one without a host tier reports them."""
 import json
 import os
 import socket
@@ -110,6 +114,45 @@ class KvPoolTest(FleetTestCase):
             self.assertEqual(pools[0]["workers"], [1, 2])
         finally:
             busy.close()
+
+
+class HostTierTest(FleetTestCase):
+    tmp_prefix = "kvroute-host-tier-"
+
+    @classmethod
+    def start(cls, f):
+        f.start_nats()
+        f.start_mocker(4, ["--kv-blocks", "40", "--kv-host-blocks", "400"])
+        f.start_mocker(5, ["--kv-blocks", "40"])
+        f.start_router()
+        f.wait_ready(2)
+
+    def test_blocks_offloaded_to_the_host_stay_cached_and_are_no_evictions(self):
+        f = self.f
+        prompts = [[90000 + 1000 * k + i for i in range(30 * BLOCK)] for k in range(3)]
+        # On each worker directly: three 30-block prompts on a 40-block device,
+        # each pushing the one before out of it.
+        for w in (4, 5):
+            for ids in prompts:
+                r = f.mocker(w, "POST", "/v1/completions",
+                             json.dumps({"model": "mock-model", "prompt": ids, "max_tokens": 1}))
+                self.assertEqual(r.status, 200, r.body)
+        self.assertGreaterEqual(json.loads(f.mocker(4, "GET", "/mocker/stats").body)["offload"]["host_offloaded_blocks"],
+                                20)
+
+        def overlap(ids):
+            e = f.admin("POST", "/admin/route/explain", json.dumps({"model": "mock-model", "prompt": ids})).json()
+            return {w["worker_id"]: w["overlap_by_tier"] for w in e["workers"]}
+
+        def evicted():
+            return {w["worker_id"]: w["evicted_blocks"] for w in f.admin("GET", "/admin/workers").json()}
+        # Worker 5 lost the first prompt; the router counts its evictions.
+        self.assertTrue(wait_until(lambda: evicted()[5] >= 20, 10), evicted())
+        # Worker 4 has it on its host tier, as the router's index knows, and lost nothing.
+        self.assertTrue(wait_until(lambda: overlap(prompts[0])[4]["host_pinned"] >= 20, 10), overlap(prompts[0]))
+        self.assertEqual(overlap(prompts[0])[5]["device"] + overlap(prompts[0])[5]["host_pinned"], 0)
+        self.assertEqual(evicted()[4], 0)
+        self.assertEqual(f.metric('kvroute_scheduler_worker_evicted_blocks{worker="4"}'), 0)
 
 
 if __name__ == "__main__":

@@ -190,6 +190,51 @@ TEST_CASE("capacity: LRU eviction of unreferenced blocks only, tail first, annou
   CHECK(r.engine->cached_blocks() <= c.kv_blocks);
 }
 
+TEST_CASE("the eviction hook hears of the victims before their removed event, which takes the next id after its announcements") {
+  EngineConfig c = small_cfg();
+  c.kv_blocks = 10;
+  Run r(c);
+  std::vector<SequenceHash> heard;
+  uint64_t removed_events_before_hook = 0;
+  r.engine->set_eviction_hook([&](const KvRemoved& rm) {
+    heard = rm.block_hashes;
+    removed_events_before_hook = r.removed().size();
+    // A lower tier announces its copy of the first victim.
+    KvEvent copy;
+    copy.tier = StorageTier::HostPinned;
+    copy.medium = "CPU";
+    copy.data = KvRemoved{};  // any event: only its place in the sequence matters here
+    r.engine->announce(copy);
+  });
+  double now = 0;
+  r.engine->add_request(1, tokens(1, 16), 4, now);
+  r.drain(now);
+  r.engine->add_request(2, tokens(2, 16), 4, now);
+  r.drain(now);
+  CHECK(heard.empty());  // nothing evicted yet
+  r.engine->add_request(3, tokens(3, 16), 4, now);
+  r.drain(now);
+  REQUIRE(heard.size() == 3);
+  CHECK(removed_events_before_hook == 0);
+  // The announcement, then the device's removal of the same victims, ids consecutive.
+  size_t k = 0;
+  for (size_t i = 0; i < r.events.size(); ++i)
+    if (std::holds_alternative<KvRemoved>(r.events[i].data) && r.events[i].medium.empty()) k = i;
+  REQUIRE(k > 0);
+  const KvEvent& last = r.events[k];
+  const KvEvent& announced = r.events[k - 1];
+  CHECK(announced.medium == "CPU");
+  CHECK(std::get<KvRemoved>(last.data).block_hashes == heard);
+  CHECK(last.event_id == *announced.event_id + 1);
+  for (size_t i = 1; i < r.events.size(); ++i) CHECK(r.events[i].event_id == *r.events[i - 1].event_id + 1);
+  // A fork does not call it.
+  heard.clear();
+  Engine f = r.engine->fork();
+  f.add_request(9, tokens(9, 32), 4, now);
+  while (auto t = f.next_event_time()) f.advance_to(*t);
+  CHECK(heard.empty());
+}
+
 TEST_CASE("a request that cannot fit now waits; one that can never fit is refused") {
   EngineConfig c = small_cfg();
   c.kv_blocks = 6;

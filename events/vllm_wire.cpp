@@ -9,6 +9,7 @@
 
 #include "events/msgpack_reader.h"
 #include "indexer/block_hash.h"
+#include "indexer/pool_index.h"
 
 namespace kvroute {
 
@@ -450,10 +451,12 @@ void pack_tag_only(Packer& pk, std::string_view type, VllmEncoding enc) {
 
 // ---------------------------------------------------------------- conversion
 
+// vLLM's media (GPU, CPU, DISK) and SGLang HiCache's tiers (CPU_TIER1: host
+// memory, CPU_TIER2: its storage backend, python/sglang/srt/disaggregation/kv_events.py).
 StorageTier tier_of(std::string_view medium) {
-  if (medium.empty() || medium == "GPU" || medium == "gpu") return StorageTier::Device;
-  if (medium == "CPU" || medium == "cpu") return StorageTier::HostPinned;
-  if (medium == "DISK" || medium == "disk") return StorageTier::Disk;
+  if (medium.empty() || PoolIndex::same_medium(medium, "GPU")) return StorageTier::Device;
+  if (PoolIndex::same_medium(medium, "CPU") || PoolIndex::same_medium(medium, "CPU_TIER1")) return StorageTier::HostPinned;
+  if (PoolIndex::same_medium(medium, "DISK")) return StorageTier::Disk;
   return StorageTier::External;
 }
 

@@ -273,10 +273,16 @@ TEST_CASE("to_kv_events: medium to tier, salt only without a parent, size and co
   shortt.token_ids.pop_back();
   b.events.push_back(shortt);
   b.events.push_back(VllmBlockRemoved{{SequenceHash{21}}, "CPU", std::nullopt});
+  // SGLang HiCache's tiers; media compare case-insensitively.
+  for (const char* m : {"CPU_TIER1", "gpu", "Disk", "CPU_TIER2"}) b.events.push_back(VllmBlockRemoved{{SequenceHash{26}}, m, std::nullopt});
   std::vector<KvEvent> out;
   std::array<uint64_t, 5> skipped{};
   to_kv_events(b, CacheOwner{WorkerId{1}, 3}, 2, out, &skipped);
-  REQUIRE(out.size() == 4);
+  REQUIRE(out.size() == 8);
+  CHECK(out[4].tier == StorageTier::HostPinned);
+  CHECK(out[5].tier == StorageTier::Device);
+  CHECK(out[6].tier == StorageTier::Disk);
+  CHECK(out[7].tier == StorageTier::External);
   CHECK(out[0].tier == StorageTier::HostPinned);
   CHECK(std::get<KvStored>(out[0].data).blocks[0].tokens_hash == hash_block(cont.token_ids));
   CHECK(out[0].owner.dp_rank == 3);

@@ -54,6 +54,10 @@ inline constexpr int kNumStorageTiers = kNumBaseTiers + kMaxPools;
 inline constexpr size_t kMaxMediumBytes = 32;
 
 constexpr StorageTier pool_tier(uint32_t pool) { return static_cast<StorageTier>(kNumBaseTiers + pool); }
+// A tier's bit in a mask of the tiers one worker holds a block in (all
+// kNumStorageTiers fit in 8 bits); the mask's lowest bit is its best tier.
+constexpr uint8_t tier_bit(StorageTier t) { return static_cast<uint8_t>(1u << static_cast<uint8_t>(t)); }
+static_assert(kNumStorageTiers <= 8);
 constexpr bool is_pool_tier(StorageTier t) { return static_cast<int>(t) >= kNumBaseTiers; }
 constexpr uint32_t pool_of_tier(StorageTier t) { return static_cast<uint32_t>(t) - kNumBaseTiers; }
 

@@ -9,7 +9,6 @@
 
 #include "events/msgpack_reader.h"
 #include "indexer/block_hash.h"
-#include "indexer/pool_index.h"
 
 namespace kvroute {
 
@@ -454,9 +453,9 @@ void pack_tag_only(Packer& pk, std::string_view type, VllmEncoding enc) {
 // vLLM's media (GPU, CPU, DISK) and SGLang HiCache's tiers (CPU_TIER1: host
 // memory, CPU_TIER2: its storage backend, python/sglang/srt/disaggregation/kv_events.py).
 StorageTier tier_of(std::string_view medium) {
-  if (medium.empty() || PoolIndex::same_medium(medium, "GPU")) return StorageTier::Device;
-  if (PoolIndex::same_medium(medium, "CPU") || PoolIndex::same_medium(medium, "CPU_TIER1")) return StorageTier::HostPinned;
-  if (PoolIndex::same_medium(medium, "DISK")) return StorageTier::Disk;
+  if (medium.empty() || same_medium(medium, "GPU")) return StorageTier::Device;
+  if (same_medium(medium, "CPU") || same_medium(medium, "CPU_TIER1")) return StorageTier::HostPinned;
+  if (same_medium(medium, "DISK")) return StorageTier::Disk;
   return StorageTier::External;
 }
 
@@ -478,6 +477,20 @@ VllmSkip convert_stored(const VllmBlockStored& s, CacheOwner owner, uint32_t blo
   learn_group(groups, s, indexed);
   if (!indexed || (groups && groups->skips(s.group_idx))) return VllmSkip::NotFullAttention;
   if (s.block_size != block_size) return VllmSkip::BlockSizeMismatch;
+  const StorageTier tier = tier_of(s.medium);
+  if (s.token_ids.empty() && !s.parent_block_hash && tier != StorageTier::Device) {
+    // vLLM's offloading connector announces its copies of the worker's own
+    // blocks by id only (no tokens, no parent): a copy in this tier of each
+    // block the index holds for the worker.
+    KvEvent ev{owner, std::nullopt, tier, KvStored{}};
+    ev.medium = bounded_medium(s.medium);
+    KvStored& st = std::get<KvStored>(ev.data);
+    st.copies = true;
+    st.blocks.reserve(s.block_hashes.size());
+    for (SequenceHash h : s.block_hashes) st.blocks.push_back(StoredBlock{h, LocalBlockHash{0}});
+    out.push_back(std::move(ev));
+    return VllmSkip::None;
+  }
   if (s.token_ids.size() != s.block_hashes.size() * size_t{block_size}) return VllmSkip::TokenCount;
   // The salt enters only a request's first block; a chain with a parent
   // continues a prefix whose first block carried it.
@@ -497,7 +510,7 @@ VllmSkip convert_stored(const VllmBlockStored& s, CacheOwner owner, uint32_t blo
         locals[0] = hash_block(first, unattributed_seed(block_hash_seed(s.lora_name), s.block_hashes[0]));
     }
   }
-  KvEvent ev{owner, std::nullopt, tier_of(s.medium), KvStored{}};
+  KvEvent ev{owner, std::nullopt, tier, KvStored{}};
   ev.medium = bounded_medium(s.medium);
   KvStored& st = std::get<KvStored>(ev.data);
   st.parent = s.parent_block_hash;

@@ -166,9 +166,9 @@ class Indexer {
   virtual void on_event_held(const KvEvent& /*event*/) {}
   // Writer thread: the blocks that removed events took out of each worker's
   // cache since the last call, appended to `out` as (worker, blocks), then
-  // forgotten. A removal naming another tier than the one the owner holds
-  // the block in takes nothing out (the block moved: it is still cached);
-  // clears are not counted. An index that keeps no per-owner blocks reports
+  // forgotten. A block counts when its last tier goes (a removal from one
+  // tier of a block also held in another takes nothing out: it is still
+  // cached); clears are not counted. An index that keeps no per-owner blocks reports
   // nothing.
   virtual void take_removed(std::vector<std::pair<WorkerId, uint64_t>>& /*out*/) {}
 };

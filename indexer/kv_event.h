@@ -13,6 +13,16 @@
 
 namespace kvroute {
 
+// Two names of a storage medium are the same medium: engines spell them in
+// either case (ASCII only).
+inline bool same_medium(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  const auto lower = [](char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; };
+  for (size_t i = 0; i < a.size(); ++i)
+    if (lower(a[i]) != lower(b[i])) return false;
+  return true;
+}
+
 struct StoredBlock {
   SequenceHash block_hash;    // engine's id of the block
   LocalBlockHash tokens_hash; // content hash (block_hash.h)
@@ -23,6 +33,11 @@ struct StoredBlock {
 struct KvStored {
   std::optional<SequenceHash> parent;
   std::vector<StoredBlock> blocks;
+  // Copies of blocks the owner already holds, named by their engine ids
+  // only (vLLM's offloading connector announces its CPU copies without
+  // tokens or parent): `parent` and each block's tokens_hash are unused; the
+  // index adds the event's tier to the blocks it knows and ignores the rest.
+  bool copies = false;
 };
 
 struct KvRemoved {

@@ -1,5 +1,6 @@
 #include "indexer/naive_indexer.h"
 
+#include <bit>
 #include <vector>
 
 namespace kvroute {
@@ -30,6 +31,18 @@ void NaiveIndexer::remove_block(CacheOwner owner, SequenceHash h) {
 
 ApplyResult NaiveIndexer::apply(const KvEvent& event) {
   std::lock_guard lk(mu_);
+  if (const auto* st = std::get_if<KvStored>(&event.data); st && st->copies) {
+    auto lit = lookup_.find(event.owner);
+    bool missing = false;
+    for (const auto& b : st->blocks) {
+      if (lit == lookup_.end() || !lit->second.count(b.block_hash)) {
+        missing = true;
+        continue;
+      }
+      lit->second.at(b.block_hash)->owners.at(event.owner).first |= tier_bit(event.tier);
+    }
+    return missing ? ApplyResult::UnknownBlock : ApplyResult::Applied;
+  }
   if (const auto* st = std::get_if<KvStored>(&event.data)) {
     auto& blocks = lookup_[event.owner];
     Node* parent = &root_;
@@ -57,7 +70,7 @@ ApplyResult NaiveIndexer::apply(const KvEvent& event) {
         old = blocks.end();
       }
       auto& entry = n->owners[event.owner];
-      entry.first = event.tier;
+      entry.first |= tier_bit(event.tier);  // a copy in this tier too
       if (old == blocks.end()) entry.second += 1;
       blocks[b.block_hash] = n;
       parent = n;
@@ -72,7 +85,13 @@ ApplyResult NaiveIndexer::apply(const KvEvent& event) {
         missing = true;
         continue;
       }
-      if (lit->second.at(h)->owners.at(event.owner).first != event.tier) continue;  // moved: still cached
+      uint8_t& tiers = lit->second.at(h)->owners.at(event.owner).first;
+      const uint8_t bit = tier_bit(event.tier);
+      if (!(tiers & bit)) continue;  // not held in that tier
+      if (tiers != bit) {
+        tiers &= static_cast<uint8_t>(~bit);  // still cached in another tier
+        continue;
+      }
       remove_block(event.owner, h);
       ++removed_[event.owner.worker];
     }
@@ -141,7 +160,7 @@ OverlapScores NaiveIndexer::find_matches(std::span<const LocalBlockHash> blocks)
         ov = &s->second;
       }
       ov->blocks += 1;
-      ov->by_tier[static_cast<size_t>(held.first)] += 1;
+      ov->by_tier[static_cast<size_t>(std::countr_zero(held.first))] += 1;
       ++advanced;
     }
     if (advanced == 0) break;

@@ -30,8 +30,9 @@ class NaiveIndexer final : public Indexer {
     Node* parent = nullptr;
     LocalBlockHash hash;
     std::unordered_map<LocalBlockHash, std::unique_ptr<Node>> children;
-    // owner -> (tier, number of the owner's block ids naming this node)
-    std::unordered_map<CacheOwner, std::pair<StorageTier, int>> owners;
+    // owner -> (the tiers it holds this node in, as a bit mask; the number
+    // of the owner's block ids naming this node). It counts in the best.
+    std::unordered_map<CacheOwner, std::pair<uint8_t, int>> owners;
   };
   void remove_block(CacheOwner owner, SequenceHash h);
   void unref(Node* n, CacheOwner owner);  // drops one of the owner's references to n

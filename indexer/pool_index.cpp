@@ -24,14 +24,6 @@ bool is_pool_owner(const CacheOwner& o) {
 
 }  // namespace
 
-bool PoolIndex::same_medium(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    const auto lower = [](char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; };
-    if (lower(a[i]) != lower(b[i])) return false;
-  }
-  return true;
-}
 
 PoolIndex::PoolIndex(Indexer& inner, std::vector<PoolSpec> pools) : inner_(inner), pools_(std::move(pools)) {
   assert(pools_.size() <= static_cast<size_t>(kMaxPools));

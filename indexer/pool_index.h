@@ -97,8 +97,6 @@ class PoolIndex final : public Indexer {
   void set_block_limits(const std::vector<std::pair<WorkerId, uint64_t>>& limits, uint64_t ceiling) override;
 
   const std::vector<PoolSpec>& pools() const { return pools_; }
-  // Media compare case-insensitively (engines spell them differently).
-  static bool same_medium(std::string_view a, std::string_view b);
   // The pool `worker` mounts, or -1.
   int pool_of(WorkerId worker) const;
   const PoolCounters& counters() const { return counters_; }

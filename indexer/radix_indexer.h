@@ -17,7 +17,8 @@
 // list id in O(1). Children are an intrusive sibling list while a node
 // has at most kSmallChildren of them, an open-addressing map beyond. Each
 // owner maps its engine block ids to node ids in an open-addressing map
-// (12 bytes per slot). Cache owners are interned into dense ids.
+// (12 bytes per slot), and the nodes it holds in several tiers at once to
+// their tier masks (9 bytes per slot). Cache owners are interned into dense ids.
 #pragma once
 
 #include <atomic>
@@ -128,7 +129,17 @@ class RadixIndexer final : public Indexer {
     // that names the same content under the same parent twice): node id ->
     // extra references. Empty for well-behaved engines.
     FlatMap64<uint32_t> aliases;
+    // Nodes held in more than one tier at once (an engine's copy on the
+    // host of a block still on its device): node id -> the tiers' bit mask;
+    // the node's entry carries the best of them. Empty for engines that
+    // keep one copy of a block.
+    FlatMap64<uint8_t> tiers;
   };
+  // The tiers `os` (dense id `id`) holds node `n` in.
+  uint8_t tiers_of(const OwnerState& os, uint32_t id, NodeId n) const;
+  // `os` now holds node `n` in the tiers of `mask` (not 0): the entry gets
+  // the best of them.
+  void set_tiers(OwnerState& os, uint32_t id, NodeId n, uint8_t mask);
 
   Node& node(NodeId id) { return chunks_[id >> kChunkBits][id & ((1u << kChunkBits) - 1)]; }
   const Node& node(NodeId id) const { return chunks_[id >> kChunkBits][id & ((1u << kChunkBits) - 1)]; }
@@ -162,6 +173,7 @@ class RadixIndexer final : public Indexer {
   void prune(NodeId n, std::vector<NodeId>* freed = nullptr);
   void clear_owner_impl(uint32_t id);
   ApplyResult apply_stored(const KvEvent& event, const KvStored& st);
+  ApplyResult apply_copies(const KvEvent& event, const KvStored& st);  // st.copies
   void refuse_over_limit(CacheOwner owner, uint64_t blocks);
 
   // The writer's exclusive hold on mu_, handed over to queued readers

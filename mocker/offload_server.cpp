@@ -48,11 +48,12 @@ void MockerServer::Impl::offload_after(const KvEvent& ev) {
       engine.announce(std::move(out));
     };
     std::optional<SequenceHash> parent = st->parent;
+    KvRemoved moved;  // back on the device from the host tier, which lets them go
     for (const StoredBlock& b : st->blocks) {
       const BlockMeta meta{b.tokens_hash, parent};
       if (opts.offload.host_blocks > 0) {
         device_meta[b.block_hash.value] = meta;
-        host.take(b.block_hash);  // back on the device: its store moved it there
+        if (host.take(b.block_hash)) moved.block_hashes.push_back(b.block_hash);
       }
       if (pool && pool->put(b.block_hash, meta)) {
         ++offload_stats.pool_stored_blocks;
@@ -64,6 +65,14 @@ void MockerServer::Impl::offload_after(const KvEvent& ev) {
       parent = b.block_hash;
     }
     flush();
+    if (!moved.block_hashes.empty()) {
+      // After the device's store: the router's index never sees them leave.
+      KvEvent out;
+      out.tier = StorageTier::HostPinned;
+      out.medium = "CPU";
+      out.data = std::move(moved);
+      engine.announce(std::move(out));
+    }
     if (pool && opts.offload.pool_blocks > 0) {
       KvRemoved gone;
       for (SequenceHash id : pool->over_capacity(opts.offload.pool_blocks))

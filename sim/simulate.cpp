@@ -1,6 +1,7 @@
 #include "sim/simulate.h"
 
 #include <algorithm>
+#include <bit>
 #include <cassert>
 #include <chrono>
 #include <cstdio>
@@ -196,7 +197,9 @@ class Simulation {
   void on_pool_load(double now);
 
   std::unordered_map<uint64_t, BlockMeta> meta_;
-  std::vector<std::unordered_map<uint64_t, StorageTier>> view_;  // per worker: the index's tier of each block
+  // Per worker: the tiers the index holds each block in, as a bit mask (a
+  // block loaded from the host is on the device and the host at once).
+  std::vector<std::unordered_map<uint64_t, uint8_t>> view_;
   std::vector<std::unordered_set<uint64_t>> device_;             // per worker: blocks its engine holds
   std::vector<TierCache> host_;
   std::unique_ptr<TierCache> pool_;
@@ -545,7 +548,7 @@ void Simulation::on_device_event(uint32_t w, const KvEvent& e) {
   if (const auto* st = std::get_if<KvStored>(&e.data)) {
     for (const auto& b : st->blocks) {
       device_[w].insert(b.block_hash.value);
-      view_[w][b.block_hash.value] = StorageTier::Device;
+      view_[w][b.block_hash.value] |= tier_bit(StorageTier::Device);
     }
     index_.apply(e);
     if (pool_ && o_.tiers.pool_write_through) {
@@ -598,31 +601,35 @@ void Simulation::refresh_all(std::vector<std::pair<uint32_t, uint64_t>>& touched
 }
 
 void Simulation::refresh(uint32_t w, uint64_t h) {
-  std::optional<StorageTier> want;
-  if (device_[w].count(h)) want = StorageTier::Device;
-  else if (host_[w].contains(h)) want = StorageTier::HostPinned;
-  else if (pool_ && pool_->contains(h)) want = StorageTier::External;
+  uint8_t want = 0;
+  if (device_[w].count(h)) want |= tier_bit(StorageTier::Device);
+  if (host_[w].contains(h)) want |= tier_bit(StorageTier::HostPinned);
+  if (pool_ && pool_->contains(h)) want |= tier_bit(StorageTier::External);
   auto& view = view_[w];
-  auto cur = view.find(h);
+  const auto cur_it = view.find(h);
+  const uint8_t cur = cur_it == view.end() ? 0 : cur_it->second;
   const BlockMeta& m = meta_.at(h);
-  if (want && m.has_parent && !view.count(m.parent)) want.reset();  // the index would refuse it
-  if (cur != view.end() && want && cur->second == *want) return;
+  if (want && m.has_parent && !view.count(m.parent)) want = 0;  // the index would refuse it
+  if (want == cur) return;
+  // As an engine announces its copies: the new tiers first, then the
+  // removals from the tiers it left, so a block with a copy never leaves.
   KvEvent ev;
   ev.owner = CacheOwner{WorkerId{w}, 0};
-  if (!want) {
-    if (cur == view.end()) return;
-    ev.tier = cur->second;  // a removal names the tier it empties
-    view.erase(cur);
-    ev.data = KvRemoved{{SequenceHash{h}}};
-  } else {
+  for (uint8_t bits = want & ~cur; bits; bits &= bits - 1) {
     KvStored st;
     if (m.has_parent) st.parent = SequenceHash{m.parent};
     st.blocks.push_back({SequenceHash{h}, m.local});
-    ev.tier = *want;
+    ev.tier = static_cast<StorageTier>(std::countr_zero(bits));
     ev.data = std::move(st);
-    view[h] = *want;
+    index_.apply(ev);
   }
-  index_.apply(ev);
+  for (uint8_t bits = cur & ~want; bits; bits &= bits - 1) {
+    ev.tier = static_cast<StorageTier>(std::countr_zero(bits));
+    ev.data = KvRemoved{{SequenceHash{h}}};
+    index_.apply(ev);
+  }
+  if (want) view[h] = want;
+  else view.erase(h);
   hand_removed(index_, registry_);
 }
 

@@ -77,8 +77,16 @@ def tokens(seed, blocks):
     return [(seed * 7919 + i * 31) % 50000 + 1000 for i in range(blocks * BLOCK)]
 
 
+TIERS = ["device", "host_pinned"]  # best first
+
+
+def tier_of(medium):
+    return "host_pinned" if medium == "CPU" else "device"
+
+
 class Model:
-    """What the engine caches: engine hash -> block (parent, tokens, namespace, medium)."""
+    """What the engine caches: engine hash -> block (parent, tokens, namespace,
+    the tiers it is held in: a copy in each)."""
 
     def __init__(self):
         self.blocks = {}
@@ -89,11 +97,21 @@ class Model:
             root_ns = (lora, salt if p is None else None)
             self.blocks[self.key(h)] = {"parent": None if p is None else self.key(p),
                                         "tokens": toks[i * BLOCK:(i + 1) * BLOCK], "lora": lora,
-                                        "salt": root_ns[1], "tier": "host_pinned" if medium == "CPU" else "device"}
+                                        "salt": root_ns[1], "tiers": {tier_of(medium)}}
 
-    def removed(self, hashes):
+    def copied(self, hashes, medium):
         for h in hashes:
-            self.blocks.pop(self.key(h), None)
+            if self.key(h) in self.blocks:
+                self.blocks[self.key(h)]["tiers"].add(tier_of(medium))
+
+    def removed(self, hashes, medium="GPU"):
+        for h in hashes:
+            b = self.blocks.get(self.key(h))
+            if b is None:
+                continue
+            b["tiers"].discard(tier_of(medium))
+            if not b["tiers"]:
+                del self.blocks[self.key(h)]
 
     def cleared(self):
         self.blocks.clear()
@@ -109,7 +127,7 @@ class Model:
             while cur is not None:
                 b = self.blocks[cur]
                 path = b["tokens"] + path
-                tiers = [b["tier"]] + tiers
+                tiers = [min(b["tiers"], key=TIERS.index)] + tiers
                 root = b
                 cur = b["parent"]
             out.append({"tokens": path, "lora": root["lora"] or "", "salt": root["salt"] or "", "tiers": tiers})
@@ -157,15 +175,35 @@ def phase1(model):
     return batches
 
 
+def copies_ev(model, hashes):
+    """vLLM's OffloadingConnector: CPU copies of the engine's blocks, by hash
+    only (its scheduler's take_events(): no parent, no token_ids)."""
+    model.copied(hashes, "CPU")
+    return {"type": "BlockStored", "block_hashes": hashes, "parent_block_hash": None, "token_ids": [],
+            "block_size": BLOCK, "lora_id": None, "medium": "CPU", "lora_name": None}
+
+
 def phase2(model):
     f = [2001, 2002]
     g = [2003]
+    h = [sha_hash("h", i) for i in range(2)]
     model_removed = [(1 << 63) + 6]
     batches = []
     batches.append(([stored_ev(model, f, None, tokens(5, 2))], True))     # dropped live: replay must bring it
     batches.append(([stored_ev(model, g, f[-1], tokens(6, 1))], False))   # its parent is in the dropped frame
-    model.removed(model_removed)
+    model.removed(model_removed, "CPU")
     batches.append(([{"type": "BlockRemoved", "block_hashes": model_removed, "medium": "CPU"}], True))
+    # CPU offloading: copies of f's blocks and of h's (bytes hashes), then the
+    # GPU lets f's first block and h's go: they stay cached, on the CPU; the
+    # CPU then lets h's last go (gone); a CPU removal of g, never copied,
+    # leaves g on the GPU.
+    batches.append(([stored_ev(model, h, None, tokens(7, 2)), copies_ev(model, f + h + [9999])], False))
+    model.removed(f[:1] + h, "GPU")
+    model.removed(h[1:], "CPU")
+    model.removed(g, "CPU")
+    batches.append(([{"type": "BlockRemoved", "block_hashes": f[:1] + h, "medium": "GPU"},
+                     {"type": "BlockRemoved", "block_hashes": h[1:], "medium": "CPU"},
+                     {"type": "BlockRemoved", "block_hashes": g, "medium": "CPU"}], True))
     return batches
 
 

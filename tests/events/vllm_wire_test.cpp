@@ -294,6 +294,31 @@ TEST_CASE("to_kv_events: medium to tier, salt only without a parent, size and co
   CHECK(skipped[static_cast<size_t>(VllmSkip::TokenCount)] == 1);
 }
 
+TEST_CASE("to_kv_events: the offloading connector's CPU copies, named by id only, are copies of held blocks") {
+  VllmEventBatch b;
+  auto copy = stored({31, 32}, std::nullopt, 0, 2);
+  copy.token_ids.clear();  // as vLLM's OffloadingConnector announces them
+  copy.medium = "CPU";
+  b.events.push_back(copy);
+  auto on_gpu = copy;
+  on_gpu.medium = "GPU";  // a device store needs its tokens
+  b.events.push_back(on_gpu);
+  auto chained = copy;
+  chained.parent_block_hash = SequenceHash{30};  // a chain needs its tokens
+  b.events.push_back(chained);
+  std::vector<KvEvent> out;
+  std::array<uint64_t, 5> skipped{};
+  to_kv_events(b, CacheOwner{WorkerId{1}, 0}, 2, out, &skipped);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].tier == StorageTier::HostPinned);
+  const auto& st = std::get<KvStored>(out[0].data);
+  CHECK(st.copies);
+  REQUIRE(st.blocks.size() == 2);
+  CHECK(st.blocks[0].block_hash == SequenceHash{31});
+  CHECK(st.blocks[1].block_hash == SequenceHash{32});
+  CHECK(skipped[static_cast<size_t>(VllmSkip::TokenCount)] == 2);
+}
+
 TEST_CASE("vllm_kind_indexed: full attention kinds only") {
   CHECK(vllm_kind_indexed("", std::nullopt));
   CHECK(vllm_kind_indexed("full_attention", std::nullopt));

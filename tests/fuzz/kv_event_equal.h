@@ -9,7 +9,7 @@
 namespace kvroute::fuzz {
 
 inline bool same_data(const KvStored& a, const KvStored& b) {
-  if (a.parent != b.parent || a.blocks.size() != b.blocks.size()) return false;
+  if (a.parent != b.parent || a.copies != b.copies || a.blocks.size() != b.blocks.size()) return false;
   for (size_t i = 0; i < a.blocks.size(); ++i)
     if (a.blocks[i].block_hash != b.blocks[i].block_hash || a.blocks[i].tokens_hash != b.blocks[i].tokens_hash)
       return false;

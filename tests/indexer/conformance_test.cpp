@@ -156,10 +156,18 @@ TEST_CASE_TEMPLATE("storage tiers are reported per owner", T, INDEXERS) {
   CHECK(m[ow(1)].blocks == 3);
   CHECK(m[ow(1)].by_tier == std::array<uint32_t, kNumStorageTiers>{2, 1, 0, 0});
   CHECK(m[ow(2)].by_tier == std::array<uint32_t, kNumStorageTiers>{0, 0, 1, 0});
-  // Storing again in another tier moves the block there (idempotent otherwise).
+  // Storing again in another tier keeps a copy there too; the best tier counts
+  // (idempotent otherwise), and a removal from it leaves the other.
   idx.apply(stored(ow(2), {}, {{20, 1}}, StorageTier::External));
-  for (auto& o : idx.find_matches(req({1})).owners)
-    if (o.owner == ow(2)) CHECK(o.by_tier == std::array<uint32_t, kNumStorageTiers>{0, 0, 0, 1});
+  idx.apply(stored(ow(2), {}, {{20, 1}}, StorageTier::External));
+  auto tiers_of_2 = [&] {
+    for (auto& o : idx.find_matches(req({1})).owners)
+      if (o.owner == ow(2)) return o.by_tier;
+    return std::array<uint32_t, kNumStorageTiers>{};
+  };
+  CHECK(tiers_of_2() == std::array<uint32_t, kNumStorageTiers>{0, 0, 1, 0});
+  idx.apply(removed(ow(2), {20}, StorageTier::Disk));
+  CHECK(tiers_of_2() == std::array<uint32_t, kNumStorageTiers>{0, 0, 0, 1});
   CHECK(idx.stats().entries == 4);
 }
 
@@ -167,8 +175,10 @@ TEST_CASE_TEMPLATE("a removal takes a block out of the tier it names only; take_
   T idx;
   idx.apply(stored(ow(1), {}, {{10, 1}, {11, 2}, {12, 3}}));
   idx.apply(stored(ow(2), {}, {{20, 1}}));
-  // Offloaded to the host before the device lets it go: it moves there.
+  // Copied to the host before the device lets it go: it stays cached there.
   idx.apply(stored(ow(1), 11, {{12, 3}}, StorageTier::HostPinned));
+  for (const auto& o : idx.find_matches(req({1, 2, 3})).owners)
+    if (o.owner == ow(1)) CHECK(o.by_tier == std::array<uint32_t, kNumStorageTiers>{3, 0, 0, 0});  // on the device still
   CHECK(idx.apply(removed(ow(1), {12, 11})) == ApplyResult::Applied);
   CHECK(overlap(idx, {1, 2, 3}) == std::map<CacheOwner, uint32_t>{{ow(1), 1}, {ow(2), 1}});
   // A removal from the host of a block on the device leaves it there.
@@ -186,6 +196,28 @@ TEST_CASE_TEMPLATE("a removal takes a block out of the tier it names only; take_
   idx.take_removed(out);
   CHECK(out.empty());  // a clear is no eviction
   CHECK(idx.stats().entries == 1);
+}
+
+TEST_CASE_TEMPLATE("copies named by id only add a tier to the blocks the owner holds", T, INDEXERS) {
+  T idx;
+  idx.apply(stored(ow(1), {}, {{10, 1}, {11, 2}}));
+  KvEvent copy = stored(ow(1), {}, {{11, 0}, {10, 0}, {77, 0}}, StorageTier::HostPinned);
+  std::get<KvStored>(copy.data).copies = true;
+  CHECK(idx.apply(copy) == ApplyResult::UnknownBlock);  // 77 is not held: ignored
+  KvEvent stranger = copy;
+  stranger.owner = ow(2);
+  CHECK(idx.apply(stranger) == ApplyResult::UnknownBlock);  // holds nothing: nothing copied
+  CHECK(idx.stats().entries == 2);
+  for (const auto& o : idx.find_matches(req({1, 2})).owners)
+    CHECK(o.by_tier == std::array<uint32_t, kNumStorageTiers>{2, 0, 0, 0});  // counted on the device
+  // The device lets them go: both stay cached, on the host.
+  idx.apply(removed(ow(1), {11, 10}));
+  auto r = idx.find_matches(req({1, 2}));
+  REQUIRE(r.owners.size() == 1);
+  CHECK(r.owners[0].by_tier == std::array<uint32_t, kNumStorageTiers>{0, 2, 0, 0});
+  std::vector<std::pair<WorkerId, uint64_t>> out;
+  idx.take_removed(out);
+  CHECK(out.empty());
 }
 
 TEST_CASE_TEMPLATE("re-applying the same events changes nothing", T, INDEXERS) {
@@ -219,10 +251,13 @@ TEST_CASE_TEMPLATE("a prefix held by many owners: per-owner changes stay per own
   }
   CHECK(idx.stats().blocks == 10);
   CHECK(idx.stats().entries == 200);
-  // Owner 5 re-stores blocks 3..9 on the host tier; owner 7 loses block 6.
+  // Owner 5 moves blocks 3..9 to the host tier (stored there, then removed
+  // from the device); owner 7 loses block 6.
   std::vector<std::pair<uint64_t, uint64_t>> host;
-  for (uint64_t i = 3; i < 10; ++i) host.push_back({500 + i, 500 + i});
+  std::vector<uint64_t> moved;
+  for (uint64_t i = 3; i < 10; ++i) host.push_back({500 + i, 500 + i}), moved.push_back(500 + i);
   idx.apply(stored(ow(5), 502, host, StorageTier::HostPinned));
+  idx.apply(removed(ow(5), moved));
   idx.apply(removed(ow(7), {706}));
   std::vector<uint64_t> q;
   for (uint64_t i = 0; i < 10; ++i) q.push_back(500 + i);
@@ -266,13 +301,27 @@ void differential(uint64_t alphabet, uint64_t seed) {
   std::mt19937_64 rng(seed);
   // Per owner, the chains it holds (engine ids) so removals and parents are realistic.
   std::map<CacheOwner, std::vector<uint64_t>> held;
+  std::map<CacheOwner, KvEvent> last_store;  // stored again in another tier: a copy there
   uint64_t next_id = 1;
   auto pick = [&](size_t n) { return static_cast<size_t>(rng() % n); };
   for (int step = 0; step < 20000; ++step) {
     const CacheOwner o = ow(1 + pick(6), static_cast<uint32_t>(pick(2)));
     const int op = static_cast<int>(pick(100));
     KvEvent ev;
-    if (op < 60) {
+    if (op < 8 && last_store.count(o)) {
+      ev = last_store[o];
+      ev.tier = static_cast<StorageTier>(pick(4));
+      CHECK(fast.apply(ev) == ref.apply(ev));
+    } else if (op < 11) {
+      // Copies of held blocks named by id only (and now and then one not held).
+      auto& h = held[o];
+      std::vector<std::pair<uint64_t, uint64_t>> ids;
+      for (size_t i = 0, n = 1 + pick(4); i < n && !h.empty(); ++i) ids.push_back({h[pick(h.size())], 0});
+      if (pick(5) == 0) ids.push_back({123456789, 0});
+      ev = stored(o, {}, ids, static_cast<StorageTier>(pick(4)));
+      std::get<KvStored>(ev.data).copies = true;
+      CHECK(fast.apply(ev) == ref.apply(ev));
+    } else if (op < 60) {
       std::optional<uint64_t> parent;
       auto& h = held[o];
       if (!h.empty() && pick(3) > 0) parent = h[pick(h.size())];
@@ -284,6 +333,7 @@ void differential(uint64_t alphabet, uint64_t seed) {
       if (fast.apply(ev) == ApplyResult::Applied)
         for (auto& b : blocks) h.push_back(b.first);
       ref.apply(ev);
+      last_store[o] = ev;
     } else if (op < 90) {
       auto& h = held[o];
       std::vector<uint64_t> ids;

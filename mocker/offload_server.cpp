@@ -93,7 +93,7 @@ void MockerServer::Impl::offload_evicted(const KvRemoved& rm) {
   // About to leave the device (children before parents), still held there:
   // offloaded to the host parents first, so that each store's parent is
   // held, and announced before the device's removal, so that the router's
-  // index moves each block to the host tier instead of losing it.
+  // index keeps each block cached (on the host) instead of losing it.
   KvRemoved dropped;
   for (auto it = rm.block_hashes.rbegin(); it != rm.block_hashes.rend(); ++it) {
     auto meta = device_meta.find(it->value);

@@ -13,7 +13,10 @@
 namespace kvroute {
 
 SequenceHash engine_block_id(std::span<const uint8_t> hash_bytes) {
-  return SequenceHash{XXH3_64bits(hash_bytes.data(), hash_bytes.size())};
+  uint64_t v = 0;
+  for (size_t i = hash_bytes.size() > 8 ? hash_bytes.size() - 8 : 0; i < hash_bytes.size(); ++i)
+    v = (v << 8) | hash_bytes[i];
+  return SequenceHash{v};
 }
 
 std::string_view to_string(VllmSkip s) {

@@ -33,7 +33,11 @@
 namespace kvroute {
 
 // An engine's block hash as an id: ints as their 64-bit pattern; bytes as
-// XXH3-64 of the bytes (collisions are as unlikely as for the ints).
+// vLLM reduces them to ints (kv_cache_utils.py maybe_convert_block_hash, with
+// VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES: the low 64 bits of the big-endian
+// number, i.e. the last 8 bytes), so that the bytes and the int form of one
+// hash name the same block: vLLM's offloading connector sends bytes even
+// when the GPU's events carry ints. Ids only link one worker's own events.
 SequenceHash engine_block_id(std::span<const uint8_t> hash_bytes);
 
 struct VllmBlockStored {

@@ -68,6 +68,11 @@ def encode_batch(events, positional, rank=0):
     return msgpack.packb(obj, use_bin_type=True)
 
 
+def int_form(h):
+    """vLLM's maybe_convert_block_hash with VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES."""
+    return int.from_bytes(h, byteorder="big") & ((1 << 64) - 1)
+
+
 def sha_hash(*parts):
     """A bytes block hash, as vLLM's sha256 hashing gives."""
     return hashlib.sha256(repr(parts).encode()).digest()
@@ -118,7 +123,8 @@ class Model:
 
     @staticmethod
     def key(h):
-        return h.hex() if isinstance(h, bytes) else str(h)
+        # A bytes hash and its int form (vLLM's VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES) are one block.
+        return str(int_form(h) if isinstance(h, bytes) else h % (1 << 64))
 
     def expect(self):
         out = []
@@ -204,6 +210,13 @@ def phase2(model):
     batches.append(([{"type": "BlockRemoved", "block_hashes": f[:1] + h, "medium": "GPU"},
                      {"type": "BlockRemoved", "block_hashes": h[1:], "medium": "CPU"},
                      {"type": "BlockRemoved", "block_hashes": g, "medium": "CPU"}], True))
+    # The GPU's events with int hashes (VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES),
+    # the connector's with the same hashes as bytes: still the same blocks.
+    k = [sha_hash("k", i) for i in range(2)]
+    k_int = [int_form(b) for b in k]
+    batches.append(([stored_ev(model, k_int, None, tokens(8, 2)), copies_ev(model, k)], False))
+    model.removed(k_int, "GPU")
+    batches.append(([{"type": "BlockRemoved", "block_hashes": k_int, "medium": "GPU"}], True))
     return batches
 
 

@@ -319,6 +319,18 @@ TEST_CASE("to_kv_events: the offloading connector's CPU copies, named by id only
   CHECK(skipped[static_cast<size_t>(VllmSkip::TokenCount)] == 2);
 }
 
+TEST_CASE("engine_block_id: a bytes hash names the block its int form names, as vLLM reduces it") {
+  // int.from_bytes(h, "big") & (2**64 - 1): the last 8 bytes, big-endian.
+  std::array<uint8_t, 32> h{};
+  for (size_t i = 0; i < h.size(); ++i) h[i] = static_cast<uint8_t>(i * 37 + 1);
+  uint64_t low = 0;
+  for (size_t i = 24; i < 32; ++i) low = (low << 8) | h[i];
+  CHECK(engine_block_id(h) == SequenceHash{low});
+  const uint8_t short_hash[3] = {1, 2, 3};
+  CHECK(engine_block_id(short_hash) == SequenceHash{0x010203});
+  CHECK(engine_block_id(std::span<const uint8_t>{}) == SequenceHash{0});
+}
+
 TEST_CASE("vllm_kind_indexed: full attention kinds only") {
   CHECK(vllm_kind_indexed("", std::nullopt));
   CHECK(vllm_kind_indexed("full_attention", std::nullopt));

@@ -3,6 +3,7 @@
 // Header-only, no I/O, thread-compatible.
 #pragma once
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -57,6 +58,8 @@ constexpr StorageTier pool_tier(uint32_t pool) { return static_cast<StorageTier>
 // A tier's bit in a mask of the tiers one worker holds a block in (all
 // kNumStorageTiers fit in 8 bits); the mask's lowest bit is its best tier.
 constexpr uint8_t tier_bit(StorageTier t) { return static_cast<uint8_t>(1u << static_cast<uint8_t>(t)); }
+// Of a non-empty tier mask, the best (fastest) tier: tiers are numbered best first.
+constexpr StorageTier best_tier(uint8_t mask) { return static_cast<StorageTier>(std::countr_zero(mask)); }
 static_assert(kNumStorageTiers <= 8);
 constexpr bool is_pool_tier(StorageTier t) { return static_cast<int>(t) >= kNumBaseTiers; }
 constexpr uint32_t pool_of_tier(StorageTier t) { return static_cast<uint32_t>(t) - kNumBaseTiers; }

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "common/log.h"
+#include "events/evictions.h"
 
 #include <pthread.h>
 
@@ -528,9 +529,7 @@ void EventPipeline::writer_loop() {
       }
       // KV events feed cache knowledge, never liveness: the registry learns
       // only how many blocks each worker's cache lost (WorkerRegistry::add_evicted()).
-      removed_.clear();
-      index_.take_removed(removed_);
-      for (const auto& [worker, blocks] : removed_) registry_.add_evicted(worker, blocks);
+      hand_evictions(index_, registry_, removed_);
       lk.lock();
       queued_bytes_ -= bytes;
       stats_.queued_bytes.store(queued_bytes_, std::memory_order_relaxed);

@@ -186,7 +186,7 @@ class EventPipeline {
   uint64_t pushed_ = 0;                // push numbers handed out
   bool stop_ = false;
   std::thread writer_;
-  std::vector<std::pair<WorkerId, uint64_t>> removed_;  // writer thread: Indexer::take_removed's answer
+  std::vector<std::pair<WorkerId, uint64_t>> removed_;  // writer thread: hand_evictions' scratch
 
   NatsBus* bus_ = nullptr;
   std::condition_variable resync_cv_;

@@ -160,7 +160,7 @@ OverlapScores NaiveIndexer::find_matches(std::span<const LocalBlockHash> blocks)
         ov = &s->second;
       }
       ov->blocks += 1;
-      ov->by_tier[static_cast<size_t>(std::countr_zero(held.first))] += 1;
+      ov->by_tier[static_cast<size_t>(best_tier(held.first))] += 1;
       ++advanced;
     }
     if (advanced == 0) break;

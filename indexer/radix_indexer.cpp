@@ -158,6 +158,11 @@ std::span<const RadixIndexer::Entry> RadixIndexer::owners_of(const Node& n) cons
   return {&n.owners, 1};
 }
 
+uint32_t RadixIndexer::known_id(CacheOwner o) const {
+  auto it = owner_ids_.find(o);
+  return it == owner_ids_.end() ? kNone : it->second;
+}
+
 uint32_t RadixIndexer::intern(CacheOwner o) {
   auto it = owner_ids_.find(o);
   if (it != owner_ids_.end()) return it->second;
@@ -339,7 +344,7 @@ uint8_t RadixIndexer::tiers_of(const OwnerState& os, uint32_t id, NodeId n) cons
 }
 
 void RadixIndexer::set_tiers(OwnerState& os, uint32_t id, NodeId n, uint8_t mask) {
-  add_owner(node(n), id, static_cast<StorageTier>(std::countr_zero(mask)));
+  add_owner(node(n), id, best_tier(mask));
   if (std::popcount(mask) > 1) {
     make_room(os.tiers);
     os.tiers.put(n, mask);
@@ -413,9 +418,8 @@ ApplyResult RadixIndexer::apply(const KvEvent& event) {
   if (const auto* rm = std::get_if<KvRemoved>(&event.data)) {
     if (rm->block_hashes.size() > kMaxBlocksPerEvent) return ApplyResult::TooLarge;
     // owner_ids_ and owner states change only on this thread: read unlocked.
-    auto it = owner_ids_.find(event.owner);
-    if (it == owner_ids_.end()) return rm->block_hashes.empty() ? ApplyResult::Applied : ApplyResult::UnknownBlock;
-    const uint32_t id = it->second;
+    const uint32_t id = known_id(event.owner);
+    if (id == kNone) return rm->block_hashes.empty() ? ApplyResult::Applied : ApplyResult::UnknownBlock;
     OwnerState& os = *owners_[id];
     bool missing = false;
     uint64_t taken = 0;
@@ -462,9 +466,8 @@ void RadixIndexer::take_removed(std::vector<std::pair<WorkerId, uint64_t>>& out)
 }
 
 ApplyResult RadixIndexer::apply_copies(const KvEvent& event, const KvStored& st) {
-  auto it = owner_ids_.find(event.owner);  // read unlocked: only this thread changes it
-  if (it == owner_ids_.end()) return st.blocks.empty() ? ApplyResult::Applied : ApplyResult::UnknownBlock;
-  const uint32_t id = it->second;
+  const uint32_t id = known_id(event.owner);
+  if (id == kNone) return st.blocks.empty() ? ApplyResult::Applied : ApplyResult::UnknownBlock;
   OwnerState& os = *owners_[id];
   bool missing = false;
   WriteLock lk(*this);
@@ -605,9 +608,8 @@ void RadixIndexer::clear_owner_impl(uint32_t id) {
 }
 
 void RadixIndexer::clear_owner(CacheOwner owner) {
-  auto it = owner_ids_.find(owner);  // writer-only state: no lock needed to read
-  if (it == owner_ids_.end()) return;
-  clear_owner_impl(it->second);
+  const uint32_t id = known_id(owner);
+  if (id != kNone) clear_owner_impl(id);
 }
 
 void RadixIndexer::remove_worker(WorkerId worker) {

@@ -160,6 +160,9 @@ class RadixIndexer final : public Indexer {
   void unlink_child(NodeId parent, NodeId c);
 
   uint32_t intern(CacheOwner o);
+  // The owner's dense id, or kNone if it holds nothing. Writer thread only:
+  // owner_ids_ changes on it alone, so it reads without the lock.
+  uint32_t known_id(CacheOwner o) const;
   // Frees the owner's dense id; returns its state so that the caller can
   // destroy it (its maps may be large) after the exclusive hold.
   std::unique_ptr<OwnerState> release_owner_id(uint32_t id);

@@ -11,6 +11,7 @@
 #include <random>
 
 #include "common/prefix_cache.h"
+#include "events/evictions.h"
 #include "fleet/worker_registry.h"
 #include "indexer/radix_indexer.h"
 #include "mocker/engine.h"
@@ -101,7 +102,7 @@ class PdSimulation {
       ec.owner = CacheOwner{WorkerId{i}, 0};
       engines_.push_back(std::make_unique<mocker::Engine>(ec, [this](const KvEvent& e) {
         index_.apply(e);
-        hand_removed(index_, registry_);
+        hand_evictions(index_, registry_, removed_);
       }));
     }
   }
@@ -135,6 +136,7 @@ class PdSimulation {
   SeededRandom random_;
   RadixIndexer index_;
   WorkerRegistry registry_;
+  std::vector<std::pair<WorkerId, uint64_t>> removed_;  // hand_evictions' scratch
   ConfigStore config_;
   RoutingService routing_;
   RouteResult route_;

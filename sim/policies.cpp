@@ -89,11 +89,4 @@ size_t pick_least_loaded(const std::vector<WorkerView>& views, std::mt19937_64& 
   return best_of(views.size(), rng, load, [](double a, double b) { return a < b; });
 }
 
-void hand_removed(Indexer& index, WorkerRegistry& registry) {
-  thread_local std::vector<std::pair<WorkerId, uint64_t>> removed;
-  removed.clear();
-  index.take_removed(removed);
-  for (const auto& [worker, blocks] : removed) registry.add_evicted(worker, blocks);
-}
-
 }  // namespace kvroute::sim

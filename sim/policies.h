@@ -59,9 +59,4 @@ size_t pick_dynamo(const RouteResult& route, const DynamoActive& active, const s
 size_t pick_llmd(const RouteResult& route, size_t request_blocks, std::mt19937_64& rng);
 size_t pick_least_loaded(const std::vector<WorkerView>& views, std::mt19937_64& rng);
 
-// The blocks the index's removed events took out of each worker's cache,
-// added to the registry's evictions, as the daemon's event pipeline does
-// after each batch (Indexer::take_removed, WorkerRegistry::add_evicted).
-void hand_removed(Indexer& index, WorkerRegistry& registry);
-
 }  // namespace kvroute::sim

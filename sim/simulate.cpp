@@ -19,6 +19,7 @@
 #include <unordered_set>
 
 #include "common/prefix_cache.h"
+#include "events/evictions.h"
 #include "indexer/block_hash.h"
 #include "indexer/radix_indexer.h"
 #include "mocker/engine.h"
@@ -227,6 +228,7 @@ class Simulation {
   std::mt19937_64 rng_;
   RadixIndexer index_;
   WorkerRegistry registry_;
+  std::vector<std::pair<WorkerId, uint64_t>> removed_;  // hand_evictions' scratch
   ConfigStore config_;
   RoutingService routing_;
   DynamoActive dynamo_;
@@ -542,7 +544,7 @@ TierCache::Block Simulation::tier_block(uint64_t h) const {
 void Simulation::on_device_event(uint32_t w, const KvEvent& e) {
   if (!o_.tiers.any()) {
     index_.apply(e);
-    hand_removed(index_, registry_);
+    hand_evictions(index_, registry_, removed_);
     return;
   }
   if (const auto* st = std::get_if<KvStored>(&e.data)) {
@@ -619,18 +621,18 @@ void Simulation::refresh(uint32_t w, uint64_t h) {
     KvStored st;
     if (m.has_parent) st.parent = SequenceHash{m.parent};
     st.blocks.push_back({SequenceHash{h}, m.local});
-    ev.tier = static_cast<StorageTier>(std::countr_zero(bits));
+    ev.tier = best_tier(bits);
     ev.data = std::move(st);
     index_.apply(ev);
   }
   for (uint8_t bits = cur & ~want; bits; bits &= bits - 1) {
-    ev.tier = static_cast<StorageTier>(std::countr_zero(bits));
+    ev.tier = best_tier(bits);
     ev.data = KvRemoved{{SequenceHash{h}}};
     index_.apply(ev);
   }
   if (want) view[h] = want;
   else view.erase(h);
-  hand_removed(index_, registry_);
+  hand_evictions(index_, registry_, removed_);
 }
 
 PolicyResult Simulation::run(bool progress) {

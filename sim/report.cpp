@@ -75,9 +75,9 @@ void write_requests(const std::string& path, const std::vector<PolicyResult>& re
   for (const auto& r : results)
     for (const auto& q : r.requests) {
       std::snprintf(line, sizeof line,
-                    "{\"policy\":\"%s\",\"i\":%zu,\"arrival_ms\":%.1f,\"ttft_ms\":%.1f,\"worker\":%u,"
+                    "{\"policy\":\"%s\",\"i\":%zu,\"arrival_ms\":%.1f,\"ttft_ms\":%.1f,\"e2e_ms\":%.1f,\"worker\":%u,"
                     "\"cached\":%u,\"blocks\":%u,\"session\":%llu}\n",
-                    r.policy.c_str(), q.index, q.arrival_ms, q.ttft_ms, q.worker, q.cached_tokens, q.blocks,
+                    r.policy.c_str(), q.index, q.arrival_ms, q.ttft_ms, q.e2e_ms, q.worker, q.cached_tokens, q.blocks,
                     (unsigned long long)q.session);
       out << line;
     }

@@ -95,7 +95,7 @@ void usage() {
       "                    kvroute_weighted\n"
       "  --seed N          randomness seed (default 1); the same seed gives the same numbers\n"
       "  --cdf-out FILE    write TTFT CDF points (policy ttft_ms fraction) for plotting\n"
-      "  --requests-out FILE  one JSON line per request (policy, i, arrival_ms, ttft_ms, worker, cached,\n"
+      "  --requests-out FILE  one JSON line per request (policy, i, arrival_ms, ttft_ms, e2e_ms, worker, cached,\n"
       "                    blocks, session): bench/replay.sh compares a live replay with it request by request\n"
       "  --host-blocks N   a host KV tier per worker of N 512-token blocks (default 0: none; sim/tiers.h)\n"
       "  --host-gb-per-s X its load bandwidth, 10^9 bytes/s (default 25)\n"

@@ -706,7 +706,8 @@ PolicyResult Simulation::results() const {
   res.ttft_ms = ttft_;
   for (size_t i = 0; i < live_.size(); ++i)
     if (live_[i].first >= 0)
-      res.requests.push_back({i, live_[i].arrival, live_[i].first - live_[i].arrival, live_[i].worker,
+      res.requests.push_back({i, live_[i].arrival, live_[i].first - live_[i].arrival,
+                              live_[i].last_token - live_[i].arrival, live_[i].worker,
                               live_[i].cached, live_[i].blocks, w_[i].session});
   res.ttft_mape = registry_.ttft_stats().mape();
   res.cache_gap = best_cached_ ? 1.0 - double(chosen_cached_) / double(best_cached_) : 0;

@@ -97,7 +97,7 @@ struct PolicyResult {
   // (kvroute-sim --requests-out, bench/replay.sh).
   struct Request {
     size_t index = 0;  // in the workload
-    double arrival_ms = 0, ttft_ms = 0;
+    double arrival_ms = 0, ttft_ms = 0, e2e_ms = 0;
     uint32_t worker = 0, cached_tokens = 0, blocks = 0;
     uint64_t session = 0;  // the workload's conversation id (0 = none)
   };

@@ -39,6 +39,15 @@ TEST_CASE("inter-token latency: a request alone decodes one token per decode ste
   CHECK(res.itl_p50 == doctest::Approx(p.step_ms(s)));
   CHECK(res.itl_p99 > res.itl_p50);
   CHECK(res.itl_p99 < 7.0);  // measured: 6.5 ms at batch 1, context 1024
+  // Its record (--requests-out) ends at its last token: the prefill and four decode steps.
+  REQUIRE(res.requests.size() == 1);
+  double decodes = 0;
+  for (uint64_t ctx = 1025; ctx <= 1028; ++ctx) {
+    kvroute::mocker::StepShape d;
+    d.add_decode(ctx);
+    decodes += p.step_ms(d);
+  }
+  CHECK(res.requests[0].e2e_ms == doctest::Approx(res.requests[0].ttft_ms + decodes));
 }
 
 TEST_CASE("a rate multiplier starts sessions faster or slower and keeps their tool pauses") {

@@ -453,15 +453,6 @@ void pack_tag_only(Packer& pk, std::string_view type, VllmEncoding enc) {
 
 // ---------------------------------------------------------------- conversion
 
-// vLLM's media (GPU, CPU, DISK) and SGLang HiCache's tiers (CPU_TIER1: host
-// memory, CPU_TIER2: its storage backend, python/sglang/srt/disaggregation/kv_events.py).
-StorageTier tier_of(std::string_view medium) {
-  if (medium.empty() || same_medium(medium, "GPU")) return StorageTier::Device;
-  if (same_medium(medium, "CPU") || same_medium(medium, "CPU_TIER1")) return StorageTier::HostPinned;
-  if (same_medium(medium, "DISK")) return StorageTier::Disk;
-  return StorageTier::External;
-}
-
 void learn_group(VllmGroupState* groups, const VllmBlockStored& s, bool indexed) {
   if (!groups || !s.group_idx || *s.group_idx >= 1024) return;  // bounded: vLLM has a handful of groups
   if (groups->indexed.size() <= *s.group_idx) groups->indexed.resize(*s.group_idx + 1, -1);
@@ -481,10 +472,8 @@ VllmSkip convert_stored(const VllmBlockStored& s, CacheOwner owner, uint32_t blo
   if (!indexed || (groups && groups->skips(s.group_idx))) return VllmSkip::NotFullAttention;
   if (s.block_size != block_size) return VllmSkip::BlockSizeMismatch;
   const StorageTier tier = tier_of(s.medium);
-  if (s.token_ids.empty() && !s.parent_block_hash && tier != StorageTier::Device) {
-    // vLLM's offloading connector announces its copies of the worker's own
-    // blocks by id only (no tokens, no parent): a copy in this tier of each
-    // block the index holds for the worker.
+  if (vllm_announces_copies(s)) {
+    // A copy in this tier of each block the index holds for the worker.
     KvEvent ev{owner, std::nullopt, tier, KvStored{}};
     ev.medium = bounded_medium(s.medium);
     KvStored& st = std::get<KvStored>(ev.data);
@@ -524,6 +513,19 @@ VllmSkip convert_stored(const VllmBlockStored& s, CacheOwner owner, uint32_t blo
 }
 
 }  // namespace
+
+// vLLM's media (GPU, CPU, DISK) and SGLang HiCache's tiers (CPU_TIER1: host
+// memory, CPU_TIER2: its storage backend, python/sglang/srt/disaggregation/kv_events.py).
+StorageTier tier_of(std::string_view medium) {
+  if (medium.empty() || same_medium(medium, "GPU")) return StorageTier::Device;
+  if (same_medium(medium, "CPU") || same_medium(medium, "CPU_TIER1")) return StorageTier::HostPinned;
+  if (same_medium(medium, "DISK")) return StorageTier::Disk;
+  return StorageTier::External;
+}
+
+bool vllm_announces_copies(const VllmBlockStored& s) {
+  return s.token_ids.empty() && !s.parent_block_hash && tier_of(s.medium) != StorageTier::Device;
+}
 
 DecodeError decode_vllm_batch(std::span<const uint8_t> payload, const DecodeLimits& limits, VllmEventBatch& out,
                               std::string* detail) {

@@ -115,6 +115,17 @@ struct VllmGroupState {
   }
 };
 
+// The storage tier of a medium: vLLM's media (GPU or absent = device, CPU =
+// host_pinned, DISK = disk) and SGLang HiCache's tiers (CPU_TIER1 = host
+// memory, CPU_TIER2 = its storage backend, external), in any case; any other
+// = external.
+StorageTier tier_of(std::string_view medium);
+// vLLM's offloading connector announces its copies of the worker's own
+// blocks by id only: no tokens, no parent, a medium other than the GPU's
+// (vllm/distributed/kv_transfer/kv_connector/v1/offloading/scheduler.py,
+// take_events()). Read as KvStored::copies.
+bool vllm_announces_copies(const VllmBlockStored& s);
+
 // True for the kv_cache_spec_kind values whose blocks are indexed: absent
 // (engines that do not say), full_attention, mla_attention,
 // sink_full_attention. Sliding window, chunked local attention, mamba, ...

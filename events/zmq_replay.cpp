@@ -70,6 +70,27 @@ void ZmqEventSource::Impl::give_up_gap(Publisher& p, const char* why) {
   p.gap_counted = false;
 }
 
+void ZmqEventSource::Impl::warn_block_size(const Publisher& p, const VllmEventBatch& batch, uint64_t skipped) {
+  static RateLimiter rl;
+  if (!rl.allow()) return;
+  for (const VllmEvent& e : batch.events) {
+    const auto* s = std::get_if<VllmBlockStored>(&e);
+    if (!s || s->block_size == block_size) continue;
+    if (vllm_announces_copies(*s)) {
+      spdlog::warn("zmq: worker {} rank {}: {} KV events skipped: copies in medium {} of block_size {}, not "
+                   "indexer.block_size {}; the engine's {} copies are not indexed (give its offloading connector "
+                   "the engine's block size)",
+                   p.owner.worker.value, p.owner.dp_rank, skipped, s->medium, s->block_size, block_size, s->medium);
+    } else {
+      spdlog::warn("zmq: worker {} rank {}: {} KV events skipped: block_size {}, not indexer.block_size {}; this "
+                   "worker's cache is not indexed (set indexer.block_size to the engine's vLLM --block-size / "
+                   "SGLang --page-size)",
+                   p.owner.worker.value, p.owner.dp_rank, skipped, s->block_size, block_size);
+    }
+    return;
+  }
+}
+
 void ZmqEventSource::Impl::apply(Publisher& p, uint64_t seq, const std::string& payload) {
   p.last_applied_seq = seq;
   p.last_applied_hash = XXH3_64bits(payload.data(), payload.size());
@@ -91,6 +112,7 @@ void ZmqEventSource::Impl::apply(Publisher& p, uint64_t seq, const std::string& 
   to_kv_events(batch, p.owner, block_size, events, &skipped, &p.groups, salts);
   for (size_t i = 1; i < skipped.size(); ++i)
     if (skipped[i]) stats().skipped_total[i].fetch_add(skipped[i], std::memory_order_relaxed);
+  if (const uint64_t n = skipped[static_cast<size_t>(VllmSkip::BlockSizeMismatch)]) warn_block_size(p, batch, n);
   if (events.empty()) return;
   uint64_t blocks = 0;
   for (const auto& ev : events)

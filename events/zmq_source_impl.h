@@ -163,6 +163,10 @@ struct ZmqEventSource::Impl {
   void unhold_all(Publisher& p);
   void give_up_gap(Publisher& p, const char* why);
   void apply(Publisher& p, uint64_t seq, const std::string& payload);
+  // Says loudly (rate-limited) that a batch's stored blocks were skipped for
+  // their block size: a worker whose engine runs another block size than
+  // indexer.block_size is otherwise indexed as empty, with only a counter.
+  void warn_block_size(const Publisher& p, const VllmEventBatch& batch, uint64_t skipped);
   void request_replay(Publisher& p, uint64_t from, Clock::time_point now);
   void replay_failed(Publisher& p, Clock::time_point now);
   void process(Publisher& p, Clock::time_point now);

@@ -50,6 +50,7 @@ struct Scraper::Loop {
   beast::flat_buffer buffer;
   std::string failure;  // why the last scrape failed (for the log)
   WorkerLoad load;
+  bool warned_block_size = false;  // said once per worker: its engine's block size is not the router's
 
   void stop() {
     stopped = true;
@@ -85,6 +86,18 @@ asio::awaitable<Outcome> connect(Scraper::Loop& L) {
 }
 
 // One GET on the open connection; fills L.load on success.
+// An engine whose /metrics name another block size (vLLM's cache_config_info)
+// than indexer.block_size: its KV events are skipped and its prefixes never
+// match. Said once per worker, before any event arrives.
+void warn_block_size(Scraper::Loop& L, const EngineMetrics& m) {
+  if (!m.block_size || *m.block_size == L.target.block_size || L.warned_block_size) return;
+  L.warned_block_size = true;
+  spdlog::warn("worker {}: its /metrics give block_size {} but indexer.block_size is {}: its KV events are skipped and "
+               "its cached prefixes never match (set indexer.block_size to the engine's vLLM --block-size / SGLang "
+               "--page-size)",
+               L.target.id.value, *m.block_size, L.target.block_size);
+}
+
 asio::awaitable<Outcome> request(Scraper::Loop& L) {
   const beast::string_view target = L.url.base.empty() ? beast::string_view("/")
                                                        : beast::string_view(L.url.base.data(), L.url.base.size());
@@ -118,6 +131,7 @@ asio::awaitable<Outcome> request(Scraper::Loop& L) {
     L.failure = "no vLLM or SGLang metric in the answer";
     co_return Outcome::Failed;
   }
+  warn_block_size(L, *m);
   L.load = to_worker_load(*m, m->block_size.value_or(L.target.block_size), L.target.max_seqs, L.target.kv_blocks);
   co_return Outcome::Ok;
 }

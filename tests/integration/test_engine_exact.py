@@ -336,6 +336,30 @@ class Operations(FleetTestCase):
         self.assertGreaterEqual(ttfb, 400)  # the first attempt's wait is the client's too
         self.assertLessEqual(ttfb, duration)
 
+    def test_6_engine_of_another_block_size_is_said_in_the_log(self):
+        f = self.f
+        f.block_size = 2 * BLOCK  # this engine runs blocks twice the router's indexer.block_size
+        try:
+            url, kv, replay = f.start_vllm_mocker(9)
+        finally:
+            f.block_size = BLOCK
+        r = f.admin("POST", "/admin/workers",
+                    f'{{"id": 9, "url": "{url}", "model": "mock-model", "kv_events": "{kv}", "replay": "{replay}"}}')
+        self.assertEqual(r.status, 201, r.body)
+        try:
+            # Blocks stored on the engine itself: its events reach the router and are skipped.
+            body = {"model": "mock-model", "prompt": [41000 + k for k in range(8 * BLOCK)], "max_tokens": 1}
+            self.assertEqual(f.request("POST", "/v1/completions", body, port=f.mocker_port(9)).status, 200)
+            def log_text():
+                with open(os.path.join(self.tmp.name, "kvroute.log")) as log:
+                    return log.read()
+            scraped = f"worker 9: its /metrics give block_size {2 * BLOCK} but indexer.block_size is {BLOCK}"
+            skipped = f"KV events skipped: block_size {2 * BLOCK}, not indexer.block_size {BLOCK}"
+            self.assertTrue(wait_until(lambda: scraped in log_text() and skipped in log_text(), 10), log_text()[-3000:])
+            self.assertGreater(f.metric('kvroute_events_zmq_skipped_total{reason="block_size_mismatch"}'), 0)
+        finally:
+            self.assertEqual(f.admin("DELETE", "/admin/workers/9").status, 200)
+
     def test_4_lora_whose_workers_are_drained_says_so(self):
         f = self.f
         for i in (1, 2):

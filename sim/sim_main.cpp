@@ -104,6 +104,8 @@ void usage() {
       "  --pool-total-gb-per-s X the pool's own bandwidth, shared by the loads in flight (default: --pool-gb-per-s)\n"
       "  --pool-write-through  the pool also receives every block the devices compute (default: only\n"
       "                    what the host tiers, or without them the devices, evict)\n"
+      "  --host-write-through  the host tiers receive every block as their device computes it, as vLLM's\n"
+      "                    OffloadingConnector does (default: write-back, only what the device evicts)\n"
       "  --eviction E      the host tiers' and the pool's: lru (default) or workload_aware (fit on the\n"
       "                    workload's first half: the trace's train slice)\n"
       "  --set KEY=VALUE   a config key for the kvroute policies (e.g. scheduler.cost=weighted); repeatable\n"
@@ -215,6 +217,7 @@ void parse(int argc, char** argv, Args& a) {
       else if (f == "--pool-total-gb-per-s")
         a.sim.tiers.pool_total_gb_per_s = std::stod(need("--pool-total-gb-per-s"));
       else if (f == "--pool-write-through") a.sim.tiers.pool_write_through = true;
+      else if (f == "--host-write-through") a.sim.tiers.host_write_through = true;
       else if (f == "--eviction") {
         const std::string v = need("--eviction");
         if (!parse_eviction(v, a.sim.tiers.eviction)) {

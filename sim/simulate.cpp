@@ -188,6 +188,8 @@ class Simulation {
   // Demotes a block that the device of `w` (from_host false) or its host tier (true) evicted.
   void demote(uint32_t w, uint64_t h, bool from_host, double now, std::vector<std::pair<uint32_t, uint64_t>>& touched);
   void pool_put(uint64_t h, double now, std::vector<std::pair<uint32_t, uint64_t>>& touched);
+  // Into worker w's host tier; what it evicts goes down to the pool.
+  void host_put(uint32_t w, uint64_t h, double now, std::vector<std::pair<uint32_t, uint64_t>>& touched);
   // Brings worker w's index view of block h in line with where it is.
   void refresh(uint32_t w, uint64_t h);
   void refresh_all(std::vector<std::pair<uint32_t, uint64_t>>& touched);
@@ -553,11 +555,12 @@ void Simulation::on_device_event(uint32_t w, const KvEvent& e) {
       view_[w][b.block_hash.value] |= tier_bit(StorageTier::Device);
     }
     index_.apply(e);
-    if (pool_ && o_.tiers.pool_write_through) {
-      std::vector<std::pair<uint32_t, uint64_t>> touched;
-      for (const auto& b : st->blocks) pool_put(b.block_hash.value, now_, touched);
-      refresh_all(touched);
+    std::vector<std::pair<uint32_t, uint64_t>> touched;
+    for (const auto& b : st->blocks) {
+      if (host_[w].capacity() > 0 && o_.tiers.host_write_through) host_put(w, b.block_hash.value, now_, touched);
+      if (pool_ && o_.tiers.pool_write_through) pool_put(b.block_hash.value, now_, touched);
     }
+    refresh_all(touched);
     return;
   }
   const auto* rm = std::get_if<KvRemoved>(&e.data);
@@ -565,18 +568,25 @@ void Simulation::on_device_event(uint32_t w, const KvEvent& e) {
   std::vector<std::pair<uint32_t, uint64_t>> touched;
   for (SequenceHash h : rm->block_hashes) {
     device_[w].erase(h.value);
-    demote(w, h.value, false, now_, touched);
+    // Written through, the host already holds what it kept of the block.
+    if (host_[w].capacity() > 0 && o_.tiers.host_write_through) touched.emplace_back(w, h.value);
+    else demote(w, h.value, false, now_, touched);
   }
   refresh_all(touched);
+}
+
+void Simulation::host_put(uint32_t w, uint64_t h, double now, std::vector<std::pair<uint32_t, uint64_t>>& touched) {
+  touched.emplace_back(w, h);
+  std::vector<TierCache::Block> evicted;
+  host_[w].put(tier_block(h), now, evicted);
+  for (const auto& v : evicted) demote(w, v.hash, true, now, touched);
 }
 
 void Simulation::demote(uint32_t w, uint64_t h, bool from_host, double now,
                         std::vector<std::pair<uint32_t, uint64_t>>& touched) {
   touched.emplace_back(w, h);
   if (!from_host && host_[w].capacity() > 0) {
-    std::vector<TierCache::Block> evicted;
-    host_[w].put(tier_block(h), now, evicted);
-    for (const auto& v : evicted) demote(w, v.hash, true, now, touched);
+    host_put(w, h, now, touched);
     return;
   }
   pool_put(h, now, touched);

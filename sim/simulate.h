@@ -35,6 +35,12 @@ struct TierOptions {
   // remote backends, HiCache's write-through to storage), not only what the
   // host tiers (or, without them, the devices) evict.
   bool pool_write_through = false;
+  // Each host tier receives every block as its device stores it (vLLM's
+  // OffloadingConnector copies blocks to the CPU as they are computed), and a
+  // device eviction moves nothing: the host holds what it kept of it. Off:
+  // a block reaches the host only when the device evicts it (write-back), so
+  // host and device hold different blocks.
+  bool host_write_through = false;
   Eviction eviction = Eviction::Lru;  // of the host tiers and the pool (the device's is the engine's LRU)
   ReuseProfiles profiles{};  // Eviction::WorkloadAware: the categories' reuse (fit_reuse_profiles)
   bool any() const { return host_blocks > 0 || pool_blocks > 0; }

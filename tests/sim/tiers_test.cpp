@@ -206,6 +206,32 @@ TEST_CASE("tiers as the router sees them: the index holds device, host_pinned an
   CHECK(res.routed_overlap_by_tier == std::array<uint64_t, kvroute::kNumStorageTiers>{});
 }
 
+TEST_CASE("write-through host: every computed block takes host room, so a small host keeps less of what the device evicted") {
+  // The case above with a host of 8 blocks. Written back, it receives only
+  // the 5 blocks of A that B evicts: C finds them there. Written through, it
+  // receives A's 8 blocks and then B's 8, which push A's out (LRU): C finds
+  // only its 3 device blocks. With room for both (16), the two agree.
+  const std::vector<SimRequest> w = {prompt(0, 100), prompt(10'000, 200), prompt(20'000, 100)};
+  SimOptions o;
+  o.workers = 1;
+  o.kv_blocks = 12;
+  o.engine_profile = "h100-llama3-8b";
+  o.tiers.host_blocks = 8;
+  using T = kvroute::StorageTier;
+  auto res = simulate(w, o, "kvroute");
+  CHECK(res.routed_overlap_by_tier[size_t(T::HostPinned)] == 5);
+  CHECK(res.host_hit_rate == doctest::Approx(5.0 / 24));
+  o.tiers.host_write_through = true;
+  res = simulate(w, o, "kvroute");
+  CHECK(res.routed_overlap_by_tier[size_t(T::Device)] == 3);
+  CHECK(res.routed_overlap_by_tier[size_t(T::HostPinned)] == 0);
+  CHECK(res.host_hit_rate == 0);
+  o.tiers.host_blocks = 16;
+  res = simulate(w, o, "kvroute");
+  CHECK(res.routed_overlap_by_tier[size_t(T::HostPinned)] == 5);
+  CHECK(res.host_hit_rate == doctest::Approx(5.0 / 24));
+}
+
 TEST_CASE("shared pool: a prefix one worker computed is loaded by another from the pool") {
   // Two engines of 9 blocks, round robin: A on 0, a filler on 1, B on 0
   // evicting all of A (into the pool), then A again on 1, which has never

@@ -85,7 +85,6 @@ asio::awaitable<Outcome> connect(Scraper::Loop& L) {
   co_return Outcome::Failed;
 }
 
-// One GET on the open connection; fills L.load on success.
 // An engine whose /metrics name another block size (vLLM's cache_config_info)
 // than indexer.block_size: its KV events are skipped and its prefixes never
 // match. Said once per worker, before any event arrives.
@@ -98,6 +97,7 @@ void warn_block_size(Scraper::Loop& L, const EngineMetrics& m) {
                L.target.id.value, *m.block_size, L.target.block_size);
 }
 
+// One GET on the open connection; fills L.load on success.
 asio::awaitable<Outcome> request(Scraper::Loop& L) {
   const beast::string_view target = L.url.base.empty() ? beast::string_view("/")
                                                        : beast::string_view(L.url.base.data(), L.url.base.size());

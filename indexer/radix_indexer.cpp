@@ -164,8 +164,7 @@ uint32_t RadixIndexer::known_id(CacheOwner o) const {
 }
 
 uint32_t RadixIndexer::intern(CacheOwner o) {
-  auto it = owner_ids_.find(o);
-  if (it != owner_ids_.end()) return it->second;
+  if (const uint32_t known = known_id(o); known != kNone) return known;
   uint32_t id;
   if (!free_ids_.empty()) {
     id = free_ids_.back();

@@ -262,31 +262,40 @@ TEST_CASE("an engine restarted while idle is noticed on reconnect: its old block
 }
 
 TEST_CASE("events of another block size are skipped, counted and said in the log, with the setting to change") {
+  // The sink is added before the source's thread starts and taken out after
+  // it stops: a logger's sinks are not changed while another thread logs.
   std::ostringstream log;
   auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(log);
   spdlog::default_logger()->sinks().push_back(sink);
-  auto pub = publisher(VllmEncoding::Positional, true);
-  Rig rig;
-  REQUIRE(rig.src.add_worker(kOwner.worker, {pub->endpoint(), pub->replay_endpoint(), 1}));
-  // The engine runs blocks of 8 tokens; the router indexes blocks of kBs = 4.
-  pub->publish(synthetic_batch(0, 2 * kBs));
-  CHECK(eventually([&] { return rig.src.stats().skipped_total[static_cast<size_t>(VllmSkip::BlockSizeMismatch)] > 0; }));
-  // An offloading connector's copies of another block size are named as such.
-  VllmEventBatch copies;
-  VllmBlockStored c;
-  c.block_hashes = {SequenceHash{1}};
-  c.block_size = 3 * kBs;
-  c.medium = "CPU";
-  copies.events.push_back(c);
-  pub->publish(copies);
-  CHECK(eventually([&] { return rig.src.stats().skipped_total[static_cast<size_t>(VllmSkip::BlockSizeMismatch)] > 1; }));
+  uint64_t entries = 0;
+  {
+    auto pub = publisher(VllmEncoding::Positional, true);
+    Rig rig;
+    REQUIRE(rig.src.add_worker(kOwner.worker, {pub->endpoint(), pub->replay_endpoint(), 1}));
+    // The engine runs blocks of 8 tokens; the router indexes blocks of kBs = 4.
+    pub->publish(synthetic_batch(0, 2 * kBs));
+    const auto mismatched = [&] {
+      return rig.src.stats().skipped_total[static_cast<size_t>(VllmSkip::BlockSizeMismatch)].load();
+    };
+    CHECK(eventually([&] { return mismatched() > 0; }));
+    // An offloading connector's copies of another block size are named as such.
+    VllmEventBatch copies;
+    VllmBlockStored c;
+    c.block_hashes = {SequenceHash{1}};
+    c.block_size = 3 * kBs;
+    c.medium = "CPU";
+    copies.events.push_back(c);
+    pub->publish(copies);
+    CHECK(eventually([&] { return mismatched() > 1; }));
+    std::lock_guard lk(rig.sink.mu);
+    entries = rig.sink.index.stats().entries;
+  }
   spdlog::default_logger()->flush();
   auto& sinks = spdlog::default_logger()->sinks();
   sinks.erase(std::find(sinks.begin(), sinks.end(), sink));
+  CHECK(entries == 0);
   const std::string text = log.str();
   CHECK(text.find("worker 7 rank 0: 1 KV events skipped: block_size 8, not indexer.block_size 4") != std::string::npos);
   CHECK(text.find("--block-size") != std::string::npos);
   CHECK(text.find("copies in medium CPU of block_size 12, not indexer.block_size 4") != std::string::npos);
-  std::lock_guard lk(rig.sink.mu);
-  CHECK(rig.sink.index.stats().entries == 0);
 }

@@ -49,6 +49,13 @@ double kv_bytes(const Args& a) {
 
 double gib(uint64_t blocks, const Args& a) { return double(blocks) * kBlock * kv_bytes(a) / double(1ull << 30); }
 
+// How the host tiers receive blocks, as the tables' headers say it.
+const char* host_writes(const Args& a) {
+  return a.sim.tiers.host_write_through
+             ? "written through (every block as its device computes it; --host-write-through)"
+             : "written back (a block when its device evicts it; --host-write-through writes through)";
+}
+
 std::string fmt(const char* f, double x) {
   char b[64];
   std::snprintf(b, sizeof b, f, x);
@@ -77,10 +84,10 @@ int pools(const Args& a) {
   const double mid = a.pool_bandwidths[a.pool_bandwidths.size() / 2];
   configs.push_back({"+ host + pool " + fmt("%g", mid) + " GB/s, write-through", host, pool, mid, true});
   std::printf("## The fleet and the table\n\n%u workers (%s), device %llu blocks (%.0f GiB) each; host tier "
-              "%llu blocks (%.0f GiB) per worker at %.1f GB/s; pool %llu blocks (%.0f GiB) shared, each worker "
+              "%llu blocks (%.0f GiB) per worker at %.1f GB/s, %s; pool %llu blocks (%.0f GiB) shared, each worker "
               "loading at the bandwidth shown, the loads in flight sharing the pool's (%s); %s eviction in the tiers; %.0f bytes of KV per token; seed %llu.\n\n",
               a.sim.workers, a.sim.engine_profile.c_str(), (unsigned long long)device, gib(device, a),
-              (unsigned long long)host, gib(host, a), a.sim.tiers.host_gb_per_s, (unsigned long long)pool,
+              (unsigned long long)host, gib(host, a), a.sim.tiers.host_gb_per_s, host_writes(a), (unsigned long long)pool,
               gib(pool, a),
               a.sim.tiers.pool_total_gb_per_s > 0 ? (fmt("%g", a.sim.tiers.pool_total_gb_per_s) + " GB/s").c_str()
                                                   : "the bandwidth shown",
@@ -211,13 +218,13 @@ int plan(const Args& a) {
   const ReuseProfiles profiles = train_profiles(a, wl);
   const double span_s = w.empty() ? 0 : w.back().t_ms / 1000.0;
   std::printf("## The run\n\nworkload %s (%s): %zu requests over %.0f s (%.2f requests/s at x%g); %u workers "
-              "(%s), %.0f bytes of KV per token (%.0f MiB per 512-token block); host tiers at %.1f GB/s, pool at "
+              "(%s), %.0f bytes of KV per token (%.0f MiB per 512-token block); host tiers at %.1f GB/s, %s; pool at "
               "%.1f GB/s per worker's link and %.1f GB/s in all, shared by the loads in flight; policy kvroute; "
               "seed %llu. Host sizes are per worker, in multiples of the device's; pool sizes in multiples of the "
               "whole fleet's device capacity.\n\n",
               wl.c_str(), slice.c_str(), w.size(), span_s, span_s > 0 ? double(w.size()) / span_s * a.sim.rate : 0,
               a.sim.rate, a.sim.workers, a.sim.engine_profile.c_str(), kv_bytes(a),
-              double(kBlock) * kv_bytes(a) / (1 << 20), a.sim.tiers.host_gb_per_s, a.sim.tiers.pool_gb_per_s,
+              double(kBlock) * kv_bytes(a) / (1 << 20), a.sim.tiers.host_gb_per_s, host_writes(a), a.sim.tiers.pool_gb_per_s,
               a.sim.tiers.pool_total_gb_per_s > 0 ? a.sim.tiers.pool_total_gb_per_s : a.sim.tiers.pool_gb_per_s,
               (unsigned long long)a.sim.seed);
   std::printf("The workload-aware eviction's reuse profiles (fit on the %s; category = turn):\n\n"

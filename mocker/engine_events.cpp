@@ -10,7 +10,15 @@ void MockerServer::Impl::queue_vllm_event(const KvEvent& ev) {
   const uint32_t rank = ev.owner.dp_rank;
   const Engine& engine = *engines[rank];
   VllmEventBatch& batch = vllm_batch[rank];
-  if (auto* st = std::get_if<KvStored>(&ev.data)) {
+  if (auto* st = std::get_if<KvStored>(&ev.data); st && ev.tier == StorageTier::HostPinned) {
+    // As vLLM's OffloadingConnector announces its CPU copies (take_events()):
+    // the GPU's block hashes only, no parent, no tokens, no group.
+    VllmBlockStored s;
+    s.block_size = opts.engine.block_size;
+    s.medium = medium_of(ev.tier);
+    for (const StoredBlock& b : st->blocks) s.block_hashes.push_back(b.block_hash);
+    batch.events.push_back(std::move(s));
+  } else if (st) {
     VllmBlockStored s;
     s.parent_block_hash = st->parent;
     s.block_size = opts.engine.block_size;

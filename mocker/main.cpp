@@ -344,9 +344,13 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  if (o.offload.enabled() && (!zo.endpoint.empty() || o.pd.role != mocker::PdRole::Both ||
-                              o.pd.protocol != mocker::PdProtocol::None)) {
-    std::fprintf(stderr, "kvroute-mocker: --kv-pool-dir / --kv-host-blocks (offload mode) need NATS mode without a PD role\n");
+  // The host tier also runs in vLLM mode (one rank), announcing its copies as
+  // vLLM's OffloadingConnector does; the pool's events are NATS mode's.
+  if (o.offload.enabled() &&
+      (o.pd.role != mocker::PdRole::Both || o.pd.protocol != mocker::PdProtocol::None ||
+       (!zo.endpoint.empty() && (!o.offload.pool_dir.empty() || o.data_parallel_size > 1)))) {
+    std::fprintf(stderr, "kvroute-mocker: --kv-pool-dir needs NATS mode, --kv-host-blocks NATS mode or vLLM mode "
+                         "with one rank, and neither a PD role\n");
     return 2;
   }
   if (!o.offload.pool_medium.empty() && o.offload.pool_medium.size() > kMaxMediumBytes) {

@@ -7,9 +7,11 @@ pool's load cost, reports it in explain, the location API, the status page and
 metrics, and mocker 2 loads the blocks from the pool instead of recomputing
 them (its `offload` counters).
 
-A host tier (`HostTierTest`): a mocker whose device evicts into its host tier
-keeps the evicted blocks cached for the router (moved to the host tier in its
-index) and reports no evictions; one without a host tier reports them."""
+A host tier (`HostTierTest` on NATS, `HostTierVllmTest` on vLLM's ZMQ
+stream, where the host copies come by block hash only, as vLLM's
+OffloadingConnector sends them): a mocker whose device evicts into its host
+tier keeps the evicted blocks cached for the router (moved to the host tier in
+its index) and reports no evictions; one without a host tier reports them."""
 import json
 import os
 import socket
@@ -116,16 +118,8 @@ class KvPoolTest(FleetTestCase):
             busy.close()
 
 
-class HostTierTest(FleetTestCase):
-    tmp_prefix = "kvroute-host-tier-"
-
-    @classmethod
-    def start(cls, f):
-        f.start_nats()
-        f.start_mocker(4, ["--kv-blocks", "40", "--kv-host-blocks", "400"])
-        f.start_mocker(5, ["--kv-blocks", "40"])
-        f.start_router()
-        f.wait_ready(2)
+class HostTier:
+    """A worker whose device evicts into its host tier (4) and one without (5): the test, in either event mode."""
 
     def test_blocks_offloaded_to_the_host_stay_cached_and_are_no_evictions(self):
         f = self.f
@@ -153,6 +147,35 @@ class HostTierTest(FleetTestCase):
         self.assertEqual(overlap(prompts[0])[5]["device"] + overlap(prompts[0])[5]["host_pinned"], 0)
         self.assertEqual(evicted()[4], 0)
         self.assertEqual(f.metric('kvroute_scheduler_worker_evicted_blocks{worker="4"}'), 0)
+
+
+class HostTierTest(HostTier, FleetTestCase):
+    """Events as Dynamo-style JSON on NATS."""
+    tmp_prefix = "kvroute-host-tier-"
+
+    @classmethod
+    def start(cls, f):
+        f.start_nats()
+        f.start_mocker(4, ["--kv-blocks", "40", "--kv-host-blocks", "400"])
+        f.start_mocker(5, ["--kv-blocks", "40"])
+        f.start_router()
+        f.wait_ready(2)
+
+
+class HostTierVllmTest(HostTier, FleetTestCase):
+    """Events as vLLM's ZMQ batches: the host copies announced as vLLM's OffloadingConnector does, by block
+    hash only (medium CPU, no parent, no tokens)."""
+    tmp_prefix = "kvroute-host-tier-vllm-"
+
+    @classmethod
+    def start(cls, f):
+        url4, kv4, replay4 = f.start_vllm_mocker(4, extra=["--kv-blocks", "40", "--kv-host-blocks", "400"])
+        url5, kv5, replay5 = f.start_vllm_mocker(5, extra=["--kv-blocks", "40"])
+        f.start_router_config(
+            "workers:\n  scrape_interval_ms: 100\n  static:\n"
+            f'    - {{id: 4, url: "{url4}", model: mock-model, kv_events: "{kv4}", replay: "{replay4}"}}\n'
+            f'    - {{id: 5, url: "{url5}", model: mock-model, kv_events: "{kv5}", replay: "{replay5}"}}\n')
+        f.wait_ready(2)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,5 @@
 #include "indexer/naive_indexer.h"
 
-#include <bit>
 #include <vector>
 
 namespace kvroute {

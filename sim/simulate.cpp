@@ -1,7 +1,6 @@
 #include "sim/simulate.h"
 
 #include <algorithm>
-#include <bit>
 #include <cassert>
 #include <chrono>
 #include <cstdio>
@@ -188,6 +187,8 @@ class Simulation {
   // Demotes a block that the device of `w` (from_host false) or its host tier (true) evicted.
   void demote(uint32_t w, uint64_t h, bool from_host, double now, std::vector<std::pair<uint32_t, uint64_t>>& touched);
   void pool_put(uint64_t h, double now, std::vector<std::pair<uint32_t, uint64_t>>& touched);
+  // Worker w has a host tier and it is written through (TierOptions::host_write_through).
+  bool host_written_through(uint32_t w) const { return host_[w].capacity() > 0 && o_.tiers.host_write_through; }
   // Into worker w's host tier; what it evicts goes down to the pool.
   void host_put(uint32_t w, uint64_t h, double now, std::vector<std::pair<uint32_t, uint64_t>>& touched);
   // Brings worker w's index view of block h in line with where it is.
@@ -557,7 +558,7 @@ void Simulation::on_device_event(uint32_t w, const KvEvent& e) {
     index_.apply(e);
     std::vector<std::pair<uint32_t, uint64_t>> touched;
     for (const auto& b : st->blocks) {
-      if (host_[w].capacity() > 0 && o_.tiers.host_write_through) host_put(w, b.block_hash.value, now_, touched);
+      if (host_written_through(w)) host_put(w, b.block_hash.value, now_, touched);
       if (pool_ && o_.tiers.pool_write_through) pool_put(b.block_hash.value, now_, touched);
     }
     refresh_all(touched);
@@ -569,7 +570,7 @@ void Simulation::on_device_event(uint32_t w, const KvEvent& e) {
   for (SequenceHash h : rm->block_hashes) {
     device_[w].erase(h.value);
     // Written through, the host already holds what it kept of the block.
-    if (host_[w].capacity() > 0 && o_.tiers.host_write_through) touched.emplace_back(w, h.value);
+    if (host_written_through(w)) touched.emplace_back(w, h.value);
     else demote(w, h.value, false, now_, touched);
   }
   refresh_all(touched);

@@ -135,6 +135,18 @@ SimRequest prompt(double t_ms, uint64_t first_id) {
   return r;
 }
 
+// A (8 blocks), B (8 other blocks) 10 s later, A again 10 s after that.
+std::vector<SimRequest> a_b_a() { return {prompt(0, 100), prompt(10'000, 200), prompt(20'000, 100)}; }
+
+// `workers` engines of the h100-llama3-8b profile with `kv_blocks` blocks each, no tiers.
+SimOptions engines(uint32_t workers, uint64_t kv_blocks) {
+  SimOptions o;
+  o.workers = workers;
+  o.kv_blocks = kv_blocks;
+  o.engine_profile = "h100-llama3-8b";
+  return o;
+}
+
 }  // namespace
 
 TEST_CASE("host tier: a prefix the device evicted is loaded at the host's bandwidth, not recomputed") {
@@ -142,11 +154,8 @@ TEST_CASE("host tier: a prefix the device evicted is loaded at the host's bandwi
   // evicts A's last 5 blocks (tail first); C repeats A's prompt. Without a
   // host tier C recomputes those 5 blocks; with one, they come back in
   // load_ms(5 blocks), and C computes only its last 100 tokens.
-  const std::vector<SimRequest> w = {prompt(0, 100), prompt(10'000, 200), prompt(20'000, 100)};
-  SimOptions o;
-  o.workers = 1;
-  o.kv_blocks = 12;
-  o.engine_profile = "h100-llama3-8b";
+  const std::vector<SimRequest> w = a_b_a();
+  SimOptions o = engines(1, 12);
   const auto plain = simulate(w, o, "round_robin");
   o.tiers.host_blocks = 100;
   o.tiers.host_gb_per_s = 25;
@@ -179,11 +188,8 @@ TEST_CASE("host tier: a prefix the device evicted is loaded at the host's bandwi
 TEST_CASE("tiers as the router sees them: the index holds device, host_pinned and external copies") {
   // The host case above, routed by kvroute: the index's view of C's prefix
   // is its 3 device blocks and the 5 demoted to the host tier.
-  const std::vector<SimRequest> w = {prompt(0, 100), prompt(10'000, 200), prompt(20'000, 100)};
-  SimOptions o;
-  o.workers = 1;
-  o.kv_blocks = 12;
-  o.engine_profile = "h100-llama3-8b";
+  const std::vector<SimRequest> w = a_b_a();
+  SimOptions o = engines(1, 12);
   o.tiers.host_blocks = 100;
   auto res = simulate(w, o, "kvroute");
   using T = kvroute::StorageTier;
@@ -211,11 +217,8 @@ TEST_CASE("write-through host: every computed block takes host room, so a small 
   // the 5 blocks of A that B evicts: C finds them there. Written through, it
   // receives A's 8 blocks and then B's 8, which push A's out (LRU): C finds
   // only its 3 device blocks. With room for both (16), the two agree.
-  const std::vector<SimRequest> w = {prompt(0, 100), prompt(10'000, 200), prompt(20'000, 100)};
-  SimOptions o;
-  o.workers = 1;
-  o.kv_blocks = 12;
-  o.engine_profile = "h100-llama3-8b";
+  const std::vector<SimRequest> w = a_b_a();
+  SimOptions o = engines(1, 12);
   o.tiers.host_blocks = 8;
   using T = kvroute::StorageTier;
   auto res = simulate(w, o, "kvroute");
@@ -238,10 +241,7 @@ TEST_CASE("shared pool: a prefix one worker computed is loaded by another from t
   // seen it: every block comes from the pool at the pool's bandwidth.
   const std::vector<SimRequest> w = {prompt(0, 100), prompt(5'000, 300), prompt(10'000, 200),
                                      prompt(20'000, 100)};
-  SimOptions o;
-  o.workers = 2;
-  o.kv_blocks = 9;
-  o.engine_profile = "h100-llama3-8b";
+  SimOptions o = engines(2, 9);
   o.tiers.pool_blocks = 1000;
   o.tiers.pool_gb_per_s = 10;
   const auto res = simulate(w, o, "round_robin");
@@ -257,10 +257,7 @@ TEST_CASE("write-through pool: a block is in the pool as soon as a device comput
   // Round robin over two roomy engines: A on 0, A again on 1. Nothing is
   // evicted, so only a pool written through at compute time holds A.
   const std::vector<SimRequest> w = {prompt(0, 100), prompt(10'000, 100)};
-  SimOptions o;
-  o.workers = 2;
-  o.kv_blocks = 100;
-  o.engine_profile = "h100-llama3-8b";
+  SimOptions o = engines(2, 100);
   o.tiers.pool_blocks = 1000;
   CHECK(simulate(w, o, "round_robin").pool_hit_rate == 0);
   o.tiers.pool_write_through = true;
@@ -297,10 +294,7 @@ TEST_CASE("two workers loading from the pool at once share its bandwidth; a pool
   // Round robin over three roomy engines, the pool written through: A on 0,
   // then A on 1 and on 2 at the same moment, both loading its 8 blocks from the pool.
   const std::vector<SimRequest> w = {prompt(0, 100), prompt(10'000, 100), prompt(10'000, 100)};
-  SimOptions o;
-  o.workers = 3;
-  o.kv_blocks = 100;
-  o.engine_profile = "h100-llama3-8b";
+  SimOptions o = engines(3, 100);
   o.tiers.pool_blocks = 1000;
   o.tiers.pool_write_through = true;
   o.tiers.pool_gb_per_s = 10;
